@@ -1,0 +1,1 @@
+"""Local infrastructure helpers (Kafka/Redis without Docker); see infra/local_cluster.py."""

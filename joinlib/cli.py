@@ -1,0 +1,277 @@
+"""Command-line interface: ``joinlib <command> ...`` (also ``python -m joinlib``).
+
+User mistakes (bad query file, missing data, bad plan) print one line starting with
+``error:`` and exit with status 2; a traceback means a bug in joinlib.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import JoinlibError, PlanError
+
+PLAN_HELP = """PLAN is one of:
+  greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
+  central[:SITE]               ship every stream to one site and join there, as
+                               centralized engines do (default site: highest rate)
+  SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
+                               that algorithm on every step (breadth-first orders)
+  FILE.json                    {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], ...}"""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except JoinlibError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="joinlib",
+        description="Distributed sliding-window joins over streams born at different sites, "
+                    "shipping as few bytes between sites as the plan allows.",
+        epilog="Run 'joinlib COMMAND --help' for the options of a command.")
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a query over data files (embedded simulated network)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Run QUERY over DIR/<stream>.jsonl with the given plan on the "
+                                   "deterministic simulated network, write every result to OUT "
+                                   "and print the per-link cost report.\n\n" + PLAN_HELP)
+    r.add_argument("query", type=Path, help="query file (YAML)")
+    r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
+    r.add_argument("--plan", required=True, help="plan name or JSON file (see below)")
+    r.add_argument("--out", type=Path, help="results, one JSON object per line (omit to only count)")
+    r.add_argument("--report", type=Path, help="write the cost report as JSON here")
+    r.add_argument("--model", default="paper", help="cost model for planner names (default: paper)")
+    r.add_argument("--check", action="store_true",
+                   help="also compute the centralized reference join and fail if results differ")
+    r.add_argument("--quiet", action="store_true", help="print no report table")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=_cmd_run)
+
+    g = sub.add_parser("gen", help="generate synthetic streams for a query (the paper's generator)",
+                       description="Write DIR/<stream>.jsonl for every stream of QUERY: Poisson arrivals "
+                                   "at the stream's rate, join values uniform over 1/f distinct values, "
+                                   "'attributes' payload attributes of ~5 bytes. Deterministic per seed.")
+    g.add_argument("query", type=Path)
+    g.add_argument("--out", type=Path, required=True, help="output directory")
+    g.add_argument("--duration", default="10s", help="event-time span, e.g. 10s, 500ms, 2min (default 10s)")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--bursts", action="store_true", help="sometimes emit several tuples with one timestamp")
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=_cmd_gen)
+
+    pl = sub.add_parser("plan", help="compute a join plan and print it as JSON",
+                        description="Print the plan chosen by a planner in the 'run --plan' JSON format.")
+    pl.add_argument("query", type=Path)
+    pl.add_argument("--planner", default="greedy", help="greedy | exhaustive | beam (default greedy)")
+    pl.add_argument("--model", default="paper", help="cost model: paper | bytes (default paper)")
+    pl.add_argument("--explain", action="store_true", help="also print the estimated cost of each step")
+    pl.add_argument("--out", type=Path, help="write the plan JSON here instead of stdout")
+    pl.set_defaults(func=_cmd_plan)
+
+    v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
+                       description="The naive centralized join that defines the correct output; "
+                                   "quadratic, for checking small data sets.")
+    v.add_argument("query", type=Path)
+    v.add_argument("--data", type=Path, required=True)
+    v.add_argument("--out", type=Path, required=True)
+    v.set_defaults(func=_cmd_reference)
+    return p
+
+
+# ---------------------------------------------------------------------------- commands
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .data import load_streams
+    from .engine import run_embedded
+    from .query import load_query
+    from .runtime.sink import CountingSink
+    query = load_query(args.query)
+    plan = resolve_plan(query, args.plan, args.model)
+    streams = load_streams(query, args.data)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.out:
+        _writable(args.out)
+        with open(args.out, "wb") as f:
+            sink = JsonlSink(query, f)
+            report = run_embedded(query, streams, plan, sink, progress=progress)
+    else:
+        sink = CountingSink()
+        report = run_embedded(query, streams, plan, sink, progress=progress)
+    if args.report:
+        _writable(args.report)
+        args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if not args.quiet:
+        print(format_report(report))
+    if args.check:
+        return _check(query, streams, args.out)
+    return 0
+
+
+def _check(query, streams, out: Optional[Path]) -> int:
+    from collections import Counter
+    from .reference import reference_join
+    if out is None:
+        raise JoinlibError("--check needs --out (the results to compare)")
+    want = reference_join(query, streams)
+    ids = {s.name: s.pos for s in query.streams}
+    got: Counter = Counter()
+    for line in out.read_text().splitlines():
+        rec = json.loads(line)
+        row = [None] * len(ids)
+        for name, i in rec["ids"].items():
+            row[ids[name]] = i
+        got[(tuple(row), rec["ts"])] += 1
+    missing, extra = sum((want - got).values()), sum((got - want).values())
+    print(f"check: {sum(want.values())} reference results; missing {missing}, extra or duplicated {extra}")
+    return 0 if missing == extra == 0 else 1
+
+
+def _cmd_gen(args: argparse.Namespace) -> int:
+    from .gen import generate
+    from .query import load_query
+    query = load_query(args.query)
+    args.out.mkdir(parents=True, exist_ok=True)
+    counts = generate(query, args.out, parse_duration(args.duration), args.seed,
+                      progress=not args.no_progress and sys.stderr.isatty(), bursts=args.bursts)
+    for name, n in counts.items():
+        print(f"{args.out / (name + '.jsonl')}: {n} tuples")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .query import load_query
+    query = load_query(args.query)
+    plan = resolve_plan(query, args.planner, args.model)
+    text = json.dumps(plan.to_json(), indent=2)
+    if args.out:
+        _writable(args.out)
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    if args.explain:
+        from .cost import get_model
+        from .planner import explain
+        model = get_model(args.model)
+        total = 0.0
+        for row in explain(query, plan, model):
+            total += row["cost"]
+            print(f"  {row['head']:>8} step {row['step']}: {row['stream']:<8} {row['algorithm']:<6} "
+                  f"est. {row['cost']:.6f} s/s  (input rate {row['rate']:.1f}/s at {row['site']})")
+        print(f"  estimated plan cost: {total:.6f} s per s of stream time ({args.model} model)")
+    return 0
+
+
+def _cmd_reference(args: argparse.Namespace) -> int:
+    from .data import load_streams
+    from .query import load_query
+    from .reference import reference_join
+    query = load_query(args.query)
+    streams = load_streams(query, args.data)
+    _writable(args.out)
+    names = query.names
+    with open(args.out, "w") as f:
+        for (ids, ts), n in sorted(reference_join(query, streams).items()):
+            for _ in range(n):
+                f.write(json.dumps({"ids": dict(zip(names, ids)), "ts": ts}) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def resolve_plan(query, spec: str, model: str = "paper"):
+    """A plan from a planner name, 'central[:SITE]', an algorithm name, or a JSON file."""
+    from . import plan as plans
+    if spec in ("greedy", "exhaustive", "beam"):
+        from .cost import get_model
+        from .planner import plan_for
+        return plan_for(spec, query, get_model(model))
+    if spec == "central" or spec.startswith("central:"):
+        site = spec.split(":", 1)[1] if ":" in spec else None
+        if site is not None and site not in query.sites:
+            raise PlanError(f"central:{site}: no such site (sites: {', '.join(query.sites)})")
+        return plans.central(query, site)
+    if spec in plans.ALGORITHMS:
+        return plans.uniform(query, spec)
+    path = Path(spec)
+    if path.suffix == ".json" or path.exists():
+        return plans.from_json(query, path)
+    raise PlanError(f"unknown plan {spec!r}\n{PLAN_HELP}")
+
+
+def parse_duration(text: str) -> int:
+    """'10s', '500ms', '2min', '1.5s' or a bare number of ms -> ms."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|h)?\s*", str(text))
+    if not m:
+        raise JoinlibError(f"bad duration {text!r}: use e.g. 10s, 500ms, 2min")
+    ms = float(m.group(1)) * {"ms": 1, "s": 1000, "min": 60000, "h": 3600000, None: 1}[m.group(2)]
+    if ms <= 0 or ms != int(ms):
+        raise JoinlibError(f"bad duration {text!r}: must be a positive whole number of ms")
+    return int(ms)
+
+
+def _writable(path: Path) -> None:
+    if path.parent and not path.parent.exists():
+        raise JoinlibError(f"cannot write {path}: directory {path.parent} does not exist")
+    if path.is_dir():
+        raise JoinlibError(f"cannot write {path}: it is a directory")
+
+
+class JsonlSink:
+    """Streams results to an open binary file, one JSON object per line."""
+
+    def __init__(self, query, f) -> None:
+        import orjson
+        self._dumps = orjson.dumps
+        self.names = query.names
+        self.f = f
+        self.count = 0
+        self.latency_sum = 0.0
+
+    def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
+        names, dumps, lines = self.names, self._dumps, []
+        for row, tups in groups:
+            head_ts = row[head_pos].ts
+            ids = {names[i]: t.id for i, t in enumerate(row) if t is not None}
+            key = names[pos]
+            for t in tups:
+                ids[key] = t.id
+                lines.append(dumps({"ids": ids, "ts": head_ts}))
+            self.count += len(tups)
+            self.latency_sum += len(tups) * (now - head_ts)
+        if lines:
+            self.f.write(b"\n".join(lines) + b"\n")
+
+
+def format_report(report) -> str:
+    """The per-link cost table a user reads after a run."""
+    lines = [f"query {report.query}: {report.results} results from {report.input_tuples} input tuples "
+             f"({report.duration_ms / 1000:.1f} s of stream time)",
+             f"{'link':<24}{'kind':<9}{'messages':>10}{'bytes':>14}{'transfer s':>12}"]
+    for link in report.links:
+        lines.append(f"{link['src'] + ' -> ' + link['dst']:<24}{link['kind']:<9}{link['messages']:>10}"
+                     f"{link['bytes']:>14,}{link['transfer_ms'] / 1000:>12.3f}")
+    lines.append(f"{'total':<33}{report.messages:>10}{report.bytes:>14,}{report.transmission_ms / 1000:>12.3f}")
+    lines.append(f"processing {report.processing_total_s:.3f} s; execution time (processing + transmission) "
+                 f"{report.execution_s_per_s:.3f} s per s of stream time; late messages {report.late_messages}")
+    if report.mean_latency_ms is not None:
+        lines.append(f"mean result latency {report.mean_latency_ms:.1f} ms (simulated); wall {report.wall_s:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""Optimal plans: dynamic programming over (joined set, location), and brute force.
+
+Plan cost is a sum of independent per-head sequence costs (Eq. 1), so each head is
+optimised on its own.  The state of a sequence prefix (rate, tuple size, key
+classes) is a function of the *set* of joined streams; only its location depends
+on the algorithms chosen.  Hence the optimal completion of a prefix depends only on
+(joined set, location), and
+
+    best(set, loc) = min over next adjacent stream n, algorithm a of
+                     step_cost(state(set, loc), n, a) + best(set ∪ {n}, loc')
+
+is exact (Bellman).  Branch-and-bound skips a candidate whose step cost alone
+already reaches the best total found (costs are non-negative).  States:
+2^(m−1) sets × ≤ m locations; work O(2^m · m² · 6) per head, O(2^m · m³ · 6) per plan.
+
+:func:`brute_force` enumerates every join-graph-consistent order × 6^(m−1)
+algorithm choices (the paper's O(m! 6^m) exhaustive search) for tests.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional
+
+from ..cost import CostModel, SeqState, StepCache, frontier
+from ..model import Query
+from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
+
+_REL_TIE = 1e-12  # relative tolerance under which two totals count as a tie
+
+
+def _better(total: float, best: float) -> bool:
+    """``total`` beats ``best`` by more than rounding noise (ties keep the earlier)."""
+    if best == math.inf:
+        return total < best
+    return total < best - _REL_TIE * abs(best)
+
+
+def exhaustive_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequence, float]:
+    """The optimal join sequence of ``head`` and its cost.
+
+    Ties go to the earlier next stream in query order, then the earlier algorithm.
+    """
+    memo: dict = {}
+    m = len(query.streams)
+    cache = StepCache(query, model)
+
+    def best(state: SeqState) -> tuple[float, tuple[Step, ...]]:
+        if len(state.joined) == m:
+            return 0.0, ()
+        key = state.memo_key()
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        b_cost, b_steps = math.inf, ()
+        for nxt in frontier(query, state):
+            for alg, c, succ in cache.options(state, nxt):
+                if not _better(c, b_cost):      # bound: the rest costs >= 0
+                    continue
+                rest, steps = best(succ)
+                if _better(c + rest, b_cost):
+                    b_cost, b_steps = c + rest, (Step(nxt, alg),) + steps
+        memo[key] = (b_cost, b_steps)
+        return b_cost, b_steps
+
+    cost, steps = best(SeqState.start(query, head))
+    return Sequence(head, steps), cost
+
+
+def exhaustive(query: Query, model: CostModel) -> Plan:
+    """The plan of minimum estimated cost under ``model``."""
+    seqs = tuple(exhaustive_sequence(query, model, s.name)[0] for s in query.streams)
+    return validate(query, Plan(seqs))
+
+
+def best_algorithms(query: Query, model: CostModel, head: str, order: list[str],
+                    cache: Optional[StepCache] = None,
+                    layers: Optional[dict] = None) -> tuple[Sequence, float]:
+    """The cheapest algorithms for a fixed join order (DP over the location).
+
+    O(m · L · 6) with L ≤ m locations.  ``order`` must follow the join graph.
+    ``layers`` (a dict kept by the caller) memoises the DP layer of every prefix,
+    so orders sharing a prefix (local search) reuse its work.
+    """
+    cache = cache or StepCache(query, model)
+    layers = {} if layers is None else layers
+    k = len(order)
+    while k > 0 and (head, tuple(order[:k])) not in layers:
+        k -= 1
+    if k:
+        layer = layers[(head, tuple(order[:k]))]
+    else:
+        s0 = cache.canonical(SeqState.start(query, head))
+        layer = {s0.location: (0.0, s0, ())}
+    for i in range(k, len(order)):
+        nxt = order[i]
+        new: dict[str, tuple[float, SeqState, tuple[Step, ...]]] = {}
+        for cost, state, steps in layer.values():
+            for alg, c, st in cache.options(state, nxt):
+                total = cost + c
+                cur = new.get(st.location)
+                if cur is None or _better(total, cur[0]):
+                    new[st.location] = (total, st, steps + (Step(nxt, alg),))
+        layer = new
+        layers[(head, tuple(order[:i + 1]))] = layer
+    cost, _, steps = min(layer.values(), key=lambda v: v[0])
+    return Sequence(head, steps), cost
+
+
+def valid_orders(query: Query, head: str) -> Iterator[list[str]]:
+    """Every join-graph-consistent order of the other streams, in query order."""
+    names = query.names
+
+    def rec(done: list[str]) -> Iterator[list[str]]:
+        if len(done) == len(names):
+            yield done[1:]
+            return
+        for n in names:
+            if n not in done and any(query.predicates_between(n, d) for d in done):
+                yield from rec(done + [n])
+
+    yield from rec([head])
+
+
+def brute_force_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequence, float]:
+    """Enumerate all orders × 6^(m−1) algorithms of ``head`` (prefix costs shared)."""
+    best: list = [math.inf, None]
+    m = len(query.streams)
+
+    def rec(state: SeqState, cost: float, steps: tuple[Step, ...]) -> None:
+        if len(state.joined) == m:
+            if _better(cost, best[0]):
+                best[0], best[1] = cost, steps
+            return
+        for nxt in frontier(query, state):
+            for alg in ALGORITHMS:
+                c = model.step_cost(query, state, nxt, alg)
+                rec(state.advance(query, nxt, alg), cost + c, steps + (Step(nxt, alg),))
+
+    rec(SeqState.start(query, head), 0.0, ())
+    return Sequence(head, best[1]), best[0]
+
+
+def brute_force(query: Query, model: CostModel) -> Plan:
+    """The paper's exhaustive search, literally (exponential: tests only)."""
+    seqs = tuple(brute_force_sequence(query, model, h)[0] for h in query.names)
+    return validate(query, Plan(seqs))

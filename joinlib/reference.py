@@ -1,0 +1,59 @@
+"""The centralized reference join: the contract every plan and transport must meet.
+
+Deliberately naive and independent of the engine (no shared window code): for every
+tuple s_h as the ≺-latest member, collect from every other stream the tuples that
+precede s_h and lie in that stream's window as seen by s_h, then enumerate the
+combinations satisfying every predicate.  Quadratic; meant for tests and small data.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .model import Query, Tup
+
+
+def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter:
+    """Multiset of (ids by stream position, head ts) of every result."""
+    m = len(query.streams)
+    data = [sorted(streams[s.name], key=lambda t: (t.ts, t.id)) for s in query.streams]
+    preds = []
+    for p in query.predicates:
+        a, b = query.stream(p.left), query.stream(p.right)
+        preds.append((a.pos, a.attr_index(p.left_attr), b.pos, b.attr_index(p.right_attr)))
+    out: Counter = Counter()
+    for h in range(m):
+        for sh in data[h]:
+            cands = []
+            for k in range(m):
+                if k == h:
+                    cands.append([sh])
+                    continue
+                before = [s for s in data[k] if (s.ts, k, s.id) < (sh.ts, h, sh.id)]
+                w = query.streams[k].window
+                cands.append([s for s in before if s.ts >= sh.ts - w.size] if w.is_time
+                             else before[max(0, len(before) - w.size):])
+            for combo in _combos(cands, preds):
+                out[(tuple(t.id for t in combo), sh.ts)] += 1
+    return out
+
+
+def _combos(cands: list[list[Tup]], preds: list[tuple[int, int, int, int]]):
+    m = len(cands)
+    row: list = [None] * m
+
+    def ok(i: int) -> bool:
+        for pa, ia, pb, ib in preds:
+            if max(pa, pb) == i and row[pa].key[ia] != row[pb].key[ib]:
+                return False
+        return True
+
+    def rec(i: int):
+        if i == m:
+            yield tuple(row)
+            return
+        for t in cands[i]:
+            row[i] = t
+            if ok(i):
+                yield from rec(i + 1)
+
+    yield from rec(0)

@@ -1,0 +1,1 @@
+"""The message-driven node runtime: the same code runs on the simulator and on Kafka."""

@@ -1,0 +1,624 @@
+"""Avro wire encoding of every message that leaves a process.
+
+The schemas live in ``schemas/*.avsc`` (the single source of truth) and are loaded
+once, at import.  All encodings are *schemaless* Avro (no container header): they
+are Kafka message values.
+
+* :func:`encode_envelope` / :func:`decode_envelope` -- node-to-node messages
+  (``joinlib.Envelope``, topic ``node.<site>``); :func:`envelope_size` is the exact
+  byte count the simulator charges.
+* :func:`encode_source_batch` / :func:`decode_source_batch` -- source tuples
+  (``joinlib.SourceBatch``, topic ``src.<query>.<stream>``).
+* :func:`encode_result` / :func:`decode_result` -- join results (``joinlib.Result``,
+  topic ``out.<query>``).
+* :func:`encode_control` / :func:`decode_control` -- control messages
+  (``joinlib.Control``, topic ``control``); the payload is any JSON value.
+
+Encoding is on the simulator's hot path, so envelopes and source batches are
+written by a hand-written encoder that produces exactly the bytes fastavro's
+``schemaless_writer`` produces (``tests/unit/test_wire.py`` checks byte identity
+against :func:`_encode_envelope_reference`).  Decoding uses fastavro.
+"""
+from __future__ import annotations
+
+import io
+import json
+import struct
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import fastavro
+from fastavro.schema import UnknownType
+
+from .model import Tup
+from .runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch
+
+__all__ = [
+    "SCHEMA_DIR",
+    "SCHEMAS",
+    "load_schemas",
+    "SourceBatch",
+    "Result",
+    "Control",
+    "encode_envelope",
+    "decode_envelope",
+    "envelope_size",
+    "encode_source_batch",
+    "decode_source_batch",
+    "encode_result",
+    "decode_result",
+    "encode_control",
+    "decode_control",
+]
+
+# --------------------------------------------------------------------------- schemas
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def load_schemas(directory: Path = SCHEMA_DIR) -> dict[str, Any]:
+    """Parse every ``*.avsc`` of ``directory``; named types may refer to one another
+    across files (``"joinlib.BaseTuple"``), in any order.
+
+    Returns parsed schemas by name: the full name (``"joinlib.Envelope"``) for named
+    types and the file stem (``"values"``) for the others.
+    """
+    pending: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.avsc")):
+        with open(path, encoding="utf-8") as f:
+            pending[path.stem] = json.load(f)
+    named: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
+    while pending:
+        progress = False
+        missing: dict[str, str] = {}
+        for stem, raw in list(pending.items()):
+            trial = dict(named)  # a failed parse may leave half-registered names
+            try:
+                schema = fastavro.parse_schema(raw, trial)
+            except UnknownType as e:
+                missing[stem] = e.name
+                continue
+            named = trial
+            name = raw.get("name") if isinstance(raw, dict) else None
+            if name is not None and "." not in name:
+                ns = raw.get("namespace")
+                name = f"{ns}.{name}" if ns else name
+            parsed[name or stem] = schema
+            del pending[stem]
+            progress = True
+        if not progress:
+            raise ValueError(f"unresolvable Avro schemas in {directory}: {missing}")
+    return parsed
+
+
+SCHEMAS = load_schemas()
+_ENVELOPE = SCHEMAS["joinlib.Envelope"]
+_SOURCE_BATCH = SCHEMAS["joinlib.SourceBatch"]
+_RESULT = SCHEMAS["joinlib.Result"]
+_CONTROL = SCHEMAS["joinlib.Control"]
+
+# Branch order of the Envelope body union, as declared in Envelope.avsc.
+_BODY_NAMES: tuple[str, ...] = tuple(
+    t if isinstance(t, str) else t["name"]
+    for t in next(f["type"] for f in _ENVELOPE["fields"] if f["name"] == "body")
+)
+_BODY_CLASSES = {
+    "joinlib.TupleBatch": TupleBatch,
+    "joinlib.KeyBatch": KeyBatch,
+    "joinlib.ExpiryUpdate": ExpiryUpdate,
+    "joinlib.DjaUpdate": DjaUpdate,
+}
+if set(_BODY_NAMES) != set(_BODY_CLASSES):  # pragma: no cover - schema/code drift
+    raise ImportError(f"Envelope body union {_BODY_NAMES} does not match joinlib.runtime.messages")
+
+
+def _shape(s: Any) -> str:
+    """A compact signature of a parsed schema: what the binary encoding depends on."""
+    if isinstance(s, str):
+        return s
+    if isinstance(s, list):
+        return "[" + "|".join(_shape(x) for x in s) + "]"
+    t = s["type"]
+    if t == "record":
+        fields = ",".join(f"{f['name']}:{_shape(f['type'])}" for f in s["fields"])
+        return f"{s['name']}{{{fields}}}"
+    if t == "array":
+        return f"array<{_shape(s['items'])}>"
+    if t == "map":
+        return f"map<{_shape(s['values'])}>"
+    if isinstance(t, (str, list)) and "logicalType" not in s and t not in ("enum", "fixed"):
+        return _shape(t)
+    return repr(s)  # not produced by the hand-written encoder
+
+
+# The layouts the hand-written encoder below writes.  If a schema file changes, the
+# import fails here rather than producing bytes that disagree with the schema.
+_V = "[null|boolean|long|double|string]"
+_HAND_ENCODED = {
+    "joinlib.BaseTuple": (
+        f"joinlib.BaseTuple{{pos:int,id:long,ts:long,seq:long,key:array<{_V}>,rest:bytes}}"
+    ),
+    "joinlib.TupleBatch": "joinlib.TupleBatch{rows:array<joinlib.Row{parts:array<joinlib.BaseTuple>}>}",
+    "joinlib.KeyBatch": f"joinlib.KeyBatch{{keys:array<array<{_V}>>}}",
+    "joinlib.ExpiryUpdate": "joinlib.ExpiryUpdate{expired:long,arrivals:array<long>}",
+    "joinlib.DjaUpdate": (
+        f"joinlib.DjaUpdate{{vj:array<array<{_V}>>,vc:array<long>,"
+        "sf:array<joinlib.BaseTuple>,arrivals:array<long>}"
+    ),
+    "joinlib.Envelope": (
+        "joinlib.Envelope{src:string,dst:string,flow:int,epoch:long,body:[joinlib.TupleBatch|"
+        "joinlib.KeyBatch|joinlib.ExpiryUpdate|joinlib.DjaUpdate]}"
+    ),
+    "joinlib.SourceBatch": (
+        "joinlib.SourceBatch{stream:string,tuples:array<joinlib.BaseTuple>,watermark:long}"
+    ),
+    "joinlib.Result": (
+        "joinlib.Result{query:string,head:string,head_ts:long,emit_ms:long,ids:map<long>}"
+    ),
+}
+
+
+def _check_layouts(schemas: dict[str, Any]) -> None:
+    for name, expected in _HAND_ENCODED.items():
+        actual = _shape(schemas[name]) if name in schemas else "missing"
+        if actual != expected:
+            raise ImportError(
+                f"schema {name} is {actual}, but joinlib.wire's encoder writes {expected}: "
+                "update schemas/ and joinlib/wire.py together"
+            )
+
+
+_check_layouts(SCHEMAS)
+
+
+# ------------------------------------------------------------- other message records
+
+
+class SourceBatch(NamedTuple):
+    """Source tuples of ``stream``; every later tuple of it has ``ts >= watermark``."""
+
+    stream: str
+    tuples: list[Tup]
+    watermark: int
+
+
+class Result(NamedTuple):
+    """A join result: ``ids`` maps stream name -> tuple id."""
+
+    query: str
+    head: str
+    head_ts: int
+    emit_ms: int
+    ids: dict[str, int]
+
+
+class Control(NamedTuple):
+    """A control-topic message; ``payload`` is any JSON-serialisable value."""
+
+    query: str
+    kind: str
+    payload: Any
+
+
+# ------------------------------------------------------------------ binary primitives
+
+_LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
+_INT_MIN = -(1 << 31)
+_INT_MAX = (1 << 31) - 1
+
+_pack_double = struct.Struct("<d").pack
+
+
+def _varint_slow(n: int) -> bytes:
+    """Zig-zag varint of a long (range-checked); the definition the tables follow."""
+    if not _LONG_MIN <= n <= _LONG_MAX:
+        raise ValueError(f"{n!r} does not fit an Avro long")
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+# Varints are assembled from 14-bit chunks: _T14[z] is the varint of z < 2**14
+# (1-2 bytes), _C14[z] the two 7-bit groups of z with both continuation bits set.
+_T14: list[bytes] = [
+    bytes([z]) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(1 << 14)
+]
+_C14: list[bytes] = [bytes(((z & 0x7F) | 0x80, (z >> 7) | 0x80)) for z in range(1 << 14)]
+# _SMALL[n] is the encoding of -_NSMALL <= n < _NSMALL (zig-zag < 2**14); negative n
+# index from the end, where their encodings are stored.
+_NSMALL = 1 << 13
+_SMALL: list[bytes] = [b""] * (2 * _NSMALL)
+for _n in range(-_NSMALL, _NSMALL):
+    _SMALL[_n] = _T14[(_n << 1) ^ (_n >> 63)]
+del _n
+
+
+def _long(n: int) -> bytes:
+    """Avro long (zig-zag varint)."""
+    if -_NSMALL <= n < _NSMALL:
+        return _SMALL[n]
+    # For any integer n, z >= 2**64 exactly when n is outside the long range.
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x10000000:  # 2**28
+        return _C14[z & 0x3FFF] + _T14[z >> 14]
+    if z < 0x40000000000:  # 2**42 (ms timestamps up to year 2109)
+        return _C14[z & 0x3FFF] + _C14[(z >> 14) & 0x3FFF] + _T14[z >> 28]
+    return _varint_slow(n)
+
+
+def _int(n: int) -> bytes:
+    """Avro int (range-checked)."""
+    if -_NSMALL <= n < _NSMALL:
+        return _SMALL[n]
+    if not _INT_MIN <= n <= _INT_MAX:
+        raise ValueError(f"{n!r} does not fit an Avro int")
+    return _long(n)
+
+
+_ZERO = _SMALL[0]
+# Value union ["null", "boolean", "long", "double", "string"]: branch index + value
+_V_NULL = _SMALL[0]
+_V_TRUE = _SMALL[1] + b"\x01"
+_V_FALSE = _SMALL[1] + b"\x00"
+_V_LONG = _SMALL[2]
+_V_DOUBLE = _SMALL[3]
+_V_STRING = _SMALL[4]
+
+# Encoded Values of the strings seen (join keys repeat); only exact str keys are
+# stored, and no str equals a non-str, so a lookup of any value is safe.
+_STR_CACHE: dict[str, bytes] = {}
+_STR_CACHE_MAX = 1 << 16
+
+
+def _value(v: Any) -> bytes:
+    """The Value-union encoding of a scalar (str, int, float, bool, None)."""
+    t = type(v)
+    if t is str:
+        b = _STR_CACHE.get(v)
+        if b is None:
+            u = v.encode()
+            b = _V_STRING + _long(len(u)) + u
+            if len(u) <= 256:
+                if len(_STR_CACHE) >= _STR_CACHE_MAX:
+                    _STR_CACHE.clear()
+                _STR_CACHE[v] = b
+        return b
+    if t is int:
+        return _V_LONG + _long(v)
+    if v is None:
+        return _V_NULL
+    if t is float:
+        return _V_DOUBLE + _pack_double(v)
+    if t is bool:
+        return _V_TRUE if v else _V_FALSE
+    # subclasses (IntEnum, str subclasses, ...)
+    if isinstance(v, bool):
+        return _V_TRUE if v else _V_FALSE
+    if isinstance(v, int):
+        return _V_LONG + _long(int(v))
+    if isinstance(v, float):
+        return _V_DOUBLE + _pack_double(float(v))
+    if isinstance(v, str):
+        return _value(str(v))
+    raise TypeError(f"join-attribute value {v!r} of type {t.__name__} is not an Avro Value")
+
+
+def _put_key(ap, key: tuple) -> None:
+    """Append an array of Values (a composite key)."""
+    if key:
+        ap(_long(len(key)))
+        for v in key:
+            ap(_value(v))
+    ap(_ZERO)
+
+
+def _tup_head(pos: int, id: int, ts: int, seq: int, key: tuple) -> bytes:
+    """A joinlib.BaseTuple's encoding up to ``rest`` (pos, id, ts, seq, key)."""
+    h = (
+        (_SMALL[pos] if -_NSMALL <= pos < _NSMALL else _int(pos))
+        + _long(id)
+        + _long(ts)
+        + _long(seq)
+    )
+    if key:
+        n = len(key)
+        h += _SMALL[n] if n < _NSMALL else _long(n)
+        for v in key:
+            h += _value(v)
+    return h + _ZERO
+
+
+# Heads of the tuples encoded recently, by id(tuple): (pos, id, ts, seq, key, head).
+# A hit requires equal pos, id, ts, seq and the *same* key object (kept alive by the
+# entry, and immutable), so the head is right even if the id was reused by another
+# object or the tuple's attributes were reassigned.  Tuples often travel many times
+# (to several sites, in many rows of intermediate results).
+_HEADS: dict[int, tuple] = {}
+_HEADS_MAX = 1 << 15
+
+
+def _put_tups(ap, tups) -> None:
+    """Append an array of joinlib.BaseTuple."""
+    if tups:
+        n = len(tups)
+        ap(_SMALL[n] if n < _NSMALL else _long(n))
+        heads = _HEADS
+        for t in tups:
+            c = heads.get(id(t))
+            if (
+                c is None
+                or c[4] is not t.key
+                or c[2] != t.ts
+                or c[1] != t.id
+                or c[3] != t.seq
+                or c[0] != t.pos
+            ):
+                pos, ts, key, seq = t.pos, t.ts, t.key, t.seq
+                c = (pos, t.id, ts, seq, key, _tup_head(pos, t.id, ts, seq, key))
+                if type(key) is tuple:  # immutable: identity implies equal content
+                    if len(heads) >= _HEADS_MAX:
+                        heads.clear()
+                    heads[id(t)] = c
+            ap(c[5])
+            rest = t.rest
+            n = len(rest)
+            ap(_SMALL[n] if n < _NSMALL else _long(n))
+            ap(rest)
+    ap(_ZERO)
+
+
+def _put_longs(ap, xs) -> None:
+    if xs:
+        ap(_long(len(xs)))
+        for x in xs:
+            ap(_long(x))
+    ap(_ZERO)
+
+
+def _put_string(ap, s: str) -> None:
+    b = s.encode()
+    ap(_long(len(b)))
+    ap(b)
+
+
+_BRANCH = {cls: _SMALL[_BODY_NAMES.index(name)] for name, cls in _BODY_CLASSES.items()}
+
+
+def _put_body(ap, body) -> None:
+    cls = type(body)
+    branch = _BRANCH.get(cls)
+    if branch is None:  # a subclass of a body class?
+        for cls, branch in _BRANCH.items():
+            if isinstance(body, cls):
+                break
+        else:
+            raise TypeError(f"not a message body: {body!r}")
+    ap(branch)
+    if cls is TupleBatch:
+        rows = body.rows
+        if rows:
+            ap(_long(len(rows)))
+            for row in rows:
+                _put_tups(ap, row)  # Row.parts
+        ap(_ZERO)
+    elif cls is KeyBatch:
+        keys = body.keys
+        if keys:
+            ap(_long(len(keys)))
+            for key in keys:
+                _put_key(ap, key)
+        ap(_ZERO)
+    elif cls is ExpiryUpdate:
+        ap(_long(body.expired))
+        _put_longs(ap, body.arrivals)
+    else:  # DjaUpdate
+        vj = body.vj
+        if vj:
+            ap(_long(len(vj)))
+            for key in vj:
+                _put_key(ap, key)
+        ap(_ZERO)
+        _put_longs(ap, body.vc)
+        _put_tups(ap, body.sf)
+        _put_longs(ap, body.arrivals)
+
+
+# ------------------------------------------------------------------------- envelopes
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    """Schemaless Avro encoding of ``env`` (schema ``joinlib.Envelope``)."""
+    parts: list[bytes] = []
+    ap = parts.append
+    _put_string(ap, env.src)
+    _put_string(ap, env.dst)
+    ap(_int(env.flow))
+    ap(_long(env.epoch))
+    _put_body(ap, env.body)
+    return b"".join(parts)
+
+
+def envelope_size(env: Envelope) -> int:
+    """The exact number of bytes of :func:`encode_envelope` (``env``)."""
+    return len(encode_envelope(env))
+
+
+def _read(data: bytes, schema: dict, **options: Any) -> Any:
+    """fastavro's schemaless read of a whole message; truncated input or trailing
+    bytes raise ValueError."""
+    buf = io.BytesIO(data)
+    try:
+        rec = fastavro.schemaless_reader(buf, schema, **options)
+    except (EOFError, StopIteration, IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed {schema['name']} message: {e!r}") from e
+    if buf.tell() != len(data):
+        raise ValueError(
+            f"malformed {schema['name']} message: {len(data) - buf.tell()} trailing bytes"
+        )
+    return rec
+
+
+def _tup_of(d: dict) -> Tup:
+    return Tup(d["pos"], d["id"], d["ts"], d["seq"], tuple(d["key"]), d["rest"])
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Inverse of :func:`encode_envelope`."""
+    rec = _read(data, _ENVELOPE, return_record_name=True)
+    name, b = rec["body"]
+    if name == "joinlib.TupleBatch":
+        body: Any = TupleBatch(
+            [tuple([_tup_of(p) for p in row["parts"]]) for row in b["rows"]]
+        )
+    elif name == "joinlib.KeyBatch":
+        body = KeyBatch([tuple(k) for k in b["keys"]])
+    elif name == "joinlib.ExpiryUpdate":
+        body = ExpiryUpdate(b["expired"], b["arrivals"])
+    else:
+        body = DjaUpdate(
+            [tuple(k) for k in b["vj"]],
+            b["vc"],
+            [_tup_of(p) for p in b["sf"]],
+            b["arrivals"],
+        )
+    return Envelope(rec["src"], rec["dst"], rec["flow"], rec["epoch"], body)
+
+
+# ---------------------------------------------- fastavro reference path (for tests)
+
+
+def _tup_record(t: Tup) -> dict:
+    return {"pos": t.pos, "id": t.id, "ts": t.ts, "seq": t.seq, "key": list(t.key), "rest": t.rest}
+
+
+def _envelope_record(env: Envelope) -> dict:
+    """``env`` as the plain record fastavro writes (body in tuple notation)."""
+    body = env.body
+    if isinstance(body, TupleBatch):
+        rec: dict = {"rows": [{"parts": [_tup_record(t) for t in row]} for row in body.rows]}
+        name = "joinlib.TupleBatch"
+    elif isinstance(body, KeyBatch):
+        rec = {"keys": [list(k) for k in body.keys]}
+        name = "joinlib.KeyBatch"
+    elif isinstance(body, ExpiryUpdate):
+        rec = {"expired": body.expired, "arrivals": list(body.arrivals)}
+        name = "joinlib.ExpiryUpdate"
+    elif isinstance(body, DjaUpdate):
+        rec = {
+            "vj": [list(k) for k in body.vj],
+            "vc": list(body.vc),
+            "sf": [_tup_record(t) for t in body.sf],
+            "arrivals": list(body.arrivals),
+        }
+        name = "joinlib.DjaUpdate"
+    else:
+        raise TypeError(f"not a message body: {body!r}")
+    return {
+        "src": env.src,
+        "dst": env.dst,
+        "flow": env.flow,
+        "epoch": env.epoch,
+        "body": (name, rec),
+    }
+
+
+def _encode_envelope_reference(env: Envelope) -> bytes:
+    """:func:`encode_envelope` done by fastavro (slower; the reference for tests)."""
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, _ENVELOPE, _envelope_record(env))
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------- source batches
+
+
+def encode_source_batch(batch: SourceBatch) -> bytes:
+    """Schemaless Avro encoding of a :class:`SourceBatch` (schema ``joinlib.SourceBatch``)."""
+    parts: list[bytes] = []
+    ap = parts.append
+    _put_string(ap, batch.stream)
+    _put_tups(ap, batch.tuples)
+    ap(_long(batch.watermark))
+    return b"".join(parts)
+
+
+def decode_source_batch(data: bytes) -> SourceBatch:
+    """Inverse of :func:`encode_source_batch`."""
+    rec = _read(data, _SOURCE_BATCH)
+    return SourceBatch(rec["stream"], [_tup_of(d) for d in rec["tuples"]], rec["watermark"])
+
+
+def _encode_source_batch_reference(batch: SourceBatch) -> bytes:
+    buf = io.BytesIO()
+    rec = {
+        "stream": batch.stream,
+        "tuples": [_tup_record(t) for t in batch.tuples],
+        "watermark": batch.watermark,
+    }
+    fastavro.schemaless_writer(buf, _SOURCE_BATCH, rec)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- results and control
+
+
+def encode_result(result: Result) -> bytes:
+    """Schemaless Avro encoding of a :class:`Result` (schema ``joinlib.Result``)."""
+    parts: list[bytes] = []
+    ap = parts.append
+    _put_string(ap, result.query)
+    _put_string(ap, result.head)
+    ap(_long(result.head_ts))
+    ap(_long(result.emit_ms))
+    ids = result.ids
+    if ids:
+        ap(_long(len(ids)))
+        for name, tid in ids.items():
+            _put_string(ap, name)
+            ap(_long(tid))
+    ap(_ZERO)
+    return b"".join(parts)
+
+
+def _encode_result_reference(result: Result) -> bytes:
+    buf = io.BytesIO()
+    rec = {
+        "query": result.query,
+        "head": result.head,
+        "head_ts": result.head_ts,
+        "emit_ms": result.emit_ms,
+        "ids": dict(result.ids),
+    }
+    fastavro.schemaless_writer(buf, _RESULT, rec)
+    return buf.getvalue()
+
+
+def decode_result(data: bytes) -> Result:
+    """Inverse of :func:`encode_result`."""
+    rec = _read(data, _RESULT)
+    return Result(rec["query"], rec["head"], rec["head_ts"], rec["emit_ms"], dict(rec["ids"]))
+
+
+def encode_control(msg: Control) -> bytes:
+    """Schemaless Avro encoding of a :class:`Control`; the payload is serialised as
+    compact JSON (``json.dumps``, keys in insertion order)."""
+    rec = {
+        "query": msg.query,
+        "kind": msg.kind,
+        "payload": json.dumps(msg.payload, separators=(",", ":"), ensure_ascii=False),
+    }
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, _CONTROL, rec)
+    return buf.getvalue()
+
+
+def decode_control(data: bytes) -> Control:
+    """Inverse of :func:`encode_control`."""
+    rec = _read(data, _CONTROL)
+    return Control(rec["query"], rec["kind"], json.loads(rec["payload"]))

@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# Local Kafka (single-node KRaft, jars from Maven Central) + Redis, no Docker needed.
+#
+#   scripts/cluster.sh install   fetch the Kafka classpath into the cache (skipped when cached)
+#                                and apt-get install redis-server when it is missing
+#   scripts/cluster.sh up        start both on 127.0.0.1, wait until ready, print the env lines
+#   scripts/cluster.sh down      stop both (idempotent)
+#   scripts/cluster.sh status    show what runs; exit 0 only if both are up
+#   scripts/cluster.sh env       print KAFKA_BOOTSTRAP_SERVERS=... / REDIS_URL=... of the running cluster
+#
+# Environment (defaults):
+#   JOINLIB_CACHE        ($HOME/.cache/joinlib)  jars in $JOINLIB_CACHE/kafka-lib
+#   JOINLIB_RUN_DIR      ($JOINLIB_CACHE/run)    configs, data, logs, pidfiles
+#   KAFKA_PORT           (19092)  broker listener
+#   KAFKA_CONTROLLER_PORT(19093)  KRaft controller listener
+#   REDIS_PORT           (16379)
+#   KAFKA_HEAP_OPTS      (-Xms256m -Xmx512m)
+#   KAFKA_JVM_EXTRA_OPTS ()       appended to the JVM options
+#   KAFKA_START_TIMEOUT  (90)  REDIS_START_TIMEOUT (15)   seconds
+#
+# `up` always starts the broker on a freshly formatted data dir (random cluster id);
+# nothing survives a `down`/`up` cycle. Redis runs without persistence.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${JOINLIB_CACHE:-$HOME/.cache/joinlib}"
+RUN_DIR="${JOINLIB_RUN_DIR:-$CACHE/run}"
+LIB_DIR="$CACHE/kafka-lib"
+POM="$ROOT/infra/kafka/pom.xml"
+LOG4J="$ROOT/infra/kafka/log4j.properties"
+TEMPLATE="$ROOT/infra/kafka/server.properties.template"
+REDIS_CONF="$ROOT/infra/redis/redis.conf"
+
+HOST=127.0.0.1
+KAFKA_PORT="${KAFKA_PORT:-19092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+REDIS_PORT="${REDIS_PORT:-16379}"
+KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
+KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+REDIS_START_TIMEOUT="${REDIS_START_TIMEOUT:-15}"
+
+KDIR="$RUN_DIR/kafka"
+RDIR="$RUN_DIR/redis"
+KAFKA_PIDFILE="$KDIR/kafka.pid"
+KAFKA_LOG="$KDIR/kafka.log"
+REDIS_PIDFILE="$RDIR/redis.pid"
+REDIS_LOG="$RDIR/redis.log"
+ENV_FILE="$RUN_DIR/cluster.env"
+PORTS_FILE="$RUN_DIR/cluster.ports"
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- prerequisites
+need_java() {
+    command -v java >/dev/null 2>&1 ||
+        die "java not found on PATH. Kafka needs a JRE >= 11 (17 recommended): apt-get install -y openjdk-17-jre-headless"
+    local v
+    v="$(java -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n1)"
+    if [[ -n "$v" && "$v" -lt 11 ]]; then
+        die "java $v is too old for Kafka 3.9 (need >= 11, 17 recommended)"
+    fi
+}
+need_mvn() {
+    command -v mvn >/dev/null 2>&1 ||
+        die "mvn not found on PATH; it is needed once to fetch the Kafka jars from Maven Central: apt-get install -y maven"
+}
+need_redis() {
+    command -v redis-server >/dev/null 2>&1 ||
+        die "redis-server not found on PATH. Run 'bash scripts/cluster.sh install' as root, or: apt-get install -y redis-server"
+}
+
+pom_hash() { sha256sum "$POM" | cut -c1-16; }
+
+jars_cached() {
+    [[ -f "$LIB_DIR/.pom-sha256" && "$(cat "$LIB_DIR/.pom-sha256")" == "$(pom_hash)" ]] &&
+        compgen -G "$LIB_DIR/kafka_2.13-*.jar" >/dev/null
+}
+
+# ---------------------------------------------------------------- install
+install_kafka() {
+    if jars_cached; then
+        log "Kafka jars cached in $LIB_DIR ($(find "$LIB_DIR" -maxdepth 1 -name "*.jar" | wc -l) jars)"
+        return 0
+    fi
+    need_mvn
+    mkdir -p "$CACHE"
+    # one fetch at a time (shares the lock with infra/local_cluster.py); in a subshell so
+    # the lock fd is not inherited by the broker started later
+    (
+        if command -v flock >/dev/null 2>&1; then flock 9; fi
+        jars_cached && exit 0
+        fetch_kafka_jars
+    ) 9>"$CACHE/kafka-lib.lock"
+}
+
+fetch_kafka_jars() {
+    local tmp="$CACHE/kafka-lib.tmp.$$" t0=$SECONDS
+    rm -rf "$tmp"
+    log "fetching the Kafka classpath from Maven Central into $LIB_DIR ..."
+    if ! mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+            -DoutputDirectory="$tmp" -DincludeScope=runtime >"$CACHE/mvn-fetch.log" 2>&1; then
+        tail -n 30 "$CACHE/mvn-fetch.log" >&2 || true
+        rm -rf "$tmp"
+        die "mvn dependency:copy-dependencies failed (full log: $CACHE/mvn-fetch.log)"
+    fi
+    compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || { rm -rf "$tmp"; die "mvn succeeded but no kafka_2.13 jar in $tmp"; }
+    pom_hash >"$tmp/.pom-sha256"
+    rm -rf "$LIB_DIR"
+    mv "$tmp" "$LIB_DIR"
+    log "fetched $(find "$LIB_DIR" -maxdepth 1 -name "*.jar" | wc -l) jars in $((SECONDS - t0)) s"
+}
+
+install_redis() {
+    if command -v redis-server >/dev/null 2>&1; then
+        log "redis-server present: $(redis-server --version | head -n1)"
+        return 0
+    fi
+    local sudo=""
+    if [[ "$(id -u)" -ne 0 ]]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo="sudo -n"
+        else
+            die "redis-server is missing and installing it needs root: run 'sudo apt-get install -y redis-server' (or this script as root)"
+        fi
+    fi
+    command -v apt-get >/dev/null 2>&1 ||
+        die "redis-server is missing and apt-get is not available; install redis-server (>= 6) with your package manager"
+    log "installing redis-server with apt-get ..."
+    $sudo apt-get update -qq || die "apt-get update failed (network or apt sources?)"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server ||
+        die "apt-get install redis-server failed"
+    # Debian's package starts a system redis on 6379 via systemd when systemd runs; ours uses its own port.
+    command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after apt-get install"
+    log "installed $(redis-server --version | head -n1)"
+}
+
+cmd_install() {
+    need_java
+    install_kafka
+    install_redis
+}
+
+# ---------------------------------------------------------------- process helpers
+pid_alive() { # pidfile expected-cmdline-substring
+    local pidfile="$1" pat="$2" pid
+    [[ -f "$pidfile" ]] || return 1
+    pid="$(tr -dc '0-9' <"$pidfile")"
+    [[ -n "$pid" ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # guard against a recycled pid
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$pat" || return 1
+    fi
+    echo "$pid"
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+stop_pid() { # name pidfile pattern
+    local name="$1" pidfile="$2" pat="$3" pid i
+    if ! pid="$(pid_alive "$pidfile" "$pat")"; then
+        rm -f "$pidfile"
+        log "$name not running"
+        return 0
+    fi
+    log "stopping $name (pid $pid) ..."
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 120; i++)); do # up to 30 s for a controlled shutdown
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.25
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "$name did not stop after 30 s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        sleep 0.5
+    fi
+    rm -f "$pidfile"
+    log "$name stopped"
+}
+
+show_tail() { # file
+    printf -- '----- last lines of %s -----\n' "$1" >&2
+    tail -n 40 "$1" >&2 2>/dev/null || true
+    printf -- '-----\n' >&2
+}
+
+write_env() {
+    mkdir -p "$RUN_DIR"
+    {
+        echo "KAFKA_BOOTSTRAP_SERVERS=$HOST:$KAFKA_PORT"
+        echo "REDIS_URL=redis://$HOST:$REDIS_PORT/0"
+    } >"$ENV_FILE"
+}
+
+# ---------------------------------------------------------------- kafka
+start_kafka() {
+    local pid
+    if pid="$(pid_alive "$KAFKA_PIDFILE" kafka.Kafka)"; then
+        log "Kafka already running (pid $pid)"
+        return 0
+    fi
+    need_java
+    jars_cached || install_kafka # a user-level cache; no root needed
+    local p
+    for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+        port_in_use "$p" && die "port $HOST:$p is already in use by another process; set KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+    done
+
+    rm -rf "$KDIR"
+    mkdir -p "$KDIR/data"
+    sed -e "s|@HOST@|$HOST|g" -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" \
+        -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$KDIR/data|g" \
+        "$TEMPLATE" >"$KDIR/server.properties"
+
+    # shellcheck disable=SC2206
+    local jopts=($KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+        "-Dlog4j.configuration=file:$LOG4J" ${KAFKA_JVM_EXTRA_OPTS:-})
+    local cp="$LIB_DIR/*" cid t0
+    t0=$(date +%s.%N)
+    # what `kafka.tools.StorageTool random-uuid` prints (16 random bytes, base64url, unpadded,
+    # not starting with '-'), without paying for a JVM start
+    cid="-"
+    while [[ "$cid" == -* ]]; do
+        cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    done
+    java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$cid" -c "$KDIR/server.properties" \
+        --ignore-formatted >"$KDIR/format.log" 2>&1 ||
+        { show_tail "$KDIR/format.log"; die "formatting the KRaft storage failed"; }
+
+    log "starting Kafka on $HOST:$KAFKA_PORT (controller $KAFKA_CONTROLLER_PORT, cluster id $cid) ..."
+    # setsid: own session, so the broker outlives this shell / make and ignores the terminal's ^C
+    setsid java "${jopts[@]}" -cp "$cp" kafka.Kafka "$KDIR/server.properties" \
+        </dev/null >"$KAFKA_LOG" 2>&1 &
+    pid=$!
+    echo "$pid" >"$KAFKA_PIDFILE"
+
+    local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
+    while ! grep -q "Kafka Server started" "$KAFKA_LOG" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            rm -f "$KAFKA_PIDFILE"
+            show_tail "$KAFKA_LOG"
+            die "Kafka exited during startup (log: $KAFKA_LOG)"
+        fi
+        if ((SECONDS >= deadline)); then
+            show_tail "$KAFKA_LOG"
+            kill -TERM "$pid" 2>/dev/null || true
+            rm -f "$KAFKA_PIDFILE"
+            die "Kafka not ready after ${KAFKA_START_TIMEOUT}s (log: $KAFKA_LOG)"
+        fi
+        sleep 0.2
+    done
+    log "Kafka ready (pid $pid) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (incl. storage format)"
+}
+
+# ---------------------------------------------------------------- redis
+redis_ping() { # port
+    if command -v redis-cli >/dev/null 2>&1; then
+        [[ "$(redis-cli -h "$HOST" -p "$1" ping 2>/dev/null)" == "PONG" ]]
+    else
+        python3 -c "import redis,sys; sys.exit(0 if redis.Redis(host='$HOST', port=$1, socket_timeout=1).ping() else 1)" 2>/dev/null
+    fi
+}
+
+start_redis() {
+    local pid
+    if pid="$(pid_alive "$REDIS_PIDFILE" redis-server)"; then
+        log "Redis already running (pid $pid)"
+        return 0
+    fi
+    need_redis
+    port_in_use "$REDIS_PORT" && die "port $HOST:$REDIS_PORT is already in use by another process; set REDIS_PORT"
+    rm -rf "$RDIR"
+    mkdir -p "$RDIR"
+    log "starting Redis on $HOST:$REDIS_PORT ..."
+    redis-server "$REDIS_CONF" --port "$REDIS_PORT" --bind "$HOST" --dir "$RDIR" \
+        --daemonize yes --pidfile "$REDIS_PIDFILE" --logfile "$REDIS_LOG" ||
+        { show_tail "$REDIS_LOG"; die "redis-server failed to start (log: $REDIS_LOG)"; }
+    local deadline=$((SECONDS + REDIS_START_TIMEOUT))
+    until redis_ping "$REDIS_PORT"; do
+        if ((SECONDS >= deadline)); then
+            show_tail "$REDIS_LOG"
+            die "Redis not answering PING after ${REDIS_START_TIMEOUT}s (log: $REDIS_LOG)"
+        fi
+        sleep 0.1
+    done
+    log "Redis ready (pid $(cat "$REDIS_PIDFILE" 2>/dev/null))"
+}
+
+# ---------------------------------------------------------------- commands
+cmd_up() {
+    # fail early, before starting anything, when a tool is missing
+    need_java
+    if ! pid_alive "$REDIS_PIDFILE" redis-server >/dev/null; then need_redis; fi
+    if [[ -f "$PORTS_FILE" ]] && { pid_alive "$KAFKA_PIDFILE" kafka.Kafka || pid_alive "$REDIS_PIDFILE" redis-server; } >/dev/null; then
+        # something already runs: keep the ports it was started with
+        local want="$KAFKA_PORT/$KAFKA_CONTROLLER_PORT/$REDIS_PORT"
+        # shellcheck disable=SC1090
+        source "$PORTS_FILE"
+        [[ "$want" == "$KAFKA_PORT/$KAFKA_CONTROLLER_PORT/$REDIS_PORT" ]] ||
+            log "cluster already running on other ports (kafka $KAFKA_PORT, redis $REDIS_PORT); 'down' first to change them"
+    fi
+    mkdir -p "$RUN_DIR"
+    printf 'KAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nREDIS_PORT=%s\n' \
+        "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$REDIS_PORT" >"$PORTS_FILE"
+    start_kafka
+    start_redis
+    write_env
+    cat "$ENV_FILE"
+}
+
+cmd_down() {
+    stop_pid Kafka "$KAFKA_PIDFILE" kafka.Kafka
+    stop_pid Redis "$REDIS_PIDFILE" redis-server
+    rm -f "$ENV_FILE" "$PORTS_FILE"
+}
+
+cmd_status() {
+    local rc=0 pid
+    if pid="$(pid_alive "$KAFKA_PIDFILE" kafka.Kafka)"; then
+        local port
+        port="$(sed -n "s|^listeners=PLAINTEXT://[^:]*:\([0-9]*\),.*|\1|p" "$KDIR/server.properties" 2>/dev/null)"
+        if [[ -n "$port" ]] && port_in_use "$port"; then
+            echo "kafka: running  pid=$pid  bootstrap=$HOST:$port  log=$KAFKA_LOG"
+        else
+            echo "kafka: starting or unhealthy  pid=$pid  (listener $HOST:${port:-?} not accepting)  log=$KAFKA_LOG"
+            rc=1
+        fi
+    else
+        echo "kafka: stopped"
+        rc=1
+    fi
+    if pid="$(pid_alive "$REDIS_PIDFILE" redis-server)"; then
+        local rport
+        rport="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | sed -n 's/.*:\([0-9][0-9]*\).*/\1/p')"
+        rport="${rport:-$REDIS_PORT}"
+        if redis_ping "$rport"; then
+            echo "redis: running  pid=$pid  url=redis://$HOST:$rport/0  log=$REDIS_LOG"
+        else
+            echo "redis: not answering PING  pid=$pid  port=$rport"
+            rc=1
+        fi
+    else
+        echo "redis: stopped"
+        rc=1
+    fi
+    if [[ $rc -eq 0 && -f "$ENV_FILE" ]]; then cat "$ENV_FILE"; fi
+    if jars_cached; then echo "kafka jars: $LIB_DIR"; else echo "kafka jars: not installed (run: bash scripts/cluster.sh install)"; fi
+    return $rc
+}
+
+cmd_env() {
+    [[ -f "$ENV_FILE" ]] || die "no running cluster (no $ENV_FILE); run 'bash scripts/cluster.sh up'"
+    cat "$ENV_FILE"
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    env) cmd_env ;;
+    *)
+        echo "usage: $0 {install|up|down|status|env}" >&2
+        exit 2
+        ;;
+esac

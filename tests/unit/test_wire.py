@@ -1,0 +1,550 @@
+"""Avro wire encoding (joinlib.wire, schemas/*.avsc)."""
+from __future__ import annotations
+
+import gc
+import io
+import json
+import math
+import random
+from pathlib import Path
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from joinlib import values, wire
+from joinlib.model import Tup
+from joinlib.runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch
+
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+# ----------------------------------------------------------------------- helpers
+
+
+def typed(v):
+    """A value with its type, so that True, 1 and 1.0 compare different."""
+    if isinstance(v, float) and math.isnan(v):
+        return ("float", "nan")
+    return (type(v).__name__, v)
+
+
+def tup_fields(t: Tup):
+    assert isinstance(t, Tup)
+    assert isinstance(t.key, tuple)
+    assert isinstance(t.rest, bytes)
+    return (t.pos, t.id, t.ts, t.seq, tuple(typed(v) for v in t.key), t.rest)
+
+
+def key_fields(k):
+    assert isinstance(k, tuple)
+    return tuple(typed(v) for v in k)
+
+
+def norm(env: Envelope):
+    """Everything an envelope carries, comparable field by field (Tup.__eq__ only
+    compares (pos, id))."""
+    b = env.body
+    if isinstance(b, TupleBatch):
+        for row in b.rows:
+            assert isinstance(row, tuple)
+        body = ("full", [tuple(tup_fields(t) for t in row) for row in b.rows])
+    elif isinstance(b, KeyBatch):
+        body = ("partial", [key_fields(k) for k in b.keys])
+    elif isinstance(b, ExpiryUpdate):
+        body = ("expiry", b.expired, list(b.arrivals))
+    else:
+        body = (
+            "dja",
+            [key_fields(k) for k in b.vj],
+            list(b.vc),
+            [tup_fields(t) for t in b.sf],
+            list(b.arrivals),
+        )
+    return (type(b), env.src, env.dst, env.flow, env.epoch, body)
+
+
+def roundtrip(env: Envelope) -> Envelope:
+    data = wire.encode_envelope(env)
+    assert isinstance(data, bytes)
+    assert data == wire._encode_envelope_reference(env), "hand-written encoder differs from fastavro"
+    assert wire.envelope_size(env) == len(data)
+    back = wire.decode_envelope(data)
+    assert norm(back) == norm(env)
+    assert wire.encode_envelope(back) == data
+    return back
+
+
+def T(pos=0, id=1, ts=1000, seq=0, key=("a",), rest=b"payload"):
+    return Tup(pos, id, ts, seq, tuple(key), rest)
+
+
+def env(body, src="site-A", dst="site-B", flow=3, epoch=17):
+    return Envelope(src, dst, flow, epoch, body)
+
+
+# ----------------------------------------------------------------------- schemas
+
+
+def test_schema_files_parse_and_are_the_loaded_ones():
+    assert wire.SCHEMA_DIR == Path(wire.__file__).resolve().parent.parent / "schemas"
+    files = sorted(wire.SCHEMA_DIR.glob("*.avsc"))
+    assert files
+    for path in files:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(raw, dict) and "name" in raw:
+            assert raw.get("namespace") == "joinlib", path
+    loaded = wire.load_schemas(wire.SCHEMA_DIR)
+    assert len(loaded) == len(files)
+    for name in [
+        "joinlib.BaseTuple",
+        "joinlib.TupleBatch",
+        "joinlib.KeyBatch",
+        "joinlib.ExpiryUpdate",
+        "joinlib.DjaUpdate",
+        "joinlib.Envelope",
+        "joinlib.SourceBatch",
+        "joinlib.Result",
+        "joinlib.Control",
+        "values",
+    ]:
+        assert name in wire.SCHEMAS, name
+
+
+def _unions(node, out):
+    if isinstance(node, list):
+        out.append(node)
+        for x in node:
+            _unions(x, out)
+    elif isinstance(node, dict):
+        for x in node.values():
+            _unions(x, out)
+    return out
+
+
+def test_value_unions_match_values_module():
+    assert values.VALUE_TYPES == ["null", "boolean", "long", "double", "string"]
+    raw_values = json.loads((wire.SCHEMA_DIR / "values.avsc").read_text())
+    assert raw_values == {"type": "array", "items": values.VALUE_TYPES}
+    # every union of scalars in any schema file is the Value union
+    for path in wire.SCHEMA_DIR.glob("*.avsc"):
+        raw = json.loads(path.read_text())
+        for u in _unions(raw.get("fields", raw), []):
+            if all(isinstance(x, str) and "." not in x for x in u) and u and isinstance(u[0], str):
+                if set(u) & {"boolean", "long", "double"}:
+                    assert u == values.VALUE_TYPES, (path, u)
+
+
+def test_values_avsc_encodes_like_values_module():
+    payload = [None, True, False, 0, -1, LONG_MAX, 1.5, "", "héllo ☃"]
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, wire.SCHEMAS["values"], payload)
+    assert buf.getvalue() == values.encode_values(payload)
+    assert values.decode_values(buf.getvalue()) == payload
+
+
+def test_body_union_order():
+    assert wire._BODY_NAMES == (
+        "joinlib.TupleBatch",
+        "joinlib.KeyBatch",
+        "joinlib.ExpiryUpdate",
+        "joinlib.DjaUpdate",
+    )
+
+
+def test_layout_check_detects_schema_drift(tmp_path):
+    wire._check_layouts(wire.load_schemas(wire.SCHEMA_DIR))
+    for path in wire.SCHEMA_DIR.glob("*.avsc"):
+        (tmp_path / path.name).write_text(path.read_text())
+    raw = json.loads((tmp_path / "BaseTuple.avsc").read_text())
+    raw["fields"][2]["type"] = "int"  # ts: long -> int (same bytes for small values)
+    (tmp_path / "BaseTuple.avsc").write_text(json.dumps(raw))
+    with pytest.raises(ImportError, match="BaseTuple"):
+        wire._check_layouts(wire.load_schemas(tmp_path))
+
+
+def test_load_schemas_reports_unresolvable(tmp_path):
+    (tmp_path / "A.avsc").write_text(
+        json.dumps({"type": "record", "name": "A", "namespace": "x", "fields": [{"name": "b", "type": "x.Missing"}]})
+    )
+    with pytest.raises(ValueError, match="unresolvable"):
+        wire.load_schemas(tmp_path)
+
+
+# ------------------------------------------------------------------- round trips
+
+
+def test_empty_bodies():
+    for body in [TupleBatch(), KeyBatch(), ExpiryUpdate(), DjaUpdate()]:
+        back = roundtrip(env(body))
+        assert type(back.body) is type(body)
+        assert back.kind == body.kind
+
+
+def test_tuple_batch_single_part_rows():
+    rows = [(T(0, i, 1000 + i, i, (f"k{i % 3}", i), values.encode_values([i, "x" * i])),) for i in range(20)]
+    back = roundtrip(env(TupleBatch(rows)))
+    assert all(isinstance(r, tuple) and len(r) == 1 for r in back.body.rows)
+
+
+def test_tuple_batch_multi_part_rows_and_shared_tuples():
+    a = T(0, 1, 10, 0, ("x",), b"A" * 100)
+    b1 = T(1, 7, 11, 0, ("x", 2), b"B")
+    b2 = T(1, 8, 12, 1, ("x", 3), b"")
+    c = T(2, 9, 13, 0, (3,), b"C" * 3000)
+    rows = [(a, b1, c), (a, b2, c), (a, b1), ()]
+    back = roundtrip(env(TupleBatch(rows)))
+    assert [len(r) for r in back.body.rows] == [3, 3, 2, 0]
+
+
+def test_keys_of_every_value_type():
+    keys = [
+        (None,),
+        (True,),
+        (False,),
+        (0,),
+        (1,),
+        (-1,),
+        (LONG_MIN,),
+        (LONG_MAX,),
+        (1.0,),
+        (-0.0,),
+        (1e300,),
+        (float("inf"),),
+        (float("-inf"),),
+        ("",),
+        ("ünïcödé ✓ 日本語 🎉",),
+        (None, True, 7, 2.5, "s"),
+        (),
+    ]
+    back = roundtrip(env(KeyBatch(keys)))
+    # bools stay bools, ints stay ints, floats stay floats
+    assert [key_fields(k) for k in back.body.keys] == [key_fields(k) for k in keys]
+    t = T(key=(None, True, 1, 1.0, "1"))
+    back = roundtrip(env(TupleBatch([(t,)])))
+    assert key_fields(back.body.rows[0][0].key) == key_fields(t.key)
+
+
+def test_nan_key_bytes_identical():
+    e = env(KeyBatch([(float("nan"),)]))
+    data = wire.encode_envelope(e)
+    assert data == wire._encode_envelope_reference(e)
+    assert math.isnan(wire.decode_envelope(data).body.keys[0][0])
+
+
+def test_unicode_sites():
+    roundtrip(env(ExpiryUpdate(3, [1, 2]), src="Zürich", dst="東京"))
+    roundtrip(env(KeyBatch([("a",)]), src="", dst=""))
+
+
+def test_expiry_update():
+    roundtrip(env(ExpiryUpdate(0, [])))
+    roundtrip(env(ExpiryUpdate(5, [1000, 1000, 1001, LONG_MAX, LONG_MIN])))
+
+
+def test_dja_update():
+    roundtrip(
+        env(
+            DjaUpdate(
+                vj=[("a", 1), ("b", None), (2.5,)],
+                vc=[3, 0, -1],
+                sf=[T(1, 5, 100, 2, ("a", 1)), T(1, 6, 101, 3, ("b", None), b"")],
+                arrivals=[100, 101],
+            )
+        )
+    )
+    roundtrip(env(DjaUpdate(vj=[("a",)], vc=[1])))
+
+
+def test_envelope_int_fields_extremes():
+    roundtrip(env(KeyBatch(), flow=INT_MAX, epoch=LONG_MAX))
+    roundtrip(env(KeyBatch(), flow=INT_MIN, epoch=LONG_MIN))
+    roundtrip(env(TupleBatch([(T(INT_MAX, LONG_MAX, LONG_MIN, LONG_MAX),), (T(INT_MIN, LONG_MIN, 0, -1),)])))
+
+
+def test_out_of_range_and_bad_types_raise():
+    with pytest.raises(ValueError):
+        wire.encode_envelope(env(KeyBatch(), flow=INT_MAX + 1))
+    with pytest.raises(ValueError):
+        wire.encode_envelope(env(KeyBatch(), epoch=LONG_MAX + 1))
+    with pytest.raises(ValueError):
+        wire.encode_envelope(env(KeyBatch([(LONG_MIN - 1,)])))
+    with pytest.raises(ValueError):
+        wire.encode_envelope(env(TupleBatch([(T(pos=INT_MIN - 1),)])))
+    with pytest.raises(ValueError):
+        wire.encode_envelope(env(TupleBatch([(T(ts=1 << 64),)])))
+    with pytest.raises(TypeError):
+        wire.encode_envelope(env(KeyBatch([(b"bytes",)])))
+    with pytest.raises(TypeError):
+        wire.encode_envelope(env(KeyBatch([([1],)])))
+    with pytest.raises(TypeError):
+        wire.encode_envelope(env("not a body"))
+
+
+def test_value_subclasses_encode_like_base_types():
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 3
+
+    class S(str):
+        pass
+
+    e = env(KeyBatch([(Color.RED, S("x"))]))
+    data = wire.encode_envelope(e)
+    assert data == wire.encode_envelope(env(KeyBatch([(3, "x")])))
+    assert key_fields(wire.decode_envelope(data).body.keys[0]) == (("int", 3), ("str", "x"))
+
+
+def test_body_subclass_is_accepted():
+    class MyKeys(KeyBatch):
+        __slots__ = ()
+
+    data = wire.encode_envelope(env(MyKeys([("a",)])))
+    assert data == wire.encode_envelope(env(KeyBatch([("a",)])))
+
+
+# ------------------------------------------------------------- encoder internals
+
+
+def _boundaries():
+    out = {0, 1, -1, LONG_MIN, LONG_MAX}
+    for k in range(1, 64):
+        for d in (-1, 0, 1):
+            for sign in (1, -1):
+                n = sign * (1 << k) + d
+                if LONG_MIN <= n <= LONG_MAX:
+                    out.add(n)
+    return sorted(out)
+
+
+def test_varints_match_fastavro():
+    schema = fastavro.parse_schema("long")
+    for n in _boundaries() + list(range(-20000, 20000, 7)):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, n)
+        assert wire._long(n) == buf.getvalue() == wire._varint_slow(n), n
+        if INT_MIN <= n <= INT_MAX:
+            assert wire._int(n) == buf.getvalue()
+
+
+def test_head_cache_sees_mutations_and_new_objects():
+    t = T(0, 1, 1000, 0, ("a",), b"r")
+    e = env(TupleBatch([(t,)]))
+    first = wire.encode_envelope(e)
+    assert first == wire._encode_envelope_reference(e)
+    for attr, value in [("ts", 123456789012), ("seq", 99999), ("id", -5), ("pos", 2), ("key", ("b", 1)), ("rest", b"x" * 500)]:
+        setattr(t, attr, value)
+        assert wire.encode_envelope(e) == wire._encode_envelope_reference(e), attr
+    # equal key content in a new tuple object, and a key of a different type that compares equal
+    t.key = (1,)
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    t.key = (True,)
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    t.key = (1.0,)
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    t.key = ["list", "key"]  # not cached (mutable)
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    t.key[0] = "changed"
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+
+
+def test_head_cache_with_recycled_object_ids():
+    rng = random.Random(7)
+    for i in range(3000):
+        t = Tup(rng.randrange(4), rng.randrange(10), rng.randrange(1 << 40), rng.randrange(100), (rng.choice([1, True, 1.0, "1"]),), b"")
+        e = env(TupleBatch([(t,)]))
+        assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+        del t, e
+        if i % 500 == 0:
+            gc.collect()
+
+
+def test_head_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(wire, "_HEADS_MAX", 10)
+    tups = [T(0, i, i, i) for i in range(25)]
+    e = env(TupleBatch([(t,) for t in tups]))
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    assert len(wire._HEADS) <= 10
+
+
+def test_string_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(wire, "_STR_CACHE_MAX", 10)
+    e = env(KeyBatch([(f"s{i}",) for i in range(25)] + [("x" * 1000,)]))
+    assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
+    assert len(wire._STR_CACHE) <= 10
+    assert "x" * 1000 not in wire._STR_CACHE
+
+
+# ------------------------------------------------------------------------ sizes
+
+
+def test_sizes_are_deterministic():
+    rows = [(T(0, i, 1_700_000_000_000 + i, i, (f"k{i}", i), b"z" * 1250),) for i in range(30)]
+    e = env(TupleBatch(rows))
+    n = wire.envelope_size(e)
+    assert n == len(wire.encode_envelope(e)) == len(wire._encode_envelope_reference(e))
+    assert all(wire.envelope_size(e) == n for _ in range(3))
+    copy = env(TupleBatch([tuple(T(t.pos, t.id, t.ts, t.seq, t.key, t.rest) for t in r) for r in rows]))
+    assert wire.envelope_size(copy) == n
+    assert wire.encode_envelope(copy) == wire.encode_envelope(e)
+    # the exact size of a known message: header 2 strings + ints, body branch, arrays
+    small = env(ExpiryUpdate(1, []), src="a", dst="b", flow=1, epoch=1)
+    assert wire.envelope_size(small) == 2 + 2 + 1 + 1 + 1 + 1 + 1
+
+
+# --------------------------------------------------------------------- malformed
+
+
+def test_malformed_input_raises_value_error():
+    data = wire.encode_envelope(env(TupleBatch([(T(key=("x", 1.5, None, True)),)])))
+    with pytest.raises(ValueError):
+        wire.decode_envelope(data[:-1])
+    with pytest.raises(ValueError):
+        wire.decode_envelope(data + b"\x00")
+    with pytest.raises(ValueError):
+        wire.decode_envelope(b"")
+    rng = random.Random(1)
+    for _ in range(500):
+        b = bytearray(data)
+        b[rng.randrange(len(b))] = rng.randrange(256)
+        try:
+            wire.decode_envelope(bytes(b))
+        except ValueError:
+            pass
+
+
+# ------------------------------------------------------ source, result, control
+
+
+def test_source_batch_roundtrip():
+    for batch in [
+        wire.SourceBatch("S1", [], 0),
+        wire.SourceBatch("Strøm", [T(0, i, 10 * i, i, (i, "k"), values.encode_values([i])) for i in range(5)], 40),
+        wire.SourceBatch("s", [T(1, 2, LONG_MIN, 0, (), b"")], LONG_MIN),
+    ]:
+        data = wire.encode_source_batch(batch)
+        assert data == wire._encode_source_batch_reference(batch)
+        back = wire.decode_source_batch(data)
+        assert isinstance(back, wire.SourceBatch)
+        assert back.stream == batch.stream and back.watermark == batch.watermark
+        assert [tup_fields(t) for t in back.tuples] == [tup_fields(t) for t in batch.tuples]
+
+
+def test_result_roundtrip():
+    for r in [
+        wire.Result("q1", "S1", 1000, 1_700_000_000_123, {"S1": 1, "S2": 2, "S3": LONG_MAX}),
+        wire.Result("q", "S", -1, 0, {}),
+        wire.Result("запрос", "流", 5, 6, {"流": -3}),
+    ]:
+        data = wire.encode_result(r)
+        assert data == wire._encode_result_reference(r)
+        back = wire.decode_result(data)
+        assert back == r
+        assert isinstance(back.ids, dict)
+
+
+def test_control_roundtrip():
+    for c in [
+        wire.Control("q1", "plan", {"head": "S1", "sequence": ["S1", "S2"], "n": 3, "x": None, "f": 1.5}),
+        wire.Control("q1", "operators", [{"site": "A", "ops": []}]),
+        wire.Control("", "stop", None),
+        wire.Control("q", "text", "ünï"),
+    ]:
+        back = wire.decode_control(wire.encode_control(c))
+        assert back == c
+    # the payload field holds JSON text
+    raw = fastavro.schemaless_reader(
+        io.BytesIO(wire.encode_control(wire.Control("q", "k", {"a": [1]}))), wire.SCHEMAS["joinlib.Control"]
+    )
+    assert json.loads(raw["payload"]) == {"a": [1]}
+
+
+# ------------------------------------------------------------------- properties
+
+value_st = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(LONG_MIN, LONG_MAX),
+    st.integers(-20000, 20000),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.sampled_from(["a", "b", "ключ"]),
+)
+key_st = st.lists(value_st, max_size=4).map(tuple)
+long_st = st.one_of(st.integers(LONG_MIN, LONG_MAX), st.integers(-3, 1 << 42))
+tup_st = st.builds(
+    Tup,
+    pos=st.one_of(st.integers(0, 5), st.integers(INT_MIN, INT_MAX)),
+    id=long_st,
+    ts=long_st,
+    seq=long_st,
+    key=key_st,
+    rest=st.binary(max_size=64),
+)
+body_st = st.one_of(
+    st.builds(TupleBatch, st.lists(st.lists(tup_st, max_size=3).map(tuple), max_size=4)),
+    st.builds(KeyBatch, st.lists(key_st, max_size=6)),
+    st.builds(ExpiryUpdate, long_st, st.lists(long_st, max_size=5)),
+    st.builds(
+        DjaUpdate,
+        st.lists(key_st, max_size=4),
+        st.lists(long_st, max_size=4),
+        st.lists(tup_st, max_size=3),
+        st.lists(long_st, max_size=4),
+    ),
+)
+envelope_st = st.builds(
+    Envelope,
+    src=st.text(max_size=10),
+    dst=st.text(max_size=10),
+    flow=st.integers(INT_MIN, INT_MAX),
+    epoch=long_st,
+    body=body_st,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(envelope_st)
+def test_property_roundtrip_and_byte_identity(e):
+    roundtrip(e)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(value_st, max_size=6), st.lists(value_st, max_size=6))
+def test_property_size_depends_on_content_only(k1, k2):
+    a = env(KeyBatch([tuple(k1), tuple(k2)]))
+    b = env(KeyBatch([tuple(k1), tuple(k2)]))
+    assert wire.envelope_size(a) == wire.envelope_size(b) == len(wire._encode_envelope_reference(a))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(max_size=8),
+    st.lists(tup_st, max_size=4),
+    long_st,
+)
+def test_property_source_batch(stream, tups, wm):
+    b = wire.SourceBatch(stream, tups, wm)
+    data = wire.encode_source_batch(b)
+    assert data == wire._encode_source_batch_reference(b)
+    back = wire.decode_source_batch(data)
+    assert (back.stream, back.watermark) == (stream, wm)
+    assert [tup_fields(t) for t in back.tuples] == [tup_fields(t) for t in tups]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(max_size=8),
+    st.text(max_size=8),
+    long_st,
+    long_st,
+    st.dictionaries(st.text(max_size=6), long_st, max_size=5),
+)
+def test_property_result(query, head, head_ts, emit_ms, ids):
+    r = wire.Result(query, head, head_ts, emit_ms, ids)
+    data = wire.encode_result(r)
+    assert data == wire._encode_result_reference(r)
+    assert wire.decode_result(data) == r
