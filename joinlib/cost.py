@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple, Optional, Protocol, Union, runtime_chec
 
 from .errors import JoinlibError
 from .model import Query, Stream
-from .plan import Plan, Sequence, at_source, validate
+from .plan import ALGORITHMS, Plan, Sequence, at_source, validate
 
 # --- defaults for missing statistics (documented in docs/cost-model.md) -------------
 DEFAULT_RATE = 100.0          # tuples per second
@@ -178,8 +178,8 @@ class SeqState:
         return frozenset(self.joined)
 
     def memo_key(self) -> tuple:
-        """(set of joined streams, location): determines the rest of the state."""
-        return (frozenset(self.joined), self.location)
+        """(head, set of joined streams, location): determines the rest of the state."""
+        return (self.head, frozenset(self.joined), self.location)
 
     def class_of(self, stream: str, attr: str) -> KeyClass:
         for c in self.classes:
@@ -692,7 +692,7 @@ def explain(query: Query, plan: Plan, model: CostModel) -> list[dict]:
 class StepCache:
     """Step costs and successor states of one (query, model), shared across a planner run.
 
-    Keyed on :meth:`SeqState.memo_key` (joined set, location), which determines the
+    Keyed on :meth:`SeqState.memo_key` (head, joined set, location), which determines the
     rest of the state; successor states are canonical instances so their own
     caches are shared too.
     """
@@ -722,7 +722,7 @@ class StepCache:
         if hit is None:
             costs = self.costs(state, stream)
             by_loc: dict = {}
-            for i, alg in enumerate(FORMULAS):  # FORMULAS is in ALGORITHMS order
+            for i, alg in enumerate(ALGORITHMS):
                 loc = state.location if at_source(alg) else self.query.stream(stream).site
                 if loc not in by_loc or costs[alg] < by_loc[loc][1]:
                     by_loc[loc] = (i, costs[alg], alg)
@@ -732,7 +732,7 @@ class StepCache:
 
     def advance(self, state: SeqState, stream: str, algorithm: str) -> SeqState:
         loc = state.location if at_source(algorithm) else self.query.stream(stream).site
-        hit = self._states.get((state.joined_set | {stream}, loc))
+        hit = self._states.get((state.head, state.joined_set | {stream}, loc))
         if hit is not None and algorithm in FORMULAS:
             return hit
         return self.canonical(state.advance(self.query, stream, algorithm))
@@ -748,7 +748,6 @@ def all_step_costs(model: CostModel, query: Query, state: SeqState, stream: str)
     fn = getattr(model, "step_costs", None)
     if fn is not None:
         return fn(query, state, stream)
-    from .plan import ALGORITHMS
     return {a: model.step_cost(query, state, stream, a) for a in ALGORITHMS}
 
 

@@ -192,7 +192,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def gap_study(n: int = 100, m: int = 4, width: int = DEFAULT_WIDTH, seed: int = 1,
-              topologies=TOPOLOGIES, model: Optional[CostModel] = None) -> dict:
+              topologies=TOPOLOGIES, model: Optional[CostModel] = None, search: bool = True) -> dict:
     """Greedy / exhaustive and beam / exhaustive cost ratios on random Table 2 queries."""
     from .exhaustive import exhaustive
     from .greedy import greedy
@@ -205,7 +205,7 @@ def gap_study(n: int = 100, m: int = 4, width: int = DEFAULT_WIDTH, seed: int = 
             q = random_query(rng, m, topo)
             e = plan_cost(q, exhaustive(q, model), model)
             g.append(_ratio(plan_cost(q, greedy(q, model), model), e))
-            b.append(_ratio(plan_cost(q, beam(q, model, width), model), e))
+            b.append(_ratio(plan_cost(q, beam(q, model, width, search), model), e))
         out[topo] = {"greedy": _summary(g), "beam": _summary(b)}
     return out
 
@@ -241,6 +241,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("-m", type=int, default=4, help="streams per query (default 4)")
     ap.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="beam width")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-search", action="store_true", help="beam without the local search")
     ap.add_argument("--model", default="paper", help="paper | bytes")
     ap.add_argument("--timing", type=str, default="", help="e.g. 4,5,6: time the planners instead")
     a = ap.parse_args(argv)
@@ -249,8 +250,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         for row in timing(tuple(int(x) for x in a.timing.split(",")), model=model):
             print(f"m={row.pop('m')}: " + ", ".join(f"{k} {v:.3f}s" for k, v in row.items()))
         return
-    res = gap_study(a.n, a.m, a.width, a.seed, model=model)
-    print(f"{a.n} random {a.m}-way queries per topology, model {a.model}, beam width {a.width}")
+    res = gap_study(a.n, a.m, a.width, a.seed, model=model, search=not a.no_search)
+    print(f"{a.n} random {a.m}-way queries per topology, model {a.model}, beam width {a.width}"
+          + (", no local search" if a.no_search else ""))
     print(f"{'topology':10} {'planner':7} {'mean':>6} {'median':>6} {'std':>6} {'max':>6} {'optimal':>8}")
     for topo, r in res.items():
         for planner, s in r.items():

@@ -184,14 +184,14 @@ class DjaReplica:
         dead = []
         for (key, e), p in zip(list(self.entries.items()), body.vc):
             self._settle(key, e, p)
-            e[0] = p
             if p == 0:
                 dead.append(key)
         for key in dead:
             del self.entries[key]
 
     def _settle(self, key: Key, entry: list, p: int) -> None:
-        """Hook for SM-S2: reconcile the full tuples of ``key`` with the new count ``p``."""
+        """Take the window's new count ``p`` of tuples with ``key``."""
+        entry[0] = p
 
     def __contains__(self, key: Key) -> bool:
         return key in self.entries
@@ -229,6 +229,7 @@ class MixedReplica(DjaReplica):
         k = entry[0] + len(new) - p  # Algorithm 9, line 36
         if k:
             self._gone.extend(self.store.lookup(self.index, key).live()[:k])
+        entry[0] = p  # partial entries keep c = 0: M_2 holds none of their full tuples
 
     def partial_keys(self, keys: Iterable[Key]) -> set[Key]:
         return {k for k in keys if (e := self.entries.get(k)) is not None and not e[1]}

@@ -1,0 +1,44 @@
+# joinlib — `make help` lists the targets.
+PYTHON ?= python3
+STAMP := .make
+.DEFAULT_GOAL := help
+
+.PHONY: help deps demo test test-fast bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml
+	@mkdir -p $(STAMP)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+deps: $(STAMP)/deps ## Install the pinned Python dependencies and joinlib itself
+
+demo: deps ## Run the example: three routers joined on destination address (embedded, simulated network)
+	$(PYTHON) -m joinlib gen examples/routers.yaml --out data/routers --duration 10s --seed 1
+	$(PYTHON) -m joinlib plan examples/routers.yaml --planner greedy --explain --out data/routers/plan.json
+	$(PYTHON) -m joinlib run examples/routers.yaml --data data/routers --plan data/routers/plan.json \
+		--out data/routers/results.jsonl --report data/routers/report.json
+	@echo "first results (data/routers/results.jsonl):"; head -n 3 data/routers/results.jsonl
+	@echo; echo "for comparison, shipping every tuple to one site (what centralized engines do):"
+	$(PYTHON) -m joinlib run examples/routers.yaml --data data/routers --plan central --quiet \
+		--report data/routers/report-central.json
+	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); b=json.load(open('data/routers/report-central.json')); \
+		print(f\"greedy plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
+
+test: deps cluster-install ## Run every test (starts its own Kafka broker and Redis server)
+	$(PYTHON) -m pytest
+
+test-fast: deps ## Unit and property tests only (no Kafka/Redis)
+	$(PYTHON) -m pytest tests/unit tests/property
+
+bench: deps ## Benchmarks of the embedded engine (JSON + PNG under bench/out)
+	$(PYTHON) bench/engine_bench.py
+
+clean: ## Remove generated data and caches
+	rm -rf data bench/out .pytest_cache .hypothesis $(STAMP)
+
+-include infra/infra.mk
+-include deploy.mk
