@@ -99,7 +99,7 @@ class KeyClass:
 
 
 @dataclass(frozen=True)
-class Link:
+class KeyLink:
     """One join attribute class of the intermediate stream tied to ``attr`` of the next stream."""
 
     cls: KeyClass
@@ -135,7 +135,7 @@ def _graph(query: Query) -> _Graph:
 class _StepInfo:
     """What joining ``stream`` to a state gives, whatever the algorithm."""
 
-    links: tuple[Link, ...]
+    links: tuple[KeyLink, ...]
     key_attrs: tuple[str, ...]
     f1: float
     rho: float
@@ -200,10 +200,10 @@ class SeqState:
         if not self.can_join(query, stream):
             raise ValueError(f"{stream} cannot be joined after {', '.join(self.joined)}")
         nxt = query.stream(stream)
-        links: list[Link] = []
+        links: list[KeyLink] = []
         for attr, other, oattr in _graph(query).preds[stream]:
             if other in self.joined:
-                link = Link(self.class_of(other, oattr), attr)
+                link = KeyLink(self.class_of(other, oattr), attr)
                 if link not in links:
                     links.append(link)
         used = {ln.attr for ln in links}
@@ -215,7 +215,7 @@ class SeqState:
         self._cache[key] = (query, out)
         return out
 
-    def links(self, query: Query, stream: str) -> list[Link]:
+    def links(self, query: Query, stream: str) -> list[KeyLink]:
         """Predicates between the joined streams and ``stream``, as (class, next attr), deduplicated."""
         return list(self.info(query, stream).links)
 
@@ -244,7 +244,7 @@ class SeqState:
         return SeqState(self.head, self.joined + (stream,), i.rate, i.full_bytes, i.classes, loc)
 
 
-def _merge(state: SeqState, nxt: Stream, links: list[Link]) -> tuple[float, tuple[KeyClass, ...]]:
+def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, tuple[KeyClass, ...]]:
     """ρ of joining ``nxt`` and the key classes afterwards.
 
     Each group of attributes made equal by the step (old classes and attributes of
@@ -661,32 +661,50 @@ def plan_cost(query: Query, plan: Plan, model: CostModel) -> float:
 
 
 def explain(query: Query, plan: Plan, model: CostModel) -> list[dict]:
-    """One row per step: head, position, stream, algorithm, estimated cost and the
-    intermediate stream before and after (rate, location, tuple bytes); with term
-    models also the processing / transmission split."""
+    """One row per step, in plan order.
+
+    Keys: ``head``, ``step`` (1-based; 0 for the shipping of the head's batches to a
+    ``start`` site), ``stream``, ``algorithm``, ``cost`` (s/s, or B/s for the bytes
+    model), ``rho``, ``rate`` / ``site`` (the intermediate stream entering the step:
+    rate r_1 and where it lives), ``rate_out`` / ``site_out`` / ``bytes_out`` (after
+    the step); with the term models also ``processing`` and ``transmission``.
+    """
     validate(query, plan)
     rows: list[dict] = []
     for seq in plan.sequences:
         state = SeqState.start(query, seq.head, seq.start)
         start = _start_cost(model, query, seq)
         if start:
-            rows.append({"head": seq.head, "index": 0, "stream": seq.head, "algorithm": "start",
-                         "cost": start, "rate_in": state.rate, "rate_out": state.rate,
-                         "location_in": query.stream(seq.head).site, "location_out": state.location,
-                         "bytes_out": state.full_bytes})
+            rows.append({"head": seq.head, "step": 0, "stream": seq.head, "algorithm": "start",
+                         "cost": start, "rho": 1.0, "rate": state.rate,
+                         "site": query.stream(seq.head).site, "rate_out": state.rate,
+                         "site_out": state.location, "bytes_out": state.full_bytes})
         for i, st in enumerate(seq.steps, 1):
-            row = {"head": seq.head, "index": i, "stream": st.stream, "algorithm": st.algorithm,
+            row = {"head": seq.head, "step": i, "stream": st.stream, "algorithm": st.algorithm,
                    "cost": model.step_cost(query, state, st.stream, st.algorithm),
                    "rho": state.join_selectivity(query, st.stream),
-                   "rate_in": state.rate, "location_in": state.location}
+                   "rate": state.rate, "site": state.location}
             if isinstance(model, _TermModel):
                 terms = model.terms(query, state, st.stream, st.algorithm)
                 row["transmission"] = sum(v for t, v in terms if t.kind == "ship")
                 row["processing"] = row["cost"] - row["transmission"]
             state = state.advance(query, st.stream, st.algorithm)
-            row.update(rate_out=state.rate, location_out=state.location, bytes_out=state.full_bytes)
+            row.update(rate_out=state.rate, site_out=state.location, bytes_out=state.full_bytes)
             rows.append(row)
     return rows
+
+
+def frontier(query: Query, state: SeqState) -> list[str]:
+    """Streams that may be appended next (adjacent to a joined one), in query order."""
+    return [n for n in query.names if state.can_join(query, n)]
+
+
+def all_step_costs(model: CostModel, query: Query, state: SeqState, stream: str) -> dict[str, float]:
+    """The six step costs, using the model's batched form when it has one."""
+    fn = getattr(model, "step_costs", None)
+    if fn is not None:
+        return fn(query, state, stream)
+    return {a: model.step_cost(query, state, stream, a) for a in ALGORITHMS}
 
 
 class StepCache:
@@ -736,19 +754,6 @@ class StepCache:
         if hit is not None and algorithm in FORMULAS:
             return hit
         return self.canonical(state.advance(self.query, stream, algorithm))
-
-
-def frontier(query: Query, state: SeqState) -> list[str]:
-    """Streams that may be appended next (adjacent to a joined one), in query order."""
-    return [n for n in query.names if state.can_join(query, n)]
-
-
-def all_step_costs(model: CostModel, query: Query, state: SeqState, stream: str) -> dict[str, float]:
-    """The six step costs, using the model's batched form when it has one."""
-    fn = getattr(model, "step_costs", None)
-    if fn is not None:
-        return fn(query, state, stream)
-    return {a: model.step_cost(query, state, stream, a) for a in ALGORITHMS}
 
 
 __all__ = [

@@ -188,10 +188,12 @@ class Tup:
     ``pos`` is the stream's position in the query, ``seq`` the tuple's rank in its
     stream (0-based, in (ts, id) order), ``key`` the values of the stream's
     ``join_attrs`` and ``rest`` the other attributes, already encoded (opaque bytes)
-    so that shipping a tuple never re-encodes its payload.
+    so that shipping a tuple never re-encodes its payload.  A Tup is never changed
+    after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.wire`) so a tuple
+    shipped to several sites, or in many intermediate results, is encoded once.
     """
 
-    __slots__ = ("pos", "id", "ts", "seq", "key", "rest")
+    __slots__ = ("pos", "id", "ts", "seq", "key", "rest", "wire")
 
     def __init__(self, pos: int, id: int, ts: int, seq: int, key: tuple, rest: bytes = b"") -> None:
         self.pos = pos
@@ -200,6 +202,7 @@ class Tup:
         self.seq = seq
         self.key = key
         self.rest = rest
+        self.wire: "bytes | None" = None
 
     def order(self) -> tuple[int, int, int]:
         """The project's total order on tuples: (ts, stream position, id)."""

@@ -334,42 +334,19 @@ def _tup_head(pos: int, id: int, ts: int, seq: int, key: tuple) -> bytes:
     return h + _ZERO
 
 
-# Heads of the tuples encoded recently, by id(tuple): (pos, id, ts, seq, key, head).
-# A hit requires equal pos, id, ts, seq and the *same* key object (kept alive by the
-# entry, and immutable), so the head is right even if the id was reused by another
-# object or the tuple's attributes were reassigned.  Tuples often travel many times
-# (to several sites, in many rows of intermediate results).
-_HEADS: dict[int, tuple] = {}
-_HEADS_MAX = 1 << 15
-
-
 def _put_tups(ap, tups) -> None:
     """Append an array of joinlib.BaseTuple."""
     if tups:
         n = len(tups)
         ap(_SMALL[n] if n < _NSMALL else _long(n))
-        heads = _HEADS
         for t in tups:
-            c = heads.get(id(t))
-            if (
-                c is None
-                or c[4] is not t.key
-                or c[2] != t.ts
-                or c[1] != t.id
-                or c[3] != t.seq
-                or c[0] != t.pos
-            ):
-                pos, ts, key, seq = t.pos, t.ts, t.key, t.seq
-                c = (pos, t.id, ts, seq, key, _tup_head(pos, t.id, ts, seq, key))
-                if type(key) is tuple:  # immutable: identity implies equal content
-                    if len(heads) >= _HEADS_MAX:
-                        heads.clear()
-                    heads[id(t)] = c
-            ap(c[5])
-            rest = t.rest
-            n = len(rest)
-            ap(_SMALL[n] if n < _NSMALL else _long(n))
-            ap(rest)
+            w = t.wire
+            if w is None:
+                rest = t.rest
+                n = len(rest)
+                w = t.wire = (_tup_head(t.pos, t.id, t.ts, t.seq, t.key)
+                              + (_SMALL[n] if n < _NSMALL else _long(n)) + rest)
+            ap(w)
     ap(_ZERO)
 
 

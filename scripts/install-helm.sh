@@ -42,24 +42,39 @@ else
     exit 1
 fi
 
+# The stamp records what the binary was built from; a binary without it (or another pin) is rebuilt.
+STAMP="$HELM.stamp"
+WANT_STAMP="helm.sh/helm/v3@$HELM_VERSION ldflags=v1"
+if [[ -x "$HELM" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT_STAMP" ]]; then
+    echo "install-helm: helm $HELM_VERSION already present" >&2
+    echo "$HELM"
+    exit 0
+fi
 if [[ -x "$HELM" ]]; then
-    have="$(installed_version "$GO_BIN" || true)"
-    if [[ "$have" == "$HELM_VERSION" ]]; then
-        echo "install-helm: helm $HELM_VERSION already present" >&2
-        echo "$HELM"
-        exit 0
-    fi
-    echo "install-helm: found helm ${have:-<unknown version>} at $HELM, replacing with $HELM_VERSION" >&2
+    echo "install-helm: replacing $HELM ($(installed_version "$GO_BIN" || true)) with $HELM_VERSION" >&2
 fi
 
 mkdir -p "$BIN_DIR"
 echo "install-helm: building helm.sh/helm/v3/cmd/helm@$HELM_VERSION with $("$GO_BIN" version)" >&2
 start=$(date +%s)
-# -ldflags embeds the version so `helm version` reports it instead of "v3.x-unreleased"
-# (helm's Makefile does the same); GOFLAGS=-buildvcs=false avoids needing a git checkout.
-GOBIN="$BIN_DIR" GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED="${CGO_ENABLED:-0}" \
-    "$GO_BIN" install \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-echo "install-helm: built in $(( $(date +%s) - start ))s: $("$HELM" version --short 2>/dev/null || echo '?')" >&2
+export GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED="${CGO_ENABLED:-0}"
+
+# Same -ldflags as helm's Makefile: the version `helm version` reports, and the default
+# Kubernetes version (client-go minor + 1.x) that `helm template`/`lint` assume without
+# --kube-version. A plain `go install` leaves the latter at v1.20.0.
+gomod="$("$GO_BIN" mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+client_go="$(awk '$1 == "k8s.io/client-go" {print $2; exit}' "$gomod")"   # e.g. v0.37.0
+if [[ ! "$client_go" =~ ^v0\.([0-9]+)\. ]]; then
+    echo "install-helm: cannot read the k8s.io/client-go version from $gomod" >&2
+    exit 1
+fi
+k8s_minor="${BASH_REMATCH[1]}"
+ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+done
+
+GOBIN="$BIN_DIR" "$GO_BIN" install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+echo "$WANT_STAMP" > "$STAMP"
+echo "install-helm: built in $(( $(date +%s) - start ))s: $("$HELM" version --short) (default Kubernetes v1.$k8s_minor)" >&2
 echo "$HELM"

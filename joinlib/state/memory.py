@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Iterable, Optional, Sequence
+from operator import itemgetter
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..model import Tup
 from .base import Index, KeyList
@@ -13,68 +14,79 @@ class MemoryWindowStore:
 
     def __init__(self) -> None:
         self._all = KeyList()  # every stored tuple, seq order
-        self._indexes: dict[Index, dict[tuple, KeyList]] = {}
+        self._indexes: dict[Index, tuple[dict[tuple, KeyList], Callable]] = {}
 
     def add_index(self, index: Index) -> None:
         if index in self._indexes:
             return
         table: dict[tuple, KeyList] = {}
+        proj = projector(index)
         for t in self._all.live():
-            _entry(table, _project(t.key, index)).append(t)
-        self._indexes[index] = table
+            _entry(table, proj(t.key)).append(t)
+        self._indexes[index] = (table, proj)
 
     def insert(self, tups: Sequence[Tup]) -> None:
+        if not tups:
+            return
         all_ = self._all
-        tables = list(self._indexes.items())
-        for t in tups:
-            in_order = not all_.seq or all_.seq[-1] < t.seq
-            if not in_order:
-                n = len(all_)
-                all_.insert(t)
-                if len(all_) == n:
-                    continue  # duplicate
-            else:
-                all_.append(t)
-            for index, table in tables:
-                kl = _entry(table, _project(t.key, index))
-                if in_order:
-                    kl.append(t)
-                else:
-                    kl.insert(t)
+        last = all_.seq[-1] if len(all_) else -1
+        if all(a.seq < b.seq for a, b in zip(tups, tups[1:])) and tups[0].seq > last:
+            all_.ts.extend([t.ts for t in tups])
+            all_.seq.extend([t.seq for t in tups])
+            all_.tups.extend(tups)
+            for table, proj in self._indexes.values():
+                for t in tups:
+                    k = proj(t.key)
+                    kl = table.get(k)
+                    if kl is None:
+                        kl = table[k] = KeyList()
+                    kl.ts.append(t.ts)
+                    kl.seq.append(t.seq)
+                    kl.tups.append(t)
+            return
+        for t in tups:  # slow path: out of order or duplicates (replicas)
+            n = len(all_)
+            all_.insert(t)
+            if len(all_) == n:
+                continue
+            for table, proj in self._indexes.values():
+                _entry(table, proj(t.key)).insert(t)
 
     def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
-        return self._indexes[index].get(key)
+        return self._indexes[index][0].get(key)
 
     def lookup_many(self, index: Index, keys: Iterable[tuple]) -> dict[tuple, KeyList]:
-        table = self._indexes[index]
-        return {k: table[k] for k in keys if k in table}
+        table = self._indexes[index][0]
+        return {k: kl for k in keys if (kl := table.get(k)) is not None}
 
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         gone = self._all.drop_below(ts=ts, seq=seq)
         if gone:
-            for index, table in self._indexes.items():
+            for table, proj in self._indexes.values():
+                counts: dict[tuple, int] = {}
                 for t in gone:
-                    k = _project(t.key, index)
-                    kl = table.get(k)
-                    if kl is not None:
-                        kl.drop_below(seq=t.seq + 1)
-                        if not len(kl):
-                            del table[k]
+                    k = proj(t.key)
+                    counts[k] = counts.get(k, 0) + 1
+                for k, n in counts.items():  # the purged tuples are the oldest of each key
+                    kl = table[k]
+                    if len(kl) == n:
+                        del table[k]
+                    else:
+                        kl.pop_oldest(n)
         return gone
 
     def remove_oldest(self, tups: Sequence[Tup]) -> None:
         if not tups:
             return
         doomed = {t.seq for t in tups}
-        for index, table in self._indexes.items():
+        for table, proj in self._indexes.values():
             for t in tups:
-                k = _project(t.key, index)
+                k = proj(t.key)
                 kl = table[k]
                 assert kl.seq[kl.lo] == t.seq, "remove_oldest: not the oldest tuple of its key"
                 kl.pop_oldest()
                 if not len(kl):
                     del table[k]
-        # the global list: rebuild without the removed tuples (they may sit anywhere)
         keep = [t for t in self._all.live() if t.seq not in doomed]
         self._all = KeyList()
         for t in keep:
@@ -93,12 +105,20 @@ class MemoryWindowStore:
         return len(self._all)
 
 
+def projector(index: Index) -> Callable[[tuple], tuple]:
+    """A fast function key -> key[index] (identity when the index covers the whole key prefix)."""
+    if len(index) == 1:
+        i = index[0]
+        return lambda key: (key[i],) if len(key) != 1 else key
+    if index == tuple(range(len(index))):
+        n = len(index)
+        return lambda key: key if len(key) == n else key[:n]
+    get = itemgetter(*index)
+    return lambda key: get(key)
+
+
 def _entry(table: dict[tuple, KeyList], key: tuple) -> KeyList:
     kl = table.get(key)
     if kl is None:
         kl = table[key] = KeyList()
     return kl
-
-
-def _project(key: tuple, index: Index) -> tuple:
-    return tuple(key[i] for i in index)

@@ -241,8 +241,8 @@ def test_plan_cost_is_sum_of_steps():
     assert plan_cost(q, plan, m) == pytest.approx(sum(sequence_cost(q, s, m) for s in plan.sequences))
     for r in rows:
         assert r["processing"] + r["transmission"] == pytest.approx(r["cost"])
-        assert r["rate_out"] == pytest.approx(r["rate_in"] * window_tuples(q.stream(r["stream"])) * r["rho"])
-    assert rows[0]["location_in"] == "N1" and rows[0]["location_out"] == "N2"
+        assert r["rate_out"] == pytest.approx(r["rate"] * window_tuples(q.stream(r["stream"])) * r["rho"])
+    assert rows[0]["site"] == "N1" and rows[0]["site_out"] == "N2" and rows[0]["step"] == 1
 
 
 def test_start_site_costs_shipping_the_head():

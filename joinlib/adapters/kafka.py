@@ -1,0 +1,369 @@
+"""Kafka transport for the node runtime, plus the topic, producer and consumer helpers
+the services share.
+
+Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
+
+* ``src.<query>.<stream>`` -- source tuples (``wire.SourceBatch``, one message per stream
+  per batch interval), key = stream name;
+* ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope), key = sending
+  site, headers ``sent_ms`` (wall-clock ms at send, for transmission time) and ``kind``;
+* ``out.<query>`` -- results (``wire.Result``), key = head stream;
+* ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
+
+:class:`KafkaTransport` is what a :class:`~joinlib.runtime.node.Node` sends through:
+``send(env)`` encodes the envelope once with :func:`joinlib.wire.encode_envelope` and
+counts ``len(value)`` per (src, dst, kind) -- exactly what the simulator charges, so the
+byte counts of a cluster run and of an embedded run of the same plan are comparable
+(Kafka's record framing is outside the value and not counted).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Callable, Iterable, Optional
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .. import wire
+from ..errors import ClusterError
+from ..runtime.messages import Envelope
+
+CONTROL_TOPIC = "control"
+
+# Producer settings: one Kafka message already carries a whole flow's epoch, so a short
+# linger suffices; no compression by default so that broker bytes track value bytes.
+PRODUCER_DEFAULTS: dict = {
+    "linger.ms": 5,
+    "acks": 1,
+    "compression.type": "none",
+    "batch.num.messages": 10000,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "message.max.bytes": 16_000_000,
+}
+CONSUMER_DEFAULTS: dict = {
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "enable.partition.eof": False,
+    "fetch.wait.max.ms": 10,
+    "fetch.max.bytes": 64_000_000,
+    "max.partition.fetch.bytes": 16_000_000,
+}
+TOPIC_CONFIG: dict = {"max.message.bytes": "16000000"}
+
+_log = logging.getLogger("joinlib.kafka")
+_rdlog = logging.getLogger("joinlib.kafka.librdkafka")
+_rdlog.addHandler(logging.NullHandler())
+_rdlog.propagate = False  # librdkafka's connection chatter; errors surface via KafkaUnavailable
+
+
+class KafkaUnavailable(ClusterError):
+    """The broker cannot be reached (message names the bootstrap servers and the cause)."""
+
+
+class KafkaDeliveryError(ClusterError):
+    """A message could not be delivered to Kafka."""
+
+
+# --------------------------------------------------------------------------- topic names
+
+def src_topic(query: str, stream: str) -> str:
+    return f"src.{query}.{stream}"
+
+
+def node_topic(query: str, site: str) -> str:
+    return f"node.{query}.{site}"
+
+
+def out_topic(query: str) -> str:
+    return f"out.{query}"
+
+
+def query_topics(query) -> list[str]:
+    """Every topic a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control included."""
+    return ([src_topic(query.name, s.name) for s in query.streams]
+            + [node_topic(query.name, site) for site in query.sites]
+            + [out_topic(query.name), CONTROL_TOPIC])
+
+
+# --------------------------------------------------------------------------- clients
+
+class _ErrorTrap:
+    """error_cb that remembers the last client-level error (all brokers down, resolve failure)."""
+
+    def __init__(self) -> None:
+        self.last: Optional[KafkaError] = None
+
+    def __call__(self, err: KafkaError) -> None:
+        self.last = err
+
+
+def _base(bootstrap: str, trap: Optional[_ErrorTrap] = None) -> dict:
+    return {"bootstrap.servers": bootstrap, "logger": _rdlog,
+            "error_cb": trap or _ErrorTrap()}
+
+
+def make_producer(bootstrap: str, **overrides) -> Producer:
+    conf = {**_base(bootstrap), **PRODUCER_DEFAULTS, **overrides}
+    return Producer(conf)
+
+
+def make_consumer(bootstrap: str, group: str, **overrides) -> Consumer:
+    """A consumer for manual assignment (``assign``); ``group`` only names it (no commits)."""
+    conf = {**_base(bootstrap), **CONSUMER_DEFAULTS, "group.id": group, **overrides}
+    return Consumer(conf)
+
+
+def make_admin(bootstrap: str) -> AdminClient:
+    return AdminClient(_base(bootstrap))
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`KafkaUnavailable` unless a broker at ``bootstrap`` answers a metadata request."""
+    if not bootstrap:
+        raise KafkaUnavailable("no Kafka bootstrap servers given; set KAFKA_BOOTSTRAP_SERVERS (host:port)")
+    trap = _ErrorTrap()
+    admin = AdminClient({**_base(bootstrap, trap), "socket.timeout.ms": max(1000, int(timeout_s * 1000))})
+    deadline = time.monotonic() + timeout_s
+    cause = ""
+    while True:
+        try:
+            md = admin.list_topics(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
+            if md.brokers:
+                return
+        except KafkaException as e:
+            cause = str(e.args[0].str() if e.args and isinstance(e.args[0], KafkaError) else e)
+        if time.monotonic() >= deadline:
+            if trap.last is not None:
+                cause = trap.last.str()
+            raise KafkaUnavailable(f"Kafka at {bootstrap} is unreachable after {timeout_s:.0f}s"
+                                   + (f" ({cause})" if cause else "")
+                                   + "; check KAFKA_BOOTSTRAP_SERVERS and that the broker is running")
+        time.sleep(0.2)
+
+
+def ensure_topics(admin: AdminClient, names: Iterable[str], *, partitions: int = 1,
+                  timeout_s: float = 30.0, config: Optional[dict] = None) -> list[str]:
+    """Create the topics that do not exist yet (one partition, replication 1); wait until every
+    partition of every named topic has a leader.  Returns the names created."""
+    names = list(dict.fromkeys(names))
+    md = admin.list_topics(timeout=timeout_s)
+    missing = [n for n in names if n not in md.topics or md.topics[n].error is not None]
+    created = []
+    if missing:
+        cfg = {**TOPIC_CONFIG, **(config or {})}
+        futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1, config=cfg)
+                                       for n in missing], operation_timeout=timeout_s, request_timeout=timeout_s)
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=timeout_s)
+                created.append(name)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise KafkaUnavailable(f"cannot create topic {name}: {err.str() if err else e}") from None
+    deadline = time.monotonic() + timeout_s
+    pending = set(names)
+    while pending:
+        md = admin.list_topics(timeout=timeout_s)
+        for n in list(pending):
+            t = md.topics.get(n)
+            if t is not None and t.error is None and t.partitions and all(
+                    p.leader >= 0 for p in t.partitions.values()):
+                pending.discard(n)
+        if pending:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"topics without a leader after {timeout_s:.0f}s: {sorted(pending)}")
+            time.sleep(0.05)
+    return created
+
+
+def end_offsets(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> dict[str, int]:
+    """High watermark of partition 0 of each topic (the offset the next message will get)."""
+    return {t: consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=timeout_s)[1] for t in topics}
+
+
+def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1) -> list[Message]:
+    """A batch of messages; partition EOF events are skipped, other errors raise."""
+    out = []
+    for m in consumer.consume(num_messages=max_messages, timeout=timeout_s):
+        err = m.error()
+        if err is None:
+            out.append(m)
+        elif err.code() == KafkaError._PARTITION_EOF:
+            continue
+        else:
+            raise KafkaUnavailable(f"consumer error on {m.topic()}: {err.str()}")
+    return out
+
+
+def headers_of(msg: Message) -> dict[str, bytes]:
+    return {k: v for k, v in (msg.headers() or ())}
+
+
+def sent_ms(msg: Message) -> float:
+    """Wall-clock send time of a message in ms: the ``sent_ms`` header, else its CreateTime."""
+    for k, v in msg.headers() or ():
+        if k == "sent_ms":
+            return float(v)
+    return float(msg.timestamp()[1])
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+class Producing:
+    """``produce`` with back-pressure (on a full local queue: poll, retry) and delivery errors
+    collected instead of lost; shared by the transport, the result sink and the sources."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.errors: list[str] = []
+        self.pending_since_poll = 0
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(f"{msg.topic()}: {err.str()}")
+
+    def produce(self, topic: str, value: bytes, key: Optional[bytes] = None, headers=None) -> None:
+        p = self.producer
+        while True:
+            try:
+                p.produce(topic, value, key, on_delivery=self._on_delivery, headers=headers)
+                break
+            except BufferError:
+                p.poll(0.05)
+        self.pending_since_poll += 1
+        if self.pending_since_poll >= 1000:
+            p.poll(0)
+            self.pending_since_poll = 0
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        self.pending_since_poll = 0
+        self.check()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        left = self.producer.flush(timeout_s)
+        if left:
+            raise KafkaDeliveryError(f"{left} messages still undelivered after {timeout_s:.0f}s "
+                                     "(is the broker reachable?)")
+        self.check()
+
+    def check(self) -> None:
+        if self.errors:
+            raise KafkaDeliveryError(f"{len(self.errors)} messages could not be delivered; first: {self.errors[0]}")
+
+
+# --------------------------------------------------------------------------- transport
+
+class LinkStats:
+    __slots__ = ("messages", "bytes", "transfer_ms")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+        self.transfer_ms = 0.0
+
+
+def links_to_list(stats: dict) -> list[dict]:
+    return [{"src": s, "dst": d, "kind": k, "messages": st.messages, "bytes": st.bytes,
+             "transfer_ms": round(st.transfer_ms, 3)}
+            for (s, d, k), st in sorted(stats.items())]
+
+
+class KafkaTransport:
+    """The node's transport on Kafka: ``send(env)`` -> topic ``node.<query>.<dst>``, key = src site.
+
+    ``stats[(src, dst, kind)]`` counts messages and value bytes as the simulator does;
+    ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``.
+    """
+
+    def __init__(self, producer, query: str, *, sensor=None, clock: Callable[[], float] = now_ms) -> None:
+        self.out = producer if isinstance(producer, Producing) else Producing(producer)
+        self.query = query
+        self.sensor = sensor
+        self.clock = clock
+        self.stats: dict[tuple[str, str, str], LinkStats] = defaultdict(LinkStats)
+        self._topics: dict[str, str] = {}
+        self._keys: dict[str, bytes] = {}
+
+    def topic(self, dst: str) -> str:
+        t = self._topics.get(dst)
+        if t is None:
+            t = self._topics[dst] = node_topic(self.query, dst)
+        return t
+
+    def send(self, env: Envelope) -> None:
+        value = wire.encode_envelope(env)
+        kind = env.kind
+        st = self.stats[(env.src, env.dst, kind)]
+        st.messages += 1
+        st.bytes += len(value)
+        key = self._keys.get(env.src)
+        if key is None:
+            key = self._keys[env.src] = env.src.encode()
+        headers = [("sent_ms", repr(self.clock()).encode()), ("kind", kind.encode())]
+        self.out.produce(self.topic(env.dst), value, key, headers)
+        if self.sensor is not None:
+            self.sensor.on_ship(env.src, env.dst, kind, len(value))
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self.out.flush(timeout_s)
+
+    def links(self) -> list[dict]:
+        return links_to_list(self.stats)
+
+
+class KafkaResultSink:
+    """A :class:`~joinlib.runtime.sink.Sink` producing one ``wire.Result`` per result to
+    ``out.<query>`` (key = head stream); ``emit_ms`` is the node's clock (wall ms)."""
+
+    def __init__(self, producer, query) -> None:
+        self.out = producer if isinstance(producer, Producing) else Producing(producer)
+        self.query = query.name
+        self.names = query.names
+        self.topic = out_topic(query.name)
+        self.count = 0
+        self._keys = [n.encode() for n in self.names]
+
+    def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
+        names, q, emit_ms, produce = self.names, self.query, int(now), self.out.produce
+        head, key, topic, pname = names[head_pos], self._keys[head_pos], self.topic, names[pos]
+        enc, Result = wire.encode_result, wire.Result
+        for row, tups in groups:
+            head_ts = row[head_pos].ts
+            ids = {names[i]: t.id for i, t in enumerate(row) if t is not None}
+            for t in tups:
+                ids[pname] = t.id
+                produce(topic, enc(Result(q, head, head_ts, emit_ms, ids)), key)
+            self.count += len(tups)
+
+
+# --------------------------------------------------------------------------- control
+
+def publish_control(out: Producing, query: str, kind: str, payload, *, flush: bool = True) -> None:
+    out.produce(CONTROL_TOPIC, wire.encode_control(wire.Control(query, kind, payload)), query.encode())
+    if flush:
+        out.flush()
+
+
+def produce_control_sync(producer: Producer, query: str, kind: str, payload, timeout_s: float = 30.0) -> int:
+    """Publish a control message and wait for it; returns its offset in ``control``."""
+    box: dict = {}
+
+    def cb(err, msg):
+        box["err"], box["offset"] = err, (msg.offset() if err is None else None)
+
+    producer.produce(CONTROL_TOPIC, wire.encode_control(wire.Control(query, kind, payload)), query.encode(),
+                     on_delivery=cb)
+    left = producer.flush(timeout_s)
+    if left or "err" not in box:
+        raise KafkaDeliveryError(f"control message {kind!r} not delivered after {timeout_s:.0f}s")
+    if box["err"] is not None:
+        raise KafkaDeliveryError(f"control message {kind!r}: {box['err'].str()}")
+    return box["offset"]

@@ -1,0 +1,126 @@
+"""The runtime's :class:`~joinlib.runtime.sensor.Sensor` as Prometheus metrics.
+
+Names, types and labels follow docs/contracts.md ("Metrics") and monitoring/metrics.yaml;
+values are in base units (seconds, bytes).  Histograms use millisecond-scale buckets (the
+client's default 5 ms - 10 s buckets are too coarse for per-phase processing times).
+
+Besides the Sensor hooks the node calls, the services call:
+``on_ship`` (KafkaTransport, per message sent), ``on_transmission`` (consumer side, from the
+``sent_ms`` header), ``on_naive`` (bytes a naive broadcast of every source tuple would ship),
+``set_lag`` and ``set_plan``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, REGISTRY
+
+from ..runtime.sensor import Sensor
+
+TRANSMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PROCESSING_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                      0.25, 0.5, 1.0)
+
+# The node's phase names -> the contract's operator label values {tick, probe, semijoin, sync, ship}:
+# starting a head batch belongs to the tick group of an epoch.
+OPERATORS = {"tick": "tick", "start": "tick", "sync": "sync", "probe": "probe", "semijoin": "semijoin",
+             "ship": "ship"}
+
+
+class PrometheusSensor(Sensor):
+    """Sensor hooks -> Prometheus metrics in ``registry`` (default: the global registry).
+
+    Use one registry per node when several nodes share a process (a registry refuses
+    duplicate metric names).  ``query`` labels ``joinlib_results_total``.
+    """
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None, query: str = "") -> None:
+        r = REGISTRY if registry is None else registry
+        self.registry = r
+        self.query = query
+        self.transmission = Histogram(
+            "joinlib_transmission_seconds",
+            "Time from sending a message at site src until site dst received it, per message kind.",
+            ["src", "dst", "kind"], buckets=TRANSMISSION_BUCKETS, registry=r)
+        self.processing = Histogram(
+            "joinlib_processing_seconds",
+            "Wall-clock time a node spent in one invocation of an operator (tick, probe, semijoin, sync, ship).",
+            ["site", "operator"], buckets=PROCESSING_BUCKETS, registry=r)
+        self.shipped_bytes = Counter(
+            "joinlib_shipped_bytes", "Bytes of message bodies shipped from site src to site dst, per message kind.",
+            ["src", "dst", "kind"], registry=r)
+        self.shipped_messages = Counter(
+            "joinlib_shipped_messages", "Messages shipped from site src to site dst, per message kind.",
+            ["src", "dst", "kind"], registry=r)
+        self.naive_bytes = Counter(
+            "joinlib_naive_bytes",
+            "Bytes that shipping every source tuple from src to dst would have cost (the naive baseline).",
+            ["src", "dst"], registry=r)
+        self.window = Gauge(
+            "joinlib_window_tuples", "Tuples currently held in a window store of a node, per stream and store.",
+            ["site", "stream", "store"], registry=r)
+        self.results = Counter(
+            "joinlib_results", "Join results emitted by the node at site for a query.",
+            ["site", "query"], registry=r)
+        self.inputs = Counter(
+            "joinlib_input_tuples", "Source tuples of a stream received by the node at its home site.",
+            ["site", "stream"], registry=r)
+        self.late = Counter(
+            "joinlib_late_messages",
+            "Messages that arrived after the allowed delay (max_delay) and were counted as late, per kind.",
+            ["site", "kind"], registry=r)
+        self.lag = Gauge(
+            "joinlib_consumer_lag_messages", "Messages a node's Kafka consumer is behind the end of a topic.",
+            ["site", "topic"], registry=r)
+        self.plan_info = Gauge(
+            "joinlib_plan_info",
+            "Always 1; labels describe the plan currently executed for a query "
+            "(head stream, plan sequence number).",
+            ["query", "head", "sequence"], registry=r)
+        self._children: dict = {}
+
+    def _child(self, metric, *labels):
+        key = (id(metric), labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*labels)
+        return c
+
+    # ------------------------------------------------------------------ Sensor hooks
+    def on_input(self, site: str, stream: str, n: int) -> None:
+        self._child(self.inputs, site, stream).inc(n)
+
+    def on_phase(self, site: str, operator: str, seconds: float) -> None:
+        self._child(self.processing, site, OPERATORS.get(operator, operator)).observe(seconds)
+
+    def on_emit(self, site: str, n: int) -> None:
+        self._child(self.results, site, self.query).inc(n)
+
+    def on_late(self, site: str, kind: str) -> None:
+        self._child(self.late, site, kind).inc()
+
+    def on_window(self, site: str, stream: str, store: str, size: int) -> None:
+        self._child(self.window, site, stream, store).set(size)
+
+    # ------------------------------------------------------------------ service hooks
+    def on_ship(self, src: str, dst: str, kind: str, nbytes: int) -> None:
+        self._child(self.shipped_bytes, src, dst, kind).inc(nbytes)
+        self._child(self.shipped_messages, src, dst, kind).inc()
+
+    def on_transmission(self, src: str, dst: str, kind: str, seconds: float) -> None:
+        self._child(self.transmission, src, dst, kind).observe(max(0.0, seconds))
+
+    def on_naive(self, src: str, dst: str, nbytes: int) -> None:
+        self._child(self.naive_bytes, src, dst).inc(nbytes)
+
+    def set_lag(self, site: str, topic: str, messages: int) -> None:
+        self._child(self.lag, site, topic).set(messages)
+
+    def set_plan(self, query: str, plan) -> None:
+        """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
+        sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere)."""
+        for seq in plan.sequences:
+            text = ",".join(f"{st.stream}:{st.algorithm}" for st in seq.steps)
+            if seq.start:
+                text = f"@{seq.start}/{text}"
+            self.plan_info.labels(query, seq.head, text).set(1)

@@ -1,0 +1,1 @@
+"""The node service: one per site (``python -m services.node --site SITE``)."""

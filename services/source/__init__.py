@@ -1,0 +1,1 @@
+"""The source service: replays stream files into ``src.<query>.<stream>`` (``python -m services.source``)."""
