@@ -149,8 +149,14 @@ def _cmd_gen(args: argparse.Namespace) -> int:
     from .gen import generate
     from .query import load_query
     query = load_query(args.query)
-    args.out.mkdir(parents=True, exist_ok=True)
-    counts = generate(query, args.out, parse_duration(args.duration), args.seed,
+    duration = parse_duration(args.duration)
+    if args.out.exists() and not args.out.is_dir():
+        raise JoinlibError(f"--out {args.out} exists and is not a directory")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise JoinlibError(f"cannot create {args.out}: {e.strerror}") from None
+    counts = generate(query, args.out, duration, args.seed,
                       progress=not args.no_progress and sys.stderr.isatty(), bursts=args.bursts)
     for name, n in counts.items():
         print(f"{args.out / (name + '.jsonl')}: {n} tuples")
