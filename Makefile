@@ -11,7 +11,7 @@ help: ## List the targets
 $(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml
 	@mkdir -p $(STAMP)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
-	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 deps: $(STAMP)/deps ## Install the pinned Python dependencies and joinlib itself
@@ -28,7 +28,7 @@ demo: deps ## Run the example: three routers joined on destination address (embe
 	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); b=json.load(open('data/routers/report-central.json')); \
 		print(f\"greedy plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
 
-test: deps cluster-install ## Run every test (starts its own Kafka broker and Redis server)
+test: deps cluster-install helm-install-tool ## Run every test (starts its own Kafka broker and Redis server)
 	$(PYTHON) -m pytest
 
 test-fast: deps ## Unit and property tests only (no Kafka/Redis)

@@ -115,17 +115,18 @@ env:
     value: {{ .ctx.Values.redis.url | quote }}
 {{- end }}
 {{- with $env }}
-{{ toYaml . }}
+{{ toYaml . | indent 2 }}
 {{- end }}
 {{- end }}
 {{- end -}}
 
-{{/* Probe on the metrics port; (dict "ctx" $ "kind" "liveness"|"readiness" ["path" "/healthz" "port" "http"]) */}}
+{{/* Probe on the metrics port; (dict "ctx" $ "kind" "liveness"|"readiness" ["path" "/healthz"]
+["port" "http"] ["override" (dict "initialDelaySeconds" 120)]); timing from .Values.probes. */}}
 {{- define "joinlib.probe" -}}
 httpGet:
   path: {{ .path | default "/metrics" }}
   port: {{ .port | default "metrics" }}
-{{ toYaml (index .ctx.Values.probes .kind) }}
+{{ toYaml (merge (.override | default dict) (deepCopy (index .ctx.Values.probes .kind))) }}
 {{- end -}}
 
 {{/* Volume mounts for /tmp (read-only root filesystem) and the inline query. */}}
@@ -151,19 +152,19 @@ httpGet:
 
 {{/* Pod-level settings shared by all pods; (dict "ctx" $ "spec" <component values>) */}}
 {{- define "joinlib.podSpecCommon" -}}
-{{- with .ctx.Values.imagePullSecrets }}
-imagePullSecrets:
-{{ toYaml . }}
-{{- end }}
 securityContext:
 {{ toYaml .ctx.Values.podSecurityContext | indent 2 }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+{{ toYaml . | indent 2 }}
+{{- end }}
 {{- with .spec.nodeSelector }}
 nodeSelector:
 {{ toYaml . | indent 2 }}
 {{- end }}
 {{- with .spec.tolerations }}
 tolerations:
-{{ toYaml . }}
+{{ toYaml . | indent 2 }}
 {{- end }}
 {{- with .spec.affinity }}
 affinity:
