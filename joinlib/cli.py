@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also compute the centralized reference join and fail if results differ")
     r.add_argument("--quiet", action="store_true", help="print no report table")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--cluster", nargs="?", const="", metavar="HOST:PORT",
+                   help="run on Kafka, one node service per site (default broker: $KAFKA_BOOTSTRAP_SERVERS; "
+                        "windows in Redis when $REDIS_URL is set)")
+    r.add_argument("--rate-scale", type=float,
+                   help="with --cluster: replay X times faster than event time (default: as fast as possible)")
     r.set_defaults(func=_cmd_run)
 
     g = sub.add_parser("gen", help="generate synthetic streams for a query (the paper's generator)",
@@ -107,6 +112,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     query = load_query(args.query)
     plan = resolve_plan(query, args.plan, args.model)
     streams = load_streams(query, args.data)
+    if args.cluster is not None:
+        from .cluster import cluster_runner
+        run_embedded = cluster_runner(args.cluster, rate_scale=args.rate_scale)
     progress = not args.no_progress and sys.stderr.isatty()
     if args.out:
         _writable(args.out)

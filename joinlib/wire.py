@@ -5,7 +5,7 @@ once, at import.  All encodings are *schemaless* Avro (no container header): the
 are Kafka message values.
 
 * :func:`encode_envelope` / :func:`decode_envelope` -- node-to-node messages
-  (``joinlib.Envelope``, topic ``node.<site>``); :func:`envelope_size` is the exact
+  (``joinlib.Envelope``, topic ``node.<query>.<site>``); :func:`envelope_size` is the exact
   byte count the simulator charges.
 * :func:`encode_source_batch` / :func:`decode_source_batch` -- source tuples
   (``joinlib.SourceBatch``, topic ``src.<query>.<stream>``).
@@ -31,6 +31,7 @@ import fastavro
 from fastavro.schema import UnknownType
 
 from .model import Tup
+from .values import varint
 from .runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch
 
 __all__ = [
@@ -215,13 +216,7 @@ def _varint_slow(n: int) -> bytes:
     """Zig-zag varint of a long (range-checked); the definition the tables follow."""
     if not _LONG_MIN <= n <= _LONG_MAX:
         raise ValueError(f"{n!r} does not fit an Avro long")
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return varint(n)
 
 
 # Varints are assembled from 14-bit chunks: _T14[z] is the varint of z < 2**14

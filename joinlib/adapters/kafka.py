@@ -4,9 +4,10 @@ the services share.
 Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 
 * ``src.<query>.<stream>`` -- source tuples (``wire.SourceBatch``, one message per stream
-  per batch interval), key = stream name;
+  per batch interval), key = stream name, header ``run`` when the replay knows the run;
 * ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope), key = sending
-  site, headers ``sent_ms`` (wall-clock ms at send, for transmission time) and ``kind``;
+  site, headers ``sent_ms`` (wall-clock ms at send, for transmission time), ``kind`` and
+  ``run`` (the run id of the plan, when there is one);
 * ``out.<query>`` -- results (``wire.Result``), key = head stream;
 * ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
 
@@ -27,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .. import wire
+from ..wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 from ..errors import ClusterError
 from ..runtime.messages import Envelope
 
@@ -181,23 +183,63 @@ def ensure_topics(admin: AdminClient, names: Iterable[str], *, partitions: int =
     return created
 
 
+def warm_up(client, topics: Iterable[str], timeout_s: float = 10.0) -> None:
+    """Fetch the metadata of ``topics`` now, so that the first message produced to (or
+    fetched from) each does not wait for a metadata round trip."""
+    for t in topics:
+        try:
+            client.list_topics(t, timeout=timeout_s)
+        except KafkaException:
+            pass  # produce/consume will retry and report
+
+
 def end_offsets(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> dict[str, int]:
-    """High watermark of partition 0 of each topic (the offset the next message will get)."""
-    return {t: consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=timeout_s)[1] for t in topics}
+    """High watermark of partition 0 of each topic (the offset the next message will get).
+    Retries while the client's metadata lags behind (e.g. right after creating the topics)."""
+    out = {}
+    deadline = time.monotonic() + timeout_s
+    for t in topics:
+        while True:
+            try:
+                out[t] = consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=timeout_s)[1]
+                break
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
+                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    KafkaError.LEADER_NOT_AVAILABLE))
+                if not retriable or time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"cannot read the end offset of {t}: "
+                                           f"{err.str() if isinstance(err, KafkaError) else e}") from None
+                time.sleep(0.1)
+    return out
 
 
 def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1) -> list[Message]:
-    """A batch of messages; partition EOF events are skipped, other errors raise."""
+    """What has arrived, up to ``max_messages``: waits at most ``timeout_s`` for the first
+    message, then takes whatever else is already fetched without waiting (``consume(n, t)``
+    alone would wait for n messages or the whole timeout: a hop of latency per call).
+    Partition EOF events and transient errors (broker connection lost: librdkafka reconnects)
+    are skipped, other errors raise :class:`KafkaUnavailable`."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    msgs = [first]
+    if max_messages > 1:
+        msgs += consumer.consume(num_messages=max_messages - 1, timeout=0)
     out = []
-    for m in consumer.consume(num_messages=max_messages, timeout=timeout_s):
+    for m in msgs:
         err = m.error()
         if err is None:
             out.append(m)
-        elif err.code() == KafkaError._PARTITION_EOF:
-            continue
+        elif err.code() in _TRANSIENT or (err.retriable() and not err.fatal()):
+            continue  # librdkafka reconnects / retries by itself
         else:
             raise KafkaUnavailable(f"consumer error on {m.topic()}: {err.str()}")
     return out
+
+
+_TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 
 def headers_of(msg: Message) -> dict[str, bytes]:
@@ -280,14 +322,17 @@ class KafkaTransport:
     """The node's transport on Kafka: ``send(env)`` -> topic ``node.<query>.<dst>``, key = src site.
 
     ``stats[(src, dst, kind)]`` counts messages and value bytes as the simulator does;
-    ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``.
+    ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``; ``run`` (optional) goes in a
+    ``run`` header so that a receiver can drop messages of another run of the same query.
     """
 
-    def __init__(self, producer, query: str, *, sensor=None, clock: Callable[[], float] = now_ms) -> None:
+    def __init__(self, producer, query: str, *, sensor=None, clock: Callable[[], float] = now_ms,
+                 run: Optional[str] = None) -> None:
         self.out = producer if isinstance(producer, Producing) else Producing(producer)
         self.query = query
         self.sensor = sensor
         self.clock = clock
+        self._run = [("run", run.encode())] if run else []
         self.stats: dict[tuple[str, str, str], LinkStats] = defaultdict(LinkStats)
         self._topics: dict[str, str] = {}
         self._keys: dict[str, bytes] = {}
@@ -307,7 +352,7 @@ class KafkaTransport:
         key = self._keys.get(env.src)
         if key is None:
             key = self._keys[env.src] = env.src.encode()
-        headers = [("sent_ms", repr(self.clock()).encode()), ("kind", kind.encode())]
+        headers = [("sent_ms", repr(self.clock()).encode()), ("kind", kind.encode()), *self._run]
         self.out.produce(self.topic(env.dst), value, key, headers)
         if self.sensor is not None:
             self.sensor.on_ship(env.src, env.dst, kind, len(value))
@@ -317,6 +362,11 @@ class KafkaTransport:
 
     def links(self) -> list[dict]:
         return links_to_list(self.stats)
+
+
+def _avro_string(s: str) -> bytes:
+    b = s.encode()
+    return _avro_long(len(b)) + b
 
 
 class KafkaResultSink:
@@ -330,17 +380,28 @@ class KafkaResultSink:
         self.topic = out_topic(query.name)
         self.count = 0
         self._keys = [n.encode() for n in self.names]
+        self._enc_names = [_avro_string(n) for n in self.names]
+        self._lead = [_avro_string(self.query) + _avro_string(n) for n in self.names]
 
     def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
-        names, q, emit_ms, produce = self.names, self.query, int(now), self.out.produce
-        head, key, topic, pname = names[head_pos], self._keys[head_pos], self.topic, names[pos]
-        enc, Result = wire.encode_result, wire.Result
+        # The Avro encoding of wire.Result, assembled from pieces: everything up to the last
+        # map entry is shared by all the results of a row (same bytes encode_result writes,
+        # with the map entry of the last stream written last).
+        produce, key, topic, names = self.out.produce, self._keys[head_pos], self.topic, self._enc_names
+        lead = self._lead[head_pos]
+        L = _avro_long
+        emit_ms = L(int(now))
+        last_name = names[pos]
         for row, tups in groups:
-            head_ts = row[head_pos].ts
-            ids = {names[i]: t.id for i, t in enumerate(row) if t is not None}
+            parts = [lead, L(row[head_pos].ts), emit_ms, L(sum(1 for t in row if t is not None) + 1)]
+            for i, t in enumerate(row):
+                if t is not None:
+                    parts.append(names[i])
+                    parts.append(L(t.id))
+            parts.append(last_name)
+            prefix = b"".join(parts)
             for t in tups:
-                ids[pname] = t.id
-                produce(topic, enc(Result(q, head, head_ts, emit_ms, ids)), key)
+                produce(topic, prefix + L(t.id) + b"\x00", key)
             self.count += len(tups)
 
 

@@ -118,7 +118,9 @@ class PrometheusSensor(Sensor):
 
     def set_plan(self, query: str, plan) -> None:
         """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
-        sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere)."""
+        sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere); the series
+        of an earlier plan are removed."""
+        self.plan_info.clear()
         for seq in plan.sequences:
             text = ",".join(f"{st.stream}:{st.algorithm}" for st in seq.steps)
             if seq.start:

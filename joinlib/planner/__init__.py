@@ -9,9 +9,9 @@ Every planner takes ``(query, model)`` and returns a validated :class:`~joinlib.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
-from ..cost import CostModel, PaperModel, explain, plan_cost, sequence_cost
+from ..cost import CostModel, PaperModel, explain, get_model, plan_cost, sequence_cost
 from ..errors import PlanError
 from ..model import Query
 from ..plan import Plan
@@ -32,13 +32,19 @@ PLANNERS: dict[str, Callable[[Query, CostModel], Plan]] = {
 }
 
 
-def plan_for(name: str, query: Query, model: Optional[CostModel] = None) -> Plan:
-    """Run planner ``name`` (greedy | exhaustive | beam) with ``model`` (default: paper)."""
+def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None) -> Plan:
+    """Run planner ``name`` (greedy | exhaustive | beam) with ``model`` — a
+    :class:`~joinlib.cost.CostModel`, a model name for :func:`~joinlib.cost.get_model`,
+    or None for the paper model."""
     try:
         fn = PLANNERS[name]
     except KeyError:
         raise PlanError(f"unknown planner {name!r} (choose from {', '.join(PLANNERS)})") from None
-    return fn(query, model if model is not None else PaperModel())
+    if model is None:
+        model = PaperModel()
+    elif isinstance(model, str):
+        model = get_model(model)
+    return fn(query, model)
 
 
 __all__ = ["PLANNERS", "plan_for", "greedy", "exhaustive", "beam", "brute_force",

@@ -32,7 +32,7 @@ from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
 from .exhaustive import _better, best_algorithms
 from .greedy import greedy_sequence
 
-DEFAULT_WIDTH = 4
+DEFAULT_WIDTH = 8
 
 
 def _beam_search(query: Query, cache: StepCache, head: str, width: int) -> tuple[Sequence, float]:

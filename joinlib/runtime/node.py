@@ -217,10 +217,10 @@ class Node:
         return {
             "SP-S": [(L, "probe", self._probe_replica)],
             "SP-D": [(L, "ship", self._ship_rows), (D, "probe", self._probe_shipped)],
-            "SM-S1": [(L, "ship", self._ship_keys), (D, "semijoin", self._s1_semijoin),
-                      (L, "probe", self._s1_finish)],
-            "SM-S2": [(L, "probe", self._s2_probe), (D, "semijoin", self._s2_semijoin),
-                      (L, "probe", self._s2_finish)],
+            "SM-S1": [(L, "ship", self._ship_keys), (D, "semijoin", self._semijoin),
+                      (L, "probe", self._semijoin_finish)],
+            "SM-S2": [(L, "probe", self._s2_probe), (D, "semijoin", self._semijoin),
+                      (L, "probe", self._semijoin_finish)],
             "SM-D1": [(L, "ship", self._d1_ship), (D, "probe", self._probe_shipped)],
             "SM-D2": [(L, "ship", self._ship_keys), (D, "semijoin", self._d2_match),
                       (L, "ship", self._d2_ship), (D, "probe", self._d2_finish)],
@@ -375,7 +375,8 @@ class Node:
         self._send(st.home, flow, e, KeyBatch(list(bykey)))
         return True
 
-    def _s1_semijoin(self, st: StepSpec, e: int) -> bool:
+    def _semijoin(self, st: StepSpec, e: int) -> bool:
+        """At the home node (SM-S1, SM-S2): answer the request with ΔW'_2 (non-redundant)."""
         body = self._take(st.flow("req"), e)
         if body is None:
             return False
@@ -383,7 +384,8 @@ class Node:
         self._send(st.loc, st.flow("resp"), e, self.senders[st.replica].semijoin(store, st.key.index, body.keys))
         return True
 
-    def _s1_finish(self, st: StepSpec, e: int) -> bool:
+    def _semijoin_finish(self, st: StepSpec, e: int) -> bool:
+        """Back at the source (SM-S1, SM-S2): store ΔW'_2 in the replica, probe with the waiting rows."""
         body = self._take(st.flow("resp"), e)
         if body is None:
             return False
@@ -407,24 +409,6 @@ class Node:
         self._output(st, e, self._store_join(st, now_rows, rep.store, rep.progress), final=False)
         self.temp[(st.seq_index, st.j, e)] = later
         self._send(st.home, st.flow("req"), e, KeyBatch([k for k in bykey if k in partial_keys]))
-        return True
-
-    def _s2_semijoin(self, st: StepSpec, e: int) -> bool:
-        body = self._take(st.flow("req"), e)
-        if body is None:
-            return False
-        store = self.homes[st.stream].store
-        self._send(st.loc, st.flow("resp"), e, self.senders[st.replica].semijoin(store, body.keys))
-        return True
-
-    def _s2_finish(self, st: StepSpec, e: int) -> bool:
-        body = self._take(st.flow("resp"), e)
-        if body is None:
-            return False
-        rep = self.replicas[st.replica]
-        rep.receive(body)
-        rows = self.temp.pop((st.seq_index, st.j, e))
-        self._output(st, e, self._store_join(st, rows, rep.store, rep.progress))
         return True
 
     # ------------------------------------------------------------------ SM-D1

@@ -112,8 +112,9 @@ class MixedSender(DjaSender):
     def tick(self, epoch: int, batch: Sequence[Tup], dying: Sequence[Tup]) -> DjaUpdate:
         return self._update(batch, dying, [])
 
-    def semijoin(self, store: WindowStore, keys: Iterable[Key]) -> TupleBatch:
-        """ΔW'_2: all tuples of requested keys whose full tuples were not shipped yet."""
+    def semijoin(self, store: WindowStore, index: tuple[int, ...], keys: Iterable[Key]) -> TupleBatch:
+        """ΔW'_2: all tuples of requested keys whose full tuples were not shipped yet
+        (``index`` is always this replica's DJA key)."""
         want = [k for k in keys if (e := self.entries.get(k)) is not None and not e[1]]
         out = []
         for key, kl in store.lookup_many(self.index, want).items():

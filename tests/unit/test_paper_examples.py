@@ -75,9 +75,9 @@ def test_sm_s2_request_ships_all_tuples_of_partial_keys_once():
     store.add_index(IDX)
     store.insert([AY, EX, DX, AZ, FW])
     assert replica.partial_keys([("a",), ("e",), ("q",)]) == {("e",)}
-    resp = home.semijoin(store, [("e",), ("a",)])          # a is already full: not re-shipped
+    resp = home.semijoin(store, IDX, [("e",), ("a",)])          # a is already full: not re-shipped
     assert resp.rows == [(EX,)]
-    assert home.semijoin(store, [("e",)]).rows == []        # the shipped bit is set
+    assert home.semijoin(store, IDX, [("e",)]).rows == []        # the shipped bit is set
     replica.receive(resp)
     assert replica.entries[("e",)] == [1, True]
 

@@ -69,6 +69,7 @@ def test_plan_for_dispatch():
     for name in PLANNERS:
         validate(q, plan_for(name, q))
     assert plan_for("greedy", q) == greedy(q, PaperModel())
+    assert plan_for("exhaustive", q, "bytes") == exhaustive(q, BytesModel())
     with pytest.raises(PlanError, match="unknown planner 'best'.*greedy, exhaustive, beam"):
         plan_for("best", q)
 

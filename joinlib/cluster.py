@@ -1,0 +1,475 @@
+"""Cluster mode: the embedded mode's nodes as real services on Kafka.
+
+:func:`run_cluster` does one run of a plan end to end on a real broker:
+
+1. creates the query's topics (``src.<q>.<stream>``, ``node.<q>.<site>``, ``out.<q>``,
+   ``control``; one partition each) and notes their end offsets;
+2. publishes the plan on ``control`` (kind ``plan``, with a fresh run id and those offsets,
+   so earlier runs of the same query on the same broker are not re-read);
+3. starts one node service per site -- ``python -m services.node --site X --query Q --run R``
+   subprocesses (``mode="process"``, the real deployment) or :class:`NodeService` threads in
+   this process (``mode="thread"``, faster to start; same code path from Kafka on);
+4. once every node has reported (``status``) that it runs the plan, replays the streams into
+   the source topics (the source service's code, in a thread) and publishes ``end``;
+5. consumes ``out.<q>`` into ``sink`` until every node has published ``done`` and every
+   result it announced has arrived; per-link message and byte counts come from the ``done``
+   messages (sender side; measured transfer times from the receiver side).
+
+The report has the shape of :meth:`joinlib.engine.Report.to_dict` where that makes sense.
+The sink sees each result as a one-tuple group; ``now`` is on the event-time axis:
+``(emit_ms - t0) * rate_scale`` where ``t0`` is the wall-clock time event time 0 was replayed
+(fast replay: ``emit_ms - t0``), so ``now - head_ts`` is a latency in event-time ms.
+
+This module imports Kafka (via :mod:`joinlib.adapters`) and the services lazily, inside
+:func:`run_cluster`: importing it costs nothing and needs no I/O library.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional, Union
+
+from .errors import ClusterError
+from .model import Query, Tup
+from .plan import Plan
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODES = ("process", "thread")
+
+
+def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=None, *, bootstrap: str,
+                redis_url: Optional[str] = None, timeout_s: float = 120.0, mode: str = "process",
+                rate_scale: Optional[float] = None, progress: bool = False,
+                metrics_ports: Optional[dict] = None, run_id: Optional[str] = None,
+                python: str = sys.executable, log_dir: Optional[Path] = None,
+                registries: Optional[dict] = None) -> dict:
+    """Run ``plan`` over ``streams`` (a data directory or loaded streams) on the Kafka at
+    ``bootstrap``; results go to ``sink`` (a :class:`~joinlib.runtime.sink.Sink`, or None to
+    only count).  ``rate_scale``: replay X times faster than event time (None: unpaced).
+    ``metrics_ports``: site -> METRICS_PORT for node processes (default: no HTTP server);
+    ``registries``: a dict that receives site -> the node's prometheus CollectorRegistry
+    (thread mode); ``log_dir``: node process logs (default: a temp dir, removed on success).
+    Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
+    if mode not in MODES:
+        raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
+    from .adapters.kafka import (CONTROL_TOPIC, Producing, check_reachable, consume, end_offsets, ensure_topics,
+                                 make_admin, make_consumer, make_producer, out_topic, produce_control_sync,
+                                 query_topics, src_topic, warm_up)
+    from . import wire
+    from .query import query_to_dict
+    if not isinstance(streams, dict):
+        from .data import load_streams
+        streams = load_streams(query, streams)
+    t_begin = time.perf_counter()
+    check_reachable(bootstrap)
+    admin = make_admin(bootstrap)
+    topics = query_topics(query)
+    ensure_topics(admin, topics)
+    run = run_id or uuid.uuid4().hex[:12]
+    consumer = make_consumer(bootstrap, f"joinlib-cluster-{run}")
+    nodes: dict[str, _NodeHandle] = {}
+    try:
+        offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
+        producer = make_producer(bootstrap)
+        payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets}
+        plan_offset = produce_control_sync(producer, query.name, "plan", payload)
+        from confluent_kafka import TopicPartition
+        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
+                         TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
+        own_logs = log_dir is None
+        log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
+        for site in query.sites:
+            nodes[site] = (_start_process if mode == "process" else _start_thread)(
+                site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python, log_dir)
+            if registries is not None and isinstance(nodes[site], _ThreadNode):
+                registries[site] = nodes[site].svc.registry
+        warm_up(producer, [src_topic(query.name, s.name) for s in query.streams])
+        replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
+        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume)
+        replayer.join(5)
+    except BaseException:
+        for h in nodes.values():
+            h.stop()
+        raise
+    finally:
+        consumer.close()
+    for h in nodes.values():
+        h.finish(10.0)
+    if own_logs and mode == "process":
+        shutil.rmtree(log_dir, ignore_errors=True)
+        for h in nodes.values():
+            h.log = None
+    return _report(query, plan, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+
+
+# --------------------------------------------------------------------------- nodes
+
+class _NodeHandle:
+    site: str
+    log: Optional[Path] = None
+
+    def failure(self) -> Optional[str]:
+        """A message if the node died without finishing, else None."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def finish(self, grace: float) -> None:
+        raise NotImplementedError
+
+
+class _ProcessNode(_NodeHandle):
+    def __init__(self, site: str, proc: subprocess.Popen, log: Path) -> None:
+        self.site, self.proc, self.log = site, proc, log
+        self.done = False
+
+    def failure(self) -> Optional[str]:
+        rc = self.proc.poll()
+        if rc is None or (rc == 0 and self.done):
+            return None
+        if rc == 0:
+            return None  # exited cleanly; its done message is on its way
+        return f"node process of site {self.site} exited with status {rc}\n{_tail(self.log)}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def finish(self, grace: float) -> None:
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.stop()
+
+
+def _die_with_parent() -> None:  # in the child, between fork and exec
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _start_process(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ProcessNode:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(KAFKA_BOOTSTRAP_SERVERS=bootstrap, JOINLIB_SITE=site, METRICS_PORT=str(port or 0),
+               PYTHONUNBUFFERED="1")
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    else:
+        env.pop("REDIS_URL", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    log = log_dir / f"node-{site}.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([python, "-m", "services.node", "--site", site, "--query", query, "--run", run,
+                                 "--plan-timeout", "60"],
+                                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    return _ProcessNode(site, proc, log)
+
+
+class _ThreadNode(_NodeHandle):
+    def __init__(self, site: str, svc, stop: threading.Event) -> None:
+        self.site, self.svc, self._stop = site, svc, stop
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._main, name=f"node-{site}", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.svc.run()
+        except BaseException as e:  # reported by failure()
+            self.error = e
+
+    def failure(self) -> Optional[str]:
+        if self.error is None:
+            return None
+        return f"node thread of site {self.site} failed: {type(self.error).__name__}: {self.error}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+
+    def finish(self, grace: float) -> None:
+        self.thread.join(grace)
+        if self.thread.is_alive():
+            self.stop()
+
+
+def _start_thread(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ThreadNode:
+    from prometheus_client import CollectorRegistry
+
+    from services.node.service import NodeService
+    stop = threading.Event()
+    svc = NodeService(site, bootstrap, query=query, run=run, redis_url=redis_url, metrics_port=port,
+                      registry=CollectorRegistry(), stop=stop, plan_timeout_s=60, quiet=True)
+    return _ThreadNode(site, svc, stop)
+
+
+def _tail(path: Optional[Path], lines: int = 15) -> str:
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return f"--- last lines of {path} ---\n" + "\n".join(text[-lines:])
+
+
+# --------------------------------------------------------------------------- sources
+
+class _Replayer(threading.Thread):
+    def __init__(self, out, query, streams, rate_scale, run, progress) -> None:
+        super().__init__(name="replay", daemon=True)
+        self.args = (out, query, streams, rate_scale, run, progress)
+        self.info = None
+        self.error: Optional[BaseException] = None
+        self.t0_ms: Optional[float] = None
+
+    def run(self) -> None:
+        from services.source.replay import replay
+        out, query, streams, rate_scale, run, progress = self.args
+        try:
+            self.info = replay(out, query, streams, rate_scale=rate_scale, run=run, progress=progress)
+        except BaseException as e:
+            self.error = e
+
+
+# --------------------------------------------------------------------------- collecting
+
+class _Results:
+    def __init__(self) -> None:
+        self.count = 0
+        self.head_ts: list[int] = []
+        self.emit_ms: list[int] = []
+        self.done: dict[str, dict] = {}
+        self.status: dict[str, tuple[float, dict]] = {}
+
+
+def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, timeout_s: float, run: str,
+             wire, consume) -> _Results:
+    from .adapters.kafka import CONTROL_TOPIC
+    res = _Results()
+    names = query.names
+    pos_of = {n: i for i, n in enumerate(names)}
+    m = len(names)
+    pending: list = []   # results before the replay start time is known
+    deadline = time.monotonic() + timeout_s
+    expected = None
+    while True:
+        if replayer.ident is None and len(set(res.status) | set(res.done)) == len(nodes):
+            replayer.start()  # every node is up and consuming: start the clock
+        for msg in consume(consumer, 5000, 0.1):
+            if msg.topic() == CONTROL_TOPIC:
+                try:
+                    c = wire.decode_control(msg.value())
+                except ValueError:
+                    continue
+                p = c.payload if isinstance(c.payload, dict) else {}
+                if c.query != query.name or p.get("run") != run:
+                    continue
+                if c.kind == "done":
+                    res.done[p["site"]] = p
+                    h = nodes.get(p["site"])
+                    if h is not None and hasattr(h, "done"):
+                        h.done = True
+                elif c.kind == "status":
+                    res.status[p["site"]] = (time.monotonic(), p)
+                continue
+            res.count += 1
+            if sink is not None:
+                r = wire.decode_result(msg.value())
+                res.head_ts.append(r.head_ts)
+                res.emit_ms.append(r.emit_ms)
+                pending.append(r)
+            else:
+                h, e = _result_times(msg.value())
+                res.head_ts.append(h)
+                res.emit_ms.append(e)
+        if sink is not None and pending and replayer.info is not None:
+            _to_sink(sink, pending, pos_of, m, replayer.info)
+            pending = []
+        if replayer.error is not None:
+            raise ClusterError(f"replaying the sources of {query.name} failed: {replayer.error}")
+        for h in nodes.values():
+            why = h.failure()
+            if why:
+                raise ClusterError(why)
+        if len(res.done) == len(nodes):
+            expected = sum(d["results"] for d in res.done.values())
+            if res.count >= expected and replayer.info is not None:
+                break
+        if time.monotonic() > deadline:
+            raise ClusterError(_timeout_message(query, run, timeout_s, nodes, res, expected))
+    if sink is not None and pending:
+        _to_sink(sink, pending, pos_of, m, replayer.info)
+    if res.count != expected:
+        raise ClusterError(f"{query.name}: received {res.count} results, nodes announced {expected}")
+    return res
+
+
+def _varint_at(b: bytes, i: int) -> tuple[int, int]:
+    z = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        z |= (c & 0x7F) << shift
+        if c < 0x80:
+            return (z >> 1) ^ -(z & 1), i
+        shift += 7
+
+
+def _result_times(b: bytes) -> tuple[int, int]:
+    """(head_ts, emit_ms) of an encoded ``wire.Result`` without decoding it all (the fields
+    follow two strings, ``query`` and ``head``: see schemas/Result.avsc)."""
+    n, i = _varint_at(b, 0)
+    n, i = _varint_at(b, i + n)
+    head_ts, i = _varint_at(b, i + n)
+    emit_ms, _ = _varint_at(b, i)
+    return head_ts, emit_ms
+
+
+def _to_sink(sink, results: list, pos_of: dict, m: int, info) -> None:
+    t0, scale = info.t0_ms, info.rate_scale or 1.0
+    for r in results:
+        row: list = [None] * m
+        head_pos = pos_of[r.head]
+        last = None
+        for name, tid in r.ids.items():
+            p = pos_of[name]
+            row[p] = Tup(p, tid, r.head_ts if p == head_pos else 0, 0, ())
+            if p != head_pos:
+                last = p
+        if last is None:
+            continue
+        t = row[last]
+        row[last] = None
+        sink.emit(head_pos, last, [(tuple(row), [t])], (r.emit_ms - t0) * scale)
+
+
+def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> str:
+    parts = []
+    now = time.monotonic()
+    for site, h in nodes.items():
+        if site in res.done:
+            continue
+        st = res.status.get(site)
+        if st is None:
+            where = "no status message: did the node start?"
+        else:
+            at, p = st
+            where = f"at epoch {p.get('epoch')} of {p.get('last_epoch')}, last status {now - at:.1f}s ago"
+        log = f"; log {h.log}" if h.log else ""
+        parts.append(f"site {site} did not finish ({where}{log})")
+    if not parts:
+        parts.append(f"every node finished but only {res.count} of {expected} results arrived")
+    return f"cluster run of {query.name} (run {run}) timed out after {timeout_s:.0f}s: " + "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- report
+
+def _percentiles(xs: list[float]) -> dict:
+    if not xs:
+        return {}
+    xs = sorted(xs)
+    n = len(xs)
+
+    def q(f: float) -> float:
+        return round(xs[min(n - 1, int(f * n))], 3)
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(xs[-1], 3),
+            "mean": round(sum(xs) / n, 3)}
+
+
+def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _Replayer, run: str, mode: str,
+            wall: float, nodes: dict) -> dict:
+    sent: dict = {}
+    received: dict = {}
+    processing: dict = {}
+    naive: dict = defaultdict(int)
+    for site, d in res.done.items():
+        for ln in d["links"]:
+            sent[(ln["src"], ln["dst"], ln["kind"])] = ln
+        for ln in d["received"]:
+            received[(ln["src"], ln["dst"], ln["kind"])] = ln
+        processing[site] = d.get("processing_s", {})
+        for n in d.get("naive", []):
+            naive[(n["src"], n["dst"])] += n["bytes"]
+    links = []
+    for key in sorted(set(sent) | set(received)):
+        s, r = sent.get(key, {}), received.get(key, {})
+        links.append({"src": key[0], "dst": key[1], "kind": key[2], "messages": s.get("messages", 0),
+                      "bytes": s.get("bytes", 0), "transfer_ms": r.get("transfer_ms", 0.0),
+                      "received_messages": r.get("messages", 0)})
+    all_ts = [t.ts for tups in streams.values() for t in tups]
+    info = replayer.info
+    span = (max(all_ts) - min(all_ts) + 1) if all_ts else 0
+    transmission = sum(ln["transfer_ms"] for ln in links)
+    proc_total = sum(sum(v.values()) for v in processing.values())
+    latency = {}
+    if info is not None and info.rate_scale and res.count:
+        t0, scale = info.t0_ms, info.rate_scale
+        latency = _percentiles([e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms)])
+    return {
+        "mode": "cluster", "node_mode": mode, "run": run,
+        "query": query.name, "plan": plan.to_json(), "results": res.count,
+        "input_tuples": len(all_ts), "duration_ms": span,
+        "bytes": sum(ln["bytes"] for ln in links), "messages": sum(ln["messages"] for ln in links),
+        "transmission_ms": round(transmission, 3),
+        "processing_s": round(proc_total, 6),
+        "execution_s_per_s": round((proc_total + transmission / 1000.0) / (max(span, 1) / 1000.0), 6),
+        "late_messages": sum(d.get("late_messages", 0) for d in res.done.values()),
+        "wall_s": round(wall, 4),
+        "mean_latency_ms": latency.get("mean"),
+        "latency_ms": latency,                      # wall-clock, paced replays only
+        "last_emit_ms": max(res.emit_ms) if res.emit_ms else None,   # wall clock (epoch ms)
+        "links": links,
+        "naive": [{"src": s, "dst": d, "bytes": n} for (s, d), n in sorted(naive.items())],
+        "processing_by_site": processing,
+        "sites": {site: {"results": d["results"], "input_tuples": d.get("input_tuples"), "wall_s": d.get("wall_s"),
+                         "log": str(nodes[site].log) if nodes[site].log else None}
+                  for site, d in sorted(res.done.items())},
+        "replay": info.to_dict() if info is not None else None,
+    }
+
+
+# --------------------------------------------------------------------------- CLI glue
+
+def to_report(d: dict):
+    """A cluster run's dict as an :class:`joinlib.engine.Report` (what ``joinlib run`` prints)."""
+    from .engine import Report
+    return Report(d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
+                  [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
+                  d["late_messages"], d["wall_s"], 0.0, d["mean_latency_ms"])
+
+
+def cluster_runner(bootstrap: Optional[str] = None, **options):
+    """A drop-in for :func:`joinlib.engine.run_embedded` that runs on Kafka instead:
+    ``runner(query, streams, plan, sink, progress=False) -> Report``.  ``bootstrap`` empty or
+    None: ``$KAFKA_BOOTSTRAP_SERVERS``; ``REDIS_URL`` (env) puts the windows in Redis unless
+    ``redis_url`` is given; other options go to :func:`run_cluster` (``rate_scale``, ``mode``,
+    ``timeout_s``)."""
+    bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if not bootstrap:
+        raise ClusterError("--cluster needs a Kafka broker: pass --cluster HOST:PORT or set KAFKA_BOOTSTRAP_SERVERS")
+    options.setdefault("redis_url", os.environ.get("REDIS_URL", "").strip() or None)
+    options = {k: v for k, v in options.items() if v is not None or k == "redis_url"}
+
+    def runner(query, streams, plan, sink, *, progress: bool = False, **_ignored):
+        return to_report(run_cluster(query, streams, plan, sink, bootstrap=bootstrap, progress=progress, **options))
+    return runner

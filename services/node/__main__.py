@@ -1,0 +1,63 @@
+"""``python -m services.node --site SITE [--query NAME] [--run ID] [--serve]``
+
+Env: ``KAFKA_BOOTSTRAP_SERVERS`` (required), ``REDIS_URL`` (windows in Redis if set),
+``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server).
+Errors (Kafka unreachable, bad plan) print one ``error:`` line and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from joinlib.errors import JoinlibError
+
+from ..common import env, error_line
+from .service import NodeService
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m services.node",
+                                 description="Run the join node of one site on Kafka (docs/contracts.md).")
+    ap.add_argument("--site", default=env("JOINLIB_SITE"), help="this node's site (default: $JOINLIB_SITE)")
+    ap.add_argument("--query", help="only run plans of this query (default: any query with a stream here)")
+    ap.add_argument("--run", help="only run the plan with this run id")
+    ap.add_argument("--serve", action="store_true", help="after a plan is done, wait for the next one")
+    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"),
+                    help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    ap.add_argument("--plan-timeout", type=float, help="give up if no plan arrives within this many seconds")
+    ap.add_argument("--connect-timeout", type=float, default=15.0,
+                    help="give up if Kafka does not answer within this many seconds (default 15)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.site:
+        error_line("no site: pass --site SITE or set JOINLIB_SITE")
+        return 2
+    if not args.bootstrap:
+        error_line("no Kafka: set KAFKA_BOOTSTRAP_SERVERS (host:port) or pass --bootstrap")
+        return 2
+    try:
+        port = int(env("METRICS_PORT", "9100"))
+    except ValueError:
+        error_line(f"METRICS_PORT={env('METRICS_PORT')!r} is not a port number")
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=env("REDIS_URL"),
+                      metrics_port=port or None, serve=args.serve, stop=stop,
+                      plan_timeout_s=args.plan_timeout, connect_timeout_s=args.connect_timeout, quiet=args.quiet)
+    try:
+        return svc.run()
+    except JoinlibError as e:
+        error_line(f"node {args.site}: {e}")
+        return 2
+    except OSError as e:  # e.g. the metrics port is taken
+        error_line(f"node {args.site}: {e}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

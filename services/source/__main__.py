@@ -1,0 +1,84 @@
+"""``python -m services.source --query Q.yaml --data DIR [--fast | --rate-scale X] [--run ID]``
+
+Replays every stream of the query into ``src.<query>.<stream>`` (one SourceBatch per batch
+interval, event time preserved; real time by default, X times faster with --rate-scale,
+unpaced with --fast), then publishes ``end {"last_epoch": E}`` on ``control``.
+Env: ``KAFKA_BOOTSTRAP_SERVERS``.  The run id of ``end`` defaults to the latest plan of the
+query on ``control``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from pathlib import Path
+
+from joinlib.errors import JoinlibError
+
+from ..common import ControlLog, env, error_line, info_line, read_control_to_end
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m services.source",
+                                 description="Replay stream files into Kafka (docs/contracts.md).")
+    ap.add_argument("--query", type=Path, required=True, help="query file (YAML)")
+    ap.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
+    pace = ap.add_mutually_exclusive_group()
+    pace.add_argument("--fast", action="store_true", help="send as fast as possible")
+    pace.add_argument("--rate-scale", type=float, default=1.0,
+                      help="replay X times faster than event time (default 1: real time)")
+    ap.add_argument("--run", help="run id for the end message (default: that of the latest plan of the query)")
+    ap.add_argument("--no-end", action="store_true", help="do not publish the end message")
+    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"))
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.bootstrap:
+        error_line("no Kafka: set KAFKA_BOOTSTRAP_SERVERS (host:port) or pass --bootstrap")
+        return 2
+    if not args.fast and args.rate_scale <= 0:
+        error_line("--rate-scale must be positive")
+        return 2
+    try:
+        return _run(args)
+    except JoinlibError as e:
+        error_line(f"source: {e}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args) -> int:
+    from joinlib.adapters.kafka import (Producing, check_reachable, ensure_topics, make_admin, make_consumer,
+                                        make_producer, query_topics)
+    from joinlib.data import load_streams
+    from joinlib.query import load_query
+
+    from .replay import replay
+    query = load_query(args.query)
+    streams = load_streams(query, args.data)
+    check_reachable(args.bootstrap)
+    ensure_topics(make_admin(args.bootstrap), query_topics(query))
+    run = args.run
+    if run is None:
+        consumer = make_consumer(args.bootstrap, f"joinlib-source-{uuid.uuid4().hex[:8]}")
+        try:
+            ctl = read_control_to_end(consumer, ControlLog())
+        finally:
+            consumer.close()
+        rec = ctl.latest_plan(lambda r: r.query == query.name)
+        if rec is None:
+            info_line("source", f"no plan of query {query.name} on 'control' yet: nodes started later read "
+                                f"the source topics from the beginning")
+        else:
+            run = rec.payload.get("run") if isinstance(rec.payload, dict) else None
+    out = Producing(make_producer(args.bootstrap))
+    info = replay(out, query, streams, rate_scale=None if args.fast else args.rate_scale, run=run,
+                  progress=not args.no_progress and sys.stderr.isatty(), end=not args.no_end)
+    info_line("source", f"{query.name}: {info.tuples} tuples in {info.messages} batches ({info.bytes:,} bytes) "
+                        f"in {info.wall_s:.2f}s; last epoch {info.last_epoch}"
+                        + (f"; worst lag behind schedule {info.behind_ms:.0f} ms" if info.rate_scale else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Cluster mode on a real Kafka broker: the same Node code as embedded mode, on real topics.
+
+For every plan: the results written to ``out.<query>`` are exactly the reference join's
+(multiset of (ids by stream position, head ts)), and the messages and bytes per link and
+kind equal those of :func:`joinlib.engine.run_embedded` on the simulated network (the node
+is deterministic, and both count the Avro value bytes of each envelope).
+
+Most runs use node threads (``mode="thread"``: same service code from Kafka on, no
+interpreter start-up); ``test_mixed_plan_with_node_processes`` runs real
+``python -m services.node`` subprocesses, the deployment shape.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from joinlib import plan as plans
+from joinlib.cluster import run_cluster
+from joinlib.data import load_streams
+from joinlib.engine import run_embedded
+from joinlib.gen import generate
+from joinlib.query import load_query, parse_query, query_to_dict
+from joinlib.reference import reference_join
+from joinlib.runtime.sink import CollectingSink, CountingSink
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 90
+
+
+def _scaled(path: Path, factor: float, name: str):
+    d = query_to_dict(load_query(path))
+    for spec in d["streams"].values():
+        spec["rate"] = spec["rate"] * factor
+    d["name"] = name
+    return parse_query(d, f"{path.name} (rates x{factor})")
+
+
+def _dataset(tmp_path_factory, path: Path, factor: float, duration_ms: int, seed: int):
+    query = _scaled(path, factor, f"it_{path.stem}")
+    out = tmp_path_factory.mktemp(path.stem)
+    generate(query, out, duration_ms, seed)
+    streams = load_streams(query, out)
+    return query, out, streams, reference_join(query, streams)
+
+
+@pytest.fixture(scope="module")
+def routers(tmp_path_factory):
+    # examples/routers.yaml at half its rates: 2 s, ~100 tuples per stream, ~10k results
+    return _dataset(tmp_path_factory, REPO / "examples" / "routers.yaml", 0.5, 2000, seed=11)
+
+
+@pytest.fixture(scope="module")
+def star4(tmp_path_factory):
+    # 4 sites, time and tuple windows, a slow link; rates / 4 for 2 s
+    return _dataset(tmp_path_factory, REPO / "examples" / "star4.yaml", 0.25, 2000, seed=5)
+
+
+def _links(report: dict) -> list[tuple]:
+    return [(ln["src"], ln["dst"], ln["kind"], ln["messages"], ln["bytes"]) for ln in report["links"]]
+
+
+def _run_and_check(dataset, plan, bootstrap, **kw) -> dict:
+    query, _, streams, want = dataset
+    sink = CollectingSink(query)
+    report = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, timeout_s=TIMEOUT_S, **kw)
+    got = Counter((ids, ts) for ids, ts, _ in sink.results)
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (
+        f"plan {plan.to_json()}: {sum(missing.values())} missing, {sum(extra.values())} extra or duplicated; "
+        f"e.g. missing {list(missing.items())[:3]}, extra {list(extra.items())[:3]}")
+    assert report["results"] == sum(want.values()) > 0
+    embedded = run_embedded(query, streams, plan, CountingSink()).to_dict()
+    assert _links(report) == _links(embedded), "per-link message/byte counts differ from the simulator's"
+    assert report["bytes"] == embedded["bytes"] and report["messages"] == embedded["messages"]
+    assert report["input_tuples"] == embedded["input_tuples"]
+    for ln in report["links"]:  # every message sent was received by its destination node
+        assert ln["received_messages"] == ln["messages"], ln
+    return report
+
+
+@pytest.mark.parametrize("algorithm", plans.ALGORITHMS)
+def test_uniform_plan_is_exact_and_ships_the_simulated_bytes(routers, kafka_bootstrap, algorithm):
+    query = routers[0]
+    _run_and_check(routers, plans.uniform(query, algorithm), kafka_bootstrap, mode="thread")
+
+
+MIXED_ROUTERS = {
+    "S1": [["S2", "SM-S1"], ["S3", "SP-D"]],
+    "S2": [["S1", "SM-D2"], ["S3", "SM-S2"]],
+    "S3": [["S2", "SP-S"], ["S1", "SM-D1"]],
+}
+
+MIXED_STAR4 = {
+    "S1": [["S2", "SM-S2"], ["S3", "SM-D1"], ["S4", "SP-D"]],
+    "S2": [["S1", "SM-S1"], ["S3", "SM-D2"], ["S4", "SP-S"]],
+    "S3": {"start": "hub", "steps": [["S1", "SP-S"], ["S2", "SP-S"], ["S4", "SP-S"]]},
+    "S4": [["S1", "SM-D2"], ["S3", "SM-S1"], ["S2", "SP-D"]],
+}
+
+
+def test_mixed_plan_with_node_processes(routers, kafka_bootstrap):
+    """Real `python -m services.node` subprocesses, one per site."""
+    query = routers[0]
+    report = _run_and_check(routers, plans.from_json(query, MIXED_ROUTERS), kafka_bootstrap, mode="process")
+    assert report["node_mode"] == "process"
+    assert set(report["sites"]) == set(query.sites)
+
+
+def test_mixed_four_way_plan(star4, kafka_bootstrap):
+    query = star4[0]
+    report = _run_and_check(star4, plans.from_json(query, MIXED_STAR4), kafka_bootstrap, mode="thread")
+    assert {ln["src"] for ln in report["links"]} == set(query.sites)
+
+
+def test_paced_replay_reports_latency_and_metrics(routers, kafka_bootstrap):
+    """Replay at 4x event time; Prometheus metrics of every node agree with the report."""
+    from prometheus_client import generate_latest
+
+    query = routers[0]
+    registries: dict = {}
+    report = _run_and_check(routers, plans.uniform(query, "SM-S2"), kafka_bootstrap, mode="thread",
+                            rate_scale=4.0, registries=registries)
+    lat = report["latency_ms"]
+    assert lat and 0 < lat["p50"] <= lat["p99"] <= lat["max"] < 10_000
+    assert set(registries) == set(query.sites)
+    shipped, received = Counter(), Counter()
+    for site, reg in registries.items():
+        text = generate_latest(reg).decode()
+        for name in ("joinlib_transmission_seconds_bucket", "joinlib_processing_seconds_bucket",
+                     "joinlib_shipped_bytes_total", "joinlib_shipped_messages_total", "joinlib_naive_bytes_total",
+                     "joinlib_window_tuples", "joinlib_results_total", "joinlib_input_tuples_total",
+                     "joinlib_consumer_lag_messages", "joinlib_plan_info"):
+            assert name in text, f"{name} missing from node {site}'s metrics"
+        for fam in reg.collect():
+            for s in fam.samples:
+                if s.name == "joinlib_shipped_bytes_total":
+                    shipped[(s.labels["src"], s.labels["dst"], s.labels["kind"])] += s.value
+                elif s.name == "joinlib_transmission_seconds_count":
+                    received[(s.labels["src"], s.labels["dst"], s.labels["kind"])] += s.value
+                elif s.name == "joinlib_processing_seconds_count":
+                    assert s.labels["operator"] in {"tick", "probe", "semijoin", "sync", "ship"}
+                elif s.name == "joinlib_results_total":
+                    assert s.labels == {"site": site, "query": query.name}
+                    assert s.value == report["sites"][site]["results"]
+    assert shipped == Counter({(ln["src"], ln["dst"], ln["kind"]): ln["bytes"] for ln in report["links"]})
+    assert received == Counter({(ln["src"], ln["dst"], ln["kind"]): ln["messages"] for ln in report["links"]})
+
+
+def test_redis_windows(routers, kafka_bootstrap, redis_url, redis_client):
+    """Windows and replicas in Redis: same results, same bytes; the run's keys are gone afterwards."""
+    pytest.importorskip("joinlib.adapters.redis_store", reason="Redis window store adapter not available yet")
+    query = routers[0]
+
+    def evalsha_calls() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = evalsha_calls()
+    report = _run_and_check(routers, plans.from_json(query, MIXED_ROUTERS), kafka_bootstrap, mode="thread",
+                            redis_url=redis_url)
+    assert evalsha_calls() - before > 100, "the nodes did not use the Redis window store"
+    assert not list(redis_client.scan_iter(match="{joinlib:%s:%s/*" % (query.name, report["run"]), count=1000))
+
+
+def test_services_fail_with_one_error_line_when_kafka_is_unreachable(tmp_path):
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "METRICS_PORT": "0",
+           "PYTHONPATH": str(REPO)}
+    node = subprocess.run([sys.executable, "-m", "services.node", "--site", "r1", "--connect-timeout", "2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert node.returncode == 2
+    assert node.stderr.startswith("error: ") and "Traceback" not in node.stderr
+    assert "127.0.0.1:1" in node.stderr and "unreachable" in node.stderr
+    src = subprocess.run([sys.executable, "-m", "services.source", "--query", str(REPO / "examples" / "routers.yaml"),
+                          "--data", str(tmp_path), "--fast"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert src.returncode == 2 and src.stderr.startswith("error: ") and "Traceback" not in src.stderr
+
+
+def test_timeout_names_the_sites_that_did_not_finish(routers, kafka_bootstrap):
+    """A node that never starts (its site's process is missing) is named in the error."""
+    from joinlib.errors import ClusterError
+
+    query, _, streams, _ = routers
+    # drop the plan of one site by running a query copy whose r3 node is never started
+    import joinlib.cluster as cluster
+
+    real = cluster._start_thread
+
+    def start(site, *a, **kw):
+        if site == "r3":
+            return _Absent(site)
+        return real(site, *a, **kw)
+
+    cluster._start_thread = start
+    try:
+        with pytest.raises(ClusterError, match=r"site r3 did not finish \(no status message"):
+            run_cluster(query, streams, plans.uniform(query, "SP-S"), None, bootstrap=kafka_bootstrap,
+                        mode="thread", timeout_s=6)
+    finally:
+        cluster._start_thread = real
+
+
+class _Absent:
+    log = None
+
+    def __init__(self, site):
+        self.site = site
+
+    def failure(self):
+        return None
+
+    def stop(self):
+        pass
+
+    def finish(self, grace):
+        pass
