@@ -1,6 +1,6 @@
 """Smoke tests of the integration infrastructure: a real Kafka broker and a real Redis server.
 
-They prove the fixtures in conftest.py hand out working services (whatever their source) and
+They prove the fixtures in tests/cluster_fixtures.py hand out working services (whatever their source) and
 exercise exactly the client features joinlib relies on: topic admin, keyed produce with
 headers and timestamps, group and manual-assignment consumption, Redis pipelines and Lua
 scripts via EVALSHA.
