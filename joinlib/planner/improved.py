@@ -28,7 +28,7 @@ from typing import Iterator, Optional
 
 from ..cost import CostModel, SeqState, StepCache, frontier, get_model, plan_cost
 from ..model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
-from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
+from ..plan import Plan, Sequence, Step, validate
 from .exhaustive import _better, best_algorithms
 from .greedy import greedy_sequence
 

@@ -206,18 +206,22 @@ class MixedReplica(DjaReplica):
         self.store = store
         self.progress = Progress() if not stream.window.is_time else None
         self._sf: dict[Key, list[Tup]] = {}
-        self._gone: list[Tup] = []
+        self._expire: dict[Key, int] = {}
 
     def apply(self, epoch: int, body: DjaUpdate) -> None:
         self._sf = {}
         for t in body.sf:
             self._sf.setdefault(project(t, self.index), []).append(t)
-        self._gone = []
+        self._expire: dict[Key, int] = {}
         super().apply(epoch, body)
         if self._sf:
             raise RuntimeError(f"s_F of {self.stream.name} names keys the replica holds no full tuples of")
-        self._gone.sort(key=lambda t: t.seq)
-        self.store.remove_oldest(self._gone)
+        # One store call each for the new and the expired tuples (a round trip each on Redis).
+        self.store.insert(sorted(body.sf, key=lambda t: t.seq))
+        gone = [t for key, kl in self.store.lookup_many(self.index, self._expire).items()
+                for t in kl.live()[:self._expire[key]]]
+        gone.sort(key=lambda t: t.seq)
+        self.store.remove_oldest(gone)
         if self.progress is not None:
             self.progress.add_epoch(epoch, body.arrivals)
             self.progress.prune(epoch)
@@ -225,11 +229,10 @@ class MixedReplica(DjaReplica):
     def _settle(self, key: Key, entry: list, p: int) -> None:
         if not entry[1]:
             return
-        new = self._sf.pop(key, [])
-        self.store.insert(new)
-        k = entry[0] + len(new) - p  # Algorithm 9, line 36
+        q = len(self._sf.pop(key, ()))
+        k = entry[0] + q - p  # Algorithm 9, line 36: expired full tuples of this key
         if k:
-            self._gone.extend(self.store.lookup(self.index, key).live()[:k])
+            self._expire[key] = k
         entry[0] = p  # partial entries keep c = 0: M_2 holds none of their full tuples
 
     def partial_keys(self, keys: Iterable[Key]) -> set[Key]:
@@ -239,7 +242,7 @@ class MixedReplica(DjaReplica):
         """ΔW'_2 arrived: the requested entries become full."""
         tups = [r[0] for r in body.rows]
         self.store.insert(tups)
-        for key in {project(t, self.index) for t in tups}:
+        for key, kl in self.store.lookup_many(self.index, {project(t, self.index) for t in tups}).items():
             e = self.entries[key]
             e[1] = True
-            e[0] = len(self.store.lookup(self.index, key))
+            e[0] = len(kl)
