@@ -186,7 +186,7 @@ class Node:
                 sched.append(((1, r.id, 0), "sync", partial(self._apply, r)))
         for si, seq in enumerate(pp.plan.sequences):
             if pp.starts[seq.head] == site:
-                sched.append(((2, si, 0), "start", partial(self._start, seq.head, si)))
+                sched.append(((2, si, 0), "tick", partial(self._start, seq.head, si)))
         lanes: dict[tuple, _Lane] = {}
         for st in pp.steps:
             self._add_indexes(st)
