@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -91,6 +92,21 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--explain", action="store_true", help="also print the estimated cost of each step")
     pl.add_argument("--out", type=Path, help="write the plan JSON here instead of stdout")
     pl.set_defaults(func=_cmd_plan)
+
+    sm = sub.add_parser("submit", help="submit a query to the planner service (cluster mode)",
+                        description="Send QUERY to the planner service, which plans it and publishes the plan "
+                                    "to every node service; then replay the sources with services.source.")
+    sm.add_argument("query", type=Path)
+    sm.add_argument("--planner", default="greedy", help="greedy | exhaustive | beam | central | an algorithm")
+    sm.add_argument("--model", default="paper", help="cost model: paper | bytes")
+    sm.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"),
+                    help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
+    sm.set_defaults(func=_cmd_submit)
+
+    stt = sub.add_parser("status", help="show the state of submitted queries (cluster mode)")
+    stt.add_argument("name", nargs="?", help="one query (default: all)")
+    stt.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"))
+    stt.set_defaults(func=_cmd_status)
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
                        description="The naive centralized join that defines the correct output; "
@@ -192,6 +208,43 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                   f"est. {row['cost']:.6f} s/s  (input rate {row['rate']:.1f}/s at {row['site']})")
         print(f"  estimated plan cost: {total:.6f} s per s of stream time ({args.model} model)")
     return 0
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from urllib.parse import urlencode
+    try:
+        text = args.query.read_text()
+    except OSError as e:
+        raise JoinlibError(f"{args.query}: {e.strerror}") from None
+    url = f"{args.url.rstrip('/')}/queries?{urlencode({'planner': args.planner, 'model': args.model})}"
+    out = _http(url, text.encode())
+    print(f"query {out['query']} planned, run {out['run']}:")
+    print(json.dumps(out["plan"], indent=2))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    url = f"{args.url.rstrip('/')}/queries" + (f"/{args.name}" if args.name else "")
+    print(json.dumps(_http(url), indent=2))
+    return 0
+
+
+def _http(url: str, data: Optional[bytes] = None):
+    """GET (or POST ``data``) a planner-service URL; errors become one clear line."""
+    from urllib.error import HTTPError, URLError
+    from urllib.request import Request, urlopen
+    try:
+        with urlopen(Request(url, data=data, method="POST" if data is not None else "GET"), timeout=60) as r:
+            return json.loads(r.read())
+    except HTTPError as e:
+        try:
+            msg = json.loads(e.read()).get("error", e.reason)
+        except ValueError:
+            msg = e.reason
+        raise JoinlibError(f"planner service: {msg}") from None
+    except (URLError, OSError) as e:
+        raise JoinlibError(f"cannot reach the planner service at {url}: {getattr(e, 'reason', e)} "
+                           "(start it with 'python -m services.planner', or set --url)") from None
 
 
 def _cmd_reference(args: argparse.Namespace) -> int:

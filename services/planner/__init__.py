@@ -1,0 +1,1 @@
+"""The planner service: accepts queries, plans them, publishes the plan on ``control``."""

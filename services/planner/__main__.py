@@ -1,0 +1,48 @@
+"""``python -m services.planner``: the planner service (HTTP API on PLANNER_PORT, metrics on METRICS_PORT)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from services.common import env, error_line, info_line
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m services.planner",
+                                 description="Accepts queries (POST /queries, or 'joinlib submit'), plans them with "
+                                             "joinlib's planners and publishes each plan on the control topic, "
+                                             "where every node service takes its share.")
+    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"))
+    ap.add_argument("--port", type=int, default=int(env("PLANNER_PORT", "8080")))
+    ap.add_argument("--metrics-port", type=int, default=int(env("METRICS_PORT", "9100")))
+    args = ap.parse_args(argv)
+    from prometheus_client import CollectorRegistry, start_http_server
+    from joinlib.adapters.kafka import check_reachable
+    from joinlib.adapters.prometheus import PrometheusSensor
+    from joinlib.errors import JoinlibError
+    from .service import PlannerService, serve
+    try:
+        check_reachable(args.bootstrap)
+        registry = CollectorRegistry()
+        service = PlannerService(args.bootstrap, sensor=PrometheusSensor(registry))
+        start_http_server(args.metrics_port, registry=registry)
+        server = serve(service, args.port)
+    except (JoinlibError, OSError) as e:
+        error_line(f"planner: {e}")
+        return 2
+    info_line("planner", f"listening on :{args.port} (metrics :{args.metrics_port}), Kafka {args.bootstrap}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

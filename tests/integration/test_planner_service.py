@@ -1,0 +1,110 @@
+"""The deployed flow: planner service <- `joinlib submit`; node services take the plan; the
+source service replays; results on out.<query> equal the reference join; status says done."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from joinlib import wire
+from joinlib.cli import main as cli
+from joinlib.data import load_streams
+from joinlib.gen import generate
+from joinlib.query import load_query
+from joinlib.reference import reference_join
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def planner(kafka_bootstrap):
+    from prometheus_client import CollectorRegistry
+    from joinlib.adapters.prometheus import PrometheusSensor
+    from services.planner.service import PlannerService, serve
+    registry = CollectorRegistry()
+    svc = PlannerService(kafka_bootstrap, sensor=PrometheusSensor(registry))
+    port = _free_port()
+    server = serve(svc, port)
+    yield f"http://127.0.0.1:{port}", svc, registry
+    server.shutdown()
+    svc.close()
+
+
+def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from services.node.service import NodeService
+    from services.source.__main__ import main as source_main
+    url, svc, registry = planner
+    text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: plsvc{int(time.time())}")
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text(text)
+    query = load_query(qfile)
+    generate(query, tmp_path / "data", 1500, seed=5)
+    streams = load_streams(query, tmp_path / "data")
+
+    assert cli(["submit", str(qfile), "--planner", "SM-S1", "--url", url]) == 0
+    assert f"query {query.name} planned" in capsys.readouterr().out
+    st = svc.status(query.name)
+    assert st["state"] == "running" and st["plan"]["S1"] == [["S2", "SM-S1"], ["S3", "SM-S1"]]
+    assert 'joinlib_plan_info{' in generate_latest(registry).decode()
+
+    stop = threading.Event()
+    nodes = [NodeService(site, kafka_bootstrap, query=query.name, registry=CollectorRegistry(), stop=stop,
+                         plan_timeout_s=60, quiet=True) for site in query.sites]
+    threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    try:
+        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
+                            "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
+        deadline = time.monotonic() + 120
+        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        st = svc.status(query.name)
+        assert st["state"] == "done", st
+        assert sum(s["results"] for s in st["sites"].values()) == sum(reference_join(query, streams).values())
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert cli(["status", query.name, "--url", url]) == 0
+    assert '"state": "done"' in capsys.readouterr().out
+    assert _results(kafka_bootstrap, query) == Counter(
+        {(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
+
+
+def test_bad_submissions_are_400_with_the_reason(planner, capsys):
+    url, _, _ = planner
+    assert cli(["submit", str(ROOT / "examples" / "routers.yaml"), "--planner", "nonsense", "--url", url]) == 2
+    assert "unknown plan 'nonsense'" in capsys.readouterr().err
+
+
+def _results(bootstrap: str, query) -> Counter:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from joinlib.adapters.kafka import consume, end_offsets, make_consumer, out_topic
+    consumer = make_consumer(bootstrap, f"check-{query.name}")
+    topic = out_topic(query.name)
+    end = end_offsets(consumer, [topic])[topic]
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    pos, got = {s.name: s.pos for s in query.streams}, Counter()
+    seen, deadline = 0, time.monotonic() + 60
+    while seen < end and time.monotonic() < deadline:
+        for m in consume(consumer, 5000, 0.5):
+            r = wire.decode_result(m.value())
+            ids = [None] * len(pos)
+            for name, i in r.ids.items():
+                ids[pos[name]] = i
+            got[(tuple(ids), r.head_ts)] += 1
+            seen = m.offset() + 1
+    consumer.close()
+    return got
