@@ -181,7 +181,19 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
         out.sort(key=attrgetter("ts", "id"))
         for i, t in enumerate(out):
             t.seq = i
+    _encode_at_source(path, out)
     return out
+
+
+def _encode_at_source(path: Path, tups: list[Tup]) -> None:
+    """Encode every tuple once, here at its source, as the source service does for Kafka: the
+    engine then ships these bytes as they are (:func:`joinlib.wire.encode_tuple`)."""
+    from .wire import encode_tuple
+    for t in tups:
+        try:
+            encode_tuple(t)
+        except (TypeError, ValueError) as e:
+            raise DataError(f"{path}: tuple id {t.id}: cannot encode its join attributes ({e})") from None
 
 
 class _Layout:

@@ -33,6 +33,11 @@ class KeySpec:
     sources: tuple[Slot, ...]
     checks: tuple[tuple[Slot, Slot], ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.checks and len(self.sources) == 1:  # the common case, on the hot path
+            (p, i), = self.sources
+            object.__setattr__(self, "probe_key", lambda row: (row[p].key[i],))
+
     def probe_key(self, row: tuple) -> Optional[tuple]:
         """The key to look up for ``row``, or None if the row's own values disagree."""
         for (p1, i1), (p2, i2) in self.checks:

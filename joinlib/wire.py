@@ -44,6 +44,7 @@ __all__ = [
     "encode_envelope",
     "decode_envelope",
     "envelope_size",
+    "encode_tuple",
     "encode_source_batch",
     "decode_source_batch",
     "encode_result",
@@ -329,19 +330,25 @@ def _tup_head(pos: int, id: int, ts: int, seq: int, key: tuple) -> bytes:
     return h + _ZERO
 
 
+def encode_tuple(t: Tup) -> bytes:
+    """The Avro ``joinlib.BaseTuple`` encoding of ``t``, cached in ``t.wire``: a tuple is
+    encoded once — at its source — however many times it is shipped."""
+    w = t.wire
+    if w is None:
+        rest = t.rest
+        n = len(rest)
+        w = t.wire = (_tup_head(t.pos, t.id, t.ts, t.seq, t.key)
+                      + (_SMALL[n] if n < _NSMALL else _long(n)) + rest)
+    return w
+
+
 def _put_tups(ap, tups) -> None:
     """Append an array of joinlib.BaseTuple."""
     if tups:
         n = len(tups)
         ap(_SMALL[n] if n < _NSMALL else _long(n))
         for t in tups:
-            w = t.wire
-            if w is None:
-                rest = t.rest
-                n = len(rest)
-                w = t.wire = (_tup_head(t.pos, t.id, t.ts, t.seq, t.key)
-                              + (_SMALL[n] if n < _NSMALL else _long(n)) + rest)
-            ap(w)
+            ap(t.wire or encode_tuple(t))
     ap(_ZERO)
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import itemgetter
+from operator import itemgetter, lt
 from typing import Callable, Iterable, Optional, Sequence
 
 from ..model import Tup
@@ -14,15 +14,16 @@ class MemoryWindowStore:
 
     def __init__(self) -> None:
         self._all = KeyList()  # every stored tuple, seq order
-        self._indexes: dict[Index, tuple[dict[tuple, KeyList], Callable]] = {}
+        self._indexes: dict[Index, tuple[dict[tuple, KeyList], Callable]] = {}  # index -> (table, projector)
 
     def add_index(self, index: Index) -> None:
         if index in self._indexes:
             return
         table: dict[tuple, KeyList] = {}
         proj = projector(index)
-        for t in self._all.live():
-            _entry(table, proj(t.key)).append(t)
+        live = self._all.live()
+        for t, k in zip(live, _keys(live, proj)):
+            _entry(table, k).append(t)
         self._indexes[index] = (table, proj)
 
     def insert(self, tups: Sequence[Tup]) -> None:
@@ -30,13 +31,13 @@ class MemoryWindowStore:
             return
         all_ = self._all
         last = all_.seq[-1] if len(all_) else -1
-        if all(a.seq < b.seq for a, b in zip(tups, tups[1:])) and tups[0].seq > last:
+        seqs = [t.seq for t in tups]
+        if seqs[0] > last and all(map(lt, seqs, seqs[1:])):  # the usual case: a new batch, in order
             all_.ts.extend([t.ts for t in tups])
-            all_.seq.extend([t.seq for t in tups])
+            all_.seq.extend(seqs)
             all_.tups.extend(tups)
             for table, proj in self._indexes.values():
-                for t in tups:
-                    k = proj(t.key)
+                for t, k in zip(tups, _keys(tups, proj)):
                     kl = table.get(k)
                     if kl is None:
                         kl = table[k] = KeyList()
@@ -50,7 +51,7 @@ class MemoryWindowStore:
             if len(all_) == n:
                 continue
             for table, proj in self._indexes.values():
-                _entry(table, proj(t.key)).insert(t)
+                _entry(table, _keys((t,), proj)[0]).insert(t)
 
     def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
         return self._indexes[index][0].get(key)
@@ -64,8 +65,7 @@ class MemoryWindowStore:
         if gone:
             for table, proj in self._indexes.values():
                 counts: dict[tuple, int] = {}
-                for t in gone:
-                    k = proj(t.key)
+                for k in _keys(gone, proj):
                     counts[k] = counts.get(k, 0) + 1
                 for k, n in counts.items():  # the purged tuples are the oldest of each key
                     kl = table[k]
@@ -80,8 +80,7 @@ class MemoryWindowStore:
             return
         doomed = {t.seq for t in tups}
         for table, proj in self._indexes.values():
-            for t in tups:
-                k = proj(t.key)
+            for t, k in zip(tups, _keys(tups, proj)):
                 kl = table[k]
                 assert kl.seq[kl.lo] == t.seq, "remove_oldest: not the oldest tuple of its key"
                 kl.pop_oldest()
@@ -105,16 +104,34 @@ class MemoryWindowStore:
         return len(self._all)
 
 
+class _Prefix:
+    """Projection on the first n key attributes; the identity when a stream has exactly n."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, key: tuple) -> tuple:
+        return key if len(key) == self.n else key[:self.n]
+
+
 def projector(index: Index) -> Callable[[tuple], tuple]:
-    """A fast function key -> key[index] (identity when the index covers the whole key prefix)."""
+    """A function key -> the values at ``index``."""
+    if index == tuple(range(len(index))):
+        return _Prefix(len(index))
     if len(index) == 1:
         i = index[0]
-        return lambda key: (key[i],) if len(key) != 1 else key
-    if index == tuple(range(len(index))):
-        n = len(index)
-        return lambda key: key if len(key) == n else key[:n]
+        return lambda key: (key[i],)
     get = itemgetter(*index)
     return lambda key: get(key)
+
+
+def _keys(tups: Sequence[Tup], proj: Callable[[tuple], tuple]) -> list:
+    """The index keys of ``tups`` (one stream: all keys have the same length)."""
+    if type(proj) is _Prefix and tups and len(tups[0].key) == proj.n:
+        return [t.key for t in tups]
+    return [proj(t.key) for t in tups]
 
 
 def _entry(table: dict[tuple, KeyList], key: tuple) -> KeyList:
