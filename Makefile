@@ -28,7 +28,7 @@ demo: deps ## Run the example: three routers joined on destination address (embe
 	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); b=json.load(open('data/routers/report-central.json')); \
 		print(f\"greedy plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
 
-test: deps cluster-install helm-install-tool ## Run every test (starts its own Kafka broker and Redis server)
+test: deps cluster-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
 	$(PYTHON) -m pytest
 
 test-fast: deps ## Unit and property tests only (no Kafka/Redis)
@@ -42,3 +42,4 @@ clean: ## Remove generated data and caches
 
 -include infra/infra.mk
 -include deploy.mk
+-include spark.mk

@@ -10,7 +10,7 @@ results are produced to ``out.<query>`` as ``Result`` messages with a known late
   head and window equal the reference join's counts and the latencies' mean/max/percentiles; the
   second run continues from the checkpoint without counting anything twice.
 * ``audit_job`` finds no difference on ``out.<query>`` and exactly the injected missing,
-  duplicated, extra and malformed results on a damaged copy.
+  duplicated, extra, relabelled and malformed results on a damaged copy.
 
 Spark itself is required: when pyspark, Java or the connector jars are missing these tests fail
 with what to run (``make spark-deps``); they are never skipped.
@@ -234,7 +234,9 @@ def test_audit_detects_missing_duplicated_extra_and_malformed(spark_ready, datas
     twice, thrice = results[10], results[n // 3]
     ids, ts, head = results[n // 4]
     extra = (ids, ts + 1, head)  # right tuples, wrong head_ts: not a result of the join
-    keep = [r for r in results if r not in dropped] + [twice, thrice, thrice, extra]
+    relabel = results[n // 5]
+    relabeled = (relabel[0], relabel[1], next(s for s in names if s != relabel[2]))  # delivered, wrong head
+    keep = [r for r in results if r not in dropped and r != relabel] + [relabeled, twice, thrice, thrice, extra]
     damaged = make_topic("out-damaged")
     msgs = _result_messages(query, keep) + [(b"S1", b"\x01", None)]  # negative string length: undecodable
     _produce(kafka_bootstrap, damaged, msgs)
@@ -247,7 +249,9 @@ def test_audit_detects_missing_duplicated_extra_and_malformed(spark_ready, datas
     assert report["ok"] is False
     assert (report["expected"], report["delivered"]) == (n, n - 3 + 4)
     assert (report["missing"], report["duplicated"], report["extra"]) == (3, 3, 1)
-    assert (report["wrong_head"], report["malformed"], report["foreign"]) == (0, 1, 0)
+    assert (report["wrong_head"], report["malformed"], report["foreign"]) == (1, 1, 0)
+    [w] = report["examples"]["wrong_head"]
+    assert (w["head_ts"], w["expected_head"], w["heads"]) == (relabel[1], relabel[2], {relabeled[2]: 1})
     missing = {(tuple(e["ids"][s] for s in names), e["head_ts"]) for e in report["examples"]["missing"]}
     assert missing == {(i, t) for i, t, _ in dropped}
     assert {(tuple(e["ids"][s] for s in names), e["head_ts"]) for e in report["examples"]["extra"]} == {extra[:2]}
@@ -256,13 +260,18 @@ def test_audit_detects_missing_duplicated_extra_and_malformed(spark_ready, datas
         per_window[t // WINDOW_MS * WINDOW_MS] += 1
     assert {w["window_start_ms"]: w["missing"] for w in report["windows"] if w["missing"]} == dict(per_window)
     bad = {w["window_start_ms"] for w in report["windows"] if not w["ok"]}
-    assert bad == set(per_window) | {t // WINDOW_MS * WINDOW_MS for _, t, _ in (twice, thrice, extra)}
+    assert bad == set(per_window) | {t // WINDOW_MS * WINDOW_MS for _, t, _ in (twice, thrice, extra, relabeled)}
 
 
 def test_missing_connectors_fail_with_the_setup_command(tmp_path):
-    """Without the connector jars a job exits 2 with `make spark-deps` (no JVM is started)."""
+    """Without the connector jars the jobs exit 2 with `make spark-deps` (no JVM, no Kafka needed)."""
     from services.spark.common import CONNECTOR_JARS, _find, check_spark_setup, spark_home_jars
 
+    ivy = [Path("org.apache.spark_spark-sql-kafka-0-10_2.13-4.0.1.jar"),  # Ivy's names (the Dockerfile's)
+           Path("org.apache.kafka_kafka-clients-3.9.1.jar")]
+    assert _find("spark-sql-kafka-0-10_2.13-", ivy) == ivy[0] and _find("kafka-clients-", ivy) == ivy[1]
+    assert _find("spark-sql-kafka-0-10_2.13-", [Path("spark-sql-kafka-0-10_2.13-4.0.1.jar")]) is not None
+    assert _find("spark-sql_2.13-", ivy) is None
     own = spark_home_jars()
     if own is not None and all(_find(p, list(own.glob("*.jar"))) for p in CONNECTOR_JARS):
         # a Spark whose own jars/ has the connectors (the services/spark/Dockerfile image)
@@ -270,8 +279,51 @@ def test_missing_connectors_fail_with_the_setup_command(tmp_path):
         return
     empty = tmp_path / "no-jars"
     empty.mkdir()
-    p = subprocess.run([sys.executable, "-m", "services.spark.results_job", "--query", "q", "--bootstrap",
-                        "127.0.0.1:9", "--out", str(tmp_path / "o"), "--once"], cwd=REPO, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "JOINLIB_SPARK_JARS": str(empty)})
-    assert p.returncode == 2, p.stderr
-    assert "make spark-deps" in p.stderr and str(empty) in p.stderr
+    for job in (["results_job", "--query", "q", "--out", str(tmp_path / "o"), "--once"],
+                ["audit_job", "--query", str(REPO / "examples" / "routers.yaml"), "--out", str(tmp_path / "a.json")]):
+        p = subprocess.run([sys.executable, "-m", f"services.spark.{job[0]}", *job[1:], "--bootstrap", "127.0.0.1:9"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "JOINLIB_SPARK_JARS": str(empty)})
+        assert p.returncode == 2, p.stderr
+        assert "make spark-deps" in p.stderr and str(empty) in p.stderr, p.stderr
+
+
+def test_spark_jobs_on_the_output_of_a_real_cluster_run(spark_ready, kafka_bootstrap, tmp_path):
+    """The deployed pipeline: node services on Kafka produce out.<query>; the Spark streaming
+    job's per-window counts equal the reference join, and the audit job agrees."""
+    from joinlib.cluster import run_cluster
+    from joinlib.data import load_streams
+    from joinlib.gen import generate
+    from joinlib.plan import uniform
+    from joinlib.query import load_query
+    from joinlib.reference import reference_join
+    from services.spark.results_job import read_window_stats
+
+    text = (REPO / "examples" / "routers.yaml").read_text()
+    name = f"sparkreal{uuid.uuid4().hex[:6]}"
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text(text.replace("name: routers", f"name: {name}"))
+    query = load_query(qfile)
+    generate(query, tmp_path / "data", 1500, seed=11)
+    streams = load_streams(query, tmp_path / "data")
+    report = run_cluster(query, streams, uniform(query, "SM-D1"), None, bootstrap=kafka_bootstrap, mode="thread")
+    expected = reference_join(query, streams)
+    assert report["results"] == sum(expected.values()) > 0
+
+    out = tmp_path / "spark-out"
+    p = _run_job("results_job", "--query", name, "--bootstrap", kafka_bootstrap, "--out", str(out),
+                 "--window", f"{WINDOW_MS}ms", "--once")
+    assert p.returncode == 0, f"results_job failed ({p.returncode}):\n{p.stderr[-4000:]}"
+    stats = read_window_stats(out, name)
+    want = Counter(ts // WINDOW_MS * WINDOW_MS for (_, ts), n in expected.items() for _ in range(n))
+    got = Counter()
+    for r in stats.itertuples():
+        got[int(r.window_start_ms)] += int(r.results)
+    assert got == want
+
+    audit = tmp_path / "audit.json"
+    p = _run_job("audit_job", "--query", str(qfile), "--bootstrap", kafka_bootstrap, "--window", f"{WINDOW_MS}ms",
+                 "--run", report["run"], "--out", str(audit))
+    assert p.returncode == 0, f"audit_job exit {p.returncode}:\n{p.stderr[-4000:]}"
+    result = json.loads(audit.read_text())
+    assert result["ok"] is True and result["expected"] == result["delivered"] == sum(expected.values())

@@ -1,0 +1,1 @@
+"""Spark Structured Streaming / batch jobs on the joinlib topics (docs/spark.md)."""
