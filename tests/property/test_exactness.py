@@ -62,3 +62,15 @@ def test_exact_through_the_wire_codec(data):
     query = data.draw(queries(max_streams=3))
     streams = data.draw(stream_data(query))
     assert_exact(query, streams, data.draw(plans(query)), roundtrip=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_planner_plans_are_exact(data):
+    """Whatever the cost-based planners choose (any model) joins exactly."""
+    from joinlib.planner import plan_for
+    query = data.draw(queries())
+    streams = data.draw(stream_data(query))
+    planner = data.draw(st.sampled_from(["greedy", "exhaustive", "beam"]))
+    model = data.draw(st.sampled_from(["paper", "bytes"]))
+    assert_exact(query, streams, plan_for(planner, query, model))
