@@ -17,16 +17,16 @@ $(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml
 deps: $(STAMP)/deps ## Install the pinned Python dependencies and joinlib itself
 
 demo: deps ## Run the example: three routers joined on destination address (embedded, simulated network)
-	$(PYTHON) -m joinlib gen examples/routers.yaml --out data/routers --duration 10s --seed 1
-	$(PYTHON) -m joinlib plan examples/routers.yaml --planner greedy --explain --out data/routers/plan.json
-	$(PYTHON) -m joinlib run examples/routers.yaml --data data/routers --plan data/routers/plan.json \
+	$(PYTHON) -m joinlib gen examples/routers_wan.yaml --out data/routers --duration 10s --seed 1
+	$(PYTHON) -m joinlib plan examples/routers_wan.yaml --planner sampled --data data/routers --out data/routers/plan.json
+	$(PYTHON) -m joinlib run examples/routers_wan.yaml --data data/routers --plan data/routers/plan.json \
 		--out data/routers/results.jsonl --report data/routers/report.json
 	@echo "first results (data/routers/results.jsonl):"; head -n 3 data/routers/results.jsonl
 	@echo; echo "for comparison, shipping every tuple to one site (what centralized engines do):"
-	$(PYTHON) -m joinlib run examples/routers.yaml --data data/routers --plan central --quiet \
+	$(PYTHON) -m joinlib run examples/routers_wan.yaml --data data/routers --plan central --quiet \
 		--report data/routers/report-central.json
 	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); b=json.load(open('data/routers/report-central.json')); \
-		print(f\"greedy plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
+		print(f\"chosen plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
 
 test: deps cluster-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
 	$(PYTHON) -m pytest

@@ -17,6 +17,8 @@ from .errors import JoinlibError, PlanError
 
 PLAN_HELP = """PLAN is one of:
   greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
+  sampled[:time]               run every candidate plan on the first 2 s of the data,
+                               keep the one shipping fewest bytes (or lowest time)
   central[:SITE]               ship every stream to one site and join there, as
                                centralized engines do (default site: highest rate)
   SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
@@ -87,7 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="compute a join plan and print it as JSON",
                         description="Print the plan chosen by a planner in the 'run --plan' JSON format.")
     pl.add_argument("query", type=Path)
-    pl.add_argument("--planner", default="greedy", help="greedy | exhaustive | beam (default greedy)")
+    pl.add_argument("--planner", default="greedy",
+                    help="greedy | exhaustive | beam | sampled[:time] (default greedy); 'sampled' runs every "
+                         "candidate plan on the first 2 s of --data and keeps the one shipping fewest bytes "
+                         "(':time': lowest processing + transmission time)")
+    pl.add_argument("--data", type=Path, help="data directory (needed by --planner sampled)")
     pl.add_argument("--model", default="paper", help="cost model: paper | bytes (default paper)")
     pl.add_argument("--explain", action="store_true", help="also print the estimated cost of each step")
     pl.add_argument("--out", type=Path, help="write the plan JSON here instead of stdout")
@@ -126,8 +132,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .query import load_query
     from .runtime.sink import CountingSink
     query = load_query(args.query)
-    plan = resolve_plan(query, args.plan, args.model)
     streams = load_streams(query, args.data)
+    plan = resolve_plan(query, args.plan, args.model, streams, progress=sys.stderr.isatty())
     if args.cluster is not None:
         from .cluster import cluster_runner
         run_embedded = cluster_runner(args.cluster, rate_scale=args.rate_scale)
@@ -190,7 +196,11 @@ def _cmd_gen(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .query import load_query
     query = load_query(args.query)
-    plan = resolve_plan(query, args.planner, args.model)
+    streams = None
+    if args.data is not None:
+        from .data import load_streams
+        streams = load_streams(query, args.data)
+    plan = resolve_plan(query, args.planner, args.model, streams, progress=sys.stderr.isatty())
     text = json.dumps(plan.to_json(), indent=2)
     if args.out:
         _writable(args.out)
@@ -264,9 +274,14 @@ def _cmd_reference(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- helpers
 
-def resolve_plan(query, spec: str, model: str = "paper"):
-    """A plan from a planner name, 'central[:SITE]', an algorithm name, or a JSON file."""
+def resolve_plan(query, spec: str, model: str = "paper", streams=None, progress: bool = False):
+    """A plan from a planner name, 'central[:SITE]', an algorithm name, or a JSON file;
+    ``sampled[:time]`` measures candidates on ``streams``."""
     from . import plan as plans
+    if spec == "sampled" or spec.startswith("sampled:"):
+        from .planner.sampled import sampled
+        objective = spec.split(":", 1)[1] if ":" in spec else "bytes"
+        return sampled(query, streams, objective, progress=progress)
     if spec in ("greedy", "exhaustive", "beam"):
         from .cost import get_model
         from .planner import plan_for
