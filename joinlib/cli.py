@@ -133,19 +133,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime.sink import CountingSink
     query = load_query(args.query)
     streams = load_streams(query, args.data)
-    plan = resolve_plan(query, args.plan, args.model, streams, progress=sys.stderr.isatty())
+    progress = not args.no_progress and sys.stderr.isatty()
+    plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
+    runner = run_embedded
     if args.cluster is not None:
         from .cluster import cluster_runner
-        run_embedded = cluster_runner(args.cluster, rate_scale=args.rate_scale)
-    progress = not args.no_progress and sys.stderr.isatty()
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale)
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:
-            sink = JsonlSink(query, f)
-            report = run_embedded(query, streams, plan, sink, progress=progress)
+            report = runner(query, streams, plan, JsonlSink(query, f), progress=progress)
     else:
-        sink = CountingSink()
-        report = run_embedded(query, streams, plan, sink, progress=progress)
+        report = runner(query, streams, plan, CountingSink(), progress=progress)
     if args.report:
         _writable(args.report)
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")

@@ -53,17 +53,7 @@ class SparkSetupError(RuntimeError):
 # --------------------------------------------------------------------------- environment
 
 
-def env(name: str, default: Optional[str] = None) -> Optional[str]:
-    v = os.environ.get(name, "").strip()
-    return v or default
-
-
-def error_line(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr, flush=True)
-
-
-def info_line(prefix: str, msg: str) -> None:
-    print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
+from services.common import env, error_line, info_line  # noqa: E402,F401  (shared by every service)
 
 
 def bootstrap_servers(arg: Optional[str]) -> str:
