@@ -132,9 +132,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .query import load_query
     from .runtime.sink import CountingSink
     query = load_query(args.query)
-    streams = load_streams(query, args.data)
     progress = not args.no_progress and sys.stderr.isatty()
-    plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
+    needs_data = args.plan.split(":")[0] == "sampled"
+    plan = None if needs_data else resolve_plan(query, args.plan, args.model)  # fail fast, before loading
+    streams = load_streams(query, args.data)
+    if needs_data:
+        plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
     runner = run_embedded
     if args.cluster is not None:
         from .cluster import cluster_runner
