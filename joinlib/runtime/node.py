@@ -22,6 +22,7 @@ tuples in stores made by ``store_factory(name)``.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from functools import partial
 from typing import Callable, Iterable, Optional
@@ -262,10 +263,23 @@ class Node:
             return []
         stream, hp, tau = self.q.streams[st.pos], st.head_pos, self.tau
         groups = []
-        for k, kl in lookup(list(bykey)).items():
-            tups = kl.tups
+        found = lookup(list(bykey))
+        if not stream.window.is_time:
+            for k, kl in found.items():
+                for row in bykey[k]:
+                    lo, hi = valid_range(kl, stream, row[hp], progress, tau)
+                    if lo < hi:
+                        groups.append((row, kl.tups[lo:hi]))
+            return groups
+        # time window, inlined (the hot path): the same two bisections as valid_range
+        size = stream.window.size
+        upper = bisect_right if stream.pos < st.head_pos else bisect_left
+        for k, kl in found.items():
+            ts, tups, first = kl.ts, kl.tups, kl.lo
             for row in bykey[k]:
-                lo, hi = valid_range(kl, stream, row[hp], progress, tau)
+                h = row[hp].ts
+                hi = upper(ts, h, first)
+                lo = bisect_left(ts, h - size, first, hi)
                 if lo < hi:
                     groups.append((row, tups[lo:hi]))
         return groups
