@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from .errors import JoinlibError
 from .model import Stream, Tup, Window
@@ -241,8 +241,3 @@ def main(out: Path, quick: bool = False, repeat: int = 5, progress: bool = False
     print(f"\nwrote {out}; use it with --model calibrated --calibration {out} "
           f"or get_model('calibrated', path='{out}')")
     return doc
-
-
-def load(path: Optional[Path]):
-    from .cost import get_model
-    return None if path is None else get_model("calibrated", path=path)

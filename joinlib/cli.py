@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     stt.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"))
     stt.set_defaults(func=_cmd_status)
 
+    from .experiments.cli import add_commands
+    add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
+
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
                        description="The naive centralized join that defines the correct output; "
                                    "quadratic, for checking small data sets.")

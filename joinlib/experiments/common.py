@@ -225,17 +225,20 @@ class Measurement:
     by_head: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self, detail: bool = True) -> dict:
+        """Everything (``detail``), or only the totals (compact experiment records)."""
         r = _round
-        return {
+        out = {
             "execution_s_per_s": r(self.execution_s_per_s), "processing_s_per_s": r(self.processing_s_per_s),
             "transmission_s_per_s": r(self.transmission_s_per_s), "bytes_per_s": r(self.bytes_per_s),
-            "messages_per_s": r(self.messages_per_s), "results": self.results, "span_s": r(self.span_s),
-            "warmup_ms": self.warmup_ms, "repeat": self.repeat,
+            "messages_per_s": r(self.messages_per_s), "results": self.results,
             "report_execution_s_per_s": r(self.report_execution_s_per_s),
-            "processing_runs": [r(x) for x in self.processing_runs],
-            "links": self.links, "by_head": self.by_head, "wall_s": r(self.wall_s, 4),
+            "processing_runs": [r(x, 3) for x in self.processing_runs],
         }
+        if detail:
+            out.update({"span_s": r(self.span_s), "warmup_ms": self.warmup_ms, "repeat": self.repeat,
+                        "links": self.links, "by_head": self.by_head, "wall_s": r(self.wall_s, 4)})
+        return out
 
 
 def _round(x: float, digits: int = 6) -> float:
@@ -290,6 +293,18 @@ def flow_owners(query: Query, plan) -> dict[int, list[str]]:
     return owners
 
 
+def _quiet_run(fn, *args, **kw):
+    """Run with the cyclic garbage collector paused: a full collection over the loaded
+    tuples takes tens of ms and would land in some node phase's wall-clock time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return fn(*args, **kw)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _reset_wire(streams: dict[str, list[Tup]]) -> None:
     for tups in streams.values():
         for t in tups:
@@ -336,14 +351,12 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan, *, warmup_ms: int
     for _ in range(repeat):
         _reset_wire(streams)
         meter = _Meter(query, warm_epochs)
-        gc.collect()
-        report = run_embedded(query, streams, plan, CountingSink(), size_of=meter)
+        report = _quiet_run(run_embedded, query, streams, plan, CountingSink(), size_of=meter)
         wall += report.wall_s
         proc = report.processing_total_s
         if prefix is not None and any(prefix.values()):
             _reset_wire(prefix)
-            gc.collect()
-            pre = run_embedded(query, prefix, plan, CountingSink())
+            pre = _quiet_run(run_embedded, query, prefix, plan, CountingSink())
             wall += pre.wall_s
             proc -= pre.processing_total_s
         procs.append(max(0.0, proc) / span)
@@ -525,9 +538,40 @@ def prepare_out(path: Path) -> Path:
     return path
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any, records: Sequence[str] = ()) -> None:
+    """Indented JSON, except that the lists under the top-level keys ``records`` get
+    one compact line per element (run records: readable and small)."""
     import json
-    Path(path).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    if not records or not isinstance(data, dict):
+        Path(path).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+        return
+    parts = []
+    for k, v in data.items():
+        key = json.dumps(k)
+        if k in records and isinstance(v, list):
+            body = ",\n  ".join(json.dumps(x, separators=(",", ":"), allow_nan=False) for x in v)
+            parts.append(f" {key}: [\n  {body}\n ]" if v else f" {key}: []")
+        else:
+            text = json.dumps(v, indent=1, allow_nan=False).replace("\n", "\n ")
+            parts.append(f" {key}: {text}")
+    Path(path).write_text("{\n" + ",\n".join(parts) + "\n}\n")
+
+
+def save_png(fig, path: Path, dpi: int = 80) -> Path:
+    """Save ``fig`` as a 64-colour PNG (a third of the size of the RGBA file, same look)."""
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
+        Path(path).write_bytes(buf.getvalue())
+        return Path(path)
+    buf.seek(0)
+    img = Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT,
+                                                  dither=Image.Dither.NONE)
+    img.save(path, format="PNG", optimize=True)
+    return Path(path)
 
 
 def progress_bar(total: int, desc: str, enabled: bool):
@@ -542,9 +586,18 @@ def show_progress(args) -> bool:
 
 
 def new_figure(width: float, height: float):
-    """A matplotlib Figure without pyplot (no global state, no display backend)."""
+    """A matplotlib Figure without pyplot (no global state, no display backend).
+
+    Margins are set by hand (:func:`fit`): the automatic layout engines double the
+    drawing time."""
     from matplotlib.figure import Figure
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return Figure(figsize=(width, height), dpi=100)
+
+
+def fit(fig, top: float = 0.9, hspace: float = 0.45, wspace: float = 0.3) -> None:
+    """Fixed margins sized for the titles and labels these figures use."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=0.65 / w, right=1 - 0.2 / w, bottom=0.55 / h, top=top, hspace=hspace, wspace=wspace)
 
 
 def check_positive(value: int, flag: str) -> int:

@@ -18,9 +18,9 @@ from typing import Optional
 
 from ..model import Execution, Network, Query
 from ..query import query_to_dict
-from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, accuracy, accuracy_pairs, build_query,
-                     cost_models, estimate, format_accuracy, measure, new_figure, planning_model,
-                     progress_bar, summarize, topology_edges, warmup_for, write_json)
+from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, _round, accuracy, accuracy_pairs, build_query,
+                     cost_models, estimate, fit, format_accuracy, measure, new_figure, planning_model,
+                     progress_bar, save_png, summarize, topology_edges, warmup_for, write_json)
 
 DEFAULTS = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}
@@ -69,11 +69,9 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                     same = json.dumps(plans["greedy"].to_json(), sort_keys=True) == \
                         json.dumps(plans["exhaustive"].to_json(), sort_keys=True)
                     measured = {"exhaustive": measure(q, streams, plans["exhaustive"], warmup_ms=warm,
-                                                      repeat=repeat).to_dict()}
+                                                      repeat=repeat).to_dict(detail=False)}
                     measured["greedy"] = measured["exhaustive"] if same else measure(
-                        q, streams, plans["greedy"], warmup_ms=warm, repeat=repeat).to_dict()
-                    for m in measured.values():
-                        m.pop("by_head", None)
+                        q, streams, plans["greedy"], warmup_ms=warm, repeat=repeat).to_dict(detail=False)
                     est = {p: estimate(q, pl, {**models, "planning": pmodel})["plan"] for p, pl in plans.items()}
                     g, e = measured["greedy"]["execution_s_per_s"], measured["exhaustive"]["execution_s_per_s"]
                     points.append({
@@ -82,9 +80,9 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                         "measured": measured,
                         "estimated": {p: {k: x for k, x in es.items() if k != "planning"} for p, es in est.items()},
                         "estimated_planning": {p: es["planning"] for p, es in est.items()},
-                        "ratio_measured": g / e if e > 0 else 1.0,
-                        "ratio_estimated": (est["greedy"]["planning"] / est["exhaustive"]["planning"]
-                                            if est["exhaustive"]["planning"] > 0 else 1.0),
+                        "ratio_measured": _round(g / e) if e > 0 else 1.0,
+                        "ratio_estimated": _round(est["greedy"]["planning"] / est["exhaustive"]["planning"])
+                        if est["exhaustive"]["planning"] > 0 else 1.0,
                     })
                     bar.update(1)
                 data.clear()
@@ -119,7 +117,7 @@ def run_records(doc: dict) -> list[dict]:
 def format_summary(doc: dict) -> str:
     topologies = doc["topologies"]
     lines = ["Fig. 9: identical parameters on every node; greedy vs exhaustive, execution time in s per s "
-             "(measured; paper-model estimate in parentheses; '=' the planners chose the same plan)"]
+             f"(measured; {doc['meta']['model']}-model estimate in parentheses; '=' the planners chose the same plan)"]
     for s, sw in doc["sweeps"].items():
         lines += ["", f"{sw['axis']}:",
                   f"{'value':>8} " + "".join(f"| {TOPOLOGY_LABELS.get(t, t) + ' G / E':<32}" for t in topologies)]
@@ -128,7 +126,7 @@ def format_summary(doc: dict) -> str:
             for t in topologies:
                 p = next(x for x in doc["points"] if x["sweep"] == s and x["value"] == v and x["topology"] == t)
                 g, e = p["measured"]["greedy"]["execution_s_per_s"], p["measured"]["exhaustive"]["execution_s_per_s"]
-                eg, ee = p["estimated"]["greedy"]["paper"], p["estimated"]["exhaustive"]["paper"]
+                eg, ee = p["estimated_planning"]["greedy"], p["estimated_planning"]["exhaustive"]
                 cell = f"= {e:.3f}" if p["same_plan"] else f"{g:.3f} / {e:.3f}"
                 row += f"| {cell} ({eg:.2f} / {ee:.2f})".ljust(34)
             lines.append(row)
@@ -156,8 +154,8 @@ def plot(doc: dict, path: Path) -> Path:
             for planner, color, marker in (("exhaustive", "tab:green", "s"), ("greedy", "tab:blue", "o")):
                 ax.plot(xs, [p["measured"][planner]["execution_s_per_s"] for p in pts], marker + "-",
                         color=color, label=f"{planner} measured", alpha=0.8)
-                ax.plot(xs, [p["estimated"][planner]["paper"] for p in pts], ":", color=color,
-                        label=f"{planner} estimated")
+                ax.plot(xs, [p["estimated_planning"][planner] for p in pts], ":", color=color,
+                        label=f"{planner} estimated ({doc['meta']['model']})")
             ax.set_title(f"{TOPOLOGY_LABELS.get(t, t)}", fontsize=9)
             ax.set_xlabel(sw["axis"], fontsize=8)
             if j == 0:
@@ -167,7 +165,8 @@ def plot(doc: dict, path: Path) -> Path:
             if i == 0 and j == 0:
                 ax.legend(fontsize=6)
     fig.suptitle("Fig. 9: greedy vs exhaustive, identical parameters on all nodes")
-    fig.savefig(path, dpi=80)
+    fit(fig, top=1 - 0.6 / fig.get_size_inches()[1], hspace=0.55, wspace=0.3)
+    save_png(fig, path)
     return path
 
 
@@ -175,7 +174,7 @@ def main(out: Path, duration_ms: int, seed: int, quick: bool, repeat: int, sweep
          model: str, calibration: Optional[Path], warmup, progress: bool) -> dict:
     doc = run(duration_ms, seed, quick=quick, repeat=repeat, sweeps=sweeps, topologies=topologies,
               model=model, calibration=calibration, warmup=warmup, progress=progress)
-    write_json(out / "fig9.json", doc)
+    write_json(out / "fig9.json", doc, records=("points",))
     png = plot(doc, out / "fig9.png")
     print(format_summary(doc))
     print(f"\nwrote {out / 'fig9.json'} and {png}")

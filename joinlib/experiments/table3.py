@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Optional
 
 from ..model import Execution, Network, Query
-from ..query import query_to_dict
-from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, accuracy, accuracy_pairs, build_query,
-                     cost_models, estimate, format_accuracy, measure, new_figure, planning_model,
-                     progress_bar, summarize, topology_edges, warmup_for, write_json)
+from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, _round, accuracy, accuracy_pairs, build_query,
+                     cost_models, estimate, fit, format_accuracy, measure, new_figure, planning_model,
+                     progress_bar, save_png, spearman, summarize, topology_edges, warmup_for, write_json)
 
 TABLE2 = {
     "attributes": (10, 50, 100, 150, 200),
@@ -49,11 +49,35 @@ RATIOS = ("measured", "estimated", "bytes", "bytes_estimated")
 M = 4
 
 
+def random_stats(rng: random.Random) -> list[dict]:
+    """Per-stream parameters drawn uniformly from Table 2."""
+    return [{k: rng.choice(v) for k, v in TABLE2.items()} for _ in range(M)]
+
+
+def make_query(stats: list[dict], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+    """The 4-way query of ``stats`` over the topology's join graph (sites N1..N4)."""
+    return build_query(name, stats, topology_edges(len(stats), topology), per_edge_attrs=per_edge_attrs,
+                       network=Network(25.0, 1024.0), execution=Execution(100, 80))
+
+
 def random_query(rng: random.Random, topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
     """A random 4-way query with Table 2 parameters over the topology's join graph."""
-    stats = [{k: rng.choice(v) for k, v in TABLE2.items()} for _ in range(M)]
-    return build_query(name, stats, topology_edges(M, topology), per_edge_attrs=per_edge_attrs,
-                       network=Network(25.0, 1024.0), execution=Execution(100, 80))
+    return make_query(random_stats(rng), topology, name, per_edge_attrs)
+
+
+def query_of(record: dict, per_edge_attrs: bool = False) -> Query:
+    """Rebuild the query of a ``table3_runs.json`` record."""
+    return make_query(record["streams"], record["topology"], f"{record['topology']}{record['index']}",
+                      per_edge_attrs)
+
+
+def sharing(query: Query, plan) -> dict:
+    """Window replicas of the compiled plan: steps probing one (``replica_uses``), distinct
+    ones (``replicas``) and flows; Eq. 1 charges every use, the engine ships each replica once."""
+    from ..physical import compile_plan
+    pp = compile_plan(query, plan)
+    return {"replica_uses": sum(1 for st in pp.steps if st.replica is not None),
+            "replicas": len(pp.replicas), "flows": len(pp.flows)}
 
 
 def _ratio(a: float, b: float) -> float:
@@ -76,7 +100,8 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
         for topo in topologies:
             rng = random.Random(f"table3:{seed}:{topo}")
             for i in range(queries):
-                q = random_query(rng, topo, f"{topo}{i}", per_edge_attrs)
+                stats = random_stats(rng)
+                q = make_query(stats, topo, f"{topo}{i}", per_edge_attrs)
                 bar.set_postfix_str(f"{topo} query {i + 1}/{queries}")
                 plans = {p: plan_for(p, q, pmodel) for p in planners}
                 warm = warmup_for(q, warmup)
@@ -90,23 +115,24 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
                         measured[p] = measured[twin]
                         same[p] = same.get(twin, twin)
                     else:
-                        measured[p] = measure(q, streams, plan, warmup_ms=warm, repeat=repeat).to_dict()
-                        measured[p].pop("by_head")
+                        measured[p] = measure(q, streams, plan, warmup_ms=warm, repeat=repeat).to_dict(detail=False)
                 data.clear()
                 est = {p: estimate(q, plan, {**models, "planning": pmodel})["plan"] for p, plan in plans.items()}
                 e_m, e_e = measured["exhaustive"], est["exhaustive"]
                 ratios = {r: {} for r in RATIOS}
                 for p in planners:
-                    ratios["measured"][p] = _ratio(measured[p]["execution_s_per_s"], e_m["execution_s_per_s"])
-                    ratios["estimated"][p] = _ratio(est[p]["planning"], e_e["planning"])
-                    ratios["bytes"][p] = _ratio(measured[p]["bytes_per_s"], e_m["bytes_per_s"])
-                    ratios["bytes_estimated"][p] = _ratio(est[p]["bytes"], e_e["bytes"])
-                records.append({"topology": topo, "index": i, "query": query_to_dict(q),
-                                "plans": {p: pl.to_json() for p, pl in plans.items()}, "same_plan_as": same,
-                                "measured": measured,
-                                "estimated": {p: {k: v for k, v in e.items() if k != "planning"}
-                                              for p, e in est.items()},
+                    ratios["measured"][p] = _round(_ratio(measured[p]["execution_s_per_s"], e_m["execution_s_per_s"]))
+                    ratios["estimated"][p] = _round(_ratio(est[p]["planning"], e_e["planning"]))
+                    ratios["bytes"][p] = _round(_ratio(measured[p]["bytes_per_s"], e_m["bytes_per_s"]))
+                    ratios["bytes_estimated"][p] = _round(_ratio(est[p]["bytes"], e_e["bytes"]))
+                distinct = [p for p in planners if p not in same]
+                records.append({"topology": topo, "index": i, "streams": stats,
+                                "plans": {p: plans[p].to_json() for p in distinct}, "same_plan_as": same,
+                                "measured": {p: measured[p] for p in distinct},
+                                "estimated": {p: {k: v for k, v in est[p].items() if k != "planning"}
+                                              for p in distinct},
                                 "estimated_planning": {p: e["planning"] for p, e in est.items()},
+                                "sharing": {p: sharing(q, plans[p]) for p in distinct},
                                 "ratios": ratios})
                 bar.update(1)
     table = {topo: {p: _summary(records, topo, "measured", p) for p in planners} for topo in topologies}
@@ -125,7 +151,31 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
         "queries": records,
     }
     details["accuracy"] = {m: accuracy(pairs) for m, pairs in accuracy_pairs(run_records(details)).items()}
+    details["sharing_vs_error"] = sharing_vs_error(details)
     return table, details
+
+
+def sharing_vs_error(details: dict) -> dict:
+    """Does the paper model overestimate plans whose sequences share window replicas?
+
+    Spearman correlation, over every distinct plan, between the replica uses the
+    engine saves (``replica_uses − replicas``) and measured / estimated; plus the
+    median of that ratio and of the savings per planner."""
+    xs, ys, per = [], [], {}
+    for rec in details["queries"]:
+        for p, sh in rec["sharing"].items():
+            est, meas = rec["estimated"][p]["paper"], rec["measured"][p]["execution_s_per_s"]
+            if est > 0 and meas > 0:
+                xs.append(sh["replica_uses"] - sh["replicas"])
+                ys.append(meas / est)
+                per.setdefault(p, ([], []))
+                per[p][0].append(xs[-1])
+                per[p][1].append(ys[-1])
+    rho = spearman(xs, ys) if len(xs) > 1 else None
+    return {"n": len(xs), "spearman": None if rho is None else round(rho, 4),
+            "by_planner": {p: {"saved_replica_uses_mean": round(sum(a) / len(a), 3),
+                               "measured_over_estimated_median": round(statistics.median(b), 4)}
+                           for p, (a, b) in per.items()}}
 
 
 def _summary(records: list[dict], topo: str, ratio: str, planner: str) -> dict:
@@ -184,6 +234,13 @@ def format_table(details: dict) -> str:
     lines.append("plans optimal under the planning model: " + "; ".join(
         f"{TOPOLOGY_LABELS.get(t, t)} " + ", ".join(f"{p} {details['optimal_share'][t][p]:.0%}" for p in planners)
         for t in topologies))
+    sv = details.get("sharing_vs_error")
+    if sv and sv["spearman"] is not None:
+        lines.append("window replicas shared between sequences (one shipment, several probing steps; "
+                     "Eq. 1 charges each use): " + ", ".join(
+                         f"{p} {v['saved_replica_uses_mean']:.2f} per plan, measured/estimated "
+                         f"{v['measured_over_estimated_median']:.2f}" for p, v in sv["by_planner"].items())
+                     + f"; Spearman(shared uses, measured/estimated) = {sv['spearman']:.2f} over {sv['n']} plans")
     lines.append("")
     lines.append(format_accuracy(details["accuracy"], "Table 3 model accuracy (every distinct plan)"))
     return "\n".join(lines)
@@ -227,7 +284,8 @@ def plot(details: dict, path: Path) -> Path:
     for ax in axes[n:]:
         ax.set_visible(False)
     fig.suptitle("Fig. 8: frequency distribution of the plan execution-time ratio")
-    fig.savefig(path)
+    fit(fig, top=0.9, hspace=0.45, wspace=0.25)
+    save_png(fig, path)
     return path
 
 
@@ -238,7 +296,7 @@ def main(out: Path, queries: int, seed: int, duration_ms: int, repeat: int, mode
                          warmup=warmup, topologies=topologies, planners=planners,
                          per_edge_attrs=per_edge_attrs, progress=progress)
     write_json(out / "table3.json", table)
-    write_json(out / "table3_runs.json", details)
+    write_json(out / "table3_runs.json", details, records=("queries",))
     png = plot(details, out / "table3.png")
     print(format_table(details))
     print(f"\nwrote {out / 'table3.json'}, {out / 'table3_runs.json'} and {png}")
