@@ -42,7 +42,7 @@ BEHIND_P50_MS = 1000.0
 
 
 def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url) -> dict:
-    from joinlib.cluster import run_cluster
+    from joinlib.adapters.cluster import run_cluster
     span_s = max((t[-1].ts for t in streams.values() if t), default=0) / 1000.0
     rep = run_cluster(query, streams, plan, None, bootstrap=bootstrap, rate_scale=scale, mode=mode,
                       redis_url=redis_url, timeout_s=120.0 + 10 * span_s / scale)

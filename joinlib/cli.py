@@ -143,7 +143,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
     runner = run_embedded
     if args.cluster is not None:
-        from .cluster import cluster_runner
+        from .adapters.cluster import cluster_runner
         runner = cluster_runner(args.cluster, rate_scale=args.rate_scale)
     if args.out:
         _writable(args.out)

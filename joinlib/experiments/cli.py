@@ -253,17 +253,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Like :func:`joinlib.cli.main`, for these commands only."""
-    p = parser()
-    args = p.parse_args(argv)
-    if not getattr(args, "func", None):
-        p.print_help()
-        return 2
-    try:
-        return args.func(args) or 0
-    except JoinlibError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    """``python -m joinlib.experiments ...`` = ``joinlib ...`` (one CLI, one error handling)."""
+    from ..cli import main as joinlib_main
+    return joinlib_main(argv)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from joinlib import plan as plans
-from joinlib.cluster import run_cluster
+from joinlib.adapters.cluster import run_cluster
 from joinlib.data import load_streams
 from joinlib.engine import run_embedded
 from joinlib.gen import generate
@@ -183,7 +183,7 @@ def test_timeout_names_the_sites_that_did_not_finish(routers, kafka_bootstrap):
 
     query, _, streams, _ = routers
     # drop the plan of one site by running a query copy whose r3 node is never started
-    import joinlib.cluster as cluster
+    import joinlib.adapters.cluster as cluster
 
     real = cluster._start_thread
 

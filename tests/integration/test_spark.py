@@ -291,7 +291,7 @@ def test_missing_connectors_fail_with_the_setup_command(tmp_path):
 def test_spark_jobs_on_the_output_of_a_real_cluster_run(spark_ready, kafka_bootstrap, tmp_path):
     """The deployed pipeline: node services on Kafka produce out.<query>; the Spark streaming
     job's per-window counts equal the reference join, and the audit job agrees."""
-    from joinlib.cluster import run_cluster
+    from joinlib.adapters.cluster import run_cluster
     from joinlib.data import load_streams
     from joinlib.gen import generate
     from joinlib.plan import uniform

@@ -37,9 +37,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional, Union
 
-from .errors import ClusterError
-from .model import Query, Tup
-from .plan import Plan
+from ..errors import ClusterError
+from ..model import Query, Tup
+from ..plan import Plan
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODES = ("process", "thread")
@@ -60,13 +60,13 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     if mode not in MODES:
         raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
-    from .adapters.kafka import (CONTROL_TOPIC, Producing, check_reachable, consume, end_offsets, ensure_topics,
+    from .kafka import (CONTROL_TOPIC, Producing, check_reachable, consume, end_offsets, ensure_topics,
                                  make_admin, make_consumer, make_producer, out_topic, produce_control_sync,
                                  query_topics, src_topic, warm_up)
-    from . import wire
-    from .query import query_to_dict
+    from .. import wire
+    from ..query import query_to_dict
     if not isinstance(streams, dict):
-        from .data import load_streams
+        from ..data import load_streams
         streams = load_streams(query, streams)
     t_begin = time.perf_counter()
     check_reachable(bootstrap)
@@ -264,7 +264,7 @@ class _Results:
 
 def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, timeout_s: float, run: str,
              wire, consume) -> _Results:
-    from .adapters.kafka import CONTROL_TOPIC
+    from .kafka import CONTROL_TOPIC
     res = _Results()
     names = query.names
     pos_of = {n: i for i, n in enumerate(names)}
@@ -452,7 +452,7 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
 
 def to_report(d: dict):
     """A cluster run's dict as an :class:`joinlib.engine.Report` (what ``joinlib run`` prints)."""
-    from .engine import Report
+    from ..engine import Report
     return Report(d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
                   [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
                   d["late_messages"], d["wall_s"], 0.0, d["mean_latency_ms"])
