@@ -46,57 +46,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..errors import JoinlibError
-from ..model import Execution, Network, Predicate, Query, Stream, StreamStats, Tup, Window
+from ..synthetic import TOPOLOGIES, build_query, topology_edges  # noqa: F401  (re-exported)
+from ..model import Query, Stream, Tup, Window
 
 # --------------------------------------------------------------------------- queries
 
 
-def build_query(name: str, stats: Sequence[dict], edges: Sequence[tuple[int, int]], *,
-                network: Network = Network(), execution: Execution = Execution(),
-                per_edge_attrs: bool = False, sites: Optional[Sequence[str]] = None) -> Query:
-    """Streams ``S1..Sm`` at sites ``N1..Nm`` (or ``sites``) joined along ``edges``.
-
-    ``stats[i]``: ``rate``, ``attributes``, ``selectivity`` (of every join attribute of
-    the stream), ``window_ms`` (or ``window_tuples``), optional ``tuple_bytes``.  One
-    join attribute ``J`` shared by all predicates, or (``per_edge_attrs``) one
-    attribute ``a<i>_<j>`` per edge.
-    """
-    m = len(stats)
-    names = [f"S{i + 1}" for i in range(m)]
-    sites = list(sites) if sites is not None else [f"N{i + 1}" for i in range(m)]
-    attrs: list[list[str]] = [[] for _ in range(m)]
-    preds = []
-    for i, j in edges:
-        a = f"a{i + 1}_{j + 1}" if per_edge_attrs else "J"
-        for k in (i, j):
-            if a not in attrs[k]:
-                attrs[k].append(a)
-        preds.append(Predicate(names[i], a, names[j], a))
-    streams = []
-    for i, st in enumerate(stats):
-        window = (Window("tuples", int(st["window_tuples"])) if "window_tuples" in st
-                  else Window("time", int(st.get("window_ms", 1000))))
-        sel = tuple((a, float(st["selectivity"])) for a in attrs[i]) if "selectivity" in st else ()
-        streams.append(Stream(names[i], i, sites[i], window, tuple(attrs[i]),
-                              StreamStats(rate=st.get("rate"), tuple_bytes=st.get("tuple_bytes"),
-                                          attributes=st.get("attributes"), selectivity=sel)))
-    return Query(name, tuple(streams), tuple(preds), network, execution)
-
-
-def topology_edges(m: int, topology: str) -> list[tuple[int, int]]:
-    """Edges of the join graphs of Fig. 6 over streams 0..m−1."""
-    if topology == "chain":
-        return [(i, i + 1) for i in range(m - 1)]
-    if topology == "star":
-        return [(0, i) for i in range(1, m)]
-    if topology == "cycle":
-        return [(i, i + 1) for i in range(m - 1)] + ([(0, m - 1)] if m >= 3 else [])
-    if topology == "complete":
-        return [(i, j) for i in range(m) for j in range(i + 1, m)]
-    raise JoinlibError(f"unknown topology {topology!r} (choose from {', '.join(TOPOLOGIES)})")
-
-
-TOPOLOGIES = ("star", "chain", "cycle", "complete")
 TOPOLOGY_LABELS = {"star": "Star", "chain": "Chain", "cycle": "Cycle", "complete": "Fully-connected"}
 
 

@@ -27,7 +27,8 @@ import time
 from typing import Iterator, Optional
 
 from ..cost import CostModel, SeqState, StepCache, frontier, get_model, plan_cost
-from ..model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
+from ..model import Query
+from ..synthetic import TOPOLOGIES, build_query, topology_edges  # noqa: F401  (re-exported)
 from ..plan import Plan, Sequence, Step, validate
 from .exhaustive import _better, best_algorithms
 from .greedy import greedy_sequence
@@ -131,57 +132,11 @@ TABLE2 = {
     "rate": (10, 50, 100, 150, 200),
     "window_ms": (400, 800, 1200, 1600, 2000),
 }
-TOPOLOGIES = ("star", "chain", "cycle", "complete")
 
 
-def topology_edges(m: int, topology: str, rng: Optional[random.Random] = None) -> list[tuple[int, int]]:
-    """Edges (i, j), i < j, of the join graph over streams 0..m−1 (Fig. 6; ``random``:
-    a random spanning tree plus random extra edges)."""
-    if topology == "chain":
-        return [(i, i + 1) for i in range(m - 1)]
-    if topology == "star":
-        return [(0, i) for i in range(1, m)]
-    if topology == "cycle":
-        return [(i, i + 1) for i in range(m - 1)] + ([(0, m - 1)] if m >= 3 else [])
-    if topology == "complete":
-        return [(i, j) for i in range(m) for j in range(i + 1, m)]
-    if topology == "random":
-        rng = rng or random.Random(0)
-        edges = {tuple(sorted((i, rng.randrange(i)))) for i in range(1, m)}
-        for i in range(m):
-            for j in range(i + 1, m):
-                if rng.random() < 0.3:
-                    edges.add((i, j))
-        return sorted(edges)
-    raise ValueError(f"unknown topology {topology!r}")
-
-
-def make_query(stats: list[dict], edges: list[tuple[int, int]], *, per_edge_attrs: bool = False,
-               sites: Optional[list[str]] = None, network: Network = Network(),
-               execution: Execution = Execution(), name: str = "q") -> Query:
-    """A query over streams S1..Sm from per-stream dicts (rate, attributes or tuple_bytes,
-    selectivity, window_ms or window_tuples).  One join attribute ``J`` per stream, or
-    (``per_edge_attrs``) one attribute ``a<i>_<j>`` per edge, all with the stream's f."""
-    m = len(stats)
-    names = [f"S{i + 1}" for i in range(m)]
-    attrs: list[list[str]] = [[] for _ in range(m)]
-    preds = []
-    for i, j in edges:
-        a = f"a{i + 1}_{j + 1}" if per_edge_attrs else "J"
-        for k in (i, j):
-            if a not in attrs[k]:
-                attrs[k].append(a)
-        preds.append(Predicate(names[i], a, names[j], a))
-    streams = []
-    for i, st in enumerate(stats):
-        window = (Window("tuples", st["window_tuples"]) if "window_tuples" in st
-                  else Window("time", st.get("window_ms", 1000)))
-        sel = tuple((a, st["selectivity"]) for a in attrs[i]) if "selectivity" in st else ()
-        streams.append(Stream(names[i], i, (sites or [f"N{k + 1}" for k in range(m)])[i], window,
-                              tuple(attrs[i]),
-                              StreamStats(rate=st.get("rate"), tuple_bytes=st.get("tuple_bytes"),
-                                          attributes=st.get("attributes"), selectivity=sel)))
-    return Query(name, tuple(streams), tuple(preds), network, execution)
+def make_query(stats: list[dict], edges: list[tuple[int, int]], *, name: str = "q", **kw) -> Query:
+    """:func:`joinlib.synthetic.build_query` with the name last (the planner studies' form)."""
+    return build_query(name, stats, edges, **kw)
 
 
 def random_query(rng: random.Random, m: int = 4, topology: str = "complete", **kw) -> Query:
