@@ -204,6 +204,9 @@ class Tup:
         self.rest = rest
         self.wire: "bytes | None" = None
 
+    def __reduce__(self):  # pickled in node checkpoints: the fields, not the wire cache
+        return (Tup, (self.pos, self.id, self.ts, self.seq, self.key, self.rest))
+
     def order(self) -> tuple[int, int, int]:
         """The project's total order on tuples: (ts, stream position, id)."""
         return (self.ts, self.pos, self.id)

@@ -9,8 +9,9 @@ are Kafka message values.
   byte count the simulator charges.
 * :func:`encode_source_batch` / :func:`decode_source_batch` -- source tuples
   (``joinlib.SourceBatch``, topic ``src.<query>.<stream>``).
-* :func:`encode_result` / :func:`decode_result` -- join results (``joinlib.Result``,
-  topic ``out.<query>``).
+* :func:`encode_result_batch` / :func:`decode_result_batch` -- join results, many per
+  message and factorised by group (``joinlib.ResultBatch``, topic ``out.<query>``);
+  :meth:`ResultBatch.results` expands them into :class:`Result` values.
 * :func:`encode_control` / :func:`decode_control` -- control messages
   (``joinlib.Control``, topic ``control``); the payload is any JSON value.
 
@@ -47,8 +48,10 @@ __all__ = [
     "encode_tuple",
     "encode_source_batch",
     "decode_source_batch",
-    "encode_result",
-    "decode_result",
+    "ResultGroup",
+    "ResultBatch",
+    "encode_result_batch",
+    "decode_result_batch",
     "encode_control",
     "decode_control",
 ]
@@ -97,7 +100,7 @@ def load_schemas(directory: Path = SCHEMA_DIR) -> dict[str, Any]:
 SCHEMAS = load_schemas()
 _ENVELOPE = SCHEMAS["joinlib.Envelope"]
 _SOURCE_BATCH = SCHEMAS["joinlib.SourceBatch"]
-_RESULT = SCHEMAS["joinlib.Result"]
+_RESULT_BATCH = SCHEMAS["joinlib.ResultBatch"]
 _CONTROL = SCHEMAS["joinlib.Control"]
 
 # Branch order of the Envelope body union, as declared in Envelope.avsc.
@@ -155,8 +158,9 @@ _HAND_ENCODED = {
     "joinlib.SourceBatch": (
         "joinlib.SourceBatch{stream:string,tuples:array<joinlib.BaseTuple>,watermark:long}"
     ),
-    "joinlib.Result": (
-        "joinlib.Result{query:string,head:string,head_ts:long,emit_ms:long,ids:map<long>}"
+    "joinlib.ResultBatch": (
+        "joinlib.ResultBatch{query:string,site:string,batch:long,emit_ms:long,groups:array<"
+        "joinlib.ResultGroup{head:string,head_ts:long,ids:map<long>,last:string,last_ids:array<long>}>}"
     ),
 }
 
@@ -193,6 +197,36 @@ class Result(NamedTuple):
     head_ts: int
     emit_ms: int
     ids: dict[str, int]
+
+
+class ResultGroup(NamedTuple):
+    """Results that differ only in the last stream's tuple: one per entry of ``last_ids``;
+    ``ids`` maps every other stream's name to its tuple id."""
+
+    head: str
+    head_ts: int
+    ids: dict[str, int]
+    last: str
+    last_ids: list[int]
+
+
+class ResultBatch(NamedTuple):
+    """A node's results in one message; ``batch`` numbers the node's batches of a run."""
+
+    query: str
+    site: str
+    batch: int
+    emit_ms: int
+    groups: list[ResultGroup]
+
+    def __len__(self) -> int:  # type: ignore[override]  # the number of results, not fields
+        return sum(len(g.last_ids) for g in self.groups)
+
+    def results(self):
+        """Every result of the batch as a :class:`Result`."""
+        for g in self.groups:
+            for i in g.last_ids:
+                yield Result(self.query, g.head, g.head_ts, self.emit_ms, {**g.ids, g.last: i})
 
 
 class Control(NamedTuple):
@@ -547,41 +581,47 @@ def _encode_source_batch_reference(batch: SourceBatch) -> bytes:
 # ---------------------------------------------------------------- results and control
 
 
-def encode_result(result: Result) -> bytes:
-    """Schemaless Avro encoding of a :class:`Result` (schema ``joinlib.Result``)."""
+def encode_result_batch(batch: ResultBatch) -> bytes:
+    """Schemaless Avro encoding of a :class:`ResultBatch` (schema ``joinlib.ResultBatch``).
+    The node's sink writes the same bytes from pieces (``adapters.kafka.KafkaResultSink``)."""
     parts: list[bytes] = []
     ap = parts.append
-    _put_string(ap, result.query)
-    _put_string(ap, result.head)
-    ap(_long(result.head_ts))
-    ap(_long(result.emit_ms))
-    ids = result.ids
-    if ids:
-        ap(_long(len(ids)))
-        for name, tid in ids.items():
-            _put_string(ap, name)
-            ap(_long(tid))
+    _put_string(ap, batch.query)
+    _put_string(ap, batch.site)
+    ap(_long(batch.batch))
+    ap(_long(batch.emit_ms))
+    if batch.groups:
+        ap(_long(len(batch.groups)))
+        for g in batch.groups:
+            _put_string(ap, g.head)
+            ap(_long(g.head_ts))
+            if g.ids:
+                ap(_long(len(g.ids)))
+                for name, tid in g.ids.items():
+                    _put_string(ap, name)
+                    ap(_long(tid))
+            ap(_ZERO)
+            _put_string(ap, g.last)
+            _put_longs(ap, g.last_ids)
     ap(_ZERO)
     return b"".join(parts)
 
 
-def _encode_result_reference(result: Result) -> bytes:
+def _encode_result_batch_reference(batch: ResultBatch) -> bytes:
     buf = io.BytesIO()
-    rec = {
-        "query": result.query,
-        "head": result.head,
-        "head_ts": result.head_ts,
-        "emit_ms": result.emit_ms,
-        "ids": dict(result.ids),
-    }
-    fastavro.schemaless_writer(buf, _RESULT, rec)
+    rec = {"query": batch.query, "site": batch.site, "batch": batch.batch, "emit_ms": batch.emit_ms,
+           "groups": [{"head": g.head, "head_ts": g.head_ts, "ids": dict(g.ids), "last": g.last,
+                       "last_ids": list(g.last_ids)} for g in batch.groups]}
+    fastavro.schemaless_writer(buf, _RESULT_BATCH, rec)
     return buf.getvalue()
 
 
-def decode_result(data: bytes) -> Result:
-    """Inverse of :func:`encode_result`."""
-    rec = _read(data, _RESULT)
-    return Result(rec["query"], rec["head"], rec["head_ts"], rec["emit_ms"], dict(rec["ids"]))
+def decode_result_batch(data: bytes) -> ResultBatch:
+    """Inverse of :func:`encode_result_batch`."""
+    rec = _read(data, _RESULT_BATCH)
+    return ResultBatch(rec["query"], rec["site"], rec["batch"], rec["emit_ms"],
+                       [ResultGroup(g["head"], g["head_ts"], dict(g["ids"]), g["last"], g["last_ids"])
+                        for g in rec["groups"]])
 
 
 def encode_control(msg: Control) -> bytes:

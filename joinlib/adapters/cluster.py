@@ -35,13 +35,13 @@ import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from ..errors import ClusterError
 from ..model import Query, Tup
 from ..plan import Plan
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MODES = ("process", "thread")
 
 
@@ -50,16 +50,24 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
                 rate_scale: Optional[float] = None, progress: bool = False,
                 metrics_ports: Optional[dict] = None, run_id: Optional[str] = None,
                 python: str = sys.executable, log_dir: Optional[Path] = None,
-                registries: Optional[dict] = None) -> dict:
+                registries: Optional[dict] = None, faults: Sequence[tuple[str, float]] = ()) -> dict:
     """Run ``plan`` over ``streams`` (a data directory or loaded streams) on the Kafka at
     ``bootstrap``; results go to ``sink`` (a :class:`~joinlib.runtime.sink.Sink`, or None to
     only count).  ``rate_scale``: replay X times faster than event time (None: unpaced).
     ``metrics_ports``: site -> METRICS_PORT for node processes (default: no HTTP server);
     ``registries``: a dict that receives site -> the node's prometheus CollectorRegistry
     (thread mode); ``log_dir``: node process logs (default: a temp dir, removed on success).
+    ``faults``: (site, seconds) -- that long after the replay starts, kill the site's node
+    (SIGKILL; a thread node is stopped) and start a new one, which resumes from its last
+    checkpoint (needs ``redis_url``: checkpoints live in Redis).
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     if mode not in MODES:
         raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
+    for site, _ in faults:
+        if site not in query.sites:
+            raise ClusterError(f"cannot kill site {site!r}: the query's sites are {', '.join(query.sites)}")
+    if faults and not redis_url:
+        raise ClusterError("killing nodes needs Redis windows (REDIS_URL): a node resumes from its checkpoint there")
     from .kafka import (CONTROL_TOPIC, Producing, check_reachable, consume, end_offsets, ensure_topics,
                                  make_admin, make_consumer, make_producer, out_topic, produce_control_sync,
                                  query_topics, src_topic, warm_up)
@@ -86,14 +94,19 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
                          TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
         own_logs = log_dir is None
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
-        for site in query.sites:
-            nodes[site] = (_start_process if mode == "process" else _start_thread)(
+
+        def start_node(site: str) -> _NodeHandle:
+            h = (_start_process if mode == "process" else _start_thread)(
                 site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python, log_dir)
-            if registries is not None and isinstance(nodes[site], _ThreadNode):
-                registries[site] = nodes[site].svc.registry
+            if registries is not None and isinstance(h, _ThreadNode):
+                registries[site] = h.svc.registry
+            return h
+        for site in query.sites:
+            nodes[site] = start_node(site)
         warm_up(producer, [src_topic(query.name, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
-        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume)
+        chaos = _Faults(faults, start_node, nodes)
+        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos)
         replayer.join(5)
     except BaseException:
         for h in nodes.values():
@@ -123,6 +136,9 @@ class _NodeHandle:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def kill(self) -> None:
+        raise NotImplementedError
+
     def finish(self, grace: float) -> None:
         raise NotImplementedError
 
@@ -148,6 +164,14 @@ class _ProcessNode(_NodeHandle):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+    def kill(self) -> None:
+        """Die without warning (SIGKILL): no flush, no checkpoint."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self.log is not None and self.log.exists():  # its successor writes the same log name
+            self.log = self.log.rename(self.log.with_name(f"{self.log.stem}.killed-{uuid.uuid4().hex[:6]}.log"))
 
     def finish(self, grace: float) -> None:
         try:
@@ -206,6 +230,10 @@ class _ThreadNode(_NodeHandle):
         self._stop.set()
         self.thread.join(10)
 
+    def kill(self) -> None:
+        """A thread cannot be killed: stop it (it saves a checkpoint on its way out)."""
+        self.stop()
+
     def finish(self, grace: float) -> None:
         self.thread.join(grace)
         if self.thread.is_alive():
@@ -230,6 +258,23 @@ def _tail(path: Optional[Path], lines: int = 15) -> str:
     except OSError:
         return f"(no log at {path})"
     return f"--- last lines of {path} ---\n" + "\n".join(text[-lines:])
+
+
+class _Faults:
+    """Kills nodes on schedule (seconds after the replay starts) and starts their successors."""
+
+    def __init__(self, faults, start_node, nodes: dict) -> None:
+        self.todo = sorted(faults, key=lambda f: f[1])
+        self.start_node, self.nodes = start_node, nodes
+        self.done: list[dict] = []
+
+    def tick(self, t0: Optional[float]) -> None:
+        while self.todo and t0 is not None and time.monotonic() - t0 >= self.todo[0][1]:
+            site, after = self.todo.pop(0)
+            old = self.nodes[site]
+            old.kill()
+            self.nodes[site] = self.start_node(site)
+            self.done.append({"site": site, "after_s": after, "log": str(old.log) if old.log else None})
 
 
 # --------------------------------------------------------------------------- sources
@@ -260,10 +305,11 @@ class _Results:
         self.emit_ms: list[int] = []
         self.done: dict[str, dict] = {}
         self.status: dict[str, tuple[float, dict]] = {}
+        self.restarts: list[dict] = []
 
 
 def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, timeout_s: float, run: str,
-             wire, consume) -> _Results:
+             wire, consume, chaos: _Faults) -> _Results:
     from .kafka import CONTROL_TOPIC
     res = _Results()
     names = query.names
@@ -271,10 +317,13 @@ def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, tim
     m = len(names)
     pending: list = []   # results before the replay start time is known
     deadline = time.monotonic() + timeout_s
+    t_replay = None
     expected = None
     while True:
         if replayer.ident is None and len(set(res.status) | set(res.done)) == len(nodes):
             replayer.start()  # every node is up and consuming: start the clock
+            t_replay = time.monotonic()
+        chaos.tick(t_replay if replayer.ident is not None else None)
         for msg in consume(consumer, 5000, 0.1):
             if msg.topic() == CONTROL_TOPIC:
                 try:
@@ -292,16 +341,15 @@ def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, tim
                 elif c.kind == "status":
                     res.status[p["site"]] = (time.monotonic(), p)
                 continue
-            res.count += 1
+            b = wire.decode_result_batch(msg.value())
+            n = len(b)
+            res.count += n
+            for g in b.groups:
+                k = len(g.last_ids)
+                res.head_ts.extend([g.head_ts] * k)
+                res.emit_ms.extend([b.emit_ms] * k)
             if sink is not None:
-                r = wire.decode_result(msg.value())
-                res.head_ts.append(r.head_ts)
-                res.emit_ms.append(r.emit_ms)
-                pending.append(r)
-            else:
-                h, e = _result_times(msg.value())
-                res.head_ts.append(h)
-                res.emit_ms.append(e)
+                pending.append(b)
         if sink is not None and pending and replayer.info is not None:
             _to_sink(sink, pending, pos_of, m, replayer.info)
             pending = []
@@ -319,48 +367,26 @@ def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, tim
             raise ClusterError(_timeout_message(query, run, timeout_s, nodes, res, expected))
     if sink is not None and pending:
         _to_sink(sink, pending, pos_of, m, replayer.info)
+    res.restarts = chaos.done
     if res.count != expected:
         raise ClusterError(f"{query.name}: received {res.count} results, nodes announced {expected}")
     return res
 
 
-def _varint_at(b: bytes, i: int) -> tuple[int, int]:
-    z = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        z |= (c & 0x7F) << shift
-        if c < 0x80:
-            return (z >> 1) ^ -(z & 1), i
-        shift += 7
-
-
-def _result_times(b: bytes) -> tuple[int, int]:
-    """(head_ts, emit_ms) of an encoded ``wire.Result`` without decoding it all (the fields
-    follow two strings, ``query`` and ``head``: see schemas/Result.avsc)."""
-    n, i = _varint_at(b, 0)
-    n, i = _varint_at(b, i + n)
-    head_ts, i = _varint_at(b, i + n)
-    emit_ms, _ = _varint_at(b, i)
-    return head_ts, emit_ms
-
-
-def _to_sink(sink, results: list, pos_of: dict, m: int, info) -> None:
+def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
+    """Result batches -> ``sink.emit`` groups (tuples carry only ids; the head its ts), emit
+    times on the event-time axis of the replay."""
     t0, scale = info.t0_ms, info.rate_scale or 1.0
-    for r in results:
-        row: list = [None] * m
-        head_pos = pos_of[r.head]
-        last = None
-        for name, tid in r.ids.items():
-            p = pos_of[name]
-            row[p] = Tup(p, tid, r.head_ts if p == head_pos else 0, 0, ())
-            if p != head_pos:
-                last = p
-        if last is None:
-            continue
-        t = row[last]
-        row[last] = None
-        sink.emit(head_pos, last, [(tuple(row), [t])], (r.emit_ms - t0) * scale)
+    for b in batches:
+        now = (b.emit_ms - t0) * scale
+        for g in b.groups:
+            row: list = [None] * m
+            head_pos = pos_of[g.head]
+            for name, tid in g.ids.items():
+                p = pos_of[name]
+                row[p] = Tup(p, tid, g.head_ts if p == head_pos else 0, 0, ())
+            last = pos_of[g.last]
+            sink.emit(head_pos, last, [(tuple(row), [Tup(last, i, 0, 0, ()) for i in g.last_ids])], now)
 
 
 def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> str:
@@ -442,9 +468,11 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
         "naive": [{"src": s, "dst": d, "bytes": n} for (s, d), n in sorted(naive.items())],
         "processing_by_site": processing,
         "sites": {site: {"results": d["results"], "input_tuples": d.get("input_tuples"), "wall_s": d.get("wall_s"),
+                         "resumed_from_epoch": d.get("resumed_from_epoch"), "checkpoints": d.get("checkpoints", 0),
                          "log": str(nodes[site].log) if nodes[site].log else None}
                   for site, d in sorted(res.done.items())},
         "replay": info.to_dict() if info is not None else None,
+        "restarts": res.restarts,
     }
 
 

@@ -8,7 +8,7 @@ Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 * ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope), key = sending
   site, headers ``sent_ms`` (wall-clock ms at send, for transmission time), ``kind`` and
   ``run`` (the run id of the plan, when there is one);
-* ``out.<query>`` -- results (``wire.Result``), key = head stream;
+* ``out.<query>`` -- results (``wire.ResultBatch``, many per message), key = producing site;
 * ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
 
 :class:`KafkaTransport` is what a :class:`~joinlib.runtime.node.Node` sends through:
@@ -370,39 +370,57 @@ def _avro_string(s: str) -> bytes:
 
 
 class KafkaResultSink:
-    """A :class:`~joinlib.runtime.sink.Sink` producing one ``wire.Result`` per result to
-    ``out.<query>`` (key = head stream); ``emit_ms`` is the node's clock (wall ms)."""
+    """A :class:`~joinlib.runtime.sink.Sink` producing ``wire.ResultBatch`` messages to
+    ``out.<query>`` (key = site): one per ``emit`` call (a step's output of an epoch), split
+    every ``max_results`` results; ``emit_ms`` is the node's clock (wall ms).
 
-    def __init__(self, producer, query) -> None:
+    Batches are numbered per head stream: the last step of a sequence emits in epoch order, so
+    the numbers are deterministic.  ``skip[head_pos]``: batches of that head numbered below it
+    are counted but not produced -- a restarted node replaying from a checkpoint delivered
+    them before it stopped."""
+
+    def __init__(self, producer, query, site: str, *, max_results: int = 50_000, headers=None) -> None:
         self.out = producer if isinstance(producer, Producing) else Producing(producer)
         self.query = query.name
         self.names = query.names
         self.topic = out_topic(query.name)
         self.count = 0
-        self._keys = [n.encode() for n in self.names]
-        self._enc_names = [_avro_string(n) for n in self.names]
-        self._lead = [_avro_string(self.query) + _avro_string(n) for n in self.names]
+        self.batches = [0] * len(self.names)
+        self.skip = [0] * len(self.names)
+        self.max_results = max_results
+        self.headers = headers
+        self._key = site.encode()
+        self._lead = _avro_string(self.query) + _avro_string(site)
+        self._names = [_avro_string(n) for n in self.names]
 
     def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
-        # The Avro encoding of wire.Result, assembled from pieces: everything up to the last
-        # map entry is shared by all the results of a row (same bytes encode_result writes,
-        # with the map entry of the last stream written last).
-        produce, key, topic, names = self.out.produce, self._keys[head_pos], self.topic, self._enc_names
-        lead = self._lead[head_pos]
-        L = _avro_long
-        emit_ms = L(int(now))
-        last_name = names[pos]
+        # The bytes wire.encode_result_batch writes, assembled per group from cached pieces.
+        L, names, limit = _avro_long, self._names, self.max_results
+        head, last = names[head_pos], names[pos]
+        parts: list[bytes] = []
+        ngroups = nresults = 0
         for row, tups in groups:
-            parts = [lead, L(row[head_pos].ts), emit_ms, L(sum(1 for t in row if t is not None) + 1)]
-            for i, t in enumerate(row):
-                if t is not None:
-                    parts.append(names[i])
-                    parts.append(L(t.id))
-            parts.append(last_name)
-            prefix = b"".join(parts)
-            for t in tups:
-                produce(topic, prefix + L(t.id) + b"\x00", key)
-            self.count += len(tups)
+            if not tups:
+                continue
+            ids = [names[i] + L(t.id) for i, t in enumerate(row) if t is not None]
+            parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00"
+                         + last + L(len(tups)) + b"".join([L(t.id) for t in tups]) + b"\x00")
+            ngroups += 1
+            nresults += len(tups)
+            if nresults >= limit:
+                self._produce(head_pos, now, ngroups, parts, nresults)
+                parts, ngroups, nresults = [], 0, 0
+        if ngroups:
+            self._produce(head_pos, now, ngroups, parts, nresults)
+
+    def _produce(self, head_pos: int, now: float, ngroups: int, parts: list, nresults: int) -> None:
+        n = self.batches[head_pos]
+        self.batches[head_pos] = n + 1
+        self.count += nresults
+        if n < self.skip[head_pos]:
+            return
+        value = b"".join([self._lead, _avro_long(n), _avro_long(int(now)), _avro_long(ngroups), *parts, b"\x00"])
+        self.out.produce(self.topic, value, self._key, self.headers)
 
 
 # --------------------------------------------------------------------------- control

@@ -16,6 +16,11 @@ strictly in that order, epoch after epoch, each phase waiting for the one messag
 - the global order (epoch, group, sequence, step, phase) is well founded — every
   phase depends only on phases ranked below it — so there is no deadlock.
 
+One exception to the order: a *free* home (a home stream that only SP-S replicas read, see
+``Node._free_homes``) ticks as soon as its watermark passes, epochs ahead of the rest, since
+nothing at its node reads its window; that keeps a cluster's epochs pipelined instead of
+one network round trip each.
+
 The node never touches I/O: it sends through ``transport.send(envelope)`` and keeps
 tuples in stores made by ``store_factory(name)``.
 """
@@ -42,7 +47,7 @@ Phase = Callable[[int], bool]
 
 
 class _Home:
-    __slots__ = ("stream", "store", "progress", "senders", "keep_batches")
+    __slots__ = ("stream", "store", "progress", "senders", "keep_batches", "epoch")
 
     def __init__(self, stream, store: WindowStore) -> None:
         self.stream = stream
@@ -50,6 +55,7 @@ class _Home:
         self.progress = Progress() if not stream.window.is_time else None
         self.senders: list = []  # (ReplicaSpec, sender)
         self.keep_batches = False
+        self.epoch = 0  # the next epoch to tick, for a free home (see Node._free_homes)
 
 
 class Node:
@@ -67,6 +73,7 @@ class Node:
         self.epoch, self.cursor = 0, 0
         self.last_epoch: Optional[int] = None
         self.inbox: dict[tuple[int, int], object] = {}
+        self.taken: dict[int, int] = {}  # flow -> last epoch whose message a phase took
         self.source: dict[str, deque] = {}
         self.watermark: dict[str, int] = {}
         self.homes: dict[str, _Home] = {}
@@ -78,6 +85,7 @@ class Node:
         self.step_done: dict[tuple[int, int], int] = {}
         self.lanes: list[_Lane] = []
         self.schedule: list[tuple[tuple, str, Phase]] = []
+        self.free: list[_Home] = []
         self._build()
 
     # ------------------------------------------------------------------ inputs
@@ -87,19 +95,25 @@ class Node:
         if watermark is not None:
             self.watermark[stream] = max(self.watermark.get(stream, 0), watermark)
 
-    def on_message(self, env: Envelope, now: Optional[float] = None, sent: Optional[float] = None) -> None:
-        """Keep a message until its phase runs.  A message whose network delay exceeded δ is
-        counted as *late*: the paper's time-based model would have missed it; we wait."""
+    def on_message(self, env: Envelope, now: Optional[float] = None, sent: Optional[float] = None) -> bool:
+        """Keep a message until its phase runs; False if it is a copy of one already here or
+        used (a restarted sender replays its epochs).  A message whose network delay exceeded δ
+        is counted as *late*: the paper's time-based model would have missed it; we wait."""
         if now is not None:
             self.now = now
+        key = (env.flow, env.epoch)
+        if env.epoch <= self.taken.get(env.flow, -1) or key in self.inbox:
+            return False
         if sent is not None and self.now - sent > self.delta:
             self.sensor.on_late(self.site, env.kind)
-        self.inbox.setdefault((env.flow, env.epoch), env.body)
+        self.inbox[key] = env.body
+        return True
 
     @property
     def finished(self) -> bool:
         last = self.last_epoch
-        return last is not None and self.epoch > last and all(l.epoch > last for l in self.lanes)
+        return (last is not None and self.epoch > last and all(l.epoch > last for l in self.lanes)
+                and all(h.epoch > last for h in self.free))
 
     def run(self, now: Optional[float] = None) -> bool:
         """Run every phase that can run now; True if any did.
@@ -112,14 +126,28 @@ class Node:
             self.now = now
         ran, moved = False, True
         while moved:
-            moved = self._run_ticks()
+            moved = self._run_free() if self.free else False
+            moved |= self._run_ticks()
             for lane in self.lanes:
                 moved |= self._run_lane(lane)
             ran |= moved
         return ran
 
+    def _run_free(self) -> bool:
+        """Tick the free homes as far as their watermarks allow, ahead of the tick group."""
+        moved, last = False, self.last_epoch
+        for home in self.free:
+            while (last is None or home.epoch <= last) and self._timed("tick", partial(self._tick, home), home.epoch):
+                home.epoch += 1
+                moved = True
+        return moved
+
     def _run_ticks(self) -> bool:
         moved, last, sched = False, self.last_epoch, self.schedule
+        if not sched:  # only free homes here: the node's epoch is theirs
+            e = min(h.epoch for h in self.free)
+            moved, self.epoch = e > self.epoch, e
+            return moved
         while (last is None or self.epoch <= last) and all(l.epoch >= self.epoch for l in self.lanes):
             _, op, fn = sched[self.cursor]
             if not self._timed(op, fn, self.epoch):
@@ -154,11 +182,15 @@ class Node:
     # ------------------------------------------------------------------ construction
     def _build(self) -> None:
         pp, site, sched = self.pp, self.site, self.schedule
+        free = self._free_homes()
         for s in self.q.streams:
             if s.site == site:
                 home = self.homes[s.name] = _Home(s, self.store_factory(f"{site}/home/{s.name}"))
                 home.keep_batches = pp.starts[s.name] == site
-                sched.append(((0, s.pos, 0), "tick", partial(self._tick, home)))
+                if s.name in free:
+                    self.free.append(home)
+                else:
+                    sched.append(((0, s.pos, 0), "tick", partial(self._tick, home)))
         for r in pp.replicas:
             stream = self.q.stream(r.stream)
             if r.home == site:
@@ -199,8 +231,19 @@ class Node:
             lane.phases.sort(key=lambda x: x[0])
         self.lanes = list(lanes.values())
         sched.sort(key=lambda x: x[0])
-        if not sched:
+        if not sched and not self.free:
             raise RuntimeError(f"site {site} has no stream and no replica in this plan")
+
+    def _free_homes(self) -> set[str]:
+        """Home streams of this site that no phase here reads: only SP-S replicas elsewhere
+        (a full copy of every batch) and no step probing the home window.  Their ticks depend on
+        nothing but the source, so they run as soon as the watermark passes, epochs ahead of the
+        tick group: the update messages of epoch e+1 leave before the replies of epoch e arrive,
+        and a round trip per epoch no longer caps the rate (pipelining)."""
+        pp, site = self.pp, self.site
+        busy = {r.stream for r in pp.replicas if r.kind != "SP-S"}
+        busy |= {st.stream for st in pp.steps if st.home == site and (st.local or st.algorithm != "SP-S")}
+        return {s.name for s in self.q.streams if s.site == site and s.name not in busy}
 
     def _add_indexes(self, st: StepSpec) -> None:
         if st.home == self.site:
@@ -232,7 +275,10 @@ class Node:
         self.transport.send(Envelope(self.site, dst, flow, epoch, body))
 
     def _take(self, flow: int, epoch: int):
-        return self.inbox.pop((flow, epoch), None)
+        body = self.inbox.pop((flow, epoch), None)
+        if body is not None:
+            self.taken[flow] = epoch
+        return body
 
     def _ready(self, st: StepSpec, e: int) -> bool:
         """Has the previous step of the sequence delivered all of epoch e's input here?"""
@@ -338,7 +384,9 @@ class Node:
 
     def _start(self, head: str, si: int, e: int) -> bool:
         if self.q.stream(head).site == self.site:
-            batch = self.batches.pop((head, e))
+            batch = self.batches.pop((head, e), None)
+            if batch is None:  # a free home that has not ticked epoch e yet
+                return False
         else:
             rep = next(self.replicas[r.id] for r in self.pp.replicas
                        if r.kind == "SP-S" and r.stream == head and r.loc == self.site)

@@ -1,7 +1,9 @@
 """``python -m services.node --site SITE [--query NAME] [--run ID] [--serve]``
 
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (required), ``REDIS_URL`` (windows in Redis if set),
-``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server).
+``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server),
+``JOINLIB_CHECKPOINT_EVERY_S`` (default for --checkpoint-every).  With ``REDIS_URL``, a node that
+is restarted resumes from its last checkpoint (services/node/recovery.py).
 Errors (Kafka unreachable, bad plan) print one ``error:`` line and exit with status 2.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 from joinlib.errors import JoinlibError
 
 from ..common import env, error_line
-from .service import NodeService
+from .service import CHECKPOINT_EVERY_S, NodeService
 
 
 def main(argv=None) -> int:
@@ -29,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-timeout", type=float, help="give up if no plan arrives within this many seconds")
     ap.add_argument("--connect-timeout", type=float, default=15.0,
                     help="give up if Kafka does not answer within this many seconds (default 15)")
+    ap.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
+                    help="with REDIS_URL: save a checkpoint (windows + state + offsets) this often, so that a "
+                         "restarted node resumes where it was; 0 = never (default: $JOINLIB_CHECKPOINT_EVERY_S or 1)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if not args.site:
@@ -42,11 +47,22 @@ def main(argv=None) -> int:
     except ValueError:
         error_line(f"METRICS_PORT={env('METRICS_PORT')!r} is not a port number")
         return 2
+    every = args.checkpoint_every
+    if every is None:
+        try:
+            every = float(env("JOINLIB_CHECKPOINT_EVERY_S", str(CHECKPOINT_EVERY_S)))
+        except ValueError:
+            error_line(f"JOINLIB_CHECKPOINT_EVERY_S={env('JOINLIB_CHECKPOINT_EVERY_S')!r} is not a number of seconds")
+            return 2
+    if every < 0:
+        error_line("--checkpoint-every must be >= 0 seconds")
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=env("REDIS_URL"),
                       metrics_port=port or None, serve=args.serve, stop=stop,
-                      plan_timeout_s=args.plan_timeout, connect_timeout_s=args.connect_timeout, quiet=args.quiet)
+                      plan_timeout_s=args.plan_timeout, connect_timeout_s=args.connect_timeout, quiet=args.quiet,
+                      checkpoint_every_s=every)
     try:
         return svc.run()
     except JoinlibError as e:

@@ -46,6 +46,7 @@ from ..common import ControlLog, ControlRecord, decode_control_message, info_lin
 
 STATUS_EVERY_S = 2.0
 GAUGES_EVERY_S = 1.0
+CHECKPOINT_EVERY_S = 1.0
 
 
 class TeeSensor(Sensor):
@@ -99,7 +100,8 @@ class NodeService:
     def __init__(self, site: str, bootstrap: str, *, query: Optional[str] = None, run: Optional[str] = None,
                  redis_url: Optional[str] = None, metrics_port: Optional[int] = None, serve: bool = False,
                  registry=None, stop: Optional[threading.Event] = None, plan_timeout_s: Optional[float] = None,
-                 connect_timeout_s: float = 15.0, store_factory=None, quiet: bool = False) -> None:
+                 connect_timeout_s: float = 15.0, store_factory=None, quiet: bool = False,
+                 checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
         self.site, self.bootstrap, self.query_name, self.run_id = site, bootstrap, query, run
         self.redis_url, self.metrics_port, self.serve = redis_url, metrics_port, serve
         self.registry = registry
@@ -107,6 +109,8 @@ class NodeService:
         self.plan_timeout_s, self.connect_timeout_s = plan_timeout_s, connect_timeout_s
         self.store_factory = store_factory
         self.quiet = quiet
+        self.checkpoint_every_s = checkpoint_every_s
+        self.resumed_from: Optional[int] = None  # epoch of the checkpoint the last run resumed from
         self.sensor = None
         self.finished_runs: list[dict] = []   # the done payloads published
 
@@ -210,7 +214,7 @@ class NodeService:
         sensor = TeeSensor(self.sensor, totals)
         out = Producing(make_producer(self.bootstrap, **{"delivery.report.only.error": True}))
         transport = KafkaTransport(out, q.name, sensor=self.sensor, run=run)
-        sink = KafkaResultSink(out, q)
+        sink = KafkaResultSink(out, q, site, headers=[("run", run.encode())] if run else None)
         factory = self.store_factory
         if factory is None:
             factory = default_store_factory(self.redis_url, f"joinlib:{q.name}:{run or 'norun'}", self.log)
@@ -221,9 +225,16 @@ class NodeService:
             made.append(store)
             return store
 
+        ckpt = self._checkpoints(factory, site)
+        saved = ckpt.load() if ckpt else None  # before the node adds its indexes to the stores
         node = Node(pp, site, transport, sink, store_factory=store_factory if factory else None, sensor=sensor)
         if p.get("last_epoch") is not None:
             node.last_epoch = int(p["last_epoch"])
+        received: dict = defaultdict(LinkStats)
+        naive: dict = defaultdict(int)
+        resumed = ckpt.resume(saved, node, sink, transport, totals, received, naive) if saved else None
+        if resumed is not None:
+            offsets = resumed
         homes = {s.name for s in q.streams if s.site == site}
         others = [x for x in q.sites if x != site]
         my_topic = node_topic(q.name, site)
@@ -243,19 +254,28 @@ class NodeService:
                + [TopicPartition(my_topic, 0, start(my_topic))])
         consumer.assign(tps)
         warm_up(out.producer, [node_topic(q.name, x) for x in q.sites] + [out_topic(q.name), CONTROL_TOPIC])
-        received: dict = defaultdict(LinkStats)
-        naive: dict = defaultdict(int)
+        self.resumed_from = node.epoch if resumed is not None else None
+        if ckpt:
+            if resumed is None:  # from the start; a predecessor may still have delivered results
+                ckpt.out_offset = offsets.get(out_topic(q.name))
+            sink.skip = ckpt.delivered(self.bootstrap, q, run)
+            if resumed is not None or any(sink.skip):
+                self.log(f"resumed from {'the checkpoint of epoch %d' % node.epoch if resumed else 'the start'}; "
+                         f"result batches already delivered per head: {sink.skip}")
         self.log(f"running query {q.name} (run {run}): {len(homes)} home stream(s), "
                  f"{len(pp.replicas)} replica(s) in plan, {len(node.lanes)} lane(s) here")
         t_start = time.perf_counter()
         next_status = next_gauges = time.monotonic()
+        next_ckpt = next_status + self.checkpoint_every_s if ckpt and self.checkpoint_every_s > 0 else float("inf")
         clock = now_ms
         run_b = run.encode() if run else None
         on_message, feed, run_node = node.on_message, node.feed, node.run
         sens = self.sensor
         while not node.finished:
             if self.stop.is_set():
-                self.log("stopped before finishing")
+                if ckpt:
+                    ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
+                self.log("stopped before finishing" + (" (checkpoint saved)" if ckpt else ""))
                 out.flush(5)
                 return
             msgs = consume(consumer, 2000, 0.05)
@@ -276,13 +296,14 @@ class NodeService:
                     if sent is None:
                         sent = float(m.timestamp()[1])
                     env = wire.decode_envelope(m.value())
+                    if not on_message(env, now, sent):
+                        continue  # a copy sent again by a restarted node
                     kind = env.kind
                     st = received[(env.src, env.dst, kind)]
                     st.messages += 1
                     st.bytes += len(m.value())
                     st.transfer_ms += max(0.0, now - sent)
                     sens.on_transmission(env.src, env.dst, kind, (now - sent) / 1000.0)
-                    on_message(env, now, sent)
                 elif topic in src_topics:
                     b = wire.decode_source_batch(m.value())
                     stream = src_topics[topic]
@@ -304,6 +325,9 @@ class NodeService:
             run_node(now)
             out.poll()
             t = time.monotonic()
+            if t >= next_ckpt:
+                next_ckpt = t + self.checkpoint_every_s
+                ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
             if t >= next_gauges:
                 next_gauges = t + GAUGES_EVERY_S
                 self._gauges(node, pp, consumer, tps)
@@ -327,8 +351,12 @@ class NodeService:
             "late_messages": sum(totals.late.values()),
             "last_epoch": node.last_epoch,
             "wall_s": round(wall, 4),
+            "resumed_from_epoch": self.resumed_from,
+            "checkpoints": ckpt.saved if ckpt else 0,
         }
         publish_control(out, q.name, "done", done)
+        if ckpt:
+            ckpt.clear()
         for store in made:
             clear = getattr(store, "clear", None)
             if clear is not None:
@@ -342,6 +370,14 @@ class NodeService:
         self.finished_runs.append(done)
         self.log(f"done: {sink.count} results, {sum(l['bytes'] for l in done['links'])} bytes sent "
                  f"in {wall:.2f}s")
+
+    def _checkpoints(self, factory, site: str):
+        """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from)."""
+        client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
+        if client is None or namespace is None:
+            return None
+        from .recovery import NodeCheckpoints
+        return NodeCheckpoints(client, namespace, site, self.log)
 
     @staticmethod
     def _end_applies(rec: ControlRecord, run) -> bool:

@@ -4,7 +4,7 @@
         --out FILE.json [--run ID] [--out-topic TOPIC]
 
 Batch-reads ``src.<query>.<stream>`` (every ``joinlib.SourceBatch``; with ``--run`` only messages
-whose ``run`` header names it) and ``out.<query>`` (every ``joinlib.Result``), from the earliest
+whose ``run`` header names it) and ``out.<query>`` (every result of the ``joinlib.ResultBatch`` messages), from the earliest
 to the latest offset.  The source tuples are collected to the driver and joined by
 :func:`joinlib.reference.reference_join` (the contract every plan must meet; quadratic, fine for
 audit-sized data); the results are decoded in the JVM (spark-avro) and counted per

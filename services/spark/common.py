@@ -8,9 +8,10 @@ Connectors.  pyspark does not ship ``spark-sql-kafka-0-10`` or ``spark-avro``.  
 ``jars/`` directory already has the connectors (the ``services/spark/Dockerfile`` image) nothing is
 added.  ``JOINLIB_SPARK_JARS`` names another directory.
 
-Decoding.  ``out.<query>`` values are schemaless Avro ``joinlib.Result`` records; they are decoded
-in the JVM by spark-avro's ``from_avro`` with ``schemas/Result.avsc`` (the schema ``joinlib.wire``
-uses), in PERMISSIVE mode: an undecodable value becomes a row of nulls with ``malformed = true``.
+Decoding.  ``out.<query>`` values are schemaless Avro ``joinlib.ResultBatch`` records (many results
+per message, factorised by group); they are decoded in the JVM by spark-avro's ``from_avro`` with
+``schemas/ResultBatch.avsc`` (the schema ``joinlib.wire`` uses) and exploded into one row per result,
+in PERMISSIVE mode: an undecodable value becomes one row of nulls with ``malformed = true``.
 
 Nothing here starts a JVM at import; :func:`check_spark_setup` checks the installation without one.
 """
@@ -28,7 +29,7 @@ from joinlib.wire import SCHEMA_DIR
 SPARK_DIR = Path(__file__).resolve().parent
 REPO_ROOT = SPARK_DIR.parent.parent
 LOG4J2_CONF = SPARK_DIR / "log4j2.properties"
-RESULT_SCHEMA_FILE = SCHEMA_DIR / "Result.avsc"
+RESULT_SCHEMA_FILE = SCHEMA_DIR / "ResultBatch.avsc"
 
 #: file-name prefixes of the jars the jobs need beyond pyspark's own (see services/spark/pom.xml)
 CONNECTOR_JARS = (
@@ -211,7 +212,7 @@ def build_session(app_name: str, *, master: Optional[str] = None,
 
 
 def result_schema_json() -> str:
-    """``schemas/Result.avsc`` as text (self-contained: no references to other named types)."""
+    """``schemas/ResultBatch.avsc`` as text (self-contained: no references to other named types)."""
     return RESULT_SCHEMA_FILE.read_text(encoding="utf-8")
 
 
@@ -236,16 +237,27 @@ def kafka_source(spark, bootstrap: str, *, topics: Optional[list[str]] = None, p
 
 
 def decode_results(df):
-    """Kafka rows of ``out.*`` -> columns query, head, head_ts, emit_ms, ids (map stream -> id),
-    malformed (bool), topic, offset.  Undecodable values give malformed = true and null fields."""
+    """Kafka rows of ``out.*`` -> one row per result: columns query, head, head_ts, emit_ms, ids (map
+    stream -> id), malformed (bool), topic, offset.  An undecodable value gives one row with
+    malformed = true and null fields."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     r = from_avro(F.col("value"), result_schema_json(), {"mode": "PERMISSIVE"})
-    return (df.select(r.alias("r"), "topic", "offset")
-              .select("r.query", "r.head", "r.head_ts", "r.emit_ms", "r.ids",
-                      # PERMISSIVE yields a struct of nulls; query is a non-null string in the schema
-                      F.col("r.query").isNull().alias("malformed"), "topic", "offset"))
+    # PERMISSIVE yields a struct of nulls; query is a non-null string in the schema
+    b = df.select(r.alias("b"), "topic", "offset").withColumn("malformed", F.col("b.query").isNull())
+    groups = (b.where(~F.col("malformed"))
+               .select("b.query", "b.emit_ms", F.explode("b.groups").alias("g"), "malformed", "topic", "offset"))
+    good = groups.select("query", F.col("g.head").alias("head"), F.col("g.head_ts").alias("head_ts"), "emit_ms",
+                         F.explode("g.last_ids").alias("last_id"), "g.ids", "g.last", "malformed", "topic", "offset")
+    good = good.select("query", "head", "head_ts", "emit_ms",
+                       F.map_concat("ids", F.create_map("last", "last_id")).alias("ids"),
+                       "malformed", "topic", "offset")
+    bad = b.where(F.col("malformed")).select(
+        F.lit(None).cast("string").alias("query"), F.lit(None).cast("string").alias("head"),
+        F.lit(None).cast("long").alias("head_ts"), F.lit(None).cast("long").alias("emit_ms"),
+        F.lit(None).cast("map<string,bigint>").alias("ids"), "malformed", "topic", "offset")
+    return good.unionByName(bad)
 
 
 def missing_topics(bootstrap: str, topics: list[str], timeout_s: float = 10.0) -> list[str]:

@@ -4,7 +4,7 @@
         [--out DIR | --console] [--window 1s] [--once] [--t0-ms MS] [--rate-scale X]
 
 Reads ``out.<query>`` (every ``out.*`` topic without ``--query``) from the earliest offset,
-decodes the ``joinlib.Result`` values (Avro, in the JVM) and keeps, per query, head stream and
+decodes the ``joinlib.ResultBatch`` values (Avro, in the JVM, one row per result) and keeps, per query, head stream and
 event-time window of ``head_ts`` (tumbling, ``--window``):
 
     results, latency_mean_ms, latency_p50_ms, latency_p95_ms, latency_max_ms

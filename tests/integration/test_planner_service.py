@@ -100,11 +100,11 @@ def _results(bootstrap: str, query) -> Counter:
     seen, deadline = 0, time.monotonic() + 60
     while seen < end and time.monotonic() < deadline:
         for m in consume(consumer, 5000, 0.5):
-            r = wire.decode_result(m.value())
-            ids = [None] * len(pos)
-            for name, i in r.ids.items():
-                ids[pos[name]] = i
-            got[(tuple(ids), r.head_ts)] += 1
+            for r in wire.decode_result_batch(m.value()).results():
+                ids = [None] * len(pos)
+                for name, i in r.ids.items():
+                    ids[pos[name]] = i
+                got[(tuple(ids), r.head_ts)] += 1
             seen = m.offset() + 1
     consumer.close()
     return got

@@ -97,10 +97,17 @@ def _end_offset(bootstrap: str, topic: str) -> int:
 
 
 def _result_messages(query, results: list[tuple[tuple, int, str]]) -> list[tuple[bytes, bytes, None]]:
+    """One ResultBatch message per result (each result has its own emit time), the last stream
+    that is not the head in last_ids, as a node's sink writes it."""
     names = list(query.names)
-    return [(head.encode(), wire.encode_result(wire.Result(query.name, head, ts, ts + _latency(ids, ts),
-                                                           dict(zip(names, ids)))), None)
-            for ids, ts, head in results]
+    out = []
+    for n, (ids, ts, head) in enumerate(results):
+        last = names[-1] if names[-1] != head else names[0]
+        by_name = dict(zip(names, ids))
+        group = wire.ResultGroup(head, ts, {k: v for k, v in by_name.items() if k != last}, last, [by_name[last]])
+        out.append((b"n1", wire.encode_result_batch(wire.ResultBatch(query.name, "n1", n, ts + _latency(ids, ts),
+                                                                     [group])), None))
+    return out
 
 
 # --------------------------------------------------------------------------- fixtures

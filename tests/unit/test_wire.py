@@ -106,7 +106,7 @@ def test_schema_files_parse_and_are_the_loaded_ones():
         "joinlib.DjaUpdate",
         "joinlib.Envelope",
         "joinlib.SourceBatch",
-        "joinlib.Result",
+        "joinlib.ResultBatch",
         "joinlib.Control",
         "values",
     ]:
@@ -412,17 +412,25 @@ def test_source_batch_roundtrip():
         assert [tup_fields(t) for t in back.tuples] == [tup_fields(t) for t in batch.tuples]
 
 
-def test_result_roundtrip():
-    for r in [
-        wire.Result("q1", "S1", 1000, 1_700_000_000_123, {"S1": 1, "S2": 2, "S3": LONG_MAX}),
-        wire.Result("q", "S", -1, 0, {}),
-        wire.Result("запрос", "流", 5, 6, {"流": -3}),
+def test_result_batch_roundtrip():
+    G = wire.ResultGroup
+    for b in [
+        wire.ResultBatch("q1", "n1", 0, 1_700_000_000_123,
+                         [G("S1", 1000, {"S1": 1, "S3": LONG_MAX}, "S2", [2, 3, LONG_MIN])]),
+        wire.ResultBatch("q", "s", LONG_MAX, -1, []),
+        wire.ResultBatch("запрос", "узел", 5, 6, [G("流", 5, {}, "S", []), G("S", -7, {"流": -3}, "流", [9])]),
     ]:
-        data = wire.encode_result(r)
-        assert data == wire._encode_result_reference(r)
-        back = wire.decode_result(data)
-        assert back == r
-        assert isinstance(back.ids, dict)
+        data = wire.encode_result_batch(b)
+        assert data == wire._encode_result_batch_reference(b)
+        back = wire.decode_result_batch(data)
+        assert back == b
+        assert len(back) == sum(len(g.last_ids) for g in b.groups)
+
+
+def test_result_batch_expands_to_results():
+    b = wire.ResultBatch("q", "n1", 3, 50, [wire.ResultGroup("A", 10, {"A": 1, "C": 4}, "B", [7, 8])])
+    assert list(b.results()) == [wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 7}),
+                                 wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 8})]
 
 
 def test_control_roundtrip():
@@ -520,10 +528,11 @@ def test_property_source_batch(stream, tups, wm):
     st.text(max_size=8),
     long_st,
     long_st,
-    st.dictionaries(st.text(max_size=6), long_st, max_size=5),
+    st.lists(st.tuples(st.text(max_size=6), long_st, st.dictionaries(st.text(max_size=6), long_st, max_size=4),
+                       st.text(max_size=6), st.lists(long_st, max_size=5)), max_size=4),
 )
-def test_property_result(query, head, head_ts, emit_ms, ids):
-    r = wire.Result(query, head, head_ts, emit_ms, ids)
-    data = wire.encode_result(r)
-    assert data == wire._encode_result_reference(r)
-    assert wire.decode_result(data) == r
+def test_property_result_batch(query, site, batch, emit_ms, groups):
+    b = wire.ResultBatch(query, site, batch, emit_ms, [wire.ResultGroup(*g) for g in groups])
+    data = wire.encode_result_batch(b)
+    assert data == wire._encode_result_batch_reference(b)
+    assert wire.decode_result_batch(data) == b

@@ -1,0 +1,352 @@
+"""A node crashes and restarts from a checkpoint (joinlib.runtime.checkpoint); the run stays exact.
+
+The harness below drives the nodes of a plan directly, without the simulated network:
+per-site source inputs (one epoch's tuples and its watermark per step, the ``last_epoch``
+marker somewhere among them) and per-destination message queues delivered in a random
+order, each input followed by ``node.run()``.  Every input a node is given is recorded.
+
+A crash of node N: at step k take ``snapshot(N)`` and a deep copy of its window stores;
+let the run go on for d more steps (N's *doomed* work: its messages reach their receivers,
+its results are lost); then build a fresh Node of the same plan and site over the copied
+stores, ``restore`` it, and re-give it, in order, every input N got after the snapshot.
+N's results are its emissions up to the snapshot plus everything the restored node emits.
+The whole run must still produce exactly the reference join: each result once.
+"""
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+from collections import Counter, deque
+from typing import Optional
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from joinlib import plan as plans_mod
+from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
+from joinlib.physical import compile_plan
+from joinlib.reference import reference_join
+from joinlib.runtime import checkpoint
+from joinlib.runtime.checkpoint import CheckpointError, restore, snapshot
+from joinlib.runtime.node import Node
+from joinlib.runtime.sink import CollectingSink
+from joinlib.state.memory import MemoryWindowStore
+from tests.strategies import plans, queries, stream_data
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ----------------------------------------------------------------------------- the harness
+
+class _Queues:
+    """The transport: one queue per destination site."""
+
+    def __init__(self, sites) -> None:
+        self.q: dict[str, list] = {s: [] for s in sites}
+        self.sent = 0
+
+    def send(self, env) -> None:
+        self.q[env.dst].append(env)
+        self.sent += 1
+
+
+class _Snap:
+    def __init__(self, blob: bytes, stores: dict, log_pos: int, emitted: int) -> None:
+        self.blob, self.stores, self.log_pos, self.emitted = blob, stores, log_pos, emitted
+
+
+class Harness:
+    """Every site's node, driven one input at a time, deterministically from ``seed``."""
+
+    def __init__(self, query: Query, data: dict[str, list[Tup]], plan, seed: int) -> None:
+        self.query, self.pp = query, compile_plan(query, plan)
+        self.rng = random.Random(seed)
+        tau = query.execution.interval_ms
+        all_ts = [t.ts for tups in data.values() for t in tups]
+        last = max(all_ts) // tau if all_ts else 0
+        self.net = _Queues(query.sites)
+        self.sinks = {s: CollectingSink(query) for s in query.sites}
+        self.stores: dict[str, dict[str, MemoryWindowStore]] = {}
+        self.nodes = {s: self._node(s) for s in query.sites}
+        self.log: dict[str, list[tuple]] = {s: [] for s in query.sites}
+        # each site's source inputs: epoch by epoch, its streams' tuples and watermark,
+        # with the end marker put at a random place among them
+        self.src: dict[str, list[tuple]] = {}
+        for site in query.sites:
+            items = []
+            for x in range(last + 1):
+                for s in query.streams:
+                    if s.site == site:
+                        tups = [t for t in data.get(s.name, []) if x * tau <= t.ts < (x + 1) * tau]
+                        items.append(("feed", s.name, tups, (x + 1) * tau))
+            items.insert(self.rng.randint(0, len(items)), ("end", last))
+            self.src[site] = items
+        self.src_pos = {s: 0 for s in query.sites}
+        self.steps = 0
+
+    def _node(self, site: str, stores: Optional[dict] = None) -> Node:
+        if stores is None:
+            stores = {}
+
+            def factory(name: str) -> MemoryWindowStore:
+                assert name not in stores, f"store {name} made twice"
+                stores[name] = MemoryWindowStore()
+                return stores[name]
+        else:
+            def factory(name: str) -> MemoryWindowStore:
+                return stores[name]
+        self.stores[site] = stores
+        return Node(self.pp, site, self.net, self.sinks[site], store_factory=factory)
+
+    # ------------------------------------------------------------------ inputs
+    def give(self, site: str, inp: tuple) -> None:
+        node = self.nodes[site]
+        self.log[site].append(inp)
+        if inp[0] == "feed":
+            node.feed(inp[1], inp[2], inp[3])
+        elif inp[0] == "msg":
+            node.on_message(inp[1])
+        else:
+            node.last_epoch = inp[1]
+        node.run()
+
+    def step(self) -> bool:
+        """One input to one node; False once there is nothing left to give."""
+        options = [("src", s) for s in self.query.sites if self.src_pos[s] < len(self.src[s])]
+        options += [("msg", s) for s in self.query.sites if self.net.q[s]]
+        if not options:
+            return False
+        kind, site = self.rng.choice(options)
+        if kind == "src":
+            inp = self.src[site][self.src_pos[site]]
+            self.src_pos[site] += 1
+        else:
+            queue = self.net.q[site]
+            # mostly FIFO, sometimes any message: exactness does not depend on the order
+            i = 0 if self.rng.random() < 0.5 else self.rng.randrange(len(queue))
+            inp = ("msg", queue.pop(i))
+        self.give(site, inp)
+        self.steps += 1
+        return True
+
+    def run(self, steps: Optional[int] = None) -> None:
+        n = 0
+        while (steps is None or n < steps) and self.step():
+            n += 1
+
+    # ------------------------------------------------------------------ crash and restart
+    def snapshot(self, site: str) -> _Snap:
+        return _Snap(snapshot(self.nodes[site]), copy.deepcopy(self.stores[site]),
+                     len(self.log[site]), len(self.sinks[site].results))
+
+    def crash(self, site: str, snap: _Snap) -> None:
+        """Replace ``site``'s node by a fresh one restored from ``snap`` and re-give it
+        every input its predecessor got after the snapshot."""
+        del self.sinks[site].results[snap.emitted:]  # the doomed node's results are lost
+        node = self.nodes[site] = self._node(site, copy.deepcopy(snap.stores))
+        restore(node, snap.blob)
+        suffix = self.log[site][snap.log_pos:]
+        del self.log[site][snap.log_pos:]
+        for inp in suffix:
+            self.give(site, inp)
+
+    # ------------------------------------------------------------------ outcome
+    def results(self) -> Counter:
+        stuck = [s for s, n in self.nodes.items() if not n.finished]
+        assert not stuck, f"nodes not finished: {stuck} " + "; ".join(
+            f"{s}: epoch {self.nodes[s].epoch} cursor {self.nodes[s].cursor} "
+            f"inbox {sorted(self.nodes[s].inbox)[:6]}" for s in stuck)
+        return Counter((ids, ts) for sink in self.sinks.values() for ids, ts, _ in sink.results)
+
+
+def assert_same(got: Counter, want: Counter, what: str) -> None:
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (
+        f"{what}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
+
+
+# ----------------------------------------------------------------------------- strategies
+
+@st.composite
+def runs(draw, max_streams: int = 4):
+    query = draw(queries(max_streams=max_streams))
+    data = draw(stream_data(query))
+    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central"]))
+    if how == "mixed":
+        plan = draw(plans(query))
+    elif how == "uniform":
+        plan = plans_mod.uniform(query, draw(st.sampled_from(plans_mod.ALGORITHMS)))
+    else:
+        plan = plans_mod.central(query, draw(st.sampled_from(query.sites)))
+    return query, data, plan
+
+
+def _describe(query, plan, seed, crashes) -> str:
+    return (f"query {query.name} streams {[(s.name, s.site, s.window) for s in query.streams]} "
+            f"preds {query.predicates} tau {query.execution.interval_ms}\n"
+            f"plan {plan.to_json()}\nseed {seed} crashes {crashes}")
+
+
+# ----------------------------------------------------------------------------- the property
+
+@SETTINGS
+@given(st.data())
+def test_restarted_node_keeps_the_run_exact(data):
+    query, streams, plan = data.draw(runs())
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    want = reference_join(query, streams)
+
+    # the run without a crash: the harness itself must be exact; its length scales the crashes
+    clean = Harness(query, streams, plan, seed)
+    clean.run()
+    assert_same(clean.results(), want, f"no crash\n{_describe(query, plan, seed, [])}")
+    total = clean.steps
+
+    # one or two crashes, one after the other: (site, snapshot at step k, d doomed steps)
+    crashes = []
+    at = 0
+    for _ in range(data.draw(st.integers(1, 2), label="crashes")):
+        site = data.draw(st.sampled_from(query.sites))
+        k = at + (total - at) * data.draw(st.integers(0, 100)) // 100
+        d = (total - k) * data.draw(st.integers(0, 100)) // 100
+        crashes.append((site, k, d))
+        at = k + d
+    h = Harness(query, streams, plan, seed)
+    for site, k, d in crashes:
+        h.run(k - h.steps)
+        snap = h.snapshot(site)
+        h.run(d)
+        h.crash(site, snap)
+    h.run()
+    assert_same(h.results(), want, _describe(query, plan, seed, crashes))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_node_crashes_once(data):
+    """Every site crashes once, each at its own point: one node's doomed interval may overlap
+    another's, and a node may restore while its peers replay their own suffixes."""
+    query, streams, plan = data.draw(runs(max_streams=3))
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    events = []  # (step, order, kind, site)
+    for site in query.sites:
+        k = data.draw(st.integers(0, 60))
+        events += [(k, 0, "snap", site), (k + data.draw(st.integers(0, 60)), 1, "crash", site)]
+    events.sort()
+    h, snaps = Harness(query, streams, plan, seed), {}
+    for step, _, kind, site in events:
+        h.run(step - h.steps)
+        if kind == "snap":
+            snaps[site] = h.snapshot(site)
+        else:
+            h.crash(site, snaps[site])
+    h.run()
+    assert_same(h.results(), reference_join(query, streams), _describe(query, plan, seed, events))
+
+
+def _plain(x):
+    """``x`` as nested tuples of plain values: equal iff the states are equal field by field
+    (dict order kept: it matters, e.g. the DJA vector order of a sender's entries)."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return x
+    if isinstance(x, dict):
+        return ("dict", tuple((_plain(k), _plain(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple, deque)):
+        return (type(x).__name__, tuple(_plain(v) for v in x))
+    if isinstance(x, (set, frozenset)):
+        return ("set", tuple(sorted((_plain(v) for v in x), key=repr)))
+    fields = dict(vars(x)) if hasattr(x, "__dict__") else {}
+    for cls in type(x).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(x, name):
+                fields[name] = getattr(x, name)
+    assert fields or not callable(x), f"cannot compare {x!r}"
+    return (type(x).__qualname__, tuple(sorted((k, _plain(v)) for k, v in fields.items())))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_snapshot_round_trips(data):
+    """A fresh node restored from a snapshot has the snapshotted node's state, field by field,
+    and its own snapshot restores to that state again."""
+    query, streams, plan = data.draw(runs(max_streams=3))
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    h = Harness(query, streams, plan, seed)
+    h.run(data.draw(st.integers(0, 200)))
+    for site in query.sites:
+        want = _plain(checkpoint.state_of(h.nodes[site]))
+        blob = snapshot(h.nodes[site])
+        assert _plain(pickle.loads(blob)) == want
+        for _ in range(2):
+            stores = copy.deepcopy(h.stores[site])
+            fresh = Node(h.pp, site, _Queues(query.sites), CollectingSink(query),
+                         store_factory=lambda name, s=stores: s[name])
+            restore(fresh, blob)
+            assert _plain(checkpoint.state_of(fresh)) == want
+            blob = snapshot(fresh)
+
+
+# ----------------------------------------------------------------------------- targeted tests
+
+def _two_sites() -> tuple[Query, dict[str, list[Tup]]]:
+    q = Query("pair", (Stream("A", 0, "a", Window("time", 30), ("k",)),
+                       Stream("B", 1, "b", Window("tuples", 3), ("k",))),
+              (Predicate("A", "k", "B", "k"),), Network(5, 1000), Execution(10, 20))
+    rnd = random.Random(7)
+    data = {}
+    for s in q.streams:
+        ts = sorted(rnd.randrange(0, 100) for _ in range(30))
+        data[s.name] = [Tup(s.pos, i, t, i, (f"v{rnd.randrange(3)}",), b"r") for i, t in enumerate(ts)]
+    return q, data
+
+
+def test_restore_refuses_another_site_or_plan():
+    q, data = _two_sites()
+    pp = compile_plan(q, plans_mod.uniform(q, "SM-S2"))
+    h = Harness(q, data, plans_mod.uniform(q, "SM-S2"), 1)
+    h.run(30)
+    blob = snapshot(h.nodes["a"])
+    with pytest.raises(CheckpointError, match="another plan or site"):
+        restore(Node(pp, "b", _Queues(q.sites), CollectingSink(q)), blob)
+    other = compile_plan(q, plans_mod.uniform(q, "SM-D2"))
+    with pytest.raises(CheckpointError, match="another plan or site"):
+        restore(Node(other, "a", _Queues(q.sites), CollectingSink(q)), blob)
+    # the same plan and site is accepted
+    restore(Node(pp, "a", _Queues(q.sites), CollectingSink(q)), blob)
+
+
+def test_restore_refuses_garbage_and_other_formats():
+    q, data = _two_sites()
+    pp = compile_plan(q, plans_mod.uniform(q, "SP-D"))
+    node = Node(pp, "a", _Queues(q.sites), CollectingSink(q))
+    with pytest.raises(CheckpointError):
+        restore(node, b"not a checkpoint")
+    st_ = checkpoint.state_of(node)
+    st_["format"] = checkpoint.FORMAT + 1
+    with pytest.raises(CheckpointError, match="format"):
+        restore(node, pickle.dumps(st_))
+    with pytest.raises(CheckpointError):
+        restore(node, pickle.dumps([1, 2, 3]))
+
+
+@pytest.mark.parametrize("algorithm", plans_mod.ALGORITHMS)
+@pytest.mark.parametrize("site", ["a", "b"])
+def test_crash_at_every_step(algorithm, site):
+    """Snapshot at every step k, crash d = 0, 1, 5 steps later: always exact."""
+    q, data = _two_sites()
+    plan = plans_mod.uniform(q, algorithm)
+    want = reference_join(q, data)
+    clean = Harness(q, data, plan, 3)
+    clean.run()
+    assert_same(clean.results(), want, "no crash")
+    for k in range(0, clean.steps + 1, 3):
+        for d in (0, 1, 5):
+            h = Harness(q, data, plan, 3)
+            h.run(k)
+            snap = h.snapshot(site)
+            h.run(d)
+            h.crash(site, snap)
+            h.run()
+            assert_same(h.results(), want, f"{algorithm} crash of {site} at {k}+{d}")
