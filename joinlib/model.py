@@ -190,10 +190,11 @@ class Tup:
     ``join_attrs`` and ``rest`` the other attributes, already encoded (opaque bytes)
     so that shipping a tuple never re-encodes its payload.  A Tup is never changed
     after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.wire`) so a tuple
-    shipped to several sites, or in many intermediate results, is encoded once.
+    shipped to several sites, or in many intermediate results, is encoded once, and ``idb``
+    its id's (a window tuple is in many results).
     """
 
-    __slots__ = ("pos", "id", "ts", "seq", "key", "rest", "wire")
+    __slots__ = ("pos", "id", "ts", "seq", "key", "rest", "wire", "idb")
 
     def __init__(self, pos: int, id: int, ts: int, seq: int, key: tuple, rest: bytes = b"") -> None:
         self.pos = pos
@@ -203,8 +204,9 @@ class Tup:
         self.key = key
         self.rest = rest
         self.wire: "bytes | None" = None
+        self.idb: "bytes | None" = None  # Avro encoding of id, cached by wire.encode_ids
 
-    def __reduce__(self):  # pickled in node checkpoints: the fields, not the wire cache
+    def __reduce__(self):  # pickled in node checkpoints: the fields, not the caches
         return (Tup, (self.pos, self.id, self.ts, self.seq, self.key, self.rest))
 
     def order(self) -> tuple[int, int, int]:

@@ -18,13 +18,15 @@ are Kafka message values.
 Encoding is on the simulator's hot path, so envelopes and source batches are
 written by a hand-written encoder that produces exactly the bytes fastavro's
 ``schemaless_writer`` produces (``tests/unit/test_wire.py`` checks byte identity
-against :func:`_encode_envelope_reference`).  Decoding uses fastavro.
+against :func:`_encode_envelope_reference`).  Tuples are decoded by hand too (checked against
+fastavro's decoding, ``_decode_envelope_reference``); the rest uses fastavro.
 """
 from __future__ import annotations
 
 import io
 import json
 import struct
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -376,6 +378,22 @@ def encode_tuple(t: Tup) -> bytes:
     return w
 
 
+_get_idb = attrgetter("idb")
+
+
+def encode_ids(tups) -> bytes:
+    """The Avro longs of the tuples' ids, back to back (the items of an array<long> block).
+    Each tuple's encoding is cached in ``Tup.idb``: a window tuple joins many heads, so its id
+    is written into many result batches; then this is a C-level join."""
+    try:
+        return b"".join(map(_get_idb, tups))
+    except TypeError:  # some not cached yet
+        for t in tups:
+            if t.idb is None:
+                t.idb = _long(t.id)
+        return b"".join(map(_get_idb, tups))
+
+
 def _put_tups(ap, tups) -> None:
     """Append an array of joinlib.BaseTuple."""
     if tups:
@@ -481,8 +499,170 @@ def _tup_of(d: dict) -> Tup:
     return Tup(d["pos"], d["id"], d["ts"], d["seq"], tuple(d["key"]), d["rest"])
 
 
+# ------------------------------------------------------------------ hand-written decoder
+# Tuples are decoded by hand (5x faster than fastavro on 250-attribute tuples) and keep their
+# own bytes as ``Tup.wire``: a node that ships a tuple on (SP-S replicas, intermediate
+# results) sends the bytes it received without encoding them again.
+
+_unpack_double = struct.Struct("<d").unpack_from
+
+
+def _rlong(b: bytes, i: int) -> tuple[int, int]:
+    """(Avro long at b[i], index after it)."""
+    c = b[i]
+    if c < 0x80:
+        return (c >> 1) ^ -(c & 1), i + 1
+    z, shift = c & 0x7F, 7
+    while True:
+        i += 1
+        c = b[i]
+        z |= (c & 0x7F) << shift
+        if c < 0x80:
+            return (z >> 1) ^ -(z & 1), i + 1
+        shift += 7
+
+
+def _rstring(b: bytes, i: int) -> tuple[str, int]:
+    n, i = _rlong(b, i)
+    if n < 0:
+        raise ValueError("negative string length")
+    j = i + n
+    if j > len(b):
+        raise IndexError("string beyond the end")
+    return b[i:j].decode("utf-8"), j
+
+
+def _rcount(b: bytes, i: int) -> tuple[int, int]:
+    """An array/map block count (a negative count is followed by the block's byte size)."""
+    n, i = _rlong(b, i)
+    if n < 0:
+        _, i = _rlong(b, i)
+        n = -n
+    return n, i
+
+
+def _rvalue(b: bytes, i: int):
+    br, i = _rlong(b, i)
+    if br == 2:
+        return _rlong(b, i)
+    if br == 4:
+        return _rstring(b, i)
+    if br == 0:
+        return None, i
+    if br == 1:
+        c = b[i]
+        if c > 1:
+            raise ValueError(f"bad boolean byte {c}")
+        return c == 1, i + 1
+    if br == 3:
+        if i + 8 > len(b):
+            raise IndexError("double beyond the end")
+        return _unpack_double(b, i)[0], i + 8
+    raise ValueError(f"bad Value union branch {br}")
+
+
+def _rkey(b: bytes, i: int) -> tuple[tuple, int]:
+    out: list = []
+    n, i = _rcount(b, i)
+    while n:
+        for _ in range(n):
+            v, i = _rvalue(b, i)
+            out.append(v)
+        n, i = _rcount(b, i)
+    return tuple(out), i
+
+
+def _rtup(b: bytes, i: int) -> tuple[Tup, int]:
+    start = i
+    pos, i = _rlong(b, i)
+    if not _INT_MIN <= pos <= _INT_MAX:
+        raise ValueError(f"pos {pos} does not fit an Avro int")
+    tid, i = _rlong(b, i)
+    ts, i = _rlong(b, i)
+    seq, i = _rlong(b, i)
+    if b[i] == 0:  # the usual: the key is one block
+        i += 1
+        key: tuple = ()
+    else:
+        key, i = _rkey(b, i)
+    n, i = _rlong(b, i)
+    j = i + n
+    if n < 0 or j > len(b):
+        raise ValueError("bad rest length")
+    t = Tup(pos, tid, ts, seq, key, b[i:j])
+    t.wire = b[start:j]
+    return t, j
+
+
+def _rtups(b: bytes, i: int) -> tuple[list[Tup], int]:
+    out: list[Tup] = []
+    ap = out.append
+    n, i = _rcount(b, i)
+    while n:
+        for _ in range(n):
+            t, i = _rtup(b, i)
+            ap(t)
+        n, i = _rcount(b, i)
+    return out, i
+
+
+def _whole(data: bytes, name: str, decode):
+    """Run a hand decoder over a whole message: malformed input and trailing bytes raise ValueError."""
+    try:
+        value, i = decode(data)
+    except (IndexError, UnicodeDecodeError, struct.error) as e:
+        raise ValueError(f"malformed {name} message: {e!r}") from None
+    except ValueError as e:
+        raise ValueError(f"malformed {name} message: {e}") from None
+    if i != len(data):
+        raise ValueError(f"malformed {name} message: {len(data) - i} trailing bytes")
+    return value
+
+
+def _envelope_at(data: bytes) -> tuple[Envelope, int]:
+    src, i = _rstring(data, 0)
+    dst, i = _rstring(data, i)
+    flow, i = _rlong(data, i)
+    if not _INT_MIN <= flow <= _INT_MAX:
+        raise ValueError(f"flow {flow} does not fit an Avro int")
+    epoch, i = _rlong(data, i)
+    br, i = _rlong(data, i)
+    if not 0 <= br < len(_BODY_NAMES):
+        raise ValueError(f"bad body union branch {br}")
+    name = _BODY_NAMES[br]
+    if name == "joinlib.TupleBatch":
+        rows: list = []
+        n, i = _rcount(data, i)
+        while n:
+            for _ in range(n):
+                parts, i = _rtups(data, i)
+                rows.append(tuple(parts))
+            n, i = _rcount(data, i)
+        return Envelope(src, dst, flow, epoch, TupleBatch(rows)), i
+    # small bodies: fastavro on the rest of the message
+    buf = io.BytesIO(data)
+    buf.seek(i)
+    try:
+        b = fastavro.schemaless_reader(buf, SCHEMAS[name])
+    except (EOFError, StopIteration) as e:
+        raise IndexError(repr(e)) from None
+    i = buf.tell()
+    if name == "joinlib.KeyBatch":
+        body: Any = KeyBatch([tuple(k) for k in b["keys"]])
+    elif name == "joinlib.ExpiryUpdate":
+        body = ExpiryUpdate(b["expired"], b["arrivals"])
+    else:
+        body = DjaUpdate([tuple(k) for k in b["vj"]], b["vc"], [_tup_of(p) for p in b["sf"]], b["arrivals"])
+    return Envelope(src, dst, flow, epoch, body), i
+
+
 def decode_envelope(data: bytes) -> Envelope:
     """Inverse of :func:`encode_envelope`."""
+    return _whole(data, "joinlib.Envelope", _envelope_at)
+
+
+def _decode_envelope_reference(data: bytes) -> Envelope:
+    """fastavro's decoding of an Envelope (the reference the hand decoder is tested against)."""
     rec = _read(data, _ENVELOPE, return_record_name=True)
     name, b = rec["body"]
     if name == "joinlib.TupleBatch":
@@ -561,8 +741,19 @@ def encode_source_batch(batch: SourceBatch) -> bytes:
     return b"".join(parts)
 
 
+def _source_batch_at(data: bytes) -> tuple[SourceBatch, int]:
+    stream, i = _rstring(data, 0)
+    tups, i = _rtups(data, i)
+    watermark, i = _rlong(data, i)
+    return SourceBatch(stream, tups, watermark), i
+
+
 def decode_source_batch(data: bytes) -> SourceBatch:
     """Inverse of :func:`encode_source_batch`."""
+    return _whole(data, "joinlib.SourceBatch", _source_batch_at)
+
+
+def _decode_source_batch_reference(data: bytes) -> SourceBatch:
     rec = _read(data, _SOURCE_BATCH)
     return SourceBatch(rec["stream"], [_tup_of(d) for d in rec["tuples"]], rec["watermark"])
 
@@ -605,6 +796,56 @@ def encode_result_batch(batch: ResultBatch) -> bytes:
             _put_longs(ap, g.last_ids)
     ap(_ZERO)
     return b"".join(parts)
+
+
+_SKIP: dict[int, Any] = {}
+
+
+def _skip_longs(b: bytes, i: int, n: int) -> int:
+    """Index after ``n`` Avro longs from b[i] (a regular expression: C speed)."""
+    r = _SKIP.get(n)
+    if r is None:
+        import re
+        r = _SKIP[n] = re.compile(rb"(?:[\x80-\xff]*[\x00-\x7f]){%d}" % n, re.DOTALL)
+    m = r.match(b, i)
+    if m is None:
+        raise IndexError("array beyond the end")
+    return m.end()
+
+
+def _summary_at(data: bytes):
+    _, i = _rstring(data, 0)
+    _, i = _rstring(data, i)
+    _, i = _rlong(data, i)
+    emit_ms, i = _rlong(data, i)
+    groups: list[tuple[int, int]] = []
+    n, i = _rcount(data, i)
+    while n:
+        for _ in range(n):
+            _, i = _rstring(data, i)
+            head_ts, i = _rlong(data, i)
+            k, i = _rcount(data, i)
+            while k:
+                for _ in range(k):
+                    _, i = _rstring(data, i)
+                    _, i = _rlong(data, i)
+                k, i = _rcount(data, i)
+            _, i = _rstring(data, i)
+            total = 0
+            k, i = _rcount(data, i)
+            while k:
+                i = _skip_longs(data, i, k)
+                total += k
+                k, i = _rcount(data, i)
+            groups.append((head_ts, total))
+        n, i = _rcount(data, i)
+    return (emit_ms, groups), i
+
+
+def result_batch_summary(data: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """(emit_ms, [(head_ts, number of results) per group]) of an encoded ResultBatch, without
+    decoding the ids: what a collector that only counts and measures latency needs."""
+    return _whole(data, "joinlib.ResultBatch", _summary_at)
 
 
 def _encode_result_batch_reference(batch: ResultBatch) -> bytes:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -301,8 +302,9 @@ class _Replayer(threading.Thread):
 class _Results:
     def __init__(self) -> None:
         self.count = 0
-        self.head_ts: list[int] = []
+        self.head_ts: list[int] = []   # per result group: head ts, emit time, number of results
         self.emit_ms: list[int] = []
+        self.weight: list[int] = []
         self.done: dict[str, dict] = {}
         self.status: dict[str, tuple[float, dict]] = {}
         self.restarts: list[dict] = []
@@ -341,15 +343,17 @@ def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, tim
                 elif c.kind == "status":
                     res.status[p["site"]] = (time.monotonic(), p)
                 continue
-            b = wire.decode_result_batch(msg.value())
-            n = len(b)
-            res.count += n
-            for g in b.groups:
-                k = len(g.last_ids)
-                res.head_ts.extend([g.head_ts] * k)
-                res.emit_ms.extend([b.emit_ms] * k)
             if sink is not None:
+                b = wire.decode_result_batch(msg.value())
                 pending.append(b)
+                emit_ms, groups = b.emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups]
+            else:
+                emit_ms, groups = wire.result_batch_summary(msg.value())
+            for head_ts, k in groups:
+                res.count += k
+                res.head_ts.append(head_ts)
+                res.emit_ms.append(emit_ms)
+                res.weight.append(k)
         if sink is not None and pending and replayer.info is not None:
             _to_sink(sink, pending, pos_of, m, replayer.info)
             pending = []
@@ -410,16 +414,22 @@ def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> s
 
 # --------------------------------------------------------------------------- report
 
-def _percentiles(xs: list[float]) -> dict:
+def _percentiles(xs: list[float], weights: Optional[list[int]] = None) -> dict:
+    """p50/p90/p99/max/mean of ``xs``, each counted ``weights[i]`` times (default once)."""
     if not xs:
         return {}
-    xs = sorted(xs)
-    n = len(xs)
+    weights = weights or [1] * len(xs)
+    pairs = sorted(zip(xs, weights))
+    total = sum(weights)
+    cum, acc = [], 0
+    for _, w in pairs:
+        acc += w
+        cum.append(acc)
 
-    def q(f: float) -> float:
-        return round(xs[min(n - 1, int(f * n))], 3)
-    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(xs[-1], 3),
-            "mean": round(sum(xs) / n, 3)}
+    def q(f: float) -> float:  # the value at rank int(f * total) (0-based), as for an expanded list
+        return round(pairs[bisect_right(cum, min(total - 1, int(f * total)))][0], 3)
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(pairs[-1][0], 3),
+            "mean": round(sum(x * w for x, w in pairs) / total, 3)}
 
 
 def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _Replayer, run: str, mode: str,
@@ -450,7 +460,7 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
     latency = {}
     if info is not None and info.rate_scale and res.count:
         t0, scale = info.t0_ms, info.rate_scale
-        latency = _percentiles([e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms)])
+        latency = _percentiles([e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms)], res.weight)
     return {
         "mode": "cluster", "node_mode": mode, "run": run,
         "query": query.name, "plan": plan.to_json(), "results": res.count,

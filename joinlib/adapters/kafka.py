@@ -395,7 +395,7 @@ class KafkaResultSink:
 
     def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
         # The bytes wire.encode_result_batch writes, assembled per group from cached pieces.
-        L, names, limit = _avro_long, self._names, self.max_results
+        L, names, limit, encode_ids = _avro_long, self._names, self.max_results, wire.encode_ids
         head, last = names[head_pos], names[pos]
         parts: list[bytes] = []
         ngroups = nresults = 0
@@ -404,7 +404,7 @@ class KafkaResultSink:
                 continue
             ids = [names[i] + L(t.id) for i, t in enumerate(row) if t is not None]
             parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00"
-                         + last + L(len(tups)) + b"".join([L(t.id) for t in tups]) + b"\x00")
+                         + last + L(len(tups)) + encode_ids(tups) + b"\x00")
             ngroups += 1
             nresults += len(tups)
             if nresults >= limit:
