@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
                         "windows in Redis when $REDIS_URL is set)")
     r.add_argument("--rate-scale", type=float,
                    help="with --cluster: replay X times faster than event time (default: as fast as possible)")
+    r.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
+                   help="with --cluster and $REDIS_URL: SIGKILL the node of SITE that many seconds into the "
+                        "replay and start a new one, which resumes from its last checkpoint (repeatable; "
+                        "a recovery drill: the output must still be exact)")
     r.set_defaults(func=_cmd_run)
 
     g = sub.add_parser("gen", help="generate synthetic streams for a query (the paper's generator)",
@@ -129,6 +133,23 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------- commands
 
+def _faults(specs: list[str], query) -> list[tuple[str, float]]:
+    """``SITE@SECONDS`` -> (site, seconds), checked against the query's sites."""
+    out = []
+    for spec in specs:
+        site, _, secs = spec.rpartition("@")
+        try:
+            t = float(secs)
+        except ValueError:
+            t = -1.0
+        if not site or t < 0:
+            raise JoinlibError(f"--kill {spec!r}: expected SITE@SECONDS, e.g. --kill {query.sites[0]}@2.5")
+        if site not in query.sites:
+            raise JoinlibError(f"--kill {spec!r}: no site {site!r} in {query.name} (sites: {', '.join(query.sites)})")
+        out.append((site, t))
+    return out
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .data import load_streams
     from .engine import run_embedded
@@ -142,9 +163,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if needs_data:
         plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
     runner = run_embedded
+    if args.kill and args.cluster is None:
+        raise JoinlibError("--kill needs --cluster (it kills node services)")
     if args.cluster is not None:
         from .adapters.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale)
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=_faults(args.kill, query))
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:

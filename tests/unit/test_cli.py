@@ -63,6 +63,19 @@ def test_user_mistakes_give_one_line_and_status_2(argv, message, capsys):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--kill", "r1@2"], "--kill needs --cluster"),
+    (["--cluster", "127.0.0.1:1", "--kill", "r1"], "expected SITE@SECONDS"),
+    (["--cluster", "127.0.0.1:1", "--kill", "mars@1"], "no site 'mars'"),
+    (["--cluster", "127.0.0.1:1", "--kill", "r1@-3"], "expected SITE@SECONDS"),
+])
+def test_bad_kill_options_give_one_line(data, extra, message, capsys, monkeypatch):
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    assert main(["run", ROUTERS, "--data", str(data), "--plan", "SP-S", "--no-progress", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
 def test_bad_plan_file_names_the_problem(tmp_path, capsys):
     bad = tmp_path / "p.json"
     bad.write_text(json.dumps({"S1": [["S3", "SP-S"], ["S2", "SP-D"]], "S2": [["S1", "SP-S"], ["S3", "SP-S"]],
