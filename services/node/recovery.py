@@ -1,6 +1,8 @@
 """Restart recovery of a node service: checkpoints in Redis, delivered results from Kafka.
 
-Every ``CHECKPOINT_EVERY_S`` (and when stopped) the service saves, in one atomic Redis
+Every ``CHECKPOINT_EVERY_S`` (and when stopped) the service flushes its producer -- a message
+the checkpoint counts as sent must be in Kafka, since a replay from the checkpoint will not send
+it again -- and saves, in one atomic Redis
 script (``joinlib.adapters.redis_checkpoint``), a copy of its window stores and
 
 * the node's state (``joinlib.runtime.checkpoint``),

@@ -274,6 +274,7 @@ class NodeService:
         while not node.finished:
             if self.stop.is_set():
                 if ckpt:
+                    out.flush()  # what the checkpoint says was sent must be in Kafka
                     ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
                 self.log("stopped before finishing" + (" (checkpoint saved)" if ckpt else ""))
                 out.flush(5)
@@ -327,6 +328,7 @@ class NodeService:
             t = time.monotonic()
             if t >= next_ckpt:
                 next_ckpt = t + self.checkpoint_every_s
+                out.flush()  # what the checkpoint says was sent must be in Kafka: a replay from it won't resend
                 ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
             if t >= next_gauges:
                 next_gauges = t + GAUGES_EVERY_S
