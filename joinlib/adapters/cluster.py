@@ -509,5 +509,11 @@ def cluster_runner(bootstrap: Optional[str] = None, **options):
     options = {k: v for k, v in options.items() if v is not None or k == "redis_url"}
 
     def runner(query, streams, plan, sink, *, progress: bool = False, **_ignored):
-        return to_report(run_cluster(query, streams, plan, sink, bootstrap=bootstrap, progress=progress, **options))
+        d = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, progress=progress, **options)
+        for r in d["restarts"]:
+            epoch = d["sites"][r["site"]]["resumed_from_epoch"]
+            print(f"killed the node of {r['site']} {r['after_s']:g} s into the replay; its successor resumed "
+                  + (f"from its checkpoint of epoch {epoch}" if epoch is not None else "from the start (no checkpoint yet)"),
+                  file=sys.stderr)
+        return to_report(d)
     return runner
