@@ -12,7 +12,10 @@ services run as real subprocesses (``python -m services.node``), results go thro
 * latency of a result = emit_ms - (t0 + head_ts / X), wall-clock ms: batching (a tuple waits
   for the end of its interval), Kafka hops, processing and queueing;
 * the system *falls behind* when throughput < 90% of the offered rate or the median latency
-  exceeds 1 s; the sweep stops at the first such scale.
+  exceeds 1 s; the sweep stops at the first such scale;
+* per node: input tuples of its own streams per CPU second of its process (librdkafka threads
+  included) -- the rate one node could take with a core to itself; on a small machine the nodes,
+  the broker and this harness share the cores, so the sustained rate is lower.
 
 Every run replays ``--wall`` seconds of wall-clock time (the first X * wall seconds of event
 time at scale X), so that queues have the same time to build up at every rate.
@@ -67,6 +70,11 @@ def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url
         "wall_s": rep["wall_s"], "bytes": rep["bytes"], "messages": rep["messages"],
         "late_messages": rep["late_messages"], "transmission_ms": rep["transmission_ms"],
         "processing_s": rep["processing_s"],
+        # per node: its input tuples per CPU second of its process -- what one node could take with a
+        # core to itself (on this machine all nodes, the broker and this harness share 2 cores)
+        "nodes": {site: {"input_tuples": st["input_tuples"], "cpu_s": st["cpu_s"],
+                         "input_tuples_per_cpu_s": round(st["input_tuples"] / st["cpu_s"], 1) if st.get("cpu_s") else None}
+                  for site, st in rep["sites"].items()},
     }
 
 
@@ -130,8 +138,9 @@ def main() -> int:
             print(f"x{scale:<5g} offered {r['offered_tuples_per_s']:>9,.0f} tuples/s  "
                   f"throughput {r['throughput_tuples_per_s'] or 0:>9,.0f} tuples/s  "
                   f"{r['results_per_s'] or 0:>10,.0f} results/s  latency p50 {lat.get('p50', 0):>8.1f} "
-                  f"p99 {lat.get('p99', 0):>8.1f} max {lat.get('max', 0):>8.1f} ms"
-                  f"{'  BEHIND' if r['behind'] else ''}  ({time.perf_counter() - t:.1f}s)", flush=True)
+                  f"p99 {lat.get('p99', 0):>8.1f} max {lat.get('max', 0):>8.1f} ms  per node CPU-s: "
+                  + ", ".join(f"{site} {n['input_tuples_per_cpu_s'] or 0:,.0f} tuples" for site, n in r["nodes"].items())
+                  + f"{'  BEHIND' if r['behind'] else ''}  ({time.perf_counter() - t:.1f}s)", flush=True)
             if r["behind"] and not args.keep_going:
                 break
     finally:

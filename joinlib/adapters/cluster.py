@@ -478,6 +478,7 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
         "naive": [{"src": s, "dst": d, "bytes": n} for (s, d), n in sorted(naive.items())],
         "processing_by_site": processing,
         "sites": {site: {"results": d["results"], "input_tuples": d.get("input_tuples"), "wall_s": d.get("wall_s"),
+                         "cpu_s": d.get("cpu_s"),
                          "resumed_from_epoch": d.get("resumed_from_epoch"), "checkpoints": d.get("checkpoints", 0),
                          "log": str(nodes[site].log) if nodes[site].log else None}
                   for site, d in sorted(res.done.items())},

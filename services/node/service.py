@@ -264,7 +264,7 @@ class NodeService:
                          f"result batches already delivered per head: {sink.skip}")
         self.log(f"running query {q.name} (run {run}): {len(homes)} home stream(s), "
                  f"{len(pp.replicas)} replica(s) in plan, {len(node.lanes)} lane(s) here")
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), time.process_time()
         next_status = next_gauges = time.monotonic()
         next_ckpt = next_status + self.checkpoint_every_s if ckpt and self.checkpoint_every_s > 0 else float("inf")
         clock = now_ms
@@ -353,6 +353,8 @@ class NodeService:
             "late_messages": sum(totals.late.values()),
             "last_epoch": node.last_epoch,
             "wall_s": round(wall, 4),
+            # CPU of the whole process (librdkafka's threads included); a thread node shares it
+            "cpu_s": round(time.process_time() - cpu_start, 4),
             "resumed_from_epoch": self.resumed_from,
             "checkpoints": ckpt.saved if ckpt else 0,
         }
