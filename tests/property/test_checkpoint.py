@@ -15,13 +15,14 @@ The whole run must still produce exactly the reference join: each result once.
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import random
 from collections import Counter, deque
 from typing import Optional
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from joinlib import plan as plans_mod
@@ -35,26 +36,42 @@ from joinlib.runtime.sink import CollectingSink
 from joinlib.state.memory import MemoryWindowStore
 from tests.strategies import plans, queries, stream_data
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CHECKPOINT_EXAMPLES=500 python -m pytest tests/property/test_checkpoint.py: a longer hunt
+EXAMPLES = int(os.environ.get("CHECKPOINT_EXAMPLES", "60"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEWER = settings(SETTINGS, max_examples=max(1, EXAMPLES // 2))
 
 
 # ----------------------------------------------------------------------------- the harness
 
 class _Queues:
-    """The transport: one queue per destination site."""
+    """The transport: one queue per destination site.  Also checks that a message sent twice
+    on a flow for an epoch (a restarted node redoing its work) is the same message."""
 
     def __init__(self, sites) -> None:
         self.q: dict[str, list] = {s: [] for s in sites}
         self.sent = 0
+        self.by_src: dict[str, list[tuple]] = {s: [] for s in sites}  # (dst, flow, epoch) in send order
+        self.envs: dict[str, list] = {s: [] for s in sites}  # the envelopes, the same order
+        self.bodies: dict[tuple, object] = {}
 
     def send(self, env) -> None:
+        key = (env.dst, env.flow, env.epoch)
+        first = self.bodies.setdefault((env.src,) + key, env.body)
+        if first is not env.body:
+            assert _plain(first) == _plain(env.body), (
+                f"{env.src} sent two different messages on flow {env.flow}, epoch {env.epoch}:\n"
+                f"{first}\n{env.body}")
+        self.by_src[env.src].append(key)
+        self.envs[env.src].append(env)
         self.q[env.dst].append(env)
         self.sent += 1
 
 
 class _Snap:
-    def __init__(self, blob: bytes, stores: dict, log_pos: int, emitted: int) -> None:
-        self.blob, self.stores, self.log_pos, self.emitted = blob, stores, log_pos, emitted
+    def __init__(self, site: str, blob: bytes, stores: dict, log_pos: int, emitted: int, sent: int) -> None:
+        self.site, self.blob, self.stores = site, blob, stores
+        self.log_pos, self.emitted, self.sent = log_pos, emitted, sent
 
 
 class Harness:
@@ -85,6 +102,8 @@ class Harness:
             self.src[site] = items
         self.src_pos = {s: 0 for s in query.sites}
         self.steps = 0
+        self.lost = self.resent = 0  # results thrown away, messages sent again (statistics)
+        self.doomed: list[tuple[str, int, list]] = []  # (site, sends before the snapshot, doomed sends)
 
     def _node(self, site: str, stores: Optional[dict] = None) -> Node:
         if stores is None:
@@ -136,21 +155,43 @@ class Harness:
         while (steps is None or n < steps) and self.step():
             n += 1
 
+    def run_until_busy(self, site: str, rows_only: bool = False) -> None:
+        """Step until ``site``'s node holds work between phases (rows waiting for its next step,
+        or with ``rows_only`` false temporaries of a multi-phase step): the states a crash is
+        least likely to hit at random."""
+        while not _busy(self.nodes[site], rows_only) and self.step():
+            pass
+
     # ------------------------------------------------------------------ crash and restart
     def snapshot(self, site: str) -> _Snap:
-        return _Snap(snapshot(self.nodes[site]), copy.deepcopy(self.stores[site]),
-                     len(self.log[site]), len(self.sinks[site].results))
+        return _Snap(site, snapshot(self.nodes[site]), copy.deepcopy(self.stores[site]),
+                     len(self.log[site]), len(self.sinks[site].results), len(self.net.by_src[site]))
 
-    def crash(self, site: str, snap: _Snap) -> None:
+    def crash(self, site: str, snap: _Snap, deliver: bool = False) -> None:
         """Replace ``site``'s node by a fresh one restored from ``snap`` and re-give it
-        every input its predecessor got after the snapshot."""
+        every input its predecessor got after the snapshot.  ``deliver``: first hand the
+        receivers whatever the doomed node sent that is still queued (else it arrives later,
+        interleaved with the copies the restarted node sends)."""
+        assert snap.site == site
+        if deliver:
+            for env in self.net.envs[site][snap.sent:]:
+                queue = self.net.q[env.dst]
+                i = next((i for i, x in enumerate(queue) if x is env), None)
+                if i is not None and env.dst != site:
+                    self.give(env.dst, ("msg", queue.pop(i)))
+        self.lost += len(self.sinks[site].results) - snap.emitted
         del self.sinks[site].results[snap.emitted:]  # the doomed node's results are lost
+        sent = self.net.by_src[site]
+        self.doomed.append((site, snap.sent, sent[snap.sent:]))  # must all be sent again
+        del sent[snap.sent:], self.net.envs[site][snap.sent:]
         node = self.nodes[site] = self._node(site, copy.deepcopy(snap.stores))
         restore(node, snap.blob)
         suffix = self.log[site][snap.log_pos:]
         del self.log[site][snap.log_pos:]
+        sent = self.net.sent
         for inp in suffix:
             self.give(site, inp)
+        self.resent += self.net.sent - sent
 
     # ------------------------------------------------------------------ outcome
     def results(self) -> Counter:
@@ -158,7 +199,17 @@ class Harness:
         assert not stuck, f"nodes not finished: {stuck} " + "; ".join(
             f"{s}: epoch {self.nodes[s].epoch} cursor {self.nodes[s].cursor} "
             f"inbox {sorted(self.nodes[s].inbox)[:6]}" for s in stuck)
+        for site, pos, doomed in self.doomed:
+            again = set(self.net.by_src[site][pos:])
+            assert again.issuperset(doomed), (
+                f"restarted {site} did not send again {sorted(set(doomed) - again)[:6]}")
+        left = {s: sorted(n.inbox) for s, n in self.nodes.items() if n.inbox}
+        assert not left, f"messages never used (a copy not recognized as one?): {left}"
         return Counter((ids, ts) for sink in self.sinks.values() for ids, ts, _ in sink.results)
+
+
+def _busy(node: Node, rows_only: bool = False) -> bool:
+    return any(node.pending.values()) or (not rows_only and bool(node.temp))
 
 
 def assert_same(got: Counter, want: Counter, what: str) -> None:
@@ -200,30 +251,42 @@ def test_restarted_node_keeps_the_run_exact(data):
 
     # the run without a crash: the harness itself must be exact; its length scales the crashes
     clean = Harness(query, streams, plan, seed)
-    clean.run()
+    ever = set()  # (site, busy mode) seen in the clean run
+    while clean.step():
+        for site, node in clean.nodes.items():
+            ever |= {(site, mode) for mode in ("any", "rows") if _busy(node, mode == "rows")}
     assert_same(clean.results(), want, f"no crash\n{_describe(query, plan, seed, [])}")
     total = clean.steps
 
     # one or two crashes, one after the other: (site, snapshot at step k, d doomed steps)
+    # (busy: the snapshot waits, from step k on, until the node holds work between phases,
+    # "rows": rows waiting for its next step)
     crashes = []
     at = 0
     for _ in range(data.draw(st.integers(1, 2), label="crashes")):
         site = data.draw(st.sampled_from(query.sites))
         k = at + (total - at) * data.draw(st.integers(0, 100)) // 100
         d = (total - k) * data.draw(st.integers(0, 100)) // 100
-        crashes.append((site, k, d))
+        modes = [None, None] + [mode for mode in ("any", "rows") if (site, mode) in ever]
+        crashes.append((site, k, d, data.draw(st.sampled_from(modes), label="busy"),
+                        data.draw(st.booleans(), label="deliver doomed sends")))
         at = k + d
     h = Harness(query, streams, plan, seed)
-    for site, k, d in crashes:
-        h.run(k - h.steps)
+    for site, k, d, busy, deliver in crashes:
+        h.run(max(0, k - h.steps))
+        if busy:
+            h.run_until_busy(site, busy == "rows")
         snap = h.snapshot(site)
         h.run(d)
-        h.crash(site, snap)
+        h.crash(site, snap, deliver)
     h.run()
-    assert_same(h.results(), want, _describe(query, plan, seed, crashes))
+    got = h.results()
+    event(f"results: {'none' if not want else 'some'}; "
+          f"doomed results lost: {'yes' if h.lost else 'no'}; messages re-sent: {'yes' if h.resent else 'no'}")
+    assert_same(got, want, _describe(query, plan, seed, crashes))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FEWER
 @given(st.data())
 def test_every_node_crashes_once(data):
     """Every site crashes once, each at its own point: one node's doomed interval may overlap
@@ -237,11 +300,11 @@ def test_every_node_crashes_once(data):
     events.sort()
     h, snaps = Harness(query, streams, plan, seed), {}
     for step, _, kind, site in events:
-        h.run(step - h.steps)
+        h.run(max(0, step - h.steps))
         if kind == "snap":
             snaps[site] = h.snapshot(site)
         else:
-            h.crash(site, snaps[site])
+            h.crash(site, snaps[site], data.draw(st.booleans(), label="deliver doomed sends"))
     h.run()
     assert_same(h.results(), reference_join(query, streams), _describe(query, plan, seed, events))
 
@@ -251,6 +314,8 @@ def _plain(x):
     (dict order kept: it matters, e.g. the DJA vector order of a sender's entries)."""
     if x is None or isinstance(x, (bool, int, float, str, bytes)):
         return x
+    if isinstance(x, Tup):  # its fields, not its encoding caches
+        return ("Tup", x.pos, x.id, x.ts, x.seq, x.key, x.rest)
     if isinstance(x, dict):
         return ("dict", tuple((_plain(k), _plain(v)) for k, v in x.items()))
     if isinstance(x, (list, tuple, deque)):
@@ -266,7 +331,7 @@ def _plain(x):
     return (type(x).__qualname__, tuple(sorted((k, _plain(v)) for k, v in fields.items())))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FEWER
 @given(st.data())
 def test_snapshot_round_trips(data):
     """A fresh node restored from a snapshot has the snapshotted node's state, field by field,
@@ -276,6 +341,8 @@ def test_snapshot_round_trips(data):
     h = Harness(query, streams, plan, seed)
     h.run(data.draw(st.integers(0, 200)))
     for site in query.sites:
+        if data.draw(st.booleans(), label="busy"):
+            h.run_until_busy(site)
         want = _plain(checkpoint.state_of(h.nodes[site]))
         blob = snapshot(h.nodes[site])
         assert _plain(pickle.loads(blob)) == want
@@ -294,12 +361,38 @@ def _two_sites() -> tuple[Query, dict[str, list[Tup]]]:
     q = Query("pair", (Stream("A", 0, "a", Window("time", 30), ("k",)),
                        Stream("B", 1, "b", Window("tuples", 3), ("k",))),
               (Predicate("A", "k", "B", "k"),), Network(5, 1000), Execution(10, 20))
+    return q, _data(q, 30, 100, 3)
+
+
+def _chain3() -> tuple[Query, dict[str, list[Tup]]]:
+    """A chain A - B - C on three sites (B joins A on k and C on x): intermediate results."""
+    q = Query("chain3", (Stream("A", 0, "a", Window("time", 40), ("k",)),
+                         Stream("B", 1, "b", Window("tuples", 4), ("k", "x")),
+                         Stream("C", 2, "c", Window("time", 25), ("x",))),
+              (Predicate("A", "k", "B", "k"), Predicate("B", "x", "C", "x")),
+              Network(5, 1000), Execution(10, 20))
+    return q, _data(q, 25, 120, 2)
+
+
+def _triangle() -> tuple[Query, dict[str, list[Tup]]]:
+    """A, B, C pairwise joined on k: with the plans below, two sequences probe one SM-S1 (or
+    SM-S2) replica of B at site a, so their steps share a lane there and one waits on the other."""
+    q = Query("triangle", (Stream("A", 0, "a", Window("tuples", 5), ("k",)),
+                           Stream("B", 1, "b", Window("time", 30), ("k",)),
+                           Stream("C", 2, "c", Window("tuples", 3), ("k",))),
+              (Predicate("A", "k", "B", "k"), Predicate("B", "k", "C", "k"), Predicate("A", "k", "C", "k")),
+              Network(5, 1000), Execution(10, 20))
+    return q, _data(q, 20, 120, 3)
+
+
+def _data(q: Query, n: int, span: int, values: int) -> dict[str, list[Tup]]:
     rnd = random.Random(7)
     data = {}
     for s in q.streams:
-        ts = sorted(rnd.randrange(0, 100) for _ in range(30))
-        data[s.name] = [Tup(s.pos, i, t, i, (f"v{rnd.randrange(3)}",), b"r") for i, t in enumerate(ts)]
-    return q, data
+        ts = sorted(rnd.randrange(0, span) for _ in range(n))
+        data[s.name] = [Tup(s.pos, i, t, i, tuple(f"v{rnd.randrange(values)}" for _ in s.join_attrs), b"r")
+                        for i, t in enumerate(ts)]
+    return data
 
 
 def test_restore_refuses_another_site_or_plan():
@@ -331,22 +424,56 @@ def test_restore_refuses_garbage_and_other_formats():
         restore(node, pickle.dumps([1, 2, 3]))
 
 
-@pytest.mark.parametrize("algorithm", plans_mod.ALGORITHMS)
-@pytest.mark.parametrize("site", ["a", "b"])
-def test_crash_at_every_step(algorithm, site):
-    """Snapshot at every step k, crash d = 0, 1, 5 steps later: always exact."""
-    q, data = _two_sites()
-    plan = plans_mod.uniform(q, algorithm)
+def _plan(q: Query, *seqs) -> plans_mod.Plan:
+    return plans_mod.validate(q, plans_mod.Plan(tuple(
+        plans_mod.Sequence(head, tuple(plans_mod.Step(o, alg) for o, alg in steps)) for head, steps in seqs)))
+
+
+def _targets():
+    """(name, query and data, plan): every algorithm alone, mixed plans, shared replica lanes."""
+    q, _ = _chain3()
+    out = [(a, _chain3, plans_mod.uniform(q, a)) for a in plans_mod.ALGORITHMS]
+    out.append(("mixed", _chain3, _plan(q, ("A", [("B", "SM-S2"), ("C", "SM-D2")]),
+                                        ("B", [("C", "SM-S1"), ("A", "SP-D")]),
+                                        ("C", [("B", "SM-D1"), ("A", "SM-S2")]))))
+    out.append(("central", _chain3, plans_mod.central(q, "b")))
+    t, _ = _triangle()
+    for alg in ("SM-S1", "SM-S2"):
+        out.append((f"shared-{alg}", _triangle, _plan(t, ("A", [("B", alg), ("C", "SM-D1")]),
+                                                      ("B", [("A", "SP-S"), ("C", "SM-D2")]),
+                                                      ("C", [("A", "SP-D"), ("B", alg)]))))
+    return out
+
+
+@pytest.mark.parametrize("name,make,plan", _targets(), ids=[n for n, _, _ in _targets()])
+def test_crash_at_every_step(name, make, plan):
+    """Each node in turn: snapshot at a dozen steps k through the run, crash d = 0 or 4 steps
+    later, and at steps where the node holds work between phases (temporaries, rows for its
+    next step, d = 1); always exact."""
+    q, data = make()
     want = reference_join(q, data)
+    assert want, "the data should join"
     clean = Harness(q, data, plan, 3)
     clean.run()
     assert_same(clean.results(), want, "no crash")
-    for k in range(0, clean.steps + 1, 3):
-        for d in (0, 1, 5):
+    busy = {(site, what): [] for site in q.sites for what in ("temp", "pending")}
+    probe = Harness(q, data, plan, 3)
+    while probe.step():
+        for site, node in probe.nodes.items():
+            if node.temp:
+                busy[(site, "temp")].append(probe.steps)
+            if any(node.pending.values()):
+                busy[(site, "pending")].append(probe.steps)
+    for site in q.sites:
+        points = {(k, d) for k in range(0, clean.steps + 1, max(1, clean.steps // 12)) for d in (0, 4)}
+        for what in ("temp", "pending"):
+            ks = busy[(site, what)]
+            points |= {(k, 1) for k in ks[::max(1, len(ks) // 8)]}
+        for k, d in sorted(points):
             h = Harness(q, data, plan, 3)
             h.run(k)
             snap = h.snapshot(site)
             h.run(d)
-            h.crash(site, snap)
+            h.crash(site, snap, deliver=d > 0)
             h.run()
-            assert_same(h.results(), want, f"{algorithm} crash of {site} at {k}+{d}")
+            assert_same(h.results(), want, f"{name}: crash of {site} at step {k}+{d}")
