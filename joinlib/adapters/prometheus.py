@@ -7,7 +7,7 @@ client's default 5 ms - 10 s buckets are too coarse for per-phase processing tim
 Besides the Sensor hooks the node calls, the services call:
 ``on_ship`` (KafkaTransport, per message sent), ``on_transmission`` (consumer side, from the
 ``sent_ms`` header), ``on_naive`` (bytes a naive broadcast of every source tuple would ship),
-``set_lag`` and ``set_plan``.
+``on_checkpoint`` / ``on_resume`` (restart recovery), ``set_lag`` and ``set_plan``.
 """
 from __future__ import annotations
 
@@ -77,6 +77,13 @@ class PrometheusSensor(Sensor):
             "Always 1; labels describe the plan currently executed for a query "
             "(head stream, plan sequence number).",
             ["query", "head", "sequence"], registry=r)
+        self.checkpoint = Histogram(
+            "joinlib_checkpoint_seconds",
+            "Time a node took to save a checkpoint (producer flush + atomic Redis snapshot of its windows and state).",
+            ["site"], buckets=TRANSMISSION_BUCKETS, registry=r)
+        self.resumes = Counter(
+            "joinlib_resumes", "Times a node resumed a run from its last checkpoint after a restart.",
+            ["site", "query"], registry=r)
         self._children: dict = {}
 
     def _child(self, metric, *labels):
@@ -112,6 +119,12 @@ class PrometheusSensor(Sensor):
 
     def on_naive(self, src: str, dst: str, nbytes: int) -> None:
         self._child(self.naive_bytes, src, dst).inc(nbytes)
+
+    def on_checkpoint(self, site: str, seconds: float) -> None:
+        self._child(self.checkpoint, site).observe(seconds)
+
+    def on_resume(self, site: str, query: str) -> None:
+        self._child(self.resumes, site, query).inc()
 
     def set_lag(self, site: str, topic: str, messages: int) -> None:
         self._child(self.lag, site, topic).set(messages)

@@ -237,6 +237,17 @@ def node_panels(L: Layout) -> None:
         [target(f"sum(increase(joinlib_late_messages_total{{{SITE}}}[$__range]))", "late",
                 instant=True)], "short", decimals=0,
         thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]), 4, 9)
+    L.add(timeseries(
+        "Checkpoint time p99 per node", "p99 of the time a node takes to save a checkpoint: producer flush "
+        "plus an atomic Redis snapshot of its windows and state (joinlib_checkpoint_seconds; nodes with "
+        "REDIS_URL only).",
+        [target(quantile_expr("joinlib_checkpoint_seconds", 0.99, "site", SITE), "{{site}}")], "s"), 12, 8)
+    L.add(timeseries(
+        "Resumes from checkpoints", "Runs a node resumed from its last checkpoint after a restart, over the "
+        "selected range (joinlib_resumes_total): each is a crash the run survived without losing or "
+        "duplicating results.",
+        [target(f'sum by (site, query) (increase(joinlib_resumes_total{{{SITE}}}[$__range]))',
+                "{{site}} {{query}}")], "short"), 12, 8)
 
 
 def variable(name: str, label: str, query: str) -> dict[str, Any]:

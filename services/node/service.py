@@ -255,6 +255,8 @@ class NodeService:
         consumer.assign(tps)
         warm_up(out.producer, [node_topic(q.name, x) for x in q.sites] + [out_topic(q.name), CONTROL_TOPIC])
         self.resumed_from = node.epoch if resumed is not None else None
+        if resumed is not None:
+            self.sensor.on_resume(site, q.name)
         if ckpt:
             if resumed is None:  # from the start; a predecessor may still have delivered results
                 ckpt.out_offset = offsets.get(out_topic(q.name))
@@ -274,8 +276,7 @@ class NodeService:
         while not node.finished:
             if self.stop.is_set():
                 if ckpt:
-                    out.flush()  # what the checkpoint says was sent must be in Kafka
-                    ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
+                    self._checkpoint(ckpt, out, node, sink, transport, totals, received, naive, consumer, tps)
                 self.log("stopped before finishing" + (" (checkpoint saved)" if ckpt else ""))
                 out.flush(5)
                 return
@@ -328,8 +329,7 @@ class NodeService:
             t = time.monotonic()
             if t >= next_ckpt:
                 next_ckpt = t + self.checkpoint_every_s
-                out.flush()  # what the checkpoint says was sent must be in Kafka: a replay from it won't resend
-                ckpt.save(node, sink, transport, totals, received, naive, consumer, tps)
+                self._checkpoint(ckpt, out, node, sink, transport, totals, received, naive, consumer, tps)
             if t >= next_gauges:
                 next_gauges = t + GAUGES_EVERY_S
                 self._gauges(node, pp, consumer, tps)
@@ -374,6 +374,12 @@ class NodeService:
         self.finished_runs.append(done)
         self.log(f"done: {sink.count} results, {sum(l['bytes'] for l in done['links'])} bytes sent "
                  f"in {wall:.2f}s")
+
+    def _checkpoint(self, ckpt, out, node, *state) -> None:
+        t0 = time.perf_counter()
+        out.flush()  # what the checkpoint says was sent must be in Kafka: a replay from it won't resend it
+        ckpt.save(node, *state)
+        self.sensor.on_checkpoint(self.site, time.perf_counter() - t0)
 
     def _checkpoints(self, factory, site: str):
         """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from)."""
