@@ -22,7 +22,8 @@ time at scale X), so that queues have the same time to build up at every rate.
 
     python bench/cluster_bench.py [--wall 6 | --duration 10s] [--plan greedy] [--scales 0.5,1,2,4]
                                   [--selectivity F] [--mode process|thread]
-                                  [--bootstrap HOST:PORT] [--redis URL] [--out bench/out] [--name cluster]
+                                  [--bootstrap HOST:PORT] [--redis URL] [--kill SITE@SECONDS]
+                                  [--out bench/out] [--name cluster]
 
 Kafka: --bootstrap, else $KAFKA_BOOTSTRAP_SERVERS, else a throw-away local broker
 (infra.local_cluster).  Writes bench/out/<name>.json and bench/out/<name>.png (default name: cluster).
@@ -44,11 +45,11 @@ BEHIND_THROUGHPUT = 0.9
 BEHIND_P50_MS = 1000.0
 
 
-def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url) -> dict:
+def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url, faults=()) -> dict:
     from joinlib.adapters.cluster import run_cluster
     span_s = max((t[-1].ts for t in streams.values() if t), default=0) / 1000.0
     rep = run_cluster(query, streams, plan, None, bootstrap=bootstrap, rate_scale=scale, mode=mode,
-                      redis_url=redis_url, timeout_s=120.0 + 10 * span_s / scale)
+                      redis_url=redis_url, timeout_s=120.0 + 10 * span_s / scale, faults=faults)
     info = rep["replay"]
     n = rep["input_tuples"]
     span_ms = rep["duration_ms"]
@@ -72,6 +73,8 @@ def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url
         "processing_s": rep["processing_s"],
         # per node: its input tuples per CPU second of its process -- what one node could take with a
         # core to itself (on this machine all nodes, the broker and this harness share 2 cores)
+        "restarts": [{**r, "resumed_from_epoch": rep["sites"][r["site"]]["resumed_from_epoch"]}
+                     for r in rep["restarts"]],
         "nodes": {site: {"input_tuples": st["input_tuples"], "cpu_s": st["cpu_s"],
                          "input_tuples_per_cpu_s": round(st["input_tuples"] / st["cpu_s"], 1) if st.get("cpu_s") else None}
                   for site, st in rep["sites"].items()},
@@ -92,6 +95,10 @@ def main() -> int:
     ap.add_argument("--mode", default="process", choices=("process", "thread"), help="node services as")
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--redis", default=None, help="keep windows in Redis at this URL")
+    ap.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
+                    help="in every run, SIGKILL the node of SITE that many wall-clock seconds into the replay; "
+                         "its successor resumes from its Redis checkpoint (a local redis-server is started "
+                         "unless --redis): the cost of a crash in throughput and latency")
     ap.add_argument("--keep-going", action="store_true", help="try every scale even after falling behind")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     ap.add_argument("--name", default="cluster", help="output file stem (default cluster: cluster.json/.png)")
@@ -119,12 +126,18 @@ def main() -> int:
         print(f"generating {duration / 1000:.0f}s of {query.name} data in {data}", file=sys.stderr)
         generate(query, data, duration, seed=1)
     all_streams = load_streams(query, data)
+    from joinlib.cli import _faults
+    faults = _faults(args.kill, query)
     cluster = None
-    if not args.bootstrap:
+    need_redis = bool(faults) and not args.redis
+    if not args.bootstrap or need_redis:
         from infra.local_cluster import LocalCluster
-        print("no KAFKA_BOOTSTRAP_SERVERS: starting a local broker", file=sys.stderr)
-        cluster = LocalCluster.start(redis=False)
-        args.bootstrap = cluster.kafka_bootstrap
+        print(f"starting a local {'broker' if not args.bootstrap else ''}"
+              f"{' and ' if not args.bootstrap and need_redis else ''}{'redis-server' if need_redis else ''}",
+              file=sys.stderr)
+        cluster = LocalCluster.start(kafka=not args.bootstrap, redis=need_redis)
+        args.bootstrap = args.bootstrap or cluster.kafka_bootstrap
+        args.redis = args.redis or (cluster.redis_url if need_redis else None)
     rows = []
     load_before = list(os.getloadavg())  # other work on the machine skews every number here
     try:
@@ -132,7 +145,7 @@ def main() -> int:
             t = time.perf_counter()
             span = fixed or int(scale * args.wall * 1000)
             streams = {k: [x for x in v if x.ts < span] for k, v in all_streams.items()}
-            r = one(query, streams, plan, args.bootstrap, scale, args.mode, args.redis)
+            r = one(query, streams, plan, args.bootstrap, scale, args.mode, args.redis, faults)
             rows.append(r)
             lat = r["latency_ms"]
             print(f"x{scale:<5g} offered {r['offered_tuples_per_s']:>9,.0f} tuples/s  "
@@ -140,6 +153,8 @@ def main() -> int:
                   f"{r['results_per_s'] or 0:>10,.0f} results/s  latency p50 {lat.get('p50', 0):>8.1f} "
                   f"p99 {lat.get('p99', 0):>8.1f} max {lat.get('max', 0):>8.1f} ms  per node CPU-s: "
                   + ", ".join(f"{site} {n['input_tuples_per_cpu_s'] or 0:,.0f} tuples" for site, n in r["nodes"].items())
+                  + "".join(f"  [killed {x['site']} at {x['after_s']:g}s, resumed from epoch {x['resumed_from_epoch']}]"
+                            for x in r["restarts"])
                   + f"{'  BEHIND' if r['behind'] else ''}  ({time.perf_counter() - t:.1f}s)", flush=True)
             if r["behind"] and not args.keep_going:
                 break
@@ -151,6 +166,7 @@ def main() -> int:
         "query": query.name, "plan": plan.to_json(), "node_mode": args.mode,
         "event_ms_per_run": fixed or f"rate_scale * {int(args.wall * 1000)}",
         "redis": bool(args.redis),
+        "kill": args.kill,
         "criteria": {"throughput_below": BEHIND_THROUGHPUT, "p50_latency_above_ms": BEHIND_P50_MS},
         "max_sustained_tuples_per_s": max((r["throughput_tuples_per_s"] for r in sustained), default=None),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),

@@ -220,6 +220,8 @@ class Node:
         for si, seq in enumerate(pp.plan.sequences):
             if pp.starts[seq.head] == site:
                 sched.append(((2, si, 0), "tick", partial(self._start, seq.head, si)))
+                if self.q.stream(seq.head).site != site:
+                    self._head_replica(seq.head).keep_batches = True
         lanes: dict[tuple, _Lane] = {}
         for st in pp.steps:
             self._add_indexes(st)
@@ -388,12 +390,15 @@ class Node:
             if batch is None:  # a free home that has not ticked epoch e yet
                 return False
         else:
-            rep = next(self.replicas[r.id] for r in self.pp.replicas
-                       if r.kind == "SP-S" and r.stream == head and r.loc == self.site)
-            batch = rep.batches.pop(e)
+            batch = self._head_replica(head).batches.pop(e)
         if batch:
             self.pending[(si, 0, e)] = [self._row((t,)) for t in batch]
         return True
+
+    def _head_replica(self, head: str):
+        """The SP-S replica whose batches start the sequence of a remote ``head`` here."""
+        return next(self.replicas[r.id] for r in self.pp.replicas
+                    if r.kind == "SP-S" and r.stream == head and r.loc == self.site)
 
     # ------------------------------------------------------------------ simple joins, local probes
     def _probe_home(self, st: StepSpec, e: int) -> bool:

@@ -132,6 +132,7 @@ class FullReplica:
         self.stream, self.store, self.tau = stream, store, tau
         self.progress = Progress() if not stream.window.is_time else None
         self.batches: dict[int, list[Tup]] = {}
+        self.keep_batches = False  # a sequence headed by the stream starts here (it takes them)
 
     def apply(self, epoch: int, body: TupleBatch) -> None:
         batch = [r[0] for r in body.rows]
@@ -141,7 +142,8 @@ class FullReplica:
         self.store.purge_below(**purge_bound(self.stream, epoch, self.tau, self.progress))
         if self.progress is not None:
             self.progress.prune(epoch)
-        self.batches[epoch] = batch
+        if self.keep_batches:
+            self.batches[epoch] = batch
 
 
 class FifoReplica:

@@ -1,7 +1,8 @@
 """One conformance suite for every WindowStore: each must behave like a plain list of tuples.
 
 Every test runs against every store kind (``memory``: the reference implementation,
-``redis``: :class:`joinlib.adapters.redis_store.RedisWindowStore` on a real Redis from the
+``redis``: :class:`joinlib.adapters.redis_store.RedisWindowStore` and ``redis-mirror``:
+:class:`~joinlib.adapters.redis_store.MirroredRedisWindowStore` on a real Redis from the
 ``redis_url`` fixture - no Redis is a failure, never a skip).  The observable state is
 compared with a model that is just ``{seq: Tup}``:
 
@@ -29,7 +30,7 @@ from joinlib.model import Tup
 from joinlib.state.base import KeyList
 from joinlib.state.memory import MemoryWindowStore
 
-STORE_KINDS = ["memory", "redis"]
+STORE_KINDS = ["memory", "redis", "redis-mirror"]
 
 
 # --------------------------------------------------------------------------- store makers
@@ -61,11 +62,12 @@ class RedisMaker(Maker):
     kind = "redis"
     persistent = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, mirror: bool = False) -> None:
         import redis
 
-        from joinlib.adapters.redis_store import RedisWindowStore, clear_namespace
-        self._cls, self._clear = RedisWindowStore, clear_namespace
+        from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore, clear_namespace
+        self._cls, self._clear = (MirroredRedisWindowStore if mirror else RedisWindowStore), clear_namespace
+        self.kind = "redis-mirror" if mirror else "redis"
         self.client = redis.Redis.from_url(url)
         self.namespace = f"conf-{uuid.uuid4().hex[:10]}"
 
@@ -85,7 +87,7 @@ def maker(request):
     if request.param == "memory":
         m: Maker = MemoryMaker()
     else:
-        m = RedisMaker(request.getfixturevalue("redis_url"))
+        m = RedisMaker(request.getfixturevalue("redis_url"), mirror=request.param == "redis-mirror")
     yield m
     m.close()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from joinlib import plan as plans
-from joinlib.adapters.redis_store import RedisWindowStore, clear_namespace, redis_store_factory
+from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore, clear_namespace, redis_store_factory
 from joinlib.data import load_streams
 from joinlib.engine import run_embedded
 from joinlib.gen import generate
@@ -42,16 +42,19 @@ def _plans(query):
     return [(a, plans.uniform(query, a)) for a in plans.ALGORITHMS] + [("central", plans.central(query))]
 
 
+@pytest.mark.parametrize("mirror", [False, True], ids=["redis", "redis-mirror"])
 @pytest.mark.parametrize("which", list(plans.ALGORITHMS) + ["central"])
-def test_engine_on_redis_is_exact(workload, which, redis_url):
+def test_engine_on_redis_is_exact(workload, which, mirror, redis_url):
+    """Every read from Redis (mirror=False), or from the memory copy of MirroredRedisWindowStore
+    (what node services use): exact either way, and the copy in Redis equals the one in memory."""
     query, streams, want = workload
     assert sum(want.values()) > 0, "the workload must produce results"
     plan = dict(_plans(query))[which]
     namespace = f"it-engine-{query.name}-{which}-{uuid.uuid4().hex[:8]}"
-    factory = redis_store_factory(redis_url, namespace)
-    made: list[RedisWindowStore] = []
+    factory = redis_store_factory(redis_url, namespace, mirror=mirror)
+    made: list = []
 
-    def store_factory(name: str) -> RedisWindowStore:
+    def store_factory(name: str):
         s = factory(name)
         made.append(s)
         return s
@@ -63,7 +66,9 @@ def test_engine_on_redis_is_exact(workload, which, redis_url):
         missing, extra = want - got, got - want
         assert not missing and not extra, (
             f"{which}: missing {list(missing.items())[:5]}, extra {list(extra.items())[:5]}")
-        assert made and all(isinstance(s, RedisWindowStore) for s in made)
+        assert made and all(isinstance(s, MirroredRedisWindowStore if mirror else RedisWindowStore) for s in made)
+        for s in made if mirror else ():
+            assert [(t.seq, t.id) for t in s.redis.tuples()] == [(t.seq, t.id) for t in s.tuples()], s
         # the windows really were in Redis: every home window still holds its last tuples
         homes = [s for s in made if "/home/" in s.prefix]
         assert homes and all(len(s) > 0 for s in homes)
