@@ -126,8 +126,8 @@ def main() -> int:
         print(f"generating {duration / 1000:.0f}s of {query.name} data in {data}", file=sys.stderr)
         generate(query, data, duration, seed=1)
     all_streams = load_streams(query, data)
-    from joinlib.cli import _faults
-    faults = _faults(args.kill, query)
+    from joinlib.cli import parse_kills
+    faults = parse_kills(args.kill, query)
     cluster = None
     need_redis = bool(faults) and not args.redis
     if not args.bootstrap or need_redis:

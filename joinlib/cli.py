@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------- commands
 
-def _faults(specs: list[str], query) -> list[tuple[str, float]]:
+def parse_kills(specs: list[str], query) -> list[tuple[str, float]]:
     """``SITE@SECONDS`` -> (site, seconds), checked against the query's sites."""
     out = []
     for spec in specs:
@@ -167,7 +167,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
     if args.cluster is not None:
         from .adapters.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=_faults(args.kill, query))
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query))
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:

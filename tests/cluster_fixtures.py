@@ -150,82 +150,75 @@ def _check_redis(url: str) -> Optional[str]:
         return f"{type(e).__name__}: {e}"
 
 
-def _provide_kafka(local: _Local) -> tuple[str, Optional[Callable[[], object]]]:
-    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+def _provide(key: str, service: str, env_var: str, check: Callable[[str], Optional[str]], docker_start,
+             local_start) -> tuple[str, Optional[Callable[[], object]]]:
+    """The address of ``service``: ``$env_var`` (checked with ``check``), else a testcontainers
+    container (``docker_start() -> (address, provenance, stop)``) when a Docker engine answers, else a
+    local process (``local_start() -> (address, provenance)``); fails with every reason tried."""
+    env = os.environ.get(env_var, "").strip()
     if env:
-        err = _check_kafka(env)
+        err = check(env)
         if err:
-            pytest.fail(f"KAFKA_BOOTSTRAP_SERVERS={env} is set but no broker answers there: {err}", pytrace=False)
-        _PROVENANCE["kafka"] = f"{env} (KAFKA_BOOTSTRAP_SERVERS)"
+            pytest.fail(f"{env_var}={env} is set but {service} does not answer there: {err}", pytrace=False)
+        _PROVENANCE[key] = f"{env} ({env_var})"
         return env, None
 
-    mode, reasons = _mode(), ["KAFKA_BOOTSTRAP_SERVERS not set"]
+    mode, reasons = _mode(), [f"{env_var} not set"]
     if mode in {"auto", "docker"}:
         ok, why = _docker_reachable()
         if ok:
             try:
-                from testcontainers.community.kafka import KafkaContainer
-
-                container = KafkaContainer(KAFKA_IMAGE).with_kraft()
-                container.start()
-                bootstrap = container.get_bootstrap_server()
-                _PROVENANCE["kafka"] = f"{bootstrap} (testcontainers {KAFKA_IMAGE})"
-                return bootstrap, container.stop
+                address, provenance, stop = docker_start()
+                _PROVENANCE[key] = provenance
+                return address, stop
             except Exception as e:
-                reasons.append(f"testcontainers Kafka failed: {type(e).__name__}: {e}")
+                reasons.append(f"testcontainers {service} failed: {type(e).__name__}: {e}")
         else:
             reasons.append(why)
     if mode in {"auto", "local"}:
         from infra.local_cluster import LocalClusterError
 
         try:
-            kafka = local.get().start_kafka()
-            _PROVENANCE["kafka"] = (
-                f"{kafka.bootstrap} (local process, ready in {kafka.startup_seconds:.1f}s, log {kafka.log})"
-            )
-            return kafka.bootstrap, None  # stopped with the session's LocalCluster
+            address, provenance = local_start()
+            _PROVENANCE[key] = provenance
+            return address, None  # stopped with the session's LocalCluster
         except LocalClusterError as e:
-            reasons.append(f"local broker (infra.local_cluster): {e}")
-    _fail("Kafka broker", reasons, "Set KAFKA_BOOTSTRAP_SERVERS (e.g. `make up`) or fix the above.")
+            reasons.append(f"local {service} (infra.local_cluster): {e}")
+    _fail(service, reasons, f"Set {env_var} (e.g. `make up`) or fix the above.")
     raise AssertionError("unreachable")
+
+
+def _provide_kafka(local: _Local) -> tuple[str, Optional[Callable[[], object]]]:
+    def docker():
+        from testcontainers.community.kafka import KafkaContainer
+
+        container = KafkaContainer(KAFKA_IMAGE).with_kraft()
+        container.start()
+        bootstrap = container.get_bootstrap_server()
+        return bootstrap, f"{bootstrap} (testcontainers {KAFKA_IMAGE})", container.stop
+
+    def local_process():
+        kafka = local.get().start_kafka()
+        return kafka.bootstrap, (f"{kafka.bootstrap} (local process, ready in {kafka.startup_seconds:.1f}s, "
+                                 f"log {kafka.log})")
+
+    return _provide("kafka", "Kafka broker", "KAFKA_BOOTSTRAP_SERVERS", _check_kafka, docker, local_process)
 
 
 def _provide_redis(local: _Local) -> tuple[str, Optional[Callable[[], object]]]:
-    env = os.environ.get("REDIS_URL", "").strip()
-    if env:
-        err = _check_redis(env)
-        if err:
-            pytest.fail(f"REDIS_URL={env} is set but Redis does not answer PING: {err}", pytrace=False)
-        _PROVENANCE["redis"] = f"{env} (REDIS_URL)"
-        return env, None
+    def docker():
+        from testcontainers.community.redis import RedisContainer
 
-    mode, reasons = _mode(), ["REDIS_URL not set"]
-    if mode in {"auto", "docker"}:
-        ok, why = _docker_reachable()
-        if ok:
-            try:
-                from testcontainers.community.redis import RedisContainer
+        container = RedisContainer(REDIS_IMAGE)
+        container.start()
+        url = f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
+        return url, f"{url} (testcontainers {REDIS_IMAGE})", container.stop
 
-                container = RedisContainer(REDIS_IMAGE)
-                container.start()
-                url = f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
-                _PROVENANCE["redis"] = f"{url} (testcontainers {REDIS_IMAGE})"
-                return url, container.stop
-            except Exception as e:
-                reasons.append(f"testcontainers Redis failed: {type(e).__name__}: {e}")
-        else:
-            reasons.append(why)
-    if mode in {"auto", "local"}:
-        from infra.local_cluster import LocalClusterError
+    def local_process():
+        proc = local.get().start_redis()
+        return proc.url, f"{proc.url} (local redis-server, log {proc.log})"
 
-        try:
-            proc = local.get().start_redis()
-            _PROVENANCE["redis"] = f"{proc.url} (local redis-server, log {proc.log})"
-            return proc.url, None
-        except LocalClusterError as e:
-            reasons.append(f"local redis-server (infra.local_cluster): {e}")
-    _fail("Redis server", reasons, "Set REDIS_URL (e.g. `make up`) or fix the above.")
-    raise AssertionError("unreachable")
+    return _provide("redis", "Redis server", "REDIS_URL", _check_redis, docker, local_process)
 
 
 @pytest.fixture(scope="session")

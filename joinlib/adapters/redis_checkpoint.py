@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .redis_store import _glob_escape
+from .redis_store import _glob_escape, _unlink_matching
 
 _SAVE = r"""
 local tag = KEYS[1]
@@ -68,10 +68,8 @@ class RedisCheckpoints:
 
     def reset(self) -> int:
         """Delete the live stores (a node starting afresh); returns how many keys."""
-        keys = list(self.client.scan_iter(match=self._live, count=1000))
-        return int(self.client.unlink(*keys)) if keys else 0
+        return _unlink_matching(self.client, [self._live])
 
     def clear(self) -> int:
         """Drop the checkpoint and its copies (not the live stores)."""
-        keys = list(self.client.scan_iter(match=self._snap, count=1000)) + [self.tag + "#meta"]
-        return int(self.client.unlink(*keys))
+        return _unlink_matching(self.client, [self._snap]) + int(self.client.unlink(self.tag + "#meta"))

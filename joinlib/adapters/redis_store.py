@@ -492,8 +492,7 @@ class MirroredRedisWindowStore:
         self.redis = RedisWindowStore(client, prefix, **kw)
         self.prefix, self.base = self.redis.prefix, self.redis.base
         self.mem = MemoryWindowStore()
-        self._indexes = self.redis.indexes()
-        for index in sorted(self._indexes):
+        for index in sorted(self.redis.indexes()):
             self.mem.add_index(index)
         self.mem.insert(self.redis.tuples())
 
@@ -503,7 +502,6 @@ class MirroredRedisWindowStore:
     def add_index(self, index: Index) -> None:
         self.redis.add_index(index)
         self.mem.add_index(index)
-        self._indexes.add(tuple(index))
 
     def insert(self, tups: Sequence[Tup]) -> None:
         self.redis.insert(tups)
@@ -534,14 +532,14 @@ class MirroredRedisWindowStore:
         return self.mem.tuples()
 
     def indexes(self) -> set[Index]:
-        return set(self._indexes)
+        return self.mem.indexes()
 
     def __len__(self) -> int:
         return len(self.mem)
 
     def clear(self) -> int:
         from ..state.memory import MemoryWindowStore
-        self.mem, self._indexes = MemoryWindowStore(), set()
+        self.mem = MemoryWindowStore()
         return self.redis.clear()
 
 

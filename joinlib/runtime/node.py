@@ -85,7 +85,7 @@ class Node:
         self.step_done: dict[tuple[int, int], int] = {}
         self.lanes: list[_Lane] = []
         self.schedule: list[tuple[tuple, str, Phase]] = []
-        self.free: list[_Home] = []
+        self.free: list[tuple[_Home, Phase]] = []  # free homes and their tick phases
         self._build()
 
     # ------------------------------------------------------------------ inputs
@@ -113,7 +113,7 @@ class Node:
     def finished(self) -> bool:
         last = self.last_epoch
         return (last is not None and self.epoch > last and all(l.epoch > last for l in self.lanes)
-                and all(h.epoch > last for h in self.free))
+                and all(h.epoch > last for h, _ in self.free))
 
     def run(self, now: Optional[float] = None) -> bool:
         """Run every phase that can run now; True if any did.
@@ -136,8 +136,8 @@ class Node:
     def _run_free(self) -> bool:
         """Tick the free homes as far as their watermarks allow, ahead of the tick group."""
         moved, last = False, self.last_epoch
-        for home in self.free:
-            while (last is None or home.epoch <= last) and self._timed("tick", partial(self._tick, home), home.epoch):
+        for home, tick in self.free:
+            while (last is None or home.epoch <= last) and self._timed("tick", tick, home.epoch):
                 home.epoch += 1
                 moved = True
         return moved
@@ -145,7 +145,7 @@ class Node:
     def _run_ticks(self) -> bool:
         moved, last, sched = False, self.last_epoch, self.schedule
         if not sched:  # only free homes here: the node's epoch is theirs
-            e = min(h.epoch for h in self.free)
+            e = min(h.epoch for h, _ in self.free)
             moved, self.epoch = e > self.epoch, e
             return moved
         while (last is None or self.epoch <= last) and all(l.epoch >= self.epoch for l in self.lanes):
@@ -188,7 +188,7 @@ class Node:
                 home = self.homes[s.name] = _Home(s, self.store_factory(f"{site}/home/{s.name}"))
                 home.keep_batches = pp.starts[s.name] == site
                 if s.name in free:
-                    self.free.append(home)
+                    self.free.append((home, partial(self._tick, home)))
                 else:
                     sched.append(((0, s.pos, 0), "tick", partial(self._tick, home)))
         for r in pp.replicas:

@@ -100,6 +100,10 @@ class MemoryWindowStore:
         """All stored tuples in seq order (tests, metrics)."""
         return self._all.live()
 
+    def indexes(self) -> set[Index]:
+        """The indexes maintained."""
+        return set(self._indexes)
+
     def __len__(self) -> int:
         return len(self._all)
 
