@@ -104,10 +104,11 @@ def main() -> int:
     ap.add_argument("--name", default="cluster", help="output file stem (default cluster: cluster.json/.png)")
     args = ap.parse_args()
 
-    from joinlib.cli import parse_duration, resolve_plan
     from joinlib.data import load_streams
     from joinlib.gen import generate
+    from joinlib.planner.registry import resolve_plan
     from joinlib.query import load_query
+    from joinlib.units import parse_duration
 
     query = load_query(args.query)
     if args.selectivity:

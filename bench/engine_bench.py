@@ -28,9 +28,9 @@ RUNS = [("fig7", p) for p in ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2"
 
 def one(query_file: str, data: str, plan: str) -> dict:
     """Run in this process and return measurements (called in a subprocess)."""
-    from joinlib.cli import resolve_plan
     from joinlib.data import load_streams
     from joinlib.engine import run_embedded
+    from joinlib.planner.registry import resolve_plan
     from joinlib.query import load_query
     from joinlib.runtime.sink import CountingSink
     q = load_query(query_file)
@@ -59,9 +59,9 @@ def main() -> None:
         print(json.dumps(one(*args.one)))
         return
     from tqdm import tqdm
-    from joinlib.cli import parse_duration
     from joinlib.gen import generate
     from joinlib.query import load_query
+    from joinlib.units import parse_duration
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in sorted({q for q, _ in RUNS}):

@@ -13,35 +13,14 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .errors import JoinlibError, PlanError
-
-PLAN_HELP = """PLAN is one of:
-  greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
-  sampled[:time]               run every candidate plan on the first 2 s of the data,
-                               keep the one shipping fewest bytes (or lowest time)
-  central[:SITE]               ship every stream to one site and join there, as
-                               centralized engines do (default site: highest rate)
-  SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
-                               that algorithm on every step (breadth-first orders)
-  FILE.json                    {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], ...}"""
-
+from . import command
+from .errors import JoinlibError
+from .experiments.cli import add_commands
+from .planner.registry import PLAN_HELP, needs_data, resolve_plan
+from .units import parse_duration
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return args.func(args) or 0
-    except JoinlibError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    return command.run(_parser(), argv)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,7 +97,6 @@ def _parser() -> argparse.ArgumentParser:
     stt.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"))
     stt.set_defaults(func=_cmd_status)
 
-    from .experiments.cli import add_commands
     add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
@@ -157,10 +135,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime.sink import CountingSink
     query = load_query(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
-    needs_data = args.plan.split(":")[0] == "sampled"
-    plan = None if needs_data else resolve_plan(query, args.plan, args.model)  # fail fast, before loading
+    sampling = needs_data(args.plan)
+    plan = None if sampling else resolve_plan(query, args.plan, args.model)  # fail fast, before loading
     streams = load_streams(query, args.data)
-    if needs_data:
+    if sampling:
         plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
     runner = run_embedded
     if args.kill and args.cluster is None:
@@ -301,42 +279,6 @@ def _cmd_reference(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-def resolve_plan(query, spec: str, model: str = "paper", streams=None, progress: bool = False):
-    """A plan from a planner name, 'central[:SITE]', an algorithm name, or a JSON file;
-    ``sampled[:time]`` measures candidates on ``streams``."""
-    from . import plan as plans
-    if spec == "sampled" or spec.startswith("sampled:"):
-        from .planner.sampled import sampled
-        objective = spec.split(":", 1)[1] if ":" in spec else "bytes"
-        return sampled(query, streams, objective, progress=progress)
-    if spec in ("greedy", "exhaustive", "beam"):
-        from .cost import get_model
-        from .planner import plan_for
-        return plan_for(spec, query, get_model(model))
-    if spec == "central" or spec.startswith("central:"):
-        site = spec.split(":", 1)[1] if ":" in spec else None
-        if site is not None and site not in query.sites:
-            raise PlanError(f"central:{site}: no such site (sites: {', '.join(query.sites)})")
-        return plans.central(query, site)
-    if spec in plans.ALGORITHMS:
-        return plans.uniform(query, spec)
-    path = Path(spec)
-    if path.suffix == ".json" or path.exists():
-        return plans.from_json(query, path)
-    raise PlanError(f"unknown plan {spec!r}\n{PLAN_HELP}")
-
-
-def parse_duration(text: str) -> int:
-    """'10s', '500ms', '2min', '1.5s' or a bare number of ms -> ms."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|h)?\s*", str(text))
-    if not m:
-        raise JoinlibError(f"bad duration {text!r}: use e.g. 10s, 500ms, 2min")
-    ms = float(m.group(1)) * {"ms": 1, "s": 1000, "min": 60000, "h": 3600000, None: 1}[m.group(2)]
-    if ms <= 0 or ms != int(ms):
-        raise JoinlibError(f"bad duration {text!r}: must be a positive whole number of ms")
-    return int(ms)
-
 
 def _writable(path: Path) -> None:
     if path.parent and not path.parent.exists():

@@ -2,7 +2,8 @@
 ``joinlib calibrate``.
 
 Registered into the main CLI by :func:`add_commands` (``joinlib/cli.py``'s
-``_parser()``); :func:`main` runs them stand-alone (``python -m joinlib.experiments``).
+``_parser()``); :func:`main` runs them stand-alone (``python -m joinlib.experiments``), with
+the same error handling (:func:`joinlib.command.run`).
 User mistakes raise :class:`~joinlib.errors.JoinlibError`, which the CLI prints as one
 ``error: ...`` line with exit status 2.
 """
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .. import command
 from ..errors import JoinlibError
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -253,6 +255,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m joinlib.experiments ...`` = ``joinlib ...`` (one CLI, one error handling)."""
-    from ..cli import main as joinlib_main
-    return joinlib_main(argv)
+    """``python -m joinlib.experiments ...``: these commands without the rest of the CLI, with its
+    error handling (``joinlib/cli.py`` registers them with :func:`add_commands`)."""
+    return command.run(parser(), argv)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .. import units
 from ..errors import JoinlibError
 from ..synthetic import TOPOLOGIES, build_query, topology_edges  # noqa: F401  (re-exported)
 from ..model import Query, Stream, Tup, Window
@@ -95,8 +96,7 @@ def parse_duration(text: str, allow_zero: bool = False) -> int:
     """'5s', '500ms', a bare number of ms (``0`` only with ``allow_zero``)."""
     if allow_zero and str(text).strip() in ("0", "0ms", "0s"):
         return 0
-    from ..cli import parse_duration as _parse  # lazy: joinlib.cli imports this package
-    return _parse(text)
+    return units.parse_duration(text)
 
 
 # --------------------------------------------------------------------------- data

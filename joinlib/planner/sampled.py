@@ -5,7 +5,8 @@ see that a window replica or a shipped stream serves every sequence at a site â€
 exactly what makes ``central`` (every stream shipped once, to one site) cheap, and why a
 formula-optimal plan can ship several times more.  This planner sidesteps the model:
 the candidates are the plans of every planner under every model, ``central`` at every
-site and each algorithm on every step, and each is *run* on the deterministic simulator
+site and each algorithm on every step (:func:`joinlib.planner.registry.candidates`, passed
+in as ``candidates``), and each is *run* on the deterministic simulator
 over the first ``sample_ms`` of the data; the cheapest by the measured objective wins.
 The simulator ships the bytes Kafka would carry, so on the sample the choice is exact for
 ``bytes``; ``time`` (processing + transmission, the paper's metric) includes noisy
@@ -13,14 +14,18 @@ wall-clock processing time.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import PlanError
 from ..model import Query, Tup
-from ..plan import ALGORITHMS, Plan, central, uniform
+from ..plan import Plan
 
 OBJECTIVES = ("bytes", "time")
+
+#: the plans to try on a query, by name (:func:`joinlib.planner.registry.candidates`)
+Candidates = Callable[[Query], Mapping[str, Plan]]
 
 
 @dataclass(frozen=True)
@@ -30,27 +35,6 @@ class Candidate:
     bytes: int
     execution_s_per_s: float
     results: int
-
-
-def candidates(query: Query) -> dict[str, Plan]:
-    """Every plan worth trying, by name (duplicates removed, first name kept)."""
-    from . import plan_for
-    out: dict[str, Plan] = {}
-    for model in ("bytes", "paper"):
-        for planner in ("greedy", "beam", "exhaustive"):
-            out.setdefault(f"{planner}/{model}", plan_for(planner, query, model))
-    for site in query.sites:
-        out[f"central:{site}"] = central(query, site)
-    for algorithm in ALGORITHMS:
-        out[algorithm] = uniform(query, algorithm)
-    unique: dict[str, Plan] = {}
-    seen = set()
-    for name, plan in out.items():
-        key = repr(plan.to_json())
-        if key not in seen:
-            seen.add(key)
-            unique[name] = plan
-    return unique
 
 
 def sample_of(streams: dict[str, list[Tup]], sample_ms: int) -> dict[str, list[Tup]]:
@@ -63,13 +47,12 @@ def sample_of(streams: dict[str, list[Tup]], sample_ms: int) -> dict[str, list[T
 
 
 def measure(query: Query, streams: dict[str, list[Tup]], sample_ms: int = 2000,
-            progress: bool = False) -> list[Candidate]:
+            progress: bool = False, *, candidates: Candidates) -> list[Candidate]:
     """Run every candidate on the sample; cheapest (by bytes) first."""
     from ..engine import run_embedded
     from ..runtime.sink import CountingSink
     sample = sample_of(streams, sample_ms)
-    plans = candidates(query)
-    items = plans.items()
+    items: Iterable[tuple[str, Plan]] = candidates(query).items()
     if progress:
         from tqdm import tqdm
         items = tqdm(items, desc="sampling plans", unit="plan", leave=False)
@@ -84,13 +67,13 @@ def measure(query: Query, streams: dict[str, list[Tup]], sample_ms: int = 2000,
 
 
 def sampled(query: Query, streams: Optional[dict[str, list[Tup]]], objective: str = "bytes",
-            sample_ms: int = 2000, progress: bool = False) -> Plan:
+            sample_ms: int = 2000, progress: bool = False, *, candidates: Candidates) -> Plan:
     """The candidate plan that is cheapest on the sample (``objective``: bytes | time)."""
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
     if not streams:
         raise PlanError("the 'sampled' planner measures candidate plans on data: give --data DIR")
-    ranked = measure(query, streams, sample_ms, progress)
+    ranked = measure(query, streams, sample_ms, progress, candidates=candidates)
     if objective == "time":
         ranked.sort(key=lambda c: (c.execution_s_per_s, c.bytes))
     return ranked[0].plan

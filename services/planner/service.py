@@ -30,6 +30,7 @@ from joinlib.adapters.kafka import (CONTROL_TOPIC, consume, end_offsets, ensure_
                                     make_producer, produce_control_sync, query_topics)
 from joinlib.errors import JoinlibError
 from joinlib.plan import from_json
+from joinlib.planner.registry import resolve_plan
 from joinlib.query import parse_query, query_to_dict
 
 
@@ -64,7 +65,6 @@ class PlannerService:
     # ------------------------------------------------------------------ submission
     def submit(self, text: str, planner: str = "greedy", model: str = "paper") -> dict:
         """Plan a query file's text and publish the plan; JoinlibError for user mistakes."""
-        from joinlib.cli import resolve_plan
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

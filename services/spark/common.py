@@ -67,8 +67,8 @@ def bootstrap_servers(arg: Optional[str]) -> str:
 
 def parse_window_ms(text: str) -> int:
     """'1s', '500ms', '2min' or a bare number of ms -> ms (ValueError if not positive and whole)."""
-    from joinlib.cli import parse_duration
     from joinlib.errors import JoinlibError
+    from joinlib.units import parse_duration
 
     try:
         return parse_duration(text)

@@ -13,7 +13,7 @@ from joinlib.cost import BytesModel, PaperModel, SeqState, frontier, plan_cost, 
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Link, Network
 from joinlib.plan import ALGORITHMS, validate
-from joinlib.planner import PLANNERS, beam, brute_force, exhaustive, greedy, plan_for
+from joinlib.planner import COST_PLANNERS, beam, brute_force, exhaustive, greedy, plan_for
 from joinlib.planner.exhaustive import (
     best_algorithms, brute_force_sequence, exhaustive_sequence, valid_orders,
 )
@@ -66,7 +66,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 # --- dispatch and validity -------------------------------------------------------------------
 def test_plan_for_dispatch():
     q = random_query(random.Random(3), 4, "cycle")
-    for name in PLANNERS:
+    for name in COST_PLANNERS:
         validate(q, plan_for(name, q))
     assert plan_for("greedy", q) == greedy(q, PaperModel())
     assert plan_for("exhaustive", q, "bytes") == exhaustive(q, BytesModel())

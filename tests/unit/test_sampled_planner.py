@@ -9,7 +9,8 @@ from joinlib.data import load_streams
 from joinlib.engine import run_embedded
 from joinlib.errors import PlanError
 from joinlib.gen import generate
-from joinlib.planner.sampled import candidates, measure, sample_of, sampled
+from joinlib.planner.registry import candidates
+from joinlib.planner.sampled import measure, sample_of, sampled
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
 
@@ -33,8 +34,8 @@ def test_candidates_include_every_planner_central_sites_and_algorithms(wan):
 
 def test_sampled_picks_the_fewest_bytes_on_the_sample_and_beats_central(wan):
     q, streams = wan
-    ranked = measure(q, streams, 2000)
-    plan = sampled(q, streams, sample_ms=2000)
+    ranked = measure(q, streams, 2000, candidates=candidates)
+    plan = sampled(q, streams, sample_ms=2000, candidates=candidates)
     assert plan == ranked[0].plan
     assert all(ranked[0].bytes <= c.bytes for c in ranked)
     sample = sample_of(streams, 2000)
@@ -46,6 +47,6 @@ def test_sampled_picks_the_fewest_bytes_on_the_sample_and_beats_central(wan):
 def test_sampled_needs_data_and_a_known_objective(wan):
     q, streams = wan
     with pytest.raises(PlanError, match="--data"):
-        sampled(q, None)
+        sampled(q, None, candidates=candidates)
     with pytest.raises(PlanError, match="objective"):
-        sampled(q, streams, objective="speed")
+        sampled(q, streams, objective="speed", candidates=candidates)

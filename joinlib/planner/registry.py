@@ -1,0 +1,154 @@
+"""Every name a plan can be asked for, in one table: ``resolve_plan`` for the CLI, the planner
+service, the experiments and the benchmarks.
+
+A plan spec is a name from :data:`PLANNERS` — ``NAME`` or, for names that take one,
+``NAME:ARG`` — or a JSON plan file (see :data:`PLAN_HELP`).  Each entry builds its plan
+from a :class:`PlanRequest`; entries with a cost-model planner (``greedy``, ``exhaustive``,
+``beam``) also serve :func:`plan_for`; :func:`candidates` is what ``sampled`` measures.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from .. import plan as plans
+from ..cost import CostModel, PaperModel, get_model
+from ..errors import PlanError
+from ..model import Query, Tup
+from ..plan import Plan
+from .beamsearch import beam
+from .exhaustive import exhaustive
+from .greedy import greedy
+from .sampled import sampled
+
+CostPlanner = Callable[[Query, CostModel], Plan]
+Streams = dict[str, list[Tup]]
+
+PLAN_HELP = """PLAN is one of:
+  greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
+  sampled[:time]               run every candidate plan on the first 2 s of the data,
+                               keep the one shipping fewest bytes (or lowest time)
+  central[:SITE]               ship every stream to one site and join there, as
+                               centralized engines do (default site: highest rate)
+  SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
+                               that algorithm on every step (breadth-first orders)
+  FILE.json                    {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], ...}"""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a plan is built from: the query, the text after ``NAME:`` (None without a colon),
+    the cost model name, and the data (only ``sampled`` uses it)."""
+
+    query: Query
+    arg: Optional[str] = None
+    model: str = "paper"
+    streams: Optional[Streams] = None
+    progress: bool = False
+
+
+@dataclass(frozen=True)
+class Planner:
+    """One row of the table: how to build the plan, and what the name accepts."""
+
+    build: Callable[[PlanRequest], Plan]
+    takes_arg: bool = False  # NAME:ARG is accepted
+    needs_data: bool = False  # measures candidates on the streams
+    cost: Optional[CostPlanner] = None  # a planner over a cost model (plan_for)
+
+
+def _cost_based(fn: CostPlanner) -> Planner:
+    return Planner(lambda r: fn(r.query, get_model(r.model)), cost=fn)
+
+
+def _sampled(r: PlanRequest) -> Plan:
+    objective = "bytes" if r.arg is None else r.arg
+    return sampled(r.query, r.streams, objective, progress=r.progress, candidates=candidates)
+
+
+def _central(r: PlanRequest) -> Plan:
+    if r.arg is not None and r.arg not in r.query.sites:
+        raise PlanError(f"central:{r.arg}: no such site (sites: {', '.join(r.query.sites)})")
+    return plans.central(r.query, r.arg)
+
+
+def _uniform(algorithm: str) -> Planner:
+    return Planner(lambda r: plans.uniform(r.query, algorithm))
+
+
+PLANNERS: dict[str, Planner] = {
+    "greedy": _cost_based(greedy),
+    "exhaustive": _cost_based(exhaustive),
+    "beam": _cost_based(beam),
+    "sampled": Planner(_sampled, takes_arg=True, needs_data=True),
+    "central": Planner(_central, takes_arg=True),
+    **{algorithm: _uniform(algorithm) for algorithm in plans.ALGORITHMS},
+}
+
+#: the cost-based planners, ``(query, model) -> Plan``
+COST_PLANNERS: dict[str, CostPlanner] = {name: p.cost for name, p in PLANNERS.items() if p.cost is not None}
+
+
+def lookup(spec: str) -> Optional[Planner]:
+    """The table row ``spec`` names (None: not a planner name, maybe a file)."""
+    name, colon, _ = spec.partition(":")
+    p = PLANNERS.get(name)
+    return p if p is not None and (not colon or p.takes_arg) else None
+
+
+def needs_data(spec: str) -> bool:
+    """Whether ``spec`` measures plans on the data (so the data must be loaded first)."""
+    p = lookup(spec)
+    return p is not None and p.needs_data
+
+
+def resolve_plan(query: Query, spec: str, model: str = "paper", streams: Optional[Streams] = None,
+                 progress: bool = False) -> Plan:
+    """A plan from a planner name, ``central[:SITE]``, an algorithm name, or a JSON file;
+    ``sampled[:time]`` measures candidates on ``streams``."""
+    p = lookup(spec)
+    if p is not None:
+        _, colon, arg = spec.partition(":")
+        return p.build(PlanRequest(query, arg if colon else None, model, streams, progress))
+    path = Path(spec)
+    if path.suffix == ".json" or path.exists():
+        return plans.from_json(query, path)
+    raise PlanError(f"unknown plan {spec!r}\n{PLAN_HELP}")
+
+
+def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None) -> Plan:
+    """Run the cost-based planner ``name`` (greedy | exhaustive | beam) with ``model`` — a
+    :class:`~joinlib.cost.CostModel`, a model name for :func:`~joinlib.cost.get_model`,
+    or None for the paper model."""
+    fn = COST_PLANNERS.get(name)
+    if fn is None:
+        raise PlanError(f"unknown planner {name!r} (choose from {', '.join(COST_PLANNERS)})")
+    if model is None:
+        model = PaperModel()
+    elif isinstance(model, str):
+        model = get_model(model)
+    return fn(query, model)
+
+
+def candidates(query: Query) -> dict[str, Plan]:
+    """Every plan worth trying on data, by name (duplicates removed, first name kept): each
+    cost-based planner under the bytes and the paper model, ``central`` at every site, each
+    algorithm on every step."""
+    out: dict[str, Plan] = {}
+    for model in ("bytes", "paper"):
+        for planner in ("greedy", "beam", "exhaustive"):  # cheap first: a duplicate keeps the cheap name
+            out.setdefault(f"{planner}/{model}", plan_for(planner, query, model))
+    for site in query.sites:
+        out[f"central:{site}"] = plans.central(query, site)
+    for algorithm in plans.ALGORITHMS:
+        out[algorithm] = plans.uniform(query, algorithm)
+    unique: dict[str, Plan] = {}
+    seen = set()
+    for name, plan in out.items():
+        key = repr(plan.to_json())
+        if key not in seen:
+            seen.add(key)
+            unique[name] = plan
+    return unique
