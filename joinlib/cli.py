@@ -8,16 +8,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from . import command
 from .errors import JoinlibError
 from .experiments.cli import add_commands
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
+from .runtime.sink import Group, Sink
 from .units import parse_duration
+
+if TYPE_CHECKING:
+    from .engine import Report
+    from .model import Query, Tup
+    from .plan import Plan
+
+
+class Runner(Protocol):
+    """Runs a plan and reports: :func:`joinlib.engine.run_embedded`, or the cluster runner."""
+
+    def __call__(self, query: Query, streams: dict[str, list[Tup]], plan: Plan, sink: Sink, *,
+                 progress: bool = False) -> Report: ...
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     return command.run(_parser(), argv)
@@ -111,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------- commands
 
-def parse_kills(specs: list[str], query) -> list[tuple[str, float]]:
+def parse_kills(specs: list[str], query: Query) -> list[tuple[str, float]]:
     """``SITE@SECONDS`` -> (site, seconds), checked against the query's sites."""
     out = []
     for spec in specs:
@@ -135,12 +147,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime.sink import CountingSink
     query = load_query(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
-    sampling = needs_data(args.plan)
-    plan = None if sampling else resolve_plan(query, args.plan, args.model)  # fail fast, before loading
+    early = None if needs_data(args.plan) else resolve_plan(query, args.plan, args.model)  # fail fast
     streams = load_streams(query, args.data)
-    if sampling:
-        plan = resolve_plan(query, args.plan, args.model, streams, progress=progress)
-    runner = run_embedded
+    plan = early if early is not None else resolve_plan(query, args.plan, args.model, streams, progress=progress)
+    runner: Runner = run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
     if args.cluster is not None:
@@ -162,17 +172,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(query, streams, out: Optional[Path]) -> int:
+def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> int:
     from collections import Counter
+
     from .reference import reference_join
     if out is None:
         raise JoinlibError("--check needs --out (the results to compare)")
-    want = reference_join(query, streams)
+    want: Counter[tuple[tuple[Optional[int], ...], int]] = Counter(reference_join(query, streams))
     ids = {s.name: s.pos for s in query.streams}
-    got: Counter = Counter()
+    got: Counter[tuple[tuple[Optional[int], ...], int]] = Counter()
     for line in out.read_text().splitlines():
         rec = json.loads(line)
-        row = [None] * len(ids)
+        row: list[Optional[int]] = [None] * len(ids)
         for name, i in rec["ids"].items():
             row[ids[name]] = i
         got[(tuple(row), rec["ts"])] += 1
@@ -245,7 +256,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _http(url: str, data: Optional[bytes] = None):
+def _http(url: str, data: Optional[bytes] = None) -> Any:
     """GET (or POST ``data``) a planner-service URL; errors become one clear line."""
     from urllib.error import HTTPError, URLError
     from urllib.request import Request, urlopen
@@ -274,7 +285,7 @@ def _cmd_reference(args: argparse.Namespace) -> int:
     with open(args.out, "w") as f:
         for (ids, ts), n in sorted(reference_join(query, streams).items()):
             for _ in range(n):
-                f.write(json.dumps({"ids": dict(zip(names, ids)), "ts": ts}) + "\n")
+                f.write(json.dumps({"ids": dict(zip(names, ids, strict=True)), "ts": ts}) + "\n")
     return 0
 
 
@@ -287,10 +298,10 @@ def _writable(path: Path) -> None:
         raise JoinlibError(f"cannot write {path}: it is a directory")
 
 
-class JsonlSink:
+class JsonlSink(Sink):
     """Streams results to an open binary file, one JSON object per line."""
 
-    def __init__(self, query, f) -> None:
+    def __init__(self, query: Query, f: IO[bytes]) -> None:
         import orjson
         self._dumps = orjson.dumps
         self.names = query.names
@@ -298,8 +309,9 @@ class JsonlSink:
         self.count = 0
         self.latency_sum = 0.0
 
-    def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
-        names, dumps, lines = self.names, self._dumps, []
+    def emit(self, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        names, dumps = self.names, self._dumps
+        lines: list[bytes] = []
         for row, tups in groups:
             head_ts = row[head_pos].ts
             ids = {names[i]: t.id for i, t in enumerate(row) if t is not None}
@@ -313,7 +325,7 @@ class JsonlSink:
             self.f.write(b"\n".join(lines) + b"\n")
 
 
-def format_report(report) -> str:
+def format_report(report: Report) -> str:
     """The per-link cost table a user reads after a run."""
     lines = [f"query {report.query}: {report.results} results from {report.input_tuples} input tuples "
              f"({report.duration_ms / 1000:.1f} s of stream time)",

@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Callable, NamedTuple, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
 
 from .errors import JoinlibError
 from .model import Query, Stream
@@ -84,6 +84,9 @@ def transfer_s(query: Query, src: str, dst: str, nbytes: float) -> float:
 
 
 # --- the state of a join sequence -----------------------------------------------------
+MemoKey = tuple[str, frozenset[str], str]  # (head, joined streams, location)
+_Node = tuple[str, Union[int, str]]  # ("c", index of a key class) or ("a", attribute of the next stream)
+
 @dataclass(frozen=True)
 class KeyClass:
     """Join attributes forced equal by the predicates applied so far, and the
@@ -94,7 +97,7 @@ class KeyClass:
     the smallest domain, so f = max of the members' f.
     """
 
-    attrs: frozenset  # of (stream, attr)
+    attrs: frozenset[tuple[str, str]]  # of (stream, attr)
     f: float
 
 
@@ -165,7 +168,8 @@ class SeqState:
     full_bytes: float
     classes: tuple[KeyClass, ...]
     location: str
-    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _cache: dict[tuple[int, str], tuple[Query, _StepInfo]] = field(default_factory=dict, compare=False, hash=False,
+                                                                   repr=False)
 
     @classmethod
     def start(cls, query: Query, head: str, site: Optional[str] = None) -> "SeqState":
@@ -174,10 +178,10 @@ class SeqState:
         return cls(head, (head,), stream_rate(s), full_bytes(s), classes, site or s.site)
 
     @property
-    def joined_set(self) -> frozenset:
+    def joined_set(self) -> frozenset[str]:
         return frozenset(self.joined)
 
-    def memo_key(self) -> tuple:
+    def memo_key(self) -> MemoKey:
         """(head, set of joined streams, location): determines the rest of the state."""
         return (self.head, frozenset(self.joined), self.location)
 
@@ -252,9 +256,9 @@ def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, t
     Π f / max f over its members (independent uniform values on nested domains);
     the group becomes one class with f = max.  Groups are independent: ρ = Π.
     """
-    parent: dict = {}
+    parent: dict[_Node, _Node] = {}
 
-    def find(x):
+    def find(x: _Node) -> _Node:
         while parent.setdefault(x, x) != x:
             x = parent[x]
         return x
@@ -262,22 +266,24 @@ def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, t
     index = {c: i for i, c in enumerate(state.classes)}
     for ln in links:
         parent[find(("c", index[ln.cls]))] = find(("a", ln.attr))
-    groups: dict = {}
+    groups: dict[_Node, set[_Node]] = {}
     for ln in links:
         groups.setdefault(find(("a", ln.attr)), set()).update({("c", index[ln.cls]), ("a", ln.attr)})
     rho = 1.0
-    merged: set = set()
+    merged: set[int] = set()
     new: list[KeyClass] = []
     for members in groups.values():
-        fs, attrs = [], set()
+        fs: list[float] = []
+        attrs: set[tuple[str, str]] = set()
         for kind, v in sorted(members):
             if kind == "c":
-                fs.append(state.classes[v].f)
-                attrs |= state.classes[v].attrs
-                merged.add(v)
+                cls = state.classes[int(v)]
+                fs.append(cls.f)
+                attrs |= cls.attrs
+                merged.add(int(v))
             else:
-                fs.append(selectivity(nxt, v))
-                attrs.add((nxt.name, v))
+                fs.append(selectivity(nxt, str(v)))
+                attrs.add((nxt.name, str(v)))
         rho *= math.prod(fs) / max(fs)
         new.append(KeyClass(frozenset(attrs), max(fs)))
     linked = {ln.attr for ln in links}
@@ -351,19 +357,22 @@ class Term(NamedTuple):
 
 # Terms are built as plain tuples (label, kind, qty, arg, arg2) — several times faster
 # than NamedTuple construction on the planners' hot path; ``terms()`` wraps them.
-def _cpu(label, qty, const):
+RawTerm = tuple[str, str, float, Union[str, float], float]
+
+
+def _cpu(label: str, qty: float, const: str) -> RawTerm:
     return (label, "cpu", qty, const, 0.0)
 
 
-def _probe(label, qty, size, matches):
+def _probe(label: str, qty: float, size: float, matches: float) -> RawTerm:
     return (label, "probe", qty, size, matches)
 
 
-def _ship(label, qty, direction, nbytes):
+def _ship(label: str, qty: float, direction: str, nbytes: float) -> RawTerm:
     return (label, "ship", qty, direction, nbytes)
 
 
-def terms_sp_s(p: StepParams) -> list[tuple]:
+def terms_sp_s(p: StepParams) -> list[RawTerm]:
     n2 = 1.0 / p.tau  # r_2 / wp_2
     return [
         _cpu("update W1", p.r1, "c_u"),
@@ -373,7 +382,7 @@ def terms_sp_s(p: StepParams) -> list[tuple]:
     ]
 
 
-def terms_sp_d(p: StepParams) -> list[tuple]:
+def terms_sp_d(p: StepParams) -> list[RawTerm]:
     n1 = 1.0 / p.tau  # r_1 / wp_1
     return [
         _cpu("update W1", p.r1, "c_i"),
@@ -383,7 +392,7 @@ def terms_sp_d(p: StepParams) -> list[tuple]:
     ]
 
 
-def terms_sm_s1(p: StepParams) -> list[tuple]:
+def terms_sm_s1(p: StepParams) -> list[RawTerm]:
     n1 = n2 = 1.0 / p.tau
     return [
         _cpu("update W1", p.r1, "c_i"),
@@ -397,7 +406,7 @@ def terms_sm_s1(p: StepParams) -> list[tuple]:
     ]
 
 
-def terms_sm_s2(p: StepParams) -> list[tuple]:
+def terms_sm_s2(p: StepParams) -> list[RawTerm]:
     n1 = n2 = 1.0 / p.tau
     dv = p.k2 * (1.0 - p.f12)       # |dV'2| per batch
     dj = p.m2 * (1.0 - p.f21)       # DJA vector entries per batch
@@ -416,7 +425,7 @@ def terms_sm_s2(p: StepParams) -> list[tuple]:
     ]
 
 
-def terms_sm_d1(p: StepParams) -> list[tuple]:
+def terms_sm_d1(p: StepParams) -> list[RawTerm]:
     n1 = n2 = 1.0 / p.tau
     dj = p.m2 * (1.0 - p.f21)
     return [
@@ -431,7 +440,7 @@ def terms_sm_d1(p: StepParams) -> list[tuple]:
     ]
 
 
-def terms_sm_d2(p: StepParams) -> list[tuple]:
+def terms_sm_d2(p: StepParams) -> list[RawTerm]:
     n1 = 1.0 / p.tau
     return [
         _cpu("update W1", p.r1, "c_i"),
@@ -445,7 +454,7 @@ def terms_sm_d2(p: StepParams) -> list[tuple]:
     ]
 
 
-FORMULAS: dict[str, Callable[[StepParams], list[tuple]]] = {
+FORMULAS: dict[str, Callable[[StepParams], list[RawTerm]]] = {
     "SP-S": terms_sp_s, "SP-D": terms_sp_d, "SM-S1": terms_sm_s1,
     "SM-S2": terms_sm_s2, "SM-D1": terms_sm_d1, "SM-D2": terms_sm_d2,
 }
@@ -498,7 +507,7 @@ class _TermModel:
         p = _start_params(query, s, site)
         return self.price(query, p, t)
 
-    def price(self, query: Query, p: StepParams, t: tuple) -> float:  # pragma: no cover
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:  # pragma: no cover
         """The value of one term tuple (label, kind, qty, arg, arg2); see :class:`Term`."""
         raise NotImplementedError
 
@@ -530,12 +539,13 @@ class PaperModel(_TermModel):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i})"
 
-    def price(self, query: Query, p: StepParams, t: tuple) -> float:
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
         _, kind, qty, arg, arg2 = t
-        if kind == "cpu":
-            return qty * getattr(self, arg)
-        if kind == "probe":
-            return qty * arg * self.c_p
+        if kind == "cpu":  # arg: the name of the constant
+            const: float = getattr(self, str(arg))
+            return qty * const
+        if kind == "probe":  # arg: the size of the probed structure
+            return qty * float(arg) * self.c_p
         src, dst = (p.src, p.dst) if arg == "fwd" else (p.dst, p.src)
         return qty * transfer_s(query, src, dst, arg2)
 
@@ -548,7 +558,7 @@ class BytesModel(_TermModel):
     def __repr__(self) -> str:
         return "BytesModel()"
 
-    def price(self, query: Query, p: StepParams, t: tuple) -> float:
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
         if t[1] != "ship" or p.src == p.dst:
             return 0.0
         return t[2] * t[4]
@@ -575,7 +585,7 @@ class CalibratedModel(PaperModel):
 
     def __init__(self, c_p: float = 1e-6, c_u: float = 5e-6, c_h: float = 1e-6, c_i: float = 5e-6,
                  c_byte: float = 0.0, probe: str = "nested", c_match: Optional[float] = None,
-                 meta: Optional[dict] = None) -> None:
+                 meta: Optional[dict[str, Any]] = None) -> None:
         super().__init__(c_p, c_u, c_h, c_i)
         if probe not in ("nested", "hash"):
             raise JoinlibError(f"calibration: probe must be 'nested' or 'hash', not {probe!r}")
@@ -603,7 +613,7 @@ class CalibratedModel(PaperModel):
                                f"(expected {', '.join(sorted(CALIBRATION_KEYS))}, meta)")
         return cls(**data)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"c_p": self.c_p, "c_u": self.c_u, "c_h": self.c_h, "c_i": self.c_i,
                 "c_byte": self.c_byte, "probe": self.probe, "c_match": self.c_match, "meta": self.meta}
 
@@ -611,7 +621,7 @@ class CalibratedModel(PaperModel):
         return (f"CalibratedModel(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i}, "
                 f"c_byte={self.c_byte}, probe={self.probe!r}, c_match={self.c_match})")
 
-    def price(self, query: Query, p: StepParams, t: tuple) -> float:
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
         _, kind, qty, arg, arg2 = t
         if kind == "probe" and self.probe == "hash":
             return qty * (self.c_p + self.c_match * arg2)
@@ -624,7 +634,7 @@ class CalibratedModel(PaperModel):
 MODELS = ("paper", "bytes", "calibrated")
 
 
-def get_model(name: str = "paper", **params) -> CostModel:
+def get_model(name: str = "paper", **params: Any) -> CostModel:
     """A cost model by name: ``paper`` (c_p, c_u, c_h, c_i), ``bytes``, or
     ``calibrated`` (``path=`` a calibration JSON file, or the constants themselves)."""
     if name == "paper":
@@ -646,7 +656,7 @@ def get_model(name: str = "paper", **params) -> CostModel:
 def _start_cost(model: CostModel, query: Query, seq: Sequence) -> float:
     if seq.start is None:
         return 0.0
-    fn = getattr(model, "start_cost", None)
+    fn: Optional[Callable[[Query, str, str], float]] = getattr(model, "start_cost", None)
     return fn(query, seq.head, seq.start) if fn else 0.0
 
 
@@ -665,17 +675,35 @@ def plan_cost(query: Query, plan: Plan, model: CostModel) -> float:
     return sum(sequence_cost(query, seq, model) for seq in plan.sequences)
 
 
-def explain(query: Query, plan: Plan, model: CostModel) -> list[dict]:
+class ExplainRow(TypedDict):
+    """One step of :func:`explain`."""
+
+    head: str
+    step: int
+    stream: str
+    algorithm: str
+    cost: float
+    rho: float
+    rate: float
+    site: str
+    rate_out: float
+    site_out: str
+    bytes_out: float
+    transmission: NotRequired[float]
+    processing: NotRequired[float]
+
+
+def explain(query: Query, plan: Plan, model: CostModel) -> list[ExplainRow]:
     """One row per step, in plan order.
 
     Keys: ``head``, ``step`` (1-based; 0 for the shipping of the head's batches to a
     ``start`` site), ``stream``, ``algorithm``, ``cost`` (s/s, or B/s for the bytes
     model), ``rho``, ``rate`` / ``site`` (the intermediate stream entering the step:
     rate r_1 and where it lives), ``rate_out`` / ``site_out`` / ``bytes_out`` (after
-    the step); with the term models also ``processing`` and ``transmission``.
+    the step); with the term models also ``transmission`` and ``processing``.
     """
     validate(query, plan)
-    rows: list[dict] = []
+    rows: list[ExplainRow] = []
     for seq in plan.sequences:
         state = SeqState.start(query, seq.head, seq.start)
         start = _start_cost(model, query, seq)
@@ -685,17 +713,18 @@ def explain(query: Query, plan: Plan, model: CostModel) -> list[dict]:
                          "site": query.stream(seq.head).site, "rate_out": state.rate,
                          "site_out": state.location, "bytes_out": state.full_bytes})
         for i, st in enumerate(seq.steps, 1):
-            row = {"head": seq.head, "step": i, "stream": st.stream, "algorithm": st.algorithm,
-                   "cost": model.step_cost(query, state, st.stream, st.algorithm),
-                   "rho": state.join_selectivity(query, st.stream),
-                   "rate": state.rate, "site": state.location}
+            cost = model.step_cost(query, state, st.stream, st.algorithm)
+            nxt = state.advance(query, st.stream, st.algorithm)
+            row: ExplainRow = {"head": seq.head, "step": i, "stream": st.stream, "algorithm": st.algorithm,
+                               "cost": cost, "rho": state.join_selectivity(query, st.stream),
+                               "rate": state.rate, "site": state.location, "rate_out": nxt.rate,
+                               "site_out": nxt.location, "bytes_out": nxt.full_bytes}
             if isinstance(model, _TermModel):
                 terms = model.terms(query, state, st.stream, st.algorithm)
                 row["transmission"] = sum(v for t, v in terms if t.kind == "ship")
-                row["processing"] = row["cost"] - row["transmission"]
-            state = state.advance(query, st.stream, st.algorithm)
-            row.update(rate_out=state.rate, site_out=state.location, bytes_out=state.full_bytes)
+                row["processing"] = cost - row["transmission"]
             rows.append(row)
+            state = nxt
     return rows
 
 
@@ -706,7 +735,7 @@ def frontier(query: Query, state: SeqState) -> list[str]:
 
 def all_step_costs(model: CostModel, query: Query, state: SeqState, stream: str) -> dict[str, float]:
     """The six step costs, using the model's batched form when it has one."""
-    fn = getattr(model, "step_costs", None)
+    fn: Optional[Callable[[Query, SeqState, str], dict[str, float]]] = getattr(model, "step_costs", None)
     if fn is not None:
         return fn(query, state, stream)
     return {a: model.step_cost(query, state, stream, a) for a in ALGORITHMS}
@@ -722,8 +751,9 @@ class StepCache:
 
     def __init__(self, query: Query, model: "CostModel") -> None:
         self.query, self.model = query, model
-        self._costs: dict = {}
-        self._states: dict = {}
+        self._costs: dict[tuple[MemoKey, str], dict[str, float]] = {}
+        self._options: dict[tuple[MemoKey, str], list[tuple[str, float, SeqState]]] = {}
+        self._states: dict[MemoKey, SeqState] = {}
 
     def canonical(self, state: SeqState) -> SeqState:
         return self._states.setdefault(state.memo_key(), state)
@@ -740,17 +770,17 @@ class StepCache:
         cheapest algorithm (first in ``ALGORITHMS`` order on ties), its cost and the
         next state, ordered by that algorithm's position.  Algorithms reaching the
         same location reach the same state, so only the cheapest matters."""
-        key = (state.memo_key(), stream, "opt")
-        hit = self._costs.get(key)
+        key = (state.memo_key(), stream)
+        hit = self._options.get(key)
         if hit is None:
             costs = self.costs(state, stream)
-            by_loc: dict = {}
+            by_loc: dict[str, tuple[int, float, str]] = {}
             for i, alg in enumerate(ALGORITHMS):
                 loc = state.location if at_source(alg) else self.query.stream(stream).site
                 if loc not in by_loc or costs[alg] < by_loc[loc][1]:
                     by_loc[loc] = (i, costs[alg], alg)
             hit = [(alg, c, self.advance(state, stream, alg)) for _, c, alg in sorted(by_loc.values())]
-            self._costs[key] = hit
+            self._options[key] = hit
         return hit
 
     def advance(self, state: SeqState, stream: str, algorithm: str) -> SeqState:
@@ -764,6 +794,6 @@ class StepCache:
 __all__ = [
     "CostModel", "SeqState", "KeyClass", "StepParams", "Term", "FORMULAS",
     "PaperModel", "BytesModel", "CalibratedModel", "get_model", "MODELS",
-    "sequence_cost", "plan_cost", "explain", "frontier", "all_step_costs", "StepCache",
+    "sequence_cost", "plan_cost", "explain", "ExplainRow", "frontier", "all_step_costs", "StepCache",
     "stream_rate", "window_tuples", "full_bytes", "selectivity", "transfer_s",
 ]

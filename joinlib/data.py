@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import IO, Any, Callable, Iterable, Iterator, NoReturn, Optional, Union
 
 import orjson
 
@@ -26,8 +26,9 @@ from .model import Query, Stream, Tup
 from .values import encode_values as encode_rest
 
 PathLike = Union[str, Path]
+Row = dict[str, Any]  # one JSON object of a data file: "id", "ts" and the attributes (JSON scalars)
 RESERVED = ("id", "ts")
-_UNHASHABLE = (list, dict)
+_UNHASHABLE = frozenset({list, dict})  # JSON values that cannot be join-attribute values
 
 
 
@@ -37,7 +38,7 @@ def stream_path(data_dir: PathLike, stream: str) -> Path:
 
 # --------------------------------------------------------------------------- reading
 
-def _open(path: Path, what: str):
+def _open(path: Path, what: str) -> IO[bytes]:
     try:
         return open(path, "rb")
     except FileNotFoundError:
@@ -46,7 +47,7 @@ def _open(path: Path, what: str):
         raise DataError(f"{path}: cannot read {what} ({e.strerror or e})") from None
 
 
-def _parse_line(path: Path, lineno: int, line: bytes) -> Any:
+def _parse_line(path: Path, lineno: int, line: bytes) -> Optional[Row]:
     """The row of one line, or None for a blank line."""
     try:
         row = orjson.loads(line)
@@ -57,10 +58,11 @@ def _parse_line(path: Path, lineno: int, line: bytes) -> Any:
     if type(row) is not dict:
         raise DataError(f"{path}:{lineno}: expected a JSON object {{\"id\": .., \"ts\": .., ...}}, "
                         f"got {type(row).__name__}")
-    return row
+    out: Row = row
+    return out
 
 
-def _check_id_ts(path: Path, lineno: int, row: dict) -> None:
+def _check_id_ts(path: Path, lineno: int, row: Row) -> NoReturn:
     """Slow path, only reached when the fast type test failed: say exactly what is wrong."""
     for col in RESERVED:
         if col not in row:
@@ -77,7 +79,7 @@ class _Order:
     __slots__ = ("path", "prev_ts", "prev_id", "ids", "needs_sort")
 
     def __init__(self, path: Path) -> None:
-        self.path, self.prev_ts, self.prev_id = path, -1, None
+        self.path, self.prev_ts, self.prev_id = path, -1, -1
         self.ids: dict[int, int] = {}
         self.needs_sort = False
 
@@ -94,7 +96,7 @@ class _Order:
         self.prev_ts, self.prev_id = ts, id_
 
 
-def iter_rows(path: PathLike) -> Iterator[dict]:
+def iter_rows(path: PathLike) -> Iterator[Row]:
     """The rows of one file in (ts, id) order, validated, reading line by line.
 
     Only rows sharing one ts are buffered (to order them by id), so this suits files
@@ -102,7 +104,7 @@ def iter_rows(path: PathLike) -> Iterator[dict]:
     """
     path = Path(path)
     order = _Order(path)
-    group: list[dict] = []
+    group: list[Row] = []
     with _open(path, "data file") as f:
         for lineno, line in enumerate(f, 1):
             row = _parse_line(path, lineno, line)
@@ -118,13 +120,13 @@ def iter_rows(path: PathLike) -> Iterator[dict]:
     yield from _flush(group)
 
 
-def _flush(group: list[dict]) -> list[dict]:
+def _flush(group: list[Row]) -> list[Row]:
     out = sorted(group, key=itemgetter("id")) if len(group) > 1 else list(group)
     group.clear()
     return out
 
 
-def load_rows(query: Query, data_dir: PathLike) -> dict[str, list[dict]]:
+def load_rows(query: Query, data_dir: PathLike) -> dict[str, list[Row]]:
     """Raw validated rows of every stream, in (ts, id) order (for tests and tools)."""
     return {s.name: list(iter_rows(stream_path(data_dir, s.name))) for s in query.streams}
 
@@ -143,7 +145,7 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
     """
     path = Path(path)
     order = _Order(path)
-    layouts: dict[frozenset, _Layout] = {}
+    layouts: dict[frozenset[str], _Layout] = {}
     cur = _Layout.EMPTY
     out: list[Tup] = []
     pos, loads, append = stream.pos, orjson.loads, out.append
@@ -152,11 +154,10 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
             try:
                 row = loads(line)
             except orjson.JSONDecodeError:
-                row = _parse_line(path, lineno, line)  # raises unless the line is blank
-                if row is None:
-                    continue
-            if type(row) is not dict:
-                _parse_line(path, lineno, line)  # raises: not an object
+                row = None
+            # not an object: _parse_line raises, unless the line is blank
+            if type(row) is not dict and (row := _parse_line(path, lineno, line)) is None:
+                continue
             try:
                 if len(row) != cur.width:
                     raise KeyError
@@ -168,9 +169,8 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
             if type(id_) is not int or type(ts) is not int or ts < 0:
                 _check_id_ts(path, lineno, row)
             order.check(lineno, id_, ts)
-            for v in key:
-                if type(v) in _UNHASHABLE:
-                    raise DataError(f"{path}:{lineno}: join attribute value {v!r} must be a scalar")
+            if not _UNHASHABLE.isdisjoint(map(type, key)):
+                _not_scalar(path, lineno, key)
             try:
                 rest = encode_rest(vals)
             except (ValueError, TypeError, OverflowError) as e:
@@ -178,11 +178,21 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
                                 "strings, numbers, booleans or null") from None
             append(Tup(pos, id_, ts, len(out), key, rest))
     if order.needs_sort:
-        out.sort(key=attrgetter("ts", "id"))
-        for i, t in enumerate(out):
-            t.seq = i
+        _sort_by_ts_id(out)
     _encode_at_source(path, out)
     return out
+
+
+def _not_scalar(path: Path, lineno: int, key: tuple[Any, ...]) -> NoReturn:
+    v = next(v for v in key if type(v) in _UNHASHABLE)
+    raise DataError(f"{path}:{lineno}: join attribute value {v!r} must be a scalar")
+
+
+def _sort_by_ts_id(tups: list[Tup]) -> None:
+    """Order tuples by (ts, id) and renumber their ``seq``."""
+    tups.sort(key=attrgetter("ts", "id"))
+    for i, t in enumerate(tups):
+        t.seq = i
 
 
 def _encode_at_source(path: Path, tups: list[Tup]) -> None:
@@ -202,7 +212,7 @@ class _Layout:
     __slots__ = ("width", "key", "rest")
     EMPTY: "_Layout"
 
-    def __init__(self, stream: Stream, path: Path, lineno: int, row: dict) -> None:
+    def __init__(self, stream: Stream, path: Path, lineno: int, row: Row) -> None:
         for col in RESERVED:
             if col not in row:
                 raise DataError(f"{path}:{lineno}: missing '{col}'; every row needs an integer id and ts (ms)")
@@ -220,20 +230,20 @@ _Layout.EMPTY = _Layout.__new__(_Layout)
 _Layout.EMPTY.width = -1
 
 
-def _tuple_getter(names: Iterable[str]) -> Callable[[dict], tuple]:
+def _tuple_getter(names: Iterable[str]) -> Callable[[Row], tuple[Any, ...]]:
     """itemgetter that always returns a tuple (itemgetter of one name returns the bare value)."""
-    names = tuple(names)
-    if len(names) >= 2:
-        return itemgetter(*names)
-    if len(names) == 1:
-        (name,) = names
+    cols = tuple(names)
+    if len(cols) >= 2:
+        return itemgetter(*cols)
+    if len(cols) == 1:
+        (name,) = cols
         return lambda row: (row[name],)
     return lambda row: ()
 
 
 # --------------------------------------------------------------------------- writing
 
-def write_stream(path: PathLike, rows: Iterable[dict]) -> int:
+def write_stream(path: PathLike, rows: Iterable[Row]) -> int:
     """Write rows as JSONL (orjson), streaming; returns the number of rows written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

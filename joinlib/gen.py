@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional, Union
 
 from .data import stream_path, write_stream
 from .errors import JoinlibError
 from .model import Query, Stream
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 DEFAULT_RATE = 100.0         # tuples per second
 DEFAULT_SELECTIVITY = 0.1
@@ -33,7 +36,8 @@ BURST_SIZES = (2, 6)         # a burst emits randint(*BURST_SIZES) tuples with o
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"  # 64: bytes map uniformly
 _BYTE_TO_CHAR = bytes(_ALPHABET[b % 64] for b in range(256))
 
-Advance = Callable[[int], None]
+Advance = Callable[[int], object]  # told the ms of stream time generated since the last call
+GenRow = dict[str, Union[int, str]]  # "id" and "ts" (int), then the attributes (str)
 
 
 def generate(query: Query, out_dir: Union[str, Path], duration_ms: int, seed: int,
@@ -57,7 +61,7 @@ def generate(query: Query, out_dir: Union[str, Path], duration_ms: int, seed: in
     return counts
 
 
-def _progress_bar(total_ms: int):
+def _progress_bar(total_ms: int) -> tqdm[NoReturn]:
     from tqdm import tqdm  # only needed interactively; keeps the import off the library path
 
     return tqdm(total=total_ms, unit="ms", unit_scale=True, leave=False)
@@ -81,7 +85,8 @@ def distinct_values(stream: Stream, attr: str) -> int:
 
 def _payload_names(stream: Stream) -> list[str]:
     """a0, a1, ... skipping any name that is already a join attribute of the stream."""
-    names, i = [], 0
+    names: list[str] = []
+    i = 0
     while len(names) < payload_attributes(stream):
         if f"a{i}" not in stream.join_attrs:
             names.append(f"a{i}")
@@ -90,7 +95,7 @@ def _payload_names(stream: Stream) -> list[str]:
 
 
 def stream_rows(stream: Stream, duration_ms: int, seed: int, bursts: bool = False,
-                advance: Optional[Advance] = None) -> Iterator[dict]:
+                advance: Optional[Advance] = None) -> Iterator[GenRow]:
     """The rows of one stream, lazily, in (ts, id) order."""
     rng = random.Random(f"joinlib.gen:{seed}:{stream.name}")
     per_ms = (stream.stats.rate or DEFAULT_RATE) / 1000.0
@@ -107,7 +112,7 @@ def stream_rows(stream: Stream, duration_ms: int, seed: int, bursts: bool = Fals
         ts = int(t)
         size = rng.randint(*BURST_SIZES) if bursts and rng.random() < BURST_PROBABILITY else 1
         for _ in range(size):
-            row = {"id": next_id, "ts": ts}
+            row: GenRow = {"id": next_id, "ts": ts}
             for attr, d in domains:
                 row[attr] = f"v{rng.randrange(d):04d}"
             text = rng.randbytes(nbytes).translate(_BYTE_TO_CHAR).decode("ascii")

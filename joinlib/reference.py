@@ -8,11 +8,14 @@ combinations satisfying every predicate.  Quadratic; meant for tests and small d
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 from .model import Query, Tup
 
+Result = tuple[tuple[int, ...], int]  # (tuple ids by stream position, head ts)
 
-def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter:
+
+def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter[Result]:
     """Multiset of (ids by stream position, head ts) of every result."""
     m = len(query.streams)
     data = [sorted(streams[s.name], key=lambda t: (t.ts, t.id)) for s in query.streams]
@@ -20,7 +23,7 @@ def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter:
     for p in query.predicates:
         a, b = query.stream(p.left), query.stream(p.right)
         preds.append((a.pos, a.attr_index(p.left_attr), b.pos, b.attr_index(p.right_attr)))
-    out: Counter = Counter()
+    out: Counter[Result] = Counter()
     for h in range(m):
         for sh in data[h]:
             cands = []
@@ -37,9 +40,11 @@ def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter:
     return out
 
 
-def _combos(cands: list[list[Tup]], preds: list[tuple[int, int, int, int]]):
+def _combos(cands: list[list[Tup]], preds: list[tuple[int, int, int, int]]) -> Iterator[tuple[Tup, ...]]:
     m = len(cands)
-    row: list = [None] * m
+    if not all(cands):
+        return
+    row = [c[0] for c in cands]  # placeholders: position i is set before it is read
 
     def ok(i: int) -> bool:
         for pa, ia, pb, ib in preds:
@@ -47,7 +52,7 @@ def _combos(cands: list[list[Tup]], preds: list[tuple[int, int, int, int]]):
                 return False
         return True
 
-    def rec(i: int):
+    def rec(i: int) -> Iterator[tuple[Tup, ...]]:
         if i == m:
             yield tuple(row)
             return

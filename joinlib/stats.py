@@ -29,15 +29,52 @@ import json
 from bisect import bisect_left
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional, TypedDict, TypeVar
 
 from .errors import DataError, JoinlibError
-from .model import Query, Stream, StreamStats, Tup
+from .model import Query, Stream, StreamStats, Tup, Value
+
+if TYPE_CHECKING:
+    from .runtime.messages import Body
 
 CHUNK = 1000
+T = TypeVar("T")
 
 
-def _batch_bytes(body_of, items: list) -> float:
+class AttributeStats(TypedDict):
+    """What :func:`stream_stats` measures of one join attribute."""
+
+    distinct: int
+    selectivity: Optional[float]
+    collision: Optional[float]
+    partial_bytes: Optional[float]
+    declared: Optional[float]
+
+
+class DeclaredStats(TypedDict):
+    rate: Optional[float]
+    attributes: Optional[int]
+    tuple_bytes: Optional[int]
+
+
+class StreamMeasurement(TypedDict):
+    """What :func:`stream_stats` measures of one stream (the JSON of ``joinlib stats --json``)."""
+
+    stream: str
+    site: str
+    tuples: int
+    first_ts: Optional[int]
+    last_ts: Optional[int]
+    rate: Optional[float]
+    tuple_bytes: Optional[float]
+    attributes: Optional[int]
+    join_attributes: dict[str, AttributeStats]
+    window: str
+    window_tuples: Optional[float]
+    declared: DeclaredStats
+
+
+def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
     """Mean bytes each item adds to a message body (chunks of :data:`CHUNK`)."""
     from .runtime.messages import Envelope
     from .wire import encode_envelope
@@ -57,7 +94,7 @@ def tuple_bytes(tups: list[Tup]) -> float:
     return _batch_bytes(lambda c: TupleBatch(rows=[(t,) for t in c]), tups)
 
 
-def key_bytes(keys: list[tuple]) -> float:
+def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     """P: mean bytes a key adds to a KeyBatch."""
     from .runtime.messages import KeyBatch
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
@@ -90,35 +127,37 @@ def _ties(ts: list[int], i: int) -> int:
     return i - j
 
 
-def stream_stats(stream: Stream, tups: list[Tup]) -> dict:
+def attribute_stats(stream: Stream, tups: list[Tup], i: int) -> AttributeStats:
+    """The measured statistics of join attribute ``i`` of ``stream``."""
+    n = len(tups)
+    counts: dict[Value, int] = {}
+    for t in tups:
+        v = t.key[i]
+        counts[v] = counts.get(v, 0) + 1
+    d = len(counts)
+    return {"distinct": d, "selectivity": 1.0 / d if d else None,
+            "collision": sum((c / n) ** 2 for c in counts.values()) if n else None,
+            "partial_bytes": key_bytes([(t.key[i],) for t in tups]) if n else None,
+            "declared": stream.stats.selectivity_of(stream.join_attrs[i])}
+
+
+def stream_stats(stream: Stream, tups: list[Tup]) -> StreamMeasurement:
     """The measured statistics of one stream (see the module docstring)."""
     n = len(tups)
-    out: dict = {"stream": stream.name, "site": stream.site, "tuples": n,
-                 "first_ts": tups[0].ts if n else None, "last_ts": tups[-1].ts if n else None}
     span = (tups[-1].ts - tups[0].ts) / 1000.0 if n else 0.0
-    out["rate"] = (n - 1) / span if n > 1 and span > 0 else None
-    out["tuple_bytes"] = tuple_bytes(tups) if n else None
-    out["attributes"] = payload_attributes(tups[0]) if n else None
-    attrs = {}
-    for i, a in enumerate(stream.join_attrs):
-        counts: dict = {}
-        for t in tups:
-            v = t.key[i]
-            counts[v] = counts.get(v, 0) + 1
-        d = len(counts)
-        attrs[a] = {"distinct": d, "selectivity": 1.0 / d if d else None,
-                    "collision": sum((c / n) ** 2 for c in counts.values()) if n else None,
-                    "partial_bytes": key_bytes([(t.key[i],) for t in tups]) if n else None,
-                    "declared": stream.stats.selectivity_of(a)}
-    out["join_attributes"] = attrs
-    out["window"] = str(stream.window)
-    out["window_tuples"] = window_tuples(stream, tups)
     st = stream.stats
-    out["declared"] = {"rate": st.rate, "attributes": st.attributes, "tuple_bytes": st.tuple_bytes}
-    return out
+    return {"stream": stream.name, "site": stream.site, "tuples": n,
+            "first_ts": tups[0].ts if n else None, "last_ts": tups[-1].ts if n else None,
+            "rate": (n - 1) / span if n > 1 and span > 0 else None,
+            "tuple_bytes": tuple_bytes(tups) if n else None,
+            "attributes": payload_attributes(tups[0]) if n else None,
+            "join_attributes": {a: attribute_stats(stream, tups, i) for i, a in enumerate(stream.join_attrs)},
+            "window": str(stream.window),
+            "window_tuples": window_tuples(stream, tups),
+            "declared": {"rate": st.rate, "attributes": st.attributes, "tuple_bytes": st.tuple_bytes}}
 
 
-def measure_query(query: Query, data_dir: Path) -> list[dict]:
+def measure_query(query: Query, data_dir: Path) -> list[StreamMeasurement]:
     from .data import load_streams
     streams = load_streams(query, data_dir)
     return [stream_stats(s, streams[s.name]) for s in query.streams]
@@ -128,26 +167,26 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def with_measured(query: Query, stats: list[dict]) -> Query:
+def with_measured(query: Query, stats: list[StreamMeasurement]) -> Query:
     """``query`` with the measured rate, attributes, tuple_bytes and selectivities."""
     by = {s["stream"]: s for s in stats}
     streams = []
     for s in query.streams:
         m = by[s.name]
         old = s.stats
-        sel = tuple((a, _sig(v["selectivity"])) if v["selectivity"] else (a, old.selectivity_of(a))
+        measured = ((a, _sig(v["selectivity"]) if v["selectivity"] else old.selectivity_of(a))
                     for a, v in m["join_attributes"].items())
-        sel = tuple((a, f) for a, f in sel if f is not None)
-        stats = StreamStats(rate=_sig(m["rate"]) if m["rate"] else old.rate,
-                            tuple_bytes=round(m["tuple_bytes"]) if m["tuple_bytes"] else old.tuple_bytes,
-                            attributes=m["attributes"] if m["attributes"] is not None else old.attributes,
-                            selectivity=sel or old.selectivity)
-        streams.append(replace(s, stats=stats))
+        sel = tuple((a, f) for a, f in measured if f is not None)
+        new = StreamStats(rate=_sig(m["rate"]) if m["rate"] else old.rate,
+                          tuple_bytes=round(m["tuple_bytes"]) if m["tuple_bytes"] else old.tuple_bytes,
+                          attributes=m["attributes"] if m["attributes"] is not None else old.attributes,
+                          selectivity=sel or old.selectivity)
+        streams.append(replace(s, stats=new))
     return replace(query, streams=tuple(streams))
 
 
-def format_stats(stats: list[dict]) -> str:
-    def num(x, fmt):
+def format_stats(stats: list[StreamMeasurement]) -> str:
+    def num(x: Optional[float], fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
     lines = [f"{'stream':<8}{'tuples':>8}{'rate/s':>10}{'(declared)':>11}{'bytes F':>9}{'(declared)':>11}"
              f"{'attrs':>7}{'window':>12}{'w tuples':>10}"]
@@ -166,7 +205,8 @@ def format_stats(stats: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(query_path: Path, data_dir: Path, write: Optional[Path] = None, json_out: Optional[Path] = None) -> list[dict]:
+def main(query_path: Path, data_dir: Path, write: Optional[Path] = None,
+         json_out: Optional[Path] = None) -> list[StreamMeasurement]:
     from .query import dump_query, load_query
     query = load_query(query_path)
     if not Path(data_dir).is_dir():

@@ -3,12 +3,56 @@ per-stream statistics, joined along the edges of a join-graph topology (paper Fi
 from __future__ import annotations
 
 import random
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TypedDict
 
 from .errors import QueryError
 from .model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
 
 TOPOLOGIES = ("star", "chain", "cycle", "complete")
+
+
+class StreamSpec(TypedDict, total=False):
+    """The statistics of one synthetic stream (every key optional)."""
+
+    rate: float
+    attributes: int
+    tuple_bytes: int
+    selectivity: float  # of every join attribute of the stream
+    window_ms: int
+    window_tuples: int
+
+
+class QueryOptions(TypedDict, total=False):
+    """The keyword options of :func:`build_query`."""
+
+    network: Network
+    execution: Execution
+    per_edge_attrs: bool
+    sites: Optional[Sequence[str]]
+
+
+class Table2(TypedDict):
+    attributes: tuple[int, ...]
+    selectivity: tuple[float, ...]
+    rate: tuple[int, ...]
+    window_ms: tuple[int, ...]
+
+
+#: the parameter values of the paper's Table 2 (random queries of Table 3 / Fig. 8)
+TABLE2: Table2 = {
+    "attributes": (10, 50, 100, 150, 200),
+    "selectivity": (0.02, 0.04, 0.06, 0.08, 0.1),
+    "rate": (10, 50, 100, 150, 200),
+    "window_ms": (400, 800, 1200, 1600, 2000),
+}
+
+
+def table2_stream(rng: random.Random) -> StreamSpec:
+    """One stream's statistics drawn uniformly from :data:`TABLE2`."""
+    return {"attributes": rng.choice(TABLE2["attributes"]),
+            "selectivity": rng.choice(TABLE2["selectivity"]),
+            "rate": rng.choice(TABLE2["rate"]),
+            "window_ms": rng.choice(TABLE2["window_ms"])}
 
 
 class UnknownTopology(QueryError, ValueError):
@@ -28,7 +72,7 @@ def topology_edges(m: int, topology: str, rng: Optional[random.Random] = None) -
         return [(i, j) for i in range(m) for j in range(i + 1, m)]
     if topology == "random":
         rng = rng or random.Random(0)
-        edges = {tuple(sorted((i, rng.randrange(i)))) for i in range(1, m)}
+        edges = {(rng.randrange(i), i) for i in range(1, m)}  # a random spanning tree
         for i in range(m):
             for j in range(i + 1, m):
                 if rng.random() < 0.3:
@@ -37,7 +81,7 @@ def topology_edges(m: int, topology: str, rng: Optional[random.Random] = None) -
     raise UnknownTopology(f"unknown topology {topology!r} (choose from {', '.join(TOPOLOGIES)})")
 
 
-def build_query(name: str, stats: Sequence[dict], edges: Sequence[tuple[int, int]], *,
+def build_query(name: str, stats: Sequence[StreamSpec], edges: Sequence[tuple[int, int]], *,
                 network: Network = Network(), execution: Execution = Execution(),
                 per_edge_attrs: bool = False, sites: Optional[Sequence[str]] = None) -> Query:
     """Streams ``S1..Sm`` at sites ``N1..Nm`` (or ``sites``) joined along ``edges``.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import fastavro
 
@@ -42,7 +42,7 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-def encode_values(values) -> bytes:
+def encode_values(values: Sequence[Any]) -> bytes:
     """Avro-encode a list of scalars (str, int, float, bool, None): one array block, then 0.
 
     Short ASCII strings (all the generator produces) are encoded by C-level joins, with
@@ -65,7 +65,7 @@ def encode_values(values) -> bytes:
     return _encode_any(values)
 
 
-def _encode_any(values: tuple) -> bytes:
+def _encode_any(values: Sequence[Any]) -> bytes:
     parts = [varint(len(values))]
     for v in values:
         t = type(v)
@@ -88,4 +88,4 @@ def _encode_any(values: tuple) -> bytes:
 
 def decode_values(data: bytes) -> list[Any]:
     """Inverse of :func:`encode_values`."""
-    return fastavro.schemaless_reader(io.BytesIO(data), _SCHEMA)
+    return cast(list[Any], fastavro.schemaless_reader(io.BytesIO(data), _SCHEMA))  # _SCHEMA is an array

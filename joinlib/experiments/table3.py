@@ -28,16 +28,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..model import Execution, Network, Query
+from ..synthetic import TABLE2, StreamSpec, table2_stream
 from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, _round, accuracy, accuracy_pairs, build_query,
                      cost_models, estimate, fit, format_accuracy, measure, new_figure, planning_model,
                      progress_bar, save_png, spearman, summarize, topology_edges, warmup_for, write_json)
 
-TABLE2 = {
-    "attributes": (10, 50, 100, 150, 200),
-    "selectivity": (0.02, 0.04, 0.06, 0.08, 0.1),
-    "rate": (10, 50, 100, 150, 200),
-    "window_ms": (400, 800, 1200, 1600, 2000),
-}
 PAPER_TABLE3 = {  # Tran & Lee 2010, Table 3: T_G / T_E
     "star": {"mean": 1.02, "median": 1.00, "sd": 0.11, "max": 1.39},
     "chain": {"mean": 1.06, "median": 1.01, "sd": 0.23, "max": 2.43},
@@ -49,12 +44,12 @@ RATIOS = ("measured", "estimated", "bytes", "bytes_estimated")
 M = 4
 
 
-def random_stats(rng: random.Random) -> list[dict]:
+def random_stats(rng: random.Random) -> list[StreamSpec]:
     """Per-stream parameters drawn uniformly from Table 2."""
-    return [{k: rng.choice(v) for k, v in TABLE2.items()} for _ in range(M)]
+    return [table2_stream(rng) for _ in range(M)]
 
 
-def make_query(stats: list[dict], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+def make_query(stats: Sequence[StreamSpec], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
     """The 4-way query of ``stats`` over the topology's join graph (sites N1..N4)."""
     return build_query(name, stats, topology_edges(len(stats), topology), per_edge_attrs=per_edge_attrs,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))

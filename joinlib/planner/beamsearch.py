@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ..cost import CostModel, SeqState, StepCache, frontier
+from ..cost import CostModel, MemoKey, SeqState, StepCache, frontier
 from ..model import Query
 from ..plan import Plan, Sequence, Step, validate
-from .exhaustive import _better, best_algorithms
+from .exhaustive import Layers, _better, best_algorithms
 from .greedy import greedy_sequence
 
 DEFAULT_WIDTH = 8
@@ -34,7 +34,7 @@ DEFAULT_WIDTH = 8
 def _beam_search(query: Query, cache: StepCache, head: str, width: int) -> tuple[Sequence, float]:
     layer: list[tuple[float, SeqState, tuple[Step, ...]]] = [(0.0, cache.canonical(SeqState.start(query, head)), ())]
     for _ in range(len(query.streams) - 1):
-        cand: dict = {}
+        cand: dict[MemoKey, tuple[float, SeqState, tuple[Step, ...]]] = {}
         for cost, state, steps in layer:
             for nxt in frontier(query, state):
                 for alg, c, st in cache.options(state, nxt):
@@ -74,7 +74,7 @@ def local_search(query: Query, model: CostModel, seq: Sequence, cost: float,
                  max_rounds: int = 1000, cache: Optional[StepCache] = None) -> tuple[Sequence, float]:
     """Improve ``seq`` by order moves (swap / insertion) with exact algorithm choice."""
     cache = cache or StepCache(query, model)
-    layers: dict = {}
+    layers: Layers = {}
     order = [st.stream for st in seq.steps]
     best_seq, best_cost = best_algorithms(query, model, seq.head, order, cache, layers)
     if not _better(best_cost, cost):

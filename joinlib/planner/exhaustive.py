@@ -21,11 +21,16 @@ from __future__ import annotations
 import math
 from typing import Iterator, Optional
 
-from ..cost import CostModel, SeqState, StepCache, frontier
+from ..cost import CostModel, MemoKey, SeqState, StepCache, frontier
 from ..model import Query
 from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
 
 _REL_TIE = 1e-12  # relative tolerance under which two totals count as a tie
+
+#: one DP layer of :func:`best_algorithms`: location -> (cost, state, steps) of the cheapest prefix there
+Layer = dict[str, tuple[float, SeqState, tuple[Step, ...]]]
+#: the layers of every (head, order prefix) already computed
+Layers = dict[tuple[str, tuple[str, ...]], Layer]
 
 
 def _better(total: float, best: float) -> bool:
@@ -40,7 +45,7 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequ
 
     Ties go to the earlier next stream in query order, then the earlier algorithm.
     """
-    memo: dict = {}
+    memo: dict[MemoKey, tuple[float, tuple[Step, ...]]] = {}
     m = len(query.streams)
     cache = StepCache(query, model)
 
@@ -51,7 +56,8 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequ
         hit = memo.get(key)
         if hit is not None:
             return hit
-        b_cost, b_steps = math.inf, ()
+        b_cost = math.inf
+        b_steps: tuple[Step, ...] = ()
         for nxt in frontier(query, state):
             for alg, c, succ in cache.options(state, nxt):
                 if not _better(c, b_cost):      # bound: the rest costs >= 0
@@ -74,7 +80,7 @@ def exhaustive(query: Query, model: CostModel) -> Plan:
 
 def best_algorithms(query: Query, model: CostModel, head: str, order: list[str],
                     cache: Optional[StepCache] = None,
-                    layers: Optional[dict] = None) -> tuple[Sequence, float]:
+                    layers: Optional[Layers] = None) -> tuple[Sequence, float]:
     """The cheapest algorithms for a fixed join order (DP over the location).
 
     O(m · L · 6) with L ≤ m locations.  ``order`` must follow the join graph.
@@ -93,7 +99,7 @@ def best_algorithms(query: Query, model: CostModel, head: str, order: list[str],
         layer = {s0.location: (0.0, s0, ())}
     for i in range(k, len(order)):
         nxt = order[i]
-        new: dict[str, tuple[float, SeqState, tuple[Step, ...]]] = {}
+        new: Layer = {}
         for cost, state, steps in layer.values():
             for alg, c, st in cache.options(state, nxt):
                 total = cost + c
@@ -123,13 +129,15 @@ def valid_orders(query: Query, head: str) -> Iterator[list[str]]:
 
 def brute_force_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequence, float]:
     """Enumerate all orders × 6^(m−1) algorithms of ``head`` (prefix costs shared)."""
-    best: list = [math.inf, None]
+    best_cost = math.inf
+    best_steps: tuple[Step, ...] = ()
     m = len(query.streams)
 
     def rec(state: SeqState, cost: float, steps: tuple[Step, ...]) -> None:
+        nonlocal best_cost, best_steps
         if len(state.joined) == m:
-            if _better(cost, best[0]):
-                best[0], best[1] = cost, steps
+            if _better(cost, best_cost):
+                best_cost, best_steps = cost, steps
             return
         for nxt in frontier(query, state):
             for alg in ALGORITHMS:
@@ -137,7 +145,7 @@ def brute_force_sequence(query: Query, model: CostModel, head: str) -> tuple[Seq
                 rec(state.advance(query, nxt, alg), cost + c, steps + (Step(nxt, alg),))
 
     rec(SeqState.start(query, head), 0.0, ())
-    return Sequence(head, best[1]), best[0]
+    return Sequence(head, best_steps), best_cost
 
 
 def brute_force(query: Query, model: CostModel) -> Plan:

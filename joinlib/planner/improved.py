@@ -10,11 +10,12 @@ import argparse
 import random
 import statistics
 import time
-from typing import Optional
+from collections.abc import Iterable, Sequence
+from typing import Optional, TypedDict, Unpack
 
 from ..cost import CostModel, get_model, plan_cost
 from ..model import Query
-from ..synthetic import TOPOLOGIES, build_query, topology_edges
+from ..synthetic import TABLE2, TOPOLOGIES, QueryOptions, StreamSpec, build_query, table2_stream, topology_edges
 from .beamsearch import DEFAULT_WIDTH, beam
 from .exhaustive import exhaustive
 from .greedy import greedy
@@ -22,26 +23,19 @@ from .registry import COST_PLANNERS
 
 improved = beam  # the brief's name for the polynomial planner; registered as "beam"
 
+__all__ = ["TABLE2", "TOPOLOGIES", "DEFAULT_WIDTH", "beam", "improved", "make_query", "random_query",
+           "topology_edges", "gap_study", "timing", "main"]
+
 # --- random queries after the paper's Table 2, and the gap study -------------------------
-TABLE2 = {
-    "attributes": (10, 50, 100, 150, 200),
-    "selectivity": (0.02, 0.04, 0.06, 0.08, 0.1),
-    "rate": (10, 50, 100, 150, 200),
-    "window_ms": (400, 800, 1200, 1600, 2000),
-}
-
-
-def make_query(stats: list[dict], edges: list[tuple[int, int]], *, name: str = "q", **kw) -> Query:
+def make_query(stats: Sequence[StreamSpec], edges: Sequence[tuple[int, int]], *, name: str = "q",
+               **kw: Unpack[QueryOptions]) -> Query:
     """:func:`joinlib.synthetic.build_query` with the name last (the planner studies' form)."""
     return build_query(name, stats, edges, **kw)
 
 
-def random_query(rng: random.Random, m: int = 4, topology: str = "complete", **kw) -> Query:
+def random_query(rng: random.Random, m: int = 4, topology: str = "complete", **kw: Unpack[QueryOptions]) -> Query:
     """A random m-way query with Table 2 parameters (one site per stream)."""
-    stats = [{"attributes": rng.choice(TABLE2["attributes"]),
-              "selectivity": rng.choice(TABLE2["selectivity"]),
-              "rate": rng.choice(TABLE2["rate"]),
-              "window_ms": rng.choice(TABLE2["window_ms"])} for _ in range(m)]
+    stats = [table2_stream(rng) for _ in range(m)]
     return make_query(stats, topology_edges(m, topology, rng), **kw)
 
 
@@ -49,14 +43,26 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else 1.0
 
 
+class GapSummary(TypedDict):
+    """Ratios planner cost / exhaustive cost over random queries."""
+
+    mean: float
+    median: float
+    std: float
+    max: float
+    optimal: float  # share of the queries where the planner found the optimum
+
+
 def gap_study(n: int = 100, m: int = 4, width: int = DEFAULT_WIDTH, seed: int = 1,
-              topologies=TOPOLOGIES, model: Optional[CostModel] = None, search: bool = True) -> dict:
+              topologies: Iterable[str] = TOPOLOGIES, model: Optional[CostModel] = None,
+              search: bool = True) -> dict[str, dict[str, GapSummary]]:
     """Greedy / exhaustive and beam / exhaustive cost ratios on random Table 2 queries."""
     model = model or get_model("paper")
     out = {}
     for topo in topologies:
         rng = random.Random(f"{seed}-{topo}")
-        g, b = [], []
+        g: list[float] = []
+        b: list[float] = []
         for _ in range(n):
             q = random_query(rng, m, topo)
             e = plan_cost(q, exhaustive(q, model), model)
@@ -66,20 +72,20 @@ def gap_study(n: int = 100, m: int = 4, width: int = DEFAULT_WIDTH, seed: int = 
     return out
 
 
-def _summary(xs: list[float]) -> dict:
+def _summary(xs: list[float]) -> GapSummary:
     return {"mean": statistics.fmean(xs), "median": statistics.median(xs),
             "std": statistics.pstdev(xs), "max": max(xs),
             "optimal": sum(1 for x in xs if x <= 1 + 1e-9) / len(xs)}
 
 
-def timing(ms=(4, 5, 6), topology: str = "complete", seed: int = 1,
-           model: Optional[CostModel] = None) -> list[dict]:
+def timing(ms: Iterable[int] = (4, 5, 6), topology: str = "complete", seed: int = 1,
+           model: Optional[CostModel] = None) -> list[dict[str, float]]:
     """Wall-clock seconds of each planner on one random query per size."""
     model = model or get_model("paper")
     rows = []
     for m in ms:
         q = random_query(random.Random(f"{seed}-{m}"), m, topology)
-        row: dict = {"m": m}
+        row: dict[str, float] = {"m": m}
         for name, fn in COST_PLANNERS.items():
             t0 = time.perf_counter()
             fn(q, model)
