@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from .errors import JoinlibError
 from .model import Stream, Tup, Window
@@ -77,7 +77,7 @@ def time_insert(n: int, repeat: int) -> float:
     tups = _tuples(n, 100, 0)
     batches = [tups[i:i + BATCH] for i in range(0, n, BATCH)]
 
-    def run():
+    def run() -> None:
         store = MemoryWindowStore()
         store.add_index((0,))
         for b in batches:
@@ -92,7 +92,7 @@ def time_update(n: int, window: int, repeat: int) -> float:
     head, tail = tups[:window], tups[window:]
     batches = [tail[i:i + BATCH] for i in range(0, n, BATCH)]
 
-    def run():
+    def run() -> float:
         store = MemoryWindowStore()
         store.add_index((0,))
         store.insert(head)
@@ -114,8 +114,8 @@ def time_hash(n: int, repeat: int) -> float:
     rows = [(t, None) for t in _tuples(n, 100, 0, pos=0)]
     pk = spec.probe_key
 
-    def run():
-        out: dict = {}
+    def run() -> None:
+        out: dict[tuple[Any, ...], list[tuple[Tup, None]]] = {}
         for row in rows:
             k = pk(row)
             if k is not None:
@@ -135,14 +135,14 @@ def time_probe(per_key: int, probes: int, repeat: int) -> tuple[float, float]:
     store.insert(window)
     end = len(window) + 10
     heads = [Tup(0, i, end + i, i, (f"v{random.Random(i).randrange(keys):04d}",)) for i in range(probes)]
-    rows = [(h, None) for h in heads]
-    bykey: dict = {}
+    rows: list[tuple[Tup, Optional[Tup]]] = [(h, None) for h in heads]
+    bykey: dict[tuple[Any, ...], list[tuple[Tup, Optional[Tup]]]] = {}
     for r in rows:
         bykey.setdefault(r[0].key, []).append(r)
     index, pos = (0,), 1
 
-    def run():
-        out = []
+    def run() -> list[tuple[Optional[Tup], ...]]:
+        out: list[tuple[Optional[Tup], ...]] = []
         for k, kl in store.lookup_many(index, list(bykey)).items():
             tups = kl.tups
             for row in bykey[k]:
@@ -162,7 +162,7 @@ def time_codec(n: int, attrs: int, repeat: int) -> tuple[float, float, int]:
     tups = _tuples(n, 100, attrs)
     env = Envelope("a", "b", 0, 0, TupleBatch(rows=[(t,) for t in tups]))
 
-    def enc():
+    def enc() -> bytes:
         for t in tups:
             t.wire = None
         return encode_envelope(env)
@@ -177,11 +177,11 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
     return my - slope * mx, slope
 
 
-def calibrate(quick: bool = False, repeat: int = 5, progress: bool = False) -> dict:
+def calibrate(quick: bool = False, repeat: int = 5, progress: bool = False) -> dict[str, Any]:
     """Run the micro-benchmarks; return the calibration document."""
     if repeat < 1:
         raise JoinlibError("--repeat must be at least 1")
@@ -220,7 +220,7 @@ def calibrate(quick: bool = False, repeat: int = 5, progress: bool = False) -> d
     return doc
 
 
-def main(out: Path, quick: bool = False, repeat: int = 5, progress: bool = False) -> dict:
+def main(out: Path, quick: bool = False, repeat: int = 5, progress: bool = False) -> dict[str, Any]:
     from .cost import CalibratedModel
     out = Path(out)
     if out.is_dir():

@@ -116,7 +116,7 @@ def stream_rows(stream: Stream, duration_ms: int, seed: int, bursts: bool = Fals
             for attr, d in domains:
                 row[attr] = f"v{rng.randrange(d):04d}"
             text = rng.randbytes(nbytes).translate(_BYTE_TO_CHAR).decode("ascii")
-            row.update(zip(names, [text[j:j + VALUE_CHARS] for j in range(0, nbytes, VALUE_CHARS)]))
+            row.update(zip(names, [text[j:j + VALUE_CHARS] for j in range(0, nbytes, VALUE_CHARS)], strict=True))
             next_id += 1
             yield row
         if advance is not None and ts - reported >= 1000:

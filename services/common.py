@@ -2,12 +2,12 @@
 
 Control messages (``wire.Control``, topic ``control``, key = query name):
 
-| kind | payload | published by |
-|---|---|---|
-| ``plan`` | ``{"query": query_to_dict, "plan": plan.to_json(), "run": id, "offsets": {topic: offset}, "last_epoch": E?}`` | cluster runner / planner |
-| ``end`` | ``{"last_epoch": E, "run": id?}`` | source, after the last batch |
-| ``status`` | ``{"site", "run", "epoch", "last_epoch"}`` every ~2 s | node |
-| ``done`` | ``{"site", "run", "results", "links": [...], "received": [...], ...}`` | node, when finished |
+* ``plan``, published by the cluster runner or the planner: ``{"query": query_to_dict, "plan":
+  plan.to_json(), "run": id, "offsets": {topic: offset}, "last_epoch": E?}``;
+* ``end``, published by the source after the last batch: ``{"last_epoch": E, "run": id?}``;
+* ``status``, published by a node every ~2 s: ``{"site", "run", "epoch", "last_epoch"}``;
+* ``done``, published by a node when finished: ``{"site", "run", "results", "links": [...],
+  "received": [...], ...}``.
 
 ``offsets`` (optional) are the partition-0 offsets of the query's topics when the plan was
 published: nodes start reading there, so several runs of one query can share a broker.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, overload
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -27,7 +27,12 @@ from joinlib import wire
 from joinlib.adapters.kafka import CONTROL_TOPIC, consume, end_offsets
 
 
+@overload
+def env(name: str) -> Optional[str]: ...
+@overload
+def env(name: str, default: str) -> str: ...
 def env(name: str, default: Optional[str] = None) -> Optional[str]:
+    """``$name`` stripped, or ``default`` when it is unset or blank."""
     v = os.environ.get(name, "").strip()
     return v or default
 
@@ -93,10 +98,11 @@ def read_control_to_end(consumer, log: ControlLog, timeout_s: float = 10.0) -> C
     while log.position < end:
         for m in consume(consumer, 5000, 0.2):
             rec = decode_control_message(m)
+            offset = m.offset()
             if rec is not None:
                 log.add(rec)
-            else:
-                log.position = max(log.position, m.offset() + 1)
+            elif offset is not None:  # always, for a consumed message
+                log.position = max(log.position, offset + 1)
         if time.monotonic() > deadline:
             break
     return log

@@ -14,30 +14,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypedDict
 
 from ..errors import JoinlibError
-from .common import accuracy, accuracy_pairs, format_accuracy, write_json
+from .common import Accuracy, Record, accuracy, accuracy_pairs, format_accuracy, write_json
 
 FILES = {"fig7.json": "fig7", "table3_runs.json": "table3", "fig9.json": "fig9"}
 
 
-def records_of(doc: dict) -> list[dict]:
+def records_of(doc: Record) -> list[Record]:
     """The (label, estimated, measured) run records of one experiment document."""
     kind = doc.get("experiment")
     if kind == "fig7":
         from .fig7 import all_runs
         return all_runs(doc)
     if kind == "table3":
-        from .table3 import run_records
-        return run_records(doc)
+        from .table3 import run_records as table3_records
+        return table3_records(doc)
     if kind == "fig9":
-        from .fig9 import run_records
-        return run_records(doc)
+        from .fig9 import run_records as fig9_records
+        return fig9_records(doc)
     raise JoinlibError(f"not an experiment output (experiment = {kind!r})")
 
 
-def collect(directory: Path) -> dict[str, list[dict]]:
+def collect(directory: Path) -> dict[str, list[Record]]:
     """Run records per experiment file found under ``directory``."""
     directory = Path(directory)
     if not directory.exists():
@@ -47,7 +47,7 @@ def collect(directory: Path) -> dict[str, list[dict]]:
     if not paths:
         raise JoinlibError(f"--from {directory}: no experiment output found (expected "
                            f"{', '.join(FILES)}; run 'joinlib experiment fig7|table3|fig9 --out DIR' first)")
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[Record]] = {}
     for p in paths:
         try:
             doc = json.loads(p.read_text())
@@ -62,10 +62,15 @@ def collect(directory: Path) -> dict[str, list[dict]]:
     return out
 
 
-def report(directory: Path, out: Optional[Path] = None, worst: int = 5) -> dict:
+class AccuracyReport(TypedDict):
+    sources: dict[str, dict[str, Accuracy]]  # file -> model -> accuracy
+    all: dict[str, Accuracy]  # model -> accuracy over every file
+
+
+def report(directory: Path, out: Optional[Path] = None, worst: int = 5) -> AccuracyReport:
     found = collect(directory)
-    result: dict = {"sources": {}, "all": {}}
-    everything: list[dict] = []
+    result: AccuracyReport = {"sources": {}, "all": {}}
+    everything: list[Record] = []
     for path, recs in found.items():
         result["sources"][path] = {m: accuracy(p, worst) for m, p in accuracy_pairs(recs).items()}
         everything += recs

@@ -29,7 +29,7 @@ deterministic; processing is not.
 """
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``experiment``, ``stats`` and ``calibrate`` on the CLI's subparsers."""
     ex = subparsers.add_parser(
         "experiment", help="reproduce the paper's experiments (Fig. 7, Table 3 / Fig. 8, Fig. 9)",
@@ -163,15 +163,15 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _progress(args) -> bool:
+def _progress(args: argparse.Namespace) -> bool:
     return not args.no_progress and sys.stderr.isatty()
 
 
-def _common(args, quick_duration: str = "1s") -> tuple[Path, int, int, object]:
+def _common(args: argparse.Namespace, quick_duration: str = "1s") -> tuple[Path, int, int, str]:
     from .common import check_positive, parse_duration, prepare_out
     duration = parse_duration(args.duration or (quick_duration if args.quick else "5s"))
     repeat = check_positive(args.repeat if args.repeat is not None else (1 if args.quick else 3), "--repeat")
-    warmup = args.warmup
+    warmup: str = args.warmup
     if warmup != "auto":
         parse_duration(warmup, allow_zero=True)  # validate early: one error line, not a traceback later
     if args.calibration is not None and not args.calibration.is_file():
@@ -180,7 +180,7 @@ def _common(args, quick_duration: str = "1s") -> tuple[Path, int, int, object]:
     return out, duration, repeat, warmup
 
 
-def _cmd_fig7(args) -> int:
+def _cmd_fig7(args: argparse.Namespace) -> int:
     from . import fig7
     sweeps = [c for c in args.sweeps.replace(",", "") if c.strip()]
     bad = [c for c in sweeps if c not in fig7.SWEEPS]
@@ -192,7 +192,7 @@ def _cmd_fig7(args) -> int:
     return 0
 
 
-def _cmd_table3(args) -> int:
+def _cmd_table3(args: argparse.Namespace) -> int:
     from . import table3
     from .common import TOPOLOGIES, check_positive, choose
     queries = check_positive(args.queries if args.queries is not None else (2 if args.quick else 100), "--queries")
@@ -205,7 +205,7 @@ def _cmd_table3(args) -> int:
     return 0
 
 
-def _cmd_fig9(args) -> int:
+def _cmd_fig9(args: argparse.Namespace) -> int:
     from . import fig9
     from .common import TOPOLOGIES, choose
     sweeps = choose(args.sweep, list(fig9.SWEEPS), "--sweep")
@@ -223,7 +223,7 @@ def _check_model(name: str) -> None:
         raise JoinlibError(f"--model {name!r}: unknown cost model (choose from {', '.join(MODELS)})")
 
 
-def _cmd_accuracy(args) -> int:
+def _cmd_accuracy(args: argparse.Namespace) -> int:
     from .accuracy import report
     from .common import check_positive
     check_positive(args.worst, "--worst")
@@ -233,13 +233,13 @@ def _cmd_accuracy(args) -> int:
     return 0
 
 
-def _cmd_stats(args) -> int:
+def _cmd_stats(args: argparse.Namespace) -> int:
     from ..stats import main as stats_main
     stats_main(args.query, args.data, args.write, args.json)
     return 0
 
 
-def _cmd_calibrate(args) -> int:
+def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ..calibrate import main as calibrate_main
     from .common import check_positive
     check_positive(args.repeat, "--repeat")

@@ -41,14 +41,31 @@ import math
 import statistics
 import sys
 import tempfile
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, ParamSpec, Sequence, TypedDict, TypeVar
 
 from .. import units
 from ..errors import JoinlibError
-from ..synthetic import TOPOLOGIES, build_query, topology_edges  # noqa: F401  (re-exported)
 from ..model import Query, Stream, Tup, Window
+from ..synthetic import TOPOLOGIES as TOPOLOGIES  # re-exported for the experiments
+from ..synthetic import build_query as build_query
+from ..synthetic import topology_edges as topology_edges
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from tqdm import tqdm
+
+    from ..cost import CostModel
+    from ..engine import Report
+    from ..plan import Plan
+    from ..runtime.messages import Envelope
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Record = dict[str, Any]  # one JSON object of an experiment's output
+
 
 # --------------------------------------------------------------------------- queries
 
@@ -102,7 +119,7 @@ def parse_duration(text: str, allow_zero: bool = False) -> int:
 # --------------------------------------------------------------------------- data
 
 
-def _gen_key(s: Stream, total_ms: int, seed: int) -> tuple:
+def _gen_key(s: Stream, total_ms: int, seed: int) -> tuple[Hashable, ...]:
     st = s.stats
     return (s.name, s.pos, s.join_attrs, st.rate, st.attributes,
             st.tuple_bytes if st.attributes is None else None, st.selectivity, total_ms, seed)
@@ -118,12 +135,12 @@ class DataCache:
     """
 
     def __init__(self, directory: Optional[Path] = None) -> None:
-        self._tmp = None
+        self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
         if directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="joinlib-exp-")
             directory = Path(self._tmp.name)
         self.dir = Path(directory)
-        self._loaded: dict[tuple, list[Tup]] = {}
+        self._loaded: dict[tuple[Hashable, ...], list[Tup]] = {}
         self._n = 0
 
     def streams(self, query: Query, total_ms: int, seed: int) -> dict[str, list[Tup]]:
@@ -154,11 +171,31 @@ class DataCache:
     def __enter__(self) -> "DataCache":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 # --------------------------------------------------------------------------- measurement
+
+
+class LinkRow(TypedDict):
+    """Traffic of one (src, dst, kind), per second of measured stream time."""
+
+    src: str
+    dst: str
+    kind: str
+    messages_per_s: float
+    bytes_per_s: float
+    transmission_s_per_s: float
+
+
+class HeadShare(TypedDict):
+    """The traffic of one head stream's join sequence (see the module docstring)."""
+
+    bytes_per_s: float
+    transmission_s_per_s: float
+    messages_per_s: float
+    links: list[LinkRow]
 
 
 @dataclass
@@ -176,14 +213,14 @@ class Measurement:
     repeat: int
     report_execution_s_per_s: float   # Report.execution_s_per_s of the whole run
     processing_runs: list[float] = field(default_factory=list)
-    links: list[dict] = field(default_factory=list)
-    by_head: dict[str, dict] = field(default_factory=dict)
+    links: list[LinkRow] = field(default_factory=list)
+    by_head: dict[str, HeadShare] = field(default_factory=dict)
     wall_s: float = 0.0
 
-    def to_dict(self, detail: bool = True) -> dict:
+    def to_dict(self, detail: bool = True) -> Record:
         """Everything (``detail``), or only the totals (compact experiment records)."""
         r = _round
-        out = {
+        out: Record = {
             "execution_s_per_s": r(self.execution_s_per_s), "processing_s_per_s": r(self.processing_s_per_s),
             "transmission_s_per_s": r(self.transmission_s_per_s), "bytes_per_s": r(self.bytes_per_s),
             "messages_per_s": r(self.messages_per_s), "results": self.results,
@@ -202,6 +239,18 @@ def _round(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
+@dataclass
+class _FlowTraffic:
+    """What one flow carried after the warm-up."""
+
+    src: str
+    dst: str
+    kind: str
+    messages: int = 0
+    bytes: int = 0
+    transfer_ms: float = 0.0
+
+
 class _Meter:
     """The engine's ``size_of`` hook: sizes every envelope and records it by flow."""
 
@@ -210,11 +259,11 @@ class _Meter:
         self.size = wire.envelope_size
         self.net = query.network
         self.warm = warm_epochs
-        self.flows: dict[int, list] = {}   # flow -> [src, dst, kind, messages, bytes, transfer_ms]
+        self.flows: dict[int, _FlowTraffic] = {}
         self.all_transfer_ms = 0.0
         self.all_bytes = 0
 
-    def __call__(self, env) -> int:
+    def __call__(self, env: Envelope) -> int:
         n = self.size(env)
         t = self.net.transfer_ms(env.src, env.dst, n)
         self.all_transfer_ms += t
@@ -222,10 +271,10 @@ class _Meter:
         if env.epoch >= self.warm:
             rec = self.flows.get(env.flow)
             if rec is None:
-                rec = self.flows[env.flow] = [env.src, env.dst, env.kind, 0, 0, 0.0]
-            rec[3] += 1
-            rec[4] += n
-            rec[5] += t
+                rec = self.flows[env.flow] = _FlowTraffic(env.src, env.dst, env.kind)
+            rec.messages += 1
+            rec.bytes += n
+            rec.transfer_ms += t
         return n
 
 
@@ -248,7 +297,7 @@ def flow_owners(query: Query, plan) -> dict[int, list[str]]:
     return owners
 
 
-def _quiet_run(fn, *args, **kw):
+def _quiet_run(fn: Callable[P, R], *args: P.args, **kw: P.kwargs) -> R:
     """Run with the cyclic garbage collector paused: a full collection over the loaded
     tuples takes tens of ms and would land in some node phase's wall-clock time."""
     enabled = gc.isenabled()
@@ -266,20 +315,20 @@ def _reset_wire(streams: dict[str, list[Tup]]) -> None:
             t.wire = None
 
 
-def _link_rows(recs: Iterable[tuple[list, float]], span: float) -> list[dict]:
-    acc: dict[tuple, list] = {}
+def _link_rows(recs: Iterable[tuple[_FlowTraffic, float]], span: float) -> list[LinkRow]:
+    acc: dict[tuple[str, str, str], list[float]] = {}
     for rec, share in recs:
-        key = (rec[0], rec[1], rec[2])
+        key = (rec.src, rec.dst, rec.kind)
         a = acc.setdefault(key, [0.0, 0.0, 0.0])
-        a[0] += rec[3] * share
-        a[1] += rec[4] * share
-        a[2] += rec[5] * share
+        a[0] += rec.messages * share
+        a[1] += rec.bytes * share
+        a[2] += rec.transfer_ms * share
     return [{"src": s, "dst": d, "kind": k, "messages_per_s": _round(m / span),
              "bytes_per_s": _round(b / span), "transmission_s_per_s": _round(t / 1000.0 / span)}
             for (s, d, k), (m, b, t) in sorted(acc.items())]
 
 
-def measure(query: Query, streams: dict[str, list[Tup]], plan, *, warmup_ms: int = 0,
+def measure(query: Query, streams: dict[str, list[Tup]], plan: Plan, *, warmup_ms: int = 0,
             repeat: int = 1) -> Measurement:
     """Run ``plan`` on ``streams`` (embedded engine) and measure its steady-state cost.
 
@@ -301,7 +350,8 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan, *, warmup_ms: int
     span = epochs * tau / 1000.0
     prefix = {n: [t for t in tups if t.ts < warmup_ms] for n, tups in streams.items()} if warm_epochs else None
     procs: list[float] = []
-    meter = report = None
+    meter: Optional[_Meter] = None
+    report: Optional[Report] = None
     wall = 0.0
     for _ in range(repeat):
         _reset_wire(streams)
@@ -318,16 +368,16 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan, *, warmup_ms: int
     assert meter is not None and report is not None
     owners = flow_owners(query, plan)
     recs = list(meter.flows.items())
-    total_bytes = sum(r[4] for _, r in recs)
-    total_msgs = sum(r[3] for _, r in recs)
-    total_tx = sum(r[5] for _, r in recs) / 1000.0
-    by_head: dict[str, dict] = {}
+    total_bytes = sum(r.bytes for _, r in recs)
+    total_msgs = sum(r.messages for _, r in recs)
+    total_tx = sum(r.transfer_ms for _, r in recs) / 1000.0
+    by_head: dict[str, HeadShare] = {}
     for head in query.names:
         mine = [(r, 1.0 / len(owners.get(fid) or [head])) for fid, r in recs if head in owners.get(fid, ())]
         links = _link_rows(mine, span)
-        by_head[head] = {"bytes_per_s": _round(sum(l["bytes_per_s"] for l in links)),
-                         "transmission_s_per_s": _round(sum(l["transmission_s_per_s"] for l in links)),
-                         "messages_per_s": _round(sum(l["messages_per_s"] for l in links)),
+        by_head[head] = {"bytes_per_s": _round(sum(ln["bytes_per_s"] for ln in links)),
+                         "transmission_s_per_s": _round(sum(ln["transmission_s_per_s"] for ln in links)),
+                         "messages_per_s": _round(sum(ln["messages_per_s"] for ln in links)),
                          "links": links}
     processing = statistics.median(procs)
     return Measurement(
@@ -342,7 +392,7 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan, *, warmup_ms: int
 # --------------------------------------------------------------------------- estimates
 
 
-def cost_models(calibration: Optional[Path] = None) -> dict[str, Any]:
+def cost_models(calibration: Optional[Path] = None) -> dict[str, CostModel]:
     """The models every experiment reports: paper, bytes, and calibrated if a file is given."""
     from ..cost import get_model
     models = {"paper": get_model("paper"), "bytes": get_model("bytes")}
@@ -351,7 +401,7 @@ def cost_models(calibration: Optional[Path] = None) -> dict[str, Any]:
     return models
 
 
-def planning_model(name: str, calibration: Optional[Path] = None):
+def planning_model(name: str, calibration: Optional[Path] = None) -> CostModel:
     from ..cost import get_model
     if name == "calibrated":
         if calibration is None:
@@ -360,10 +410,15 @@ def planning_model(name: str, calibration: Optional[Path] = None):
     return get_model(name)
 
 
-def estimate(query: Query, plan, models: dict[str, Any]) -> dict:
+class Estimate(TypedDict):
+    plan: dict[str, float]  # model -> cost
+    by_head: dict[str, dict[str, float]]  # head -> model -> cost
+
+
+def estimate(query: Query, plan: Plan, models: Mapping[str, CostModel]) -> Estimate:
     """{"plan": {model: cost}, "by_head": {head: {model: cost}}} (s/s, bytes model in B/s)."""
     from ..cost import plan_cost, sequence_cost
-    out: dict = {"plan": {}, "by_head": {}}
+    out: Estimate = {"plan": {}, "by_head": {}}
     for name, model in models.items():
         out["plan"][name] = _round(plan_cost(query, plan, model), 9)
         for seq in plan.sequences:
@@ -374,9 +429,18 @@ def estimate(query: Query, plan, models: dict[str, Any]) -> dict:
 # --------------------------------------------------------------------------- statistics
 
 
-def summarize(xs: Sequence[float]) -> dict:
-    """mean, median, sd (sample, n−1), max, min and n of ``xs``."""
-    xs = [float(x) for x in xs]
+class Summary(TypedDict):
+    mean: Optional[float]
+    median: Optional[float]
+    sd: Optional[float]
+    max: Optional[float]
+    min: Optional[float]
+    n: int
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """mean, median, sd (sample, n−1), max, min and n of ``values``."""
+    xs = [float(x) for x in values]
     if not xs:
         return {"mean": None, "median": None, "sd": None, "max": None, "min": None, "n": 0}
     return {"mean": _round(statistics.fmean(xs)), "median": _round(statistics.median(xs)),
@@ -392,7 +456,7 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> Optional[float]:
     if n < 2:
         return None
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     sxx = sum((x - mx) ** 2 for x in xs)
     syy = sum((y - my) ** 2 for y in ys)
     if sxx <= 0 or syy <= 0:
@@ -421,26 +485,50 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> Optional[float]:
     return pearson(_ranks(xs), _ranks(ys))
 
 
-def accuracy(pairs: Sequence[dict], worst: int = 5) -> dict:
+class Pair(TypedDict):
+    """One estimate and the measurement it predicts."""
+
+    estimated: Optional[float]
+    measured: float
+    label: str
+
+
+class Worst(TypedDict):
+    label: str
+    estimated: float
+    measured: float
+    ratio: float
+
+
+class Accuracy(TypedDict):
+    n: int
+    pearson: Optional[float]
+    spearman: Optional[float]
+    ratio_measured_over_estimated: Summary
+    worst: list[Worst]
+
+
+def accuracy(pairs: Sequence[Pair], worst: int = 5) -> Accuracy:
     """Agreement of estimates with measurements.
 
     ``pairs``: dicts with ``estimated``, ``measured`` and ``label``.  Reports n, Pearson
     and Spearman correlation, the ratio measured / estimated (mean, median, min, max)
     and the ``worst`` pairs by |log(measured / estimated)|.
     """
-    ok = [p for p in pairs if p["estimated"] and p["estimated"] > 0 and p["measured"] > 0]
-    xs = [p["estimated"] for p in ok]
-    ys = [p["measured"] for p in ok]
-    ratios = [y / x for x, y in zip(xs, ys)]
-    ranked = sorted(ok, key=lambda p: -abs(math.log(p["measured"] / p["estimated"])))
+    ok = [(est, p["measured"], p["label"]) for p in pairs
+          if (est := p["estimated"]) and est > 0 and p["measured"] > 0]
+    xs = [est for est, _, _ in ok]
+    ys = [measured for _, measured, _ in ok]
+    ratios = [y / x for x, y in zip(xs, ys, strict=True)]
+    ranked = sorted(ok, key=lambda p: -abs(math.log(p[1] / p[0])))
     r, rho = pearson(xs, ys), spearman(xs, ys)
     return {
         "n": len(ok),
         "pearson": None if r is None else _round(r, 4),
         "spearman": None if rho is None else _round(rho, 4),
         "ratio_measured_over_estimated": summarize(ratios),
-        "worst": [{"label": p["label"], "estimated": _round(p["estimated"]), "measured": _round(p["measured"]),
-                   "ratio": _round(p["measured"] / p["estimated"], 4)} for p in ranked[:worst]],
+        "worst": [{"label": label, "estimated": _round(est), "measured": _round(measured),
+                   "ratio": _round(measured / est, 4)} for est, measured, label in ranked[:worst]],
     }
 
 
@@ -448,10 +536,10 @@ def accuracy(pairs: Sequence[dict], worst: int = 5) -> dict:
 MODEL_TARGET = {"paper": "execution_s_per_s", "bytes": "bytes_per_s", "calibrated": "execution_s_per_s"}
 
 
-def accuracy_pairs(records: Iterable[dict]) -> dict[str, list[dict]]:
+def accuracy_pairs(records: Iterable[Record]) -> dict[str, list[Pair]]:
     """Pairs per model from run records with ``estimated`` (model -> value),
     ``measured`` (a :meth:`Measurement.to_dict`) and ``label``."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[Pair]] = {}
     for rec in records:
         for model, est in rec["estimated"].items():
             target = MODEL_TARGET.get(model, "execution_s_per_s")
@@ -460,17 +548,20 @@ def accuracy_pairs(records: Iterable[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def format_accuracy(acc: dict[str, dict], title: str = "model accuracy") -> str:
+def _corr(v: Optional[float]) -> str:
+    return "  n/a" if v is None else f"{v:5.3f}"
+
+
+def format_accuracy(acc: Mapping[str, Accuracy], title: str = "model accuracy") -> str:
     lines = [f"{title} (estimated vs measured, steady state):"]
     for model, a in acc.items():
         target = "bytes/s" if MODEL_TARGET.get(model) == "bytes_per_s" else "execution s/s"
         rr = a["ratio_measured_over_estimated"]
-        corr = lambda v: "  n/a" if v is None else f"{v:5.3f}"  # noqa: E731
         if not a["n"]:
             lines.append(f"  {model:<10} no pairs")
             continue
-        lines.append(f"  {model:<10} vs {target:<13} n={a['n']:<4} Pearson {corr(a['pearson'])}  "
-                     f"Spearman {corr(a['spearman'])}  measured/estimated median {rr['median']:.3g} "
+        lines.append(f"  {model:<10} vs {target:<13} n={a['n']:<4} Pearson {_corr(a['pearson'])}  "
+                     f"Spearman {_corr(a['spearman'])}  measured/estimated median {rr['median']:.3g} "
                      f"(min {rr['min']:.3g}, max {rr['max']:.3g})")
         for w in a["worst"][:3]:
             lines.append(f"      worst: {w['label']}: estimated {w['estimated']:.4g}, measured "
@@ -512,7 +603,7 @@ def write_json(path: Path, data: Any, records: Sequence[str] = ()) -> None:
     Path(path).write_text("{\n" + ",\n".join(parts) + "\n}\n")
 
 
-def save_png(fig, path: Path, dpi: int = 80) -> Path:
+def save_png(fig: Figure, path: Path, dpi: int = 80) -> Path:
     """Save ``fig`` as a 64-colour PNG (a third of the size of the RGBA file, same look)."""
     import io
     buf = io.BytesIO()
@@ -529,18 +620,18 @@ def save_png(fig, path: Path, dpi: int = 80) -> Path:
     return Path(path)
 
 
-def progress_bar(total: int, desc: str, enabled: bool):
+def progress_bar(total: int, desc: str, enabled: bool) -> tqdm[NoReturn]:
     """A tqdm bar on stderr (a no-op object when disabled)."""
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="run", disable=not enabled, file=sys.stderr,
                 leave=False, dynamic_ncols=True)
 
 
-def show_progress(args) -> bool:
+def show_progress(args: object) -> bool:
     return not getattr(args, "no_progress", False) and sys.stderr.isatty()
 
 
-def new_figure(width: float, height: float):
+def new_figure(width: float, height: float) -> Figure:
     """A matplotlib Figure without pyplot (no global state, no display backend).
 
     Margins are set by hand (:func:`fit`): the automatic layout engines double the
@@ -549,7 +640,7 @@ def new_figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100)
 
 
-def fit(fig, top: float = 0.9, hspace: float = 0.45, wspace: float = 0.3) -> None:
+def fit(fig: Figure, top: float = 0.9, hspace: float = 0.45, wspace: float = 0.3) -> None:
     """Fixed margins sized for the titles and labels these figures use."""
     w, h = fig.get_size_inches()
     fig.subplots_adjust(left=0.65 / w, right=1 - 0.2 / w, bottom=0.55 / h, top=top, hspace=hspace, wspace=wspace)

@@ -16,19 +16,36 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..model import Execution, Network, Query
 from ..plan import ALGORITHMS, uniform
-from .common import (DataCache, accuracy, accuracy_pairs, build_query, cost_models, estimate,
-                     fit, format_accuracy, measure, new_figure, progress_bar, save_png, spearman, warmup_for,
-                     with_stream_stats, write_json)
+from ..synthetic import StreamSpec
+from .common import (
+    DataCache,
+    Record,
+    accuracy,
+    accuracy_pairs,
+    build_query,
+    cost_models,
+    estimate,
+    fit,
+    format_accuracy,
+    measure,
+    new_figure,
+    progress_bar,
+    save_png,
+    spearman,
+    warmup_for,
+    with_stream_stats,
+    write_json,
+)
 
-DEFAULTS = {"attributes": 250, "selectivity": 0.1, "rate": 300, "window_ms": 3000,
+DEFAULTS: dict[str, float] = {"attributes": 250, "selectivity": 0.1, "rate": 300, "window_ms": 3000,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}
 
 # key: (parameter, label, axis label, values, log base of the x axis or 0)
-SWEEPS: dict[str, tuple[str, str, str, list, int]] = {
+SWEEPS: dict[str, tuple[str, str, str, list[float], int]] = {
     "a": ("attributes", "tuple size of S2", "S2 tuple size (attributes; 5 B each in the paper)",
           [50, 150, 250, 350, 450], 0),
     "b": ("rate", "rate of S2", "S2 rate (tuples/s)", [100, 200, 300, 400, 500], 0),
@@ -47,14 +64,14 @@ COLORS = {"SP-S": "tab:blue", "SM-S1": "tab:cyan", "SM-S2": "tab:purple",
 
 def base_query() -> Query:
     d = DEFAULTS
-    stats = {"attributes": d["attributes"], "selectivity": d["selectivity"], "rate": d["rate"],
-             "window_ms": d["window_ms"]}
-    return build_query("fig7", [dict(stats), dict(stats)], [(0, 1)], sites=["n1", "n2"],
+    stats: StreamSpec = {"attributes": int(d["attributes"]), "selectivity": d["selectivity"], "rate": d["rate"],
+                         "window_ms": int(d["window_ms"])}
+    return build_query("fig7", [stats.copy(), stats.copy()], [(0, 1)], sites=["n1", "n2"],
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),
-                       execution=Execution(d["interval_ms"], d["max_delay_ms"]))
+                       execution=Execution(int(d["interval_ms"]), int(d["max_delay_ms"])))
 
 
-def query_for(sweep: str, value) -> Query:
+def query_for(sweep: str, value: float) -> Query:
     """The default query with the swept parameter of ``sweep`` set to ``value``."""
     param = SWEEPS[sweep][0]
     q = base_query()
@@ -68,14 +85,14 @@ def query_for(sweep: str, value) -> Query:
 
 
 def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: int = 3,
-        warmup="auto", sweeps: Optional[list[str]] = None, calibration: Optional[Path] = None,
-        progress: bool = False) -> dict:
+        warmup: str = "auto", sweeps: Optional[list[str]] = None, calibration: Optional[Path] = None,
+        progress: bool = False) -> Record:
     """Measure and estimate every (sweep point, algorithm); return the fig7.json document."""
     sweeps = sweeps or list(SWEEPS)
     models = cost_models(calibration)
     points = {s: (SWEEPS[s][3][:1] + SWEEPS[s][3][-1:]) if quick else SWEEPS[s][3] for s in sweeps}
     cap = 1000 if quick else None
-    doc: dict = {"experiment": "fig7",
+    doc: Record = {"experiment": "fig7",
                  "meta": {"duration_ms": duration_ms, "seed": seed, "quick": quick, "repeat": repeat,
                           "warmup": warmup, "warmup_cap_ms": cap, "defaults": DEFAULTS,
                           "models": list(models), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -88,7 +105,7 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
             queries = [(v, query_for(s, v)) for v in points[s]]
             warm = {v: warmup_for(q, warmup, cap) for v, q in queries}
             total = max(warm.values()) + duration_ms  # one data length per sweep: shared data
-            runs = []
+            runs: list[Record] = []
             for v, q in queries:
                 streams = data.streams(q, total, seed)
                 for alg in ALGORITHMS:
@@ -111,20 +128,21 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
     return doc
 
 
-def all_runs(doc: dict) -> list[dict]:
-    return doc["runs"]
+def all_runs(doc: Record) -> list[Record]:
+    runs: list[Record] = doc["runs"]
+    return runs
 
 
-def _by_point(doc: dict, key: str) -> dict:
+def _by_point(doc: Record, key: str) -> dict[float, dict[str, Record]]:
     """{value: {algorithm: run}} of sweep ``key``, in sweep order."""
-    out: dict = {}
+    out: dict[float, dict[str, Record]] = {}
     for r in doc["runs"]:
         if r["sweep"] == key:
             out.setdefault(r["value"], {})[r["algorithm"]] = r
     return out
 
 
-def choice_agreement(doc: dict) -> dict:
+def choice_agreement(doc: Record) -> Record:
     """Per sweep point: does each model rank the six algorithms like the measurements?
 
     ``best_agrees``: points where the model's cheapest algorithm is the measured
@@ -133,12 +151,12 @@ def choice_agreement(doc: dict) -> dict:
     ``within_5pct``: points where the model's choice is within 5 % of the measured
     fastest; ``mean_spearman``: mean rank correlation over points.
     """
-    out = {}
+    out: Record = {}
     for model in doc["meta"]["models"]:
         if model == "bytes":
             continue
         agree = near = n = 0
-        rhos = []
+        rhos: list[float] = []
         for key in doc["sweeps"]:
             for runs in _by_point(doc, key).values():
                 algs = [a for a in ALGORITHMS if a in runs]
@@ -156,10 +174,13 @@ def choice_agreement(doc: dict) -> dict:
     return out
 
 
-def _table(doc: dict, key: str, measured, estimated) -> list[str]:
+def _table(doc: Record, key: str, measured: Callable[[Record], float],
+           estimated: Callable[[Record], float]) -> list[str]:
     lines = [f"{'value':>8} " + " ".join(f"{a:>15}" for a in ALGORITHMS) + "   fastest / model's pick"]
     for v, runs in _by_point(doc, key).items():
-        cells, meas, est = [], {}, {}
+        cells: list[str] = []
+        meas: dict[str, float] = {}
+        est: dict[str, float] = {}
         for a in ALGORITHMS:
             r = runs.get(a)
             if r is None:
@@ -167,12 +188,12 @@ def _table(doc: dict, key: str, measured, estimated) -> list[str]:
                 continue
             meas[a], est[a] = measured(r), estimated(r)
             cells.append(f"{meas[a]:>7.3f} ({est[a]:>5.2f})")
-        best, pick = min(meas, key=meas.get), min(est, key=est.get)
+        best, pick = min(meas, key=meas.__getitem__), min(est, key=est.__getitem__)
         lines.append(f"{v:>8} " + " ".join(cells) + f"   {best} / {pick}")
     return lines
 
 
-def format_summary(doc: dict) -> str:
+def format_summary(doc: Record) -> str:
     lines = ["Fig. 7: six one-way algorithms, S1@n1 ⋈ S2@n2; seconds per second of stream time, "
              "measured steady state (paper-model estimate in parentheses)"]
     for key, sw in doc["sweeps"].items():
@@ -190,8 +211,8 @@ def format_summary(doc: dict) -> str:
     lines.append(f"one-way S1 -> S2 by link and kind ({sw['param']} = {default}): bytes per second")
     for a, r in point[default].items():
         ow = r["one_way"]["measured"]
-        lines.append(f"  {a:<6} " + ", ".join(f"{l['src']}->{l['dst']} {l['kind']} {l['bytes_per_s']:,.0f}"
-                                             for l in ow["links"]))
+        lines.append(f"  {a:<6} " + ", ".join(f"{ln['src']}->{ln['dst']} {ln['kind']} {ln['bytes_per_s']:,.0f}"
+                                             for ln in ow["links"]))
     for model, c in doc["accuracy"].get("choice", {}).items():
         lines.append(f"{model} model: picks the measured fastest algorithm (2-way; ties within 0.5 %) at "
                      f"{c['best_agrees']}/"
@@ -202,7 +223,7 @@ def format_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(doc: dict, out_dir: Path) -> list[Path]:
+def plot(doc: Record, out_dir: Path) -> list[Path]:
     """One PNG per sweep, four panels: the 2-way join measured and estimated (paper model),
     the one-way join S1 -> S2 (the S1 sequence's share), bytes measured and estimated."""
     paths = []
@@ -224,7 +245,7 @@ def plot(doc: dict, out_dir: Path) -> list[Path]:
         axes[1].set_title("2-way join: estimated, paper model")
         axes[2].set_title("one-way S1 → S2: measured transmission (—), paper model (···)")
         axes[3].set_title("2-way join: bytes measured (—), bytes model (···)")
-        for ax, unit in zip(axes, ("s per s of stream time",) * 3 + ("kB per s",)):
+        for ax, unit in zip(axes, ("s per s of stream time",) * 3 + ("kB per s",), strict=True):
             ax.set_ylabel(unit)
             ax.set_xlabel(sw["axis"])
             if sw["log_x"]:
@@ -241,8 +262,8 @@ def plot(doc: dict, out_dir: Path) -> list[Path]:
     return paths
 
 
-def main(out: Path, duration_ms: int, seed: int, quick: bool, repeat: int, warmup, sweeps,
-         calibration: Optional[Path], progress: bool) -> dict:
+def main(out: Path, duration_ms: int, seed: int, quick: bool, repeat: int, warmup: str, sweeps: list[str],
+         calibration: Optional[Path], progress: bool) -> Record:
     doc = run(duration_ms, seed, quick=quick, repeat=repeat, warmup=warmup, sweeps=sweeps,
               calibration=calibration, progress=progress)
     write_json(out / "fig7.json", doc, records=("runs",))

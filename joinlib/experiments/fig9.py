@@ -13,19 +13,41 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
 from ..model import Execution, Network, Query
 from ..query import query_to_dict
-from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, _round, accuracy, accuracy_pairs, build_query,
-                     cost_models, estimate, fit, format_accuracy, measure, new_figure, planning_model,
-                     progress_bar, save_png, summarize, topology_edges, warmup_for, write_json)
+from ..synthetic import StreamSpec
+from .common import (
+    TOPOLOGIES,
+    TOPOLOGY_LABELS,
+    DataCache,
+    Record,
+    _round,
+    accuracy,
+    accuracy_pairs,
+    build_query,
+    cost_models,
+    estimate,
+    fit,
+    format_accuracy,
+    measure,
+    new_figure,
+    planning_model,
+    progress_bar,
+    save_png,
+    summarize,
+    topology_edges,
+    warmup_for,
+    write_json,
+)
 
-DEFAULTS = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
+DEFAULTS: dict[str, float] = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}
 # name: (statistic, axis label, values) — the values of Table 2
-SWEEPS = {
+SWEEPS: dict[str, tuple[str, str, list[float]]] = {
     "window": ("window_ms", "window (ms)", [400, 800, 1200, 1600, 2000]),
     "rate": ("rate", "rate (tuples/s)", [10, 50, 100, 150, 200]),
     "tuple": ("attributes", "tuple size (attributes)", [10, 50, 100, 150, 200]),
@@ -34,27 +56,28 @@ SWEEPS = {
 PLANNERS = ("greedy", "exhaustive")
 
 
-def query_for(topology: str, stat: Optional[str] = None, value=None) -> Query:
+def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> Query:
     """The identical-parameter 4-way query of ``topology`` with ``stat`` = ``value`` on every stream."""
     d = DEFAULTS
-    st = {"attributes": d["attributes"], "rate": d["rate"], "selectivity": d["selectivity"],
-          "window_ms": d["window_ms"]}
+    v = {k: d[k] for k in ("attributes", "rate", "selectivity", "window_ms")}
     if stat is not None:
-        st[stat] = value
-    return build_query(f"fig9-{topology}", [dict(st) for _ in range(4)], topology_edges(4, topology),
+        v[stat] = value
+    st: StreamSpec = {"attributes": int(v["attributes"]), "rate": v["rate"], "selectivity": v["selectivity"],
+                      "window_ms": int(v["window_ms"])}
+    return build_query(f"fig9-{topology}", [st.copy() for _ in range(4)], topology_edges(4, topology),
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),
-                       execution=Execution(d["interval_ms"], d["max_delay_ms"]))
+                       execution=Execution(int(d["interval_ms"]), int(d["max_delay_ms"])))
 
 
 def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: int = 3,
-        sweeps: Optional[list[str]] = None, topologies=TOPOLOGIES, model: str = "paper",
-        calibration: Optional[Path] = None, warmup="auto", progress: bool = False) -> dict:
+        sweeps: Optional[list[str]] = None, topologies: Sequence[str] = TOPOLOGIES, model: str = "paper",
+        calibration: Optional[Path] = None, warmup: str = "auto", progress: bool = False) -> Record:
     from ..planner import plan_for
     sweeps = sweeps or list(SWEEPS)
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)
     values = {s: (SWEEPS[s][2][:1] + SWEEPS[s][2][-1:]) if quick else SWEEPS[s][2] for s in sweeps}
-    points = []
+    points: list[Record] = []
     total = sum(len(v) for v in values.values()) * len(topologies)
     with progress_bar(total, "fig9", progress) as bar, DataCache() as data:
         for s in sweeps:
@@ -68,8 +91,9 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                     streams = data.streams(q, warm + duration_ms, seed)
                     same = json.dumps(plans["greedy"].to_json(), sort_keys=True) == \
                         json.dumps(plans["exhaustive"].to_json(), sort_keys=True)
-                    measured = {"exhaustive": measure(q, streams, plans["exhaustive"], warmup_ms=warm,
-                                                      repeat=repeat).to_dict(detail=False)}
+                    measured: dict[str, Record] = {
+                        "exhaustive": measure(q, streams, plans["exhaustive"], warmup_ms=warm,
+                                              repeat=repeat).to_dict(detail=False)}
                     measured["greedy"] = measured["exhaustive"] if same else measure(
                         q, streams, plans["greedy"], warmup_ms=warm, repeat=repeat).to_dict(detail=False)
                     est = {p: estimate(q, pl, {**models, "planning": pmodel})["plan"] for p, pl in plans.items()}
@@ -86,7 +110,7 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                     })
                     bar.update(1)
                 data.clear()
-    doc = {"experiment": "fig9",
+    doc: Record = {"experiment": "fig9",
            "meta": {"duration_ms": duration_ms, "seed": seed, "quick": quick, "repeat": repeat,
                     "model": model, "warmup": warmup, "defaults": DEFAULTS,
                     "calibration": str(calibration) if calibration else None,
@@ -105,7 +129,7 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
     return doc
 
 
-def run_records(doc: dict) -> list[dict]:
+def run_records(doc: Record) -> list[Record]:
     out = []
     for p in doc["points"]:
         for planner in ("exhaustive",) if p["same_plan"] else PLANNERS:
@@ -114,7 +138,7 @@ def run_records(doc: dict) -> list[dict]:
     return out
 
 
-def format_summary(doc: dict) -> str:
+def format_summary(doc: Record) -> str:
     topologies = doc["topologies"]
     lines = ["Fig. 9: identical parameters on every node; greedy vs exhaustive, execution time in s per s "
              f"(measured; {doc['meta']['model']}-model estimate in parentheses; '=' the planners chose the same plan)"]
@@ -140,7 +164,7 @@ def format_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(doc: dict, path: Path) -> Path:
+def plot(doc: Record, path: Path) -> Path:
     """Rows: swept parameters; columns: topologies; greedy and exhaustive, measured and estimated."""
     sweeps, topologies = list(doc["sweeps"]), doc["topologies"]
     fig = new_figure(3.3 * len(topologies), 2.7 * len(sweeps))
@@ -170,8 +194,8 @@ def plot(doc: dict, path: Path) -> Path:
     return path
 
 
-def main(out: Path, duration_ms: int, seed: int, quick: bool, repeat: int, sweeps, topologies,
-         model: str, calibration: Optional[Path], warmup, progress: bool) -> dict:
+def main(out: Path, duration_ms: int, seed: int, quick: bool, repeat: int, sweeps: list[str],
+         topologies: list[str], model: str, calibration: Optional[Path], warmup: str, progress: bool) -> Record:
     doc = run(duration_ms, seed, quick=quick, repeat=repeat, sweeps=sweeps, topologies=topologies,
               model=model, calibration=calibration, warmup=warmup, progress=progress)
     write_json(out / "fig9.json", doc, records=("points",))

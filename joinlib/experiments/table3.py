@@ -24,14 +24,36 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..model import Execution, Network, Query
 from ..synthetic import TABLE2, StreamSpec, table2_stream
-from .common import (TOPOLOGIES, TOPOLOGY_LABELS, DataCache, _round, accuracy, accuracy_pairs, build_query,
-                     cost_models, estimate, fit, format_accuracy, measure, new_figure, planning_model,
-                     progress_bar, save_png, spearman, summarize, topology_edges, warmup_for, write_json)
+from .common import (
+    TOPOLOGIES,
+    TOPOLOGY_LABELS,
+    DataCache,
+    Record,
+    _round,
+    accuracy,
+    accuracy_pairs,
+    build_query,
+    cost_models,
+    estimate,
+    fit,
+    format_accuracy,
+    measure,
+    new_figure,
+    planning_model,
+    progress_bar,
+    save_png,
+    spearman,
+    summarize,
+    topology_edges,
+    warmup_for,
+    write_json,
+)
 
 PAPER_TABLE3 = {  # Tran & Lee 2010, Table 3: T_G / T_E
     "star": {"mean": 1.02, "median": 1.00, "sd": 0.11, "max": 1.39},
@@ -60,7 +82,7 @@ def random_query(rng: random.Random, topology: str, name: str = "q", per_edge_at
     return make_query(random_stats(rng), topology, name, per_edge_attrs)
 
 
-def query_of(record: dict, per_edge_attrs: bool = False) -> Query:
+def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
     """Rebuild the query of a ``table3_runs.json`` record."""
     return make_query(record["streams"], record["topology"], f"{record['topology']}{record['index']}",
                       per_edge_attrs)
@@ -82,15 +104,15 @@ def _ratio(a: float, b: float) -> float:
 
 
 def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: int = 3,
-        model: str = "paper", calibration: Optional[Path] = None, warmup="auto",
-        topologies=TOPOLOGIES, planners=PLANNERS, per_edge_attrs: bool = False,
-        progress: bool = False) -> tuple[dict, dict]:
+        model: str = "paper", calibration: Optional[Path] = None, warmup: str = "auto",
+        topologies: Sequence[str] = TOPOLOGIES, planners: Sequence[str] = PLANNERS, per_edge_attrs: bool = False,
+        progress: bool = False) -> tuple[Record, Record]:
     """Return (table3.json document, table3_runs.json document)."""
     from ..planner import plan_for
-    planners = ["exhaustive"] + [p for p in planners if p != "exhaustive"]
+    planners = ["exhaustive", *(p for p in planners if p != "exhaustive")]
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)
-    records: list[dict] = []
+    records: list[Record] = []
     with progress_bar(len(topologies) * queries, "table3", progress) as bar, DataCache() as data:
         for topo in topologies:
             rng = random.Random(f"table3:{seed}:{topo}")
@@ -101,7 +123,7 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
                 plans = {p: plan_for(p, q, pmodel) for p in planners}
                 warm = warmup_for(q, warmup)
                 streams = data.streams(q, warm + duration_ms, seed * 100_003 + i)
-                measured: dict[str, dict] = {}
+                measured: dict[str, Record] = {}
                 same: dict[str, str] = {}
                 for p, plan in plans.items():
                     key = json.dumps(plan.to_json(), sort_keys=True)
@@ -114,7 +136,7 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
                 data.clear()
                 est = {p: estimate(q, plan, {**models, "planning": pmodel})["plan"] for p, plan in plans.items()}
                 e_m, e_e = measured["exhaustive"], est["exhaustive"]
-                ratios = {r: {} for r in RATIOS}
+                ratios: dict[str, dict[str, float]] = {r: {} for r in RATIOS}
                 for p in planners:
                     ratios["measured"][p] = _round(_ratio(measured[p]["execution_s_per_s"], e_m["execution_s_per_s"]))
                     ratios["estimated"][p] = _round(_ratio(est[p]["planning"], e_e["planning"]))
@@ -130,13 +152,14 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
                                 "sharing": {p: sharing(q, plans[p]) for p in distinct},
                                 "ratios": ratios})
                 bar.update(1)
-    table = {topo: {p: _summary(records, topo, "measured", p) for p in planners} for topo in topologies}
-    details = {
+    table: Record = {topo: {p: _summary(records, topo, "measured", p) for p in planners} for topo in topologies}
+    details: Record = {
         "experiment": "table3",
         "meta": {"queries": queries, "seed": seed, "duration_ms": duration_ms, "repeat": repeat,
                  "model": model, "warmup": warmup, "per_edge_attrs": per_edge_attrs,
                  "calibration": str(calibration) if calibration else None,
-                 "table2": {k: list(v) for k, v in TABLE2.items()},
+                 "table2": {"attributes": list(TABLE2["attributes"]), "selectivity": list(TABLE2["selectivity"]),
+                            "rate": list(TABLE2["rate"]), "window_ms": list(TABLE2["window_ms"])},
                  "network": {"latency_ms": 25.0, "bandwidth_kbps": 1024.0}, "interval_ms": 100,
                  "max_delay_ms": 80, "date": time.strftime("%Y-%m-%d %H:%M:%S")},
         "paper": PAPER_TABLE3,
@@ -150,13 +173,15 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
     return table, details
 
 
-def sharing_vs_error(details: dict) -> dict:
+def sharing_vs_error(details: Record) -> Record:
     """Does the paper model overestimate plans whose sequences share window replicas?
 
     Spearman correlation, over every distinct plan, between the replica uses the
     engine saves (``replica_uses − replicas``) and measured / estimated; plus the
     median of that ratio and of the savings per planner."""
-    xs, ys, per = [], [], {}
+    xs: list[float] = []
+    ys: list[float] = []
+    per: dict[str, tuple[list[float], list[float]]] = {}
     for rec in details["queries"]:
         for p, sh in rec["sharing"].items():
             est, meas = rec["estimated"][p]["paper"], rec["measured"][p]["execution_s_per_s"]
@@ -173,17 +198,17 @@ def sharing_vs_error(details: dict) -> dict:
                            for p, (a, b) in per.items()}}
 
 
-def _summary(records: list[dict], topo: str, ratio: str, planner: str) -> dict:
+def _summary(records: list[Record], topo: str, ratio: str, planner: str) -> dict[str, Optional[float]]:
     s = summarize([r["ratios"][ratio][planner] for r in records if r["topology"] == topo])
-    return {k: s[k] for k in ("mean", "median", "sd", "max", "n")}
+    return {"mean": s["mean"], "median": s["median"], "sd": s["sd"], "max": s["max"], "n": s["n"]}
 
 
-def _optimal_share(records: list[dict], topo: str, planner: str) -> float:
+def _optimal_share(records: list[Record], topo: str, planner: str) -> float:
     rs = [r for r in records if r["topology"] == topo]
     return round(sum(1 for r in rs if r["ratios"]["estimated"][planner] <= 1 + 1e-9) / max(1, len(rs)), 4)
 
 
-def run_records(details: dict) -> list[dict]:
+def run_records(details: Record) -> list[Record]:
     """(estimated, measured) pairs of every distinct measured plan, for the accuracy report."""
     out = []
     for rec in details["queries"]:
@@ -195,13 +220,13 @@ def run_records(details: dict) -> list[dict]:
     return out
 
 
-def _cells(s: Optional[dict]) -> str:
+def _cells(s: Optional[Mapping[str, Any]]) -> str:
     if not s or not s.get("n", 1) or s.get("mean") is None:
         return f"{'-':>5} {'-':>5} {'-':>5} {'-':>5}"
     return f"{s['mean']:5.2f} {s['median']:5.2f} {s['sd']:5.2f} {s['max']:5.2f}"
 
 
-def format_table(details: dict) -> str:
+def format_table(details: Record) -> str:
     """One table per ratio: rows = topologies, columns = the paper's greedy, then each planner."""
     meta = details["meta"]
     topologies = list(details["summary"]["measured"])
@@ -241,7 +266,7 @@ def format_table(details: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(details: dict, path: Path) -> Path:
+def plot(details: Record, path: Path) -> Path:
     """Fig. 8: frequency of T_G / T_E rounded to 0.1, per topology (measured; estimated as steps)."""
     topologies = list(details["summary"]["measured"])
     n = len(topologies)
@@ -249,7 +274,7 @@ def plot(details: dict, path: Path) -> Path:
     rows = (n + cols - 1) // cols
     fig = new_figure(5.2 * cols, 3.4 * rows)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax, topo in zip(axes, topologies):
+    for ax, topo in zip(axes, topologies, strict=False):  # a grid of cells has some to spare
         recs = [r for r in details["queries"] if r["topology"] == topo]
         series = {"greedy measured": [r["ratios"]["measured"].get("greedy") for r in recs],
                   "beam measured": [r["ratios"]["measured"].get("beam") for r in recs],
@@ -260,10 +285,11 @@ def plot(details: dict, path: Path) -> Path:
         lo, hi = min(bins), max(bins)
         grid = [round(lo + 0.1 * k, 1) for k in range(int(round((hi - lo) / 0.1)) + 1)]
         width = 0.04
-        for off, (name, xs, style) in zip((-width / 2, width / 2), [
-                ("greedy measured", series["greedy measured"], {"color": "tab:blue"}),
-                ("beam measured", series["beam measured"], {"color": "tab:green", "alpha": 0.7})]):
-            xs = [x for x in xs if x is not None]
+        bars: list[tuple[str, list[Optional[float]], dict[str, Any]]] = [
+            ("greedy measured", series["greedy measured"], {"color": "tab:blue"}),
+            ("beam measured", series["beam measured"], {"color": "tab:green", "alpha": 0.7})]
+        for off, (name, values, style) in zip((-width / 2, width / 2), bars, strict=True):
+            xs = [x for x in values if x is not None]
             if xs:
                 counts = [sum(1 for x in xs if round(x, 1) == g) for g in grid]
                 ax.bar([g + off for g in grid], counts, width=width, label=name, **style)
@@ -285,8 +311,8 @@ def plot(details: dict, path: Path) -> Path:
 
 
 def main(out: Path, queries: int, seed: int, duration_ms: int, repeat: int, model: str,
-         calibration: Optional[Path], warmup, topologies, planners, per_edge_attrs: bool,
-         progress: bool) -> tuple[dict, dict]:
+         calibration: Optional[Path], warmup: str, topologies: list[str], planners: list[str], per_edge_attrs: bool,
+         progress: bool) -> tuple[Record, Record]:
     table, details = run(queries, seed, duration_ms, repeat=repeat, model=model, calibration=calibration,
                          warmup=warmup, topologies=topologies, planners=planners,
                          per_edge_attrs=per_edge_attrs, progress=progress)

@@ -5,11 +5,12 @@ import argparse
 import signal
 import sys
 import threading
+from typing import Optional, Sequence
 
 from services.common import env, error_line, info_line
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m services.planner",
                                  description="Accepts queries (POST /queries, or 'joinlib submit'), plans them with "
                                              "joinlib's planners and publishes each plan on the control topic, "
@@ -19,9 +20,11 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-port", type=int, default=int(env("METRICS_PORT", "9100")))
     args = ap.parse_args(argv)
     from prometheus_client import CollectorRegistry, start_http_server
+
     from joinlib.adapters.kafka import check_reachable
     from joinlib.adapters.prometheus import PrometheusSensor
     from joinlib.errors import JoinlibError
+
     from .service import PlannerService, serve
     try:
         check_reachable(args.bootstrap)

@@ -2,12 +2,13 @@
 
 HTTP API (JSON answers):
 
-| method, path | what |
-|---|---|
-| ``GET /healthz`` | ``ok`` |
-| ``POST /queries?planner=greedy&model=paper`` | body: the query file (YAML); plans it, creates its topics, publishes the plan on ``control`` (every node service compiles it and takes its share, its node operator set); 201 ``{"query", "run", "plan"}``; 400 with ``{"error"}`` for a bad query or plan |
-| ``GET /queries`` | every known query with its status |
-| ``GET /queries/<name>`` | plan, run, and per site: last epoch reported, done or not |
+* ``GET /healthz``: ``ok``;
+* ``POST /queries?planner=greedy&model=paper``, body: the query file (YAML): plans it (any plan
+  name of :mod:`joinlib.planner.registry`), creates its topics, publishes the plan on ``control``
+  (every node service compiles it and takes its share, its node operator set); 201
+  ``{"query", "run", "plan"}``; 400 with ``{"error"}`` for a bad query or plan;
+* ``GET /queries``: every known query with its status;
+* ``GET /queries/<name>``: plan, run, and per site: last epoch reported, done or not.
 
 Status comes from the ``control`` topic (``status`` / ``done`` messages of the nodes), read
 by a background thread, so a restarted planner knows every earlier submission.
@@ -26,8 +27,17 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from joinlib import wire
-from joinlib.adapters.kafka import (CONTROL_TOPIC, consume, end_offsets, ensure_topics, make_admin, make_consumer,
-                                    make_producer, produce_control_sync, query_topics)
+from joinlib.adapters.kafka import (
+    CONTROL_TOPIC,
+    consume,
+    end_offsets,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+    produce_control_sync,
+    query_topics,
+)
 from joinlib.errors import JoinlibError
 from joinlib.plan import from_json
 from joinlib.planner.registry import resolve_plan
@@ -103,8 +113,11 @@ class PlannerService:
         try:
             while not self._stop.is_set():
                 for msg in consume(consumer, 1000, 0.5):
+                    value = msg.value()
+                    if value is None:  # a tombstone: not a control message
+                        continue
                     try:
-                        c = wire.decode_control(msg.value())
+                        c = wire.decode_control(value)
                     except ValueError:
                         continue
                     self._apply(c.query, c.kind, c.payload if isinstance(c.payload, dict) else {})

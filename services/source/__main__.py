@@ -48,8 +48,15 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from joinlib.adapters.kafka import (Producing, check_reachable, ensure_topics, make_admin, make_consumer,
-                                        make_producer, query_topics)
+    from joinlib.adapters.kafka import (
+        Producing,
+        check_reachable,
+        ensure_topics,
+        make_admin,
+        make_consumer,
+        make_producer,
+        query_topics,
+    )
     from joinlib.data import load_streams
     from joinlib.query import load_query
 

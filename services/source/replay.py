@@ -34,7 +34,7 @@ class ReplayInfo:
     wall_s: float
     behind_ms: float = 0.0  # worst lag of a paced send behind its schedule
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
@@ -69,13 +69,7 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
         for e in range(last + 1):
             end_ts = (e + 1) * tau
             if rate_scale:
-                due = t0 + end_ts / rate_scale
-                wait = (due - time.time() * 1000.0) / 1000.0
-                if wait > 0:
-                    out.producer.poll(0)
-                    time.sleep(wait)
-                else:
-                    behind = max(behind, -wait * 1000.0)
+                behind = max(behind, _pace(out, t0 + end_ts / rate_scale))
             for n in names:
                 i = cursor[n]
                 j = bisect_left(ts[n], end_ts, i)
@@ -91,11 +85,25 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
                 bar.update(1)
         out.flush()
         if end:
-            payload = {"last_epoch": last}
-            if run is not None:
-                payload["run"] = run
-            publish_control(out, query.name, "end", payload)
+            _publish_end(out, query, last, run)
     finally:
         if bar is not None:
             bar.close()
     return ReplayInfo(last, t0, rate_scale, n_tuples, n_msgs, n_bytes, time.perf_counter() - t_wall, behind)
+
+
+def _pace(out: Producing, due_ms: float) -> float:
+    """Wait until wall time ``due_ms`` (serving the producer first); how late we already were, in ms."""
+    wait = (due_ms - time.time() * 1000.0) / 1000.0
+    if wait > 0:
+        out.producer.poll(0)
+        time.sleep(wait)
+        return 0.0
+    return -wait * 1000.0
+
+
+def _publish_end(out: Producing, query: Query, last_epoch: int, run: Optional[str]) -> None:
+    payload: dict[str, object] = {"last_epoch": last_epoch}
+    if run is not None:
+        payload["run"] = run
+    publish_control(out, query.name, "end", payload)

@@ -4,8 +4,8 @@
         --out FILE.json [--run ID] [--out-topic TOPIC]
 
 Batch-reads ``src.<query>.<stream>`` (every ``joinlib.SourceBatch``; with ``--run`` only messages
-whose ``run`` header names it) and ``out.<query>`` (every result of the ``joinlib.ResultBatch`` messages), from the earliest
-to the latest offset.  The source tuples are collected to the driver and joined by
+whose ``run`` header names it) and ``out.<query>`` (every result of the ``joinlib.ResultBatch``
+messages), from the earliest to the latest offset.  The source tuples are collected to the driver and joined by
 :func:`joinlib.reference.reference_join` (the contract every plan must meet; quadratic, fine for
 audit-sized data); the results are decoded in the JVM (spark-avro) and counted per
 (ids, head_ts, head) in Spark.  A result is identified as the reference does: its tuple ids in
@@ -34,13 +34,27 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from joinlib import wire
 from joinlib.model import Query, Tup
 
-from .common import (SparkSetupError, bootstrap_servers, build_session, check_spark_setup, decode_results,
-                     error_line, info_line, kafka_source, missing_topics, parse_window_ms, spark_error_message)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+from .common import (
+    SparkSetupError,
+    bootstrap_servers,
+    build_session,
+    check_spark_setup,
+    decode_results,
+    error_line,
+    info_line,
+    kafka_source,
+    missing_topics,
+    parse_window_ms,
+    spark_error_message,
+)
 
 PREFIX = "spark-audit"
 EXAMPLES = 10
@@ -53,7 +67,8 @@ def src_topics(query: Query) -> dict[str, str]:
     return {src_topic(query.name, s.name): s.name for s in query.streams}
 
 
-def load_sources(spark, bootstrap: str, query: Query, run: Optional[str] = None) -> tuple[dict, dict]:
+def load_sources(spark: SparkSession, bootstrap: str, query: Query,
+                 run: Optional[str] = None) -> tuple[dict[str, list[Tup]], dict[str, Any]]:
     """Every tuple of the source topics, by stream name (each id once), and what was read."""
     topics = src_topics(query)
     rows = (kafka_source(spark, bootstrap, topics=list(topics), include_headers=run is not None)
@@ -86,11 +101,11 @@ def load_sources(spark, bootstrap: str, query: Query, run: Optional[str] = None)
                 info["duplicate_ids"] += 1
             else:
                 seen[t.id] = t
-    info["tuples"] = {n: len(d) for n, d in streams.items()}
-    return {n: list(d.values()) for n, d in streams.items()}, info
+    read = {**info, "tuples": {n: len(d) for n, d in streams.items()}}
+    return {n: list(d.values()) for n, d in streams.items()}, read
 
 
-def load_delivered(spark, bootstrap: str, query: Query, topic: str) -> tuple[Counter, dict]:
+def load_delivered(spark: SparkSession, bootstrap: str, query: Query, topic: str) -> tuple[Delivered, dict[str, Any]]:
     """Well-formed results as Counter{(ids by stream position, head_ts, head): deliveries}, and
     the counts of malformed and foreign messages (with examples)."""
     from pyspark.sql import functions as F
@@ -103,7 +118,7 @@ def load_delivered(spark, bootstrap: str, query: Query, topic: str) -> tuple[Cou
     res = res.withColumn("kind", F.when(F.col("malformed"), F.lit("malformed"))
                          .when(fits, F.lit("ok")).otherwise(F.lit("foreign"))).cache()
     rows = (res.where(F.col("kind") == "ok").groupBy(ids.alias("key"), "head_ts", "head").count().collect())
-    delivered: Counter = Counter({(tuple(r["key"]), r["head_ts"], r["head"]): r["count"] for r in rows})
+    delivered: Delivered = Counter({(tuple(r["key"]), r["head_ts"], r["head"]): r["count"] for r in rows})
     kinds = {r["kind"]: r["count"] for r in res.groupBy("kind").count().collect()}
     foreign = [{"offset": r["offset"], "query": r["query"], "head": r["head"], "head_ts": r["head_ts"],
                 "ids": dict(r["ids"] or {})}
@@ -113,15 +128,16 @@ def load_delivered(spark, bootstrap: str, query: Query, topic: str) -> tuple[Cou
                        "foreign_examples": foreign}
 
 
-def compare(query: Query, streams: dict[str, list[Tup]], expected: Counter, delivered: Counter,
-            window_ms: int) -> dict:
-    """Per-window and total counts of the differences between the reference join ``expected``
-    (Counter{(ids, head_ts)}) and ``delivered`` (Counter{(ids, head_ts, head)})."""
-    names = list(query.names)
+Expected = Counter[tuple[tuple[int, ...], int]]  # (ids by stream position, head ts) -> results
+Delivered = Counter[tuple[tuple[int, ...], int, str]]  # (ids, head ts, head stream) -> deliveries
+
+
+def _head_finder(names: list[str], streams: dict[str, list[Tup]]) -> Callable[[tuple[int, ...]], Optional[str]]:
+    """The head stream of a result by its ids: the stream of its ≺-latest tuple (None: unknown ids)."""
     by_id = [{t.id: t for t in streams.get(n, [])} for n in names]
 
-    def head_of(ids: tuple) -> Optional[str]:
-        best = None
+    def head_of(ids: tuple[int, ...]) -> Optional[str]:
+        best: Optional[tuple[tuple[int, int, int], int]] = None
         for k, i in enumerate(ids):
             t = by_id[k].get(i)
             if t is None:
@@ -129,51 +145,70 @@ def compare(query: Query, streams: dict[str, list[Tup]], expected: Counter, deli
             if best is None or (t.ts, k, t.id) > best[0]:
                 best = ((t.ts, k, t.id), k)
         return names[best[1]] if best else None
+    return head_of
 
-    got: Counter = Counter()
-    heads: dict = defaultdict(Counter)
-    for (ids, ts, head), n in delivered.items():
-        got[(ids, ts)] += n
-        heads[(ids, ts)][head] += n
 
-    windows: dict[int, Counter] = defaultdict(Counter)
-    examples: dict[str, list] = {"missing": [], "extra": [], "duplicated": [], "wrong_head": []}
+class _Tally:
+    """Counts per tumbling window of head_ts, and the first :data:`EXAMPLES` examples of each kind."""
 
-    def example(kind: str, ids: tuple, ts: int, **more) -> None:
-        if len(examples[kind]) < EXAMPLES:
-            examples[kind].append({"ids": dict(zip(names, ids)), "head_ts": ts, **more})
+    def __init__(self, names: list[str], window_ms: int, head_of: Callable[[tuple[int, ...]], Optional[str]]) -> None:
+        self.names, self.window_ms, self.head_of = names, window_ms, head_of
+        self.windows: dict[int, Counter[str]] = defaultdict(Counter)
+        self.examples: dict[str, list[dict[str, Any]]] = {"missing": [], "extra": [], "duplicated": [],
+                                                          "wrong_head": []}
 
-    for key in sorted(set(expected) | set(got), key=lambda k: (k[1], k[0])):
-        ids, ts = key
-        e, d = expected.get(key, 0), got.get(key, 0)
-        c = windows[(ts // window_ms) * window_ms]
+    def example(self, kind: str, ids: tuple[int, ...], ts: int, **more: Any) -> None:
+        if len(self.examples[kind]) < EXAMPLES:
+            self.examples[kind].append({"ids": dict(zip(self.names, ids, strict=True)), "head_ts": ts, **more})
+
+    def add(self, ids: tuple[int, ...], ts: int, e: int, d: int, heads: Counter[str]) -> None:
+        """A result expected ``e`` times and delivered ``d`` times, under the heads ``heads``."""
+        c = self.windows[(ts // self.window_ms) * self.window_ms]
         c["expected"] += e
         c["delivered"] += d
         if d < e:
             c["missing"] += e - d
-            example("missing", ids, ts, times=e - d)
+            self.example("missing", ids, ts, times=e - d)
         if e == 0 and d > 0:
             c["extra"] += d
-            example("extra", ids, ts, times=d, heads=dict(heads[key]))
+            self.example("extra", ids, ts, times=d, heads=dict(heads))
         elif d > e:
             c["duplicated"] += d - e
-            example("duplicated", ids, ts, times=d)
+            self.example("duplicated", ids, ts, times=d)
         if e and d:
-            want = head_of(ids)
-            wrong = sum(n for h, n in heads[key].items() if h != want)
+            want = self.head_of(ids)
+            wrong = sum(n for h, n in heads.items() if h != want)
             if wrong:
                 c["wrong_head"] += wrong
-                example("wrong_head", ids, ts, expected_head=want, heads=dict(heads[key]))
+                self.example("wrong_head", ids, ts, expected_head=want, heads=dict(heads))
 
-    rows = []
-    total: Counter = Counter()
-    for start in sorted(windows):
-        c = windows[start]
-        total.update(c)
-        rows.append({"window_start_ms": start, "window_end_ms": start + window_ms,
-                     **{k: c.get(k, 0) for k in COUNTS},
-                     "ok": not any(c.get(k, 0) for k in ("missing", "extra", "duplicated", "wrong_head"))})
-    return {"totals": {k: total.get(k, 0) for k in COUNTS}, "windows": rows, "examples": examples}
+    def report(self) -> dict[str, Any]:
+        rows = []
+        total: Counter[str] = Counter()
+        for start in sorted(self.windows):
+            c = self.windows[start]
+            total.update(c)
+            rows.append({"window_start_ms": start, "window_end_ms": start + self.window_ms,
+                         **{k: c.get(k, 0) for k in COUNTS},
+                         "ok": not any(c.get(k, 0) for k in ("missing", "extra", "duplicated", "wrong_head"))})
+        return {"totals": {k: total.get(k, 0) for k in COUNTS}, "windows": rows, "examples": self.examples}
+
+
+def compare(query: Query, streams: dict[str, list[Tup]], expected: Expected, delivered: Delivered,
+            window_ms: int) -> dict[str, Any]:
+    """Per-window and total counts of the differences between the reference join ``expected``
+    (Counter{(ids, head_ts)}) and ``delivered`` (Counter{(ids, head_ts, head)})."""
+    names = list(query.names)
+    got: Expected = Counter()
+    heads: dict[tuple[tuple[int, ...], int], Counter[str]] = defaultdict(Counter)
+    for (ids, ts, head), n in delivered.items():
+        got[(ids, ts)] += n
+        heads[(ids, ts)][head] += n
+    tally = _Tally(names, window_ms, _head_finder(names, streams))
+    for key in sorted(set(expected) | set(got), key=lambda k: (k[1], k[0])):
+        ids, ts = key
+        tally.add(ids, ts, expected.get(key, 0), got.get(key, 0), heads.get(key, Counter()))
+    return tally.report()
 
 
 def audit(spark, bootstrap: str, query: Query, *, window_ms: int, out_topic: Optional[str] = None,

@@ -39,13 +39,31 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from joinlib.errors import JoinlibError
 
-from .common import (SparkSetupError, bootstrap_servers, build_session, check_spark_setup, decode_results, env,
-                     error_line, info_line, kafka_source, missing_topics, parse_window_ms, spark_error_message)
+from .common import (
+    SparkSetupError,
+    bootstrap_servers,
+    build_session,
+    check_spark_setup,
+    decode_results,
+    env,
+    error_line,
+    info_line,
+    kafka_source,
+    missing_topics,
+    parse_window_ms,
+    spark_error_message,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 PREFIX = "spark-results"
 OUT_PATTERN = r"out\..+"
@@ -173,19 +191,72 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The checked command line."""
+
+    bootstrap: str
+    window_ms: int
+    trigger_ms: int
+    watermark_ms: Optional[int]
+    name: Optional[str]  # the query, or None: every out.<query> topic
+
+
+def _options(args: argparse.Namespace) -> _Options:
+    """ValueError or QueryError for a bad option."""
+    bootstrap = bootstrap_servers(args.bootstrap)
+    window_ms = parse_window_ms(args.window)
+    trigger_ms = parse_window_ms(args.trigger)
+    watermark_ms = parse_window_ms(args.watermark) if args.watermark else None
+    if args.rate_scale <= 0:
+        raise ValueError(f"--rate-scale must be positive, not {args.rate_scale}")
+    return _Options(bootstrap, window_ms, trigger_ms, watermark_ms, query_name(args.query))
+
+
+def _writer(stats: DataFrame, args: argparse.Namespace, opts: _Options, out: Optional[str],
+            topic: Optional[str]) -> DataStreamWriter:
+    """The streaming write of the window statistics: console or Parquet, once or every --trigger."""
+    name = opts.name
+    w = stats.writeStream.outputMode("update").queryName(f"joinlib_results_{name or 'all'}".replace("-", "_"))
+    if out is None:
+        w = w.format("console").option("truncate", "false").option("numRows", 1000)
+        if args.checkpoint:
+            w = w.option("checkpointLocation", args.checkpoint)
+    else:
+        out_dir = Path(out)
+        checkpoint = (Path(args.checkpoint) if args.checkpoint
+                      else out_dir / "_checkpoints" / (name or topic or "all"))
+        w = w.foreachBatch(_parquet_writer(out_dir / "windows")).option("checkpointLocation", str(checkpoint))
+    return w.trigger(availableNow=True) if args.once else w.trigger(processingTime=f"{opts.trigger_ms} milliseconds")
+
+
+def _run(q: StreamingQuery, once: bool) -> None:
+    """Until the query has read everything (``once``), or until SIGTERM / SIGINT."""
+    if once:
+        q.awaitTermination()
+        return
+    # the handler only sets a flag: calling into the JVM from it would re-enter py4j
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        info_line(PREFIX, f"signal {signum}: stopping")
+        stopping.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while q.isActive and not stopping.is_set():
+        q.awaitTermination(2)
+    if q.isActive:
+        q.stop()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
-        bootstrap = bootstrap_servers(args.bootstrap)
-        window_ms = parse_window_ms(args.window)
-        trigger_ms = parse_window_ms(args.trigger)
-        watermark_ms = parse_window_ms(args.watermark) if args.watermark else None
-        if args.rate_scale <= 0:
-            raise ValueError(f"--rate-scale must be positive, not {args.rate_scale}")
-        name = query_name(args.query)
+        opts = _options(args)
     except Exception as e:  # ValueError, QueryError
         error_line(str(e))
         return 2
+    name, bootstrap = opts.name, opts.bootstrap
     out = None if args.console else (args.out or env("SPARK_OUTPUT_DIR"))
     topic = args.topic or (f"out.{name}" if name else None)
     what = topic or f"every topic matching {OUT_PATTERN}"
@@ -204,38 +275,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         raw = kafka_source(spark, bootstrap, topics=[topic] if topic else None,
                            pattern=None if topic else OUT_PATTERN, streaming=True)
-        stats = window_stats(decode_results(raw), window_ms, t0_ms=args.t0_ms, rate_scale=args.rate_scale,
-                             watermark_ms=watermark_ms)
-        w = stats.writeStream.outputMode("update").queryName(f"joinlib_results_{name or 'all'}".replace("-", "_"))
-        if out is None:
-            w = w.format("console").option("truncate", "false").option("numRows", 1000)
-            if args.checkpoint:
-                w = w.option("checkpointLocation", args.checkpoint)
-        else:
-            out_dir = Path(out)
-            checkpoint = (Path(args.checkpoint) if args.checkpoint
-                          else out_dir / "_checkpoints" / (name or topic or "all"))
-            w = w.foreachBatch(_parquet_writer(out_dir / "windows")).option("checkpointLocation", str(checkpoint))
-        w = w.trigger(availableNow=True) if args.once else w.trigger(processingTime=f"{trigger_ms} milliseconds")
+        stats = window_stats(decode_results(raw), opts.window_ms, t0_ms=args.t0_ms, rate_scale=args.rate_scale,
+                             watermark_ms=opts.watermark_ms)
+        w = _writer(stats, args, opts, out, topic)
         t0 = time.monotonic()
         q = w.start()
-        info_line(PREFIX, f"reading {what} from {bootstrap}; {window_ms} ms windows -> "
+        info_line(PREFIX, f"reading {what} from {bootstrap}; {opts.window_ms} ms windows -> "
                           f"{out + '/windows' if out else 'console'}")
-        if args.once:
-            q.awaitTermination()
-        else:
-            # the handler only sets a flag: calling into the JVM from it would re-enter py4j
-            stopping = threading.Event()
-
-            def on_signal(signum, _frame):
-                info_line(PREFIX, f"signal {signum}: stopping")
-                stopping.set()
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-            while q.isActive and not stopping.is_set():
-                q.awaitTermination(2)
-            if q.isActive:
-                q.stop()
+        _run(q, args.once)
         err = q.exception()
         if err is not None:
             error_line(f"streaming query failed: {spark_error_message(err)}")
