@@ -17,7 +17,7 @@ import difflib
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Literal, Union, overload
 
 import yaml
 
@@ -44,6 +44,7 @@ _WINDOW_HINT = "write a time window such as '3s', '500ms', '2min' or a tuple win
 _BW_HINT = "write e.g. '1024kbps', '1mbps', '512kbps' or a bare number of kbps"
 
 Source = Union[str, Path]
+Spec = dict[str, Any]  # one mapping of the YAML document, as loaded
 
 
 # --------------------------------------------------------------------------- reading
@@ -96,9 +97,9 @@ class _StrictLoader(yaml.SafeLoader):
     which would quietly drop a stream declared twice)."""
 
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     loader.flatten_mapping(node)
-    seen: set = set()
+    seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         try:
@@ -137,7 +138,7 @@ def _suggest(word: Any, choices: Any) -> str:
     return f"did you mean '{by_lower[close[0]]}'? " if close else ""
 
 
-def _check_keys(err: _Errors, where: str, data: dict, allowed: tuple) -> None:
+def _check_keys(err: _Errors, where: str, data: Spec, allowed: tuple[str, ...]) -> None:
     for key in data:
         if key not in allowed:
             at = f"{where}.{key}" if where else str(key)
@@ -146,11 +147,11 @@ def _check_keys(err: _Errors, where: str, data: dict, allowed: tuple) -> None:
 
 def _parse_name(err: _Errors, name: Any, source_name: str) -> str:
     if name is None:
-        name = Path(source_name).stem
-        if not _QUERY_NAME.match(name):
-            raise err("name", f"the file stem {name!r} is not a valid query name; add e.g. 'name: my_query' "
+        stem = Path(source_name).stem
+        if not _QUERY_NAME.match(stem):
+            raise err("name", f"the file stem {stem!r} is not a valid query name; add e.g. 'name: my_query' "
                               "(letters, digits, '_' and '-')")
-        return name
+        return stem
     if not isinstance(name, str) or not _QUERY_NAME.match(name):
         raise err("name", f"{name!r} is not a valid query name; use letters, digits, '_' and '-' "
                           "(it becomes part of Kafka topic names)")
@@ -159,7 +160,7 @@ def _parse_name(err: _Errors, name: Any, source_name: str) -> str:
 
 # --------------------------------------------------------------------------- streams
 
-def _parse_stream_specs(err: _Errors, streams: Any) -> dict[str, dict]:
+def _parse_stream_specs(err: _Errors, streams: Any) -> dict[str, Spec]:
     """Check the ``streams`` mapping: names, keys and the required site and window."""
     if not isinstance(streams, dict):
         raise err("streams", f"expected a mapping of stream name to settings, not {_kind(streams)}")
@@ -176,10 +177,11 @@ def _parse_stream_specs(err: _Errors, streams: Any) -> dict[str, dict]:
         for key in ("site", "window"):
             if spec.get(key) is None:
                 raise err(where, f"missing '{key}'; every stream needs a site and a window")
-    return streams
+    specs: dict[str, Spec] = streams
+    return specs
 
 
-def _build_streams(err: _Errors, specs: dict[str, dict], predicates: tuple[Predicate, ...]) -> tuple[Stream, ...]:
+def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predicate, ...]) -> tuple[Stream, ...]:
     attrs: dict[str, list[str]] = {name: [] for name in specs}
     for p in predicates:
         for stream, attr in ((p.left, p.left_attr), (p.right, p.right_attr)):
@@ -212,7 +214,7 @@ def _parse_window(err: _Errors, where: str, value: Any) -> Window:
     raise err(where, f"cannot read {value!r} as a window; {_WINDOW_HINT}")
 
 
-def _parse_stats(err: _Errors, where: str, spec: dict, join_attrs: tuple[str, ...]) -> StreamStats:
+def _parse_stats(err: _Errors, where: str, spec: Spec, join_attrs: tuple[str, ...]) -> StreamStats:
     rate = spec.get("rate")
     if rate is not None and (not _is_number(rate) or rate <= 0):
         raise err(f"{where}.rate", f"expected a positive number of tuples per second, not {rate!r}")
@@ -258,11 +260,11 @@ def _is_int(value: Any) -> bool:
 
 # --------------------------------------------------------------------------- join graph
 
-def _parse_predicates(err: _Errors, join: Any, specs: dict[str, dict]) -> tuple[Predicate, ...]:
+def _parse_predicates(err: _Errors, join: Any, specs: dict[str, Spec]) -> tuple[Predicate, ...]:
     if not isinstance(join, list) or not join:
         raise err("join", "expected a non-empty list of predicates such as '- S1.dest = S2.dest'")
     out: list[Predicate] = []
-    seen: dict[frozenset, int] = {}
+    seen: dict[frozenset[tuple[str, str]], int] = {}
     for i, text in enumerate(join):
         where = f"join[{i}]"
         pred = _parse_predicate(err, where, text, specs)
@@ -274,14 +276,15 @@ def _parse_predicates(err: _Errors, join: Any, specs: dict[str, dict]) -> tuple[
     return tuple(out)
 
 
-def _parse_predicate(err: _Errors, where: str, text: Any, specs: dict[str, dict]) -> Predicate:
+def _parse_predicate(err: _Errors, where: str, text: Any, specs: dict[str, Spec]) -> Predicate:
     if not isinstance(text, str):
         raise err(where, f"expected a string 'A.x = B.y', not {_kind(text)}")
     if "==" in text:
         raise err(where, f"{text!r}: write a single '=' as in 'A.x = B.y'")
     m = _PREDICATE.match(text)
     if not m:
-        raise err(where, f"{text!r} is not an equi-join predicate; write 'A.x = B.y' (stream.attribute on both sides)")
+        raise err(where, f"{text!r} is not an equi-join predicate; write 'A.x = B.y' "
+                         "(stream.attribute on both sides)")
     left, left_attr, right, right_attr = m.groups()
     for stream in (left, right):
         if stream not in specs:
@@ -335,12 +338,14 @@ def _parse_links(err: _Errors, data: Any, sites: tuple[str, ...], latency: float
     if data is None:
         return ()
     if not isinstance(data, list):
-        raise err("network.links", f"expected a list of {{from, to, latency, bandwidth}} mappings, not {_kind(data)}")
+        raise err("network.links",
+                  f"expected a list of {{from, to, latency, bandwidth}} mappings, not {_kind(data)}")
     out: list[Link] = []
     for i, item in enumerate(data):
         where = f"network.links[{i}]"
         if not isinstance(item, dict):
-            raise err(where, f"expected a mapping {{from: SITE, to: SITE, latency: .., bandwidth: ..}}, not {_kind(item)}")
+            raise err(where, "expected a mapping {from: SITE, to: SITE, latency: .., bandwidth: ..}, "
+                             f"not {_kind(item)}")
         _check_keys(err, where, item, LINK_KEYS)
         ends = []
         for key in ("from", "to"):
@@ -388,6 +393,12 @@ def _bandwidth(err: _Errors, where: str, value: Any, default: float) -> float:
     return float(kbps)
 
 
+@overload
+def _duration_ms(err: _Errors, where: str, value: Any, *, integral: Literal[True], positive: bool = ...,
+                 hint: str = ...) -> int: ...
+@overload
+def _duration_ms(err: _Errors, where: str, value: Any, *, integral: Literal[False] = ..., positive: bool = ...,
+                 hint: str = ...) -> float: ...
 def _duration_ms(err: _Errors, where: str, value: Any, *, integral: bool = False, positive: bool = False,
                  hint: str = _DURATION_HINT) -> Union[int, float]:
     """A duration in ms: an int when ``integral`` (refusing e.g. '1.5ms'), else a float."""
@@ -422,7 +433,7 @@ def _scaled(err: _Errors, where: str, value: Any, units: dict[str, Decimal], bar
 
 # --------------------------------------------------------------------------- writing
 
-def query_to_dict(query: Query) -> dict:
+def query_to_dict(query: Query) -> Spec:
     """The YAML document of ``query``: ``parse_query(query_to_dict(q)) == q``."""
     streams = {}
     for s in query.streams:
@@ -465,7 +476,7 @@ def dump_query(query: Query, path: Source) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-class _Flow(dict):
+class _Flow(dict[str, Any]):
     """A mapping dumped on one line, as the example files write streams and links."""
 
 
