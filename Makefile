@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast bench clean
+.PHONY: help deps demo test test-fast lint bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,11 +34,24 @@ test: deps cluster-install helm-install-tool spark-deps ## Run every test (start
 test-fast: deps ## Unit and property tests only (no Kafka/Redis)
 	$(PYTHON) -m pytest tests/unit tests/property
 
+# Every check runs, then lint fails if any did. pyspark (spark.mk) is installed so that mypy
+# checks services/spark against its types, the same on every machine.
+LINT_CHECKS := "$(PYTHON) -m ruff check ." \
+	"$(PYTHON) -m mypy" \
+	"$(PYTHON) -c 'from importlinter.cli import lint_imports_command as c; c()'" \
+	"$(PYTHON) scripts/check_import_cycles.py"
+
+lint: deps $(STAMP)/spark-pip ## Static checks: ruff, mypy (strict on the core), import layers (import-linter), no import cycles
+	@failed=""; for check in $(LINT_CHECKS); do \
+		echo "+ $$check"; sh -c "$$check" || failed="$$failed\n  $$check"; \
+	done; \
+	if [ -n "$$failed" ]; then printf "lint failed:$$failed\n"; exit 1; fi; echo "lint: all checks passed"
+
 bench: deps ## Benchmarks of the embedded engine (JSON + PNG under bench/out)
 	$(PYTHON) bench/engine_bench.py
 
 clean: ## Remove generated data and caches
-	rm -rf data bench/out .pytest_cache .hypothesis $(STAMP)
+	rm -rf data bench/out .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache $(STAMP)
 
 -include infra/infra.mk
 -include deploy.mk

@@ -76,7 +76,8 @@ def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url
         "restarts": [{**r, "resumed_from_epoch": rep["sites"][r["site"]]["resumed_from_epoch"]}
                      for r in rep["restarts"]],
         "nodes": {site: {"input_tuples": st["input_tuples"], "cpu_s": st["cpu_s"],
-                         "input_tuples_per_cpu_s": round(st["input_tuples"] / st["cpu_s"], 1) if st.get("cpu_s") else None}
+                         "input_tuples_per_cpu_s": (round(st["input_tuples"] / st["cpu_s"], 1) if st.get("cpu_s")
+                                                    else None)}
                   for site, st in rep["sites"].items()},
     }
 
@@ -153,7 +154,8 @@ def main() -> int:
                   f"throughput {r['throughput_tuples_per_s'] or 0:>9,.0f} tuples/s  "
                   f"{r['results_per_s'] or 0:>10,.0f} results/s  latency p50 {lat.get('p50', 0):>8.1f} "
                   f"p99 {lat.get('p99', 0):>8.1f} max {lat.get('max', 0):>8.1f} ms  per node CPU-s: "
-                  + ", ".join(f"{site} {n['input_tuples_per_cpu_s'] or 0:,.0f} tuples" for site, n in r["nodes"].items())
+                  + ", ".join(f"{site} {n['input_tuples_per_cpu_s'] or 0:,.0f} tuples"
+                              for site, n in r["nodes"].items())
                   + "".join(f"  [killed {x['site']} at {x['after_s']:g}s, resumed from epoch {x['resumed_from_epoch']}]"
                             for x in r["restarts"])
                   + f"{'  BEHIND' if r['behind'] else ''}  ({time.perf_counter() - t:.1f}s)", flush=True)

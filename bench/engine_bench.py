@@ -59,6 +59,7 @@ def main() -> None:
         print(json.dumps(one(*args.one)))
         return
     from tqdm import tqdm
+
     from joinlib.gen import generate
     from joinlib.query import load_query
     from joinlib.units import parse_duration

@@ -358,7 +358,8 @@ def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0
             if proc.poll() is not None:
                 text = (log.read_text(errors="replace") if log.exists() else "") + (
                     (wd / "redis.stdout").read_text(errors="replace"))
-                last_error = f"redis-server exited with code {proc.returncode} during startup\n{_tail(log)}\n{text[-2000:]}"
+                last_error = (f"redis-server exited with code {proc.returncode} during startup\n{_tail(log)}\n"
+                              f"{text[-2000:]}")
                 if "Address already in use" in text and not port:
                     break
                 raise LocalClusterError(last_error)

@@ -38,45 +38,55 @@ DEFAULT_PACKAGES = ("joinlib", "services")
 Graph = Mapping[str, set[str]]
 
 
-def strongly_connected(nodes: Iterable[str], edges: Graph) -> list[list[str]]:
-    """Components of more than one node of the directed graph (iterative Tarjan), sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
+def _postorder(nodes: Iterable[str], edges: Graph) -> list[str]:
+    """Every node reachable from ``nodes``, each after everything it reaches first (iterative DFS)."""
+    seen: set[str] = set()
+    order: list[str] = []
     for root in sorted(nodes):
-        if root in index:
+        if root in seen:
             continue
-        work = [(root, iter(sorted(edges.get(root, ()))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
+        seen.add(root)
+        stack = [(root, iter(sorted(edges.get(root, ()))))]
+        while stack:
+            node, children = stack[-1]
+            child = next((c for c in children if c not in seen), None)
             if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    comp = []
-                    while True:
-                        m = stack.pop()
-                        on_stack.discard(m)
-                        comp.append(m)
-                        if m == node:
-                            break
-                    if len(comp) > 1:
-                        out.append(sorted(comp))
-            elif child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(edges.get(child, ())))))
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
-    return sorted(out)
+                stack.pop()
+                order.append(node)
+            else:
+                seen.add(child)
+                stack.append((child, iter(sorted(edges.get(child, ())))))
+    return order
+
+
+def _reach(root: str, edges: Graph, taken: set[str]) -> list[str]:
+    """The nodes reaching ``root`` (through ``edges`` reversed) not in ``taken``; adds them to it."""
+    comp, stack = [], [root]
+    taken.add(root)
+    while stack:
+        node = stack.pop()
+        comp.append(node)
+        for other in edges.get(node, ()):
+            if other not in taken:
+                taken.add(other)
+                stack.append(other)
+    return comp
+
+
+def strongly_connected(nodes: Iterable[str], edges: Graph) -> list[list[str]]:
+    """Components of more than one node of the directed graph (Kosaraju), sorted."""
+    reverse: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        for b in targets:
+            reverse.setdefault(b, set()).add(a)
+    taken: set[str] = set()
+    comps = []
+    for root in reversed(_postorder(nodes, edges)):
+        if root not in taken:
+            comp = _reach(root, reverse, taken)
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+    return sorted(comps)
 
 
 def module_edges(graph: grimp.ImportGraph) -> dict[str, set[str]]:

@@ -270,7 +270,7 @@ def create_topics(admin, names: list[str], partitions: int = 1, config: Optional
         [NewTopic(n, num_partitions=partitions, replication_factor=1, config=dict(config or {})) for n in names],
         operation_timeout=timeout, request_timeout=timeout,
     )
-    for name, fut in futures.items():
+    for fut in futures.values():
         fut.result(timeout=timeout)  # raises KafkaException on failure
     deadline = time.monotonic() + timeout
     pending = set(names)

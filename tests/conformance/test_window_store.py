@@ -23,8 +23,14 @@ from typing import Callable, Optional
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from joinlib.model import Tup
 from joinlib.state.base import KeyList
@@ -372,7 +378,8 @@ def test_awkward_values_in_keys_and_payloads(maker):
     s = maker.new()
     s.add_index((0,))
     s.add_index((1, 0))
-    data = [Tup(3, 10**12 + i, 2**50 + i, i, (v, i % 2), bytes(range(i, i + 40)) * (i % 3)) for i, v in enumerate(weird)]
+    data = [Tup(3, 10**12 + i, 2**50 + i, i, (v, i % 2), bytes(range(i, i + 40)) * (i % 3))
+            for i, v in enumerate(weird)]
     s.insert(data)
     for i, v in enumerate(weird):
         got = s.lookup_many((0,), [(v,)])
@@ -458,7 +465,7 @@ VALUES = [0, 1, 2, 1.0, True, "a", "b", None, 2.5, "x\x1fy"]
 def universes(draw) -> list[Tup]:
     n = draw(st.integers(1, 40))
     steps = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
-    ts, out, now = [], [], draw(st.integers(-5, 5))
+    out, now = [], draw(st.integers(-5, 5))
     for i in range(n):
         now += steps[i]  # ties when 0
         key = (draw(st.sampled_from(VALUES)), draw(st.sampled_from(VALUES[:3] + ["a", "b"])),

@@ -131,7 +131,8 @@ def known_metric_names(catalogue: dict) -> set[str]:
 # --------------------------------------------------------------------------- PromQL helpers
 
 # Grafana's global variables that stand for durations; replaced before parsing.
-_GRAFANA_DURATIONS = re.compile(r"\$(__rate_interval|__interval|__range|__range_s)\b|\$\{(__rate_interval|__interval|__range)\}")
+_GRAFANA_DURATIONS = re.compile(r"\$(__rate_interval|__interval|__range|__range_s)\b"
+                                r"|\$\{(__rate_interval|__interval|__range)\}")
 _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 

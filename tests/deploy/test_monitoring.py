@@ -8,12 +8,10 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import (MONITORING, REPO, base_metric_name, grafana_to_promql, iter_panels, load_yaml,
-                       metric_names)
+from .conftest import MONITORING, REPO, base_metric_name, grafana_to_promql, iter_panels, load_yaml, metric_names
 
 DS = {"type": "prometheus", "uid": "prometheus"}
 DASHBOARDS = sorted((MONITORING / "grafana" / "dashboards").glob("*.json"))
@@ -157,9 +155,9 @@ def test_required_panels_are_present(catalogue):
         return hits
 
     for q in ("0.5", "0.95", "0.99"):
-        find(lambda p: f"histogram_quantile({q}" in exprs(p) and "joinlib_transmission_seconds_bucket" in exprs(p)
+        find(lambda p, q=q: f"histogram_quantile({q}" in exprs(p) and "joinlib_transmission_seconds_bucket" in exprs(p)
              and "by (le, src, dst, kind)" in exprs(p), f"transmission time quantile {q} per link and kind")
-        find(lambda p: f"histogram_quantile({q}" in exprs(p) and "joinlib_processing_seconds_bucket" in exprs(p)
+        find(lambda p, q=q: f"histogram_quantile({q}" in exprs(p) and "joinlib_processing_seconds_bucket" in exprs(p)
              and "by (le, site, operator)" in exprs(p), f"processing time quantile {q} per node and operator")
     find(lambda p: "joinlib_shipped_bytes_total" in exprs(p) and "joinlib_naive_bytes_total" in exprs(p)
          and p["type"] == "timeseries" and "by (src, dst, kind)" in exprs(p), "bytes per link and kind vs naive")

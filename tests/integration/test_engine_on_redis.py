@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from joinlib import plan as plans
-from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore, clear_namespace, redis_store_factory
+from joinlib.adapters.redis_store import (
+    MirroredRedisWindowStore,
+    RedisWindowStore,
+    clear_namespace,
+    redis_store_factory,
+)
 from joinlib.data import load_streams
 from joinlib.engine import run_embedded
 from joinlib.gen import generate

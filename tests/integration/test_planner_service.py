@@ -29,6 +29,7 @@ def _free_port() -> int:
 @pytest.fixture
 def planner(kafka_bootstrap):
     from prometheus_client import CollectorRegistry
+
     from joinlib.adapters.prometheus import PrometheusSensor
     from services.planner.service import PlannerService, serve
     registry = CollectorRegistry()
@@ -42,6 +43,7 @@ def planner(kafka_bootstrap):
 
 def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
     from prometheus_client import CollectorRegistry, generate_latest
+
     from services.node.service import NodeService
     from services.source.__main__ import main as source_main
     url, svc, registry = planner
@@ -91,6 +93,7 @@ def test_bad_submissions_are_400_with_the_reason(planner, capsys):
 
 def _results(bootstrap: str, query) -> Counter:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
     from joinlib.adapters.kafka import consume, end_offsets, make_consumer, out_topic
     consumer = make_consumer(bootstrap, f"check-{query.name}")
     topic = out_topic(query.name)

@@ -7,7 +7,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib import plan as plans_mod
-from joinlib import wire
 from joinlib.engine import run_embedded
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink

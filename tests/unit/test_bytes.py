@@ -46,7 +46,7 @@ EXPECTED = {  # (src, dst, kind) -> bytes, from the message flows of each algori
 def test_bytes_per_link_and_kind_match_hand_computation(algorithm):
     sink = CollectingSink(QUERY)
     report = run_embedded(QUERY, DATA, uniform(QUERY, algorithm), sink)
-    got = {(l["src"], l["dst"], l["kind"]): l["bytes"] for l in report.links}
+    got = {(ln["src"], ln["dst"], ln["kind"]): ln["bytes"] for ln in report.links}
     assert got == EXPECTED[algorithm]
     assert report.results == 1 and sink.results[0][:2] == ((0, 0), 5)
 

@@ -37,7 +37,7 @@ def test_run_writes_exactly_the_reference_output(data, tmp_path, plan, capsys):
     assert results(out) == results(ref) and sum(results(ref).values()) > 0
     report = json.loads(rep.read_text())
     assert report["results"] == sum(results(ref).values())
-    assert {l["kind"] for l in report["links"]} <= {"full", "partial", "update"}
+    assert {ln["kind"] for ln in report["links"]} <= {"full", "partial", "update"}
     first = json.loads(out.read_text().splitlines()[0])
     assert set(first) >= {"ids", "ts"} and set(first["ids"]) == {"S1", "S2", "S3"}
 

@@ -23,12 +23,28 @@ import math
 import pytest
 
 from joinlib.cost import (
-    BytesModel, CalibratedModel, PaperModel, SeqState, StepParams, explain, full_bytes,
-    get_model, plan_cost, sequence_cost, window_tuples,
+    BytesModel,
+    CalibratedModel,
+    PaperModel,
+    SeqState,
+    StepParams,
+    explain,
+    full_bytes,
+    get_model,
+    plan_cost,
+    sequence_cost,
+    window_tuples,
 )
 from joinlib.errors import JoinlibError
 from joinlib.model import (
-    Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window,
+    Execution,
+    Link,
+    Network,
+    Predicate,
+    Query,
+    Stream,
+    StreamStats,
+    Window,
 )
 from joinlib.plan import ALGORITHMS, Plan, Sequence, Step, central, uniform
 

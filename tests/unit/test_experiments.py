@@ -10,8 +10,16 @@ import pytest
 
 from joinlib.cost import get_model, plan_cost
 from joinlib.experiments.cli import main
-from joinlib.experiments.common import (DataCache, accuracy, build_query, measure, pearson, spearman,
-                                        summarize, warmup_for)
+from joinlib.experiments.common import (
+    DataCache,
+    accuracy,
+    build_query,
+    measure,
+    pearson,
+    spearman,
+    summarize,
+    warmup_for,
+)
 from joinlib.experiments.table3 import query_of
 from joinlib.model import Execution, Network
 from joinlib.plan import ALGORITHMS, from_json, uniform
@@ -62,7 +70,7 @@ def test_fig7_one_way_shares_follow_the_algorithms(outputs):
     doc = json.loads((outputs / "fig7" / "fig7.json").read_text())
     runs = {(r["value"], r["algorithm"]): r for r in doc["runs"] if r["sweep"] == "c"}
     low, high = doc["sweeps"]["c"]["values"]  # f2 = 0.025 and 0.4; f1 = 0.1
-    kinds = lambda a: {(l["src"], l["dst"], l["kind"]) for l in runs[(low, a)]["one_way"]["measured"]["links"]}  # noqa: E731
+    kinds = lambda a: {(ln["src"], ln["dst"], ln["kind"]) for ln in runs[(low, a)]["one_way"]["measured"]["links"]}  # noqa: E731
     assert kinds("SP-S") == {("n2", "n1", "full")}          # W2 replicated at n1
     assert kinds("SP-D") == {("n1", "n2", "full")}          # B1 shipped to n2
     assert ("n1", "n2", "partial") in kinds("SM-S1") and ("n2", "n1", "full") in kinds("SM-S1")
@@ -95,9 +103,9 @@ def test_table3_quick(tmp_path, model, capsys):
     assert "1.14" in printed and "Fully-connected" in printed  # the paper's numbers beside ours
     table = json.loads((tmp_path / "table3.json").read_text())
     assert set(table) == {"star", "chain", "cycle", "complete"}
-    for topo, per in table.items():
+    for per in table.values():
         assert set(per) == {"greedy", "exhaustive", "beam"}
-        for planner, s in per.items():
+        for s in per.values():
             assert set(s) == {"mean", "median", "sd", "max", "n"} and s["n"] == 1
         assert per["exhaustive"]["mean"] == 1.0
     assert is_png(tmp_path / "table3.png")
@@ -223,7 +231,7 @@ def test_stats_recovers_the_generators_parameters(tmp_path, capsys):
     # F is what a full tuple really costs on the wire: SP-D ships every S1 tuple once to n2
     streams = load_streams(q, data)
     rep = run_embedded(q, streams, uniform(q, "SP-D"), CountingSink())
-    shipped = sum(l["bytes"] for l in rep.links if (l["src"], l["dst"], l["kind"]) == ("n1", "n2", "full"))
+    shipped = sum(ln["bytes"] for ln in rep.links if (ln["src"], ln["dst"], ln["kind"]) == ("n1", "n2", "full"))
     epochs = streams["S1"][-1].ts // 100 + 1
     n1 = len(streams["S1"])
     assert abs(shipped - n1 * stats["S1"]["tuple_bytes"]) <= 16 * epochs  # envelope overhead per message

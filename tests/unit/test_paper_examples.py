@@ -114,7 +114,8 @@ def test_algorithm8_fifo_count():
         assert msg.expired == want_k, name
         replica.apply(1, msg)
         # the replica's FIFO now holds exactly the shipped tuples that are still in the window
-        assert {t.seq for t in replica_store.tuples()} == {r[0].seq for r in shipped.rows} - {t.seq for t in dying}, name
+        assert ({t.seq for t in replica_store.tuples()}
+                == {r[0].seq for r in shipped.rows} - {t.seq for t in dying}), name
         assert len(replica) == len(replica_store), name
 
 

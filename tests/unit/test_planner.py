@@ -15,7 +15,10 @@ from joinlib.model import Execution, Link, Network
 from joinlib.plan import ALGORITHMS, validate
 from joinlib.planner import COST_PLANNERS, beam, brute_force, exhaustive, greedy, plan_for
 from joinlib.planner.exhaustive import (
-    best_algorithms, brute_force_sequence, exhaustive_sequence, valid_orders,
+    best_algorithms,
+    brute_force_sequence,
+    exhaustive_sequence,
+    valid_orders,
 )
 from joinlib.planner.greedy import greedy_sequence
 from joinlib.planner.improved import TOPOLOGIES, make_query, random_query, topology_edges
@@ -161,9 +164,10 @@ def test_best_algorithms_for_fixed_order_is_optimal():
 
 def _order_costs(q, model, head, order):
     from itertools import product
+
     from joinlib.plan import Sequence, Step
     for algs in product(ALGORITHMS, repeat=len(order)):
-        yield sequence_cost(q, Sequence(head, tuple(Step(n, a) for n, a in zip(order, algs))), model)
+        yield sequence_cost(q, Sequence(head, tuple(Step(n, a) for n, a in zip(order, algs, strict=True))), model)
 
 
 @pytest.mark.parametrize("m,limit", [(5, 5.0), (6, 30.0)])

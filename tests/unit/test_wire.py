@@ -1,7 +1,6 @@
 """Avro wire encoding (joinlib.wire, schemas/*.avsc)."""
 from __future__ import annotations
 
-import gc
 import io
 import json
 import math
@@ -514,7 +513,7 @@ def test_property_hand_decoder_agrees_with_fastavro(e):
                                                                        type(ref.body))
     if isinstance(got.body, TupleBatch):
         assert len(got.body.rows) == len(ref.body.rows)
-        for a, b in zip(got.body.rows, ref.body.rows):
+        for a, b in zip(got.body.rows, ref.body.rows, strict=True):
             _same_tuples(a, b)
             for t in a:
                 assert t.wire == wire.encode_tuple(T(t.pos, t.id, t.ts, t.seq, t.key, t.rest))
