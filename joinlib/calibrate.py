@@ -109,7 +109,7 @@ def time_update(n: int, window: int, repeat: int) -> float:
 
 
 def time_hash(n: int, repeat: int) -> float:
-    from .physical import KeySpec
+    from .ir import KeySpec
     spec = KeySpec(index=(0,), sources=((0, 0),))
     rows = [(t, None) for t in _tuples(n, 100, 0, pos=0)]
     pk = spec.probe_key

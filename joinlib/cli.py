@@ -16,11 +16,12 @@ from . import command
 from .errors import JoinlibError
 from .experiments.cli import add_commands
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
+from .runtime.messages import InstanceKey
 from .runtime.sink import Group, Sink
 from .units import parse_duration
 
 if TYPE_CHECKING:
-    from .engine import Report
+    from .engine import Plans, Report
     from .model import Query, Tup
     from .plan import Plan
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class Runner(Protocol):
     """Runs a plan and reports: :func:`joinlib.engine.run_embedded`, or the cluster runner."""
 
-    def __call__(self, query: Query, streams: dict[str, list[Tup]], plan: Plan, sink: Sink, *,
+    def __call__(self, query: Query, streams: dict[str, list[Tup]], plan: Plans, sink: Sink, *,
                  progress: bool = False) -> Report: ...
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -63,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                         "windows in Redis when $REDIS_URL is set)")
     r.add_argument("--rate-scale", type=float,
                    help="with --cluster: replay X times faster than event time (default: as fast as possible)")
+    r.add_argument("--switch", action="append", default=[], metavar="AT:PLAN",
+                   help="switch to PLAN (anything --plan accepts) at stream time AT, e.g. 4s:SM-S1 or "
+                        "700ms:central:r2: head tuples of epochs before the boundary at or after AT are "
+                        "joined by the old plan, the rest by the new one; the output stays exact (repeatable)")
     r.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
                    help="with --cluster and $REDIS_URL: SIGKILL the node of SITE that many seconds into the "
                         "replay and start a new one, which resumes from its last checkpoint (repeatable; "
@@ -140,6 +145,27 @@ def parse_kills(specs: list[str], query: Query) -> list[tuple[str, float]]:
     return out
 
 
+def parse_switches(specs: list[str], query: Query) -> list[tuple[int, str]]:
+    """``AT:PLAN`` -> (first epoch of the new plan, plan spec), sorted; AT is a stream time
+    rounded up to the next epoch boundary (batch interval τ)."""
+    tau = query.execution.interval_ms
+    out: dict[int, str] = {}
+    for spec in specs:
+        at, sep, plan = spec.partition(":")
+        if not sep or not plan:
+            raise JoinlibError(f"--switch {spec!r}: expected AT:PLAN, e.g. --switch 4s:SM-S1")
+        try:
+            ms = parse_duration(at)
+        except JoinlibError as e:
+            raise JoinlibError(f"--switch {spec!r}: {e}") from None
+        epoch = -(-ms // tau)
+        if epoch in out:
+            raise JoinlibError(f"--switch {spec!r}: another switch is at the same epoch {epoch} "
+                               f"(stream time {epoch * tau} ms; the batch interval is {tau} ms)")
+        out[epoch] = plan
+    return sorted(out.items())
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .data import load_streams
     from .engine import run_embedded
@@ -149,7 +175,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     early = None if needs_data(args.plan) else resolve_plan(query, args.plan, args.model)  # fail fast
     streams = load_streams(query, args.data)
-    plan = early if early is not None else resolve_plan(query, args.plan, args.model, streams, progress=progress)
+    plan: Plans = early if early is not None else resolve_plan(query, args.plan, args.model, streams,
+                                                               progress=progress)
+    if args.switch:
+        plan = [(0, plan)] + [(at, resolve_plan(query, spec, args.model, streams, progress=progress))
+                              for at, spec in parse_switches(args.switch, query)]
     runner: Runner = run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
@@ -309,7 +339,7 @@ class JsonlSink(Sink):
         self.count = 0
         self.latency_sum = 0.0
 
-    def emit(self, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+    def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
         names, dumps = self.names, self._dumps
         lines: list[bytes] = []
         for row, tups in groups:
@@ -337,5 +367,10 @@ def format_report(report: Report) -> str:
     lines.append(f"processing {report.processing_total_s:.3f} s; execution time (processing + transmission) "
                  f"{report.execution_s_per_s:.3f} s per s of stream time; late messages {report.late_messages}")
     if report.mean_latency_ms is not None:
-        lines.append(f"mean result latency {report.mean_latency_ms:.1f} ms (simulated); wall {report.wall_s:.2f} s")
+        p = (f", p50 {report.p50_latency_ms:.1f} ms, p99 {report.p99_latency_ms:.1f} ms"
+             if getattr(report, "p99_latency_ms", None) is not None else "")
+        lines.append(f"result latency: mean {report.mean_latency_ms:.1f} ms{p} (simulated); wall {report.wall_s:.2f} s")
+    for sw in getattr(report, "switches", None) or []:
+        until = "the end" if sw["to_epoch"] is None else f"epoch {sw['to_epoch']}"
+        lines.append(f"generation {sw['generation']}: head epochs {sw['from_epoch']} to {until}")
     return "\n".join(lines)

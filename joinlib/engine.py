@@ -1,18 +1,24 @@
-"""Embedded mode: every site's node in one process, on the simulated network."""
+"""Embedded mode: every site's host in one process, on the simulated network."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence, Union
 
+from .errors import PlanError
+from .ir import PlanIR, Topology, lower
 from .model import Query, Tup
-from .physical import PhysicalPlan, compile_plan
 from .plan import Plan
+from .runtime.host import Host
+from .runtime.instance import InstanceSpec
 from .runtime.messages import Envelope
-from .runtime.node import Node
 from .runtime.sensor import TotalsSensor
-from .runtime.sink import Sink
+from .runtime.sink import LatencyTap, Sink
 from .sim.network import SimNetwork
+from .state.base import WindowStore
+
+#: a plan, or generations of plans: (first head epoch, plan), the first at epoch 0
+Plans = Union[Plan, Sequence[tuple[int, Plan]]]
 
 
 @dataclass
@@ -20,16 +26,19 @@ class Report:
     """What a run cost: per link and kind, and totals (times in ms unless named _s)."""
 
     query: str
-    plan: dict
+    plan: Any
     results: int
     input_tuples: int
     duration_ms: int                      # event-time span of the input
-    links: list[dict] = field(default_factory=list)
-    processing_s: dict = field(default_factory=dict)   # site -> operator -> seconds
+    links: list[dict[str, Any]] = field(default_factory=list)
+    processing_s: dict[str, dict[str, float]] = field(default_factory=dict)   # site -> operator -> seconds
     late_messages: int = 0
     wall_s: float = 0.0
     virtual_end_ms: float = 0.0
     mean_latency_ms: Optional[float] = None
+    p50_latency_ms: Optional[float] = None
+    p99_latency_ms: Optional[float] = None
+    switches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -53,8 +62,10 @@ class Report:
         span = max(self.duration_ms, 1) / 1000.0
         return (self.processing_total_s + self.transmission_ms / 1000.0) / span
 
-    def to_dict(self) -> dict:
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        def r(x: Optional[float]) -> Optional[float]:
+            return None if x is None else round(x, 3)
+        out = {
             "query": self.query, "plan": self.plan, "results": self.results,
             "input_tuples": self.input_tuples, "duration_ms": self.duration_ms,
             "bytes": self.bytes, "messages": self.messages,
@@ -63,90 +74,138 @@ class Report:
             "execution_s_per_s": round(self.execution_s_per_s, 6),
             "late_messages": self.late_messages, "wall_s": round(self.wall_s, 4),
             "virtual_end_ms": round(self.virtual_end_ms, 3),
-            "mean_latency_ms": None if self.mean_latency_ms is None else round(self.mean_latency_ms, 3),
+            "mean_latency_ms": r(self.mean_latency_ms), "p50_latency_ms": r(self.p50_latency_ms),
+            "p99_latency_ms": r(self.p99_latency_ms),
             "links": self.links,
             "processing_by_site": {s: {op: round(v, 6) for op, v in ops.items()}
                                    for s, ops in self.processing_s.items()},
         }
+        if self.switches:
+            out["switches"] = self.switches
+        return out
 
 
 class StuckError(RuntimeError):
-    """The simulation ran out of events before every node finished (a bug, not user error)."""
+    """The simulation ran out of events before every host finished (a bug, not user error)."""
 
 
-def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plan, sink: Sink, *,
+def generations(query: Query, plans: Plans, topology: Optional[Topology] = None) -> list[InstanceSpec]:
+    """The instances of a run: one per plan generation, each serving the head epochs from its
+    first epoch to the epoch before the next generation's."""
+    gens = [(0, plans)] if isinstance(plans, Plan) else sorted(plans, key=lambda g: g[0])
+    if not gens or gens[0][0] != 0:
+        raise PlanError("the first plan generation must start at epoch 0")
+    for (a, _), (b, _) in zip(gens, gens[1:]):
+        if a == b:
+            raise PlanError(f"two plan switches at the same epoch {a}")
+    topo = topology or Topology.of(query)
+    specs = []
+    for g, (start, plan) in enumerate(gens):
+        stop = gens[g + 1][0] - 1 if g + 1 < len(gens) else None
+        specs.append(InstanceSpec(lower(query, plan, topo), g, start, stop))
+    return specs
+
+
+def hosts_for(specs: Sequence[InstanceSpec], transport: Any, sink: Sink, sensor: TotalsSensor,
+              store_factory: Optional[Callable[[str], WindowStore]] = None) -> dict[str, Host]:
+    """One host per node that any generation uses, every instance installed where it runs."""
+    nodes: dict[str, None] = {}
+    for spec in specs:
+        nodes.update(dict.fromkeys(spec.ir.nodes))
+    hosts = {n: Host(n, transport, sink, sensor=sensor, store_factory=store_factory) for n in nodes}
+    for spec in specs:
+        for n, host in hosts.items():
+            if n in spec.ir.nodes or any(s.site == n for s in spec.ir.query.streams):
+                host.install(spec)
+    return hosts
+
+
+def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink: Sink, *,
                  size_of: Optional[Callable[[Envelope], int]] = None, roundtrip: bool = False,
-                 progress: bool = False, store_factory=None) -> Report:
-    """Run ``plan`` over ``streams`` on the simulated network; results go to ``sink``."""
+                 progress: bool = False, store_factory: Optional[Callable[[str], WindowStore]] = None,
+                 topology: Optional[Topology] = None) -> Report:
+    """Run ``plan`` (or generations of plans, switching at their first epochs) over ``streams``
+    on the simulated network; results go to ``sink``."""
     from . import wire
-    pp = compile_plan(query, plan)
+    specs = generations(query, plan, topology)
     tau = query.execution.interval_ms
-    net = SimNetwork(query.network, size_of or wire.envelope_size,
-                     (lambda env: wire.decode_envelope(wire.encode_envelope(env))) if roundtrip else None)
+
+    def decode(env: Envelope) -> Envelope:
+        out = wire.decode_envelope(wire.encode_envelope(env))
+        out.query = env.query
+        return out
+    net = SimNetwork(query.network, size_of or wire.envelope_size, decode if roundtrip else None)
     sensor = TotalsSensor()
-    nodes = {site: Node(pp, site, net, sink, sensor=sensor, store_factory=store_factory) for site in query.sites}
+    tap = LatencyTap(sink)
+    hosts = hosts_for(specs, net, tap, sensor, store_factory)
     all_ts = [t.ts for tups in streams.values() for t in tups]
     last = max(all_ts) // tau if all_ts else 0
     for s in query.streams:
-        nodes[s.site].feed(s.name, streams.get(s.name, []))
-    for n in nodes.values():
-        n.last_epoch = last
+        hosts[s.site].feed(query.name, s.name, streams.get(s.name, []))
+    for h in hosts.values():
+        h.set_last(query.name, last)
     bar = _bar(progress, last + 1, query.name)
     t0 = time.perf_counter()
     net.schedule(tau, ("tick", 0))
     while (ev := net.pop()) is not None:
         at, (kind, x) = ev
         if kind == "tick":
-            for n in nodes.values():
-                for name in n.homes:
-                    n.watermark[name] = int(at)
-                n.run(at)
+            for h in hosts.values():
+                h.advance(query.name, int(at))
+                h.run(at)
             if x < last:
                 net.schedule(at + tau, ("tick", x + 1))
             if bar is not None:
                 bar.update(1)
         else:
             env, sent = x
-            n = nodes[env.dst]
-            n.on_message(env, at, sent)
-            n.run(at)
+            h = hosts[env.dst]
+            h.on_message(env, at, sent)
+            h.run(at)
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
-    _check_finished(nodes)
-    return _report(query, plan, pp, net, sensor, sink, streams, wall, all_ts)
+    _check_finished(hosts)
+    return _report(query, specs, net, sensor, tap, wall, all_ts)
 
 
-def _bar(progress: bool, total: int, name: str):
+def _bar(progress: bool, total: int, name: str) -> Any:
     if not progress:
         return None
     from tqdm import tqdm
     return tqdm(total=total, desc=f"{name}: epochs", unit="epoch", leave=False)
 
 
-def _check_finished(nodes: dict[str, Node]) -> None:
-    stuck = [n for n in nodes.values() if not n.finished]
+def _check_finished(hosts: dict[str, Host]) -> None:
+    stuck = [h for h in hosts.values() if not h.finished]
     if stuck:
-        n = stuck[0]
-        rank, op, _ = n.schedule[n.cursor]
-        raise StuckError(f"node {n.site} stuck at epoch {n.epoch}, phase {rank} ({op}); "
-                         f"inbox: {sorted(n.inbox)[:10]}")
+        raise StuckError(stuck[0].stuck())
 
 
-def _report(query: Query, plan: Plan, pp: PhysicalPlan, net: SimNetwork, sensor: TotalsSensor,
-            sink: Sink, streams: dict[str, list[Tup]], wall: float, all_ts: list[int]) -> Report:
+def plan_json(specs: Sequence[InstanceSpec]) -> Any:
+    """The report's ``plan``: the plan's JSON, or per generation its first epoch and plan."""
+    if len(specs) == 1:
+        return specs[0].ir.plan.to_json()
+    return [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs]
+
+
+def _report(query: Query, specs: Sequence[InstanceSpec], net: SimNetwork, sensor: TotalsSensor, tap: LatencyTap,
+            wall: float, all_ts: list[int]) -> Report:
     links = [{"src": s, "dst": d, "kind": k, "messages": st.messages, "bytes": st.bytes,
               "transfer_ms": round(st.transfer_ms, 3), "queued_ms": round(st.queued_ms, 3)}
              for (s, d, k), st in sorted(net.stats.items())]
-    processing: dict = {}
+    processing: dict[str, dict[str, float]] = {}
     for (site, op), secs in sensor.processing.items():
         processing.setdefault(site, {})[op] = secs
-    results = sum(sensor.emitted.values())
-    latency = None
-    if hasattr(sink, "latency_sum") and results:
-        latency = sink.latency_sum / results
-    elif hasattr(sink, "results") and sink.results:
-        latency = sum(now - ts for _, ts, now in sink.results) / len(sink.results)
-    return Report(query.name, plan.to_json(), results, len(all_ts),
-                  (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
-                  sum(sensor.late.values()), wall, net.now, latency)
+    lat = tap.summary()
+    rep = Report(query.name, plan_json(specs), tap.count, len(all_ts),
+                 (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
+                 sum(sensor.late.values()), wall, net.now, lat["mean_latency_ms"], lat["p50_latency_ms"],
+                 lat["p99_latency_ms"])
+    if len(specs) > 1:
+        rep.switches = [{"generation": s.gen, "from_epoch": s.start, "to_epoch": s.stop} for s in specs]
+    return rep
+
+
+def ir_of(query: Query, plan: Plan) -> PlanIR:
+    return lower(query, plan)

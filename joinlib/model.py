@@ -112,11 +112,15 @@ class Link:
 
 @dataclass(frozen=True)
 class Network:
-    """Latency and bandwidth between sites; transfer = latency + bytes / bandwidth."""
+    """Latency and bandwidth between sites; transfer = latency + bytes / bandwidth.
+
+    ``nodes`` names processing-only nodes: sites where no stream is born but where a plan
+    may place operators (a central site, a data centre between routers)."""
 
     latency_ms: float = 25.0
     bandwidth_kbps: float = 1024.0
     links: tuple[Link, ...] = ()
+    nodes: tuple[str, ...] = ()
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         """(latency ms, bandwidth kbps) of the directed link src -> dst."""
@@ -172,6 +176,12 @@ class Query:
         for s in self.streams:
             seen.setdefault(s.site, None)
         return tuple(seen)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node a plan of this query may use: the stream sites, then the processing-only
+        nodes of the network section."""
+        return self.sites + tuple(n for n in self.network.nodes if n not in self.sites)
 
     def predicates_between(self, a: str, b: str) -> tuple[Predicate, ...]:
         return tuple(p for p in self.predicates if {p.left, p.right} == {a, b})

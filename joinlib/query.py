@@ -26,7 +26,7 @@ from .model import Execution, Link, Network, Predicate, Query, Stream, StreamSta
 
 TOP_KEYS = ("name", "streams", "join", "network", "execution")
 STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity")
-NETWORK_KEYS = ("latency", "bandwidth", "links")
+NETWORK_KEYS = ("latency", "bandwidth", "links", "nodes")
 LINK_KEYS = ("from", "to", "latency", "bandwidth")
 EXECUTION_KEYS = ("interval", "max_delay")
 RESERVED_ATTRS = ("id", "ts")  # columns every data row has; they cannot be join attributes
@@ -329,8 +329,24 @@ def _parse_network(err: _Errors, data: Any, sites: tuple[str, ...]) -> Network:
     default = Network()
     latency = _latency(err, "network.latency", data.get("latency"), default.latency_ms)
     bandwidth = _bandwidth(err, "network.bandwidth", data.get("bandwidth"), default.bandwidth_kbps)
-    links = _parse_links(err, data.get("links"), sites, latency, bandwidth)
-    return Network(latency, bandwidth, links)
+    nodes = _parse_nodes(err, data.get("nodes"), sites)
+    links = _parse_links(err, data.get("links"), sites + nodes, latency, bandwidth)
+    return Network(latency, bandwidth, links, nodes)
+
+
+def _parse_nodes(err: _Errors, data: Any, sites: tuple[str, ...]) -> tuple[str, ...]:
+    """Processing-only nodes (``network.nodes``): names of sites without streams."""
+    if data is None:
+        return ()
+    if not isinstance(data, list) or not all(isinstance(n, (str, int)) and str(n) for n in data):
+        raise err("network.nodes", f"expected a list of node names, not {_kind(data)}")
+    out: list[str] = []
+    for n in map(str, data):
+        if n in out:
+            raise err("network.nodes", f"node {n!r} is listed twice")
+        if n not in sites:  # a stream site listed again is harmless
+            out.append(n)
+    return tuple(out)
 
 
 def _parse_links(err: _Errors, data: Any, sites: tuple[str, ...], latency: float,
@@ -450,6 +466,8 @@ def query_to_dict(query: Query) -> Spec:
         streams[s.name] = spec
     net = query.network
     network: dict[str, Any] = {"latency": f"{_num(net.latency_ms)}ms", "bandwidth": f"{_num(net.bandwidth_kbps)}kbps"}
+    if net.nodes:
+        network["nodes"] = list(net.nodes)
     if net.links:
         network["links"] = [{"from": lk.src, "to": lk.dst, "latency": f"{_num(lk.latency_ms)}ms",
                              "bandwidth": f"{_num(lk.bandwidth_kbps)}kbps"} for lk in net.links]

@@ -35,7 +35,7 @@ from fastavro.schema import UnknownType
 
 from .model import Tup
 from .values import varint
-from .runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch
+from .runtime.messages import Body, DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
 
 __all__ = [
     "SCHEMA_DIR",
@@ -46,6 +46,10 @@ __all__ = [
     "Control",
     "encode_envelope",
     "decode_envelope",
+    "encode_body",
+    "naive_batch_size",
+    "decode_body",
+    "decode_tuple",
     "envelope_size",
     "encode_tuple",
     "encode_source_batch",
@@ -115,6 +119,7 @@ _BODY_CLASSES = {
     "joinlib.KeyBatch": KeyBatch,
     "joinlib.ExpiryUpdate": ExpiryUpdate,
     "joinlib.DjaUpdate": DjaUpdate,
+    "joinlib.WindowSnapshot": WindowSnapshot,
 }
 if set(_BODY_NAMES) != set(_BODY_CLASSES):  # pragma: no cover - schema/code drift
     raise ImportError(f"Envelope body union {_BODY_NAMES} does not match joinlib.runtime.messages")
@@ -153,15 +158,19 @@ _HAND_ENCODED = {
         f"joinlib.DjaUpdate{{vj:array<array<{_V}>>,vc:array<long>,"
         "sf:array<joinlib.BaseTuple>,arrivals:array<long>}"
     ),
+    "joinlib.WindowSnapshot": (
+        f"joinlib.WindowSnapshot{{base:long,tuples:array<joinlib.BaseTuple>,keys:array<array<{_V}>>,"
+        "counts:array<long>}"
+    ),
     "joinlib.Envelope": (
-        "joinlib.Envelope{src:string,dst:string,flow:int,epoch:long,body:[joinlib.TupleBatch|"
-        "joinlib.KeyBatch|joinlib.ExpiryUpdate|joinlib.DjaUpdate]}"
+        "joinlib.Envelope{src:string,dst:string,part:int,gen:int,flow:int,epoch:long,body:[joinlib.TupleBatch|"
+        "joinlib.KeyBatch|joinlib.ExpiryUpdate|joinlib.DjaUpdate|joinlib.WindowSnapshot]}"
     ),
     "joinlib.SourceBatch": (
         "joinlib.SourceBatch{stream:string,tuples:array<joinlib.BaseTuple>,watermark:long}"
     ),
     "joinlib.ResultBatch": (
-        "joinlib.ResultBatch{query:string,site:string,batch:long,emit_ms:long,groups:array<"
+        "joinlib.ResultBatch{query:string,site:string,part:int,gen:int,batch:long,emit_ms:long,groups:array<"
         "joinlib.ResultGroup{head:string,head_ts:long,ids:map<long>,last:string,last_ids:array<long>}>}"
     ),
 }
@@ -213,10 +222,13 @@ class ResultGroup(NamedTuple):
 
 
 class ResultBatch(NamedTuple):
-    """A node's results in one message; ``batch`` numbers the node's batches of a run."""
+    """A node's results in one message; ``batch`` numbers the node's batches of a run, per head
+    stream and plan instance (partition ``part``, generation ``gen``)."""
 
     query: str
     site: str
+    part: int
+    gen: int
     batch: int
     emit_ms: int
     groups: list[ResultGroup]
@@ -448,6 +460,15 @@ def _put_body(ap, body) -> None:
     elif cls is ExpiryUpdate:
         ap(_long(body.expired))
         _put_longs(ap, body.arrivals)
+    elif cls is WindowSnapshot:
+        ap(_long(body.base))
+        _put_tups(ap, body.tuples)
+        if body.keys:
+            ap(_long(len(body.keys)))
+            for key in body.keys:
+                _put_key(ap, key)
+        ap(_ZERO)
+        _put_longs(ap, body.counts)
     else:  # DjaUpdate
         vj = body.vj
         if vj:
@@ -469,6 +490,8 @@ def encode_envelope(env: Envelope) -> bytes:
     ap = parts.append
     _put_string(ap, env.src)
     _put_string(ap, env.dst)
+    ap(_int(env.part))
+    ap(_int(env.gen))
     ap(_int(env.flow))
     ap(_long(env.epoch))
     _put_body(ap, env.body)
@@ -478,6 +501,31 @@ def encode_envelope(env: Envelope) -> bytes:
 def envelope_size(env: Envelope) -> int:
     """The exact number of bytes of :func:`encode_envelope` (``env``)."""
     return len(encode_envelope(env))
+
+
+def naive_batch_size(src: str, dst: str, epoch: int, tups: list[Tup]) -> int:
+    """The size of the envelope that would ship ``tups`` (a source batch) from ``src`` to ``dst``
+    in one full message (flow 0, partition 0, generation 0) -- what shipping every tuple to
+    every other site costs -- computed from the tuples' cached encodings, without encoding."""
+    n = len(src.encode()) + len(dst.encode())
+    size = len(_long(n - len(dst.encode()))) + len(_long(len(dst.encode()))) + n + 3 + len(_long(epoch)) + 1
+    if tups:
+        size += len(_long(len(tups))) + 1
+        for t in tups:
+            size += len(t.wire or encode_tuple(t)) + 2  # Row.parts: count 1, the tuple, end of array
+    else:
+        size += 1
+    return size
+
+
+def encode_body(body: Body) -> bytes:
+    """A message body alone (as an envelope with empty addresses): what a checkpoint keeps of
+    the messages waiting in a host's inbox."""
+    return encode_envelope(Envelope("", "", 0, 0, body))
+
+
+def decode_body(data: bytes) -> Body:
+    return decode_envelope(data).body
 
 
 def _read(data: bytes, schema: dict, **options: Any) -> Any:
@@ -594,6 +642,11 @@ def _rtup(b: bytes, i: int) -> tuple[Tup, int]:
     return t, j
 
 
+def decode_tuple(data: bytes) -> Tup:
+    """Inverse of :func:`encode_tuple` (the tuple keeps ``data`` as its wire bytes)."""
+    return _whole(data, "joinlib.BaseTuple", lambda b: _rtup(b, 0))
+
+
 def _rtups(b: bytes, i: int) -> tuple[list[Tup], int]:
     out: list[Tup] = []
     ap = out.append
@@ -619,12 +672,19 @@ def _whole(data: bytes, name: str, decode):
     return value
 
 
+def _rint(data: bytes, i: int, what: str) -> tuple[int, int]:
+    n, i = _rlong(data, i)
+    if not _INT_MIN <= n <= _INT_MAX:
+        raise ValueError(f"{what} {n} does not fit an Avro int")
+    return n, i
+
+
 def _envelope_at(data: bytes) -> tuple[Envelope, int]:
     src, i = _rstring(data, 0)
     dst, i = _rstring(data, i)
-    flow, i = _rlong(data, i)
-    if not _INT_MIN <= flow <= _INT_MAX:
-        raise ValueError(f"flow {flow} does not fit an Avro int")
+    part, i = _rint(data, i, "part")
+    gen, i = _rint(data, i, "gen")
+    flow, i = _rint(data, i, "flow")
     epoch, i = _rlong(data, i)
     br, i = _rlong(data, i)
     if not 0 <= br < len(_BODY_NAMES):
@@ -638,7 +698,7 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
                 parts, i = _rtups(data, i)
                 rows.append(tuple(parts))
             n, i = _rcount(data, i)
-        return Envelope(src, dst, flow, epoch, TupleBatch(rows)), i
+        return Envelope(src, dst, flow, epoch, TupleBatch(rows), part, gen), i
     # small bodies: fastavro on the rest of the message
     buf = io.BytesIO(data)
     buf.seek(i)
@@ -651,9 +711,12 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
         body: Any = KeyBatch([tuple(k) for k in b["keys"]])
     elif name == "joinlib.ExpiryUpdate":
         body = ExpiryUpdate(b["expired"], b["arrivals"])
+    elif name == "joinlib.WindowSnapshot":
+        body = WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]], [tuple(k) for k in b["keys"]],
+                              b["counts"])
     else:
         body = DjaUpdate([tuple(k) for k in b["vj"]], b["vc"], [_tup_of(p) for p in b["sf"]], b["arrivals"])
-    return Envelope(src, dst, flow, epoch, body), i
+    return Envelope(src, dst, flow, epoch, body, part, gen), i
 
 
 def decode_envelope(data: bytes) -> Envelope:
@@ -673,6 +736,9 @@ def _decode_envelope_reference(data: bytes) -> Envelope:
         body = KeyBatch([tuple(k) for k in b["keys"]])
     elif name == "joinlib.ExpiryUpdate":
         body = ExpiryUpdate(b["expired"], b["arrivals"])
+    elif name == "joinlib.WindowSnapshot":
+        body = WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]], [tuple(k) for k in b["keys"]],
+                              b["counts"])
     else:
         body = DjaUpdate(
             [tuple(k) for k in b["vj"]],
@@ -680,7 +746,7 @@ def _decode_envelope_reference(data: bytes) -> Envelope:
             [_tup_of(p) for p in b["sf"]],
             b["arrivals"],
         )
-    return Envelope(rec["src"], rec["dst"], rec["flow"], rec["epoch"], body)
+    return Envelope(rec["src"], rec["dst"], rec["flow"], rec["epoch"], body, rec["part"], rec["gen"])
 
 
 # ---------------------------------------------- fastavro reference path (for tests)
@@ -702,6 +768,10 @@ def _envelope_record(env: Envelope) -> dict:
     elif isinstance(body, ExpiryUpdate):
         rec = {"expired": body.expired, "arrivals": list(body.arrivals)}
         name = "joinlib.ExpiryUpdate"
+    elif isinstance(body, WindowSnapshot):
+        rec = {"base": body.base, "tuples": [_tup_record(t) for t in body.tuples],
+               "keys": [list(k) for k in body.keys], "counts": list(body.counts)}
+        name = "joinlib.WindowSnapshot"
     elif isinstance(body, DjaUpdate):
         rec = {
             "vj": [list(k) for k in body.vj],
@@ -715,6 +785,8 @@ def _envelope_record(env: Envelope) -> dict:
     return {
         "src": env.src,
         "dst": env.dst,
+        "part": env.part,
+        "gen": env.gen,
         "flow": env.flow,
         "epoch": env.epoch,
         "body": (name, rec),
@@ -779,6 +851,8 @@ def encode_result_batch(batch: ResultBatch) -> bytes:
     ap = parts.append
     _put_string(ap, batch.query)
     _put_string(ap, batch.site)
+    ap(_int(batch.part))
+    ap(_int(batch.gen))
     ap(_long(batch.batch))
     ap(_long(batch.emit_ms))
     if batch.groups:
@@ -817,6 +891,8 @@ def _summary_at(data: bytes):
     _, i = _rstring(data, 0)
     _, i = _rstring(data, i)
     _, i = _rlong(data, i)
+    _, i = _rlong(data, i)
+    _, i = _rlong(data, i)
     emit_ms, i = _rlong(data, i)
     groups: list[tuple[int, int]] = []
     n, i = _rcount(data, i)
@@ -850,7 +926,8 @@ def result_batch_summary(data: bytes) -> tuple[int, list[tuple[int, int]]]:
 
 def _encode_result_batch_reference(batch: ResultBatch) -> bytes:
     buf = io.BytesIO()
-    rec = {"query": batch.query, "site": batch.site, "batch": batch.batch, "emit_ms": batch.emit_ms,
+    rec = {"query": batch.query, "site": batch.site, "part": batch.part, "gen": batch.gen,
+           "batch": batch.batch, "emit_ms": batch.emit_ms,
            "groups": [{"head": g.head, "head_ts": g.head_ts, "ids": dict(g.ids), "last": g.last,
                        "last_ids": list(g.last_ids)} for g in batch.groups]}
     fastavro.schemaless_writer(buf, _RESULT_BATCH, rec)
@@ -860,7 +937,7 @@ def _encode_result_batch_reference(batch: ResultBatch) -> bytes:
 def decode_result_batch(data: bytes) -> ResultBatch:
     """Inverse of :func:`encode_result_batch`."""
     rec = _read(data, _RESULT_BATCH)
-    return ResultBatch(rec["query"], rec["site"], rec["batch"], rec["emit_ms"],
+    return ResultBatch(rec["query"], rec["site"], rec["part"], rec["gen"], rec["batch"], rec["emit_ms"],
                        [ResultGroup(g["head"], g["head_ts"], dict(g["ids"]), g["last"], g["last_ids"])
                         for g in rec["groups"]])
 

@@ -40,13 +40,13 @@ from typing import Optional, Sequence, Union
 
 from ..errors import ClusterError
 from ..model import Query, Tup
-from ..plan import Plan
+from ..engine import Plans, generations, plan_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MODES = ("process", "thread")
 
 
-def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=None, *, bootstrap: str,
+def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink=None, *, bootstrap: str,
                 redis_url: Optional[str] = None, timeout_s: float = 120.0, mode: str = "process",
                 rate_scale: Optional[float] = None, progress: bool = False,
                 metrics_ports: Optional[dict] = None, run_id: Optional[str] = None,
@@ -88,7 +88,10 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
     try:
         offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         producer = make_producer(bootstrap)
-        payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets}
+        specs = generations(query, plan)
+        payload = {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
+                   "offsets": offsets, "nodes": list(nodes_of(specs)),
+                   "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
         plan_offset = produce_control_sync(producer, query.name, "plan", payload)
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
@@ -102,7 +105,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
             if registries is not None and isinstance(h, _ThreadNode):
                 registries[site] = h.svc.registry
             return h
-        for site in query.sites:
+        for site in nodes_of(specs):
             nodes[site] = start_node(site)
         warm_up(producer, [src_topic(query.name, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
@@ -121,7 +124,15 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plan, sink=
         shutil.rmtree(log_dir, ignore_errors=True)
         for h in nodes.values():
             h.log = None
-    return _report(query, plan, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+    return _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+
+
+def nodes_of(specs) -> list[str]:
+    """Every node any plan generation places something at (stream sites first)."""
+    out: dict[str, None] = {}
+    for spec in specs:
+        out.update(dict.fromkeys(spec.ir.nodes))
+    return list(out)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -390,7 +401,8 @@ def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
                 p = pos_of[name]
                 row[p] = Tup(p, tid, g.head_ts if p == head_pos else 0, 0, ())
             last = pos_of[g.last]
-            sink.emit(head_pos, last, [(tuple(row), [Tup(last, i, 0, 0, ()) for i in g.last_ids])], now)
+            sink.emit((b.query, b.part, b.gen), head_pos, last,
+                      [(tuple(row), [Tup(last, i, 0, 0, ()) for i in g.last_ids])], now)
 
 
 def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> str:
@@ -432,7 +444,7 @@ def _percentiles(xs: list[float], weights: Optional[list[int]] = None) -> dict:
             "mean": round(sum(x * w for x, w in pairs) / total, 3)}
 
 
-def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _Replayer, run: str, mode: str,
+def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replayer, run: str, mode: str,
             wall: float, nodes: dict) -> dict:
     sent: dict = {}
     received: dict = {}
@@ -463,7 +475,7 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
         latency = _percentiles([e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms)], res.weight)
     return {
         "mode": "cluster", "node_mode": mode, "run": run,
-        "query": query.name, "plan": plan.to_json(), "results": res.count,
+        "query": query.name, "plan": plan_json(specs), "results": res.count,
         "input_tuples": len(all_ts), "duration_ms": span,
         "bytes": sum(ln["bytes"] for ln in links), "messages": sum(ln["messages"] for ln in links),
         "transmission_ms": round(transmission, 3),
@@ -472,6 +484,7 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
         "late_messages": sum(d.get("late_messages", 0) for d in res.done.values()),
         "wall_s": round(wall, 4),
         "mean_latency_ms": latency.get("mean"),
+        "p50_latency_ms": latency.get("p50"), "p99_latency_ms": latency.get("p99"),
         "latency_ms": latency,                      # wall-clock, paced replays only
         "last_emit_ms": max(res.emit_ms) if res.emit_ms else None,   # wall clock (epoch ms)
         "links": links,
@@ -479,7 +492,8 @@ def _report(query: Query, plan: Plan, streams: dict, res: _Results, replayer: _R
         "processing_by_site": processing,
         "sites": {site: {"results": d["results"], "input_tuples": d.get("input_tuples"), "wall_s": d.get("wall_s"),
                          "cpu_s": d.get("cpu_s"),
-                         "resumed_from_epoch": d.get("resumed_from_epoch"), "checkpoints": d.get("checkpoints", 0),
+                         "resumed_from_epoch": d.get("resumed_from_epoch"), "resumed_from": d.get("resumed_from"),
+                         "checkpoints": d.get("checkpoints", 0), "generations": d.get("generations"),
                          "log": str(nodes[site].log) if nodes[site].log else None}
                   for site, d in sorted(res.done.items())},
         "replay": info.to_dict() if info is not None else None,
@@ -494,7 +508,8 @@ def to_report(d: dict):
     from ..engine import Report
     return Report(d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
                   [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
-                  d["late_messages"], d["wall_s"], 0.0, d["mean_latency_ms"])
+                  d["late_messages"], d["wall_s"], 0.0, d["mean_latency_ms"], d.get("p50_latency_ms"),
+                  d.get("p99_latency_ms"))
 
 
 def cluster_runner(bootstrap: Optional[str] = None, **options):

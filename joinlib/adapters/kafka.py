@@ -5,13 +5,14 @@ Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 
 * ``src.<query>.<stream>`` -- source tuples (``wire.SourceBatch``, one message per stream
   per batch interval), key = stream name, header ``run`` when the replay knows the run;
-* ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope), key = sending
+* ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope; the topic names the
+  query, the envelope the plan instance's partition and generation), key = sending
   site, headers ``sent_ms`` (wall-clock ms at send, for transmission time), ``kind`` and
   ``run`` (the run id of the plan, when there is one);
 * ``out.<query>`` -- results (``wire.ResultBatch``, many per message), key = producing site;
 * ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
 
-:class:`KafkaTransport` is what a :class:`~joinlib.runtime.node.Node` sends through:
+:class:`KafkaTransport` is what a :class:`~joinlib.runtime.host.Host` sends through:
 ``send(env)`` encodes the envelope once with :func:`joinlib.wire.encode_envelope` and
 counts ``len(value)`` per (src, dst, kind) -- exactly what the simulator charges, so the
 byte counts of a cluster run and of an embedded run of the same plan are comparable
@@ -376,10 +377,10 @@ class KafkaResultSink:
     ``out.<query>`` (key = site): one per ``emit`` call (a step's output of an epoch), split
     every ``max_results`` results; ``emit_ms`` is the node's clock (wall ms).
 
-    Batches are numbered per head stream: the last step of a sequence emits in epoch order, so
-    the numbers are deterministic.  ``skip[head_pos]``: batches of that head numbered below it
-    are counted but not produced -- a restarted node replaying from a checkpoint delivered
-    them before it stopped."""
+    Batches are numbered per plan instance (partition, generation) and head stream: the last step
+    of a sequence emits in epoch order, so the numbers are deterministic.  ``skip[(part, gen,
+    head_pos)]``: batches numbered below it are counted but not produced -- a restarted node
+    replaying from a checkpoint delivered them before it stopped."""
 
     def __init__(self, producer, query, site: str, *, max_results: int = 50_000, headers=None) -> None:
         self.out = producer if isinstance(producer, Producing) else Producing(producer)
@@ -387,18 +388,19 @@ class KafkaResultSink:
         self.names = query.names
         self.topic = out_topic(query.name)
         self.count = 0
-        self.batches = [0] * len(self.names)
-        self.skip = [0] * len(self.names)
+        self.batches: dict[tuple[int, int, int], int] = {}
+        self.skip: dict[tuple[int, int, int], int] = {}
         self.max_results = max_results
         self.headers = headers
         self._key = site.encode()
         self._lead = _avro_string(self.query) + _avro_string(site)
         self._names = [_avro_string(n) for n in self.names]
 
-    def emit(self, head_pos: int, pos: int, groups, now: float) -> None:
+    def emit(self, inst, head_pos: int, pos: int, groups, now: float) -> None:
         # The bytes wire.encode_result_batch writes, assembled per group from cached pieces.
         L, names, limit, encode_ids = _avro_long, self._names, self.max_results, wire.encode_ids
         head, last = names[head_pos], names[pos]
+        key = (inst[1], inst[2], head_pos)
         parts: list[bytes] = []
         ngroups = nresults = 0
         for row, tups in groups:
@@ -410,18 +412,19 @@ class KafkaResultSink:
             ngroups += 1
             nresults += len(tups)
             if nresults >= limit:
-                self._produce(head_pos, now, ngroups, parts, nresults)
+                self._produce(key, now, ngroups, parts, nresults)
                 parts, ngroups, nresults = [], 0, 0
         if ngroups:
-            self._produce(head_pos, now, ngroups, parts, nresults)
+            self._produce(key, now, ngroups, parts, nresults)
 
-    def _produce(self, head_pos: int, now: float, ngroups: int, parts: list, nresults: int) -> None:
-        n = self.batches[head_pos]
-        self.batches[head_pos] = n + 1
+    def _produce(self, key: tuple[int, int, int], now: float, ngroups: int, parts: list, nresults: int) -> None:
+        n = self.batches.get(key, 0)
+        self.batches[key] = n + 1
         self.count += nresults
-        if n < self.skip[head_pos]:
+        if n < self.skip.get(key, 0):
             return
-        value = b"".join([self._lead, _avro_long(n), _avro_long(int(now)), _avro_long(ngroups), *parts, b"\x00"])
+        value = b"".join([self._lead, _avro_long(key[0]), _avro_long(key[1]), _avro_long(n), _avro_long(int(now)),
+                          _avro_long(ngroups), *parts, b"\x00"])
         self.out.produce(self.topic, value, self._key, self.headers)
 
 

@@ -474,6 +474,17 @@ class RedisWindowStore:
         """Delete every key of this store; return how many."""
         return _unlink_matching(self.client, [_glob_escape(self.base) + ":*"])
 
+    def snapshot(self) -> list[Tup]:
+        return self.tuples()
+
+    def load(self, tuples: Sequence[Tup]) -> None:
+        """Replace the content by ``tuples``, keeping the indexes (a few round trips)."""
+        indexes = self.indexes()
+        self.clear()
+        for index in sorted(indexes):
+            self.add_index(index)
+        self.insert(sorted(tuples, key=lambda t: t.seq))
+
 
 class MirroredRedisWindowStore:
     """A :class:`RedisWindowStore` with a write-through copy in process memory: every change goes
@@ -542,6 +553,13 @@ class MirroredRedisWindowStore:
         self.mem = MemoryWindowStore()
         return self.redis.clear()
 
+    def snapshot(self) -> list[Tup]:
+        return self.mem.snapshot()
+
+    def load(self, tuples: Sequence[Tup]) -> None:
+        self.redis.load(tuples)
+        self.mem.load(tuples)
+
 
 # --------------------------------------------------------------------------- factory, namespace
 
@@ -552,7 +570,7 @@ def store_prefix(namespace: str, name: str) -> str:
 
 
 class RedisStoreFactory:
-    """``store_factory`` for :class:`joinlib.runtime.node.Node`: name -> a store under the namespace,
+    """``store_factory`` for :class:`joinlib.runtime.host.Host`: name -> a store under the namespace,
     :class:`MirroredRedisWindowStore` (reads from memory; the default) or, with ``mirror=False``,
     :class:`RedisWindowStore` (every read from Redis)."""
 

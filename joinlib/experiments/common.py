@@ -27,7 +27,7 @@ The span of the measured part is (number of epochs after the warm-up) × τ.
 
 Per-sequence share
 ------------------
-Flows of the compiled plan (:func:`joinlib.physical.compile_plan`, deterministic, so
+Flows of the lowered plan (:func:`joinlib.ir.lower`, deterministic, so
 the ids equal the engine's) belong to the steps that use them: a step's own flows to
 its head, a window replica's update flow to every head whose steps probe the replica
 (split evenly when shared).  :attr:`Measurement.by_head` gives, per head stream, the
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, P
 from .. import units
 from ..errors import JoinlibError
 from ..model import Query, Stream, Tup, Window
+from ..plan import Plan
 from ..synthetic import TOPOLOGIES as TOPOLOGIES  # re-exported for the experiments
 from ..synthetic import build_query as build_query
 from ..synthetic import topology_edges as topology_edges
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 
     from ..cost import CostModel
     from ..engine import Report
-    from ..plan import Plan
     from ..runtime.messages import Envelope
 
 P = ParamSpec("P")
@@ -278,22 +278,23 @@ class _Meter:
         return n
 
 
-def flow_owners(query: Query, plan) -> dict[int, list[str]]:
+def flow_owners(query: Query, plan: Plan) -> dict[int, list[str]]:
     """Flow id -> head streams whose sequences use it (see the module docstring)."""
-    from ..physical import compile_plan
-    pp = compile_plan(query, plan)
-    owners: dict[int, list[str]] = {f.id: [] for f in pp.flows}
-    for st in pp.steps:
-        for _, fid in st.flows:
-            if st.head not in owners[fid]:
-                owners[fid].append(st.head)
+    from ..ir import lower
+    ir = lower(query, plan)
+    ids = ir.flow_ids
+    owners: dict[int, list[str]] = {ids[f.sig]: [] for f in ir.flows}
+    for st in ir.steps:
+        used = [sig for _, sig in st.flows]
         if st.replica is not None:
-            fid = pp.replicas[st.replica].flow
-            if st.head not in owners[fid]:
-                owners[fid].append(st.head)
-    for r in pp.replicas:  # a sequence started away from its head's site
-        if not owners[r.flow] and pp.starts.get(r.stream) == r.loc:
-            owners[r.flow].append(r.stream)
+            used.append(ir.update_flow(ir.replica(st.replica)).sig)
+        for sig in used:
+            if st.head not in owners[ids[sig]]:
+                owners[ids[sig]].append(st.head)
+    for r in ir.replicas:  # a sequence started away from its head's site
+        fid = ids[ir.update_flow(r).sig]
+        if not owners[fid] and ir.start_of(r.stream) == r.loc:
+            owners[fid].append(r.stream)
     return owners
 
 

@@ -91,10 +91,10 @@ def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
 def sharing(query: Query, plan) -> dict:
     """Window replicas of the compiled plan: steps probing one (``replica_uses``), distinct
     ones (``replicas``) and flows; Eq. 1 charges every use, the engine ships each replica once."""
-    from ..physical import compile_plan
-    pp = compile_plan(query, plan)
-    return {"replica_uses": sum(1 for st in pp.steps if st.replica is not None),
-            "replicas": len(pp.replicas), "flows": len(pp.flows)}
+    from ..ir import lower
+    ir = lower(query, plan)
+    return {"replica_uses": sum(1 for st in ir.steps if st.replica is not None),
+            "replicas": len(ir.replicas), "flows": len(ir.flows)}
 
 
 def _ratio(a: float, b: float) -> float:

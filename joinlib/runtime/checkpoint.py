@@ -1,95 +1,101 @@
-"""Node checkpoints: what a node knows besides its window stores, as bytes.
+"""Host checkpoints: everything a host knows, in an explicit, versioned format of plain data.
 
-A node's state is a deterministic function of the inputs handed to it (source batches,
-messages, ``end``), and it only changes inside :meth:`Node.run` / ``feed`` / ``on_message``.
-So a checkpoint taken between two such calls, together with
+A host's state is a deterministic function of the inputs handed to it (source batches,
+messages, the last epoch), and it only changes inside :meth:`Host.run` / ``feed`` /
+``on_message``.  So a checkpoint taken between two such calls, with the input positions up to
+which messages were handed to it, lets a fresh host with the same instances installed carry on
+exactly: it re-reads its inputs from those positions and redoes the same phases, sending the
+same messages again (receivers drop epochs they already used) and emitting the same result
+batches (a sink numbering them per instance skips those already delivered).
 
-* the window stores as they were at that instant (the cluster adapter snapshots its Redis
-  keys in the same atomic step, ``joinlib.adapters.redis_checkpoint``), and
-* the input positions up to which messages were handed to the node,
+The format (``FORMAT``) is plain data only — dicts, lists, tuples, str, int, float, bool,
+None, bytes — built by every part's own ``snapshot()``: home windows, and per instance its
+lanes, senders, replicas, rows between steps and values between phases.  Tuples are in their
+Avro wire encoding.  Nothing is pickled as an object: :func:`loads` refuses any class, so a
+checkpoint cannot run code and renaming an attribute cannot silently change the format.
 
-lets a fresh :class:`~joinlib.runtime.node.Node` built from the same plan carry on exactly:
-it re-reads its inputs from those positions and redoes the same phases, sending the same
-messages again (receivers drop epochs they already used, ``Node.taken``) and emitting the
-same result batches (the sink skips those already delivered).
-
-Kept: epochs and cursors of the tick group, every lane and every free home; the inbox, the
-source queues and watermarks; batches, pending rows and temporaries between phases; the
-senders and replicas (minus their stores: they are re-attached by name); the per-flow
-``taken`` epochs.  Not kept: the plan (the caller rebuilds the node from it; a checkpoint of
-another plan is refused), transport, sink and sensor.
+The window stores' contents are included when asked (``with_stores``: memory stores, tests,
+jump starts); the cluster keeps its windows in Redis and snapshots them there, atomically with
+this blob (:mod:`joinlib.adapters.redis_checkpoint`).
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import io
 import pickle
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-FORMAT = 1
+from .. import wire
+from ..errors import JoinlibError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .host import Host
 
-class CheckpointError(ValueError):
-    """The checkpoint does not fit the node (other plan or format)."""
-
-
-def plan_digest(node) -> str:
-    """What the checkpoint must match: query, plan and site (a short hash)."""
-    from ..query import query_to_dict
-    text = json.dumps([query_to_dict(node.q), node.pp.plan.to_json(), node.site], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+FORMAT = 2
 
 
-def _without_store(obj) -> dict:
-    return {k: v for k, v in vars(obj).items() if k != "store"}
+class CheckpointError(JoinlibError, ValueError):
+    """The checkpoint does not fit the host (other plan, other format, damaged)."""
 
 
-def state_of(node) -> dict[str, Any]:
-    """The node's state as plain Python objects (see the module docstring for what is in it)."""
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise CheckpointError(f"checkpoint names a class ({module}.{name}); only plain data is allowed")
+
+
+def dumps(state: dict[str, Any]) -> bytes:
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> dict[str, Any]:
+    try:
+        state = _PlainUnpickler(io.BytesIO(data)).load()
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"unreadable checkpoint: {e}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        got = state.get("format") if isinstance(state, dict) else "?"
+        raise CheckpointError(f"checkpoint format {got} is not {FORMAT}")
+    return state
+
+
+def state_of(host: "Host", with_stores: bool = False) -> dict[str, Any]:
+    """The host's state as plain data (see the module docstring)."""
+    enc = wire.encode_tuple
     return {
-        "format": FORMAT, "plan": plan_digest(node),
-        "now": node.now, "epoch": node.epoch, "cursor": node.cursor, "last_epoch": node.last_epoch,
-        "inbox": node.inbox, "taken": node.taken,
-        "source": {k: list(v) for k, v in node.source.items()}, "watermark": node.watermark,
-        "batches": node.batches, "pending": dict(node.pending), "temp": node.temp, "step_done": node.step_done,
-        "lanes": [(lane.epoch, lane.cursor) for lane in node.lanes],
-        "homes": {name: (h.progress, h.epoch) for name, h in node.homes.items()},
-        "senders": {rid: _without_store(x) for rid, x in node.senders.items()},
-        "replicas": {rid: _without_store(x) for rid, x in node.replicas.items()},
+        "format": FORMAT, "site": host.site, "now": host.now,
+        "last": dict(host.last),
+        "windows": [((q, part, s), w.snapshot(enc, with_stores)) for (q, part, s), w in host.windows.items()],
+        "instances": [(list(key), inst.snapshot(enc, with_stores)) for key, inst in host.instances.items()],
+        "inbox": [(list(key), wire.encode_body(body)) for key, body in host.inbox.items()],
+        "taken": [(list(k), e) for k, e in host.taken.items()],
     }
 
 
-def snapshot(node) -> bytes:
-    return pickle.dumps(state_of(node), protocol=pickle.HIGHEST_PROTOCOL)
+def snapshot(host: "Host", with_stores: bool = False) -> bytes:
+    return dumps(state_of(host, with_stores))
 
 
-def restore(node, data: bytes) -> None:
-    """Put a :func:`snapshot` back into ``node``, a fresh Node of the same plan and site whose
-    stores already hold the windows of the snapshot's instant."""
-    from collections import deque
-    try:
-        st = pickle.loads(data)
-    except Exception as e:
-        raise CheckpointError(f"unreadable checkpoint: {e}") from None
-    if not isinstance(st, dict) or st.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint format {st.get('format') if isinstance(st, dict) else '?'} "
-                              f"is not {FORMAT}")
-    if st["plan"] != plan_digest(node):
-        raise CheckpointError(f"checkpoint of another plan or site (digest {st['plan']}, this node {plan_digest(node)})")
-    if len(st["lanes"]) != len(node.lanes) or set(st["senders"]) != set(node.senders) \
-            or set(st["replicas"]) != set(node.replicas):
-        raise CheckpointError("checkpoint does not match the node's lanes, senders and replicas")
-    node.now, node.epoch, node.cursor, node.last_epoch = st["now"], st["epoch"], st["cursor"], st["last_epoch"]
-    node.inbox, node.taken = st["inbox"], st["taken"]
-    node.source = {k: deque(v) for k, v in st["source"].items()}
-    node.watermark, node.batches, node.temp, node.step_done = st["watermark"], st["batches"], st["temp"], st["step_done"]
-    node.pending.clear()
-    node.pending.update(st["pending"])
-    for lane, (epoch, cursor) in zip(node.lanes, st["lanes"]):
-        lane.epoch, lane.cursor = epoch, cursor
-    for name, (progress, epoch) in st["homes"].items():
-        home = node.homes[name]
-        home.progress, home.epoch = progress, epoch
-    for table, saved in ((node.senders, st["senders"]), (node.replicas, st["replicas"])):
-        for rid, fields in saved.items():
-            vars(table[rid]).update(fields)
+def restore(host: "Host", data: bytes) -> None:
+    """Put a :func:`snapshot` back into ``host``, a fresh host of the same site with the same
+    instances installed, whose stores hold the windows of the snapshot's instant (or, for a
+    snapshot ``with_stores``, are loaded from it)."""
+    st = loads(data)
+    if st["site"] != host.site:
+        raise CheckpointError(f"checkpoint of site {st['site']}, not {host.site}")
+    keys = {tuple(k) for k, _ in st["instances"]}
+    if keys != set(host.instances):
+        raise CheckpointError(f"checkpoint holds instances {sorted(keys)}, the host {sorted(host.instances)}")
+    wins = {tuple(k) for k, _ in st["windows"]}
+    if wins != set(host.windows):
+        raise CheckpointError(f"checkpoint holds windows {sorted(wins)}, the host {sorted(host.windows)}")
+    dec = wire.decode_tuple
+    host.now = st["now"]
+    for q, last in st["last"].items():
+        host.set_last(q, last)
+    for key, w in st["windows"]:
+        host.windows[tuple(key)].restore(w, dec)  # type: ignore[index]
+    for key, inst in st["instances"]:
+        host.instances[tuple(key)].restore(inst, dec)  # type: ignore[index]
+    host.inbox = {tuple(k): wire.decode_body(b) for k, b in st["inbox"]}  # type: ignore[misc]
+    host.taken = {tuple(k): e for k, e in st["taken"]}  # type: ignore[misc]

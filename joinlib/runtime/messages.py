@@ -1,23 +1,26 @@
 """Messages exchanged between nodes.
 
-Every message travels in an :class:`Envelope` on a *flow*: a numbered, directed
-channel of the compiled plan (see :mod:`joinlib.physical`).  Each flow carries exactly
-one message per batch epoch, possibly empty, in epoch order; that is what lets a
-receiver know an epoch is complete without trusting a latency bound.
+Every message travels in an :class:`Envelope` on a *flow* of one plan instance: a directed
+channel of the lowered plan (:mod:`joinlib.ir`) carrying exactly one message per batch epoch,
+possibly empty, in epoch order; that is what lets a receiver know an epoch is complete without
+trusting a latency bound.  An instance is (query, partition, generation): two generations of a
+query's plan run side by side during a switch, each on its own flows.
 
-The three kinds of the paper: ``full`` tuples (:class:`TupleBatch`), ``partial``
-tuples, i.e. join-attribute values (:class:`KeyBatch`), and ``update`` messages
-(:class:`ExpiryUpdate` for SM-S1's FIFO count, :class:`DjaUpdate` for the DJA
-vectors v_J, v_C and the set s_F of SM-S2 / SM-D1).  Wire encoding: :mod:`joinlib.wire`.
+The three kinds of the paper: ``full`` tuples (:class:`TupleBatch`), ``partial`` tuples, i.e.
+join-attribute values (:class:`KeyBatch`), and ``update`` messages (:class:`ExpiryUpdate` for
+SM-S1's FIFO count, :class:`DjaUpdate` for the DJA vectors v_J, v_C and the set s_F of SM-S2 /
+SM-D1).  A fourth, ``snapshot`` (:class:`WindowSnapshot`), jump-starts a replica of a generation
+installed mid-stream with the window state it would have had.  Wire encoding: :mod:`joinlib.wire`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, ClassVar, Union
 
 from ..model import Tup
 
-Key = tuple  # a composite join key: values of the probed attributes, in order
+Key = tuple[Any, ...]  # a composite join key: values of the probed attributes, in order
+Row = tuple[Any, ...]  # one (intermediate) result: a Tup or None per stream position
 
 
 @dataclass(slots=True)
@@ -26,7 +29,7 @@ class TupleBatch:
     ordered by stream position; a base-stream batch has one-element rows."""
 
     rows: list[tuple[Tup, ...]] = field(default_factory=list)
-    kind = "full"
+    kind: ClassVar[str] = "full"
 
 
 @dataclass(slots=True)
@@ -34,7 +37,7 @@ class KeyBatch:
     """Partial tuples: distinct join keys (K_1, ΔV'_2, K'_1)."""
 
     keys: list[Key] = field(default_factory=list)
-    kind = "partial"
+    kind: ClassVar[str] = "partial"
 
 
 @dataclass(slots=True)
@@ -46,7 +49,7 @@ class ExpiryUpdate:
 
     expired: int = 0
     arrivals: list[int] = field(default_factory=list)
-    kind = "update"
+    kind: ClassVar[str] = "update"
 
 
 @dataclass(slots=True)
@@ -58,22 +61,49 @@ class DjaUpdate:
     vc: list[int] = field(default_factory=list)
     sf: list[Tup] = field(default_factory=list)
     arrivals: list[int] = field(default_factory=list)
-    kind = "update"
+    kind: ClassVar[str] = "update"
 
 
-Body = Union[TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate]
+@dataclass(slots=True)
+class WindowSnapshot:
+    """The state a replica of a generation starting at epoch E would have had at the end of
+    epoch E - 1 (sent on the replica's update flow with epoch E - 1): ``base`` = the number of
+    tuples of the stream before epoch E (the count limit of tuple windows), ``tuples`` = the
+    window tuples still alive at E (SP-S), ``keys`` / ``counts`` = the distinct join values of
+    the window and their counts, in V_2 order (SM-S2, SM-D1)."""
+
+    base: int = 0
+    tuples: list[Tup] = field(default_factory=list)
+    keys: list[Key] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    kind: ClassVar[str] = "snapshot"
+
+
+Body = Union[TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot]
+
+#: an instance of a query's plan: (query, partition, generation)
+InstanceKey = tuple[str, int, int]
 
 
 @dataclass(slots=True)
 class Envelope:
-    """One message on flow ``flow`` for batch ``epoch``, sent by site ``src`` to ``dst``."""
+    """One message on flow ``flow`` of instance (``query``, ``part``, ``gen``) for batch
+    ``epoch``, sent by site ``src`` to ``dst``.  ``query`` is not on the wire: the topic
+    (``node.<query>.<dst>``) names it."""
 
     src: str
     dst: str
     flow: int
     epoch: int
     body: Body
+    part: int = 0
+    gen: int = 0
+    query: str = ""
 
     @property
     def kind(self) -> str:
         return self.body.kind
+
+    @property
+    def instance(self) -> InstanceKey:
+        return (self.query, self.part, self.gen)

@@ -9,22 +9,29 @@ made O(log n) by the hash index).
 
 *Deadline* of a tuple: the last batch epoch whose heads may still join it.  Time
 window: floor((ts + T) / τ).  Tuple window: the epoch of its w-th successor in the
-stream.  At the tick of epoch e a window drops every tuple whose deadline is < e —
-the semi-delayed removal of the paper, made exact by processing epochs in order.
+stream.  The *view* of a window at epoch e is what heads of epoch e may join: tuples
+of epochs <= e whose deadline is >= e.  A store may hold more (newer tuples already
+inserted, older ones whose purge is still held back by a slower reader): probes and
+semijoins cut the view out by bisection, so epochs pipeline and purges lag safely.
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Any, Optional
 
 from ..model import Stream, Tup
 from ..state.base import KeyList
+
+Bound = tuple[str, int]  # ("ts", x): drop ts < x;  ("seq", y): drop seq < y
 
 
 class Progress:
     """Arrival timestamps per epoch of a tuple-window stream, as known at one place.
 
     Needed to count how many tuples of S_k precede a head (the count limit) where
-    the stream's tuples are not all present (replicas of SM-S1 / SM-S2).
+    the stream's tuples are not all present (replicas of SM-S1 / SM-S2).  It may start
+    mid-stream (:meth:`start_at`): a replica of a generation installed at epoch E knows only
+    how many tuples came before E.
     """
 
     __slots__ = ("_first", "_ts", "_before")
@@ -34,21 +41,31 @@ class Progress:
         self._ts: list[list[int]] = []       # arrival ts per kept epoch
         self._before: list[int] = []         # tuples in epochs before each kept epoch
 
+    def start_at(self, epoch: int, base: int) -> None:
+        """Begin at ``epoch``: ``base`` tuples of the stream arrived before it."""
+        self._first, self._ts, self._before = epoch, [], [base]
+
     def add_epoch(self, epoch: int, ts: list[int]) -> None:
         """Record epoch ``epoch``'s arrivals; epochs must come in order, none skipped."""
-        if not self._ts:
+        if not self._before:
             self._first = epoch
             self._before.append(0)
-        else:
-            assert epoch == self._first + len(self._ts), "progress epochs must be consecutive"
+        elif self._ts:
+            if epoch != self._first + len(self._ts):
+                raise ValueError(f"progress epochs must be consecutive: got {epoch} after "
+                                 f"{self._first + len(self._ts) - 1}")
             self._before.append(self._before[-1] + len(self._ts[-1]))
+        elif epoch != self._first:
+            raise ValueError(f"progress started at epoch {self._first}, got {epoch}")
         self._ts.append(ts)
 
     def through(self, epoch: int) -> int:
         """N(epoch): tuples of the stream with epoch <= ``epoch``."""
+        if not self._before:
+            return 0
         i = epoch - self._first
-        if i < 0:
-            return self._before[0] if self._before else 0
+        if i < 0 or not self._ts:
+            return self._before[0]
         i = min(i, len(self._ts) - 1)
         return self._before[i] + len(self._ts[i])
 
@@ -65,8 +82,17 @@ class Progress:
             del self._ts[:drop], self._before[:drop]
             self._first += drop
 
+    def snapshot(self) -> dict[str, Any]:
+        return {"first": self._first, "ts": [list(x) for x in self._ts], "before": list(self._before)}
 
-def valid_range(kl: KeyList, stream: Stream, head: Tup, progress: "Progress | None", tau: int) -> tuple[int, int]:
+    @classmethod
+    def restored(cls, data: dict[str, Any]) -> "Progress":
+        p = cls()
+        p._first, p._ts, p._before = int(data["first"]), [list(x) for x in data["ts"]], list(data["before"])
+        return p
+
+
+def valid_range(kl: KeyList, stream: Stream, head: Tup, progress: Optional[Progress], tau: int) -> tuple[int, int]:
     """[lo, hi) indexes of ``kl`` holding the S_k tuples that may join ``head``."""
     ties = stream.pos < head.pos  # equal ts: S_k precedes the head iff its position is lower
     hi = bisect_right(kl.ts, head.ts, kl.lo) if ties else bisect_left(kl.ts, head.ts, kl.lo)
@@ -80,15 +106,34 @@ def valid_range(kl: KeyList, stream: Stream, head: Tup, progress: "Progress | No
     return lo, hi
 
 
-def purge_bound(stream: Stream, epoch: int, tau: int, progress: "Progress | None") -> dict:
-    """Keyword arguments for ``store.purge_below`` dropping tuples with deadline < ``epoch``."""
+def expiry_bound(stream: Stream, epoch: int, tau: int, progress: Optional[Progress]) -> Bound:
+    """Tuples below this bound have a deadline < ``epoch``: the window of epoch ``epoch`` has none."""
     w = stream.window
     if w.is_time:
         # deadline < e  <=>  floor((ts+T)/tau) <= e-1  <=>  ts < e*tau - T
-        return {"ts": epoch * tau - w.size}
-    # deadline < e  <=>  w-th successor arrived by epoch e-1  <=>  seq + w < N(e-1) + ... i.e. seq < N(e-1) - w
-    assert progress is not None
-    return {"seq": progress.through(epoch - 1) - w.size}
+        return ("ts", epoch * tau - w.size)
+    # deadline < e  <=>  the w-th successor arrived by epoch e-1  <=>  seq < N(e-1) - w
+    assert progress is not None, "tuple windows need progress"
+    return ("seq", progress.through(epoch - 1) - w.size)
+
+
+def purge_bound(stream: Stream, epoch: int, tau: int, progress: Optional[Progress]) -> dict[str, int]:
+    """Keyword arguments for ``store.purge_below`` dropping tuples with deadline < ``epoch``."""
+    field_, value = expiry_bound(stream, epoch, tau, progress)
+    return {field_: value}
+
+
+def below(t: Tup, bound: Bound) -> bool:
+    """Is ``t`` below ``bound`` (dead by the bound's epoch)?"""
+    return (t.ts if bound[0] == "ts" else t.seq) < bound[1]
+
+
+def view_slice(kl: KeyList, lower: Bound, end_ts: int) -> list[Tup]:
+    """The tuples of ``kl`` in a window view: not below ``lower``, ts < ``end_ts``."""
+    hi = bisect_left(kl.ts, end_ts, kl.lo)
+    arr = kl.ts if lower[0] == "ts" else kl.seq
+    lo = bisect_left(arr, lower[1], kl.lo, hi)
+    return kl.tups[lo:hi]
 
 
 def epoch_of(ts: int, tau: int) -> int:

@@ -101,4 +101,20 @@ class WindowStore(Protocol):
     def first_seq_at_or_after(self, ts: int) -> Optional[int]:
         """Seq of the oldest stored tuple with ts >= ``ts`` (None if none)."""
 
+    def tuples(self) -> list[Tup]:
+        """Every stored tuple, in seq order."""
+
+    def snapshot(self) -> list[Tup]:
+        """The store's content as a value (every tuple, seq order): :meth:`load` of it into any
+        store, of this kind or another, gives the same observable state.  Checkpoints, plan
+        switches (a replica jump-started from another node's window) and partition hand-offs
+        all move windows this way."""
+
+    def load(self, tuples: Sequence[Tup]) -> None:
+        """Replace the content by ``tuples`` (a :meth:`snapshot`); the indexes stay."""
+
+    def clear(self) -> int:
+        """Drop everything (tuples and indexes): the store is done with.  Returns how many storage
+        keys were freed (0 in memory)."""
+
     def __len__(self) -> int: ...

@@ -97,8 +97,23 @@ class MemoryWindowStore:
         return a.seq[i] if i < len(a.seq) else None
 
     def tuples(self) -> list[Tup]:
-        """All stored tuples in seq order (tests, metrics)."""
+        """All stored tuples in seq order."""
         return self._all.live()
+
+    def snapshot(self) -> list[Tup]:
+        return list(self._all.live())
+
+    def load(self, tuples: Sequence[Tup]) -> None:
+        indexes = list(self._indexes)
+        self.clear()
+        for index in indexes:
+            self.add_index(index)
+        self.insert(sorted(tuples, key=lambda t: t.seq))
+
+    def clear(self) -> int:
+        self._all = KeyList()
+        self._indexes = {}
+        return 0
 
     def indexes(self) -> set[Index]:
         """The indexes maintained."""

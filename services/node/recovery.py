@@ -2,64 +2,91 @@
 
 Every ``CHECKPOINT_EVERY_S`` (and when stopped) the service flushes its producer -- a message
 the checkpoint counts as sent must be in Kafka, since a replay from the checkpoint will not send
-it again -- and saves, in one atomic Redis
-script (``joinlib.adapters.redis_checkpoint``), a copy of its window stores and
+it again -- and saves, in one atomic Redis script (``joinlib.adapters.redis_checkpoint``), a copy
+of its window stores and
 
-* the node's state (``joinlib.runtime.checkpoint``),
+* the host's state (``joinlib.runtime.checkpoint``, without the stores' contents: they are the
+  copies),
 * the consumer positions of its source topics and inbound topic: every message before them
-  was handed to the node, none after,
-* its counters (results and result batches per head, bytes per link, received, naive, totals),
+  was handed to the host, none after,
+* its counters (results and result batches per plan instance and head, bytes per link,
+  received, naive, totals),
 * the end offset of ``out.<query>`` at that instant.
 
 A restarted node of the same run rolls its stores back to the copy, restores the state and
 counters, and reads its inputs again from the saved positions.  It redoes the same phases
-(the node is deterministic): messages it sends again are dropped by their receivers
-(``Node.taken``), and result batches it had delivered before it stopped are skipped -- the
-service reads ``out.<query>`` from the saved end offset and skips, per head stream, every
-batch number already there (batches of one head are numbered in epoch order and Kafka keeps
-a producer's order within the partition).  So the output has each result once.
+(the host is deterministic): messages it sends again are dropped by their receivers
+(``Host.taken``), and result batches it had delivered before it stopped are skipped -- the
+service reads ``out.<query>`` from the saved end offset and skips, per plan instance and head
+stream, every batch number already there (batches of one head are numbered in epoch order and
+Kafka keeps a producer's order within the partition).  So the output has each result once.
+
+The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads``: no objects).
 """
 from __future__ import annotations
 
-import pickle
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from confluent_kafka import TopicPartition
 
 from joinlib import wire
-from joinlib.adapters.kafka import consume, make_consumer, out_topic
+from joinlib.adapters.kafka import LinkStats, consume, make_consumer, out_topic
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
+from joinlib.model import Query
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .service import _Run
+
+FORMAT = 1
+
+
+def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
+    return [(list(k), st.messages, st.bytes, st.transfer_ms) for k, st in stats.items()]
+
+
+def _unlinks(rows: list[Any], into: dict[tuple[str, str, str], Any]) -> None:
+    for k, msgs, nbytes, ms in rows:
+        st = into[tuple(k)]  # type: ignore[index]
+        st.messages, st.bytes, st.transfer_ms = msgs, nbytes, ms
+
 
 class NodeCheckpoints:
-    def __init__(self, client, namespace: str, site: str, log: Callable[[str], None]) -> None:
+    def __init__(self, client: Any, namespace: str, site: str, log: Callable[[str], None]) -> None:
         self.store = RedisCheckpoints(client, namespace, site)
         self.site = site
         self.log = log
         self.out_offset: Optional[int] = None
         self.saved = 0
 
-    def save(self, node, sink, transport, totals, received, naive, consumer, tps) -> None:
+    def save(self, run: "_Run") -> None:
+        consumer, tps = run.consumer, run.tps
         positions = {}
         for tp in consumer.position([TopicPartition(tp.topic, 0) for tp in tps]):
             # nothing consumed yet from a topic: its assigned start
             positions[tp.topic] = tp.offset if tp.offset >= 0 else next(x.offset for x in tps if x.topic == tp.topic)
-        out = out_topic(node.q.name)
+        out = out_topic(run.q.name)
         try:
             out_end = consumer.get_watermark_offsets(TopicPartition(out, 0), timeout=5)[1]
         except Exception:  # keep the previous bound: the scan after a restart only reads more
             out_end = self.out_offset
         self.out_offset = out_end
-        data = pickle.dumps({
-            "node": checkpoint.snapshot(node), "positions": positions, "out_offset": out_end,
-            "sink": {"count": sink.count, "batches": list(sink.batches)},
-            "links": dict(transport.stats), "received": dict(received), "naive": dict(naive),
-            "totals": vars(totals), "saved_ms": time.time() * 1000.0,
-        }, protocol=pickle.HIGHEST_PROTOCOL)
+        c, totals = run.counters, run.counters.totals
+        data = checkpoint.dumps({
+            "format": checkpoint.FORMAT, "service": FORMAT,
+            "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": out_end,
+            "sink": {"count": run.sink.count, "batches": [(list(k), n) for k, n in run.sink.batches.items()]},
+            "links": _links(run.transport.stats), "received": _links(c.received),
+            "naive": [(list(k), n) for k, n in c.naive.items()],
+            "totals": {"inputs": [(list(k), n) for k, n in totals.inputs.items()],
+                       "processing": [(list(k), s) for k, s in totals.processing.items()],
+                       "emitted": list(totals.emitted.items()),
+                       "late": [(list(k), n) for k, n in totals.late.items()]},
+            "saved_ms": time.time() * 1000.0,
+        })
         self.store.save(data)
         self.saved += 1
 
@@ -71,29 +98,42 @@ class NodeCheckpoints:
             self.store.reset()
         return data
 
-    def resume(self, data: bytes, node, sink, transport, totals, received, naive) -> dict:
-        """Put a checkpoint (:meth:`load`) into the fresh node and counters; returns the input
+    def resume(self, data: bytes, run: "_Run") -> dict[str, int]:
+        """Put a checkpoint (:meth:`load`) into the fresh host and counters; returns the input
         positions to read from."""
         try:
-            c = pickle.loads(data)
-            checkpoint.restore(node, c["node"])
-        except (CheckpointError, pickle.UnpicklingError, KeyError, TypeError) as e:
+            c = checkpoint.loads(data)
+            if c.get("service") != FORMAT:
+                raise CheckpointError(f"node checkpoint format {c.get('service')} is not {FORMAT}")
+            checkpoint.restore(run.host, c["host"])
+        except (CheckpointError, KeyError, TypeError, ValueError) as e:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
-        sink.count, sink.batches = c["sink"]["count"], list(c["sink"]["batches"])
-        transport.stats.update(c["links"])
-        received.update(c["received"])
-        naive.update(c["naive"])
-        vars(totals).update(c["totals"])
+        run.sink.count = c["sink"]["count"]
+        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}  # type: ignore[misc]
+        _unlinks(c["links"], run.transport.stats)
+        _unlinks(c["received"], run.counters.received)
+        for k, n in c["naive"]:
+            run.counters.naive[tuple(k)] = n  # type: ignore[index]
+        t, saved = run.counters.totals, c["totals"]
+        for k, n in saved["inputs"]:
+            t.inputs[tuple(k)] = n  # type: ignore[index]
+        for k, s in saved["processing"]:
+            t.processing[tuple(k)] = s  # type: ignore[index]
+        for site, n in saved["emitted"]:
+            t.emitted[site] = n
+        for k, n in saved["late"]:
+            t.late[tuple(k)] = n  # type: ignore[index]
         self.out_offset = c["out_offset"]
-        return c["positions"]
+        return dict(c["positions"])
 
-    def delivered(self, bootstrap: str, query, run: Optional[str], timeout_s: float = 30.0) -> list[int]:
-        """Per head stream position: 1 + the highest batch number this site delivered to
-        ``out.<query>`` after the checkpoint's end offset (0: none)."""
+    def delivered(self, bootstrap: str, query: Query, run: Optional[str],
+                  timeout_s: float = 30.0) -> dict[tuple[int, int, int], int]:
+        """Per (partition, generation, head stream position): 1 + the highest batch number this site
+        delivered to ``out.<query>`` after the checkpoint's end offset (absent: none)."""
         topic = out_topic(query.name)
         pos = {n: i for i, n in enumerate(query.names)}
-        skip = [0] * len(pos)
+        skip: dict[tuple[int, int, int], int] = {}
         c = make_consumer(bootstrap, f"joinlib-recover-{self.site}")
         try:
             end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)[1]
@@ -113,8 +153,8 @@ class NodeCheckpoints:
                         continue
                     b = wire.decode_result_batch(m.value())
                     if b.groups:
-                        h = pos[b.groups[0].head]
-                        skip[h] = max(skip[h], b.batch + 1)
+                        h = (b.part, b.gen, pos[b.groups[0].head])
+                        skip[h] = max(skip.get(h, 0), b.batch + 1)
             return skip
         finally:
             c.close()
@@ -124,3 +164,6 @@ class NodeCheckpoints:
             self.store.clear()
         except Exception as e:  # the run's result stands; stale keys are only a leak
             self.log(f"could not clear the checkpoint: {e}")
+
+
+__all__ = ["NodeCheckpoints", "LinkStats"]

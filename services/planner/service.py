@@ -40,6 +40,7 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.errors import JoinlibError
 from joinlib.plan import from_json
+from joinlib.ir import lower
 from joinlib.planner.registry import resolve_plan
 from joinlib.query import parse_query, query_to_dict
 
@@ -89,7 +90,8 @@ class PlannerService:
         finally:
             consumer.close()
         run = uuid.uuid4().hex[:12]
-        payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets}
+        payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
+                   "nodes": list(lower(query, plan).nodes)}
         produce_control_sync(self.producer, query.name, "plan", payload)
         status = QueryStatus(query.name, run, plan.to_json(), planner, submitted_ms=time.time() * 1000)
         with self.lock:

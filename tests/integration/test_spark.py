@@ -105,7 +105,7 @@ def _result_messages(query, results: list[tuple[tuple, int, str]]) -> list[tuple
         last = names[-1] if names[-1] != head else names[0]
         by_name = dict(zip(names, ids, strict=True))
         group = wire.ResultGroup(head, ts, {k: v for k, v in by_name.items() if k != last}, last, [by_name[last]])
-        out.append((b"n1", wire.encode_result_batch(wire.ResultBatch(query.name, "n1", n, ts + _latency(ids, ts),
+        out.append((b"n1", wire.encode_result_batch(wire.ResultBatch(query.name, "n1", 0, 0, n, ts + _latency(ids, ts),
                                                                      [group])), None))
     return out
 

@@ -24,8 +24,9 @@ def run(query, data, plan, roundtrip=False) -> Counter:
 def assert_exact(query, data, plan, roundtrip=False) -> None:
     got, want = run(query, data, plan, roundtrip), reference_join(query, data)
     missing, extra = want - got, got - want
+    text = plan.to_json() if isinstance(plan, plans_mod.Plan) else [(e, p.to_json()) for e, p in plan]
     assert not missing and not extra, (
-        f"plan {plan.to_json()}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
+        f"plan {text}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
 
 
 @SETTINGS
@@ -73,3 +74,43 @@ def test_planner_plans_are_exact(data):
     planner = data.draw(st.sampled_from(["greedy", "exhaustive", "beam"]))
     model = data.draw(st.sampled_from(["paper", "bytes"]))
     assert_exact(query, streams, plan_for(planner, query, model))
+
+
+@st.composite
+def any_plan(draw, query):
+    """A random mixed plan, one algorithm everywhere, or central at a random site."""
+    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central"]))
+    if how == "mixed":
+        return draw(plans(query))
+    if how == "uniform":
+        return plans_mod.uniform(query, draw(st.sampled_from(plans_mod.ALGORITHMS)))
+    return plans_mod.central(query, draw(st.sampled_from(query.sites)))
+
+
+@st.composite
+def switched(draw, query, streams):
+    """Generations: a first plan, then one to three switches to random plans at random epochs
+    (up to two epochs past the last one: a switch after the data is allowed)."""
+    tau = query.execution.interval_ms
+    last = max([t.ts for tups in streams.values() for t in tups] or [0]) // tau
+    n = draw(st.integers(1, 3))
+    starts = sorted(set(draw(st.lists(st.integers(1, last + 2), min_size=n, max_size=n))))
+    return [(0, draw(any_plan(query)))] + [(s, draw(any_plan(query))) for s in starts]
+
+
+@SETTINGS
+@given(st.data())
+def test_plan_switches_are_exact(data):
+    """Old generations serve the head epochs before a switch, new ones the rest: exact for any
+    plans (orders, algorithms, start sites, central) switched at any epochs."""
+    query = data.draw(queries())
+    streams = data.draw(stream_data(query))
+    assert_exact(query, streams, data.draw(switched(query, streams)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_plan_switches_are_exact_through_the_wire_codec(data):
+    query = data.draw(queries(max_streams=3))
+    streams = data.draw(stream_data(query))
+    assert_exact(query, streams, data.draw(switched(query, streams)), roundtrip=True)

@@ -9,12 +9,30 @@ a -> {<a,y>, <a,z>} (count 2), partial entries e, d, f, and no entry c.
 from __future__ import annotations
 
 from joinlib.model import Stream, Tup, Window
+from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender
+from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender
 from joinlib.runtime.messages import TupleBatch
-from joinlib.runtime.sync import DjaReplica, DjaSender, FifoReplica, FifoSender, MixedReplica, MixedSender
+from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.window import HomeWindow
 from joinlib.state.memory import MemoryWindowStore
 
 S2 = Stream("S2", 1, "n2", Window("time", 1000), ("j",))
 IDX = (0,)
+
+
+def home_window(tups: list[Tup]) -> HomeWindow:
+    """The home window of S2 holding ``tups`` (all of epoch 0, τ = 100: every one in the view of epoch 0)."""
+    store = MemoryWindowStore()
+    store.add_index(IDX)
+    w = HomeWindow(S2, store, 100, "n2", Sensor())
+    store.insert(tups)
+    w.next = 1
+    return w
+
+
+def expiring(*tups: Tup) -> tuple[str, int]:
+    """The expiry bound that kills exactly the oldest tuples ``tups`` (ts = seq here)."""
+    return ("ts", max(t.ts for t in tups) + 1)
 
 
 def tup(seq: int, j: str, other: str) -> Tup:
@@ -28,6 +46,7 @@ DX, AZ, FW = tup(4, "d", "x"), tup(5, "a", "z"), tup(6, "f", "w")
 def fig5_before():
     home = MixedSender(S2, IDX)
     home.entries = {("c",): [1, True], ("a",): [2, True], ("e",): [1, False]}
+    home.fifo.extend((t.ts, t.seq, t.key) for t in (CY, AX, AY, EX))
     store = MemoryWindowStore()
     store.add_index(IDX)
     replica = MixedReplica(S2, IDX, store)
@@ -38,7 +57,7 @@ def fig5_before():
 
 def test_fig5_update_message():
     home, _ = fig5_before()
-    msg = home.tick(0, [DX, AZ, FW], [CY, AX])
+    msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
     assert msg.vj == [("d",), ("f",)]
     assert msg.vc == [0, 2, 1, 1, 1]
     assert msg.sf == [AZ]
@@ -48,7 +67,7 @@ def test_fig5_update_message():
 
 def test_fig5_resulting_m2():
     home, replica = fig5_before()
-    replica.apply(0, home.tick(0, [DX, AZ, FW], [CY, AX]))
+    replica.apply(0, home.tick(0, [DX, AZ, FW], expiring(CY, AX)))
     assert list(replica.entries) == [("a",), ("e",), ("d",), ("f",)]
     assert replica.entries[("a",)] == [2, True]
     assert all(replica.entries[(k,)] == [0, False] for k in "edf")
@@ -60,9 +79,10 @@ def test_fig5_resulting_m2():
 def test_sm_d1_uses_the_same_vectors_without_full_tuples():
     home = DjaSender(S2, IDX)
     home.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
+    home.fifo.extend((t.ts, t.seq, t.key) for t in (CY, AX, AY, EX))
     replica = DjaReplica(S2, IDX)
     replica.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
-    msg = home.tick(0, [DX, AZ, FW], [CY, AX])
+    msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
     assert (msg.vj, msg.vc, msg.sf) == ([("d",), ("f",)], [0, 2, 1, 1, 1], [])
     replica.apply(0, msg)
     assert {k: e[0] for k, e in replica.entries.items()} == {("a",): 2, ("e",): 1, ("d",): 1, ("f",): 1}
@@ -70,14 +90,12 @@ def test_sm_d1_uses_the_same_vectors_without_full_tuples():
 
 def test_sm_s2_request_ships_all_tuples_of_partial_keys_once():
     home, replica = fig5_before()
-    replica.apply(0, home.tick(0, [DX, AZ, FW], [CY, AX]))
-    store = MemoryWindowStore()
-    store.add_index(IDX)
-    store.insert([AY, EX, DX, AZ, FW])
+    replica.apply(0, home.tick(0, [DX, AZ, FW], expiring(CY, AX)))
+    window = home_window([AY, EX, DX, AZ, FW])
     assert replica.partial_keys([("a",), ("e",), ("q",)]) == {("e",)}
-    resp = home.semijoin(store, IDX, [("e",), ("a",)])          # a is already full: not re-shipped
+    resp = home.semijoin(window, [("e",), ("a",)], 0)           # a is already full: not re-shipped
     assert resp.rows == [(EX,)]
-    assert home.semijoin(store, IDX, [("e",)]).rows == []        # the shipped bit is set
+    assert home.semijoin(window, [("e",)], 0).rows == []         # the shipped bit is set
     replica.receive(resp)
     assert replica.entries[("e",)] == [1, True]
 
@@ -100,17 +118,15 @@ def test_algorithm8_fifo_count():
             for _ in range(n):
                 tups.append(Tup(1, seq, seq, seq, (key,), b""))
                 seq += 1
-        store = MemoryWindowStore()
-        store.add_index(IDX)
-        store.insert(tups)
+        window = home_window(tups)
         home = FifoSender(S2)
-        shipped = home.semijoin(store, IDX, [(k,) for k in requested])
+        shipped = home.semijoin(window, IDX, [(k,) for k in requested], 0)
         replica_store = MemoryWindowStore()
         replica_store.add_index(IDX)
         replica = FifoReplica(S2, replica_store)
         replica.receive(shipped)
-        dying = store.purge_below(seq=n_expire)
-        msg = home.tick(1, [], dying)
+        dying = window.store.purge_below(seq=n_expire)
+        msg = home.tick(1, [], ("seq", n_expire))
         assert msg.expired == want_k, name
         replica.apply(1, msg)
         # the replica's FIFO now holds exactly the shipped tuples that are still in the window
@@ -120,12 +136,26 @@ def test_algorithm8_fifo_count():
 
 
 def test_non_redundant_semijoin_ships_each_tuple_once():
-    store = MemoryWindowStore()
-    store.add_index(IDX)
-    store.insert([tup(0, "a", "x"), tup(1, "b", "x"), tup(2, "a", "y")])
+    window = home_window([tup(0, "a", "x"), tup(1, "b", "x"), tup(2, "a", "y")])
     home = FifoSender(S2)
-    first = home.semijoin(store, IDX, [("a",)])
-    again = home.semijoin(store, IDX, [("a",), ("b",)])
+    first = home.semijoin(window, IDX, [("a",)], 0)
+    again = home.semijoin(window, IDX, [("a",), ("b",)], 0)
     assert [r[0].seq for r in first.rows] == [0, 2]
     assert [r[0].seq for r in again.rows] == [1]
-    assert TupleBatch([]).rows == home.semijoin(store, IDX, [("a",), ("b",)]).rows
+    assert TupleBatch([]).rows == home.semijoin(window, IDX, [("a",), ("b",)], 0).rows
+
+
+def test_semijoin_answers_from_the_view_of_the_epoch_asked():
+    """A window holding more than one epoch (purges lag, inserts run ahead): the answer for epoch e
+    has only the tuples heads of e may join -- of epochs <= e, not expired by e."""
+    s = Stream("S2", 1, "n2", Window("time", 50), ("j",))
+    store = MemoryWindowStore()
+    store.add_index(IDX)
+    w = HomeWindow(s, store, 100, "n2", Sensor())
+    old, mid, new = Tup(1, 0, 20, 0, ("a",)), Tup(1, 1, 120, 1, ("a",)), Tup(1, 2, 250, 2, ("a",))
+    store.insert([old, mid, new])
+    w.next = 3
+    # epoch 1 (heads 100..199): view [100-50, 200) -> old (20) is dead, new (250) is not there yet
+    assert [r[0].id for r in FifoSender(s).semijoin(w, IDX, [("a",)], 1).rows] == [1]
+    # epoch 2: view [150, 300) -> only new
+    assert [r[0].id for r in FifoSender(s).semijoin(w, IDX, [("a",)], 2).rows] == [2]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from joinlib import values, wire
 from joinlib.model import Tup
-from joinlib.runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch
+from joinlib.runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -54,6 +54,9 @@ def norm(env: Envelope):
         body = ("partial", [key_fields(k) for k in b.keys])
     elif isinstance(b, ExpiryUpdate):
         body = ("expiry", b.expired, list(b.arrivals))
+    elif isinstance(b, WindowSnapshot):
+        body = ("snapshot", b.base, [tup_fields(t) for t in b.tuples], [key_fields(k) for k in b.keys],
+                list(b.counts))
     else:
         body = (
             "dja",
@@ -62,7 +65,7 @@ def norm(env: Envelope):
             [tup_fields(t) for t in b.sf],
             list(b.arrivals),
         )
-    return (type(b), env.src, env.dst, env.flow, env.epoch, body)
+    return (type(b), env.src, env.dst, env.part, env.gen, env.flow, env.epoch, body)
 
 
 def roundtrip(env: Envelope) -> Envelope:
@@ -80,8 +83,8 @@ def T(pos=0, id=1, ts=1000, seq=0, key=("a",), rest=b"payload"):
     return Tup(pos, id, ts, seq, tuple(key), rest)
 
 
-def env(body, src="site-A", dst="site-B", flow=3, epoch=17):
-    return Envelope(src, dst, flow, epoch, body)
+def env(body, src="site-A", dst="site-B", flow=3, epoch=17, part=0, gen=0):
+    return Envelope(src, dst, flow, epoch, body, part, gen)
 
 
 # ----------------------------------------------------------------------- schemas
@@ -150,6 +153,7 @@ def test_body_union_order():
         "joinlib.KeyBatch",
         "joinlib.ExpiryUpdate",
         "joinlib.DjaUpdate",
+        "joinlib.WindowSnapshot",
     )
 
 
@@ -370,7 +374,7 @@ def test_sizes_are_deterministic():
     assert wire.encode_envelope(copy) == wire.encode_envelope(e)
     # the exact size of a known message: header 2 strings + ints, body branch, arrays
     small = env(ExpiryUpdate(1, []), src="a", dst="b", flow=1, epoch=1)
-    assert wire.envelope_size(small) == 2 + 2 + 1 + 1 + 1 + 1 + 1
+    assert wire.envelope_size(small) == 2 + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1  # part, gen, flow, epoch, branch
 
 
 # --------------------------------------------------------------------- malformed
@@ -414,10 +418,10 @@ def test_source_batch_roundtrip():
 def test_result_batch_roundtrip():
     G = wire.ResultGroup
     for b in [
-        wire.ResultBatch("q1", "n1", 0, 1_700_000_000_123,
+        wire.ResultBatch("q1", "n1", 0, 0, 0, 1_700_000_000_123,
                          [G("S1", 1000, {"S1": 1, "S3": LONG_MAX}, "S2", [2, 3, LONG_MIN])]),
-        wire.ResultBatch("q", "s", LONG_MAX, -1, []),
-        wire.ResultBatch("запрос", "узел", 5, 6, [G("流", 5, {}, "S", []), G("S", -7, {"流": -3}, "流", [9])]),
+        wire.ResultBatch("q", "s", INT_MAX, INT_MIN, LONG_MAX, -1, []),
+        wire.ResultBatch("запрос", "узел", 1, 2, 5, 6, [G("流", 5, {}, "S", []), G("S", -7, {"流": -3}, "流", [9])]),
     ]:
         data = wire.encode_result_batch(b)
         assert data == wire._encode_result_batch_reference(b)
@@ -427,7 +431,7 @@ def test_result_batch_roundtrip():
 
 
 def test_result_batch_expands_to_results():
-    b = wire.ResultBatch("q", "n1", 3, 50, [wire.ResultGroup("A", 10, {"A": 1, "C": 4}, "B", [7, 8])])
+    b = wire.ResultBatch("q", "n1", 0, 0, 3, 50, [wire.ResultGroup("A", 10, {"A": 1, "C": 4}, "B", [7, 8])])
     assert list(b.results()) == [wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 7}),
                                  wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 8})]
 
@@ -481,11 +485,15 @@ body_st = st.one_of(
         st.lists(tup_st, max_size=3),
         st.lists(long_st, max_size=4),
     ),
+    st.builds(WindowSnapshot, long_st, st.lists(tup_st, max_size=3), st.lists(key_st, max_size=4),
+              st.lists(long_st, max_size=4)),
 )
 envelope_st = st.builds(
     Envelope,
     src=st.text(max_size=10),
     dst=st.text(max_size=10),
+    part=st.integers(INT_MIN, INT_MAX),
+    gen=st.integers(INT_MIN, INT_MAX),
     flow=st.integers(INT_MIN, INT_MAX),
     epoch=long_st,
     body=body_st,
@@ -552,13 +560,15 @@ def test_property_source_batch(stream, tups, wm):
 @given(
     st.text(max_size=8),
     st.text(max_size=8),
+    st.integers(0, INT_MAX),
+    st.integers(0, INT_MAX),
     long_st,
     long_st,
     st.lists(st.tuples(st.text(max_size=6), long_st, st.dictionaries(st.text(max_size=6), long_st, max_size=4),
                        st.text(max_size=6), st.lists(long_st, max_size=5)), max_size=4),
 )
-def test_property_result_batch(query, site, batch, emit_ms, groups):
-    b = wire.ResultBatch(query, site, batch, emit_ms, [wire.ResultGroup(*g) for g in groups])
+def test_property_result_batch(query, site, part, gen, batch, emit_ms, groups):
+    b = wire.ResultBatch(query, site, part, gen, batch, emit_ms, [wire.ResultGroup(*g) for g in groups])
     data = wire.encode_result_batch(b)
     assert data == wire._encode_result_batch_reference(b)
     assert wire.decode_result_batch(data) == b

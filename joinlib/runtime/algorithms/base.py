@@ -1,0 +1,149 @@
+"""What every one-way join algorithm is built from: the step context, the join, and the
+sender / replica protocols with their snapshots.
+
+A family module (:mod:`.simple`, :mod:`.semijoin`, :mod:`.dja`) turns a step of the lowered plan
+into *phases* placed at sites and lanes (:class:`Placed`), and provides the sender (home side)
+and replica (probing side) of the replica kind it owns.  Phases talk to the instance they belong
+to through :class:`StepContext` only, so an algorithm never sees the host, the transport or the
+clock.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
+
+from ...ir import ReplicaOp, StepOp
+from ...model import Query, Stream, Tup
+from ...state.base import KeyList, WindowStore
+from ..lanes import Phase
+from ..messages import Body, Key, Row, WindowSnapshot
+from ..sink import Group
+from ..window import HomeWindow
+from ..windowing import Bound, Progress, valid_range
+
+Encode = Callable[[Tup], bytes]
+Decode = Callable[[bytes], Tup]
+
+
+class StepContext(Protocol):
+    """What a phase may use of its plan instance at one site."""
+
+    site: str
+    q: Query
+    tau: int
+    m: int
+    start: int
+
+    def send(self, dst: str, flow: str, epoch: int, body: Body) -> None: ...
+    def take(self, flow: str, epoch: int) -> Optional[Body]: ...
+    def ready(self, st: StepOp, e: int) -> bool: ...
+    def rows_in(self, st: StepOp, e: int) -> list[Row]: ...
+    def output(self, st: StepOp, e: int, groups: list[Group], final: bool = True) -> None: ...
+    def home(self, stream: str) -> HomeWindow: ...
+    def sender(self, sig: str) -> Any: ...
+    def replica(self, sig: str) -> Any: ...
+    def hold(self, key: tuple[Any, ...], value: Any) -> None: ...
+    def holds(self, key: tuple[Any, ...]) -> bool: ...
+    def release(self, key: tuple[Any, ...]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A phase of a step placed at ``site`` in lane ``lane`` (a tuple key: phases with the same
+    key at a site share a lane).  ``uses``: the window it reads at its epoch, ``("home",
+    stream)`` or ``("replica", sig)``, whose purges its lane holds back."""
+
+    site: str
+    lane: tuple[Any, ...]
+    phase: Phase
+    uses: Optional[tuple[str, str]] = None
+
+
+class Sender(Protocol):
+    """The home side of a replica: what the home node sends to keep it in step."""
+
+    def jump(self, home: HomeWindow, start: int) -> WindowSnapshot:
+        """The replica's initial state for a generation starting at epoch ``start``."""
+
+    def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
+        """The update message of epoch ``e`` (B_e arrived; tuples below ``bound`` left the window)."""
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]: ...
+    def restore(self, data: dict[str, Any], decode: Decode) -> None: ...
+
+
+class Replica(Protocol):
+    """The probing side: a replica applies the home's messages in epoch order."""
+
+    def apply(self, e: int, body: Body) -> None: ...
+    def snapshot(self, encode: Encode) -> dict[str, Any]: ...
+    def restore(self, data: dict[str, Any], decode: Decode) -> None: ...
+
+
+# ----------------------------------------------------------------------------- rows and joins
+
+def parts(row: Row) -> tuple[Tup, ...]:
+    """The base tuples of a row (its non-empty slots), for shipping."""
+    return tuple(t for t in row if t is not None)
+
+
+def make_row(m: int, tups: Iterable[Tup]) -> Row:
+    row: list[Optional[Tup]] = [None] * m
+    for t in tups:
+        row[t.pos] = t
+    return tuple(row)
+
+
+def by_key(st: StepOp, rows: list[Row]) -> dict[Key, list[Row]]:
+    """Rows grouped by the key they probe ``st``'s stream with (rows whose own values disagree
+    with a second predicate on the same attribute are dropped: they cannot match)."""
+    out: dict[Key, list[Row]] = {}
+    pk = st.key.probe_key
+    for row in rows:
+        k = pk(row)
+        if k is not None:
+            out.setdefault(k, []).append(row)
+    return out
+
+
+def join(ctx: StepContext, st: StepOp, rows: list[Row], lookup: Callable[[list[Key]], dict[Key, KeyList]],
+         progress: Optional[Progress]) -> list[Group]:
+    """The T-limit join of ``rows`` with the probed stream's tuples found by ``lookup``: for each
+    row, the contiguous range of its key's list that lies in the window as seen by the row's
+    head tuple (two bisections)."""
+    bykey = by_key(st, rows)
+    if not bykey:
+        return []
+    stream, hp = ctx.q.streams[st.pos], st.head_pos
+    groups: list[Group] = []
+    found = lookup(list(bykey))
+    if not stream.window.is_time:
+        for k, kl in found.items():
+            for row in bykey[k]:
+                lo, hi = valid_range(kl, stream, row[hp], progress, ctx.tau)
+                if lo < hi:
+                    groups.append((row, kl.tups[lo:hi]))
+        return groups
+    # time window, inlined (the hot path): the same two bisections as valid_range
+    size = stream.window.size
+    upper = bisect_right if stream.pos < st.head_pos else bisect_left
+    for k, kl in found.items():
+        ts, tups, first = kl.ts, kl.tups, kl.lo
+        for row in bykey[k]:
+            h = row[hp].ts
+            hi = upper(ts, h, first)
+            lo = bisect_left(ts, h - size, first, hi)
+            if lo < hi:
+                groups.append((row, tups[lo:hi]))
+    return groups
+
+
+def store_join(ctx: StepContext, st: StepOp, rows: list[Row], store: WindowStore,
+               progress: Optional[Progress]) -> list[Group]:
+    index = st.key.index
+    return join(ctx, st, rows, lambda keys: store.lookup_many(index, keys), progress)
+
+
+def own_lane(st: StepOp, phase: str) -> tuple[str, str, str]:
+    return ("step", st.sig, phase)

@@ -1,0 +1,307 @@
+"""Semijoins over distinct join values (DJA, Sect. 3.2.2): SM-D1 and SM-S2.
+
+SM-D1: the source keeps V_2@N_1, the distinct join values of the remote window with counts
+(:class:`DjaReplica`), and ships only the rows whose key is among them; the home probes.  The
+home keeps V_2 in step with update messages (v_J new values, v_C counts; :class:`DjaSender`).
+
+SM-S2: the source keeps M_2, a mix of partial entries (values only) and full entries (values
+with all their window tuples) (:class:`MixedReplica`).  Rows with a full key probe at once, rows
+with a partial key wait for the home's answer ΔW'_2 (all window tuples of the requested keys,
+which become full); the update message adds s_F, the new tuples of full keys (Algorithm 9,
+:class:`MixedSender`).
+
+The home computes counts from the window's *logical* content (its own FIFO of keys, expired by
+the window's bound at each tick), never from the lagged physical purge, and answers requests
+from the view of the epoch asked for; so its messages are a function of the data alone.
+
+SM-S2's protocol has a feedback loop the others lack: the update of epoch e + 1 (its s_F) depends
+on which keys the request of epoch e made full, and the request of e + 1 depends on that update.
+Its lane therefore takes one round trip per epoch; it keeps up while a round trip (with transfer)
+fits in the batch interval τ.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable, Optional, Sequence
+
+from ...ir import StepOp
+from ...model import Stream, Tup
+from ...state.base import WindowStore
+from ..lanes import Phase
+from ..messages import Body, DjaUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
+from ..window import HomeWindow
+from ..windowing import Bound, Progress
+from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, parts, store_join
+from .semijoin import arrivals_of
+from .simple import probe_shipped
+
+
+def project(t: Tup, index: tuple[int, ...]) -> Key:
+    return tuple(t.key[i] for i in index)
+
+
+class DjaSender:
+    """SM-D1 at the home node: V_2 as an ordered map key -> count (Sect. 3.2.2), kept from the
+    window's logical content: ``fifo`` holds (ts, seq, key) of every tuple in the window."""
+
+    def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
+        self.stream = stream
+        self.index = index
+        self.entries: dict[Key, list[Any]] = {}  # key -> [count, shipped?]; insertion order = V order
+        self.fifo: deque[tuple[int, int, Key]] = deque()
+
+    def jump(self, home: HomeWindow, start: int) -> WindowSnapshot:
+        for t in home.boundary(start):
+            key = project(t, self.index)
+            self.fifo.append((t.ts, t.seq, key))
+            e = self.entries.get(key)
+            if e is None:
+                self.entries[key] = [1, False]
+            else:
+                e[0] += 1
+        return WindowSnapshot(home.count_before(start), [], list(self.entries),
+                              [e[0] for e in self.entries.values()])
+
+    def _dying(self, bound: Bound) -> list[Key]:
+        col = 0 if bound[0] == "ts" else 1
+        value, fifo, out = bound[1], self.fifo, []
+        while fifo and fifo[0][col] < value:
+            out.append(fifo.popleft()[2])
+        return out
+
+    def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
+        vj = []
+        for t in batch:
+            key = project(t, self.index)
+            self.fifo.append((t.ts, t.seq, key))
+            e = self.entries.get(key)
+            if e is None:
+                self.entries[key] = [1, False]
+                vj.append(key)
+            else:
+                e[0] += 1
+                if e[1] and sf is not None:
+                    sf.append(t)
+        for key in self._dying(bound):
+            self.entries[key][0] -= 1
+        vc = [e[0] for e in self.entries.values()]
+        for key in [k for k, e in self.entries.items() if e[0] == 0]:
+            del self.entries[key]
+        return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
+
+    def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
+        return self._update(batch, bound, None)
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1, "entries": [(k, c, full) for k, (c, full) in self.entries.items()],
+                "fifo": list(self.fifo)}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        self.entries = {tuple(k): [c, full] for k, c, full in data["entries"]}
+        self.fifo = deque((ts, seq, tuple(k)) for ts, seq, k in data["fifo"])
+
+
+class MixedSender(DjaSender):
+    """SM-S2 at the home node: V_2 with shipped bits; s_F carries new tuples of shipped keys."""
+
+    def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
+        return self._update(batch, bound, [])
+
+    def semijoin(self, home: HomeWindow, keys: Iterable[Key], e: int) -> TupleBatch:
+        """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
+        want = [k for k in keys if (x := self.entries.get(k)) is not None and not x[1]]
+        out = []
+        for key, tups in home.view(self.index, want, e).items():
+            self.entries[key][1] = True
+            out.extend((t,) for t in tups)
+        return TupleBatch(out)
+
+
+class DjaReplica:
+    """SM-D1's V_2@N_1: distinct join values with counts, in V_2's order."""
+
+    def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
+        self.stream, self.index = stream, index
+        self.entries: dict[Key, list[Any]] = {}  # key -> [count, full?]
+
+    def apply(self, e: int, body: Body) -> None:
+        if isinstance(body, WindowSnapshot):
+            self.entries = {tuple(k): [c, False] for k, c in zip(body.keys, body.counts)}
+            self._start_entries()
+            return
+        assert isinstance(body, DjaUpdate)
+        for key in body.vj:
+            self.entries[key] = [0, False]
+        if len(body.vc) != len(self.entries):
+            raise RuntimeError(f"DJA count vector of {self.stream.name} has {len(body.vc)} entries, "
+                               f"replica has {len(self.entries)}: replicas out of sync")
+        dead = []
+        for (key, entry), p in zip(list(self.entries.items()), body.vc):
+            self._settle(key, entry, p)
+            if p == 0:
+                dead.append(key)
+        for key in dead:
+            del self.entries[key]
+
+    def _settle(self, key: Key, entry: list[Any], p: int) -> None:
+        """Take the window's new count ``p`` of tuples with ``key``."""
+        entry[0] = p
+
+    def _start_entries(self) -> None:
+        """Entries just taken from a snapshot (all partial)."""
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self.entries
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1, "entries": [(k, c, full) for k, (c, full) in self.entries.items()]}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        self.entries = {tuple(k): [c, full] for k, c, full in data["entries"]}
+
+
+class MixedReplica(DjaReplica):
+    """SM-S2's M_2@N_1: partial entries (join values) and full entries (their tuples)."""
+
+    def __init__(self, stream: Stream, index: tuple[int, ...], store: WindowStore) -> None:
+        super().__init__(stream, index)
+        self.store = store
+        self.progress: Optional[Progress] = None if stream.window.is_time else Progress()
+        self._sf: dict[Key, list[Tup]] = {}
+        self._expire: dict[Key, int] = {}
+
+    def apply(self, e: int, body: Body) -> None:
+        if isinstance(body, WindowSnapshot):
+            super().apply(e, body)
+            if self.progress is not None:
+                self.progress.start_at(e + 1, body.base)
+            return
+        assert isinstance(body, DjaUpdate)
+        self._sf = {}
+        for t in body.sf:
+            self._sf.setdefault(project(t, self.index), []).append(t)
+        self._expire = {}
+        super().apply(e, body)
+        if self._sf:
+            raise RuntimeError(f"s_F of {self.stream.name} names keys the replica holds no full tuples of")
+        # One store call each for the new and the expired tuples (a round trip each on Redis).
+        self.store.insert(sorted(body.sf, key=lambda t: t.seq))
+        gone = [t for key, kl in self.store.lookup_many(self.index, self._expire).items()
+                for t in kl.live()[:self._expire[key]]]
+        gone.sort(key=lambda t: t.seq)
+        self.store.remove_oldest(gone)
+        if self.progress is not None:
+            self.progress.add_epoch(e, body.arrivals)
+            self.progress.prune(e)
+
+    def _settle(self, key: Key, entry: list[Any], p: int) -> None:
+        if not entry[1]:
+            return  # partial entries keep c = 0: M_2 holds none of their full tuples
+        q = len(self._sf.pop(key, ()))
+        k = entry[0] + q - p  # Algorithm 9, line 36: expired full tuples of this key
+        if k:
+            self._expire[key] = k
+        entry[0] = p
+
+    def _start_entries(self) -> None:
+        for entry in self.entries.values():
+            entry[0] = 0  # partial entries keep c = 0
+
+    def partial_keys(self, keys: Iterable[Key]) -> set[Key]:
+        return {k for k in keys if (x := self.entries.get(k)) is not None and not x[1]}
+
+    def receive(self, body: TupleBatch) -> None:
+        """ΔW'_2 arrived: the requested entries become full."""
+        tups = [r[0] for r in body.rows]
+        self.store.insert(tups)
+        for key, kl in self.store.lookup_many(self.index, {project(t, self.index) for t in tups}).items():
+            entry = self.entries[key]
+            entry[1] = True
+            entry[0] = len(kl)
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        out = super().snapshot(encode)
+        out["progress"] = self.progress.snapshot() if self.progress is not None else None
+        return out
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        super().restore(data, decode)
+        self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
+
+
+# ----------------------------------------------------------------------------- phases
+
+def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    sig = st.replica or ""
+    req, resp = st.flow("req"), st.flow("resp")
+    rank = (1, st.seq_index, st.j)
+
+    def probe(e: int) -> bool:
+        """At the source: probe full keys now, request the partial ones."""
+        if e < ctx.start:
+            return True
+        if not ctx.ready(st, e):
+            return False
+        rep: MixedReplica = ctx.replica(sig)
+        bykey = by_key(st, ctx.rows_in(st, e))
+        partial_keys = rep.partial_keys(bykey)
+        now_rows, later = [], []
+        for k, rs in bykey.items():
+            (later if k in partial_keys else now_rows).extend(rs)
+        ctx.output(st, e, store_join(ctx, st, now_rows, rep.store, rep.progress), final=False)
+        ctx.hold(("rows", st.sig, e), later)
+        ctx.send(st.home, req, e, KeyBatch([k for k in bykey if k in partial_keys]))
+        return True
+
+    def semijoin(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        body = ctx.take(req, e)
+        if body is None:
+            return False
+        assert isinstance(body, KeyBatch)
+        sender: MixedSender = ctx.sender(sig)
+        ctx.send(st.loc, resp, e, sender.semijoin(ctx.home(st.stream), body.keys, e))
+        return True
+
+    def finish(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        if not ctx.holds(("rows", st.sig, e)):
+            return False
+        body = ctx.take(resp, e)
+        if body is None:
+            return False
+        assert isinstance(body, TupleBatch)
+        rep: MixedReplica = ctx.replica(sig)
+        rep.receive(body)
+        rows = ctx.release(("rows", st.sig, e))
+        ctx.output(st, e, store_join(ctx, st, rows, rep.store, rep.progress))
+        return True
+
+    return [Placed(st.loc, ("hold", sig), Phase(rank + (0,), "probe", probe)),
+            Placed(st.home, ("serve", sig), Phase(rank, "semijoin", semijoin), ("home", st.stream)),
+            Placed(st.loc, ("hold", sig), Phase(rank + (1,), "probe", finish))]
+
+
+def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    sig = st.replica or ""
+    data = st.flow("data")
+
+    def ship(e: int) -> bool:
+        """At the source (in the replica's lane, after its update of epoch e): ship the rows whose
+        key is in V_2."""
+        if e < ctx.start:
+            return True
+        if not ctx.ready(st, e):
+            return False
+        rep: DjaReplica = ctx.replica(sig)
+        rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in rep for r in rs]
+        ctx.send(st.home, data, e, TupleBatch([parts(r) for r in rows]))
+        return True
+
+    return [Placed(st.loc, ("hold", sig), Phase((1, st.seq_index, st.j), "ship", ship)),
+            probe_shipped(ctx, st, data)]
+
+
+__all__ = ["DjaSender", "MixedSender", "DjaReplica", "MixedReplica", "sms2_phases", "smd1_phases", "own_lane"]

@@ -1,0 +1,235 @@
+"""Semijoins with a key round trip: SM-S1 (result at the source) and SM-D2 (result at the
+destination).
+
+SM-S1: the source ships the keys K_1 of its rows; the home answers with ΔW'_2, the matching
+window tuples it never shipped before (Algorithm 7's shipped bits, :class:`FifoSender`); the
+source keeps them in W'_2 (:class:`FifoReplica`) and probes.  Expiry is a count k of shipped
+tuples that left the window (Algorithm 8): W'_2 is a FIFO.
+
+Pipelining: the home answers the request of epoch e from the *view* of its window at e, and
+counts k from the window's logical expiry, not from its (lagged) physical purge; its sender
+lane runs tick(e), the semijoins of e, tick(e + 1), ... so every answer and count is a function
+of the data alone.  The source ships the keys of epoch e + 1 without waiting for the answer of e.
+
+SM-D2: keys K_1 go to the home, which answers with the keys K'_1 that have matches (keeping the
+matching window lists), then the source ships the rows with those keys, which the home joins.
+No replica, no state across epochs: every phase has a lane of its own.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Sequence
+
+from ...ir import StepOp
+from ...model import Stream, Tup
+from ...state.base import KeyList, WindowStore
+from ..lanes import Phase
+from ..messages import Body, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
+from ..window import HomeWindow
+from ..windowing import Bound, Progress, view_slice
+from .base import Decode, Encode, Placed, StepContext, by_key, join, make_row, own_lane, parts, store_join
+
+
+def arrivals_of(stream: Stream, batch: Sequence[Tup]) -> list[int]:
+    """Arrival timestamps, needed remotely only for tuple-count windows."""
+    return [t.ts for t in batch] if not stream.window.is_time else []
+
+
+class FifoSender:
+    """SM-S1 at the home node: shipped bits and the FIFO expiry count."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.shipped: set[int] = set()          # seqs shipped to the replica and still in the window
+        self._heap: list[tuple[int, int]] = []   # the same (seq, ts), oldest first
+
+    def jump(self, home: HomeWindow, start: int) -> WindowSnapshot:
+        return WindowSnapshot(home.count_before(start))
+
+    def semijoin(self, home: HomeWindow, index: tuple[int, ...], keys: list[Key], e: int) -> TupleBatch:
+        """Algorithm 7: tuples of the window at epoch ``e`` matching ``keys`` that were never shipped."""
+        out = []
+        shipped = self.shipped
+        for tups in home.view(index, keys, e).values():
+            for t in tups:
+                if t.seq not in shipped:
+                    shipped.add(t.seq)
+                    heapq.heappush(self._heap, (t.seq, t.ts))
+                    out.append((t,))
+        out.sort(key=lambda r: r[0].seq)
+        return TupleBatch(out)
+
+    def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
+        """Algorithm 8: k = number of shipped tuples that left the window at epoch ``e``."""
+        k, heap = 0, self._heap
+        field_, value = bound
+        col = 1 if field_ == "ts" else 0
+        while heap and heap[0][col] < value:
+            self.shipped.discard(heapq.heappop(heap)[0])
+            k += 1
+        return ExpiryUpdate(k, arrivals_of(self.stream, batch))
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1, "shipped": sorted(self._heap)}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        self._heap = [(int(s), int(t)) for s, t in data["shipped"]]
+        heapq.heapify(self._heap)
+        self.shipped = {s for s, _ in self._heap}
+
+
+class FifoReplica:
+    """SM-S1's W'_2@N_1: shipped tuples, removed k at a time from the old end (Algorithm 8)."""
+
+    def __init__(self, stream: Stream, store: WindowStore) -> None:
+        self.stream, self.store = stream, store
+        self.progress: Progress | None = None if stream.window.is_time else Progress()
+        self._fifo: list[tuple[int, Tup]] = []  # heap by seq: a FIFO in stream order
+
+    def apply(self, e: int, body: Body) -> None:
+        if isinstance(body, WindowSnapshot):
+            if self.progress is not None:
+                self.progress.start_at(e + 1, body.base)
+            return
+        assert isinstance(body, ExpiryUpdate)
+        gone = [heapq.heappop(self._fifo)[1] for _ in range(body.expired)]
+        self.store.remove_oldest(gone)
+        if self.progress is not None:
+            self.progress.add_epoch(e, body.arrivals)
+            self.progress.prune(e)
+
+    def receive(self, body: TupleBatch) -> None:
+        tups = [r[0] for r in body.rows]
+        self.store.insert(tups)
+        for t in tups:
+            heapq.heappush(self._fifo, (t.seq, t))
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1, "fifo": [encode(t) for _, t in sorted(self._fifo, key=lambda x: x[0])],
+                "progress": self.progress.snapshot() if self.progress is not None else None}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        tups = [decode(b) for b in data["fifo"]]
+        self._fifo = [(t.seq, t) for t in tups]
+        self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
+
+    def __len__(self) -> int:
+        return len(self._fifo)
+
+
+# ----------------------------------------------------------------------------- phases
+
+def ship_keys(ctx: StepContext, st: StepOp, flow: str) -> Placed:
+    """At the source (SM-S1, SM-D2's first leg): send the keys of the epoch's rows, keep the rows."""
+    def ship(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        if not ctx.ready(st, e):
+            return False
+        rows = ctx.rows_in(st, e)
+        bykey = by_key(st, rows)
+        ctx.hold(("rows", st.sig, e), rows)
+        ctx.send(st.home, flow, e, KeyBatch(list(bykey)))
+        return True
+    return Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship))
+
+
+def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    sig = st.replica or ""
+    req, resp = st.flow("req"), st.flow("resp")
+
+    def semijoin(e: int) -> bool:
+        """At the home (in the sender's lane): answer the request with ΔW'_2 (non-redundant)."""
+        if e < ctx.start:
+            return True
+        body = ctx.take(req, e)
+        if body is None:
+            return False
+        assert isinstance(body, KeyBatch)
+        sender: FifoSender = ctx.sender(sig)
+        ctx.send(st.loc, resp, e, sender.semijoin(ctx.home(st.stream), st.key.index, body.keys, e))
+        return True
+
+    def finish(e: int) -> bool:
+        """Back at the source (in the replica's lane): store ΔW'_2, probe with the waiting rows.
+        (A restarted node may find the answer before it has redone the request: wait for the rows.)"""
+        if e < ctx.start:
+            return True
+        if not ctx.holds(("rows", st.sig, e)):
+            return False
+        body = ctx.take(resp, e)
+        if body is None:
+            return False
+        assert isinstance(body, TupleBatch)
+        rep: FifoReplica = ctx.replica(sig)
+        rep.receive(body)
+        rows = ctx.release(("rows", st.sig, e))
+        ctx.output(st, e, store_join(ctx, st, rows, rep.store, rep.progress))
+        return True
+
+    rank = (1, st.seq_index, st.j)
+    return [ship_keys(ctx, st, req),
+            Placed(st.home, ("serve", sig), Phase(rank, "semijoin", semijoin), ("home", st.stream)),
+            Placed(st.loc, ("hold", sig), Phase(rank, "probe", finish))]
+
+
+def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    keys_f, match_f, data_f = st.flow("keys"), st.flow("match"), st.flow("data")
+
+    def match(e: int) -> bool:
+        """At the home: the keys with tuples in the window of epoch e go back; their lists stay."""
+        if e < ctx.start:
+            return True
+        home = ctx.home(st.stream)
+        if not home.inserted(e):
+            return False
+        body = ctx.take(keys_f, e)
+        if body is None:
+            return False
+        assert isinstance(body, KeyBatch)
+        lower, end = home.lower(e), (e + 1) * ctx.tau
+        found = {k: kl for k, kl in home.store.lookup_many(st.key.index, body.keys).items()
+                 if view_slice(kl, lower, end)}
+        ctx.hold(("found", st.sig, e), found)
+        ctx.send(st.loc, match_f, e, KeyBatch(list(found)))
+        return True
+
+    def ship(e: int) -> bool:
+        """At the source: ship the rows whose key matched."""
+        if e < ctx.start:
+            return True
+        if not ctx.holds(("rows", st.sig, e)):
+            return False
+        body = ctx.take(match_f, e)
+        if body is None:
+            return False
+        assert isinstance(body, KeyBatch)
+        keys = set(body.keys)
+        rows = ctx.release(("rows", st.sig, e))
+        pk = st.key.probe_key
+        ctx.send(st.home, data_f, e, TupleBatch([parts(r) for r in rows if pk(r) in keys]))
+        return True
+
+    def finish(e: int) -> bool:
+        """At the home: join the shipped rows with the lists kept by ``match``."""
+        if e < ctx.start:
+            return True
+        if not ctx.holds(("found", st.sig, e)):
+            return False
+        body = ctx.take(data_f, e)
+        if body is None:
+            return False
+        assert isinstance(body, TupleBatch)
+        found: dict[Key, KeyList] = ctx.release(("found", st.sig, e))
+        rows = [make_row(ctx.m, p) for p in body.rows]
+        home = ctx.home(st.stream)
+        ctx.output(st, e, join(ctx, st, rows, lambda keys: {k: found[k] for k in keys if k in found}, home.progress))
+        return True
+
+    return [ship_keys(ctx, st, keys_f),
+            Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match), ("home", st.stream)),
+            Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship)),
+            Placed(st.home, own_lane(st, "finish"), Phase((0,), "probe", finish), ("home", st.stream))]
+
+
+__all__ = ["FifoSender", "FifoReplica", "sms1_phases", "smd2_phases", "ship_keys", "arrivals_of"]

@@ -1,0 +1,146 @@
+"""Simple joins: local probes, SP-S (probe a full replica at the source) and SP-D (ship the
+rows to the destination and probe there).
+
+SP-S's replica W_2@N_1 is a complete copy of the remote window: the home ships every batch B_2
+(:class:`FullSender`), the replica inserts it and expires tuples by its own clock
+(:class:`FullReplica`), lagging its purges behind the slowest probe that reads it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ...ir import StepOp
+from ...model import Stream, Tup
+from ...state.base import WindowStore
+from ..lanes import Lane, Phase
+from ..messages import Body, TupleBatch, WindowSnapshot
+from ..window import HomeWindow
+from ..windowing import Bound, Progress, purge_bound
+from .base import Decode, Encode, Placed, StepContext, make_row, own_lane, parts, store_join
+
+
+class FullSender:
+    """SP-S at the home node: W_2 is exported to the source node — ship every batch B_2."""
+
+    def jump(self, home: HomeWindow, start: int) -> WindowSnapshot:
+        return WindowSnapshot(home.count_before(start), home.boundary(start))
+
+    def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
+        return TupleBatch([(t,) for t in batch])
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        pass
+
+
+class FullReplica:
+    """SP-S's W_2@N_1: a complete copy, expired locally like the home window once every probe
+    reading it (``users``) is past the expiring tuples' last epoch."""
+
+    def __init__(self, stream: Stream, store: WindowStore, tau: int) -> None:
+        self.stream, self.store, self.tau = stream, store, tau
+        self.progress: Optional[Progress] = None if stream.window.is_time else Progress()
+        self.batches: dict[int, list[Tup]] = {}
+        self.keep_batches = False  # a sequence headed by the stream starts here (it takes them)
+        self.next = 0              # applied through next - 1
+        self.purged = 0
+        self.users: list[Lane] = []
+
+    def apply(self, e: int, body: Body) -> None:
+        if isinstance(body, WindowSnapshot):
+            self.store.insert(sorted(body.tuples, key=lambda t: t.seq))
+            if self.progress is not None:
+                self.progress.start_at(e + 1, body.base)
+            self.next = self.purged = e + 1
+            return
+        assert isinstance(body, TupleBatch)
+        batch = [r[0] for r in body.rows]
+        self.store.insert(batch)
+        if self.progress is not None:
+            self.progress.add_epoch(e, [t.ts for t in batch])
+        if self.keep_batches:
+            self.batches[e] = batch
+        self.next = e + 1
+        self.maintain()
+
+    def maintain(self) -> None:
+        low = self.next
+        for u in self.users:
+            if not u.done and u.epoch < low:
+                low = u.epoch
+        if low > self.purged:
+            self.store.purge_below(**purge_bound(self.stream, low, self.tau, self.progress))
+            if self.progress is not None:
+                self.progress.prune(low)
+            self.purged = low
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": 1, "next": self.next, "purged": self.purged,
+                "progress": self.progress.snapshot() if self.progress is not None else None,
+                "batches": {e: [encode(t) for t in b] for e, b in self.batches.items()}}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        self.next, self.purged = data["next"], data["purged"]
+        self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
+        self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
+
+
+# ----------------------------------------------------------------------------- phases
+
+def local_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    """A step whose input already lives at the probed stream's site: probe the home window."""
+    def probe(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        home = ctx.home(st.stream)
+        if not ctx.ready(st, e) or not home.inserted(e):
+            return False
+        ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), home.store, home.progress))
+        return True
+    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))]
+
+
+def sps_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    def probe(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        rep: FullReplica = ctx.replica(st.replica or "")
+        if not ctx.ready(st, e) or rep.next <= e:
+            return False
+        ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), rep.store, rep.progress))
+        return True
+    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("replica", st.replica or ""))]
+
+
+def spd_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    flow = st.flow("data")
+
+    def ship(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        if not ctx.ready(st, e):
+            return False
+        ctx.send(st.home, flow, e, TupleBatch([parts(r) for r in ctx.rows_in(st, e)]))
+        return True
+    return [Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship)),
+            probe_shipped(ctx, st, flow)]
+
+
+def probe_shipped(ctx: StepContext, st: StepOp, flow: str) -> Placed:
+    """At the home node (SP-D, SM-D1): the rows shipped in probe the home window."""
+    def probe(e: int) -> bool:
+        if e < ctx.start:
+            return True
+        home = ctx.home(st.stream)
+        if not home.inserted(e):
+            return False
+        body = ctx.take(flow, e)
+        if body is None:
+            return False
+        assert isinstance(body, TupleBatch)
+        rows = [make_row(ctx.m, p) for p in body.rows]
+        ctx.output(st, e, store_join(ctx, st, rows, home.store, home.progress))
+        return True
+    return Placed(st.home, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))

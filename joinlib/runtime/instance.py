@@ -1,0 +1,338 @@
+"""One plan instance at one site: the operators of (query, partition, generation) placed here.
+
+An instance runs the head epochs ``[start, stop]`` of its query with its plan; the generation
+before it ran the epochs before ``start``, the one after it runs those after ``stop``.  So a
+switch of plan at epoch E is exact by construction: every head tuple is served by exactly one
+generation, and each generation's windows hold what its heads need:
+
+* the base windows of this site are shared by every generation (:class:`HomeWindow`);
+* the replicas a generation keeps elsewhere are jump-started at epoch ``start - 1`` with the
+  state they would have had (a :class:`~.messages.WindowSnapshot` from the home, built from the
+  window as it is at the boundary), then kept in step epoch by epoch as usual.
+
+The instance is the :class:`~.algorithms.StepContext` its phases run in: rows waiting between
+steps, values held between the phases of one step, the steps' progress, sending and taking
+messages on its flows.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
+
+from ..ir import PlanIR, ReplicaOp, StepOp
+from ..model import Tup
+from ..state.base import KeyList, WindowStore
+from .algorithms import AnyReplica, AnySender, make_replica, make_sender, step_phases
+from .algorithms.base import Decode, Encode, Placed, make_row
+from .algorithms.simple import FullReplica
+from .lanes import Lane, Phase
+from .messages import Body, Envelope, InstanceKey, Row
+from .sensor import Sensor
+from .sink import Group, Sink
+from .window import HomeWindow
+
+InboxKey = tuple[str, int, int, int, int]  # (query, part, gen, flow, epoch)
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """A generation of a query's plan: ``ir`` serves the head epochs ``[start, stop]`` (``stop``
+    None: until the end) of partition ``part``."""
+
+    ir: PlanIR
+    gen: int = 0
+    start: int = 0
+    stop: Optional[int] = None
+    part: int = 0
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or (self.stop is not None and self.stop < self.start - 1):
+            raise ValueError(f"bad epoch range [{self.start}, {self.stop}] for generation {self.gen}")
+
+    @property
+    def key(self) -> InstanceKey:
+        return (self.ir.query.name, self.part, self.gen)
+
+
+class HostPort(Protocol):
+    """What an instance uses of the host it runs in."""
+
+    site: str
+    sensor: Sensor
+    sink: Sink
+    now: float
+
+    def send(self, env: Envelope) -> None: ...
+    def take(self, key: InboxKey) -> Optional[Body]: ...
+    def window(self, spec: InstanceSpec, stream: str) -> HomeWindow: ...
+    def make_store(self, name: str) -> WindowStore: ...
+
+
+class Instance:
+    """The lanes of one :class:`InstanceSpec` at ``host.site`` (see the module docstring)."""
+
+    def __init__(self, host: HostPort, spec: InstanceSpec) -> None:
+        ir = spec.ir
+        self.host, self.spec, self.ir, self.q = host, spec, ir, ir.query
+        self.key = spec.key
+        self.site = host.site
+        self.tau = self.q.execution.interval_ms
+        self.m = len(self.q.streams)
+        self.start, self.stop = spec.start, spec.stop
+        self.lo = spec.start - 1 if spec.start > 0 else 0   # replicas are jump-started one epoch early
+        self.senders: dict[str, AnySender] = {}
+        self.replicas: dict[str, AnyReplica] = {}
+        self.stores: dict[str, WindowStore] = {}           # replica sig -> its store
+        self.homes: dict[str, HomeWindow] = {}
+        self.pending: defaultdict[tuple[int, int, int], list[Row]] = defaultdict(list)
+        self.held: dict[tuple[Any, ...], Any] = {}
+        self.step_done: dict[tuple[int, int], int] = {}
+        self.started: dict[int, int] = {}
+        self.lanes: list[Lane] = []
+        self._flow_ids = ir.flow_ids
+        self._build()
+
+    # ------------------------------------------------------------------ StepContext
+    def send(self, dst: str, flow: str, epoch: int, body: Body) -> None:
+        q, part, gen = self.key
+        self.host.send(Envelope(self.site, dst, self._flow_ids[flow], epoch, body, part, gen, q))
+
+    def take(self, flow: str, epoch: int) -> Optional[Body]:
+        q, part, gen = self.key
+        return self.host.take((q, part, gen, self._flow_ids[flow], epoch))
+
+    def ready(self, st: StepOp, e: int) -> bool:
+        """Has the previous step (or the start) delivered all of epoch e's input here?"""
+        if st.j == 0:
+            return self.started.get(st.seq_index, -1) >= e
+        return self.step_done.get((st.seq_index, st.j - 1), -1) >= e
+
+    def rows_in(self, st: StepOp, e: int) -> list[Row]:
+        return self.pending.pop((st.seq_index, st.j, e), [])
+
+    def output(self, st: StepOp, e: int, groups: list[Group], final: bool = True) -> None:
+        """Hand results on; ``final``: the step has produced all its output for epoch e."""
+        if final:
+            self.step_done[(st.seq_index, st.j)] = e
+        if not groups:
+            return
+        if st.last:
+            self.host.sink.emit(self.key, st.head_pos, st.pos, groups, self.host.now)
+            self.host.sensor.on_emit(self.site, sum(len(t) for _, t in groups))
+            return
+        nxt, pos = self.pending[(st.seq_index, st.j + 1, e)], st.pos
+        for row, tups in groups:
+            a, b = row[:pos], row[pos + 1:]
+            nxt.extend(a + (t,) + b for t in tups)
+
+    def home(self, stream: str) -> HomeWindow:
+        return self.homes[stream]
+
+    def sender(self, sig: str) -> Any:
+        return self.senders[sig]
+
+    def replica(self, sig: str) -> Any:
+        return self.replicas[sig]
+
+    def hold(self, key: tuple[Any, ...], value: Any) -> None:
+        self.held[key] = value
+
+    def holds(self, key: tuple[Any, ...]) -> bool:
+        return key in self.held
+
+    def release(self, key: tuple[Any, ...]) -> Any:
+        return self.held.pop(key)
+
+    # ------------------------------------------------------------------ construction
+    def _build(self) -> None:
+        site, ir, q = self.site, self.ir, self.q
+        placed: list[Placed] = []
+        for s in q.streams:
+            if s.site == site:
+                self.homes[s.name] = self.host.window(self.spec, s.name)
+        for op in ir.replicas:
+            if op.home == site:
+                placed.append(self._sender(op))
+            if op.loc == site:
+                placed.append(self._replica(op))
+        for si, (head, at) in enumerate(ir.starts):
+            if at == site:
+                placed.append(self._start(si, head))
+        for st in ir.steps:
+            placed.extend(p for p in step_phases(self, st) if p.site == site)
+            self._add_indexes(st)
+        self._make_lanes(placed)
+
+    def _make_lanes(self, placed: list[Placed]) -> None:
+        groups: dict[tuple[Any, ...], list[Placed]] = {}
+        for p in placed:
+            groups.setdefault(p.lane, []).append(p)
+        hi = self.stop
+        for key, ps in groups.items():
+            early = key[0] in ("serve", "hold")  # replica protocols begin with the jump start
+            lane = Lane(":".join(map(str, key)), [p.phase for p in ps], self.lo if early else self.start, hi)
+            self.lanes.append(lane)
+            for use in {p.uses for p in ps if p.uses is not None}:
+                kind, name = use
+                if kind == "home":
+                    self.homes[name].use(lane)
+                else:
+                    rep = self.replicas[name]
+                    if isinstance(rep, FullReplica):
+                        rep.users.append(lane)
+
+    def _sender(self, op: ReplicaOp) -> Placed:
+        sender = self.senders[op.sig] = make_sender(op, self.q.stream(op.stream))
+        flow = self.ir.update_flow(op).sig
+        home = self.homes[op.stream]
+        start = self.start
+
+        def tick(e: int) -> bool:
+            if not home.inserted(e):
+                return False
+            if e < start:
+                msg: Body = sender.jump(home, start)
+            else:
+                msg = sender.tick(e, home.batches[e], home.lower(e))
+            self.send(op.loc, flow, e, msg)
+            return True
+        return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
+
+    def _replica(self, op: ReplicaOp) -> Placed:
+        name = f"{self.site}/{self.key[1]}/g{self.key[2]}/{op.kind}/{op.stream}" + (
+            "/" + ",".join(map(str, op.index)) if op.index else "")
+
+        def store() -> WindowStore:
+            s = self.stores[op.sig] = self.host.make_store(name)
+            return s
+        rep = self.replicas[op.sig] = make_replica(op, self.q.stream(op.stream), store, self.tau)
+        if isinstance(rep, FullReplica):
+            rep.keep_batches = any(h == op.stream and at == self.site for h, at in self.ir.starts)
+        flow = self.ir.update_flow(op).sig
+
+        def apply(e: int) -> bool:
+            body = self.take(flow, e)
+            if body is None:
+                return False
+            rep.apply(e, body)
+            return True
+        return Placed(self.site, ("hold", op.sig), Phase((0,), "sync", apply))
+
+    def _start(self, si: int, head: str) -> Placed:
+        m = self.m
+        if head in self.homes:
+            home = self.homes[head]
+
+            def batch_of(e: int) -> Optional[list[Tup]]:
+                return home.batches[e] if home.inserted(e) else None
+            uses: Optional[tuple[str, str]] = ("home", head)
+        else:
+            rep = next(r for sig, r in self.replicas.items()
+                       if isinstance(r, FullReplica) and self.ir.replica(sig).stream == head)
+
+            def batch_of(e: int) -> Optional[list[Tup]]:
+                return rep.batches.pop(e) if e in rep.batches else None
+            uses = None
+
+        def start(e: int) -> bool:
+            batch = batch_of(e)
+            if batch is None:
+                return False
+            if batch:
+                self.pending[(si, 0, e)] = [make_row(m, (t,)) for t in batch]
+            self.started[si] = e
+            return True
+        return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)
+
+    def _add_indexes(self, st: StepOp) -> None:
+        if st.home == self.site:
+            self.homes[st.stream].store.add_index(st.key.index)
+        if st.replica is not None and st.loc == self.site and st.replica in self.stores:
+            self.stores[st.replica].add_index(st.key.index)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close_at(self, last: Optional[int]) -> None:
+        """The query ends with epoch ``last`` (None: open-ended): no lane runs beyond it."""
+        hi = self.stop if last is None else (last if self.stop is None else min(self.stop, last))
+        for lane in self.lanes:
+            lane.hi = hi
+
+    @property
+    def finished(self) -> bool:
+        return all(lane.done for lane in self.lanes)
+
+    def release_windows(self) -> None:
+        """A finished instance stops holding the home windows back."""
+        for home in self.homes.values():
+            home.drop(self.lanes)
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, encode: Encode, with_stores: bool) -> dict[str, Any]:
+        def row(r: Row) -> list[Optional[bytes]]:
+            return [None if t is None else encode(t) for t in r]
+        held = []
+        for (kind, sig, e), v in self.held.items():
+            if kind == "found":
+                v = [(k, [encode(t) for t in kl.live()]) for k, kl in v.items()]
+            else:
+                v = [row(r) for r in v]
+            held.append((kind, sig, e, v))
+        out: dict[str, Any] = {
+            "v": 1, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
+            "lanes": {lane.name: (lane.epoch, lane.cursor) for lane in self.lanes},
+            "senders": {sig: s.snapshot(encode) for sig, s in self.senders.items()},
+            "replicas": {sig: r.snapshot(encode) for sig, r in self.replicas.items()},
+            "pending": [(si, j, e, [row(r) for r in rows]) for (si, j, e), rows in self.pending.items() if rows],
+            "held": held,
+            "step_done": [(si, j, e) for (si, j), e in self.step_done.items()],
+            "started": list(self.started.items()),
+        }
+        if with_stores:
+            out["stores"] = {sig: [encode(t) for t in s.tuples()] for sig, s in self.stores.items()}
+        return out
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        from .checkpoint import CheckpointError
+        if data.get("v") != 1 or data["digest"] != self.ir.digest() or \
+                (data["start"], data["stop"]) != (self.start, self.stop):
+            raise CheckpointError(f"checkpoint of instance {tuple(data.get('key', ()))} does not match this "
+                                  f"plan generation (digest {data.get('digest')} vs {self.ir.digest()})")
+        lanes = {lane.name: lane for lane in self.lanes}
+        if set(lanes) != set(data["lanes"]) or set(data["senders"]) != set(self.senders) \
+                or set(data["replicas"]) != set(self.replicas):
+            raise CheckpointError("checkpoint does not match the instance's lanes, senders and replicas")
+        for name, (epoch, cursor) in data["lanes"].items():
+            lanes[name].epoch, lanes[name].cursor = epoch, cursor
+        for sig, st in data["senders"].items():
+            self.senders[sig].restore(st, decode)
+        for sig, st in data["replicas"].items():
+            self.replicas[sig].restore(st, decode)
+        for sig, tups in data.get("stores", {}).items():
+            self.stores[sig].load([decode(b) for b in tups])
+        m = self.m
+
+        def row(r: list[Optional[bytes]]) -> Row:
+            return tuple(None if b is None else decode(b) for b in r) if len(r) == m else tuple(r)
+        self.pending.clear()
+        for si, j, e, rows in data["pending"]:
+            self.pending[(si, j, e)] = [row(r) for r in rows]
+        self.held = {}
+        for kind, sig, e, v in data["held"]:
+            if kind == "found":
+                v = {tuple(k): _keylist([decode(b) for b in bs]) for k, bs in v}
+            else:
+                v = [row(r) for r in v]
+            self.held[(kind, sig, e)] = v
+        self.step_done = {(si, j): e for si, j, e in data["step_done"]}
+        self.started = {int(si): e for si, e in data["started"]}
+
+
+def _keylist(tups: list[Tup]) -> KeyList:
+    kl = KeyList()
+    for t in tups:
+        kl.append(t)
+    return kl
+
+
+Factory = Callable[[str], WindowStore]

@@ -1,0 +1,149 @@
+"""The window of a stream at the site it is born at, shared by every plan instance there.
+
+A base stream's window has the same content whatever plan runs over it, so it belongs to the
+host, keyed by (query, partition, stream), not to a plan generation: two generations of a plan
+read the same window during a switch, and a new generation finds it full.
+
+Each epoch the window inserts its batch B_e as soon as the stream's watermark passes the end of
+the epoch (the *insert lane*, ahead of everything that reads the window).  Removal lags: the
+tuples dead by epoch e (deadline < e) are purged only once every lane that reads the window
+(its *users*) has finished the epochs before e.  Users read the window at their own epoch, cut
+by bisection (:mod:`joinlib.runtime.windowing`), so a window holding more than one epoch's view
+answers every one of them exactly.  The batches B_e are kept as long as a user may still take
+them (senders ship them, sequences start from them).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable, Optional
+
+from ..model import Stream, Tup
+from ..state.base import Index, WindowStore
+from .lanes import Lane, Phase
+from .messages import Key
+from .sensor import Sensor
+from .windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
+
+
+class HomeWindow:
+    """The window of ``stream`` at its site (see the module docstring)."""
+
+    def __init__(self, stream: Stream, store: WindowStore, tau: int, site: str, sensor: Sensor) -> None:
+        self.stream, self.store, self.tau, self.site, self.sensor = stream, store, tau, site, sensor
+        self.progress: Optional[Progress] = None if stream.window.is_time else Progress()
+        self.next = 0                     # the next epoch to insert
+        self.purged = 0                   # tuples with deadline < purged are gone
+        self.source: deque[Tup] = deque()
+        self.watermark = -1
+        self.batches: dict[int, list[Tup]] = {}
+        self.users: list[Lane] = []
+        self.lane = Lane(f"insert:{stream.name}", [Phase((0,), "tick", self.insert)], 0, None)
+
+    # ------------------------------------------------------------------ inputs
+    def feed(self, tups: Iterable[Tup], watermark: Optional[int]) -> None:
+        self.source.extend(tups)
+        if watermark is not None and watermark > self.watermark:
+            self.watermark = watermark
+
+    def insert(self, e: int) -> bool:
+        """The insert lane's phase: B_e into the store once the watermark passes the epoch."""
+        end = (e + 1) * self.tau
+        if self.watermark < end:
+            return False
+        src, batch, start = self.source, [], e * self.tau
+        while src and src[0].ts < end:
+            t = src.popleft()
+            if t.ts < start:
+                self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
+                continue
+            batch.append(t)
+        self.store.insert(batch)
+        if self.progress is not None:
+            self.progress.add_epoch(e, [t.ts for t in batch])
+        self.next = e + 1
+        self.batches[e] = batch
+        self.maintain()
+        if batch:
+            self.sensor.on_input(self.site, self.stream.name, len(batch))
+        return True
+
+    # ------------------------------------------------------------------ users
+    def use(self, lane: Lane) -> None:
+        """``lane`` reads the window (or takes batches) at its epoch: hold purges back for it."""
+        self.users.append(lane)
+
+    def drop(self, lanes: Iterable[Lane]) -> None:
+        gone = {id(lane) for lane in lanes}
+        self.users = [u for u in self.users if id(u) not in gone]
+
+    def low_epoch(self) -> int:
+        """The lowest epoch a user still needs (``next`` when none does)."""
+        low = self.next
+        for u in self.users:
+            if not u.done and u.epoch < low:
+                low = u.epoch
+        return low
+
+    def maintain(self) -> None:
+        """Purge what no user needs any more; drop batches no user will take."""
+        low = self.low_epoch()
+        if low > self.purged:
+            self.store.purge_below(**purge_bound(self.stream, low, self.tau, self.progress))
+            if self.progress is not None:
+                self.progress.prune(low)
+            self.purged = low
+        if self.batches:
+            for e in [e for e in self.batches if e < low]:
+                del self.batches[e]
+
+    def inserted(self, e: int) -> bool:
+        return self.next > e
+
+    # ------------------------------------------------------------------ views
+    def lower(self, e: int) -> Bound:
+        """Tuples below this are not in the view of epoch ``e``."""
+        return expiry_bound(self.stream, e, self.tau, self.progress)
+
+    def view(self, index: Index, keys: Iterable[Key], e: int) -> dict[Key, list[Tup]]:
+        """The tuples of the view of epoch ``e`` with each of ``keys`` (keys without any omitted)."""
+        lower, end = self.lower(e), (e + 1) * self.tau
+        out: dict[Key, list[Tup]] = {}
+        for k, kl in self.store.lookup_many(index, keys).items():
+            sl = view_slice(kl, lower, end)
+            if sl:
+                out[k] = sl
+        return out
+
+    def boundary(self, start: int) -> list[Tup]:
+        """The window as a generation starting at epoch ``start`` finds it: tuples of epochs before
+        ``start`` that heads of ``start`` may still join (seq order)."""
+        lower, end = self.lower(start), start * self.tau
+        field_ = 0 if lower[0] == "ts" else 1
+        return [t for t in self.store.tuples() if t.ts < end and (t.ts, t.seq)[field_] >= lower[1]]
+
+    def count_before(self, epoch: int) -> int:
+        """How many tuples of the stream came before ``epoch`` (tuple windows; 0 otherwise)."""
+        return self.progress.through(epoch - 1) if self.progress is not None else 0
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, encode: Any, with_store: bool) -> dict[str, Any]:
+        """Plain data (``encode``: Tup -> bytes); the store's tuples only ``with_store``."""
+        out: dict[str, Any] = {
+            "next": self.next, "purged": self.purged, "watermark": self.watermark,
+            "source": [encode(t) for t in self.source],
+            "batches": {e: [encode(t) for t in b] for e, b in self.batches.items()},
+            "progress": self.progress.snapshot() if self.progress is not None else None,
+            "lane": (self.lane.epoch, self.lane.cursor),
+        }
+        if with_store:
+            out["store"] = [encode(t) for t in self.store.tuples()]
+        return out
+
+    def restore(self, data: dict[str, Any], decode: Any) -> None:
+        self.next, self.purged, self.watermark = data["next"], data["purged"], data["watermark"]
+        self.source = deque(decode(b) for b in data["source"])
+        self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
+        self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
+        self.lane.epoch, self.lane.cursor = data["lane"]
+        if "store" in data:
+            self.store.load([decode(b) for b in data["store"]])
