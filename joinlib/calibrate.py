@@ -157,7 +157,7 @@ def time_probe(per_key: int, probes: int, repeat: int) -> tuple[float, float]:
 
 def time_codec(n: int, attrs: int, repeat: int) -> tuple[float, float, int]:
     """(encode s/byte, decode s/byte, bytes) of a full-tuple message of n tuples."""
-    from .runtime.messages import Envelope, TupleBatch
+    from .messages import Envelope, TupleBatch
     from .wire import decode_envelope, encode_envelope
     tups = _tuples(n, 100, attrs)
     env = Envelope("a", "b", 0, 0, TupleBatch(rows=[(t,) for t in tups]))

@@ -15,15 +15,14 @@ from typing import IO, TYPE_CHECKING, Any, Optional, Protocol, Sequence
 from . import command
 from .errors import JoinlibError
 from .experiments.cli import add_commands
+from .messages import InstanceKey
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
-from .runtime.messages import InstanceKey
 from .runtime.sink import Group, Sink
 from .units import parse_duration
 
 if TYPE_CHECKING:
     from .engine import Plans, Report
     from .model import Query, Tup
-    from .plan import Plan
 
 
 class Runner(Protocol):
@@ -175,11 +174,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     early = None if needs_data(args.plan) else resolve_plan(query, args.plan, args.model)  # fail fast
     streams = load_streams(query, args.data)
-    plan: Plans = early if early is not None else resolve_plan(query, args.plan, args.model, streams,
-                                                               progress=progress)
+    first = early if early is not None else resolve_plan(query, args.plan, args.model, streams, progress=progress)
+    plan: Plans = first
     if args.switch:
-        plan = [(0, plan)] + [(at, resolve_plan(query, spec, args.model, streams, progress=progress))
-                              for at, spec in parse_switches(args.switch, query)]
+        plan = [(0, first)] + [(at, resolve_plan(query, spec, args.model, streams, progress=progress))
+                               for at, spec in parse_switches(args.switch, query)]
     runner: Runner = run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")

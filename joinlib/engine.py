@@ -7,11 +7,11 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from .errors import PlanError
 from .ir import PlanIR, Topology, lower
+from .messages import Envelope
 from .model import Query, Tup
 from .plan import Plan
 from .runtime.host import Host
 from .runtime.instance import InstanceSpec
-from .runtime.messages import Envelope
 from .runtime.sensor import TotalsSensor
 from .runtime.sink import LatencyTap, Sink
 from .sim.network import SimNetwork
@@ -35,10 +35,27 @@ class Report:
     late_messages: int = 0
     wall_s: float = 0.0
     virtual_end_ms: float = 0.0
-    mean_latency_ms: Optional[float] = None
-    p50_latency_ms: Optional[float] = None
-    p99_latency_ms: Optional[float] = None
+    latency: Optional[Callable[[], dict[str, Optional[float]]]] = None   # summary, computed on first use
     switches: list[dict[str, Any]] = field(default_factory=list)
+    _latency: Optional[dict[str, Optional[float]]] = field(default=None, repr=False, compare=False)
+
+    def _lat(self, key: str) -> Optional[float]:
+        if self._latency is None:
+            self._latency = self.latency() if self.latency is not None else {}
+        return self._latency.get(key)
+
+    @property
+    def mean_latency_ms(self) -> Optional[float]:
+        """Mean result latency (emit time - head tuple ts), simulated ms."""
+        return self._lat("mean_latency_ms")
+
+    @property
+    def p50_latency_ms(self) -> Optional[float]:
+        return self._lat("p50_latency_ms")
+
+    @property
+    def p99_latency_ms(self) -> Optional[float]:
+        return self._lat("p99_latency_ms")
 
     @property
     def bytes(self) -> int:
@@ -50,7 +67,7 @@ class Report:
 
     @property
     def transmission_ms(self) -> float:
-        return sum(link["transfer_ms"] for link in self.links)
+        return float(sum(link["transfer_ms"] for link in self.links))
 
     @property
     def processing_total_s(self) -> float:
@@ -95,7 +112,7 @@ def generations(query: Query, plans: Plans, topology: Optional[Topology] = None)
     gens = [(0, plans)] if isinstance(plans, Plan) else sorted(plans, key=lambda g: g[0])
     if not gens or gens[0][0] != 0:
         raise PlanError("the first plan generation must start at epoch 0")
-    for (a, _), (b, _) in zip(gens, gens[1:]):
+    for (a, _), (b, _) in zip(gens, gens[1:], strict=False):
         if a == b:
             raise PlanError(f"two plan switches at the same epoch {a}")
     topo = topology or Topology.of(query)
@@ -197,11 +214,9 @@ def _report(query: Query, specs: Sequence[InstanceSpec], net: SimNetwork, sensor
     processing: dict[str, dict[str, float]] = {}
     for (site, op), secs in sensor.processing.items():
         processing.setdefault(site, {})[op] = secs
-    lat = tap.summary()
     rep = Report(query.name, plan_json(specs), tap.count, len(all_ts),
                  (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
-                 sum(sensor.late.values()), wall, net.now, lat["mean_latency_ms"], lat["p50_latency_ms"],
-                 lat["p99_latency_ms"])
+                 sum(sensor.late.values()), wall, net.now, tap.summary)
     if len(specs) > 1:
         rep.switches = [{"generation": s.gen, "from_epoch": s.start, "to_epoch": s.stop} for s in specs]
     return rep

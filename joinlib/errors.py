@@ -23,3 +23,7 @@ class PlanError(JoinlibError):
 
 class ClusterError(JoinlibError):
     """Kafka or Redis cannot be reached or misbehaves."""
+
+
+class CheckpointError(JoinlibError, ValueError):
+    """A checkpoint does not fit the host it is restored into (other plan, other format, damaged)."""

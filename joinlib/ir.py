@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from functools import cached_property
+from typing import Any, Callable, Optional, Union
 
 from .errors import PlanError
 from .model import Network, Query
@@ -73,7 +74,7 @@ class Base:
 
     name: str
 
-    @property
+    @cached_property
     def sig(self) -> str:
         return self.name
 
@@ -88,7 +89,7 @@ class Derived:
     head: str
     streams: frozenset[str]
 
-    @property
+    @cached_property
     def sig(self) -> str:
         return f"{self.head}({','.join(sorted(self.streams - {self.head}))})"
 
@@ -101,7 +102,7 @@ class Part:
     fn: str
     pid: int
 
-    @property
+    @cached_property
     def sig(self) -> str:
         return f"{self.stream.sig}#{self.fn}:{self.pid}"
 
@@ -111,7 +112,7 @@ StreamRef = Union[Base, Derived, Part]
 
 # ----------------------------------------------------------------------------- operators
 
-def _probe_one(p: int, i: int) -> Callable[[tuple], Optional[tuple]]:
+def _probe_one(p: int, i: int) -> Callable[[tuple[Any, ...]], Optional[tuple[Any, ...]]]:
     return lambda row: (row[p].key[i],)
 
 
@@ -155,7 +156,7 @@ class ReplicaOp:
     loc: str
     index: tuple[int, ...]
 
-    @property
+    @cached_property
     def sig(self) -> str:
         idx = f"[{','.join(map(str, self.index))}]" if self.index else ""
         return f"{self.kind}:{self.stream}{idx}@{self.home}>{self.loc}"
@@ -171,7 +172,7 @@ class FlowOp:
     dst: str
     kind: str           # full | partial | update
 
-    @property
+    @cached_property
     def sig(self) -> str:
         return f"{self.owner}/{self.name}"
 
@@ -199,7 +200,7 @@ class StepOp:
     replica: Optional[str] = None       # signature of the ReplicaOp it probes
     flows: tuple[tuple[str, str], ...] = ()
 
-    @property
+    @cached_property
     def sig(self) -> str:
         return f"{self.algorithm}:{self.input.sig}@{self.loc}+{self.stream}"
 
@@ -322,21 +323,24 @@ class PlanIR:
         text = "|".join(sorted(self.signatures())) + "|" + repr(self.query) + repr(self.topology)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def round_trip_chain_ms(self) -> float:
-        """The longest chain of link latencies one epoch of a join sequence waits for (head batch to
-        a remote start, then each step's hops), in ms: the latency floor of the plan's results."""
+    def round_trip_chain_ms(self, hop: Optional[Callable[[FlowOp], float]] = None) -> float:
+        """The longest chain of network hops one epoch's results wait for, in ms: per sequence, the
+        head batch reaching a remote start, then each step's own hops (a request and its answer,
+        rows shipped, ...), a step waiting also for its replica's update of the epoch; the maximum
+        over sequences.  ``hop(flow)``: the time of one message on a flow (default: the link's
+        latency; a benchmark adds the measured mean transfer time)."""
         net = self.query.network
+        cost = hop or (lambda f: net.link(f.src, f.dst)[0])
         worst = 0.0
         for head, at in self.starts:
-            s = self.query.stream(head)
-            total = net.link(s.site, at)[0] if at != s.site else 0.0
+            t = 0.0
+            if at != self.query.stream(head).site:
+                t = cost(self.update_flow(self.replica(f"SP-S:{head}@{self.query.stream(head).site}>{at}")))
             for st in self.steps_of(head):
-                if st.local:
-                    continue
-                there, back = net.link(st.loc, st.home)[0], net.link(st.home, st.loc)[0]
-                total += {"SP-S": 0.0, "SP-D": there, "SM-D1": there, "SM-S1": there + back,
-                          "SM-S2": there + back, "SM-D2": 2 * there + back}[st.algorithm]
-            worst = max(worst, total)
+                if st.replica is not None:
+                    t = max(t, cost(self.update_flow(self.replica(st.replica))))
+                t += sum(cost(self.flow(sig)) for _, sig in st.flows)
+            worst = max(worst, t)
         return worst
 
 

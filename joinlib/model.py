@@ -206,7 +206,7 @@ class Tup:
 
     __slots__ = ("pos", "id", "ts", "seq", "key", "rest", "wire", "idb")
 
-    def __init__(self, pos: int, id: int, ts: int, seq: int, key: tuple, rest: bytes = b"") -> None:
+    def __init__(self, pos: int, id: int, ts: int, seq: int, key: tuple[Value, ...], rest: bytes = b"") -> None:
         self.pos = pos
         self.id = id
         self.ts = ts
@@ -216,7 +216,8 @@ class Tup:
         self.wire: "bytes | None" = None
         self.idb: "bytes | None" = None  # Avro encoding of id, cached by wire.encode_ids
 
-    def __reduce__(self):  # pickled in node checkpoints: the fields, not the caches
+    def __reduce__(self) -> tuple[type[Tup], tuple[int, int, int, int, tuple[Value, ...], bytes]]:
+        # pickled in node checkpoints: the fields, not the caches
         return (Tup, (self.pos, self.id, self.ts, self.seq, self.key, self.rest))
 
     def order(self) -> tuple[int, int, int]:

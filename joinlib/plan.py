@@ -16,13 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from .errors import PlanError
 from .model import Query
 
 ALGORITHMS = ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2")
 SOURCE_ALGORITHMS = frozenset({"SP-S", "SM-S1", "SM-S2"})
+
+StepsJSON = list[list[str]]  # [[stream, algorithm], ...]
+#: the JSON form of a plan: head stream -> its steps, or {"start": site, "steps": steps}
+PlanJSON = dict[str, Union[StepsJSON, dict[str, Union[str, StepsJSON]]]]
 
 
 def at_source(algorithm: str) -> bool:
@@ -53,10 +57,10 @@ class Plan:
                 return s
         raise KeyError(head)
 
-    def to_json(self) -> dict:
-        out: dict = {}
+    def to_json(self) -> PlanJSON:
+        out: PlanJSON = {}
         for seq in self.sequences:
-            steps = [[st.stream, st.algorithm] for st in seq.steps]
+            steps: StepsJSON = [[st.stream, st.algorithm] for st in seq.steps]
             out[seq.head] = steps if seq.start is None else {"start": seq.start, "steps": steps}
         return out
 
@@ -83,9 +87,9 @@ def validate(query: Query, plan: Plan) -> Plan:
                if extra or len(heads) != len(set(heads)) else "")
         )
     for seq in plan.sequences:
-        if seq.start is not None and seq.start not in query.sites:
-            raise PlanError(f"sequence of {seq.head}: start site {seq.start!r} is not a site of the query "
-                            f"(sites: {', '.join(query.sites)})")
+        if seq.start is not None and seq.start not in query.nodes:
+            raise PlanError(f"sequence of {seq.head}: start site {seq.start!r} is not a node of the query "
+                            f"(nodes: {', '.join(query.nodes)}; add processing-only nodes under network.nodes)")
         done = {seq.head}
         for st in seq.steps:
             if st.algorithm not in ALGORITHMS:
@@ -104,7 +108,7 @@ def validate(query: Query, plan: Plan) -> Plan:
     return plan
 
 
-def from_json(query: Query, data: Union[dict, str, Path]) -> Plan:
+def from_json(query: Query, data: Union[dict[str, Any], str, Path]) -> Plan:
     """Parse the JSON plan form (a dict, a JSON string, or a file path) and validate it."""
     if isinstance(data, Path):
         try:
@@ -144,8 +148,8 @@ def central(query: Query, site: Optional[str] = None) -> Plan:
     the network once, to ``site``, where all windows are kept.
     """
     if site is None:
-        rated = [s for s in query.streams if s.stats.rate is not None]
-        site = max(rated, key=lambda s: s.stats.rate).site if rated else query.streams[0].site
+        rated = [(s.stats.rate, s) for s in query.streams if s.stats.rate is not None]
+        site = max(rated, key=lambda r: r[0])[1].site if rated else query.streams[0].site
     seqs = []
     for s in query.streams:
         order = bfs_order(query, s.name)

@@ -35,7 +35,7 @@ from .errors import DataError, JoinlibError
 from .model import Query, Stream, StreamStats, Tup, Value
 
 if TYPE_CHECKING:
-    from .runtime.messages import Body
+    from .messages import Body
 
 CHUNK = 1000
 T = TypeVar("T")
@@ -76,7 +76,7 @@ class StreamMeasurement(TypedDict):
 
 def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
     """Mean bytes each item adds to a message body (chunks of :data:`CHUNK`)."""
-    from .runtime.messages import Envelope
+    from .messages import Envelope
     from .wire import encode_envelope
     if not items:
         return 0.0
@@ -90,13 +90,13 @@ def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
 
 def tuple_bytes(tups: list[Tup]) -> float:
     """F: mean bytes a full tuple adds to a TupleBatch (see the module docstring)."""
-    from .runtime.messages import TupleBatch
+    from .messages import TupleBatch
     return _batch_bytes(lambda c: TupleBatch(rows=[(t,) for t in c]), tups)
 
 
 def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     """P: mean bytes a key adds to a KeyBatch."""
-    from .runtime.messages import KeyBatch
+    from .messages import KeyBatch
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
 
 

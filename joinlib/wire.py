@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 import fastavro
 from fastavro.schema import UnknownType
 
-from .model import Tup
+from .messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
+from .model import Tup, Value
 from .values import varint
-from .runtime.messages import Body, DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
 
 __all__ = [
     "SCHEMA_DIR",
@@ -122,7 +123,7 @@ _BODY_CLASSES = {
     "joinlib.WindowSnapshot": WindowSnapshot,
 }
 if set(_BODY_NAMES) != set(_BODY_CLASSES):  # pragma: no cover - schema/code drift
-    raise ImportError(f"Envelope body union {_BODY_NAMES} does not match joinlib.runtime.messages")
+    raise ImportError(f"Envelope body union {_BODY_NAMES} does not match joinlib.messages")
 
 
 def _shape(s: Any) -> str:
@@ -233,10 +234,10 @@ class ResultBatch(NamedTuple):
     emit_ms: int
     groups: list[ResultGroup]
 
-    def __len__(self) -> int:  # type: ignore[override]  # the number of results, not fields
+    def __len__(self) -> int:  # the number of results, not fields
         return sum(len(g.last_ids) for g in self.groups)
 
-    def results(self):
+    def results(self) -> Iterator[Result]:
         """Every result of the batch as a :class:`Result`."""
         for g in self.groups:
             for i in g.last_ids:
@@ -320,7 +321,7 @@ _STR_CACHE: dict[str, bytes] = {}
 _STR_CACHE_MAX = 1 << 16
 
 
-def _value(v: Any) -> bytes:
+def _value(v: Value) -> bytes:
     """The Value-union encoding of a scalar (str, int, float, bool, None)."""
     t = type(v)
     if t is str:
@@ -341,7 +342,11 @@ def _value(v: Any) -> bytes:
         return _V_DOUBLE + _pack_double(v)
     if t is bool:
         return _V_TRUE if v else _V_FALSE
-    # subclasses (IntEnum, str subclasses, ...)
+    return _subclass_value(v)
+
+
+def _subclass_value(v: object) -> bytes:
+    """:func:`_value` of an instance of a subclass of a Value type (IntEnum, str subclasses, ...)."""
     if isinstance(v, bool):
         return _V_TRUE if v else _V_FALSE
     if isinstance(v, int):
@@ -350,10 +355,13 @@ def _value(v: Any) -> bytes:
         return _V_DOUBLE + _pack_double(float(v))
     if isinstance(v, str):
         return _value(str(v))
-    raise TypeError(f"join-attribute value {v!r} of type {t.__name__} is not an Avro Value")
+    raise TypeError(f"join-attribute value {v!r} of type {type(v).__name__} is not an Avro Value")
 
 
-def _put_key(ap, key: tuple) -> None:
+Append = Callable[[bytes], None]  # the append of the list of a message's pieces
+
+
+def _put_key(ap: Append, key: Key) -> None:
     """Append an array of Values (a composite key)."""
     if key:
         ap(_long(len(key)))
@@ -362,7 +370,7 @@ def _put_key(ap, key: tuple) -> None:
     ap(_ZERO)
 
 
-def _tup_head(pos: int, id: int, ts: int, seq: int, key: tuple) -> bytes:
+def _tup_head(pos: int, id: int, ts: int, seq: int, key: Key) -> bytes:
     """A joinlib.BaseTuple's encoding up to ``rest`` (pos, id, ts, seq, key)."""
     h = (
         (_SMALL[pos] if -_NSMALL <= pos < _NSMALL else _int(pos))
@@ -393,7 +401,7 @@ def encode_tuple(t: Tup) -> bytes:
 _get_idb = attrgetter("idb")
 
 
-def encode_ids(tups) -> bytes:
+def encode_ids(tups: Sequence[Tup]) -> bytes:
     """The Avro longs of the tuples' ids, back to back (the items of an array<long> block).
     Each tuple's encoding is cached in ``Tup.idb``: a window tuple joins many heads, so its id
     is written into many result batches; then this is a C-level join."""
@@ -406,7 +414,7 @@ def encode_ids(tups) -> bytes:
         return b"".join(map(_get_idb, tups))
 
 
-def _put_tups(ap, tups) -> None:
+def _put_tups(ap: Append, tups: Sequence[Tup]) -> None:
     """Append an array of joinlib.BaseTuple."""
     if tups:
         n = len(tups)
@@ -416,7 +424,7 @@ def _put_tups(ap, tups) -> None:
     ap(_ZERO)
 
 
-def _put_longs(ap, xs) -> None:
+def _put_longs(ap: Append, xs: Sequence[int]) -> None:
     if xs:
         ap(_long(len(xs)))
         for x in xs:
@@ -424,61 +432,87 @@ def _put_longs(ap, xs) -> None:
     ap(_ZERO)
 
 
-def _put_string(ap, s: str) -> None:
+def _put_string(ap: Append, s: str) -> None:
     b = s.encode()
     ap(_long(len(b)))
     ap(b)
 
 
+# The union branch of each body class, written first by the class's writer.
 _BRANCH = {cls: _SMALL[_BODY_NAMES.index(name)] for name, cls in _BODY_CLASSES.items()}
+_BR_TUPLE_BATCH = _BRANCH[TupleBatch]
+_BR_KEY_BATCH = _BRANCH[KeyBatch]
+_BR_EXPIRY_UPDATE = _BRANCH[ExpiryUpdate]
+_BR_DJA_UPDATE = _BRANCH[DjaUpdate]
+_BR_WINDOW_SNAPSHOT = _BRANCH[WindowSnapshot]
 
 
-def _put_body(ap, body) -> None:
-    cls = type(body)
-    branch = _BRANCH.get(cls)
-    if branch is None:  # a subclass of a body class?
-        for cls, branch in _BRANCH.items():
-            if isinstance(body, cls):
-                break
-        else:
-            raise TypeError(f"not a message body: {body!r}")
-    ap(branch)
-    if cls is TupleBatch:
-        rows = body.rows
-        if rows:
-            ap(_long(len(rows)))
-            for row in rows:
-                _put_tups(ap, row)  # Row.parts
-        ap(_ZERO)
-    elif cls is KeyBatch:
-        keys = body.keys
-        if keys:
-            ap(_long(len(keys)))
-            for key in keys:
-                _put_key(ap, key)
-        ap(_ZERO)
-    elif cls is ExpiryUpdate:
-        ap(_long(body.expired))
-        _put_longs(ap, body.arrivals)
-    elif cls is WindowSnapshot:
-        ap(_long(body.base))
-        _put_tups(ap, body.tuples)
-        if body.keys:
-            ap(_long(len(body.keys)))
-            for key in body.keys:
-                _put_key(ap, key)
-        ap(_ZERO)
-        _put_longs(ap, body.counts)
-    else:  # DjaUpdate
-        vj = body.vj
-        if vj:
-            ap(_long(len(vj)))
-            for key in vj:
-                _put_key(ap, key)
-        ap(_ZERO)
-        _put_longs(ap, body.vc)
-        _put_tups(ap, body.sf)
-        _put_longs(ap, body.arrivals)
+def _put_keys(ap: Append, keys: Sequence[Key]) -> None:
+    """Append an array of keys."""
+    if keys:
+        ap(_long(len(keys)))
+        for key in keys:
+            _put_key(ap, key)
+    ap(_ZERO)
+
+
+def _put_tuple_batch(ap: Append, body: TupleBatch) -> None:
+    ap(_BR_TUPLE_BATCH)
+    rows = body.rows
+    if rows:
+        ap(_long(len(rows)))
+        for row in rows:
+            _put_tups(ap, row)  # Row.parts
+    ap(_ZERO)
+
+
+def _put_key_batch(ap: Append, body: KeyBatch) -> None:
+    ap(_BR_KEY_BATCH)
+    _put_keys(ap, body.keys)
+
+
+def _put_expiry_update(ap: Append, body: ExpiryUpdate) -> None:
+    ap(_BR_EXPIRY_UPDATE)
+    ap(_long(body.expired))
+    _put_longs(ap, body.arrivals)
+
+
+def _put_window_snapshot(ap: Append, body: WindowSnapshot) -> None:
+    ap(_BR_WINDOW_SNAPSHOT)
+    ap(_long(body.base))
+    _put_tups(ap, body.tuples)
+    _put_keys(ap, body.keys)
+    _put_longs(ap, body.counts)
+
+
+def _put_dja_update(ap: Append, body: DjaUpdate) -> None:
+    ap(_BR_DJA_UPDATE)
+    _put_keys(ap, body.vj)
+    _put_longs(ap, body.vc)
+    _put_tups(ap, body.sf)
+    _put_longs(ap, body.arrivals)
+
+
+# The writer of each body class (branch, then fields): one dict lookup per message.  Any stands
+# for the key class: a writer takes exactly the bodies of its class, which a dict type cannot say.
+BodyWriter = Callable[[Append, Any], None]
+_BODY_WRITERS: dict[type, BodyWriter] = {
+    TupleBatch: _put_tuple_batch,
+    KeyBatch: _put_key_batch,
+    ExpiryUpdate: _put_expiry_update,
+    DjaUpdate: _put_dja_update,
+    WindowSnapshot: _put_window_snapshot,
+}
+if set(_BODY_WRITERS) != set(_BODY_CLASSES.values()):  # pragma: no cover - a body class without a writer
+    raise ImportError("joinlib.wire has no writer for some Envelope body class")
+
+
+def _subclass_writer(body: object) -> BodyWriter:
+    """The writer of the body class ``body`` is an instance of a subclass of."""
+    for cls in _BODY_CLASSES.values():  # union order: the first class that matches
+        if isinstance(body, cls):
+            return _BODY_WRITERS[cls]
+    raise TypeError(f"not a message body: {body!r}")
 
 
 # ------------------------------------------------------------------------- envelopes
@@ -494,7 +528,9 @@ def encode_envelope(env: Envelope) -> bytes:
     ap(_int(env.gen))
     ap(_int(env.flow))
     ap(_long(env.epoch))
-    _put_body(ap, env.body)
+    body = env.body
+    put_body = _BODY_WRITERS.get(type(body)) or _subclass_writer(body)
+    put_body(ap, body)
     return b"".join(parts)
 
 
@@ -528,12 +564,22 @@ def decode_body(data: bytes) -> Body:
     return decode_envelope(data).body
 
 
-def _read(data: bytes, schema: dict, **options: Any) -> Any:
+Record = dict[str, Any]  # a record as fastavro reads and writes it: field name -> value
+
+
+def _record(buf: io.BytesIO, schema: Record, **options: Any) -> Record:
+    """fastavro's schemaless read of one record (a dict: every schema read here is a record)."""
+    rec = fastavro.schemaless_reader(buf, schema, **options)
+    assert isinstance(rec, dict), f"{schema['name']} is not a record schema"
+    return rec
+
+
+def _read(data: bytes, schema: Record, **options: Any) -> Record:
     """fastavro's schemaless read of a whole message; truncated input or trailing
     bytes raise ValueError."""
     buf = io.BytesIO(data)
     try:
-        rec = fastavro.schemaless_reader(buf, schema, **options)
+        rec = _record(buf, schema, **options)
     except (EOFError, StopIteration, IndexError, UnicodeDecodeError) as e:
         raise ValueError(f"malformed {schema['name']} message: {e!r}") from e
     if buf.tell() != len(data):
@@ -543,7 +589,7 @@ def _read(data: bytes, schema: dict, **options: Any) -> Any:
     return rec
 
 
-def _tup_of(d: dict) -> Tup:
+def _tup_of(d: Record) -> Tup:
     return Tup(d["pos"], d["id"], d["ts"], d["seq"], tuple(d["key"]), d["rest"])
 
 
@@ -589,7 +635,7 @@ def _rcount(b: bytes, i: int) -> tuple[int, int]:
     return n, i
 
 
-def _rvalue(b: bytes, i: int):
+def _rvalue(b: bytes, i: int) -> tuple[Value, int]:
     br, i = _rlong(b, i)
     if br == 2:
         return _rlong(b, i)
@@ -609,8 +655,8 @@ def _rvalue(b: bytes, i: int):
     raise ValueError(f"bad Value union branch {br}")
 
 
-def _rkey(b: bytes, i: int) -> tuple[tuple, int]:
-    out: list = []
+def _rkey(b: bytes, i: int) -> tuple[Key, int]:
+    out: list[Value] = []
     n, i = _rcount(b, i)
     while n:
         for _ in range(n):
@@ -630,7 +676,7 @@ def _rtup(b: bytes, i: int) -> tuple[Tup, int]:
     seq, i = _rlong(b, i)
     if b[i] == 0:  # the usual: the key is one block
         i += 1
-        key: tuple = ()
+        key: Key = ()
     else:
         key, i = _rkey(b, i)
     n, i = _rlong(b, i)
@@ -659,7 +705,10 @@ def _rtups(b: bytes, i: int) -> tuple[list[Tup], int]:
     return out, i
 
 
-def _whole(data: bytes, name: str, decode):
+_T = TypeVar("_T")
+
+
+def _whole(data: bytes, name: str, decode: Callable[[bytes], tuple[_T, int]]) -> _T:
     """Run a hand decoder over a whole message: malformed input and trailing bytes raise ValueError."""
     try:
         value, i = decode(data)
@@ -691,7 +740,7 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
         raise ValueError(f"bad body union branch {br}")
     name = _BODY_NAMES[br]
     if name == "joinlib.TupleBatch":
-        rows: list = []
+        rows: list[tuple[Tup, ...]] = []
         n, i = _rcount(data, i)
         while n:
             for _ in range(n):
@@ -703,12 +752,12 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
     buf = io.BytesIO(data)
     buf.seek(i)
     try:
-        b = fastavro.schemaless_reader(buf, SCHEMAS[name])
+        b = _record(buf, SCHEMAS[name])
     except (EOFError, StopIteration) as e:
         raise IndexError(repr(e)) from None
     i = buf.tell()
     if name == "joinlib.KeyBatch":
-        body: Any = KeyBatch([tuple(k) for k in b["keys"]])
+        body: Body = KeyBatch([tuple(k) for k in b["keys"]])
     elif name == "joinlib.ExpiryUpdate":
         body = ExpiryUpdate(b["expired"], b["arrivals"])
     elif name == "joinlib.WindowSnapshot":
@@ -729,7 +778,7 @@ def _decode_envelope_reference(data: bytes) -> Envelope:
     rec = _read(data, _ENVELOPE, return_record_name=True)
     name, b = rec["body"]
     if name == "joinlib.TupleBatch":
-        body: Any = TupleBatch(
+        body: Body = TupleBatch(
             [tuple([_tup_of(p) for p in row["parts"]]) for row in b["rows"]]
         )
     elif name == "joinlib.KeyBatch":
@@ -752,15 +801,15 @@ def _decode_envelope_reference(data: bytes) -> Envelope:
 # ---------------------------------------------- fastavro reference path (for tests)
 
 
-def _tup_record(t: Tup) -> dict:
+def _tup_record(t: Tup) -> Record:
     return {"pos": t.pos, "id": t.id, "ts": t.ts, "seq": t.seq, "key": list(t.key), "rest": t.rest}
 
 
-def _envelope_record(env: Envelope) -> dict:
+def _envelope_record(env: Envelope) -> Record:
     """``env`` as the plain record fastavro writes (body in tuple notation)."""
     body = env.body
     if isinstance(body, TupleBatch):
-        rec: dict = {"rows": [{"parts": [_tup_record(t) for t in row]} for row in body.rows]}
+        rec: Record = {"rows": [{"parts": [_tup_record(t) for t in row]} for row in body.rows]}
         name = "joinlib.TupleBatch"
     elif isinstance(body, KeyBatch):
         rec = {"keys": [list(k) for k in body.keys]}
@@ -872,14 +921,13 @@ def encode_result_batch(batch: ResultBatch) -> bytes:
     return b"".join(parts)
 
 
-_SKIP: dict[int, Any] = {}
+_SKIP: dict[int, re.Pattern[bytes]] = {}
 
 
 def _skip_longs(b: bytes, i: int, n: int) -> int:
     """Index after ``n`` Avro longs from b[i] (a regular expression: C speed)."""
     r = _SKIP.get(n)
     if r is None:
-        import re
         r = _SKIP[n] = re.compile(rb"(?:[\x80-\xff]*[\x00-\x7f]){%d}" % n, re.DOTALL)
     m = r.match(b, i)
     if m is None:
@@ -887,7 +935,7 @@ def _skip_longs(b: bytes, i: int, n: int) -> int:
     return m.end()
 
 
-def _summary_at(data: bytes):
+def _summary_at(data: bytes) -> tuple[tuple[int, list[tuple[int, int]]], int]:
     _, i = _rstring(data, 0)
     _, i = _rstring(data, i)
     _, i = _rlong(data, i)

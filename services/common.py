@@ -1,4 +1,5 @@
-"""What the services share: environment, error lines, and reading the ``control`` topic.
+"""What the services share: environment and error lines; reading the ``control`` topic lives in
+:mod:`joinlib.adapters.control` (re-exported here).
 
 Control messages (``wire.Control``, topic ``control``, key = query name):
 
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Callable, Optional, overload
+from typing import Optional, overload
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from joinlib.adapters.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 
-from joinlib import wire
-from joinlib.adapters.kafka import CONTROL_TOPIC, consume, end_offsets
+__all__ = ["env", "error_line", "info_line", "ControlLog", "ControlRecord", "decode_control_message",
+           "read_control_to_end"]
 
 
 @overload
@@ -43,66 +43,3 @@ def error_line(msg: str) -> None:
 
 def info_line(prefix: str, msg: str) -> None:
     print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
-
-
-@dataclass
-class ControlRecord:
-    offset: int
-    query: str
-    kind: str
-    payload: object
-
-
-@dataclass
-class ControlLog:
-    """Control messages read so far (plans, ends and dones), with their offsets."""
-
-    plans: list[ControlRecord] = field(default_factory=list)
-    ends: list[ControlRecord] = field(default_factory=list)
-    done: set = field(default_factory=set)          # (run, site)
-    position: int = 0                               # next offset to read
-
-    def add(self, rec: ControlRecord) -> None:
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        if rec.kind == "plan":
-            self.plans.append(rec)
-        elif rec.kind == "end":
-            self.ends.append(rec)
-        elif rec.kind == "done":
-            self.done.add((p.get("run"), p.get("site")))
-        self.position = max(self.position, rec.offset + 1)
-
-    def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
-        for rec in reversed(self.plans):
-            if accept(rec):
-                return rec
-        return None
-
-
-def decode_control_message(msg) -> Optional[ControlRecord]:
-    try:
-        c = wire.decode_control(msg.value())
-    except ValueError:
-        return None  # not ours / malformed: ignore
-    return ControlRecord(msg.offset(), c.query, c.kind, c.payload)
-
-
-def read_control_to_end(consumer, log: ControlLog, timeout_s: float = 10.0) -> ControlLog:
-    """Read ``control`` from ``log.position`` (0 = beginning) up to its current end."""
-    end = end_offsets(consumer, [CONTROL_TOPIC], timeout_s)[CONTROL_TOPIC]
-    if log.position >= end:
-        return log
-    consumer.assign([TopicPartition(CONTROL_TOPIC, 0, log.position or OFFSET_BEGINNING)])
-    import time
-    deadline = time.monotonic() + max(timeout_s, 30.0)
-    while log.position < end:
-        for m in consume(consumer, 5000, 0.2):
-            rec = decode_control_message(m)
-            offset = m.offset()
-            if rec is not None:
-                log.add(rec)
-            elif offset is not None:  # always, for a consumed message
-                log.position = max(log.position, offset + 1)
-        if time.monotonic() > deadline:
-            break
-    return log

@@ -36,11 +36,11 @@ import uuid
 from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
+from ..engine import Plans, generations, plan_json
 from ..errors import ClusterError
 from ..model import Query, Tup
-from ..engine import Plans, generations, plan_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MODES = ("process", "thread")
@@ -62,18 +62,24 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     (SIGKILL; a thread node is stopped) and start a new one, which resumes from its last
     checkpoint (needs ``redis_url``: checkpoints live in Redis).
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
-    if mode not in MODES:
-        raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
-    for site, _ in faults:
-        if site not in query.sites:
-            raise ClusterError(f"cannot kill site {site!r}: the query's sites are {', '.join(query.sites)}")
-    if faults and not redis_url:
-        raise ClusterError("killing nodes needs Redis windows (REDIS_URL): a node resumes from its checkpoint there")
-    from .kafka import (CONTROL_TOPIC, Producing, check_reachable, consume, end_offsets, ensure_topics,
-                                 make_admin, make_consumer, make_producer, out_topic, produce_control_sync,
-                                 query_topics, src_topic, warm_up)
+    _check_options(query, mode, faults, redis_url)
     from .. import wire
-    from ..query import query_to_dict
+    from .kafka import (
+        CONTROL_TOPIC,
+        Producing,
+        check_reachable,
+        consume,
+        end_offsets,
+        ensure_topics,
+        make_admin,
+        make_consumer,
+        make_producer,
+        out_topic,
+        produce_control_sync,
+        query_topics,
+        src_topic,
+        warm_up,
+    )
     if not isinstance(streams, dict):
         from ..data import load_streams
         streams = load_streams(query, streams)
@@ -89,10 +95,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         producer = make_producer(bootstrap)
         specs = generations(query, plan)
-        payload = {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
-                   "offsets": offsets, "nodes": list(nodes_of(specs)),
-                   "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
-        plan_offset = produce_control_sync(producer, query.name, "plan", payload)
+        plan_offset = produce_control_sync(producer, query.name, "plan", plan_message(query, specs, run, offsets))
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
                          TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
@@ -127,7 +130,26 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     return _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
 
 
-def nodes_of(specs) -> list[str]:
+def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str]) -> None:
+    if mode not in MODES:
+        raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
+    for site, _ in faults:
+        if site not in query.nodes:
+            raise ClusterError(f"cannot kill site {site!r}: the query's nodes are {', '.join(query.nodes)}")
+    if faults and not redis_url:
+        raise ClusterError("killing nodes needs Redis windows (REDIS_URL): a node resumes from its checkpoint there")
+
+
+def plan_message(query: Query, specs: Sequence[Any], run: str, offsets: dict[str, int]) -> dict[str, Any]:
+    """The ``plan`` control message of a run: the query, its first plan and the later generations
+    (``switches``), the run id, the topics' start offsets and every node involved."""
+    from ..query import query_to_dict
+    return {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
+            "offsets": offsets, "nodes": list(nodes_of(specs)),
+            "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
+
+
+def nodes_of(specs: Sequence[Any]) -> list[str]:
     """Every node any plan generation places something at (stream sites first)."""
     out: dict[str, None] = {}
     for spec in specs:
@@ -255,7 +277,7 @@ class _ThreadNode(_NodeHandle):
 def _start_thread(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ThreadNode:
     from prometheus_client import CollectorRegistry
 
-    from services.node.service import NodeService
+    from .node_service import NodeService
     stop = threading.Event()
     svc = NodeService(site, bootstrap, query=query, run=run, redis_url=redis_url, metrics_port=port,
                       registry=CollectorRegistry(), stop=stop, plan_timeout_s=60, quiet=True)
@@ -295,12 +317,12 @@ class _Replayer(threading.Thread):
     def __init__(self, out, query, streams, rate_scale, run, progress) -> None:
         super().__init__(name="replay", daemon=True)
         self.args = (out, query, streams, rate_scale, run, progress)
-        self.info = None
+        self.info: Optional[Any] = None  # a replay.ReplayInfo once the replay is done
         self.error: Optional[BaseException] = None
         self.t0_ms: Optional[float] = None
 
     def run(self) -> None:
-        from services.source.replay import replay
+        from .replay import replay
         out, query, streams, rate_scale, run, progress = self.args
         try:
             self.info = replay(out, query, streams, rate_scale=rate_scale, run=run, progress=progress)
@@ -321,71 +343,103 @@ class _Results:
         self.restarts: list[dict] = []
 
 
-def _collect(consumer, query: Query, sink, nodes: dict, replayer: _Replayer, timeout_s: float, run: str,
-             wire, consume, chaos: _Faults) -> _Results:
-    from .kafka import CONTROL_TOPIC
-    res = _Results()
-    names = query.names
-    pos_of = {n: i for i, n in enumerate(names)}
-    m = len(names)
-    pending: list = []   # results before the replay start time is known
+def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandle], replayer: _Replayer,
+             timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults) -> _Results:
+    """Consume ``control`` and ``out.<query>`` until every node is done and every result it
+    announced has arrived; start the replay once every node runs, kill nodes on schedule."""
+    c = _Collector(query, sink, nodes, run, wire)
     deadline = time.monotonic() + timeout_s
-    t_replay = None
-    expected = None
+    t_replay: Optional[float] = None
     while True:
-        if replayer.ident is None and len(set(res.status) | set(res.done)) == len(nodes):
+        if replayer.ident is None and len(set(c.res.status) | set(c.res.done)) == len(nodes):
             replayer.start()  # every node is up and consuming: start the clock
             t_replay = time.monotonic()
-        chaos.tick(t_replay if replayer.ident is not None else None)
+        chaos.tick(t_replay)
         for msg in consume(consumer, 5000, 0.1):
-            if msg.topic() == CONTROL_TOPIC:
-                try:
-                    c = wire.decode_control(msg.value())
-                except ValueError:
-                    continue
-                p = c.payload if isinstance(c.payload, dict) else {}
-                if c.query != query.name or p.get("run") != run:
-                    continue
-                if c.kind == "done":
-                    res.done[p["site"]] = p
-                    h = nodes.get(p["site"])
-                    if h is not None and hasattr(h, "done"):
-                        h.done = True
-                elif c.kind == "status":
-                    res.status[p["site"]] = (time.monotonic(), p)
-                continue
-            if sink is not None:
-                b = wire.decode_result_batch(msg.value())
-                pending.append(b)
-                emit_ms, groups = b.emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups]
-            else:
-                emit_ms, groups = wire.result_batch_summary(msg.value())
-            for head_ts, k in groups:
-                res.count += k
-                res.head_ts.append(head_ts)
-                res.emit_ms.append(emit_ms)
-                res.weight.append(k)
-        if sink is not None and pending and replayer.info is not None:
-            _to_sink(sink, pending, pos_of, m, replayer.info)
-            pending = []
+            c.take(msg)
+        c.flush(replayer.info)
+        c.check(replayer, query)
+        if c.complete() and replayer.info is not None:
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError(_timeout_message(query, run, timeout_s, nodes, c.res, c.expected()))
+    c.flush(replayer.info)
+    c.res.restarts = chaos.done
+    if c.res.count != c.expected():
+        raise ClusterError(f"{query.name}: received {c.res.count} results, nodes announced {c.expected()}")
+    return c.res
+
+
+class _Collector:
+    """What the cluster runner reads: nodes' status and done messages, result batches."""
+
+    def __init__(self, query: Query, sink: Any, nodes: dict[str, _NodeHandle], run: str, wire: Any) -> None:
+        from .kafka import CONTROL_TOPIC
+        self.control_topic, self.query, self.sink, self.nodes, self.run, self.wire = (
+            CONTROL_TOPIC, query, sink, nodes, run, wire)
+        self.res = _Results()
+        self.pos_of = {n: i for i, n in enumerate(query.names)}
+        self.pending: list[Any] = []   # results before the replay start time is known
+
+    def take(self, msg: Any) -> None:
+        if msg.topic() == self.control_topic:
+            self._control(msg)
+        else:
+            self._results(msg)
+
+    def _control(self, msg: Any) -> None:
+        try:
+            c = self.wire.decode_control(msg.value())
+        except ValueError:
+            return
+        p = c.payload if isinstance(c.payload, dict) else {}
+        if c.query != self.query.name or p.get("run") != self.run:
+            return
+        if c.kind == "done":
+            self.res.done[p["site"]] = p
+            h = self.nodes.get(p["site"])
+            if h is not None and hasattr(h, "done"):
+                h.done = True
+        elif c.kind == "status":
+            self.res.status[p["site"]] = (time.monotonic(), p)
+
+    def _results(self, msg: Any) -> None:
+        res = self.res
+        if self.sink is not None:
+            b = self.wire.decode_result_batch(msg.value())
+            self.pending.append(b)
+            emit_ms, groups = b.emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups]
+        else:
+            emit_ms, groups = self.wire.result_batch_summary(msg.value())
+        for head_ts, k in groups:
+            res.count += k
+            res.head_ts.append(head_ts)
+            res.emit_ms.append(emit_ms)
+            res.weight.append(k)
+
+    def flush(self, info: Any) -> None:
+        """Results kept until the replay's start time was known go to the sink."""
+        if self.sink is not None and self.pending and info is not None:
+            _to_sink(self.sink, self.pending, self.pos_of, len(self.pos_of), info)
+            self.pending = []
+
+    def check(self, replayer: _Replayer, query: Query) -> None:
         if replayer.error is not None:
             raise ClusterError(f"replaying the sources of {query.name} failed: {replayer.error}")
-        for h in nodes.values():
+        for h in self.nodes.values():
             why = h.failure()
             if why:
                 raise ClusterError(why)
-        if len(res.done) == len(nodes):
-            expected = sum(d["results"] for d in res.done.values())
-            if res.count >= expected and replayer.info is not None:
-                break
-        if time.monotonic() > deadline:
-            raise ClusterError(_timeout_message(query, run, timeout_s, nodes, res, expected))
-    if sink is not None and pending:
-        _to_sink(sink, pending, pos_of, m, replayer.info)
-    res.restarts = chaos.done
-    if res.count != expected:
-        raise ClusterError(f"{query.name}: received {res.count} results, nodes announced {expected}")
-    return res
+
+    def expected(self) -> Optional[int]:
+        """Results the nodes announced, once every node is done."""
+        if len(self.res.done) < len(self.nodes):
+            return None
+        return sum(d["results"] for d in self.res.done.values())
+
+    def complete(self) -> bool:
+        n = self.expected()
+        return n is not None and self.res.count >= n
 
 
 def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
@@ -431,7 +485,7 @@ def _percentiles(xs: list[float], weights: Optional[list[int]] = None) -> dict:
     if not xs:
         return {}
     weights = weights or [1] * len(xs)
-    pairs = sorted(zip(xs, weights))
+    pairs = sorted(zip(xs, weights, strict=True))
     total = sum(weights)
     cum, acc = [], 0
     for _, w in pairs:
@@ -469,10 +523,11 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
     span = (max(all_ts) - min(all_ts) + 1) if all_ts else 0
     transmission = sum(ln["transfer_ms"] for ln in links)
     proc_total = sum(sum(v.values()) for v in processing.values())
-    latency = {}
+    latency: dict[str, float] = {}
     if info is not None and info.rate_scale and res.count:
         t0, scale = info.t0_ms, info.rate_scale
-        latency = _percentiles([e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms)], res.weight)
+        lats = [e - (t0 + h / scale) for h, e in zip(res.head_ts, res.emit_ms, strict=True)]
+        latency = _percentiles(lats, res.weight)
     return {
         "mode": "cluster", "node_mode": mode, "run": run,
         "query": query.name, "plan": plan_json(specs), "results": res.count,
@@ -508,8 +563,8 @@ def to_report(d: dict):
     from ..engine import Report
     return Report(d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
                   [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
-                  d["late_messages"], d["wall_s"], 0.0, d["mean_latency_ms"], d.get("p50_latency_ms"),
-                  d.get("p99_latency_ms"))
+                  d["late_messages"], d["wall_s"], 0.0,
+                  lambda: {k: d.get(k) for k in ("mean_latency_ms", "p50_latency_ms", "p99_latency_ms")})
 
 
 def cluster_runner(bootstrap: Optional[str] = None, **options):
@@ -528,8 +583,9 @@ def cluster_runner(bootstrap: Optional[str] = None, **options):
         d = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, progress=progress, **options)
         for r in d["restarts"]:
             epoch = d["sites"][r["site"]]["resumed_from_epoch"]
-            print(f"killed the node of {r['site']} {r['after_s']:g} s into the replay; its successor resumed "
-                  + (f"from its checkpoint of epoch {epoch}" if epoch is not None else "from the start (no checkpoint yet)"),
+            where = (f"from its checkpoint of epoch {epoch}" if epoch is not None
+                     else "from the start (no checkpoint yet)")
+            print(f"killed the node of {r['site']} {r['after_s']:g} s into the replay; its successor resumed {where}",
                   file=sys.stderr)
         return to_report(d)
     return runner

@@ -23,15 +23,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from .. import wire
-from ..wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 from ..errors import ClusterError
-from ..runtime.messages import Envelope
+from ..messages import Envelope
+from ..wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 
 CONTROL_TOPIC = "control"
 
@@ -245,13 +245,20 @@ def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 
+def _headers(msg: Message) -> Sequence[tuple[str, bytes]]:
+    """A consumed message's headers.  librdkafka gives them as a list of (key, value) pairs; the stub's
+    type also admits the dict and str values ``produce`` accepts, and this project's producers only
+    send bytes values."""
+    return cast(Sequence[tuple[str, bytes]], msg.headers() or ())
+
+
 def headers_of(msg: Message) -> dict[str, bytes]:
-    return {k: v for k, v in (msg.headers() or ())}
+    return {k: v for k, v in _headers(msg)}
 
 
 def sent_ms(msg: Message) -> float:
     """Wall-clock send time of a message in ms: the ``sent_ms`` header, else its CreateTime."""
-    for k, v in msg.headers() or ():
+    for k, v in _headers(msg):
         if k == "sent_ms":
             return float(v)
     return float(msg.timestamp()[1])

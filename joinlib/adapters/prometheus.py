@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from ..runtime.sensor import Sensor
 

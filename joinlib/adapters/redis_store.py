@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import marshal
 import struct
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, cast
 
 from ..model import Tup
 from ..state.base import Index, KeyList
 
-__all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisStoreFactory", "redis_store_factory", "clear_namespace",
-           "canonical_key", "store_prefix"]
+__all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisStoreFactory", "redis_store_factory",
+           "clear_namespace", "canonical_key", "store_prefix"]
 
 _TRAILER = struct.Struct(">qqI")   # seq, ts, len(comps)
 _SEP = b"\x1f"
@@ -372,7 +372,7 @@ class RedisWindowStore:
             if t is None:
                 b = blobs[i]
                 t = out[i] = cache[b] = Tup(*loads(b))
-        return out
+        return cast(list[Tup], out)  # every None (a cache miss) was replaced just above
 
     def _forget(self, blobs: list) -> None:
         pop = self._cache.pop
@@ -413,7 +413,7 @@ class RedisWindowStore:
         decode = self._decode
         kls = [_keylist(decode(bs)) if bs else None for bs in res[1:]]
         out: dict[tuple, KeyList] = {}
-        for k, n in zip(keys, names):
+        for k, n in zip(keys, names, strict=False):  # one name per key by construction
             kl = kls[slot[n]]
             if kl is not None and k not in out:
                 out[k] = kl

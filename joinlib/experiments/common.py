@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from ..cost import CostModel
     from ..engine import Report
-    from ..runtime.messages import Envelope
+    from ..messages import Envelope
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..model import Execution, Network, Query
+from ..plan import Plan
 from ..synthetic import TABLE2, StreamSpec, table2_stream
 from .common import (
     TOPOLOGIES,
@@ -88,7 +89,7 @@ def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
                       per_edge_attrs)
 
 
-def sharing(query: Query, plan) -> dict:
+def sharing(query: Query, plan: Plan) -> dict[str, int]:
     """Window replicas of the compiled plan: steps probing one (``replica_uses``), distinct
     ones (``replicas``) and flows; Eq. 1 charges every use, the engine ships each replica once."""
     from ..ir import lower

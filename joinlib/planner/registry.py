@@ -69,8 +69,8 @@ def _sampled(r: PlanRequest) -> Plan:
 
 
 def _central(r: PlanRequest) -> Plan:
-    if r.arg is not None and r.arg not in r.query.sites:
-        raise PlanError(f"central:{r.arg}: no such site (sites: {', '.join(r.query.sites)})")
+    if r.arg is not None and r.arg not in r.query.nodes:
+        raise PlanError(f"central:{r.arg}: no such node (nodes: {', '.join(r.query.nodes)})")
     return plans.central(r.query, r.arg)
 
 

@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import wire
-from ..errors import JoinlibError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .host import Host
+from ..errors import CheckpointError
 
 FORMAT = 2
 
+__all__ = ["FORMAT", "CheckpointError", "dumps", "loads", "state_of", "snapshot", "restore"]
 
-class CheckpointError(JoinlibError, ValueError):
-    """The checkpoint does not fit the host (other plan, other format, damaged)."""
+
+class Checkpointable(Protocol):
+    """A host: its state as plain data and back (:meth:`joinlib.runtime.host.Host.state`)."""
+
+    def state(self, with_stores: bool = False) -> dict[str, Any]: ...
+    def load_state(self, state: dict[str, Any]) -> None: ...
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -47,6 +48,7 @@ def dumps(state: dict[str, Any]) -> bytes:
 
 
 def loads(data: bytes) -> dict[str, Any]:
+    """Plain data back from :func:`dumps`; refuses anything else (objects, other formats)."""
     try:
         state = _PlainUnpickler(io.BytesIO(data)).load()
     except CheckpointError:
@@ -59,43 +61,17 @@ def loads(data: bytes) -> dict[str, Any]:
     return state
 
 
-def state_of(host: "Host", with_stores: bool = False) -> dict[str, Any]:
+def state_of(host: Checkpointable, with_stores: bool = False) -> dict[str, Any]:
     """The host's state as plain data (see the module docstring)."""
-    enc = wire.encode_tuple
-    return {
-        "format": FORMAT, "site": host.site, "now": host.now,
-        "last": dict(host.last),
-        "windows": [((q, part, s), w.snapshot(enc, with_stores)) for (q, part, s), w in host.windows.items()],
-        "instances": [(list(key), inst.snapshot(enc, with_stores)) for key, inst in host.instances.items()],
-        "inbox": [(list(key), wire.encode_body(body)) for key, body in host.inbox.items()],
-        "taken": [(list(k), e) for k, e in host.taken.items()],
-    }
+    return {"format": FORMAT, **host.state(with_stores)}
 
 
-def snapshot(host: "Host", with_stores: bool = False) -> bytes:
+def snapshot(host: Checkpointable, with_stores: bool = False) -> bytes:
     return dumps(state_of(host, with_stores))
 
 
-def restore(host: "Host", data: bytes) -> None:
+def restore(host: Checkpointable, data: bytes) -> None:
     """Put a :func:`snapshot` back into ``host``, a fresh host of the same site with the same
     instances installed, whose stores hold the windows of the snapshot's instant (or, for a
     snapshot ``with_stores``, are loaded from it)."""
-    st = loads(data)
-    if st["site"] != host.site:
-        raise CheckpointError(f"checkpoint of site {st['site']}, not {host.site}")
-    keys = {tuple(k) for k, _ in st["instances"]}
-    if keys != set(host.instances):
-        raise CheckpointError(f"checkpoint holds instances {sorted(keys)}, the host {sorted(host.instances)}")
-    wins = {tuple(k) for k, _ in st["windows"]}
-    if wins != set(host.windows):
-        raise CheckpointError(f"checkpoint holds windows {sorted(wins)}, the host {sorted(host.windows)}")
-    dec = wire.decode_tuple
-    host.now = st["now"]
-    for q, last in st["last"].items():
-        host.set_last(q, last)
-    for key, w in st["windows"]:
-        host.windows[tuple(key)].restore(w, dec)  # type: ignore[index]
-    for key, inst in st["instances"]:
-        host.instances[tuple(key)].restore(inst, dec)  # type: ignore[index]
-    host.inbox = {tuple(k): wire.decode_body(b) for k, b in st["inbox"]}  # type: ignore[misc]
-    host.taken = {tuple(k): e for k, e in st["taken"]}  # type: ignore[misc]
+    host.load_state(loads(data))

@@ -21,25 +21,26 @@ made by ``store_factory(name)`` and hands results to ``sink.emit``.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Protocol
 
+from .. import wire
+from ..errors import CheckpointError
+from ..messages import Body, Envelope, InstanceKey
 from ..model import Tup
 from ..state.base import WindowStore
 from ..state.memory import MemoryWindowStore
 from .algorithms.simple import FullReplica
 from .instance import InboxKey, Instance, InstanceSpec
 from .lanes import Lane
-from .messages import Body, Envelope, InstanceKey
 from .sensor import Sensor
 from .sink import Sink
 from .window import HomeWindow
 
 
-class Transport:
+class Transport(Protocol):
     """Where a host's messages go (the simulated network, Kafka, a test's queues)."""
 
-    def send(self, env: Envelope) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def send(self, env: Envelope) -> None: ...
 
 
 class Host:
@@ -153,20 +154,56 @@ class Host:
         """Run every lane as far as it can; True if anything ran."""
         if now is not None:
             self.now = now
-        ran, moved, site, sensor = False, True, self.site, self.sensor
-        lanes = self._lanes
-        while moved:
-            moved = False
-            for lane in lanes:
-                if lane.run(site, sensor):
-                    moved = True
-            ran |= moved
+        ran, site, sensor, lanes = False, self.site, self.sensor, self._lanes
+        # Round robin until every other lane has failed since the last one that moved (a lane
+        # runs as far as it can, so only another lane's progress can unblock it).
+        n, i, idle = len(lanes), 0, 0
+        while idle < n - 1 or (not ran and idle < n):
+            if lanes[i].run(site, sensor):
+                ran, idle = True, 0
+            else:
+                idle += 1
+            i = i + 1 if i + 1 < n else 0
         if ran:
             for w in self.windows.values():
                 w.maintain()
             for r in self._full:
                 r.maintain()
         return ran
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, with_stores: bool = False) -> dict[str, Any]:
+        """Everything the host knows, as plain data (:mod:`joinlib.runtime.checkpoint`); the window
+        stores' contents only ``with_stores``."""
+        enc = wire.encode_tuple
+        return {
+            "site": self.site, "now": self.now, "last": dict(self.last),
+            "windows": [((q, part, s), w.snapshot(enc, with_stores)) for (q, part, s), w in self.windows.items()],
+            "instances": [(list(key), inst.snapshot(enc, with_stores)) for key, inst in self.instances.items()],
+            "inbox": [(list(key), wire.encode_body(body)) for key, body in self.inbox.items()],
+            "taken": [(list(k), e) for k, e in self.taken.items()],
+        }
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        """Take :meth:`state` of a host of this site with the same instances installed."""
+        if st["site"] != self.site:
+            raise CheckpointError(f"checkpoint of site {st['site']}, not {self.site}")
+        keys = {tuple(k) for k, _ in st["instances"]}
+        if keys != set(self.instances):
+            raise CheckpointError(f"checkpoint holds instances {sorted(keys)}, the host {sorted(self.instances)}")
+        wins = {tuple(k) for k, _ in st["windows"]}
+        if wins != set(self.windows):
+            raise CheckpointError(f"checkpoint holds windows {sorted(wins)}, the host {sorted(self.windows)}")
+        dec = wire.decode_tuple
+        self.now = st["now"]
+        for q, last in st["last"].items():
+            self.set_last(q, last)
+        for (q, part, s), w in st["windows"]:
+            self.windows[(q, part, s)].restore(w, dec)
+        for (q, part, gen), inst in st["instances"]:
+            self.instances[(q, part, gen)].restore(inst, dec)
+        self.inbox = {(q, part, gen, flow, e): wire.decode_body(b) for (q, part, gen, flow, e), b in st["inbox"]}
+        self.taken = {(q, part, gen, flow): e for (q, part, gen, flow), e in st["taken"]}
 
     @property
     def finished(self) -> bool:

@@ -18,21 +18,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Optional, Protocol
 
+from ..errors import CheckpointError
 from ..ir import PlanIR, ReplicaOp, StepOp
+from ..messages import Body, Envelope, InstanceKey, Row
 from ..model import Tup
 from ..state.base import KeyList, WindowStore
 from .algorithms import AnyReplica, AnySender, make_replica, make_sender, step_phases
-from .algorithms.base import Decode, Encode, Placed, make_row
+from .algorithms.base import Decode, Encode, Placed
 from .algorithms.simple import FullReplica
 from .lanes import Lane, Phase
-from .messages import Body, Envelope, InstanceKey, Row
 from .sensor import Sensor
 from .sink import Group, Sink
 from .window import HomeWindow
 
 InboxKey = tuple[str, int, int, int, int]  # (query, part, gen, flow, epoch)
+_second = itemgetter(1)
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,9 @@ class Instance:
         if not groups:
             return
         if st.last:
-            self.host.sink.emit(self.key, st.head_pos, st.pos, groups, self.host.now)
-            self.host.sensor.on_emit(self.site, sum(len(t) for _, t in groups))
+            host = self.host
+            host.sink.emit(self.key, st.head_pos, st.pos, groups, host.now)
+            host.sensor.on_emit(self.site, sum(map(len, map(_second, groups))))
             return
         nxt, pos = self.pending[(st.seq_index, st.j + 1, e)], st.pos
         for row, tups in groups:
@@ -235,12 +239,15 @@ class Instance:
                 return rep.batches.pop(e) if e in rep.batches else None
             uses = None
 
+        pos = self.q.stream(head).pos
+        pre, post = (None,) * pos, (None,) * (m - pos - 1)
+
         def start(e: int) -> bool:
             batch = batch_of(e)
             if batch is None:
                 return False
             if batch:
-                self.pending[(si, 0, e)] = [make_row(m, (t,)) for t in batch]
+                self.pending[(si, 0, e)] = [pre + (t,) + post for t in batch]
             self.started[si] = e
             return True
         return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)
@@ -293,15 +300,8 @@ class Instance:
         return out
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
-        from .checkpoint import CheckpointError
-        if data.get("v") != 1 or data["digest"] != self.ir.digest() or \
-                (data["start"], data["stop"]) != (self.start, self.stop):
-            raise CheckpointError(f"checkpoint of instance {tuple(data.get('key', ()))} does not match this "
-                                  f"plan generation (digest {data.get('digest')} vs {self.ir.digest()})")
+        self._check(data)
         lanes = {lane.name: lane for lane in self.lanes}
-        if set(lanes) != set(data["lanes"]) or set(data["senders"]) != set(self.senders) \
-                or set(data["replicas"]) != set(self.replicas):
-            raise CheckpointError("checkpoint does not match the instance's lanes, senders and replicas")
         for name, (epoch, cursor) in data["lanes"].items():
             lanes[name].epoch, lanes[name].cursor = epoch, cursor
         for sig, st in data["senders"].items():
@@ -317,15 +317,21 @@ class Instance:
         self.pending.clear()
         for si, j, e, rows in data["pending"]:
             self.pending[(si, j, e)] = [row(r) for r in rows]
-        self.held = {}
-        for kind, sig, e, v in data["held"]:
-            if kind == "found":
-                v = {tuple(k): _keylist([decode(b) for b in bs]) for k, bs in v}
-            else:
-                v = [row(r) for r in v]
-            self.held[(kind, sig, e)] = v
+        self.held = {(kind, sig, e): ({tuple(k): _keylist([decode(b) for b in bs]) for k, bs in v}
+                                      if kind == "found" else [row(r) for r in v])
+                     for kind, sig, e, v in data["held"]}
         self.step_done = {(si, j): e for si, j, e in data["step_done"]}
         self.started = {int(si): e for si, e in data["started"]}
+
+    def _check(self, data: dict[str, Any]) -> None:
+        """Refuse the snapshot of another plan generation, epoch range or operator set."""
+        if data.get("v") != 1 or data["digest"] != self.ir.digest() or \
+                (data["start"], data["stop"]) != (self.start, self.stop):
+            raise CheckpointError(f"checkpoint of instance {tuple(data.get('key', ()))} does not match this "
+                                  f"plan generation (digest {data.get('digest')} vs {self.ir.digest()})")
+        if {lane.name for lane in self.lanes} != set(data["lanes"]) or set(data["senders"]) != set(self.senders) \
+                or set(data["replicas"]) != set(self.replicas):
+            raise CheckpointError("checkpoint does not match the instance's lanes, senders and replicas")
 
 
 def _keylist(tups: list[Tup]) -> KeyList:

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from .sensor import Sensor
 
 PhaseFn = Callable[[int], bool]
+_perf = time.perf_counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,24 +55,25 @@ class Lane:
         """Has the lane finished ``epoch`` (or will it never run it)?"""
         return self.epoch > epoch or (self.hi is not None and epoch > self.hi)
 
-    def run(self, site: str, sensor: Sensor, limit: Optional[int] = None) -> bool:
-        """Run phases while they can; ``limit``: never start an epoch above it.  True if any ran."""
-        moved, phases, hi = False, self.phases, self.hi
-        if limit is not None and (hi is None or limit < hi):
-            hi = limit
-        perf = time.perf_counter
-        while hi is None or self.epoch <= hi:
+    def run(self, site: str, sensor: Sensor) -> bool:
+        """Run phases while they can; True if any ran."""
+        hi = self.hi
+        if hi is not None and self.epoch > hi:
+            return False
+        moved, phases, on_phase = False, self.phases, sensor.on_phase
+        while True:
             ph = phases[self.cursor]
-            t0 = perf()
+            t0 = _perf()
             if not ph.fn(self.epoch):
-                break
-            sensor.on_phase(site, ph.op, perf() - t0)
+                return moved
+            on_phase(site, ph.op, _perf() - t0)
             moved = True
             self.cursor += 1
             if self.cursor == self._n:
                 self.cursor = 0
                 self.epoch += 1
-        return moved
+                if hi is not None and self.epoch > hi:
+                    return True
 
     def __repr__(self) -> str:
         return f"Lane({self.name}, epoch={self.epoch}, cursor={self.cursor}, hi={self.hi})"

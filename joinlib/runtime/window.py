@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable, Optional
 
+from ..messages import Key
 from ..model import Stream, Tup
 from ..state.base import Index, WindowStore
 from .lanes import Lane, Phase
-from .messages import Key
 from .sensor import Sensor
 from .windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
 
@@ -92,9 +92,12 @@ class HomeWindow:
             if self.progress is not None:
                 self.progress.prune(low)
             self.purged = low
-        if self.batches:
-            for e in [e for e in self.batches if e < low]:
-                del self.batches[e]
+        batches = self.batches
+        while batches:  # epochs in insertion (= epoch) order: drop from the oldest
+            first = next(iter(batches))
+            if first >= low:
+                break
+            del batches[first]
 
     def inserted(self, e: int) -> bool:
         return self.next > e

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+from ..messages import Envelope
 from ..model import Network
-from ..runtime.messages import Envelope
+
+#: a scheduled event, (kind, payload): ("msg", (envelope, time sent)) or ("tick", batch number).
+#: The payload's type follows the kind, which a consumer's ``kind, x = payload`` unpacking cannot
+#: narrow, hence Any rather than a union of the two tuple shapes.
+Event = tuple[str, Any]
 
 
 @dataclass
@@ -32,7 +37,7 @@ class SimNetwork:
     now: float = 0.0
     stats: dict[tuple[str, str, str], LinkStats] = field(default_factory=dict)
     _free_at: dict[tuple[str, str], float] = field(default_factory=dict)
-    _queue: list = field(default_factory=list)
+    _queue: list[tuple[float, int, Event]] = field(default_factory=list)
     _seq: int = 0
 
     def send(self, env: Envelope) -> None:
@@ -54,11 +59,11 @@ class SimNetwork:
             env = self.decode(env)
         self.schedule(arrive, ("msg", (env, self.now)))
 
-    def schedule(self, at: float, event) -> None:
+    def schedule(self, at: float, event: Event) -> None:
         self._seq += 1
         heapq.heappush(self._queue, (at, self._seq, event))
 
-    def pop(self):
+    def pop(self) -> Optional[tuple[float, Event]]:
         """Next (time, event) in virtual-time order, or None when nothing is left."""
         if not self._queue:
             return None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Protocol, Sequence
 
-from ..model import Tup
+from ..model import Tup, Value
 
 Index = tuple[int, ...]  # positions in the stream's join_attrs that form a key
+Key = tuple[Value, ...]  # the values of a tuple's key at an Index (as joinlib.messages.Key)
 
 
 class KeyList:
@@ -61,7 +62,12 @@ class KeyList:
     def drop_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         """Remove the prefix with ts < ``ts`` (or seq < ``seq``); return it."""
         from bisect import bisect_left
-        arr, bound = (self.ts, ts) if ts is not None else (self.seq, seq)
+        if ts is not None:
+            arr, bound = self.ts, ts
+        elif seq is not None:
+            arr, bound = self.seq, seq
+        else:
+            raise TypeError("drop_below needs ts or seq")
         hi = bisect_left(arr, bound, self.lo)
         out = self.tups[self.lo:hi]
         self.lo = hi
@@ -86,10 +92,10 @@ class WindowStore(Protocol):
     def insert(self, tups: Sequence[Tup]) -> None:
         """Add tuples (any seq order; a tuple already present is ignored)."""
 
-    def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
+    def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
         """The tuples with ``key`` under ``index``, or None."""
 
-    def lookup_many(self, index: Index, keys: Iterable[tuple]) -> dict[tuple, KeyList]:
+    def lookup_many(self, index: Index, keys: Iterable[Key]) -> dict[Key, KeyList]:
         """Batch form of :meth:`lookup` (one round trip for remote stores); absent keys omitted."""
 
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:

@@ -6,7 +6,9 @@ from operator import itemgetter, lt
 from typing import Callable, Iterable, Optional, Sequence
 
 from ..model import Tup
-from .base import Index, KeyList
+from .base import Index, Key, KeyList
+
+Projector = Callable[[Key], Key]  # a tuple's key -> its key at one Index
 
 
 class MemoryWindowStore:
@@ -14,15 +16,15 @@ class MemoryWindowStore:
 
     def __init__(self) -> None:
         self._all = KeyList()  # every stored tuple, seq order
-        self._indexes: dict[Index, tuple[dict[tuple, KeyList], Callable]] = {}  # index -> (table, projector)
+        self._indexes: dict[Index, tuple[dict[Key, KeyList], Projector]] = {}  # index -> (table, projector)
 
     def add_index(self, index: Index) -> None:
         if index in self._indexes:
             return
-        table: dict[tuple, KeyList] = {}
+        table: dict[Key, KeyList] = {}
         proj = projector(index)
         live = self._all.live()
-        for t, k in zip(live, _keys(live, proj)):
+        for t, k in zip(live, _keys(live, proj), strict=True):
             _entry(table, k).append(t)
         self._indexes[index] = (table, proj)
 
@@ -37,7 +39,8 @@ class MemoryWindowStore:
             all_.seq.extend(seqs)
             all_.tups.extend(tups)
             for table, proj in self._indexes.values():
-                for t, k in zip(tups, _keys(tups, proj)):
+                # strict=False: one key per tuple by construction, and this is the per-batch hot path
+                for t, k in zip(tups, _keys(tups, proj), strict=False):
                     kl = table.get(k)
                     if kl is None:
                         kl = table[k] = KeyList()
@@ -53,10 +56,10 @@ class MemoryWindowStore:
             for table, proj in self._indexes.values():
                 _entry(table, _keys((t,), proj)[0]).insert(t)
 
-    def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
+    def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
         return self._indexes[index][0].get(key)
 
-    def lookup_many(self, index: Index, keys: Iterable[tuple]) -> dict[tuple, KeyList]:
+    def lookup_many(self, index: Index, keys: Iterable[Key]) -> dict[Key, KeyList]:
         table = self._indexes[index][0]
         return {k: kl for k in keys if (kl := table.get(k)) is not None}
 
@@ -64,7 +67,7 @@ class MemoryWindowStore:
         gone = self._all.drop_below(ts=ts, seq=seq)
         if gone:
             for table, proj in self._indexes.values():
-                counts: dict[tuple, int] = {}
+                counts: dict[Key, int] = {}
                 for k in _keys(gone, proj):
                     counts[k] = counts.get(k, 0) + 1
                 for k, n in counts.items():  # the purged tuples are the oldest of each key
@@ -80,16 +83,20 @@ class MemoryWindowStore:
             return
         doomed = {t.seq for t in tups}
         for table, proj in self._indexes.values():
-            for t, k in zip(tups, _keys(tups, proj)):
+            for t, k in zip(tups, _keys(tups, proj), strict=False):  # one key per tuple by construction
                 kl = table[k]
                 assert kl.seq[kl.lo] == t.seq, "remove_oldest: not the oldest tuple of its key"
                 kl.pop_oldest()
                 if not len(kl):
                     del table[k]
-        keep = [t for t in self._all.live() if t.seq not in doomed]
-        self._all = KeyList()
-        for t in keep:
-            self._all.append(t)
+        a = self._all
+        n = len(doomed)
+        if a.seq[a.lo:a.lo + n] == sorted(doomed):  # the oldest tuples overall (SM-S1's FIFO): a prefix
+            a.pop_oldest(n)
+            return
+        keep = [t for t in a.live() if t.seq not in doomed]
+        self._all = fresh = KeyList()
+        fresh.ts, fresh.seq, fresh.tups = [t.ts for t in keep], [t.seq for t in keep], keep
 
     def first_seq_at_or_after(self, ts: int) -> Optional[int]:
         a = self._all
@@ -131,11 +138,11 @@ class _Prefix:
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def __call__(self, key: tuple) -> tuple:
+    def __call__(self, key: Key) -> Key:
         return key if len(key) == self.n else key[:self.n]
 
 
-def projector(index: Index) -> Callable[[tuple], tuple]:
+def projector(index: Index) -> Projector:
     """A function key -> the values at ``index``."""
     if index == tuple(range(len(index))):
         return _Prefix(len(index))
@@ -146,14 +153,14 @@ def projector(index: Index) -> Callable[[tuple], tuple]:
     return lambda key: get(key)
 
 
-def _keys(tups: Sequence[Tup], proj: Callable[[tuple], tuple]) -> list:
+def _keys(tups: Sequence[Tup], proj: Projector) -> list[Key]:
     """The index keys of ``tups`` (one stream: all keys have the same length)."""
     if type(proj) is _Prefix and tups and len(tups[0].key) == proj.n:
         return [t.key for t in tups]
     return [proj(t.key) for t in tups]
 
 
-def _entry(table: dict[tuple, KeyList], key: tuple) -> KeyList:
+def _entry(table: dict[Key, KeyList], key: Key) -> KeyList:
     kl = table.get(key)
     if kl is None:
         kl = table[key] = KeyList()

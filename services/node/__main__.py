@@ -13,10 +13,10 @@ import signal
 import sys
 import threading
 
+from joinlib.adapters.node_service import CHECKPOINT_EVERY_S, NodeService
 from joinlib.errors import JoinlibError
 
 from ..common import env, error_line
-from .service import CHECKPOINT_EVERY_S, NodeService
 
 
 def main(argv=None) -> int:

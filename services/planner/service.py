@@ -39,8 +39,8 @@ from joinlib.adapters.kafka import (
     query_topics,
 )
 from joinlib.errors import JoinlibError
-from joinlib.plan import from_json
 from joinlib.ir import lower
+from joinlib.plan import from_json
 from joinlib.planner.registry import resolve_plan
 from joinlib.query import parse_query, query_to_dict
 

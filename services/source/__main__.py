@@ -57,10 +57,9 @@ def _run(args) -> int:
         make_producer,
         query_topics,
     )
+    from joinlib.adapters.replay import replay
     from joinlib.data import load_streams
     from joinlib.query import load_query
-
-    from .replay import replay
     query = load_query(args.query)
     streams = load_streams(query, args.data)
     check_reachable(args.bootstrap)

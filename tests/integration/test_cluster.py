@@ -70,8 +70,9 @@ def _run_and_check(dataset, plan, bootstrap, **kw) -> dict:
     report = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, timeout_s=TIMEOUT_S, **kw)
     got = Counter((ids, ts) for ids, ts, _ in sink.results)
     missing, extra = want - got, got - want
+    text = plan.to_json() if isinstance(plan, plans.Plan) else [(e, p.to_json()) for e, p in plan]
     assert not missing and not extra, (
-        f"plan {plan.to_json()}: {sum(missing.values())} missing, {sum(extra.values())} extra or duplicated; "
+        f"plan {text}: {sum(missing.values())} missing, {sum(extra.values())} extra or duplicated; "
         f"e.g. missing {list(missing.items())[:3]}, extra {list(extra.items())[:3]}")
     assert report["results"] == sum(want.values()) > 0
     embedded = run_embedded(query, streams, plan, CountingSink()).to_dict()
@@ -174,6 +175,36 @@ def test_killed_nodes_resume_from_their_checkpoints(routers, kafka_bootstrap, re
     assert [r["site"] for r in report["restarts"]] == ["r2", "r1"]
     for site in ("r1", "r2"):
         assert report["sites"][site]["resumed_from_epoch"] is not None, report["sites"][site]
+    assert not list(redis_client.scan_iter(match="{joinlib:%s:%s/*" % (query.name, report["run"]), count=1000))
+
+
+@pytest.fixture(scope="module")
+def routers_dc(routers):
+    """The routers data with a processing-only node ``dc`` in the network (no stream is born there)."""
+    query, out, streams, want = routers
+    d = query_to_dict(query)
+    d["name"], d["network"]["nodes"] = "it_routers_dc", ["dc"]
+    q = parse_query(d, "routers with a dc node")
+    return q, out, load_streams(q, out), want
+
+
+def test_plan_switches_with_a_node_killed_between_them(routers_dc, kafka_bootstrap, redis_url, redis_client,
+                                                       monkeypatch):
+    """Three plan generations -- a mixed plan, everything shipped to the processing-only node dc
+    from epoch 6, SM-S1 everywhere from epoch 13 -- on node processes with Redis windows, and r2
+    SIGKILLed between the two switches: every result exactly once, bytes per link (snapshots
+    jump-starting the new generations' replicas included) equal to the simulator's, and the run's
+    keys gone afterwards."""
+    query = routers_dc[0]
+    monkeypatch.setenv("JOINLIB_CHECKPOINT_EVERY_S", "0.25")
+    gens = [(0, plans.from_json(query, MIXED_ROUTERS)), (6, plans.central(query, "dc")),
+            (13, plans.uniform(query, "SM-S1"))]
+    report = _run_and_check(routers_dc, gens, kafka_bootstrap, mode="process", redis_url=redis_url,
+                            rate_scale=1.0, faults=[("r2", 1.0)])
+    assert [r["site"] for r in report["restarts"]] == ["r2"]
+    assert report["sites"]["r2"]["resumed_from_epoch"] is not None, report["sites"]["r2"]
+    assert report["sites"]["dc"]["generations"] == [1] and report["sites"]["r1"]["generations"] == [0, 1, 2]
+    assert {ln["kind"] for ln in report["links"]} >= {"snapshot"}, "no replica was jump-started"
     assert not list(redis_client.scan_iter(match="{joinlib:%s:%s/*" % (query.name, report["run"]), count=1000))
 
 

@@ -44,7 +44,7 @@ def planner(kafka_bootstrap):
 def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from services.node.service import NodeService
+    from joinlib.adapters.node_service import NodeService
     from services.source.__main__ import main as source_main
     url, svc, registry = planner
     text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: plsvc{int(time.time())}")

@@ -54,7 +54,7 @@ def test_plan_json_round_trips_into_run(data, tmp_path, capsys):
     (["run", "/no/such.yaml", "--data", ".", "--plan", "SP-S"], "query file not found"),
     (["run", ROUTERS, "--data", "/no/such/dir", "--plan", "SP-S"], "data file of stream S1 not found"),
     (["run", ROUTERS, "--data", ".", "--plan", "nonsense"], "unknown plan 'nonsense'"),
-    (["run", ROUTERS, "--data", ".", "--plan", "central:mars"], "no such site"),
+    (["run", ROUTERS, "--data", ".", "--plan", "central:mars"], "no such node"),
     (["gen", ROUTERS, "--out", "/tmp/x", "--duration", "ten"], "bad duration"),
 ])
 def test_user_mistakes_give_one_line_and_status_2(argv, message, capsys):

@@ -8,10 +8,10 @@ a -> {<a,y>, <a,z>} (count 2), partial entries e, d, f, and no entry c.
 """
 from __future__ import annotations
 
+from joinlib.messages import TupleBatch
 from joinlib.model import Stream, Tup, Window
 from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender
 from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender
-from joinlib.runtime.messages import TupleBatch
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.window import HomeWindow
 from joinlib.state.memory import MemoryWindowStore

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib import values, wire
+from joinlib.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
 from joinlib.model import Tup
-from joinlib.runtime.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1

@@ -13,11 +13,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
-from ...ir import ReplicaOp, StepOp
-from ...model import Query, Stream, Tup
+from ...ir import StepOp
+from ...messages import Body, Key, Row, WindowSnapshot
+from ...model import Query, Tup
 from ...state.base import KeyList, WindowStore
 from ..lanes import Phase
-from ..messages import Body, Key, Row, WindowSnapshot
 from ..sink import Group
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, valid_range

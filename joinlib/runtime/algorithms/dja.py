@@ -25,14 +25,14 @@ from collections import deque
 from typing import Any, Iterable, Optional, Sequence
 
 from ...ir import StepOp
+from ...messages import Body, DjaUpdate, Key, KeyBatch, Row, TupleBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ...state.base import WindowStore
 from ..lanes import Phase
-from ..messages import Body, DjaUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
 from ..window import HomeWindow
 from ..windowing import Bound, Progress
 from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, parts, store_join
-from .semijoin import arrivals_of
+from .semijoin import answer, arrivals_of, finish
 from .simple import probe_shipped
 
 
@@ -63,10 +63,13 @@ class DjaSender:
                               [e[0] for e in self.entries.values()])
 
     def _dying(self, bound: Bound) -> list[Key]:
-        col = 0 if bound[0] == "ts" else 1
         value, fifo, out = bound[1], self.fifo, []
-        while fifo and fifo[0][col] < value:
-            out.append(fifo.popleft()[2])
+        if bound[0] == "ts":
+            while fifo and fifo[0][0] < value:
+                out.append(fifo.popleft()[2])
+        else:
+            while fifo and fifo[0][1] < value:
+                out.append(fifo.popleft()[2])
         return out
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
@@ -110,7 +113,7 @@ class MixedSender(DjaSender):
     def semijoin(self, home: HomeWindow, keys: Iterable[Key], e: int) -> TupleBatch:
         """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
         want = [k for k in keys if (x := self.entries.get(k)) is not None and not x[1]]
-        out = []
+        out: list[tuple[Tup, ...]] = []
         for key, tups in home.view(self.index, want, e).items():
             self.entries[key][1] = True
             out.extend((t,) for t in tups)
@@ -126,7 +129,7 @@ class DjaReplica:
 
     def apply(self, e: int, body: Body) -> None:
         if isinstance(body, WindowSnapshot):
-            self.entries = {tuple(k): [c, False] for k, c in zip(body.keys, body.counts)}
+            self.entries = {tuple(k): [c, False] for k, c in zip(body.keys, body.counts, strict=True)}
             self._start_entries()
             return
         assert isinstance(body, DjaUpdate)
@@ -136,7 +139,7 @@ class DjaReplica:
             raise RuntimeError(f"DJA count vector of {self.stream.name} has {len(body.vc)} entries, "
                                f"replica has {len(self.entries)}: replicas out of sync")
         dead = []
-        for (key, entry), p in zip(list(self.entries.items()), body.vc):
+        for (key, entry), p in zip(list(self.entries.items()), body.vc, strict=True):
             self._settle(key, entry, p)
             if p == 0:
                 dead.append(key)
@@ -232,12 +235,20 @@ class MixedReplica(DjaReplica):
 # ----------------------------------------------------------------------------- phases
 
 def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
-    sig = st.replica or ""
-    req, resp = st.flow("req"), st.flow("resp")
     rank = (1, st.seq_index, st.j)
+    out = [_s2_probe(ctx, st, rank + (0,)), finish(ctx, st, rank + (1,))]
+    if st.home == ctx.site:
+        sender: MixedSender = ctx.sender(st.replica or "")
+        home = ctx.home(st.stream)
+        out.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, keys, e)))
+    return out
+
+
+def _s2_probe(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
+    """At the source, in the replica's lane: probe full keys now, request the partial ones."""
+    sig, req = st.replica or "", st.flow("req")
 
     def probe(e: int) -> bool:
-        """At the source: probe full keys now, request the partial ones."""
         if e < ctx.start:
             return True
         if not ctx.ready(st, e):
@@ -245,43 +256,15 @@ def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         rep: MixedReplica = ctx.replica(sig)
         bykey = by_key(st, ctx.rows_in(st, e))
         partial_keys = rep.partial_keys(bykey)
-        now_rows, later = [], []
+        now_rows: list[Row] = []
+        later: list[Row] = []
         for k, rs in bykey.items():
             (later if k in partial_keys else now_rows).extend(rs)
         ctx.output(st, e, store_join(ctx, st, now_rows, rep.store, rep.progress), final=False)
         ctx.hold(("rows", st.sig, e), later)
         ctx.send(st.home, req, e, KeyBatch([k for k in bykey if k in partial_keys]))
         return True
-
-    def semijoin(e: int) -> bool:
-        if e < ctx.start:
-            return True
-        body = ctx.take(req, e)
-        if body is None:
-            return False
-        assert isinstance(body, KeyBatch)
-        sender: MixedSender = ctx.sender(sig)
-        ctx.send(st.loc, resp, e, sender.semijoin(ctx.home(st.stream), body.keys, e))
-        return True
-
-    def finish(e: int) -> bool:
-        if e < ctx.start:
-            return True
-        if not ctx.holds(("rows", st.sig, e)):
-            return False
-        body = ctx.take(resp, e)
-        if body is None:
-            return False
-        assert isinstance(body, TupleBatch)
-        rep: MixedReplica = ctx.replica(sig)
-        rep.receive(body)
-        rows = ctx.release(("rows", st.sig, e))
-        ctx.output(st, e, store_join(ctx, st, rows, rep.store, rep.progress))
-        return True
-
-    return [Placed(st.loc, ("hold", sig), Phase(rank + (0,), "probe", probe)),
-            Placed(st.home, ("serve", sig), Phase(rank, "semijoin", semijoin), ("home", st.stream)),
-            Placed(st.loc, ("hold", sig), Phase(rank + (1,), "probe", finish))]
+    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
 
 
 def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:

@@ -18,13 +18,13 @@ No replica, no state across epochs: every phase has a lane of its own.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ...ir import StepOp
+from ...messages import Body, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ...state.base import KeyList, WindowStore
 from ..lanes import Phase
-from ..messages import Body, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, view_slice
 from .base import Decode, Encode, Placed, StepContext, by_key, join, make_row, own_lane, parts, store_join
@@ -48,7 +48,7 @@ class FifoSender:
 
     def semijoin(self, home: HomeWindow, index: tuple[int, ...], keys: list[Key], e: int) -> TupleBatch:
         """Algorithm 7: tuples of the window at epoch ``e`` matching ``keys`` that were never shipped."""
-        out = []
+        out: list[tuple[Tup, ...]] = []
         shipped = self.shipped
         for tups in home.view(index, keys, e).values():
             for t in tups:
@@ -134,25 +134,30 @@ def ship_keys(ctx: StepContext, st: StepOp, flow: str) -> Placed:
     return Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship))
 
 
-def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
-    sig = st.replica or ""
-    req, resp = st.flow("req"), st.flow("resp")
+def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], TupleBatch]) -> Placed:
+    """At the home, in the sender's lane (SM-S1, SM-S2): answer the request of epoch e with
+    ΔW'_2 = ``respond(keys, e)``."""
+    req, resp, rank = st.flow("req"), st.flow("resp"), (1, st.seq_index, st.j)
 
     def semijoin(e: int) -> bool:
-        """At the home (in the sender's lane): answer the request with ΔW'_2 (non-redundant)."""
         if e < ctx.start:
             return True
         body = ctx.take(req, e)
         if body is None:
             return False
         assert isinstance(body, KeyBatch)
-        sender: FifoSender = ctx.sender(sig)
-        ctx.send(st.loc, resp, e, sender.semijoin(ctx.home(st.stream), st.key.index, body.keys, e))
+        ctx.send(st.loc, resp, e, respond(body.keys, e))
         return True
+    return Placed(st.home, ("serve", st.replica or ""), Phase(rank, "semijoin", semijoin), ("home", st.stream))
 
-    def finish(e: int) -> bool:
-        """Back at the source (in the replica's lane): store ΔW'_2, probe with the waiting rows.
-        (A restarted node may find the answer before it has redone the request: wait for the rows.)"""
+
+def finish(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
+    """Back at the source, in the replica's lane (SM-S1, SM-S2): store ΔW'_2 in the replica and
+    probe it with the rows waiting for the answer.  (A restarted node may find the answer before
+    it has redone the request: it waits for the rows.)"""
+    resp, sig = st.flow("resp"), st.replica or ""
+
+    def probe(e: int) -> bool:
         if e < ctx.start:
             return True
         if not ctx.holds(("rows", st.sig, e)):
@@ -161,27 +166,35 @@ def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         if body is None:
             return False
         assert isinstance(body, TupleBatch)
-        rep: FifoReplica = ctx.replica(sig)
+        rep = ctx.replica(sig)
         rep.receive(body)
-        rows = ctx.release(("rows", st.sig, e))
-        ctx.output(st, e, store_join(ctx, st, rows, rep.store, rep.progress))
+        ctx.output(st, e, store_join(ctx, st, ctx.release(("rows", st.sig, e)), rep.store, rep.progress))
         return True
+    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
 
-    rank = (1, st.seq_index, st.j)
-    return [ship_keys(ctx, st, req),
-            Placed(st.home, ("serve", sig), Phase(rank, "semijoin", semijoin), ("home", st.stream)),
-            Placed(st.loc, ("hold", sig), Phase(rank, "probe", finish))]
+
+def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
+    parts_ = [ship_keys(ctx, st, st.flow("req")), finish(ctx, st, (1, st.seq_index, st.j))]
+    if st.home == ctx.site:
+        sender: FifoSender = ctx.sender(st.replica or "")
+        home, index = ctx.home(st.stream), st.key.index
+        parts_.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, index, keys, e)))
+    return parts_
 
 
 def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
-    keys_f, match_f, data_f = st.flow("keys"), st.flow("match"), st.flow("data")
+    return [ship_keys(ctx, st, st.flow("keys")), _d2_match(ctx, st), _d2_ship(ctx, st), _d2_finish(ctx, st)]
+
+
+def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
+    """At the home: the keys with tuples in the window of epoch e go back; their lists stay."""
+    keys_f, match_f = st.flow("keys"), st.flow("match")
 
     def match(e: int) -> bool:
-        """At the home: the keys with tuples in the window of epoch e go back; their lists stay."""
         if e < ctx.start:
             return True
         home = ctx.home(st.stream)
-        if not home.inserted(e):
+        if home.next <= e:
             return False
         body = ctx.take(keys_f, e)
         if body is None:
@@ -193,9 +206,14 @@ def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         ctx.hold(("found", st.sig, e), found)
         ctx.send(st.loc, match_f, e, KeyBatch(list(found)))
         return True
+    return Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match), ("home", st.stream))
+
+
+def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
+    """At the source: ship the rows whose key matched."""
+    match_f, data_f = st.flow("match"), st.flow("data")
 
     def ship(e: int) -> bool:
-        """At the source: ship the rows whose key matched."""
         if e < ctx.start:
             return True
         if not ctx.holds(("rows", st.sig, e)):
@@ -209,9 +227,14 @@ def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         pk = st.key.probe_key
         ctx.send(st.home, data_f, e, TupleBatch([parts(r) for r in rows if pk(r) in keys]))
         return True
+    return Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship))
 
-    def finish(e: int) -> bool:
-        """At the home: join the shipped rows with the lists kept by ``match``."""
+
+def _d2_finish(ctx: StepContext, st: StepOp) -> Placed:
+    """At the home: join the shipped rows with the lists kept by the match phase."""
+    data_f = st.flow("data")
+
+    def probe(e: int) -> bool:
         if e < ctx.start:
             return True
         if not ctx.holds(("found", st.sig, e)):
@@ -222,14 +245,11 @@ def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         assert isinstance(body, TupleBatch)
         found: dict[Key, KeyList] = ctx.release(("found", st.sig, e))
         rows = [make_row(ctx.m, p) for p in body.rows]
-        home = ctx.home(st.stream)
-        ctx.output(st, e, join(ctx, st, rows, lambda keys: {k: found[k] for k in keys if k in found}, home.progress))
+        progress = ctx.home(st.stream).progress
+        ctx.output(st, e, join(ctx, st, rows, lambda keys: {k: found[k] for k in keys if k in found}, progress))
         return True
-
-    return [ship_keys(ctx, st, keys_f),
-            Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match), ("home", st.stream)),
-            Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship)),
-            Placed(st.home, own_lane(st, "finish"), Phase((0,), "probe", finish), ("home", st.stream))]
+    return Placed(st.home, own_lane(st, "finish"), Phase((0,), "probe", probe), ("home", st.stream))
 
 
-__all__ = ["FifoSender", "FifoReplica", "sms1_phases", "smd2_phases", "ship_keys", "arrivals_of"]
+__all__ = ["FifoSender", "FifoReplica", "sms1_phases", "smd2_phases", "ship_keys", "answer", "finish",
+           "arrivals_of"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ...ir import StepOp
+from ...messages import Body, TupleBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ...state.base import WindowStore
 from ..lanes import Lane, Phase
-from ..messages import Body, TupleBatch, WindowSnapshot
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, purge_bound
 from .base import Decode, Encode, Placed, StepContext, make_row, own_lane, parts, store_join
@@ -94,11 +94,13 @@ def local_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     def probe(e: int) -> bool:
         if e < ctx.start:
             return True
-        home = ctx.home(st.stream)
-        if not ctx.ready(st, e) or not home.inserted(e):
+        if not ctx.ready(st, e) or home.next <= e:
             return False
         ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), home.store, home.progress))
         return True
+    if st.loc != ctx.site:
+        return []
+    home = ctx.home(st.stream)
     return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))]
 
 
@@ -106,11 +108,13 @@ def sps_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     def probe(e: int) -> bool:
         if e < ctx.start:
             return True
-        rep: FullReplica = ctx.replica(st.replica or "")
         if not ctx.ready(st, e) or rep.next <= e:
             return False
         ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), rep.store, rep.progress))
         return True
+    if st.loc != ctx.site:
+        return []
+    rep: FullReplica = ctx.replica(st.replica or "")
     return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("replica", st.replica or ""))]
 
 
@@ -134,7 +138,7 @@ def probe_shipped(ctx: StepContext, st: StepOp, flow: str) -> Placed:
         if e < ctx.start:
             return True
         home = ctx.home(st.stream)
-        if not home.inserted(e):
+        if home.next <= e:
             return False
         body = ctx.take(flow, e)
         if body is None:

@@ -18,9 +18,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Optional
 
-from joinlib import wire
-from joinlib.adapters.kafka import Producing, publish_control, src_topic
-from joinlib.model import Query, Tup
+from .. import wire
+from ..model import Query, Tup
+from .kafka import Producing, publish_control, src_topic
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The node service: the embedded mode's :class:`~joinlib.runtime.host.Host`, unchanged, on Kafka.
+"""The node service (``python -m services.node``): the embedded mode's
+:class:`~joinlib.runtime.host.Host`, unchanged, on Kafka.
 
 One process (or thread) per site.  It
 
@@ -22,6 +23,7 @@ and a result's ``emit_ms`` is the wall-clock time it was produced.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -31,21 +33,37 @@ from typing import Any, Callable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from joinlib import wire
-from joinlib.adapters.kafka import (CONTROL_TOPIC, KafkaResultSink, KafkaTransport, LinkStats, Producing,
-                                    check_reachable, consume, ensure_topics, links_to_list, make_admin,
-                                    make_consumer, make_producer, node_topic, now_ms, out_topic, publish_control,
-                                    src_topic, warm_up)
-from joinlib.engine import generations
-from joinlib.errors import ClusterError, PlanError, QueryError
-from joinlib.model import Query
-from joinlib.plan import from_json
-from joinlib.query import parse_query
-from joinlib.runtime.host import Host
-from joinlib.runtime.instance import InstanceSpec
-from joinlib.runtime.sensor import Sensor, TotalsSensor
-
-from ..common import ControlLog, ControlRecord, decode_control_message, info_line, read_control_to_end
+from .. import wire
+from ..engine import generations
+from ..errors import ClusterError, PlanError, QueryError
+from ..model import Query
+from ..plan import from_json
+from ..query import parse_query
+from ..runtime.host import Host
+from ..runtime.instance import InstanceSpec
+from ..runtime.sensor import Sensor, TotalsSensor
+from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
+from .kafka import (
+    CONTROL_TOPIC,
+    KafkaResultSink,
+    KafkaTransport,
+    LinkStats,
+    Producing,
+    check_reachable,
+    consume,
+    ensure_topics,
+    links_to_list,
+    make_admin,
+    make_consumer,
+    make_producer,
+    node_topic,
+    now_ms,
+    out_topic,
+    publish_control,
+    src_topic,
+    warm_up,
+)
+from .recovery import NodeCheckpoints
 
 STATUS_EVERY_S = 2.0
 GAUGES_EVERY_S = 1.0
@@ -79,12 +97,16 @@ class TeeSensor(Sensor):
             s.on_window(site, stream, store, size)
 
 
+def info_line(prefix: str, msg: str) -> None:
+    print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
+
+
 def default_store_factory(redis_url: Optional[str], namespace: str, log: Callable[[str], None]) -> Any:
     """Window stores in Redis (``joinlib.adapters.redis_store``) if ``redis_url``, else in memory."""
     if not redis_url:
         return None
     try:
-        from joinlib.adapters.redis_store import redis_store_factory
+        from .redis_store import redis_store_factory
     except ImportError:
         log(f"REDIS_URL={redis_url} is set but joinlib.adapters.redis_store is not available; "
             "keeping windows in memory")
@@ -147,7 +169,7 @@ class NodeService:
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
         check_reachable(self.bootstrap, self.connect_timeout_s)
-        from joinlib.adapters.prometheus import PrometheusSensor
+        from .prometheus import PrometheusSensor
         self.sensor = PrometheusSensor(self.registry)
         if self.metrics_port is not None:
             from prometheus_client import REGISTRY, start_http_server
@@ -168,7 +190,8 @@ class NodeService:
                     if not self.serve:
                         raise
                     self.log(f"error: skipping the plan at control offset {rec.offset}: {e}")
-                    ctl.done.add(((rec.payload or {}).get("run"), self.site))  # type: ignore[union-attr]
+                    p = rec.payload if isinstance(rec.payload, dict) else {}
+                    ctl.done.add((p.get("run"), self.site))
                     continue
                 # a fresh consumer per plan: re-assigning a consumer that already fetched
                 # stalls its first fetches of the new partitions for ~0.6 s (librdkafka 2.x)
@@ -262,7 +285,7 @@ class _Run:
         saved = self.ckpt.load() if self.ckpt else None  # before the host adds its indexes to the stores
         self.host = self._host(factory)
         offsets: dict[str, Any] = self.p.get("offsets") or {}
-        resumed = self.ckpt.resume(saved, self) if saved else None
+        resumed = self.ckpt.resume(saved, self) if self.ckpt and saved else None
         if resumed is not None:
             offsets = resumed
         self._assign(offsets, resumed is not None)
@@ -432,8 +455,8 @@ class _Run:
         self._cleanup()
         self.ctl.done.add((self.run_id, site))
         svc.finished_runs.append(done)
-        svc.log(f"done: {self.sink.count} results, {sum(ln['bytes'] for ln in done['links'])} bytes sent "
-                f"in {wall:.2f}s")
+        sent = sum(ln["bytes"] for ln in self.transport.links())
+        svc.log(f"done: {self.sink.count} results, {sent} bytes sent in {wall:.2f}s")
 
     def _cleanup(self) -> None:
         if self.ckpt:
@@ -454,12 +477,11 @@ class _Run:
         self.ckpt.save(self)
         self.svc.sensor.on_checkpoint(self.site, time.perf_counter() - t0)
 
-    def _checkpoints(self, factory: Any) -> Any:
+    def _checkpoints(self, factory: Any) -> Optional[NodeCheckpoints]:
         """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from)."""
         client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
         if client is None or namespace is None:
             return None
-        from .recovery import NodeCheckpoints
         return NodeCheckpoints(client, namespace, self.site, self.svc.log)
 
     def _gauges(self) -> None:

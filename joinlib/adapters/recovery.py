@@ -26,20 +26,30 @@ The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads`
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from confluent_kafka import TopicPartition
 
-from joinlib import wire
-from joinlib.adapters.kafka import LinkStats, consume, make_consumer, out_topic
-from joinlib.adapters.redis_checkpoint import RedisCheckpoints
-from joinlib.errors import ClusterError
-from joinlib.model import Query
-from joinlib.runtime import checkpoint
-from joinlib.runtime.checkpoint import CheckpointError
+from .. import wire
+from ..errors import ClusterError
+from ..model import Query
+from ..runtime import checkpoint
+from ..runtime.checkpoint import CheckpointError
+from ..runtime.host import Host
+from .kafka import KafkaResultSink, KafkaTransport, consume, make_consumer, out_topic
+from .redis_checkpoint import RedisCheckpoints
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .service import _Run
+
+class Run(Protocol):
+    """What a checkpoint saves and restores of a node service's run (``node_service._Run``)."""
+
+    q: Query
+    host: Host
+    consumer: Any
+    tps: list[TopicPartition]
+    sink: KafkaResultSink
+    transport: KafkaTransport
+    counters: Any
 
 FORMAT = 1
 
@@ -50,7 +60,7 @@ def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
 
 def _unlinks(rows: list[Any], into: dict[tuple[str, str, str], Any]) -> None:
     for k, msgs, nbytes, ms in rows:
-        st = into[tuple(k)]  # type: ignore[index]
+        st = into[tuple(k)]
         st.messages, st.bytes, st.transfer_ms = msgs, nbytes, ms
 
 
@@ -62,7 +72,7 @@ class NodeCheckpoints:
         self.out_offset: Optional[int] = None
         self.saved = 0
 
-    def save(self, run: "_Run") -> None:
+    def save(self, run: Run) -> None:
         consumer, tps = run.consumer, run.tps
         positions = {}
         for tp in consumer.position([TopicPartition(tp.topic, 0) for tp in tps]):
@@ -98,7 +108,7 @@ class NodeCheckpoints:
             self.store.reset()
         return data
 
-    def resume(self, data: bytes, run: "_Run") -> dict[str, int]:
+    def resume(self, data: bytes, run: Run) -> dict[str, int]:
         """Put a checkpoint (:meth:`load`) into the fresh host and counters; returns the input
         positions to read from."""
         try:
@@ -110,20 +120,20 @@ class NodeCheckpoints:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
         run.sink.count = c["sink"]["count"]
-        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}  # type: ignore[misc]
+        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}
         _unlinks(c["links"], run.transport.stats)
         _unlinks(c["received"], run.counters.received)
         for k, n in c["naive"]:
-            run.counters.naive[tuple(k)] = n  # type: ignore[index]
+            run.counters.naive[tuple(k)] = n
         t, saved = run.counters.totals, c["totals"]
         for k, n in saved["inputs"]:
-            t.inputs[tuple(k)] = n  # type: ignore[index]
+            t.inputs[tuple(k)] = n
         for k, s in saved["processing"]:
-            t.processing[tuple(k)] = s  # type: ignore[index]
+            t.processing[tuple(k)] = s
         for site, n in saved["emitted"]:
             t.emitted[site] = n
         for k, n in saved["late"]:
-            t.late[tuple(k)] = n  # type: ignore[index]
+            t.late[tuple(k)] = n
         self.out_offset = c["out_offset"]
         return dict(c["positions"])
 
@@ -148,10 +158,12 @@ class NodeCheckpoints:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {topic} from {start} to {end} took over {timeout_s:.0f}s")
                 for m in consume(c, 5000, 0.5):
-                    last = m.offset()
-                    if m.key() != key or (run_b is not None and dict(m.headers() or ()).get("run") != run_b):
+                    last = m.offset() or 0
+                    value = m.value()
+                    if m.key() != key or value is None or (
+                            run_b is not None and dict(m.headers() or ()).get("run") != run_b):
                         continue
-                    b = wire.decode_result_batch(m.value())
+                    b = wire.decode_result_batch(value)
                     if b.groups:
                         h = (b.part, b.gen, pos[b.groups[0].head])
                         skip[h] = max(skip.get(h, 0), b.batch + 1)
@@ -165,5 +177,3 @@ class NodeCheckpoints:
         except Exception as e:  # the run's result stands; stale keys are only a leak
             self.log(f"could not clear the checkpoint: {e}")
 
-
-__all__ = ["NodeCheckpoints", "LinkStats"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
-from ..model import Tup
+from .model import Tup
 
 Key = tuple[Any, ...]  # a composite join key: values of the probed attributes, in order
 Row = tuple[Any, ...]  # one (intermediate) result: a Tup or None per stream position

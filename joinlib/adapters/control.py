@@ -1,0 +1,89 @@
+"""The ``control`` topic as the node services read it: plans, ends and dones with their offsets.
+
+Control messages (``wire.Control``, topic ``control``, key = query name):
+
+* ``plan``, published by the cluster runner or the planner: ``{"query": query_to_dict, "plan":
+  plan.to_json(), "run": id, "offsets": {topic: offset}, "nodes": [...], "switches": [{"from_epoch": E,
+  "plan": ...}], "last_epoch": E?}``;
+* ``end``, published by the source after the last batch: ``{"last_epoch": E, "run": id?}``;
+* ``status``, published by a node every ~2 s: ``{"site", "run", "epoch", "epochs", "last_epoch"}``;
+* ``done``, published by a node when finished: ``{"site", "run", "results", "links": [...],
+  "received": [...], ...}`` (docs/contracts.md).
+
+``offsets`` (optional) are the partition-0 offsets of the query's topics when the plan was
+published: nodes start reading there, so several runs of one query can share a broker.
+Without them nodes read from the beginning.  An ``end`` applies to the run of the latest
+plan before it (``run`` missing) or to the named run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from .. import wire
+from .kafka import CONTROL_TOPIC, consume, end_offsets
+
+
+@dataclass
+class ControlRecord:
+    offset: int
+    query: str
+    kind: str
+    payload: object
+
+
+@dataclass
+class ControlLog:
+    """Control messages read so far (plans, ends and dones), with their offsets."""
+
+    plans: list[ControlRecord] = field(default_factory=list)
+    ends: list[ControlRecord] = field(default_factory=list)
+    done: set[tuple[Any, Any]] = field(default_factory=set)   # (run, site)
+    position: int = 0                               # next offset to read
+
+    def add(self, rec: ControlRecord) -> None:
+        p = rec.payload if isinstance(rec.payload, dict) else {}
+        if rec.kind == "plan":
+            self.plans.append(rec)
+        elif rec.kind == "end":
+            self.ends.append(rec)
+        elif rec.kind == "done":
+            self.done.add((p.get("run"), p.get("site")))
+        self.position = max(self.position, rec.offset + 1)
+
+    def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
+        for rec in reversed(self.plans):
+            if accept(rec):
+                return rec
+        return None
+
+
+def decode_control_message(msg: Any) -> Optional[ControlRecord]:
+    try:
+        c = wire.decode_control(msg.value())
+    except ValueError:
+        return None  # not ours / malformed: ignore
+    return ControlRecord(msg.offset(), c.query, c.kind, c.payload)
+
+
+def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0) -> ControlLog:
+    """Read ``control`` from ``log.position`` (0 = beginning) up to its current end."""
+    end = end_offsets(consumer, [CONTROL_TOPIC], timeout_s)[CONTROL_TOPIC]
+    if log.position >= end:
+        return log
+    consumer.assign([TopicPartition(CONTROL_TOPIC, 0, log.position or OFFSET_BEGINNING)])
+    deadline = time.monotonic() + max(timeout_s, 30.0)
+    while log.position < end:
+        for m in consume(consumer, 5000, 0.2):
+            rec = decode_control_message(m)
+            offset = m.offset()
+            if rec is not None:
+                log.add(rec)
+            elif offset is not None:  # always, for a consumed message
+                log.position = max(log.position, offset + 1)
+        if time.monotonic() > deadline:
+            break
+    return log
