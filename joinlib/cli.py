@@ -114,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     stt.set_defaults(func=_cmd_status)
 
     add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
+    from .progressive.cli import add_command as add_progressive
+    add_progressive(sub)  # progressive LEFT RIGHT (seed 004: RPJ, XJoin, HMJ)
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
                        description="The naive centralized join that defines the correct output; "

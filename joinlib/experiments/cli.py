@@ -39,6 +39,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         epilog="Run 'joinlib experiment NAME --help' for the options; docs/experiments.md explains the output.")
     ex.set_defaults(func=lambda args: _help(ex))
     sub = ex.add_subparsers(title="experiments", metavar="NAME")
+    from ..progressive.cli import add_experiment as add_rpj
+    add_rpj(sub)  # experiment rpj (seed 004: progressive joins)
 
     f7 = sub.add_parser(
         "fig7", help="the six one-way algorithms under the Fig. 7 parameter sweeps", formatter_class=_RAW,

@@ -1,0 +1,26 @@
+"""Progressive joins of two finite relations under a memory limit (seed 004: RPJ, Tao et al.,
+SIGMOD 2005; XJoin and HMJ as baselines).
+
+Results come out while the relations arrive - from memory when a tuple arrives, from
+memory x disk and disk x disk work while the inputs stall, the rest in a clean-up -
+each exactly once.  Layout:
+
+* :mod:`.model` - tuples, :class:`JoinSpec`, :class:`CostModel`, the injected :class:`VirtualClock`;
+* :mod:`.memory`, :mod:`.disk`, :mod:`.runs` - partitioned memory, disk partitions as slots of
+  sorted runs, the :class:`~.runs.RunStore` protocol (memory, files; Redis in ``joinlib.adapters``);
+* :mod:`.base` (the interface: arrival, blocked, clean-up), :mod:`.tasks` (md-, dd-tasks,
+  duplicate avoidance), :mod:`.stats` (Lemma 1), :mod:`.rpj`, :mod:`.xjoin`, :mod:`.hmj`;
+* :mod:`.sim` (virtual-time simulator), :mod:`.sources`, :mod:`.cli`, :mod:`.experiment`.
+
+No module here imports a Kafka or Redis client (see ``joinlib.adapters.progressive_*``).
+docs/progressive.md explains the algorithms and the measured figures.
+"""
+from .base import ProgressiveJoin
+from .model import CostModel, DiskTuple, JoinSpec, MemTuple, Sink, SpecError, VirtualClock
+from .registry import ALGORITHMS, make_join
+from .runs import FileRunStore, MemoryRunStore, RunStore
+from .sim import Network, Recorder, Workload, schedule, simulate
+
+__all__ = ["ALGORITHMS", "CostModel", "DiskTuple", "FileRunStore", "JoinSpec", "MemTuple", "MemoryRunStore",
+           "Network", "ProgressiveJoin", "Recorder", "RunStore", "Sink", "SpecError", "VirtualClock", "Workload",
+           "make_join", "schedule", "simulate"]
