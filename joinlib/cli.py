@@ -174,13 +174,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .runtime.sink import CountingSink
     query = load_query(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
-    early = None if needs_data(args.plan) else resolve_plan(query, args.plan, args.model)  # fail fast
+    switches = parse_switches(args.switch, query)
+    specs = [(0, args.plan)] + switches
+    # fail fast on bad plans, before loading the data (planners that measure the data wait for it)
+    early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
     streams = load_streams(query, args.data)
-    first = early if early is not None else resolve_plan(query, args.plan, args.model, streams, progress=progress)
-    plan: Plans = first
-    if args.switch:
-        plan = [(0, first)] + [(at, resolve_plan(query, spec, args.model, streams, progress=progress))
-                               for at, spec in parse_switches(args.switch, query)]
+    gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
+            for at, spec in specs]
+    plan: Plans = gens if switches else gens[0][1]
     runner: Runner = run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")

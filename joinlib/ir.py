@@ -208,6 +208,14 @@ class StepOp:
     def local(self) -> bool:
         return self.loc == self.home
 
+    @property
+    def sites(self) -> tuple[str, ...]:
+        """Where the step has a phase: its input's site, and the probed stream's site unless the step
+        only probes a replica there (SP-S across sites)."""
+        if self.local or self.algorithm == "SP-S":
+            return (self.loc,)
+        return (self.loc, self.home)
+
     def flow(self, name: str) -> str:
         for n, sig in self.flows:
             if n == name:
@@ -299,7 +307,7 @@ class PlanIR:
             tuple(s.name for s in self.query.streams if s.site == site),
             tuple(r.sig for r in self.replicas if r.loc == site),
             tuple(r.sig for r in self.replicas if r.home == site),
-            tuple(st.sig for st in self.steps if site in (st.loc, st.home, st.proc)),
+            tuple(st.sig for st in self.steps if site in st.sites),
             tuple(h for h, at in self.starts if at == site),
         )
 

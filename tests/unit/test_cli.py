@@ -50,7 +50,28 @@ def test_plan_json_round_trips_into_run(data, tmp_path, capsys):
     assert main(["run", ROUTERS, "--data", str(data), "--plan", str(plan), "--quiet", "--no-progress"]) == 0
 
 
+def test_plan_switches_keep_the_output_exact(data, tmp_path, capsys):
+    """--switch AT:PLAN: the old plan joins the head tuples of the epochs before AT, the new one
+    the rest; the output is the reference join's, and the report lists the generations."""
+    out, rep = tmp_path / "out.jsonl", tmp_path / "rep.json"
+    assert main(["run", ROUTERS, "--data", str(data), "--plan", "SM-S1", "--switch", "650ms:central:r2",
+                 "--switch", "1.2s:SP-D", "--out", str(out), "--report", str(rep), "--no-progress", "--check"]) == 0
+    text = capsys.readouterr().out
+    assert "missing 0, extra or duplicated 0" in text
+    assert "generation 1: head epochs 7 to epoch 11" in text and "generation 2: head epochs 12 to the end" in text
+    report = json.loads(rep.read_text())
+    assert [g["from_epoch"] for g in report["plan"]] == [0, 7, 12]
+    assert [s["generation"] for s in report["switches"]] == [0, 1, 2]
+    assert "snapshot" in {ln["kind"] for ln in report["links"]}  # r2's replicas of generation 1 jump-started
+    assert report["p99_latency_ms"] >= report["p50_latency_ms"] > 0
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "soon:SM-S1"], "--switch 'soon:SM-S1': bad duration"),
+    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "2s"], "expected AT:PLAN"),
+    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "2s:nonsense"], "unknown plan 'nonsense'"),
+    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "1s:SP-D", "--switch", "950ms:SM-S1"],
+     "another switch is at the same epoch 10"),
     (["run", "/no/such.yaml", "--data", ".", "--plan", "SP-S"], "query file not found"),
     (["run", ROUTERS, "--data", "/no/such/dir", "--plan", "SP-S"], "data file of stream S1 not found"),
     (["run", ROUTERS, "--data", ".", "--plan", "nonsense"], "unknown plan 'nonsense'"),
