@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench clean
+.PHONY: help deps demo test test-fast lint bench bench-latency clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ lint: deps $(STAMP)/spark-pip ## Static checks: ruff, mypy (strict on the core),
 
 bench: deps ## Benchmarks of the embedded engine (JSON + PNG under bench/out)
 	$(PYTHON) bench/engine_bench.py
+
+bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
+	$(PYTHON) bench/latency_bench.py
 
 clean: ## Remove generated data and caches
 	rm -rf data bench/out .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache $(STAMP)

@@ -19,7 +19,7 @@ sets: p99 <= τ + δ + 2 × the plan's longest chain of hops (each hop: link lat
 transfer time of that link's messages of that kind; ``PlanIR.round_trip_chain_ms``).  The check
 applies where every link is below capacity (utilisation < 1).
 
-    python bench/latency_bench.py [--out bench/out] [--name latency] [--fig7-duration 20s]
+    python bench/latency_bench.py [--out bench/out] [--name latency] [--fig7-duration 20s] [--data DIR]
 
 Writes <out>/<name>.json and <out>/<name>.png.
 """
@@ -77,7 +77,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[Any, dict, str, str]]:
     from joinlib.units import parse_duration
     out = []
     demo = load_query(ROOT / "examples" / "routers_wan.yaml")
-    d = args.out / "data" / "latency-demo"
+    d = args.data / "latency-demo"
     generate(demo, d, 10_000, seed=1)
     demo_streams = load_streams(demo, d)
     out += [(demo, demo_streams, args.demo_plan, f"demo plan ({args.demo_plan})"),
@@ -85,7 +85,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[Any, dict, str, str]]:
     doc = query_to_dict(load_query(ROOT / "examples" / "fig7.yaml"))
     doc["network"]["bandwidth"] = args.fig7_bandwidth
     fig7 = parse_query(doc, "fig7 (wide links)")
-    d = args.out / "data" / "latency-fig7"
+    d = args.data / "latency-fig7"
     generate(fig7, d, parse_duration(args.fig7_duration), seed=1)
     fig7_streams = load_streams(fig7, d)
     out += [(fig7, fig7_streams, a, a) for a in ALGORITHMS]
@@ -116,6 +116,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     ap.add_argument("--name", default="latency")
+    ap.add_argument("--data", type=Path, default=ROOT / "bench" / "out" / "data", help="where generated data goes")
     ap.add_argument("--demo-plan", default="sampled", help="the plan `make demo` uses (default sampled)")
     ap.add_argument("--fig7-duration", default="20s")
     ap.add_argument("--fig7-bandwidth", default="16Mbps")

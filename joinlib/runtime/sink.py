@@ -41,9 +41,9 @@ _second = itemgetter(1)
 class LatencyTap(Sink):
     """Forwards results to ``sink`` and records their latencies (emit time - head ts) and count.
 
-    Per emit call it keeps the emit time, the head timestamps and the group sizes (two list
-    comprehensions: this sits on the engine's hot path); :meth:`summary` weighs each group's
-    latency by its number of results."""
+    Per emit call it keeps the emit time, the head timestamps and the group sizes (a list
+    comprehension and a map: this sits on the engine's hot path, measured cheaper than typed
+    arrays); :meth:`summary` weighs each group's latency by its number of results."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink

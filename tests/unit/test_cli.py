@@ -67,7 +67,8 @@ def test_plan_switches_keep_the_output_exact(data, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "soon:SM-S1"], "--switch 'soon:SM-S1': bad duration"),
+    (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "soon:SM-S1"],
+     "--switch 'soon:SM-S1': bad duration"),
     (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "2s"], "expected AT:PLAN"),
     (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "2s:nonsense"], "unknown plan 'nonsense'"),
     (["run", ROUTERS, "--data", ".", "--plan", "SP-S", "--switch", "1s:SP-D", "--switch", "950ms:SM-S1"],

@@ -84,8 +84,23 @@ class Replica(Protocol):
 # ----------------------------------------------------------------------------- rows and joins
 
 def parts(row: Row) -> tuple[Tup, ...]:
-    """The base tuples of a row (its non-empty slots), for shipping."""
-    return tuple(t for t in row if t is not None)
+    """The base tuples of a row (its non-empty slots), for shipping (a Tup is always truthy, so
+    ``filter(None, ...)`` drops exactly the empty slots, in C)."""
+    return tuple(filter(None, row))
+
+
+def row_maker(m: int, st: StepOp, q: Query) -> Callable[[tuple[Tup, ...]], Row]:
+    """Rows back from the parts shipped for step ``st`` (in stream position order, one per stream of
+    its input): a template per step instead of a loop per row, on the hot path of SP-D / SM-D*."""
+    positions = sorted(q.stream(n).pos for n in st.input.streams)
+    k = len(positions)
+    if positions == list(range(k)):
+        pad = (None,) * (m - k)
+        return lambda p: p + pad
+    if k == 1:
+        pre, post = (None,) * positions[0], (None,) * (m - positions[0] - 1)
+        return lambda p: pre + p + post
+    return lambda p: make_row(m, p)
 
 
 def make_row(m: int, tups: Iterable[Tup]) -> Row:

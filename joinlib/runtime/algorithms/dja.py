@@ -31,7 +31,7 @@ from ...state.base import WindowStore
 from ..lanes import Phase
 from ..window import HomeWindow
 from ..windowing import Bound, Progress
-from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, parts, store_join
+from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, store_join
 from .semijoin import answer, arrivals_of, finish
 from .simple import probe_shipped
 
@@ -280,7 +280,7 @@ def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
             return False
         rep: DjaReplica = ctx.replica(sig)
         rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in rep for r in rs]
-        ctx.send(st.home, data, e, TupleBatch([parts(r) for r in rows]))
+        ctx.send(st.home, data, e, TupleBatch([tuple(filter(None, r)) for r in rows]))
         return True
 
     return [Placed(st.loc, ("hold", sig), Phase((1, st.seq_index, st.j), "ship", ship)),

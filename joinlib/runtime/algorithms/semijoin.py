@@ -27,7 +27,7 @@ from ...state.base import KeyList, WindowStore
 from ..lanes import Phase
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, view_slice
-from .base import Decode, Encode, Placed, StepContext, by_key, join, make_row, own_lane, parts, store_join
+from .base import Decode, Encode, Placed, StepContext, by_key, join, own_lane, row_maker, store_join
 
 
 def arrivals_of(stream: Stream, batch: Sequence[Tup]) -> list[int]:
@@ -225,7 +225,7 @@ def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
         keys = set(body.keys)
         rows = ctx.release(("rows", st.sig, e))
         pk = st.key.probe_key
-        ctx.send(st.home, data_f, e, TupleBatch([parts(r) for r in rows if pk(r) in keys]))
+        ctx.send(st.home, data_f, e, TupleBatch([tuple(filter(None, r)) for r in rows if pk(r) in keys]))
         return True
     return Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship))
 
@@ -233,6 +233,7 @@ def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
 def _d2_finish(ctx: StepContext, st: StepOp) -> Placed:
     """At the home: join the shipped rows with the lists kept by the match phase."""
     data_f = st.flow("data")
+    row_of = row_maker(ctx.m, st, ctx.q)
 
     def probe(e: int) -> bool:
         if e < ctx.start:
@@ -244,7 +245,7 @@ def _d2_finish(ctx: StepContext, st: StepOp) -> Placed:
             return False
         assert isinstance(body, TupleBatch)
         found: dict[Key, KeyList] = ctx.release(("found", st.sig, e))
-        rows = [make_row(ctx.m, p) for p in body.rows]
+        rows = list(map(row_of, body.rows))
         progress = ctx.home(st.stream).progress
         ctx.output(st, e, join(ctx, st, rows, lambda keys: {k: found[k] for k in keys if k in found}, progress))
         return True

@@ -16,7 +16,7 @@ from ...state.base import WindowStore
 from ..lanes import Lane, Phase
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, purge_bound
-from .base import Decode, Encode, Placed, StepContext, make_row, own_lane, parts, store_join
+from .base import Decode, Encode, Placed, StepContext, own_lane, row_maker, store_join
 
 
 class FullSender:
@@ -126,7 +126,7 @@ def spd_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
             return True
         if not ctx.ready(st, e):
             return False
-        ctx.send(st.home, flow, e, TupleBatch([parts(r) for r in ctx.rows_in(st, e)]))
+        ctx.send(st.home, flow, e, TupleBatch([tuple(filter(None, r)) for r in ctx.rows_in(st, e)]))
         return True
     return [Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship)),
             probe_shipped(ctx, st, flow)]
@@ -134,6 +134,8 @@ def spd_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
 
 def probe_shipped(ctx: StepContext, st: StepOp, flow: str) -> Placed:
     """At the home node (SP-D, SM-D1): the rows shipped in probe the home window."""
+    row_of = row_maker(ctx.m, st, ctx.q)
+
     def probe(e: int) -> bool:
         if e < ctx.start:
             return True
@@ -144,7 +146,7 @@ def probe_shipped(ctx: StepContext, st: StepOp, flow: str) -> Placed:
         if body is None:
             return False
         assert isinstance(body, TupleBatch)
-        rows = [make_row(ctx.m, p) for p in body.rows]
+        rows = list(map(row_of, body.rows))
         ctx.output(st, e, store_join(ctx, st, rows, home.store, home.progress))
         return True
     return Placed(st.home, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))
