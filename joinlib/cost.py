@@ -671,7 +671,11 @@ def sequence_cost(query: Query, seq: Sequence, model: CostModel) -> float:
 
 
 def plan_cost(query: Query, plan: Plan, model: CostModel) -> float:
-    """C_JEP (Eq. 1): the sum of the sequence costs."""
+    """C_JEP (Eq. 1): the sum of the sequence costs; a model that prices whole plans (its own
+    ``plan_cost``, e.g. the plan-level byte model of :mod:`joinlib.costs`) prices it itself."""
+    whole: Optional[Callable[[Query, Plan], float]] = getattr(model, "plan_cost", None)
+    if whole is not None:
+        return whole(query, plan)
     return sum(sequence_cost(query, seq, model) for seq in plan.sequences)
 
 

@@ -40,8 +40,10 @@ def _better(total: float, best: float) -> bool:
     return total < best - _REL_TIE * abs(best)
 
 
-def exhaustive_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequence, float]:
-    """The optimal join sequence of ``head`` and its cost.
+def exhaustive_sequence(query: Query, model: CostModel, head: str,
+                        start: Optional[str] = None) -> tuple[Sequence, float]:
+    """The optimal join sequence of ``head`` and its cost (steps only), the sequence starting at
+    ``start`` (default: the head's site).
 
     Ties go to the earlier next stream in query order, then the earlier algorithm.
     """
@@ -68,8 +70,8 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str) -> tuple[Sequ
         memo[key] = (b_cost, b_steps)
         return b_cost, b_steps
 
-    cost, steps = best(SeqState.start(query, head))
-    return Sequence(head, steps), cost
+    cost, steps = best(SeqState.start(query, head, start))
+    return Sequence(head, steps, start), cost
 
 
 def exhaustive(query: Query, model: CostModel) -> Plan:

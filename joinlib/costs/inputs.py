@@ -1,0 +1,54 @@
+"""The statistics the byte model reads: from the query file, or measured from data.
+
+:class:`Inputs` holds the query (whose ``stats`` give rates, tuple sizes and key selectivities)
+and a representative value of every join attribute.  :func:`from_query` takes the declared
+statistics (defaults as in ``docs/cost-model.md``); :func:`from_data` measures them first
+(:mod:`joinlib.stats`: rate, tuple bytes as the wire encodes them, f = 1 / distinct values) and
+takes the key values from the data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..cost import full_bytes, selectivity
+from ..model import Query, Tup, Value
+from .encoding import Encoding, default_key_value
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the byte model is computed from (see the module docstring)."""
+
+    query: Query
+    key_values: dict[str, tuple[Value, ...]]
+    measured: bool = False
+
+    def encoding(self, horizon_s: float = 15.0) -> Encoding:
+        return Encoding(self.query, {s.name: full_bytes(s) for s in self.query.streams}, self.key_values, horizon_s)
+
+
+def from_query(query: Query) -> Inputs:
+    """The declared statistics, with generator-shaped key values."""
+    keys = {s.name: tuple(default_key_value(round(1 / selectivity(s, a))) for a in s.join_attrs)
+            for s in query.streams}
+    return Inputs(query, keys)
+
+
+def from_data(query: Query, streams: dict[str, list[Tup]]) -> Inputs:
+    """Statistics measured on ``streams`` (declared ones where a stream has no data)."""
+    from ..stats import stream_stats, with_measured
+    measured = [stream_stats(s, streams.get(s.name, [])) for s in query.streams]
+    q = with_measured(query, measured)
+    base = from_query(q)
+    keys = dict(base.key_values)
+    for s in q.streams:
+        tups = streams.get(s.name) or []
+        if tups:
+            keys[s.name] = tuple(tups[len(tups) // 2].key)
+    return Inputs(q, keys, measured=True)
+
+
+def inputs_for(query: Query, streams: Optional[dict[str, list[Tup]]] = None) -> Inputs:
+    """:func:`from_data` when there is data, else :func:`from_query`."""
+    return from_data(query, streams) if streams else from_query(query)

@@ -1,0 +1,246 @@
+"""The plan-level byte model: expected bytes per second on every link, by flow.
+
+A plan is priced from its IR (:func:`joinlib.ir.lower`), where every shipment is an operator
+named by content: a replica (a copy of a stream's window kept at another site, shared by every
+step probing it there) and the flows of cross-site steps.  So a stream shipped to a site is
+charged once however many sequences use it, ``central`` costs its m − 1 streams shipped once,
+and a sequence started away from its head's site pays for its head's batches there (the IR's
+start replica, shared with any SP-S step probing the head there).
+
+Each flow carries one message per epoch; its expected content comes from :mod:`.flows`, its size
+from :class:`~joinlib.costs.encoding.Encoding` (the runtime's own encoder on representative
+bodies).  :class:`WireModel` is also a step-level :class:`~joinlib.cost.CostModel` (the same
+flows, each step with its own replica) for the per-head searches of ``greedy``, ``exhaustive``
+and ``beam``; its :meth:`WireModel.plan_cost` is the plan-level estimate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..cost import SeqState, interval_s, stream_rate, window_tuples
+from ..ir import PlanIR, StepOp, lower
+from ..model import Query
+from ..plan import Plan, Sequence, validate
+from .encoding import Encoding
+from .flows import REPLICA, Inter, Msg, Probe, advance, probe, replica_flows, step_flows
+from .inputs import Inputs, from_query
+
+
+@dataclass(frozen=True)
+class FlowCost:
+    """One flow of a plan: its signature, the operator it belongs to, its link and kind, the
+    expected items per message and bytes per second."""
+
+    sig: str
+    owner: str
+    name: str
+    src: str
+    dst: str
+    kind: str
+    items: float
+    bytes_per_s: float
+
+
+@dataclass
+class PlanEstimate:
+    """The byte model's estimate of a plan (bytes per second of stream time)."""
+
+    flows: list[FlowCost] = field(default_factory=list)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return sum(f.bytes_per_s for f in self.flows)
+
+    def bytes(self, duration_s: float) -> float:
+        """Expected bytes of a run over ``duration_s`` of stream time (windows full)."""
+        return self.bytes_per_s * duration_s
+
+    def by_link(self) -> dict[tuple[str, str, str], float]:
+        """Bytes per second per (src, dst, kind), like a run's report."""
+        out: dict[tuple[str, str, str], float] = {}
+        for f in self.flows:
+            key = (f.src, f.dst, f.kind)
+            out[key] = out.get(key, 0.0) + f.bytes_per_s
+        return dict(sorted(out.items()))
+
+
+def price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
+    """Expected bytes of one message ``m`` from ``src`` to ``dst``."""
+    if m.what == "rows":
+        return enc.rows(src, dst, m.parts, m.n)
+    if m.what == "keys":
+        return enc.keys(src, dst, m.stream, m.index, m.n)
+    if m.what == "expiry":
+        return enc.expiry(src, dst, m.n, m.extra[0])
+    entries, count, full, arrivals = m.extra
+    return enc.dja(src, dst, m.stream, m.index, m.n, entries, count, full, arrivals)
+
+
+def _walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
+    """Every cross-site step of the plan with what it probes."""
+    out: dict[str, tuple[StepOp, Probe]] = {}
+    for seq in ir.plan.sequences:
+        inter = Inter.start(query, seq.head, seq.start)
+        for st, step in zip(ir.steps_of(seq.head), seq.steps, strict=True):
+            pr = probe(query, inter, st.stream)
+            if not st.local:
+                out[st.sig] = (st, pr)
+            inter = advance(query, inter, st.stream, st.algorithm, pr)
+    return out
+
+
+def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None) -> PlanEstimate:
+    """The byte model's estimate of a lowered plan."""
+    query = inputs.query
+    enc = enc or inputs.encoding()
+    tau = interval_s(query)
+    steps = _walk(query, ir)
+    users: dict[str, list[str]] = {}
+    for sig, (st, _) in steps.items():
+        if st.replica is not None:
+            users.setdefault(st.replica, []).append(sig)
+    shares: dict[str, float] = {}
+    est = PlanEstimate()
+    for rep in ir.replicas:
+        mine = users.get(rep.sig, [])
+        msg, parts = replica_flows(query, rep.kind, rep.stream, rep.index, [steps[s][1] for s in mine])
+        shares.update(zip(mine, parts, strict=True))
+        f = ir.update_flow(rep)
+        est.flows.append(FlowCost(f.sig, rep.sig, "update", f.src, f.dst, f.kind, msg.n,
+                                  price(enc, f.src, f.dst, msg) / tau))
+    for sig, (st, pr) in steps.items():
+        for m in step_flows(query, st.algorithm, pr, shares.get(sig, 0.0)):
+            f = ir.flow(st.flow(m.name))
+            est.flows.append(FlowCost(f.sig, st.sig, m.name, f.src, f.dst, f.kind, m.n,
+                                      price(enc, f.src, f.dst, m) / tau))
+    return est
+
+
+def estimate(query: Query, plan: Plan, inputs: Optional[Inputs] = None) -> PlanEstimate:
+    """The byte model's estimate of ``plan`` (statistics from ``inputs``, else the query's)."""
+    inputs = inputs or from_query(query)
+    return estimate_ir(inputs, lower(inputs.query, validate(inputs.query, plan)))
+
+
+class WireModel:
+    """Bytes per second as the runtime encodes them (see the module docstring).
+
+    As a step-level :class:`~joinlib.cost.CostModel` (``step_cost``): the flows of one step and
+    of a replica of its own, without sharing; :meth:`plan_cost`: the plan-level estimate, each
+    shipment once.  ``inputs``: statistics (default: the query's declared ones).
+    """
+
+    name = "wire"
+
+    def __init__(self, inputs: Optional[Inputs] = None, horizon_s: float = 15.0) -> None:
+        self.inputs = inputs
+        self.horizon_s = horizon_s
+        self._enc: dict[int, tuple[Query, Encoding, Inputs]] = {}
+        self._heads: dict[tuple[int, str, frozenset[str]], float] = {}
+        self._plans: dict[tuple[int, str], float] = {}
+
+    def __repr__(self) -> str:
+        return f"WireModel(measured={bool(self.inputs and self.inputs.measured)})"
+
+    def _ctx(self, query: Query) -> tuple[Encoding, Inputs]:
+        hit = self._enc.get(id(query))
+        if hit is None or hit[0] is not query:
+            inputs = self.inputs if self.inputs is not None and self.inputs.query.names == query.names \
+                else from_query(query)
+            if len(self._enc) > 16:
+                self._enc.clear()
+            hit = self._enc[id(query)] = (query, inputs.encoding(self.horizon_s), inputs)
+        return hit[1], hit[2]
+
+    def stats_query(self, query: Query) -> Query:
+        """The query whose statistics the model uses (measured ones when it has data)."""
+        return self._ctx(query)[1].query
+
+    # ---------------------------------------------------------------- plan level
+    def estimate(self, query: Query, plan: Plan) -> PlanEstimate:
+        enc, inputs = self._ctx(query)
+        q = inputs.query
+        return estimate_ir(inputs, lower(q, validate(q, plan)), enc)
+
+    def plan_cost(self, query: Query, plan: Plan) -> float:
+        """Expected bytes per second of ``plan``, each shipment counted once."""
+        key = (id(query), repr(plan.to_json()))
+        hit = self._plans.get(key)
+        if hit is None:
+            if len(self._plans) > 50_000:
+                self._plans.clear()
+            hit = self._plans[key] = self.estimate(query, plan).bytes_per_s
+        return hit
+
+    # ---------------------------------------------------------------- step level (CostModel)
+    def _inter(self, query: Query, state: SeqState) -> Inter:
+        q = self._ctx(query)[1].query
+        key = (id(query), state.head, frozenset(state.joined))
+        heads = self._heads.get(key)
+        if heads is None:
+            it = Inter.start(q, state.head)
+            for n in _canonical_order(q, state.head, state.joined_set):
+                it = advance(q, it, n, "SP-S")
+            heads = self._heads[key] = it.heads
+        rows = state.rate * interval_s(query)
+        return Inter(state, rows, min(heads, rows))
+
+    def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
+        enc, inputs = self._ctx(query)
+        q = inputs.query
+        src, dst = state.location, q.stream(stream).site
+        if src == dst:
+            return 0.0
+        pr = probe(q, self._inter(query, state), stream)
+        tau = interval_s(q)
+        total = 0.0
+        shares = [0.0]
+        if algorithm in REPLICA:
+            idx = pr.index if algorithm in ("SM-S2", "SM-D1") else ()
+            msg, shares = replica_flows(q, REPLICA[algorithm], stream, idx, [pr])
+            total += price(enc, dst, src, msg)
+        for m in step_flows(q, algorithm, pr, shares[0]):
+            a, b = (src, dst) if m.direction == "fwd" else (dst, src)
+            total += price(enc, a, b, m)
+        return total / tau
+
+    def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
+        from ..plan import ALGORITHMS
+        return {a: self.step_cost(query, state, stream, a) for a in ALGORITHMS}
+
+    def start_cost(self, query: Query, head: str, site: str) -> float:
+        """A sequence started at ``site``: its head's batches shipped there."""
+        enc, inputs = self._ctx(query)
+        q = inputs.query
+        h = q.stream(head)
+        if site == h.site:
+            return 0.0
+        b = stream_rate(h) * interval_s(q)
+        return enc.rows(h.site, site, (head,), b) / interval_s(q)
+
+    def sequence_cost(self, query: Query, seq: Sequence) -> float:
+        """Step-level cost of one sequence (its start included)."""
+        state = SeqState.start(query, seq.head, seq.start)
+        total = self.start_cost(query, seq.head, seq.start) if seq.start else 0.0
+        for st in seq.steps:
+            total += self.step_cost(query, state, st.stream, st.algorithm)
+            state = state.advance(query, st.stream, st.algorithm)
+        return total
+
+
+def _canonical_order(q: Query, head: str, joined: frozenset[str]) -> list[str]:
+    """The streams of ``joined`` but the head in a join-graph order (breadth first, query order)."""
+    done, order = {head}, []
+    while len(done) < len(joined):
+        for n in q.names:
+            if n in joined and n not in done and any(q.predicates_between(n, d) for d in done):
+                done.add(n)
+                order.append(n)
+                break
+        else:
+            break
+    return order
+
+
+__all__ = ["FlowCost", "PlanEstimate", "WireModel", "estimate", "estimate_ir", "price", "window_tuples"]

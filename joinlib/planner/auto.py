@@ -1,0 +1,239 @@
+"""``auto``: search the whole plan space with the plan-level byte model, then (with data) measure.
+
+The search is a set of **candidate generators** and one **model** (:class:`~joinlib.costs.WireModel`,
+bytes per second with every shipment counted once):
+
+* ``central``: every stream shipped to one node, for every node (processing-only ones included);
+* ``uniform``: each of the six algorithms on every step;
+* ``per-head``: for every head, the model-optimal sequence (order and algorithm per step, DP of
+  :mod:`.exhaustive`) starting at every node, the cheapest start kept;
+* ``descent``: coordinate descent over heads from the best plans so far: each head's sequence
+  replaced in turn by the one from its pool (the per-head optimum at every start, SP-S to every
+  node, each algorithm) that lowers the *plan*'s cost most, until nothing improves.  This finds
+  mixed plans the others cannot, e.g. heads that share the replicas of a ``central`` node while
+  one selective head reduces by semijoins.
+
+A new plan shape plugs in as one more generator (``GENERATORS``) plus its pricing in the model.
+
+Without data, ``auto`` returns the model's best plan over the query file's statistics.  With data,
+it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the candidates, and runs a
+short list — the :data:`SHORT_LIST` best distinct candidates plus ``central`` at every node — on a
+sample long enough for every window to fill (:func:`sample_ms`), and keeps the plan shipping the
+fewest bytes per second once the windows are full (messages of the epochs after the fill).
+Measurement on the deterministic simulator charges the bytes Kafka carries, so the choice never
+ships more than the best ``central`` on the sample.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import plan as plans
+from ..costs import Inputs, WireModel, inputs_for
+from ..model import Query, Tup
+from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
+from .exhaustive import exhaustive_sequence
+
+Streams = dict[str, list[Tup]]
+#: a candidate generator: named plans for a query under a model
+Generator = Callable[[Query, WireModel], Iterable[tuple[str, Plan]]]
+
+SHORT_LIST = 3          # model candidates measured besides central at every node
+DESCENT_SEEDS = 4       # plans the coordinate descent starts from
+DESCENT_ROUNDS = 4
+MIN_SAMPLE_EPOCHS = 20  # epochs measured after the windows are full
+
+
+@dataclass(frozen=True)
+class Ranked:
+    name: str
+    plan: Plan
+    estimate: float                     # model bytes per second
+    measured: Optional[float] = None    # measured bytes per second, windows full
+    measured_bytes: Optional[int] = None  # measured bytes of the whole sample
+
+
+# ------------------------------------------------------------------ generators
+def gen_central(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+    for node in query.nodes:
+        yield f"central:{node}", plans.central(query, node)
+
+
+def gen_uniform(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+    for a in ALGORITHMS:
+        yield a, plans.uniform(query, a)
+
+
+def best_sequences(query: Query, model: WireModel, head: str) -> dict[str, tuple[Sequence, float]]:
+    """Per start node, the model-optimal sequence of ``head`` and its step-level cost."""
+    out = {}
+    home = query.stream(head).site
+    for node in query.nodes:
+        start = None if node == home else node
+        seq, cost = exhaustive_sequence(query, model, head, start)
+        out[node] = (seq, cost + (model.start_cost(query, head, node) if start else 0.0))
+    return out
+
+
+def gen_per_head(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+    seqs = []
+    for s in query.streams:
+        options = best_sequences(query, model, s.name)
+        seqs.append(min(options.values(), key=lambda v: v[1])[0])
+    yield "per-head", validate(query, Plan(tuple(seqs)))
+
+
+GENERATORS: dict[str, Generator] = {"central": gen_central, "uniform": gen_uniform, "per-head": gen_per_head}
+
+
+def pools(query: Query, model: WireModel) -> dict[str, list[Sequence]]:
+    """Per head, the sequences the descent may give it."""
+    out: dict[str, list[Sequence]] = {}
+    for s in query.streams:
+        pool: dict[str, Sequence] = {}
+        for seq, _ in best_sequences(query, model, s.name).values():
+            pool.setdefault(repr(seq), seq)
+        for node in query.nodes:
+            seq = plans.central(query, node).sequence(s.name)
+            pool.setdefault(repr(seq), seq)
+        for a in ALGORITHMS:
+            seq = Sequence(s.name, tuple(Step(o, a) for o in plans.bfs_order(query, s.name)))
+            pool.setdefault(repr(seq), seq)
+        out[s.name] = list(pool.values())
+    return out
+
+
+def descent(query: Query, model: WireModel, seed: Plan, pool: dict[str, list[Sequence]]) -> Plan:
+    """Coordinate descent over heads from ``seed`` (see the module docstring)."""
+    current = {seq.head: seq for seq in seed.sequences}
+    names = query.names
+
+    def plan_of(c: dict[str, Sequence]) -> Plan:
+        return Plan(tuple(c[n] for n in names))
+    best = model.plan_cost(query, plan_of(current))
+    for _ in range(DESCENT_ROUNDS):
+        improved = False
+        for head in names:
+            for seq in pool[head]:
+                if seq == current[head]:
+                    continue
+                trial = dict(current)
+                trial[head] = seq
+                cost = model.plan_cost(query, plan_of(trial))
+                if cost < best * (1 - 1e-9):
+                    best, current, improved = cost, trial, True
+        if not improved:
+            break
+    return validate(query, plan_of(current))
+
+
+def rank(query: Query, model: WireModel) -> list[Ranked]:
+    """Every candidate, cheapest by the model first, duplicates removed (first name kept)."""
+    seen: dict[str, Ranked] = {}
+
+    def add(name: str, plan: Plan) -> None:
+        key = repr(plan.to_json())
+        if key not in seen:
+            seen[key] = Ranked(name, plan, model.plan_cost(query, plan))
+    for gen in GENERATORS.values():
+        for name, plan in gen(query, model):
+            add(name, plan)
+    pool = pools(query, model)
+    seeds = sorted(seen.values(), key=lambda r: r.estimate)[:DESCENT_SEEDS]
+    for r in seeds:
+        add(f"descent({r.name})", descent(query, model, r.plan, pool))
+    return sorted(seen.values(), key=lambda r: r.estimate)
+
+
+# ------------------------------------------------------------------ measurement
+def fill_ms(query: Query, streams: Optional[Streams] = None) -> int:
+    """When every window is full: the largest time window; for a tuple window, the time its
+    stream takes to produce that many tuples (measured rate, else the declared one)."""
+    out = 0.0
+    for s in query.streams:
+        if s.window.is_time:
+            out = max(out, s.window.size)
+            continue
+        tups = (streams or {}).get(s.name) or []
+        if len(tups) > 1 and tups[-1].ts > tups[0].ts:
+            rate = (len(tups) - 1) / ((tups[-1].ts - tups[0].ts) / 1000.0)
+        else:
+            rate = s.stats.rate or 100.0
+        out = max(out, 1000.0 * s.window.size / max(rate, 1e-9))
+    return int(math.ceil(out))
+
+
+def sample_ms(query: Query, streams: Optional[Streams] = None) -> int:
+    """A sample long enough for windows to fill and then be measured: the larger of 2 × the fill
+    time and the fill time + :data:`MIN_SAMPLE_EPOCHS` batch intervals."""
+    fill, tau = fill_ms(query, streams), query.execution.interval_ms
+    return max(2 * fill, fill + MIN_SAMPLE_EPOCHS * tau, 2000)
+
+
+def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> tuple[float, int, int]:
+    """Run ``plan`` on the first ``length_ms`` of ``streams``: (bytes per second of the messages
+    of the epochs after the windows filled, bytes of the whole sample, results)."""
+    from ..engine import run_embedded
+    from ..messages import Envelope
+    from ..runtime.sink import CountingSink
+    from ..wire import envelope_size
+    from .sampled import sample_of
+    sample = sample_of(streams, length_ms)
+    tau = query.execution.interval_ms
+    first = min((ts[0].ts for ts in sample.values() if ts), default=0)
+    e0 = (first + fill_ms(query, streams)) // tau + 1
+    late = [0]
+
+    def size_of(env: Envelope) -> int:
+        n = envelope_size(env)
+        if env.epoch >= e0:
+            late[0] += n
+        return n
+    rep = run_embedded(query, sample, plan, CountingSink(), size_of=size_of)
+    last = max((t.ts for ts in sample.values() for t in ts), default=0) // tau
+    epochs = last - e0 + 1
+    if epochs <= 0:  # the data is shorter than a window: compare whole runs
+        return rep.bytes / max(1.0, rep.duration_ms / 1000.0), rep.bytes, rep.results
+    return late[0] / (epochs * tau / 1000.0), rep.bytes, rep.results
+
+
+def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None) -> list[Ranked]:
+    """Measure ``cands`` on a sample; cheapest measured first (ties: the model's order)."""
+    length = length_ms or sample_ms(query, streams)
+    out = []
+    results = set()
+    for r in cands:
+        rate, total, n = steady_bytes(query, streams, r.plan, length)
+        results.add(n)
+        out.append(Ranked(r.name, r.plan, r.estimate, rate, total))
+    if len(results) > 1:  # every plan is exact: a difference is a bug
+        raise RuntimeError(f"candidate plans disagree on the sample's results: {sorted(results)}")
+    order = {id(r): i for i, r in enumerate(out)}
+    return sorted(out, key=lambda r: (r.measured or 0.0, order[id(r)]))
+
+
+def short_list(query: Query, ranked: list[Ranked], k: int = SHORT_LIST) -> list[Ranked]:
+    """The ``k`` best model candidates other than ``central``, plus ``central`` at every node."""
+    others = [r for r in ranked if not r.name.startswith("central:")][:k]
+    return others + [r for r in ranked if r.name.startswith("central:")]
+
+
+def auto_ranked(query: Query, streams: Optional[Streams] = None,
+                inputs: Optional[Inputs] = None) -> tuple[list[Ranked], list[Ranked]]:
+    """(every candidate ranked by the model, the short list measured on the data — empty without
+    data)."""
+    inputs = inputs or inputs_for(query, streams)
+    model = WireModel(inputs)
+    ranked = rank(inputs.query, model)
+    ranked = [Ranked(r.name, validate(query, r.plan), r.estimate) for r in ranked]
+    if not streams:
+        return ranked, []
+    return ranked, measure(query, streams, short_list(query, ranked))
+
+
+def auto(query: Query, streams: Optional[Streams] = None) -> Plan:
+    """The ``auto`` plan (see the module docstring)."""
+    ranked, measured = auto_ranked(query, streams)
+    return (measured or ranked)[0].plan
