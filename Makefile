@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -16,17 +16,22 @@ $(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml
 
 deps: $(STAMP)/deps ## Install the pinned Python dependencies and joinlib itself
 
-demo: deps ## Run the example: three routers joined on destination address (embedded, simulated network)
-	$(PYTHON) -m joinlib gen examples/routers_wan.yaml --out data/routers --duration 10s --seed 1
-	$(PYTHON) -m joinlib plan examples/routers_wan.yaml --planner sampled --data data/routers --out data/routers/plan.json
-	$(PYTHON) -m joinlib run examples/routers_wan.yaml --data data/routers --plan data/routers/plan.json \
+demo: deps ## Run the example: three routers joined on destination address; auto's bytes vs central's and the floor
+	$(PYTHON) -m joinlib gen examples/routers_selective.yaml --out data/routers --duration 15s --seed 1
+	$(PYTHON) -m joinlib plan examples/routers_selective.yaml --planner auto --data data/routers --out data/routers/plan.json
+	$(PYTHON) -m joinlib run examples/routers_selective.yaml --data data/routers --plan data/routers/plan.json \
 		--out data/routers/results.jsonl --report data/routers/report.json
 	@echo "first results (data/routers/results.jsonl):"; head -n 3 data/routers/results.jsonl
-	@echo; echo "for comparison, shipping every tuple to one site (what centralized engines do):"
-	$(PYTHON) -m joinlib run examples/routers_wan.yaml --data data/routers --plan central --quiet \
-		--report data/routers/report-central.json
-	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); b=json.load(open('data/routers/report-central.json')); \
-		print(f\"chosen plan ships {a['bytes']:,} bytes, central ships {b['bytes']:,} bytes ({a['bytes']/b['bytes']:.0%}); same {a['results']:,} results: {a['results']==b['results']}\")"
+	@echo; echo "for comparison, shipping every tuple to one site (what centralized engines do), at its best site:"
+	@for s in r1 r2 r3; do $(PYTHON) -m joinlib run examples/routers_selective.yaml --data data/routers \
+		--plan central:$$s --quiet --report data/routers/report-central-$$s.json || exit 1; done
+	$(PYTHON) -m joinlib.costs.floor examples/routers_selective.yaml data/routers --json data/routers/floor.json
+	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); \
+		cs=[json.load(open(f'data/routers/report-central-{s}.json')) for s in ('r1','r2','r3')]; \
+		b=min(cs, key=lambda c: c['bytes']); f=json.load(open('data/routers/floor.json')); \
+		print(f\"auto ships {a['bytes']:,} bytes; best central ships {b['bytes']:,} ({a['bytes']/b['bytes']:.1%} of it)\"); \
+		print(f\"floor {f['floor']:,} bytes (floor + keys {f['floor_keys']:,}); auto / floor = {a['bytes']/max(1,f['floor']):.1f}\"); \
+		print(f\"same {a['results']:,} results as every central: {all(c['results']==a['results'] for c in cs)}\")"
 
 test: deps cluster-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
 	$(PYTHON) -m pytest
@@ -49,6 +54,9 @@ lint: deps $(STAMP)/spark-pip ## Static checks: ruff, mypy (strict on the core),
 
 bench: deps ## Benchmarks of the embedded engine (JSON + PNG under bench/out)
 	$(PYTHON) bench/engine_bench.py
+
+bench-bytes: deps ## Bytes of every planner's plan vs the best central and the floor over the issue-11 grid (results/bytes, docs/bytes.md)
+	$(PYTHON) bench/bytes_bench.py --out results/bytes --table docs/bytes.md
 
 bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
 	$(PYTHON) bench/latency_bench.py

@@ -10,11 +10,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Optional, Protocol, Sequence
 
 from . import command
 from .errors import JoinlibError
 from .experiments.cli import add_commands
+from .live_cli import add_commands as add_live_commands
+from .live_cli import http_json as _http
 from .messages import InstanceKey
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
 from .runtime.sink import Group, Sink
@@ -50,10 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "and print the per-link cost report.\n\n" + PLAN_HELP)
     r.add_argument("query", type=Path, help="query file (YAML)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
-    r.add_argument("--plan", required=True, help="plan name or JSON file (see below)")
+    r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
     r.add_argument("--out", type=Path, help="results, one JSON object per line (omit to only count)")
     r.add_argument("--report", type=Path, help="write the cost report as JSON here")
-    r.add_argument("--model", default="paper", help="cost model for planner names (default: paper)")
+    r.add_argument("--model", default="wire", help="cost model for planner names: wire | paper | bytes (default wire)")
     r.add_argument("--check", action="store_true",
                    help="also compute the centralized reference join and fail if results differ")
     r.add_argument("--quiet", action="store_true", help="print no report table")
@@ -88,22 +90,31 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="compute a join plan and print it as JSON",
                         description="Print the plan chosen by a planner in the 'run --plan' JSON format.")
     pl.add_argument("query", type=Path)
-    pl.add_argument("--planner", default="greedy",
-                    help="greedy | exhaustive | beam | sampled[:time] (default greedy); 'sampled' runs every "
-                         "candidate plan on the first 2 s of --data and keeps the one shipping fewest bytes "
-                         "(':time': lowest processing + transmission time)")
-    pl.add_argument("--data", type=Path, help="data directory (needed by --planner sampled)")
-    pl.add_argument("--model", default="paper", help="cost model: paper | bytes (default paper)")
-    pl.add_argument("--explain", action="store_true", help="also print the estimated cost of each step")
+    pl.add_argument("--planner", default="auto",
+                    help="auto | greedy | exhaustive | beam | sampled[:time] | central[:NODE] | an algorithm "
+                         "(default auto: the whole plan space under the byte model; with --data, statistics "
+                         "measured and the best candidates run on a sample where every window fills); "
+                         "'sampled' runs every candidate plan on such a sample")
+    pl.add_argument("--data", type=Path, help="data directory (used by auto, needed by sampled)")
+    pl.add_argument("--model", default="wire", help="cost model: wire | paper | bytes (default wire)")
+    pl.add_argument("--explain", action="store_true",
+                    help="also print the estimated bytes per link and kind (byte model) and the cost of each step")
     pl.add_argument("--out", type=Path, help="write the plan JSON here instead of stdout")
     pl.set_defaults(func=_cmd_plan)
 
     sm = sub.add_parser("submit", help="submit a query to the planner service (cluster mode)",
                         description="Send QUERY to the planner service, which plans it and publishes the plan "
-                                    "to every node service; then replay the sources with services.source.")
+                                    "to every node service. A query whose streams name a json or avro 'source' "
+                                    "runs on those topics until 'joinlib stop'; others wait for services.source "
+                                    "to replay their data.")
     sm.add_argument("query", type=Path)
-    sm.add_argument("--planner", default="greedy", help="greedy | exhaustive | beam | central | an algorithm")
-    sm.add_argument("--model", default="paper", help="cost model: paper | bytes")
+    sm.add_argument("--plan", "--planner", dest="planner",
+                    help="any plan name of the registry, e.g. auto | greedy | central[:SITE] | an algorithm "
+                         "(default: the registry's default planner; --planner is the old spelling)")
+    sm.add_argument("--model", help="cost model of the planner (default: the registry's)")
+    sm.add_argument("--since", help="live queries: records with an earlier event time are late: now (default, "
+                                    "less 2 s), now-5min, an ISO-8601 time, or ms since the Unix epoch (0 for "
+                                    "synthetic times)")
     sm.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"),
                     help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     sm.set_defaults(func=_cmd_submit)
@@ -114,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     stt.set_defaults(func=_cmd_status)
 
     add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
+    add_live_commands(sub)  # queries, stop, results (live queries, docs/live.md)
     from .progressive.cli import add_command as add_progressive
     add_progressive(sub)  # progressive LEFT RIGHT (seed 004: RPJ, XJoin, HMJ)
 
@@ -257,8 +269,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(text)
     if args.explain:
-        from .cost import get_model
+        from .costs import get_model
+        from .costs.explain import format_estimate
         from .planner import explain
+        print(format_estimate(query, plan, streams))
+        if args.model == "wire":
+            return 0
         model = get_model(args.model)
         total = 0.0
         for row in explain(query, plan, model):
@@ -271,14 +287,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from urllib.parse import urlencode
-    try:
-        text = args.query.read_text()
-    except OSError as e:
-        raise JoinlibError(f"{args.query}: {e.strerror}") from None
-    url = f"{args.url.rstrip('/')}/queries?{urlencode({'planner': args.planner, 'model': args.model})}"
-    out = _http(url, text.encode())
+
+    import yaml
+
+    from .query import load_query, query_to_dict
+    query = load_query(args.query)  # mistakes are reported here, with the file's name; schema files inlined
+    params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
+    url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
+    out = _http(url, yaml.safe_dump(query_to_dict(query), sort_keys=False).encode())
     print(f"query {out['query']} planned, run {out['run']}:")
     print(json.dumps(out["plan"], indent=2))
+    if "origin_ms" in out:
+        print(f"live: reading its sources until 'joinlib stop {out['query']}'; event times from "
+              f"{out['origin_ms']} ms on; results: 'joinlib results {out['query']} --follow'")
     return 0
 
 
@@ -286,24 +307,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
     url = f"{args.url.rstrip('/')}/queries" + (f"/{args.name}" if args.name else "")
     print(json.dumps(_http(url), indent=2))
     return 0
-
-
-def _http(url: str, data: Optional[bytes] = None) -> Any:
-    """GET (or POST ``data``) a planner-service URL; errors become one clear line."""
-    from urllib.error import HTTPError, URLError
-    from urllib.request import Request, urlopen
-    try:
-        with urlopen(Request(url, data=data, method="POST" if data is not None else "GET"), timeout=60) as r:
-            return json.loads(r.read())
-    except HTTPError as e:
-        try:
-            msg = json.loads(e.read()).get("error", e.reason)
-        except ValueError:
-            msg = e.reason
-        raise JoinlibError(f"planner service: {msg}") from None
-    except (URLError, OSError) as e:
-        raise JoinlibError(f"cannot reach the planner service at {url}: {getattr(e, 'reason', e)} "
-                           "(start it with 'python -m services.planner', or set --url)") from None
 
 
 def _cmd_reference(args: argparse.Namespace) -> int:

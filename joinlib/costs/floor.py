@@ -208,3 +208,33 @@ def floor(query: Query, streams: dict[str, list[Tup]], sites: Optional[tuple[str
                 batches.setdefault(t.ts // tau, set()).add(tuple(t.key))
         keys += sum(len(encode_body(KeyBatch(sorted(ks, key=repr)))) - empty for ks in batches.values())
     return Floor(best, by_site[best], keys, by_site, {s.name: len(contrib[s.pos]) for s in query.streams})
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m joinlib.costs.floor QUERY DATA [--json OUT]``: the floor of a data set."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from ..data import load_streams
+    from ..query import load_query
+    ap = argparse.ArgumentParser(prog="python -m joinlib.costs.floor",
+                                 description="The floor (bytes of the tuples that take part in a result and are "
+                                             "not at the result site, best site) and floor + keys of a data set.")
+    ap.add_argument("query", type=Path)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    a = ap.parse_args(argv)
+    q = load_query(a.query)
+    f = floor(q, load_streams(q, a.data))
+    doc = {"site": f.site, "floor": f.bytes, "floor_keys": f.with_keys, "by_site": f.by_site,
+           "contributors": f.contributors}
+    print(f"floor {f.bytes:,} bytes (results at {f.site}); floor + keys {f.with_keys:,}; "
+          f"contributing tuples {f.contributors}")
+    if a.json:
+        a.json.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

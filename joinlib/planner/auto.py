@@ -25,7 +25,6 @@ ships more than the best ``central`` on the sample.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Optional
@@ -35,6 +34,7 @@ from ..costs import Inputs, WireModel, inputs_for
 from ..model import Query, Tup
 from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
 from .exhaustive import exhaustive_sequence
+from .measure import central_bytes, sample_ms, sample_of, steady_bytes
 
 Streams = dict[str, list[Tup]]
 #: a candidate generator: named plans for a query under a model
@@ -43,7 +43,6 @@ Generator = Callable[[Query, WireModel], Iterable[tuple[str, Plan]]]
 SHORT_LIST = 3          # model candidates measured besides central at every node
 DESCENT_SEEDS = 4       # plans the coordinate descent starts from
 DESCENT_ROUNDS = 4
-MIN_SAMPLE_EPOCHS = 20  # epochs measured after the windows are full
 
 
 @dataclass(frozen=True)
@@ -148,70 +147,38 @@ def rank(query: Query, model: WireModel) -> list[Ranked]:
 
 
 # ------------------------------------------------------------------ measurement
-def fill_ms(query: Query, streams: Optional[Streams] = None) -> int:
-    """When every window is full: the largest time window; for a tuple window, the time its
-    stream takes to produce that many tuples (measured rate, else the declared one)."""
-    out = 0.0
-    for s in query.streams:
-        if s.window.is_time:
-            out = max(out, s.window.size)
-            continue
-        tups = (streams or {}).get(s.name) or []
-        if len(tups) > 1 and tups[-1].ts > tups[0].ts:
-            rate = (len(tups) - 1) / ((tups[-1].ts - tups[0].ts) / 1000.0)
-        else:
-            rate = s.stats.rate or 100.0
-        out = max(out, 1000.0 * s.window.size / max(rate, 1e-9))
-    return int(math.ceil(out))
-
-
-def sample_ms(query: Query, streams: Optional[Streams] = None) -> int:
-    """A sample long enough for windows to fill and then be measured: the larger of 2 × the fill
-    time and the fill time + :data:`MIN_SAMPLE_EPOCHS` batch intervals."""
-    fill, tau = fill_ms(query, streams), query.execution.interval_ms
-    return max(2 * fill, fill + MIN_SAMPLE_EPOCHS * tau, 2000)
-
-
-def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> tuple[float, int, int]:
-    """Run ``plan`` on the first ``length_ms`` of ``streams``: (bytes per second of the messages
-    of the epochs after the windows filled, bytes of the whole sample, results)."""
-    from ..engine import run_embedded
-    from ..messages import Envelope
-    from ..runtime.sink import CountingSink
-    from ..wire import envelope_size
-    from .sampled import sample_of
-    sample = sample_of(streams, length_ms)
-    tau = query.execution.interval_ms
-    first = min((ts[0].ts for ts in sample.values() if ts), default=0)
-    e0 = (first + fill_ms(query, streams)) // tau + 1
-    late = [0]
-
-    def size_of(env: Envelope) -> int:
-        n = envelope_size(env)
-        if env.epoch >= e0:
-            late[0] += n
-        return n
-    rep = run_embedded(query, sample, plan, CountingSink(), size_of=size_of)
-    last = max((t.ts for ts in sample.values() for t in ts), default=0) // tau
-    epochs = last - e0 + 1
-    if epochs <= 0:  # the data is shorter than a window: compare whole runs
-        return rep.bytes / max(1.0, rep.duration_ms / 1000.0), rep.bytes, rep.results
-    return late[0] / (epochs * tau / 1000.0), rep.bytes, rep.results
-
-
 def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None) -> list[Ranked]:
-    """Measure ``cands`` on a sample; cheapest measured first (ties: the model's order)."""
+    """Measure ``cands``; cheapest first (ties: the model's order).  ``central:NODE`` is priced
+    exactly over all of ``streams`` (:func:`~.measure.central_bytes`, no run needed); every other
+    candidate runs on the sample, and its bytes per second once the windows are full are scaled by
+    the ratio of the data's tuple rate to the sample's, so that both are rates of the whole data."""
     length = length_ms or sample_ms(query, streams)
+    span = _span_s(streams)
+    scale = _rate(streams, span) / max(1e-9, _rate(sample_of(streams, length), None))
     out = []
     results = set()
     for r in cands:
-        rate, total, n = steady_bytes(query, streams, r.plan, length)
-        results.add(n)
-        out.append(Ranked(r.name, r.plan, r.estimate, rate, total))
+        if r.name.startswith("central:") and r.name[8:] in query.nodes:
+            total = central_bytes(query, streams, r.name[8:])
+            out.append(Ranked(r.name, r.plan, r.estimate, total / span, total))
+            continue
+        m = steady_bytes(query, streams, r.plan, length)
+        results.add(m.results)
+        out.append(Ranked(r.name, r.plan, r.estimate, m.steady_bytes_per_s * scale, m.bytes))
     if len(results) > 1:  # every plan is exact: a difference is a bug
         raise RuntimeError(f"candidate plans disagree on the sample's results: {sorted(results)}")
     order = {id(r): i for i, r in enumerate(out)}
     return sorted(out, key=lambda r: (r.measured or 0.0, order[id(r)]))
+
+
+def _span_s(streams: Streams) -> float:
+    ts = [t.ts for tups in streams.values() for t in tups]
+    return (max(ts) - min(ts) + 1) / 1000.0 if ts else 1.0
+
+
+def _rate(streams: Streams, span: Optional[float]) -> float:
+    n = sum(len(t) for t in streams.values())
+    return n / (span if span is not None else _span_s(streams))
 
 
 def short_list(query: Query, ranked: list[Ranked], k: int = SHORT_LIST) -> list[Ranked]:

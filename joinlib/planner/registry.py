@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .. import plan as plans
-from ..cost import CostModel, PaperModel, get_model
+from ..cost import CostModel
+from ..costs import DEFAULT_MODEL, get_model
 from ..errors import PlanError
 from ..model import Query, Tup
 from ..plan import Plan
+from .auto import auto, auto_ranked
 from .beamsearch import beam
 from .exhaustive import exhaustive
 from .greedy import greedy
@@ -27,9 +29,13 @@ CostPlanner = Callable[[Query, CostModel], Plan]
 Streams = dict[str, list[Tup]]
 
 PLAN_HELP = """PLAN is one of:
+  auto                         (default) search every plan shape with the byte model;
+                               with data: measure the statistics, then run the best
+                               candidates and central at every node on a sample where
+                               the windows fill, keep the fewest bytes (docs/cost-model.md)
   greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
-  sampled[:time]               run every candidate plan on the first 2 s of the data,
-                               keep the one shipping fewest bytes (or lowest time)
+  sampled[:time]               run every candidate plan on a sample where every window
+                               fills, keep the one shipping fewest bytes (or lowest time)
   central[:SITE]               ship every stream to one site and join there, as
                                centralized engines do (default site: highest rate)
   SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
@@ -40,11 +46,11 @@ PLAN_HELP = """PLAN is one of:
 @dataclass(frozen=True)
 class PlanRequest:
     """What a plan is built from: the query, the text after ``NAME:`` (None without a colon),
-    the cost model name, and the data (only ``sampled`` uses it)."""
+    the cost model name, and the data (``auto`` and ``sampled`` use it)."""
 
     query: Query
     arg: Optional[str] = None
-    model: str = "paper"
+    model: str = DEFAULT_MODEL
     streams: Optional[Streams] = None
     progress: bool = False
 
@@ -55,7 +61,7 @@ class Planner:
 
     build: Callable[[PlanRequest], Plan]
     takes_arg: bool = False  # NAME:ARG is accepted
-    needs_data: bool = False  # measures candidates on the streams
+    needs_data: bool = False  # measures candidates on the streams (auto: when there are some)
     cost: Optional[CostPlanner] = None  # a planner over a cost model (plan_for)
 
 
@@ -66,6 +72,10 @@ def _cost_based(fn: CostPlanner) -> Planner:
 def _sampled(r: PlanRequest) -> Plan:
     objective = "bytes" if r.arg is None else r.arg
     return sampled(r.query, r.streams, objective, progress=r.progress, candidates=candidates)
+
+
+def _auto(r: PlanRequest) -> Plan:
+    return auto(r.query, r.streams)
 
 
 def _central(r: PlanRequest) -> Plan:
@@ -79,6 +89,7 @@ def _uniform(algorithm: str) -> Planner:
 
 
 PLANNERS: dict[str, Planner] = {
+    "auto": Planner(_auto, needs_data=True),
     "greedy": _cost_based(greedy),
     "exhaustive": _cost_based(exhaustive),
     "beam": _cost_based(beam),
@@ -104,7 +115,7 @@ def needs_data(spec: str) -> bool:
     return p is not None and p.needs_data
 
 
-def resolve_plan(query: Query, spec: str, model: str = "paper", streams: Optional[Streams] = None,
+def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None,
                  progress: bool = False) -> Plan:
     """A plan from a planner name, ``central[:SITE]``, an algorithm name, or a JSON file;
     ``sampled[:time]`` measures candidates on ``streams``."""
@@ -120,30 +131,33 @@ def resolve_plan(query: Query, spec: str, model: str = "paper", streams: Optiona
 
 def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None) -> Plan:
     """Run the cost-based planner ``name`` (greedy | exhaustive | beam) with ``model`` — a
-    :class:`~joinlib.cost.CostModel`, a model name for :func:`~joinlib.cost.get_model`,
-    or None for the paper model."""
+    :class:`~joinlib.cost.CostModel`, a model name for :func:`~joinlib.costs.get_model`,
+    or None for the default, the plan-level byte model (``wire``)."""
     fn = COST_PLANNERS.get(name)
     if fn is None:
         raise PlanError(f"unknown planner {name!r} (choose from {', '.join(COST_PLANNERS)})")
     if model is None:
-        model = PaperModel()
+        model = get_model(DEFAULT_MODEL)
     elif isinstance(model, str):
         model = get_model(model)
     return fn(query, model)
 
 
-def candidates(query: Query) -> dict[str, Plan]:
+def candidates(query: Query, streams: Optional[Streams] = None) -> dict[str, Plan]:
     """Every plan worth trying on data, by name (duplicates removed, first name kept): each
-    cost-based planner under the bytes and the paper model, ``central`` at every site, each
-    algorithm on every step."""
+    cost-based planner under the wire, bytes and paper models, ``central`` at every node, each
+    algorithm on every step, and every candidate of ``auto``'s search (mixed plans, sequences
+    started at any node; the model's statistics measured on ``streams`` when given)."""
     out: dict[str, Plan] = {}
-    for model in ("bytes", "paper"):
+    for model in ("wire", "bytes", "paper"):
         for planner in ("greedy", "beam", "exhaustive"):  # cheap first: a duplicate keeps the cheap name
             out.setdefault(f"{planner}/{model}", plan_for(planner, query, model))
-    for site in query.sites:
+    for site in query.nodes:
         out[f"central:{site}"] = plans.central(query, site)
     for algorithm in plans.ALGORITHMS:
         out[algorithm] = plans.uniform(query, algorithm)
+    for r in auto_ranked(query, streams)[0]:
+        out.setdefault(f"auto/{r.name}", r.plan)
     unique: dict[str, Plan] = {}
     seen = set()
     for name, plan in out.items():

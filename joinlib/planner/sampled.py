@@ -1,16 +1,14 @@
 """Plan by measurement: run candidate plans on a sample of the data and keep the cheapest.
 
-The cost models price each join sequence on its own (Eq. 1 of the paper), so they cannot
-see that a window replica or a shipped stream serves every sequence at a site — which is
-exactly what makes ``central`` (every stream shipped once, to one site) cheap, and why a
-formula-optimal plan can ship several times more.  This planner sidesteps the model:
-the candidates are the plans of every planner under every model, ``central`` at every
-site and each algorithm on every step (:func:`joinlib.planner.registry.candidates`, passed
-in as ``candidates``), and each is *run* on the deterministic simulator
-over the first ``sample_ms`` of the data; the cheapest by the measured objective wins.
+The candidates are the plans of every planner under every model, ``central`` at every node, each
+algorithm on every step, and every candidate of ``auto``'s search (mixed plans, sequences started
+at any node: :func:`joinlib.planner.registry.candidates`, passed in as ``candidates``).  Each is
+*run* on the deterministic simulator over a sample long enough for every window to fill
+(:func:`joinlib.planner.measure.sample_ms`: at least twice the largest window); by default the
+objective is the bytes per second of the epochs after the windows filled, what a long run pays.
 The simulator ships the bytes Kafka would carry, so on the sample the choice is exact for
-``bytes``; ``time`` (processing + transmission, the paper's metric) includes noisy
-wall-clock processing time.
+``bytes``; ``time`` (processing + transmission, the paper's metric) includes noisy wall-clock
+processing time.  ``auto`` measures a short list of the same candidates; this planner measures all.
 """
 from __future__ import annotations
 
@@ -19,61 +17,54 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import PlanError
-from ..model import Query, Tup
+from ..model import Query
 from ..plan import Plan
+from .measure import Streams, sample_ms, sample_of, steady_bytes
 
 OBJECTIVES = ("bytes", "time")
 
 #: the plans to try on a query, by name (:func:`joinlib.planner.registry.candidates`)
-Candidates = Callable[[Query], Mapping[str, Plan]]
+Candidates = Callable[[Query, Optional[Streams]], Mapping[str, Plan]]
 
 
 @dataclass(frozen=True)
 class Candidate:
     name: str
     plan: Plan
-    bytes: int
+    bytes: int                 # bytes of the whole sample
+    steady_bytes_per_s: float  # bytes per second once the windows are full
     execution_s_per_s: float
     results: int
 
 
-def sample_of(streams: dict[str, list[Tup]], sample_ms: int) -> dict[str, list[Tup]]:
-    """The tuples of the first ``sample_ms`` of event time."""
-    starts = [ts[0].ts for ts in streams.values() if ts]
-    if not starts:
-        return streams
-    end = min(starts) + sample_ms
-    return {name: [t for t in tups if t.ts < end] for name, tups in streams.items()}
-
-
-def measure(query: Query, streams: dict[str, list[Tup]], sample_ms: int = 2000,
+def measure(query: Query, streams: Streams, length_ms: Optional[int] = None,
             progress: bool = False, *, candidates: Candidates) -> list[Candidate]:
-    """Run every candidate on the sample; cheapest (by bytes) first."""
-    from ..engine import run_embedded
-    from ..runtime.sink import CountingSink
-    sample = sample_of(streams, sample_ms)
-    items: Iterable[tuple[str, Plan]] = candidates(query).items()
+    """Run every candidate on the sample; cheapest (by steady bytes per second) first."""
+    length = length_ms or sample_ms(query, streams)
+    items: Iterable[tuple[str, Plan]] = candidates(query, streams).items()
     if progress:
         from tqdm import tqdm
         items = tqdm(items, desc="sampling plans", unit="plan", leave=False)
     out = []
     for name, plan in items:
-        sink = CountingSink()
-        rep = run_embedded(query, sample, plan, sink)
-        out.append(Candidate(name, plan, rep.bytes, rep.execution_s_per_s, rep.results))
+        m = steady_bytes(query, streams, plan, length)
+        out.append(Candidate(name, plan, m.bytes, m.steady_bytes_per_s, m.execution_s_per_s, m.results))
     if len({c.results for c in out}) > 1:  # every plan is exact: a difference is a bug
         raise RuntimeError(f"candidate plans disagree on the sample's results: {[(c.name, c.results) for c in out]}")
-    return sorted(out, key=lambda c: (c.bytes, c.execution_s_per_s))
+    return sorted(out, key=lambda c: (c.steady_bytes_per_s, c.bytes))
 
 
-def sampled(query: Query, streams: Optional[dict[str, list[Tup]]], objective: str = "bytes",
-            sample_ms: int = 2000, progress: bool = False, *, candidates: Candidates) -> Plan:
+def sampled(query: Query, streams: Optional[Streams], objective: str = "bytes",
+            length_ms: Optional[int] = None, progress: bool = False, *, candidates: Candidates) -> Plan:
     """The candidate plan that is cheapest on the sample (``objective``: bytes | time)."""
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
     if not streams:
         raise PlanError("the 'sampled' planner measures candidate plans on data: give --data DIR")
-    ranked = measure(query, streams, sample_ms, progress, candidates=candidates)
+    ranked = measure(query, streams, length_ms, progress, candidates=candidates)
     if objective == "time":
         ranked.sort(key=lambda c: (c.execution_s_per_s, c.bytes))
     return ranked[0].plan
+
+
+__all__ = ["Candidate", "OBJECTIVES", "measure", "sample_of", "sampled"]

@@ -1,0 +1,108 @@
+"""Measuring plans on a sample of the data: long enough for every window to fill.
+
+A plan's bytes per second grow while its windows fill (a semijoin finds more partners in a full
+window, a replica ships more), so a sample shorter than the largest window makes semijoins look
+cheap.  :func:`sample_ms` is at least twice the fill time, and :func:`steady_bytes` counts only the
+messages of the epochs after the fill: the rate a long run pays.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..model import Query, Tup
+from ..plan import Plan
+
+Streams = dict[str, list[Tup]]
+MIN_SAMPLE_EPOCHS = 20  # epochs measured after the windows are full
+
+
+def sample_of(streams: Streams, sample_ms: int) -> Streams:
+    """The tuples of the first ``sample_ms`` of event time."""
+    starts = [ts[0].ts for ts in streams.values() if ts]
+    if not starts:
+        return streams
+    end = min(starts) + sample_ms
+    return {name: [t for t in tups if t.ts < end] for name, tups in streams.items()}
+
+
+def fill_ms(query: Query, streams: Optional[Streams] = None) -> int:
+    """When every window is full: the largest time window; for a tuple window, the time its
+    stream takes to produce that many tuples (measured rate, else the declared one)."""
+    out = 0.0
+    for s in query.streams:
+        if s.window.is_time:
+            out = max(out, s.window.size)
+            continue
+        tups = (streams or {}).get(s.name) or []
+        if len(tups) > 1 and tups[-1].ts > tups[0].ts:
+            rate = (len(tups) - 1) / ((tups[-1].ts - tups[0].ts) / 1000.0)
+        else:
+            rate = s.stats.rate or 100.0
+        out = max(out, 1000.0 * s.window.size / max(rate, 1e-9))
+    return int(math.ceil(out))
+
+
+def sample_ms(query: Query, streams: Optional[Streams] = None) -> int:
+    """A sample long enough for windows to fill and then be measured: the larger of 2 × the fill
+    time and the fill time + :data:`MIN_SAMPLE_EPOCHS` batch intervals."""
+    fill, tau = fill_ms(query, streams), query.execution.interval_ms
+    return max(2 * fill, fill + MIN_SAMPLE_EPOCHS * tau, 2000)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One plan run on a sample: bytes per second of the epochs after the windows filled, bytes
+    of the whole sample, results, and the paper's execution time per second of stream time."""
+
+    steady_bytes_per_s: float
+    bytes: int
+    results: int
+    execution_s_per_s: float
+
+
+def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> Sample:
+    """Run ``plan`` on the first ``length_ms`` of ``streams`` (see :class:`Sample`)."""
+    from ..engine import run_embedded
+    from ..messages import Envelope
+    from ..runtime.sink import CountingSink
+    from ..wire import envelope_size
+    sample = sample_of(streams, length_ms)
+    tau = query.execution.interval_ms
+    first = min((ts[0].ts for ts in sample.values() if ts), default=0)
+    e0 = (first + fill_ms(query, streams)) // tau + 1
+    late = [0]
+
+    def size_of(env: Envelope) -> int:
+        n = envelope_size(env)
+        if env.epoch >= e0:
+            late[0] += n
+        return n
+    rep = run_embedded(query, sample, plan, CountingSink(), size_of=size_of)
+    last = max((t.ts for ts in sample.values() for t in ts), default=0) // tau
+    epochs = last - e0 + 1
+    if epochs <= 0:  # the data is shorter than a window: compare whole runs
+        rate = rep.bytes / max(1.0, rep.duration_ms / 1000.0)
+    else:
+        rate = late[0] / (epochs * tau / 1000.0)
+    return Sample(rate, rep.bytes, rep.results, rep.execution_s_per_s)
+
+
+def central_bytes(query: Query, streams: Streams, node: str) -> int:
+    """The bytes ``central:node`` ships over ``streams``, computed without running it: every other
+    stream's batch of every epoch in one full-tuple message to ``node``."""
+    from ..messages import Envelope, TupleBatch
+    from ..wire import envelope_size
+    tau = query.execution.interval_ms
+    last = max((t.ts for ts in streams.values() for t in ts), default=0) // tau
+    total = 0
+    for s in query.streams:
+        if s.site == node:
+            continue
+        batches: dict[int, list[Tup]] = {}
+        for t in streams.get(s.name, []):
+            batches.setdefault(t.ts // tau, []).append(t)
+        total += sum(envelope_size(Envelope(s.site, node, 0, e, TupleBatch([(t,) for t in batches.get(e, [])])))
+                     for e in range(last + 1))
+    return total
