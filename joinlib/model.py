@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .source_spec import SourceSpec
+
 Value = Any  # a join-attribute value: str, int, float, bool or None
 
 
@@ -59,7 +61,8 @@ class Stream:
     """A stream born at ``site``; ``pos`` is its position in the query's stream list.
 
     ``join_attrs`` lists, in a fixed order, the attributes this stream uses in any
-    join predicate; tuples carry their values in that order (``Tup.key``).
+    join predicate; tuples carry their values in that order (``Tup.key``).  ``source``: where
+    its records come from (None: the replayer's ``src.<query>.<stream>`` topic).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Stream:
     window: Window
     join_attrs: tuple[str, ...]
     stats: StreamStats = field(default_factory=StreamStats)
+    source: Optional[SourceSpec] = None
 
     def attr_index(self, attr: str) -> int:
         return self.join_attrs.index(attr)
@@ -137,16 +141,25 @@ class Network:
 
 @dataclass(frozen=True)
 class Execution:
-    """The processing model's parameters: batch interval tau and maximum delay delta (ms)."""
+    """The processing model's parameters: batch interval tau and maximum delay delta (ms);
+    ``idle_timeout_ms``: a live source partition whose watermark has not moved for this long (and
+    that has nothing left to read) advances with processing time (docs/live.md)."""
 
     interval_ms: int = 100
     max_delay_ms: int = 80
+    idle_timeout_ms: int = 5000
+    #: false-positive rate of the Bloom filters semijoins ship instead of keys when shorter; 0: keys only
+    bloom_fpr: float = 0.01
 
     def __post_init__(self) -> None:
         if self.interval_ms <= 0:
             raise ValueError("interval must be positive")
         if self.max_delay_ms < 0:
             raise ValueError("max_delay must not be negative")
+        if not 0.0 <= self.bloom_fpr < 1.0:
+            raise ValueError("bloom_fpr must be in [0, 1)")
+        if self.idle_timeout_ms <= 0:
+            raise ValueError("idle_timeout must be positive")
 
 
 @dataclass(frozen=True)

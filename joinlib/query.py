@@ -17,18 +17,19 @@ import difflib
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Literal, Union, overload
+from typing import Any, Literal, Optional, Union, overload
 
 import yaml
 
 from .errors import QueryError
 from .model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
+from .source_spec import parse_source, source_to_dict
 
 TOP_KEYS = ("name", "streams", "join", "network", "execution")
-STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity")
+STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source")
 NETWORK_KEYS = ("latency", "bandwidth", "links", "nodes")
 LINK_KEYS = ("from", "to", "latency", "bandwidth")
-EXECUTION_KEYS = ("interval", "max_delay")
+EXECUTION_KEYS = ("interval", "max_delay", "idle_timeout", "bloom_fpr")
 RESERVED_ATTRS = ("id", "ts")  # columns every data row has; they cannot be join attributes
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -67,11 +68,12 @@ def load_query(path: Source) -> Query:
         raise QueryError(f"{path}: invalid YAML at {where}: {e.problem or e.context}; fix the syntax") from None
     except yaml.YAMLError as e:
         raise QueryError(f"{path}: invalid YAML: {e}") from None
-    return parse_query(data, str(path))
+    return parse_query(data, str(path), base_dir=path.parent)
 
 
-def parse_query(data: Any, source_name: str = "<query>") -> Query:
-    """Validate the parsed YAML document ``data``; ``source_name`` prefixes every error."""
+def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[Path] = None) -> Query:
+    """Validate the parsed YAML document ``data``; ``source_name`` prefixes every error;
+    ``base_dir``: where files the query names (Avro schemas of sources) are looked up."""
     err = _Errors(source_name)
     if data is None:
         raise err("", "the query is empty; it needs at least 'streams' and 'join'")
@@ -84,7 +86,7 @@ def parse_query(data: Any, source_name: str = "<query>") -> Query:
     name = _parse_name(err, data.get("name"), source_name)
     specs = _parse_stream_specs(err, data["streams"])
     predicates = _parse_predicates(err, data["join"], specs)
-    streams = _build_streams(err, specs, predicates)
+    streams = _build_streams(err, specs, predicates, base_dir)
     _check_connected(err, streams, predicates)
     sites = tuple(dict.fromkeys(s.site for s in streams))
     network = _parse_network(err, data.get("network"), sites)
@@ -181,7 +183,8 @@ def _parse_stream_specs(err: _Errors, streams: Any) -> dict[str, Spec]:
     return specs
 
 
-def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predicate, ...]) -> tuple[Stream, ...]:
+def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predicate, ...],
+                   base_dir: Optional[Path] = None) -> tuple[Stream, ...]:
     attrs: dict[str, list[str]] = {name: [] for name in specs}
     for p in predicates:
         for stream, attr in ((p.left, p.left_attr), (p.right, p.right_attr)):
@@ -196,7 +199,8 @@ def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predi
         window = _parse_window(err, f"{where}.window", spec["window"])
         join_attrs = tuple(attrs[name])
         stats = _parse_stats(err, where, spec, join_attrs)
-        out.append(Stream(name, pos, str(site), window, join_attrs, stats))
+        source = parse_source(err, f"{where}.source", spec.get("source"), join_attrs, base_dir)
+        out.append(Stream(name, pos, str(site), window, join_attrs, stats, source))
     return tuple(out)
 
 
@@ -388,12 +392,21 @@ def _parse_execution(err: _Errors, data: Any) -> Execution:
         raise err("execution", f"expected a mapping with keys {', '.join(EXECUTION_KEYS)}, not {_kind(data)}")
     _check_keys(err, "execution", data, EXECUTION_KEYS)
     default = Execution()
-    interval, max_delay = default.interval_ms, default.max_delay_ms
+    interval, max_delay, idle = default.interval_ms, default.max_delay_ms, default.idle_timeout_ms
     if data.get("interval") is not None:
         interval = int(_duration_ms(err, "execution.interval", data["interval"], integral=True, positive=True))
     if data.get("max_delay") is not None:
         max_delay = int(_duration_ms(err, "execution.max_delay", data["max_delay"], integral=True))
-    return Execution(interval, max_delay)
+    if data.get("idle_timeout") is not None:
+        idle = int(_duration_ms(err, "execution.idle_timeout", data["idle_timeout"], integral=True, positive=True))
+    fpr = default.bloom_fpr
+    if data.get("bloom_fpr") is not None:
+        v = data["bloom_fpr"]
+        if not _is_number(v) or not 0 <= v < 1:
+            raise err("execution.bloom_fpr", f"a false-positive rate must satisfy 0 <= p < 1 (0: ship keys, never "
+                                             f"Bloom filters), not {v!r}")
+        fpr = float(v)
+    return Execution(interval, max_delay, idle, fpr)
 
 
 def _latency(err: _Errors, where: str, value: Any, default: float) -> float:
@@ -451,19 +464,7 @@ def _scaled(err: _Errors, where: str, value: Any, units: dict[str, Decimal], bar
 
 def query_to_dict(query: Query) -> Spec:
     """The YAML document of ``query``: ``parse_query(query_to_dict(q)) == q``."""
-    streams = {}
-    for s in query.streams:
-        spec: dict[str, Any] = {"site": s.site, "window": str(s.window)}
-        st = s.stats
-        if st.rate is not None:
-            spec["rate"] = _num(st.rate)
-        if st.attributes is not None:
-            spec["attributes"] = st.attributes
-        if st.tuple_bytes is not None:
-            spec["tuple_bytes"] = st.tuple_bytes
-        if st.selectivity:
-            spec["selectivity"] = {a: f for a, f in st.selectivity}
-        streams[s.name] = spec
+    streams = {s.name: _stream_to_dict(s) for s in query.streams}
     net = query.network
     network: dict[str, Any] = {"latency": f"{_num(net.latency_ms)}ms", "bandwidth": f"{_num(net.bandwidth_kbps)}kbps"}
     if net.nodes:
@@ -471,14 +472,35 @@ def query_to_dict(query: Query) -> Spec:
     if net.links:
         network["links"] = [{"from": lk.src, "to": lk.dst, "latency": f"{_num(lk.latency_ms)}ms",
                              "bandwidth": f"{_num(lk.bandwidth_kbps)}kbps"} for lk in net.links]
+    execution: dict[str, Any] = {"interval": f"{query.execution.interval_ms}ms",
+                                 "max_delay": f"{query.execution.max_delay_ms}ms"}
+    if query.execution.idle_timeout_ms != Execution().idle_timeout_ms:
+        execution["idle_timeout"] = f"{query.execution.idle_timeout_ms}ms"
+    if query.execution.bloom_fpr != Execution().bloom_fpr:
+        execution["bloom_fpr"] = query.execution.bloom_fpr
     return {
         "name": query.name,
         "streams": streams,
         "join": [str(p) for p in query.predicates],
         "network": network,
-        "execution": {"interval": f"{query.execution.interval_ms}ms",
-                      "max_delay": f"{query.execution.max_delay_ms}ms"},
+        "execution": execution,
     }
+
+
+def _stream_to_dict(s: Stream) -> Spec:
+    spec: dict[str, Any] = {"site": s.site, "window": str(s.window)}
+    st = s.stats
+    if st.rate is not None:
+        spec["rate"] = _num(st.rate)
+    if st.attributes is not None:
+        spec["attributes"] = st.attributes
+    if st.tuple_bytes is not None:
+        spec["tuple_bytes"] = st.tuple_bytes
+    if st.selectivity:
+        spec["selectivity"] = {a: f for a, f in st.selectivity}
+    if s.source is not None:
+        spec["source"] = source_to_dict(s.source)
+    return spec
 
 
 def dump_query(query: Query, path: Source) -> None:

@@ -77,7 +77,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         out_topic,
         produce_control_sync,
         query_topics,
-        src_topic,
+        source_topic,
         warm_up,
     )
     if not isinstance(streams, dict):
@@ -110,7 +110,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
             return h
         for site in nodes_of(specs):
             nodes[site] = start_node(site)
-        warm_up(producer, [src_topic(query.name, s.name) for s in query.streams])
+        warm_up(producer, [source_topic(query, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
         chaos = _Faults(faults, start_node, nodes)
         res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos)

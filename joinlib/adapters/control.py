@@ -8,7 +8,9 @@ Control messages (``wire.Control``, topic ``control``, key = query name):
 * ``end``, published by the source after the last batch: ``{"last_epoch": E, "run": id?}``;
 * ``status``, published by a node every ~2 s: ``{"site", "run", "epoch", "epochs", "last_epoch"}``;
 * ``done``, published by a node when finished: ``{"site", "run", "results", "links": [...],
-  "received": [...], ...}`` (docs/contracts.md).
+  "received": [...], ...}`` (docs/contracts.md);
+* ``stop``, published by the planner (``joinlib stop``): ``{"run": id}``: the nodes end that run of
+  the query (a live query runs until stopped).
 
 ``offsets`` (optional) are the partition-0 offsets of the query's topics when the plan was
 published: nodes start reading there, so several runs of one query can share a broker.
@@ -42,6 +44,7 @@ class ControlLog:
     plans: list[ControlRecord] = field(default_factory=list)
     ends: list[ControlRecord] = field(default_factory=list)
     done: set[tuple[Any, Any]] = field(default_factory=set)   # (run, site)
+    stopped: set[tuple[str, Any]] = field(default_factory=set)  # (query, run)
     position: int = 0                               # next offset to read
 
     def add(self, rec: ControlRecord) -> None:
@@ -52,6 +55,8 @@ class ControlLog:
             self.ends.append(rec)
         elif rec.kind == "done":
             self.done.add((p.get("run"), p.get("site")))
+        elif rec.kind == "stop":
+            self.stopped.add((rec.query, p.get("run")))
         self.position = max(self.position, rec.offset + 1)
 
     def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
@@ -59,6 +64,21 @@ class ControlLog:
             if accept(rec):
                 return rec
         return None
+
+    def latest_plans(self, accept: Callable[[ControlRecord], bool]) -> list[ControlRecord]:
+        """The latest accepted plan of each query, in control order."""
+        latest: dict[str, ControlRecord] = {}
+        for rec in self.plans:
+            if accept(rec):
+                latest[rec.query] = rec
+        return sorted(latest.values(), key=lambda r: r.offset)
+
+    def is_stopped(self, rec: ControlRecord) -> bool:
+        p = rec.payload if isinstance(rec.payload, dict) else {}
+        return (rec.query, p.get("run")) in self.stopped
+
+    def copy(self) -> ControlLog:
+        return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position)
 
 
 def decode_control_message(msg: Any) -> Optional[ControlRecord]:

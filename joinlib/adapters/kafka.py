@@ -87,10 +87,21 @@ def out_topic(query: str) -> str:
     return f"out.{query}"
 
 
+def source_topic(query, stream: str) -> str:
+    """Where the replayer writes a stream's SourceBatch messages: its ``source`` topic if it has a
+    ``sourcebatch`` source, else ``src.<query>.<stream>``."""
+    src = query.stream(stream).source
+    return src.topic if src is not None and src.format == "sourcebatch" else src_topic(query.name, stream)
+
+
 def query_topics(query) -> list[str]:
-    """Every topic a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control included."""
-    return ([src_topic(query.name, s.name) for s in query.streams]
+    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control
+    included; the users' topics of live sources (json, avro) are not among them (they have their own
+    partitions), the dead-letter and idle-advance topics of a live query are."""
+    live = [s for s in query.streams if s.source is not None and s.source.live]
+    return ([source_topic(query, s.name) for s in query.streams if s not in live]
             + [node_topic(query.name, site) for site in query.sites]
+            + ([f"dlq.{query.name}", f"wm.{query.name}"] if live else [])
             + [out_topic(query.name), CONTROL_TOPIC])
 
 

@@ -18,11 +18,18 @@ One process (or thread) per site.  It
 4. when the host is ``finished``: flushes, publishes ``done`` (per link and kind message and byte
    counts, results, ...) and exits -- or, with ``serve``, waits for the next plan.
 
+A query whose streams have ``json`` or ``avro`` sources is *live*: the node reads the users' topics
+of its home streams (:mod:`joinlib.adapters.sources`: watermarks, idle advances, dead letters) and
+the run lasts until a ``stop`` control message for it.  With ``serve`` a node runs every query with
+a stream or an operator at its site at once, each in its own thread with its own host, consumer,
+producer and checkpoints (nothing is shared between queries but the process and its metrics).
+
 ``now`` is wall-clock ms (``time.time()``): lateness (delay > max_delay) is real network delay,
 and a result's ``emit_ms`` is the wall-clock time it was produced.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -42,6 +49,7 @@ from ..query import parse_query
 from ..runtime.host import Host
 from ..runtime.instance import InstanceSpec
 from ..runtime.sensor import Sensor, TotalsSensor
+from ..runtime.sink import Group, Sink
 from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 from .kafka import (
     CONTROL_TOPIC,
@@ -60,12 +68,14 @@ from .kafka import (
     now_ms,
     out_topic,
     publish_control,
-    src_topic,
+    source_topic,
     warm_up,
 )
 from .recovery import NodeCheckpoints
+from .sources import LiveInputs, dlq_topic, live_streams, marks_topic
 
 STATUS_EVERY_S = 2.0
+LATENCY_SAMPLES = 4096
 GAUGES_EVERY_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
 
@@ -95,6 +105,53 @@ class TeeSensor(Sensor):
     def on_window(self, site: str, stream: str, store: str, size: int) -> None:
         for s in self.sensors:
             s.on_window(site, stream, store, size)
+
+
+class QuerySensor(TeeSensor):
+    """The service's Prometheus sensor for one run: results are labelled with its query."""
+
+    def __init__(self, prom: Any, query: str, *others: Sensor) -> None:
+        super().__init__(prom, *others)
+        self.prom, self.query = prom, query
+
+    def on_emit(self, site: str, n: int) -> None:
+        self.prom.on_results(site, self.query, n)
+        for s in self.sensors[1:]:
+            s.on_emit(site, n)
+
+
+class LatencyTap(Sink):
+    """Forwards results to ``sink`` and samples their event-to-result latency (wall-clock emit time
+    minus the head's event time, ``origin_ms`` + ts) for the status messages."""
+
+    def __init__(self, sink: Any, origin_ms: int) -> None:
+        self.sink, self.origin = sink, origin_ms
+        self.samples: list[tuple[float, int]] = []
+        self.seen = 0
+
+    def emit(self, inst: Any, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        self.sink.emit(inst, head_pos, pos, groups, now)
+        base = now - self.origin
+        for row, tups in groups:
+            self.seen += 1
+            if len(self.samples) < LATENCY_SAMPLES:
+                self.samples.append((base - row[head_pos].ts, len(tups)))
+
+    def take(self) -> Optional[dict[str, float]]:
+        """p50 / p99 (ms, weighted by results) of the results since the last call; None if none."""
+        xs, self.samples, n, self.seen = sorted(self.samples), [], self.seen, 0
+        total = sum(w for _, w in xs)
+        if not total:
+            return None
+
+        def q(f: float) -> float:
+            acc = 0
+            for v, w in xs:
+                acc += w
+                if acc >= f * total:
+                    return round(v, 1)
+            return round(xs[-1][0], 1)
+        return {"p50": q(0.5), "p99": q(0.99), "groups": n}
 
 
 def info_line(prefix: str, msg: str) -> None:
@@ -180,6 +237,8 @@ class NodeService:
         consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
         try:
             ctl = read_control_to_end(consumer, ControlLog())
+            if self.serve and self.run_id is None:
+                return self._serve(consumer, admin, ctl)
             while not self.stop.is_set():
                 rec = self._wait_for_plan(consumer, ctl)
                 if rec is None:
@@ -213,10 +272,38 @@ class NodeService:
                 return False
             if self.run_id is not None and p.get("run") != self.run_id:
                 return False
-            if (p.get("run"), self.site) in ctl.done:
+            if (p.get("run"), self.site) in ctl.done or ctl.is_stopped(rec):
                 return False
             return self.site in plan_nodes(p)
         return accept
+
+    # ------------------------------------------------------------------ serving several queries
+    def _serve(self, consumer: Any, admin: Any, ctl: ControlLog) -> int:
+        """Run the latest plan of every query that involves this site, each in its own thread, until
+        the service is stopped; a query's next plan starts when its current run has ended."""
+        runs: dict[str, _RunThread] = {}
+        accept = self._accept(ctl)
+        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, ctl.position or OFFSET_BEGINNING)])
+        self.log("serving every query with a stream or an operator here")
+        try:
+            while not self.stop.is_set():
+                for q, t in list(runs.items()):
+                    if not t.is_alive():
+                        del runs[q]
+                        ctl.done.add((t.run_id, self.site))
+                for rec in ctl.latest_plans(accept):
+                    if rec.query not in runs:
+                        runs[rec.query] = t = _RunThread(self, rec, admin, ctl.copy())
+                        t.start()
+                for m in consume(consumer, 1000, 0.2):
+                    r = decode_control_message(m)
+                    if r is not None:
+                        ctl.add(r)
+        finally:
+            self.stop.set()
+            for t in runs.values():
+                t.join(60)
+        return 0
 
     def _wait_for_plan(self, consumer: Any, ctl: ControlLog) -> Optional[ControlRecord]:
         accept = self._accept(ctl)
@@ -246,6 +333,33 @@ class NodeService:
         return "last_epoch" in p and (p.get("run") is None or p.get("run") == run)
 
 
+class _RunThread(threading.Thread):
+    """One plan of a serving node, in its own thread; a failure is logged and ends only this run."""
+
+    def __init__(self, svc: NodeService, rec: ControlRecord, admin: Any, ctl: ControlLog) -> None:
+        super().__init__(name=f"run-{rec.query}", daemon=True)
+        self.svc, self.rec, self.admin, self.ctl = svc, rec, admin, ctl
+        p = rec.payload if isinstance(rec.payload, dict) else {}
+        self.run_id = p.get("run")
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        svc = self.svc
+        try:
+            compiled = compile_plan_message(self.rec)
+            consumer = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
+            try:
+                _Run(svc, self.rec, compiled, consumer, self.admin, self.ctl).execute()
+            finally:
+                consumer.close()
+        except Exception as e:  # one query's failure must not take the others down
+            self.error = e
+            svc.log(f"error: query {self.rec.query} (run {self.run_id}) failed: {type(e).__name__}: {e}")
+            if not isinstance(e, (QueryError, PlanError, ClusterError)):
+                import traceback
+                traceback.print_exc()
+
+
 @dataclass
 class Counters:
     """What a run counts besides the host's state (kept in checkpoints too)."""
@@ -256,7 +370,8 @@ class Counters:
 
 
 class _Run:
-    """One plan (all its generations) executed by a node service, start to ``done``."""
+    """One plan (all its generations) executed by a node service, start to ``done`` (a finite replay)
+    or to ``stop`` (a live query)."""
 
     def __init__(self, svc: NodeService, rec: ControlRecord, compiled: tuple[Query, list[InstanceSpec]],
                  consumer: Any, admin: Any, ctl: ControlLog) -> None:
@@ -265,40 +380,51 @@ class _Run:
         self.q, self.specs = compiled
         self.p: dict[str, Any] = rec.payload if isinstance(rec.payload, dict) else {}
         self.run_id: Optional[str] = self.p.get("run")
+        live = self.p.get("live")
+        self.origin = int(live.get("origin_ms") or 0) if isinstance(live, dict) else 0
         self.counters = Counters()
         self.made: list[Any] = []
         self.tps: list[TopicPartition] = []
+        self.live: Optional[LiveInputs] = None
+        self.stopped = False
+        self.resumed_from: Optional[dict[str, int]] = None
+        self.sensor = QuerySensor(svc.sensor, self.q.name)
 
     # ------------------------------------------------------------------ setup
     def execute(self) -> None:
         svc, q, site = self.svc, self.q, self.site
-        svc.sensor.query = q.name
         svc.sensor.set_plan(q.name, self.specs[-1].ir.plan)
         self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True}))
         self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id)
         self.sink = KafkaResultSink(self.out, q, site,
                                     headers=[("run", self.run_id.encode())] if self.run_id else None)
+        self.tap = LatencyTap(self.sink, self.origin)
         factory = svc.store_factory or default_store_factory(
             svc.redis_url, f"joinlib:{q.name}:{self.run_id or 'norun'}", svc.log)
         self.factory = factory
         self.ckpt = self._checkpoints(factory)
         saved = self.ckpt.load() if self.ckpt else None  # before the host adds its indexes to the stores
         self.host = self._host(factory)
-        offsets: dict[str, Any] = self.p.get("offsets") or {}
+        self.live = self._live()
+        offsets = _positions(self.p.get("offsets") or {})
         resumed = self.ckpt.resume(saved, self) if self.ckpt and saved else None
         if resumed is not None:
             offsets = resumed
-        self._assign(offsets, resumed is not None)
-        self._loop()
+        try:
+            self._assign(offsets, resumed is not None)
+            self._loop()
+        finally:
+            if self.live is not None:
+                self.live.close()
 
     def _host(self, factory: Any) -> Host:
-        sensor = TeeSensor(self.svc.sensor, self.counters.totals)
+        sensor = TeeSensor(self.sensor, self.counters.totals)
 
         def store_factory(name: str) -> Any:
             store = factory(name)
             self.made.append(store)
             return store
-        host = Host(self.site, self.transport, self.sink, store_factory=store_factory if factory else None,
+        host = Host(self.site, self.transport, self.tap, store_factory=store_factory if factory else None,
                     sensor=sensor)
         for spec in self.specs:
             if self.site in spec.ir.nodes:
@@ -311,34 +437,57 @@ class _Run:
                 host.set_last(self.q.name, int(e.payload["last_epoch"]))  # type: ignore[index]
         return host
 
-    def _assign(self, offsets: dict[str, Any], resumed: bool) -> None:
+    def _live(self) -> Optional[LiveInputs]:
+        """The live sources of the home streams (None if they are all replayed SourceBatch topics)."""
+        if not live_streams(self.q, self.site):
+            return None
+        starts = (self.p.get("live") or {}).get("sources") or {}
+        parts = {name: {int(k): int(v) for k, v in (d or {}).items()} for name, d in starts.items()}
+        return LiveInputs(self.q, self.site, self.origin, parts, bootstrap=self.svc.bootstrap, out=self.out,
+                          run_id=self.run_id, sensor=self.svc.sensor, log=self.svc.log, on_naive=self._naive,
+                          now=now_ms())
+
+    def _assign(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
         svc, q, site = self.svc, self.q, self.site
         self.homes = {s.name for s in q.streams if s.site == site}
         self.others = [x for x in q.sites if x != site]  # the naive baseline: every stream to every site
         self.my_topic = node_topic(q.name, site)
-        self.src_topics = {src_topic(q.name, s): s for s in self.homes}
-        ensure_topics(self.admin, [self.my_topic, out_topic(q.name), *self.src_topics])
+        live = {s.name for s in live_streams(q, site)}
+        self.src_topics = {source_topic(q, s.name): s.name for s in q.streams if s.site == site and s.name not in live}
+        extra = [dlq_topic(q.name), marks_topic(q.name)] if self.live is not None else []
+        ensure_topics(self.admin, [self.my_topic, out_topic(q.name), *extra,
+                                   *self.src_topics])
 
         def start(topic: str) -> int:
-            off = offsets.get(topic)
+            off = offsets.get((topic, 0))
             return OFFSET_BEGINNING if off is None else int(off)
         self.tps = ([TopicPartition(CONTROL_TOPIC, 0, max(self.rec.offset + 1, self.ctl.position))]
                     + [TopicPartition(t, 0, start(t)) for t in self.src_topics]
-                    + [TopicPartition(self.my_topic, 0, start(self.my_topic))])
+                    + [TopicPartition(self.my_topic, 0, start(self.my_topic))]
+                    + (self.live.topic_partitions() if self.live is not None else []))
         self.consumer.assign(self.tps)
-        warm_up(self.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC])
-        svc.resumed_from = self._epochs() if resumed else None
+        warm_up(self.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC]
+                + extra)
+        self.resumed_from = svc.resumed_from = self._epochs() if resumed else None
         if resumed:
             svc.sensor.on_resume(site, q.name)
         if self.ckpt:
             if not resumed:  # from the start; a predecessor may still have delivered results
-                self.ckpt.out_offset = offsets.get(out_topic(q.name))
+                self.ckpt.out_offset = offsets.get((out_topic(q.name), 0))
+                self.ckpt.dlq_offset = offsets.get((dlq_topic(q.name), 0))
+                self.ckpt.marks_offset = offsets.get((marks_topic(q.name), 0))
             self.sink.skip = self.ckpt.delivered(svc.bootstrap, q, self.run_id)
+            if self.live is not None:
+                n_adv = self.live.replay_marks(self.ckpt.marks_offset)
+                n_dead = self.live.scan_dead(self.ckpt.dlq_offset)
+                if n_adv or n_dead:
+                    svc.log(f"{q.name}: {n_adv} idle advance(s) to replay, {n_dead} dead letter(s) already written")
             if resumed or any(self.sink.skip.values()):
                 svc.log(f"resumed from {'the checkpoint at epochs %s' % self._epochs() if resumed else 'the start'}; "
                         f"result batches already delivered: {self.sink.skip}")
         lanes = sum(len(i.lanes) for i in self.host.instances.values())
-        svc.log(f"running query {q.name} (run {self.run_id}): {len(self.homes)} home stream(s), "
+        kind = "live" if self.live is not None else "replayed"
+        svc.log(f"running query {q.name} (run {self.run_id}, {kind}): {len(self.homes)} home stream(s), "
                 f"{len(self.host.instances)} plan generation(s), {lanes} lane(s) here")
 
     def _epochs(self) -> dict[str, int]:
@@ -348,21 +497,24 @@ class _Run:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
-        svc, host = self.svc, self.host
+        svc, host, live = self.svc, self.host, self.live
         t_start, cpu_start = time.perf_counter(), time.process_time()
         next_status = next_gauges = time.monotonic()
         every = svc.checkpoint_every_s
         next_ckpt = next_status + every if self.ckpt and every > 0 else float("inf")
-        while not host.finished:
+        while not host.finished and not self.stopped:
             if svc.stop.is_set():
                 if self.ckpt:
                     self._checkpoint()
-                svc.log("stopped before finishing" + (" (checkpoint saved)" if self.ckpt else ""))
+                svc.log(f"{self.q.name}: stopped before finishing" + (" (checkpoint saved)" if self.ckpt else ""))
                 self.out.flush(5)
                 return
             now = now_ms()
             for m in consume(self.consumer, 2000, 0.05):
                 self._handle(m, now)
+            if live is not None:
+                live.tick(now, self.consumer)
+                live.drain(host)
             host.run(now)
             self.out.poll()
             t = time.monotonic()
@@ -374,16 +526,32 @@ class _Run:
                 self._gauges()
             if t >= next_status:
                 next_status = t + STATUS_EVERY_S
-                epochs = self._epochs()
-                publish_control(self.out, self.q.name, "status",
-                                {"site": self.site, "run": self.run_id, "epoch": min(epochs.values(), default=0),
-                                 "epochs": epochs, "last_epoch": host.last.get(self.q.name)}, flush=False)
+                self._status()
         self._finish(time.perf_counter() - t_start, time.process_time() - cpu_start)
+
+    def _status(self) -> None:
+        epochs = self._epochs()
+        payload: dict[str, Any] = {
+            "site": self.site, "run": self.run_id, "epoch": min(epochs.values(), default=0),
+            "epochs": epochs, "last_epoch": self.host.last.get(self.q.name), "t_ms": round(now_ms()),
+            "results": self.sink.count, "sent_bytes": sum(st.bytes for st in self.transport.stats.values()),
+            "inputs": {s: n for (_, s), n in self.counters.totals.inputs.items()},
+            "naive": [[src, dst, n] for (src, dst), n in sorted(self.counters.naive.items())],
+        }
+        if self.live is not None:
+            payload["live"] = True
+            payload["dead_letters"] = self.live.stats()["dead_letters"]
+            payload["watermarks_ms"] = self.live.watermarks_ms()
+            payload["latency_ms"] = self.tap.take()
+        publish_control(self.out, self.q.name, "status", payload, flush=False)
 
     def _handle(self, m: Any, now: float) -> None:
         topic = m.topic()
         if topic == CONTROL_TOPIC:
             self._control(m)
+            return
+        if self.live is not None and topic in self.live.by_topic:
+            self.live.handle(m, now)
             return
         sent = None
         for k, v in m.headers() or ():
@@ -397,7 +565,7 @@ class _Run:
             self._source(m)
 
     def _message(self, m: Any, now: float, sent: float) -> None:
-        env = wire.decode_envelope(m.value())
+        env = _decode_envelope(m.value(), (m.key() or b"").decode(), self.site)
         env.query = self.q.name
         if not self.host.on_message(env, now, sent):
             return  # a copy sent again by a restarted node
@@ -411,20 +579,29 @@ class _Run:
     def _source(self, m: Any) -> None:
         b = wire.decode_source_batch(m.value())
         if self.others and b.tuples:
-            epoch = b.tuples[0].ts // self.q.execution.interval_ms
-            for dst in self.others:
-                n = wire.naive_batch_size(self.site, dst, epoch, b.tuples)
-                self.counters.naive[(self.site, dst)] += n
-                self.svc.sensor.on_naive(self.site, dst, n)
+            self._naive_all(b.tuples[0].ts // self.q.execution.interval_ms, b.tuples)
         self.host.feed(self.q.name, self.src_topics[m.topic()], b.tuples, b.watermark)
+
+    def _naive_all(self, epoch: int, tups: list[Any]) -> None:
+        for dst in self.others:
+            self._naive(dst, epoch, tups)
+
+    def _naive(self, dst: str, epoch: int, tups: list[Any]) -> None:
+        n = _naive_size(self.site, dst, epoch, tups)
+        self.counters.naive[(self.site, dst)] += n
+        self.svc.sensor.on_naive(self.site, dst, n)
 
     def _control(self, m: Any) -> None:
         r = decode_control_message(m)
         if r is None:
             return
         self.ctl.add(r)
-        if r.kind == "end" and r.query == self.q.name and NodeService.end_applies(r, self.run_id):
+        if r.query != self.q.name:
+            return
+        if r.kind == "end" and NodeService.end_applies(r, self.run_id):
             self.host.set_last(self.q.name, int(r.payload["last_epoch"]))  # type: ignore[index]
+        elif r.kind == "stop" and self.ctl.is_stopped(self.rec):
+            self.stopped = True
 
     # ------------------------------------------------------------------ the end
     def _finish(self, wall: float, cpu: float) -> None:
@@ -446,17 +623,22 @@ class _Run:
             "wall_s": round(wall, 4),
             # CPU of the whole process (librdkafka's threads included); a thread node shares it
             "cpu_s": round(cpu, 4),
-            "resumed_from": svc.resumed_from,
-            "resumed_from_epoch": min(svc.resumed_from.values()) if svc.resumed_from else None,
+            "resumed_from": self.resumed_from,
+            "resumed_from_epoch": min(self.resumed_from.values()) if self.resumed_from else None,
             "checkpoints": self.ckpt.saved if self.ckpt else 0,
             "generations": sorted(k[2] for k in self.host.instances),
         }
+        if self.live is not None:
+            done.update(stopped=self.stopped, **self.live.stats())
+        elif self.stopped:
+            done["stopped"] = True
         publish_control(self.out, q.name, "done", done)
         self._cleanup()
         self.ctl.done.add((self.run_id, site))
         svc.finished_runs.append(done)
         sent = sum(ln["bytes"] for ln in self.transport.links())
-        svc.log(f"done: {self.sink.count} results, {sent} bytes sent in {wall:.2f}s")
+        svc.log(f"{q.name}: {'stopped' if self.stopped else 'done'}: {self.sink.count} results, "
+                f"{sent} bytes sent in {wall:.2f}s")
 
     def _cleanup(self) -> None:
         if self.ckpt:
@@ -493,11 +675,38 @@ class _Run:
                 for sig, store in inst.stores.items():
                     op = inst.ir.replica(sig)
                     sens.on_window(site, op.stream, op.kind, len(store))
-            positions = self.consumer.position([TopicPartition(tp.topic, 0) for tp in self.tps])
+            positions = self.consumer.position([TopicPartition(tp.topic, tp.partition) for tp in self.tps])
             for tp in positions:
-                lo, hi = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, 0), cached=True)
+                lo, hi = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
                 if hi >= 0:
                     pos = tp.offset if tp.offset >= 0 else lo
                     sens.set_lag(site, tp.topic, max(0, hi - pos))
+            if self.live is not None:
+                now = now_ms()
+                for name, wm in self.live.watermarks_ms().items():
+                    sens.set_watermark_lag(site, self.q.name, name, (now - wm) / 1000.0)
         except Exception:  # metrics must never take the node down
             pass
+
+
+def _positions(offsets: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """A plan message's ``offsets`` (topic -> offset of partition 0) as (topic, partition) -> offset."""
+    return {(t, 0): int(o) for t, o in offsets.items() if o is not None}
+
+
+def _naive_size(src: str, dst: str, epoch: int, tups: list[Any]) -> int:
+    """``wire.naive_batch_size`` across its change of signature (envelopes without src/dst)."""
+    f: Any = wire.naive_batch_size
+    try:
+        return int(f(epoch, tups))
+    except TypeError:
+        return int(f(src, dst, epoch, tups))
+
+
+_DECODE_TAKES_SITES = len(inspect.signature(wire.decode_envelope).parameters) >= 3
+
+
+def _decode_envelope(value: bytes, src: str, dst: str) -> Any:
+    """``wire.decode_envelope`` across its change of signature (src and dst from the key and topic)."""
+    f: Any = wire.decode_envelope
+    return f(value, src, dst) if _DECODE_TAKES_SITES else f(value)

@@ -7,7 +7,9 @@ client's default 5 ms - 10 s buckets are too coarse for per-phase processing tim
 Besides the Sensor hooks the node calls, the services call:
 ``on_ship`` (KafkaTransport, per message sent), ``on_transmission`` (consumer side, from the
 ``sent_ms`` header), ``on_naive`` (bytes a naive broadcast of every source tuple would ship),
-``on_checkpoint`` / ``on_resume`` (restart recovery), ``set_lag`` and ``set_plan``.
+``on_checkpoint`` / ``on_resume`` (restart recovery), ``set_lag`` and ``set_plan``; for live sources
+``on_dead_letter`` and ``set_watermark_lag``; ``on_results`` labels results with a query (a node
+serving several queries).
 """
 from __future__ import annotations
 
@@ -84,7 +86,17 @@ class PrometheusSensor(Sensor):
         self.resumes = Counter(
             "joinlib_resumes", "Times a node resumed a run from its last checkpoint after a restart.",
             ["site", "query"], registry=r)
+        self.dead_letters = Counter(
+            "joinlib_dead_letters",
+            "Records of a live source written to the dead-letter topic dlq.<query>, per reason "
+            "(late, bad_json, bad_avro, missing_field, wrong_type, no_value, duplicate_id).",
+            ["site", "query", "stream", "reason"], registry=r)
+        self.watermark_lag = Gauge(
+            "joinlib_watermark_lag_seconds",
+            "Processing time minus the event-time watermark of a live stream at its site.",
+            ["site", "query", "stream"], registry=r)
         self._children: dict = {}
+        self._plans: dict[str, list[tuple[str, str]]] = {}
 
     def _child(self, metric, *labels):
         key = (id(metric), labels)
@@ -102,6 +114,9 @@ class PrometheusSensor(Sensor):
 
     def on_emit(self, site: str, n: int) -> None:
         self._child(self.results, site, self.query).inc(n)
+
+    def on_results(self, site: str, query: str, n: int) -> None:
+        self._child(self.results, site, query).inc(n)
 
     def on_late(self, site: str, kind: str) -> None:
         self._child(self.late, site, kind).inc()
@@ -129,13 +144,26 @@ class PrometheusSensor(Sensor):
     def set_lag(self, site: str, topic: str, messages: int) -> None:
         self._child(self.lag, site, topic).set(messages)
 
+    def on_dead_letter(self, site: str, query: str, stream: str, reason: str) -> None:
+        self._child(self.dead_letters, site, query, stream, reason).inc()
+
+    def set_watermark_lag(self, site: str, query: str, stream: str, seconds: float) -> None:
+        self._child(self.watermark_lag, site, query, stream).set(seconds)
+
     def set_plan(self, query: str, plan) -> None:
         """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
         sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere); the series
-        of an earlier plan are removed."""
-        self.plan_info.clear()
+        of an earlier plan of the query are removed."""
+        for head, text in self._plans.pop(query, []):
+            try:
+                self.plan_info.remove(query, head, text)
+            except KeyError:
+                pass
+        series = []
         for seq in plan.sequences:
             text = ",".join(f"{st.stream}:{st.algorithm}" for st in seq.steps)
             if seq.start:
                 text = f"@{seq.start}/{text}"
             self.plan_info.labels(query, seq.head, text).set(1)
+            series.append((seq.head, text))
+        self._plans[query] = series

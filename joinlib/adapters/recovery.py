@@ -7,11 +7,13 @@ of its window stores and
 
 * the host's state (``joinlib.runtime.checkpoint``, without the stores' contents: they are the
   copies),
-* the consumer positions of its source topics and inbound topic: every message before them
-  was handed to the host, none after,
+* the consumer positions of its source topics (every partition of a user's topic) and inbound
+  topic: every message before them was handed to the host (or the live sources), none after,
 * its counters (results and result batches per plan instance and head, bytes per link,
   received, naive, totals),
-* the end offset of ``out.<query>`` at that instant.
+* the state of its live sources (:class:`joinlib.adapters.sources.LiveInputs`: watermarks, recent
+  ids, on-time records not yet handed to the host, ranks),
+* the end offsets of ``out.<query>``, ``dlq.<query>`` and ``wm.<query>`` at that instant.
 
 A restarted node of the same run rolls its stores back to the copy, restores the state and
 counters, and reads its inputs again from the saved positions.  It redoes the same phases
@@ -20,6 +22,8 @@ counters, and reads its inputs again from the saved positions.  It redoes the sa
 service reads ``out.<query>`` from the saved end offset and skips, per plan instance and head
 stream, every batch number already there (batches of one head are numbered in epoch order and
 Kafka keeps a producer's order within the partition).  So the output has each result once.
+Live sources replay the idle advances logged after the checkpoint at the positions they were
+applied at, and skip the dead letters already written (docs/live.md).
 
 The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads``: no objects).
 """
@@ -38,6 +42,7 @@ from ..runtime.checkpoint import CheckpointError
 from ..runtime.host import Host
 from .kafka import KafkaResultSink, KafkaTransport, consume, make_consumer, out_topic
 from .redis_checkpoint import RedisCheckpoints
+from .sources import dlq_topic, marks_topic
 
 
 class Run(Protocol):
@@ -50,8 +55,9 @@ class Run(Protocol):
     sink: KafkaResultSink
     transport: KafkaTransport
     counters: Any
+    live: Any
 
-FORMAT = 1
+FORMAT = 2
 
 
 def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
@@ -70,24 +76,28 @@ class NodeCheckpoints:
         self.site = site
         self.log = log
         self.out_offset: Optional[int] = None
+        self.dlq_offset: Optional[int] = None
+        self.marks_offset: Optional[int] = None
         self.saved = 0
 
     def save(self, run: Run) -> None:
         consumer, tps = run.consumer, run.tps
-        positions = {}
-        for tp in consumer.position([TopicPartition(tp.topic, 0) for tp in tps]):
-            # nothing consumed yet from a topic: its assigned start
-            positions[tp.topic] = tp.offset if tp.offset >= 0 else next(x.offset for x in tps if x.topic == tp.topic)
-        out = out_topic(run.q.name)
-        try:
-            out_end = consumer.get_watermark_offsets(TopicPartition(out, 0), timeout=5)[1]
-        except Exception:  # keep the previous bound: the scan after a restart only reads more
-            out_end = self.out_offset
-        self.out_offset = out_end
+        positions = []
+        for tp in consumer.position([TopicPartition(tp.topic, tp.partition) for tp in tps]):
+            # nothing consumed yet from a partition: its assigned start
+            off = tp.offset if tp.offset >= 0 else next(
+                x.offset for x in tps if (x.topic, x.partition) == (tp.topic, tp.partition))
+            positions.append([tp.topic, tp.partition, off])
+        self.out_offset = _end(consumer, out_topic(run.q.name), self.out_offset)
+        if run.live is not None:
+            self.dlq_offset = _end(consumer, dlq_topic(run.q.name), self.dlq_offset)
+            self.marks_offset = _end(consumer, marks_topic(run.q.name), self.marks_offset)
         c, totals = run.counters, run.counters.totals
         data = checkpoint.dumps({
             "format": checkpoint.FORMAT, "service": FORMAT,
-            "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": out_end,
+            "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": self.out_offset,
+            "dlq_offset": self.dlq_offset, "marks_offset": self.marks_offset,
+            "live": run.live.snapshot() if run.live is not None else None,
             "sink": {"count": run.sink.count, "batches": [(list(k), n) for k, n in run.sink.batches.items()]},
             "links": _links(run.transport.stats), "received": _links(c.received),
             "naive": [(list(k), n) for k, n in c.naive.items()],
@@ -108,14 +118,18 @@ class NodeCheckpoints:
             self.store.reset()
         return data
 
-    def resume(self, data: bytes, run: Run) -> dict[str, int]:
-        """Put a checkpoint (:meth:`load`) into the fresh host and counters; returns the input
-        positions to read from."""
+    def resume(self, data: bytes, run: Run) -> dict[tuple[str, int], int]:
+        """Put a checkpoint (:meth:`load`) into the fresh host, live sources and counters; returns
+        the input positions to read from, per (topic, partition)."""
         try:
             c = checkpoint.loads(data)
             if c.get("service") != FORMAT:
                 raise CheckpointError(f"node checkpoint format {c.get('service')} is not {FORMAT}")
             checkpoint.restore(run.host, c["host"])
+            if (c["live"] is None) != (run.live is None):
+                raise CheckpointError("the checkpoint and the plan disagree on live sources")
+            if run.live is not None:
+                run.live.restore(c["live"], time.time() * 1000.0)
         except (CheckpointError, KeyError, TypeError, ValueError) as e:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
@@ -134,8 +148,8 @@ class NodeCheckpoints:
             t.emitted[site] = n
         for k, n in saved["late"]:
             t.late[tuple(k)] = n
-        self.out_offset = c["out_offset"]
-        return dict(c["positions"])
+        self.out_offset, self.dlq_offset, self.marks_offset = c["out_offset"], c["dlq_offset"], c["marks_offset"]
+        return {(t, p): off for t, p, off in c["positions"]}
 
     def delivered(self, bootstrap: str, query: Query, run: Optional[str],
                   timeout_s: float = 30.0) -> dict[tuple[int, int, int], int]:
@@ -177,3 +191,11 @@ class NodeCheckpoints:
         except Exception as e:  # the run's result stands; stale keys are only a leak
             self.log(f"could not clear the checkpoint: {e}")
 
+
+def _end(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:
+    """The end offset of partition 0 of ``topic`` now; the previous bound if it cannot be read (a
+    scan after a restart from an earlier offset only reads more)."""
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+    except Exception:
+        return previous

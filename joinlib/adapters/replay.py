@@ -20,7 +20,7 @@ from typing import Optional
 
 from .. import wire
 from ..model import Query, Tup
-from .kafka import Producing, publish_control, src_topic
+from .kafka import Producing, publish_control, source_topic
 
 
 @dataclass
@@ -53,7 +53,7 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
     names = [s.name for s in query.streams]
     data = {n: streams.get(n, []) for n in names}
     ts = {n: [t.ts for t in data[n]] for n in names}
-    topics = {n: src_topic(query.name, n) for n in names}
+    topics = {n: source_topic(query, n) for n in names}
     keys = {n: n.encode() for n in names}
     headers = [("run", run.encode())] if run else None
     bar = None

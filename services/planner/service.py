@@ -1,16 +1,24 @@
-"""Plan submitted queries with the same planners as embedded mode and publish them.
+"""Plan submitted queries with the same planners as embedded mode and publish them; follow them.
 
-HTTP API (JSON answers):
+HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` are its clients):
 
 * ``GET /healthz``: ``ok``;
-* ``POST /queries?planner=greedy&model=paper``, body: the query file (YAML): plans it (any plan
-  name of :mod:`joinlib.planner.registry`), creates its topics, publishes the plan on ``control``
-  (every node service compiles it and takes its share, its node operator set); 201
-  ``{"query", "run", "plan"}``; 400 with ``{"error"}`` for a bad query or plan;
-* ``GET /queries``: every known query with its status;
-* ``GET /queries/<name>``: plan, run, and per site: last epoch reported, done or not.
+* ``POST /queries?plan=auto&model=wire&since=now``, body: the query file (YAML): plans it (any plan
+  name of :mod:`joinlib.planner.registry`, default ``auto`` where the registry has it, else ``greedy``;
+  ``planner=`` is the old name of ``plan=``; ``model`` defaults to the registry's), creates its
+  topics, publishes the plan on ``control`` (every node service compiles it and takes its share, its
+  node operator set); for a live query (json/avro sources) also its origin (``since``,
+  :func:`joinlib.ingest.lifecycle.origin_for`) and where each source partition starts; 201
+  ``{"query", "run", "plan"}``; 400 ``{"error"}`` for a bad query or plan; 409 if a live query of that
+  name is still running;
+* ``GET /queries``: every known query with its state and figures (input rates, results/s, bytes
+  shipped against ``central``'s, dead letters, p50/p99 latency);
+* ``GET /queries/<name>``: the same for one query, plus its plan and per-site progress;
+* ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run;
+* ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
+  in the OUT format, ``{"results": [...], "next": OFFSET, "end": OFFSET}``.
 
-Status comes from the ``control`` topic (``status`` / ``done`` messages of the nodes), read
+State comes from the ``control`` topic (plans, ``status`` / ``done`` of the nodes, ``stop``), read
 by a background thread, so a restarted planner knows every earlier submission.
 """
 from __future__ import annotations
@@ -21,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import parse_qs, urlparse
 
 import yaml
@@ -38,11 +46,28 @@ from joinlib.adapters.kafka import (
     produce_control_sync,
     query_topics,
 )
+from joinlib.adapters.live_queries import read_results, source_starts
+from joinlib.adapters.sources import live_streams
 from joinlib.errors import JoinlibError
+from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.ir import lower
-from joinlib.plan import from_json
-from joinlib.planner.registry import resolve_plan
+from joinlib.model import Query
+from joinlib.plan import central, from_json
+from joinlib.planner.registry import lookup, resolve_plan
 from joinlib.query import parse_query, query_to_dict
+
+
+def default_plan() -> str:
+    """The registry's default: ``auto`` where it exists, else ``greedy``."""
+    return "auto" if lookup("auto") is not None else "greedy"
+
+
+class Conflict(JoinlibError):
+    """The request does not fit the query's state (HTTP 409)."""
+
+
+class NotFound(JoinlibError):
+    """No such query (HTTP 404)."""
 
 
 @dataclass
@@ -53,11 +78,44 @@ class QueryStatus:
     planner: str
     sites: dict = field(default_factory=dict)  # site -> {"epoch", "last_epoch", "done", "results"}
     submitted_ms: float = 0.0
+    query: Optional[Query] = None
+    nodes: list = field(default_factory=list)
+    live: bool = False
+    origin_ms: int = 0
+    out_start: int = 0
+    stopping: bool = False
+    stats: Optional[QueryStats] = None
+
+    def state(self) -> str:
+        nodes = self.nodes or list(self.sites)
+        if nodes and all(self.sites.get(n, {}).get("done") for n in nodes):
+            stopped = self.stopping or any(s.get("stopped") for s in self.sites.values())
+            return "stopped" if stopped else "done"
+        return "stopping" if self.stopping else "running"
 
     def to_json(self) -> dict:
-        done = bool(self.sites) and all(s.get("done") for s in self.sites.values())
-        return {"query": self.name, "run": self.run, "planner": self.planner, "plan": self.plan,
-                "state": "done" if done else "running", "sites": self.sites}
+        out = {"query": self.name, "run": self.run, "planner": self.planner, "plan": self.plan,
+               "state": self.state(), "live": self.live, "sites": self.sites}
+        if self.live:
+            out["origin_ms"] = self.origin_ms
+        if self.stats is not None:
+            out["stats"] = self.stats.summary()
+        return out
+
+
+def _status_of(name: str, p: dict, planner: str, submitted_ms: float = 0.0) -> QueryStatus:
+    """A query's status from its ``plan`` control message."""
+    st = QueryStatus(name, p["run"], p.get("plan", {}), planner, submitted_ms=submitted_ms,
+                     nodes=list(p.get("nodes") or []))
+    live = p.get("live") if isinstance(p.get("live"), dict) else None
+    st.live, st.origin_ms = live is not None, int((live or {}).get("origin_ms") or 0)
+    st.out_start = int((p.get("offsets") or {}).get(f"out.{name}") or 0)
+    try:
+        st.query = parse_query(p["query"], name)
+        st.stats = QueryStats(st.query, central(st.query).sequences[0].start or st.query.sites[0])
+    except (JoinlibError, KeyError, TypeError):
+        pass
+    return st
 
 
 class PlannerService:
@@ -74,16 +132,29 @@ class PlannerService:
         self._watcher.start()
 
     # ------------------------------------------------------------------ submission
-    def submit(self, text: str, planner: str = "greedy", model: str = "paper") -> dict:
-        """Plan a query file's text and publish the plan; JoinlibError for user mistakes."""
+    def submit(self, text: str, planner: Optional[str] = None, model: Optional[str] = None,
+               since: Optional[str] = None) -> dict:
+        """Plan a query file's text (``planner``: any plan name of the registry, default
+        :func:`default_plan`; ``model``: its cost model, default the registry's) and publish the
+        plan; JoinlibError for user mistakes."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise JoinlibError(f"the submitted query is not valid YAML: {e}") from None
         query = parse_query(data, "<submitted query>")
-        plan = resolve_plan(query, planner, model)
+        with self.lock:
+            cur = self.queries.get(query.name)
+        if cur is not None and cur.live and cur.state() in ("running", "stopping"):
+            raise Conflict(f"query {query.name} is {cur.state()} (run {cur.run}); stop it first with "
+                           f"'joinlib stop {query.name}'")
+        planner = planner or default_plan()
+        plan = resolve_plan(query, planner, model) if model else resolve_plan(query, planner)
         topics = query_topics(query)
         ensure_topics(self.admin, topics)
+        live = None
+        if live_streams(query):
+            live = {"origin_ms": origin_for(since, time.time() * 1000, query.execution.interval_ms),
+                    "sources": source_starts(self.bootstrap, self.admin, query)}
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
         try:
             offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
@@ -92,13 +163,48 @@ class PlannerService:
         run = uuid.uuid4().hex[:12]
         payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
                    "nodes": list(lower(query, plan).nodes)}
+        if live is not None:
+            payload["live"] = live
         produce_control_sync(self.producer, query.name, "plan", payload)
-        status = QueryStatus(query.name, run, plan.to_json(), planner, submitted_ms=time.time() * 1000)
+        status = _status_of(query.name, payload, planner, time.time() * 1000)
         with self.lock:
             self.queries[query.name] = status
         if self.sensor is not None:
             self.sensor.set_plan(query.name, plan)
-        return {"query": query.name, "run": run, "plan": plan.to_json()}
+        out: dict[str, object] = {"query": query.name, "run": run, "plan": plan.to_json()}
+        if live is not None:
+            out["origin_ms"] = live["origin_ms"]
+        return out
+
+    def stop(self, name: str) -> dict:
+        """Publish ``stop`` for the current run of ``name``."""
+        with self.lock:
+            cur = self.queries.get(name)
+        if cur is None:
+            raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
+        if cur.state() in ("done", "stopped"):
+            raise Conflict(f"query {name} is not running ({cur.state()})")
+        produce_control_sync(self.producer, name, "stop", {"run": cur.run})
+        with self.lock:
+            cur.stopping = True
+        return {"query": name, "run": cur.run, "state": cur.state()}
+
+    def results(self, name: str, start: str = "beginning", max_results: int = 10_000, wait_s: float = 0.0) -> dict:
+        with self.lock:
+            cur = self.queries.get(name)
+        if cur is None or cur.query is None:
+            raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
+        if start == "beginning":
+            offset = cur.out_start
+        elif start == "end":
+            offset = -1
+        else:
+            try:
+                offset = int(start)
+            except ValueError:
+                raise JoinlibError(f"from={start!r}: expected beginning, end or an offset") from None
+        return read_results(self.bootstrap, cur.query, cur.run, cur.origin_ms, offset,
+                            max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)))
 
     def status(self, name: Optional[str] = None):
         with self.lock:
@@ -131,17 +237,26 @@ class PlannerService:
             if kind == "plan" and p.get("run"):
                 cur = self.queries.get(query)
                 if cur is None or cur.run != p["run"]:
-                    self.queries[query] = QueryStatus(query, p["run"], p.get("plan", {}), "external")
+                    self.queries[query] = _status_of(query, p, "external")
                     self._restore_plan_metric(query, p)
                 return
             cur = self.queries.get(query)
-            if cur is None or p.get("run") != cur.run or "site" not in p:
+            if cur is None or p.get("run") != cur.run:
+                return
+            if kind == "stop":
+                cur.stopping = True
+                return
+            if "site" not in p:
                 return
             site = cur.sites.setdefault(p["site"], {"done": False})
             if kind == "status":
-                site.update(epoch=p.get("epoch"), last_epoch=p.get("last_epoch"))
+                site.update(epoch=p.get("epoch"), last_epoch=p.get("last_epoch"), results=p.get("results"))
+                if cur.stats is not None:
+                    cur.stats.on_status(p)
             elif kind == "done":
-                site.update(done=True, results=p.get("results"))
+                site.update(done=True, results=p.get("results"), stopped=bool(p.get("stopped")))
+                if cur.stats is not None:
+                    cur.stats.on_done(p)
 
     def _restore_plan_metric(self, query: str, p: dict) -> None:
         if self.sensor is None or "query" not in p:
@@ -154,6 +269,47 @@ class PlannerService:
     def close(self) -> None:
         self._stop.set()
         self._watcher.join(5)
+
+
+def _route(path: str) -> tuple[str, Optional[str], Optional[str]]:
+    """``/queries[/<name>[/<action>]]`` -> ("queries", name, action); anything else ("", None, None)."""
+    parts = [p for p in path.split("/") if p]
+    if not parts or parts[0] != "queries" or len(parts) > 3:
+        return "", None, None
+    return "queries", (parts[1] if len(parts) > 1 else None), (parts[2] if len(parts) > 2 else None)
+
+
+def _get(service: PlannerService, path: str, args: dict) -> tuple[int, object]:
+    if path == "/healthz":
+        return 200, b"ok\n"
+    root, name, action = _route(path)
+    if root and name is None:
+        return 200, service.status()
+    if root and name is not None and action is None:
+        st = service.status(name)
+        return (200, st) if st else (404, {"error": "no such query"})
+    if root and name is not None and action == "results":
+        return 200, service.results(name, args.get("from", "beginning"), int(args.get("max", 10_000)),
+                                    float(args.get("wait", 0)))
+    return 404, {"error": f"no route {path}; see GET /healthz, GET|POST /queries, GET /queries/NAME[/results], "
+                          "POST /queries/NAME/stop"}
+
+
+def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str]) -> tuple[int, object]:
+    root, name, action = _route(path)
+    if root and name and action == "stop":
+        return 200, service.stop(name)
+    if not root or name is not None:
+        return 404, {"error": "POST /queries with the query file as the body, or POST /queries/NAME/stop"}
+    return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
+                               args.get("since"))
+
+
+def _delete(service: PlannerService, path: str) -> tuple[int, object]:
+    root, name, action = _route(path)
+    if not root or not name or action is not None:
+        return 404, {"error": "DELETE /queries/NAME stops a query"}
+    return 200, service.stop(name)
 
 
 def make_handler(service: PlannerService):
@@ -169,28 +325,29 @@ def make_handler(service: PlannerService):
             self.end_headers()
             self.wfile.write(data)
 
+        def _do(self, route: Callable[[str, dict], tuple[int, object]]) -> None:
+            url = urlparse(self.path)
+            args = {k: v[0] for k, v in parse_qs(url.query).items()}
+            try:
+                code, body = route(url.path.rstrip("/") or "/", args)
+            except JoinlibError as e:
+                code = 404 if isinstance(e, NotFound) else 409 if isinstance(e, Conflict) else 400
+                body = {"error": str(e)}
+            except ValueError as e:
+                code, body = 400, {"error": f"bad parameter: {e}"}
+            self._answer(code, body)
+
+        def _body(self) -> str:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
+
         def do_GET(self):
-            path = urlparse(self.path).path.rstrip("/")
-            if path == "/healthz":
-                return self._answer(200, b"ok\n")
-            if path == "/queries":
-                return self._answer(200, service.status())
-            if path.startswith("/queries/"):
-                st = service.status(path.split("/", 2)[2])
-                return self._answer(200, st) if st else self._answer(404, {"error": "no such query"})
-            self._answer(404, {"error": f"no route {path}; see GET /healthz, GET|POST /queries"})
+            self._do(lambda path, args: _get(service, path, args))
 
         def do_POST(self):
-            url = urlparse(self.path)
-            if url.path.rstrip("/") != "/queries":
-                return self._answer(404, {"error": "POST /queries with the query file as the body"})
-            args = {k: v[0] for k, v in parse_qs(url.query).items()}
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
-            try:
-                out = service.submit(body, args.get("planner", "greedy"), args.get("model", "paper"))
-            except JoinlibError as e:
-                return self._answer(400, {"error": str(e)})
-            self._answer(201, out)
+            self._do(lambda path, args: _post(service, path, args, self._body))
+
+        def do_DELETE(self):
+            self._do(lambda path, args: _delete(service, path))
 
     return Handler
 

@@ -1,0 +1,120 @@
+"""A live query's life as the planner service sees it: its origin, and what ``joinlib queries`` shows.
+
+*Origin.*  The runtime numbers epochs from event time 0; a live query's events carry wall-clock
+times (ms since the Unix epoch), so each query gets an origin, a multiple of τ: epoch 0 starts there
+and records with an earlier event time are late.  ``joinlib submit --since`` chooses it:
+``now`` (default: the submission time minus :data:`DEFAULT_LOOKBACK_MS`), ``now-5min``, an ISO-8601
+date-time, or a number of ms since the Unix epoch (``0`` for synthetic times that start at 0).
+
+*Status.*  Every node publishes a ``status`` control message every ~2 s (docs/contracts.md) with its
+counters; :class:`QueryStats` turns the last two of each site into rates, bytes shipped against
+what ``central`` would ship, dead letters and the latest p50/p99 event-to-result latency.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from ..errors import JoinlibError
+from ..model import Query
+
+DEFAULT_LOOKBACK_MS = 2000
+_RELATIVE = re.compile(r"now\s*-\s*([0-9]+)\s*(ms|s|min|h)\Z")
+_UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
+
+
+def origin_for(since: Optional[str], now_ms: float, tau: int) -> int:
+    """The origin (ms since the Unix epoch, a multiple of ``tau``) for ``--since`` (see above)."""
+    text = (since or "now").strip()
+    if text == "now":
+        t = int(now_ms) - DEFAULT_LOOKBACK_MS
+    elif m := _RELATIVE.match(text):
+        t = int(now_ms) - int(m.group(1)) * _UNIT_MS[m.group(2)]
+    elif re.fullmatch(r"-?[0-9]+", text):
+        t = int(text)
+    else:
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise JoinlibError(f"--since {since!r}: expected now, now-5min, an ISO-8601 date-time or a number "
+                               "of ms since the Unix epoch") from None
+        dt = dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+        t = int(dt.timestamp() * 1000)
+    if t < 0:
+        raise JoinlibError(f"--since {since!r} is before the Unix epoch")
+    return t // tau * tau
+
+
+class QueryStats:
+    """The figures of one run of a query, from its nodes' ``status`` and ``done`` messages.
+
+    ``central_site``: where ``central`` would join (its bytes are what the other sites' streams
+    cost to ship there, the nodes' ``naive`` counters towards that site)."""
+
+    def __init__(self, query: Query, central_site: str) -> None:
+        self.query, self.central = query, central_site
+        self.last: dict[str, dict[str, Any]] = {}   # site -> latest status (or done)
+        self.prev: dict[str, dict[str, Any]] = {}   # site -> the status before it
+        self.done: dict[str, dict[str, Any]] = {}
+
+    def on_status(self, payload: dict[str, Any]) -> None:
+        site = str(payload.get("site"))
+        if site in self.last:
+            self.prev[site] = self.last[site]
+        self.last[site] = payload
+
+    def on_done(self, payload: dict[str, Any]) -> None:
+        self.done[str(payload.get("site"))] = payload
+
+    def _rate(self, site: str, get: Any) -> Optional[float]:
+        a, b = self.prev.get(site), self.last.get(site)
+        if a is None or b is None or site in self.done or not b.get("t_ms") or not a.get("t_ms"):
+            return None
+        dt = (b["t_ms"] - a["t_ms"]) / 1000.0
+        return None if dt <= 0 else max(0.0, (get(b) - get(a)) / dt)
+
+    def summary(self) -> dict[str, Any]:
+        """Input rates per stream, results/s, bytes, central's bytes, dead letters, latency."""
+        rates: dict[str, Optional[float]] = {}
+        for s in self.query.streams:
+            rates[s.name] = self._rate(s.site, lambda p, n=s.name: (p.get("inputs") or {}).get(n, 0))
+        res_rates = [r for r in (self._rate(site, lambda p: p.get("results", 0)) for site in self.last)
+                     if r is not None]
+        latest = {**self.last, **self.done}
+        sent = sum(_sent(p) for p in latest.values())
+        central = sum(n for p in latest.values() for src, dst, n in _naive(p) if dst == self.central)
+        dead: dict[str, int] = {}
+        for p in latest.values():
+            for per in (p.get("dead_letters") or {}).values():
+                for reason, n in per.items():
+                    dead[reason] = dead.get(reason, 0) + n
+        lats = [p["latency_ms"] for p in self.last.values() if isinstance(p.get("latency_ms"), dict)]
+        return {
+            "input_per_s": {k: None if v is None else round(v, 1) for k, v in rates.items()},
+            "results": sum(int(p.get("results", 0)) for p in latest.values()),
+            "results_per_s": round(sum(res_rates), 1) if res_rates else None,
+            "bytes": sent, "central_bytes": central, "central_site": self.central,
+            "bytes_vs_central": round(sent / central, 3) if central else None,
+            "dead_letters": dead,
+            "p50_latency_ms": max((x["p50"] for x in lats), default=None),
+            "p99_latency_ms": max((x["p99"] for x in lats), default=None),
+            "watermarks_ms": {k: v for p in self.last.values() for k, v in (p.get("watermarks_ms") or {}).items()},
+        }
+
+
+def _sent(p: dict[str, Any]) -> int:
+    if "sent_bytes" in p:
+        return int(p["sent_bytes"])
+    return sum(int(ln.get("bytes", 0)) for ln in p.get("links") or [])   # a done message
+
+
+def _naive(p: dict[str, Any]) -> list[tuple[str, str, int]]:
+    out = []
+    for row in p.get("naive") or []:
+        if isinstance(row, dict):
+            out.append((str(row["src"]), str(row["dst"]), int(row["bytes"])))
+        else:
+            src, dst, n = row
+            out.append((str(src), str(dst), int(n)))
+    return out

@@ -1,0 +1,217 @@
+"""One record of a user's topic -> an event (time, id, join key, payload) or the reason it is malformed.
+
+Pure functions of the record's bytes (and, for Avro, of the writer schema its id names), so a record
+is malformed or not whatever happened before it: a replay after a restart classifies it the same way.
+
+Event times become integer milliseconds since the Unix epoch (``ms`` as is; ``s`` rounded to the ms;
+``us`` and ``ns`` truncated; ``iso`` ISO-8601 strings, UTC when no offset is given), then are taken
+relative to the query's *origin* (``Event.ts = time - origin``): epoch 0 of the runtime starts at the
+origin.  Ids are the ``id`` field (an integer) or, without one, ``partition * 2**48 + offset``.
+"""
+from __future__ import annotations
+
+import io
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import fastavro
+import orjson
+
+from ..model import Stream, Value
+from ..source_spec import SourceSpec
+from ..values import encode_values
+
+#: dead-letter reasons (``dlq.reason`` header of docs/live.md)
+BAD_JSON, BAD_AVRO, NO_VALUE = "bad_json", "bad_avro", "no_value"
+MISSING_FIELD, WRONG_TYPE = "missing_field", "wrong_type"
+LATE, DUPLICATE_ID = "late", "duplicate_id"
+REASONS = (BAD_JSON, BAD_AVRO, NO_VALUE, MISSING_FIELD, WRONG_TYPE, LATE, DUPLICATE_ID)
+
+ID_PARTITION_SHIFT = 48
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+_SCALARS = (str, int, float, bool, type(None))
+_MISSING = object()
+
+#: a parsed Avro writer schema for a schema id (None: unknown id); may raise for a registry outage
+SchemaLookup = Callable[[int], Any]
+
+
+class Bad(NamedTuple):
+    """Why a record cannot take part: one of :data:`REASONS` and a sentence for people."""
+
+    reason: str
+    detail: str
+
+
+class Event(NamedTuple):
+    """A well-formed record: ``ts`` in ms relative to the query's origin."""
+
+    ts: int
+    id: int
+    key: tuple[Value, ...]
+    rest: bytes
+
+
+class _Malformed(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.bad = Bad(reason, detail)
+
+
+def derived_id(partition: int, offset: int) -> int:
+    return (partition << ID_PARTITION_SHIFT) + offset
+
+
+def _getter(path: str) -> Callable[[dict[str, Any]], Any]:
+    parts = path.split(".")
+    if len(parts) == 1:
+        return lambda row: row.get(path, _MISSING)
+
+    def get(row: dict[str, Any]) -> Any:
+        cur: Any = row
+        for p in parts:
+            if not isinstance(cur, dict):
+                return _MISSING
+            cur = cur.get(p, _MISSING)
+            if cur is _MISSING:
+                return _MISSING
+        return cur
+    return get
+
+
+def to_ms(value: Any, unit: str, field: str) -> int:
+    """An event-time value in ``unit`` -> ms since the Unix epoch; raises :class:`_Malformed`."""
+    if isinstance(value, datetime):  # Avro timestamp-millis / -micros logical types
+        dt = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return (dt - _EPOCH) // _MS
+    if unit == "iso":
+        if not isinstance(value, str):
+            raise _Malformed(WRONG_TYPE, f"'{field}' must be an ISO-8601 string, not {_short(value)}")
+        try:
+            return to_ms(datetime.fromisoformat(value), "ms", field)
+        except ValueError:
+            raise _Malformed(WRONG_TYPE, f"'{field}' is not an ISO-8601 date-time: {_short(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Malformed(WRONG_TYPE, f"'{field}' must be a number ({unit}), not {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Malformed(WRONG_TYPE, f"'{field}' must be a finite number, not {value}")
+    ms = _number_ms(value, unit)
+    if not _LONG_MIN <= ms <= _LONG_MAX:
+        raise _Malformed(WRONG_TYPE, f"'{field}' is out of range: {_short(value)}")
+    return ms
+
+
+def _number_ms(value: Union[int, float], unit: str) -> int:
+    if unit == "ms":
+        return math.floor(value)
+    if unit == "s":
+        return value * 1000 if isinstance(value, int) else round(value * 1000)
+    return math.floor(value) // (1000 if unit == "us" else 1_000_000)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Decoder:
+    """Decodes the records of one stream's source (see the module docstring).
+
+    ``origin_ms``: event time of the runtime's epoch 0; ``schemas``: for Avro sources, the writer
+    schema of a schema id (the adapter asks a registry); without it, the spec's inline schema."""
+
+    def __init__(self, stream: Stream, spec: SourceSpec, origin_ms: int = 0,
+                 schemas: Optional[SchemaLookup] = None) -> None:
+        if not spec.live:
+            raise ValueError(f"stream {stream.name}: a {spec.format} source is not decoded per record")
+        self.stream, self.spec, self.origin = stream, spec, origin_ms
+        assert spec.time_field is not None
+        self.time_field = spec.time_field
+        self._time = _getter(spec.time_field)
+        self._id = None if spec.id_field is None else _getter(spec.id_field)
+        self._keys = [(a, _getter(a)) for a in stream.join_attrs]
+        self._rest = None if spec.attributes is None else [(a, _getter(a)) for a in sorted(spec.attributes)]
+        used = {spec.time_field.split(".")[0], *stream.join_attrs}
+        if spec.id_field is not None:
+            used.add(spec.id_field.split(".")[0])
+        self._skip = used
+        self._fixed = None if spec.schema is None else fastavro.parse_schema(orjson.loads(spec.schema))
+        self._schemas = schemas
+
+    def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad]:
+        if value is None:
+            return Bad(NO_VALUE, "the record has no value (a tombstone)")
+        try:
+            row = self._json(value) if self.spec.format == "json" else self._avro(value)
+            return self._event(row, partition, offset)
+        except _Malformed as e:
+            return e.bad
+
+    # ------------------------------------------------------------------ formats
+    @staticmethod
+    def _json(value: bytes) -> dict[str, Any]:
+        try:
+            row = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise _Malformed(BAD_JSON, f"not valid JSON: {e}") from None
+        if type(row) is not dict:
+            raise _Malformed(WRONG_TYPE, f"expected a JSON object, got {type(row).__name__}")
+        return row
+
+    def _avro(self, value: bytes) -> dict[str, Any]:
+        if len(value) < 5 or value[0] != 0:
+            raise _Malformed(BAD_AVRO, "not in the Confluent wire format (a zero byte, a 4-byte schema id, "
+                                       "the Avro body)")
+        schema_id = int.from_bytes(value[1:5], "big")
+        schema = self._schemas(schema_id) if self._schemas is not None else self._fixed
+        if schema is None:
+            raise _Malformed(BAD_AVRO, f"unknown schema id {schema_id}")
+        try:
+            row = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+        except Exception as e:  # truncated or garbled bodies raise several kinds
+            raise _Malformed(BAD_AVRO, f"cannot decode the Avro body with schema {schema_id}: "
+                                       f"{type(e).__name__}: {e}") from None
+        if not isinstance(row, dict):
+            raise _Malformed(WRONG_TYPE, f"expected an Avro record, got {type(row).__name__}")
+        return row
+
+    # ------------------------------------------------------------------ fields
+    def _event(self, row: dict[str, Any], partition: int, offset: int) -> Event:
+        t = self._time(row)
+        if t is _MISSING or t is None:
+            raise _Malformed(MISSING_FIELD, f"the event-time field '{self.time_field}' is missing"
+                             + (" (null)" if t is None else ""))
+        ts = to_ms(t, self.spec.time_unit, self.time_field) - self.origin
+        if self._id is None:
+            id_ = derived_id(partition, offset)
+        else:
+            id_ = self._id(row)
+            if id_ is _MISSING:
+                raise _Malformed(MISSING_FIELD, f"the id field '{self.spec.id_field}' is missing")
+            if type(id_) is not int or not _LONG_MIN <= id_ <= _LONG_MAX:
+                raise _Malformed(WRONG_TYPE, f"the id field '{self.spec.id_field}' must be a 64-bit integer, "
+                                             f"not {_short(id_)}")
+        key = tuple(self._scalar(row, a, get, "join attribute") for a, get in self._keys)
+        if self._rest is None:
+            vals = [self._check(a, row[a]) for a in sorted(row) if a not in self._skip]
+        else:
+            vals = [self._scalar(row, a, get, "attribute") for a, get in self._rest]
+        return Event(ts, id_, key, encode_values(vals))
+
+    @staticmethod
+    def _scalar(row: dict[str, Any], name: str, get: Callable[[dict[str, Any]], Any], what: str) -> Any:
+        v = get(row)
+        if v is _MISSING:
+            raise _Malformed(MISSING_FIELD, f"the {what} '{name}' is missing")
+        return Decoder._check(name, v)
+
+    @staticmethod
+    def _check(name: str, v: Any) -> Any:
+        if not isinstance(v, _SCALARS):
+            raise _Malformed(WRONG_TYPE, f"'{name}' must be a string, number, boolean or null, not {_short(v)}")
+        if type(v) is int and not _LONG_MIN <= v <= _LONG_MAX:
+            raise _Malformed(WRONG_TYPE, f"'{name}' does not fit in 64 bits: {_short(v)}")
+        return v

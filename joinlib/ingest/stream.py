@@ -1,0 +1,204 @@
+"""Event time, watermarks, lateness and tuple ranks of one live stream (all partitions of its topic).
+
+The rule (docs/live.md, "Which records take part"), per partition p of the stream's topic, in offset
+order:
+
+* p's watermark ``wm_p`` starts at 0 (the query's origin);
+* a well-formed record with event time ``t < wm_p`` is **late**; with ``t >= wm_p`` it is on time,
+  unless an earlier on-time record of p has the same id and an event time ``>= wm_p - horizon`` (the
+  horizon is the stream's time window; 10 s for tuple windows): then it is a **duplicate**;
+* an on-time record raises ``wm_p`` to ``max(wm_p, max event time seen in p - delta)``;
+* an *idle advance* raises ``wm_p`` to a given value at a given position of p (the adapter decides
+  them from processing time and logs them, so a replay applies them at the same positions).
+
+So whether a record is late depends only on the records before it in its partition and on the
+logged advances: a replay classifies every record the same way.  The stream's watermark is
+``W = min_p wm_p``.  No on-time record can arrive below ``W`` any more, so the on-time records
+with ``t < W`` are final: :meth:`StreamIngest.release` hands them out in (ts, id) order (ties on
+both: partition, offset) with ``seq`` = their rank among the stream's on-time records -- the
+order and ranks the reference join sees over the on-time records.
+
+Idle advances (:meth:`StreamIngest.idle_advances`): a partition whose watermark has not moved for
+``idle_timeout`` ms of processing time, and which has nothing left to read, advances with
+processing time: ``idle_timeout + x`` after its last move its watermark is its last value + x
+(rounded down to a multiple of tau, so at most one advance per epoch).  The clock is an argument:
+this module never reads it.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Any, Callable, NamedTuple, Optional
+
+from ..model import Stream, Tup
+from .records import DUPLICATE_ID, LATE, Bad, Event
+
+TUPLE_WINDOW_HORIZON_MS = 10_000
+
+
+class Advance(NamedTuple):
+    """An idle advance: partition ``part``'s watermark becomes ``wm`` once ``at`` records of it
+    (its next offset) were read."""
+
+    part: int
+    at: int
+    wm: int
+
+
+class _Partition:
+    __slots__ = ("next", "wm", "max_ts", "ids", "order", "anchor_wm", "anchor_wall", "marks")
+
+    def __init__(self, start: int, now: float) -> None:
+        self.next = start                        # next offset to read
+        self.wm = 0
+        self.max_ts: Optional[int] = None
+        self.ids: dict[int, int] = {}            # id -> ts of recent on-time records
+        self.order: deque[tuple[int, int]] = deque()
+        self.anchor_wm, self.anchor_wall = 0, now
+        self.marks: deque[tuple[int, int]] = deque()  # logged advances still to replay: (at, wm)
+
+
+class StreamIngest:
+    """Watermarks, lateness and ranks of one stream (see the module docstring).
+
+    ``partitions``: partition -> first offset read; ``delta``: the maximum delay δ (ms);
+    ``now``: processing time in ms (only idle advances use it)."""
+
+    def __init__(self, stream: Stream, partitions: dict[int, int], *, tau: int, delta: int,
+                 idle_timeout: int, now: float = 0.0) -> None:
+        if not partitions:
+            raise ValueError(f"stream {stream.name}: a source needs at least one partition")
+        self.stream, self.tau, self.delta, self.idle_timeout = stream, tau, delta, idle_timeout
+        self.horizon = stream.window.size if stream.window.is_time else TUPLE_WINDOW_HORIZON_MS
+        self.parts = {p: _Partition(off, now) for p, off in sorted(partitions.items())}
+        self.pending: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
+        self.seq = 0
+
+    # ------------------------------------------------------------------ records
+    def offer(self, part: int, offset: int, ev: Event, now: float) -> Optional[Bad]:
+        """Record ``offset`` of ``part`` (offsets in increasing order); None if it is on time (it is
+        kept until :meth:`release`), else why not."""
+        p = self.parts[part]
+        self._replay(p, offset)
+        p.next = offset + 1
+        bad = self._classify(p, ev, now)
+        if bad is None:
+            heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
+        self._replay(p, p.next)
+        return bad
+
+    def skip(self, part: int, offset: int) -> None:
+        """A malformed record at ``offset``: it moves the read position only."""
+        p = self.parts[part]
+        self._replay(p, offset)
+        p.next = offset + 1
+        self._replay(p, p.next)
+
+    def _classify(self, p: _Partition, ev: Event, now: float) -> Optional[Bad]:
+        if ev.ts < p.wm:
+            return Bad(LATE, f"event time {ev.ts} ms (from the origin) is below the partition's watermark "
+                             f"{p.wm} ms by {p.wm - ev.ts} ms")
+        seen = p.ids.get(ev.id)
+        if seen is not None and seen >= p.wm - self.horizon:
+            return Bad(DUPLICATE_ID, f"id {ev.id} repeats an on-time record of this partition "
+                                     f"(event time {seen} ms)")
+        p.ids[ev.id] = ev.ts
+        p.order.append((ev.ts, ev.id))
+        if p.max_ts is None or ev.ts > p.max_ts:
+            p.max_ts = ev.ts
+        wm = p.max_ts - self.delta
+        if wm > p.wm:
+            self._move(p, wm, now, anchor=True)
+        return None
+
+    def _move(self, p: _Partition, wm: int, now: float, anchor: bool) -> None:
+        p.wm = wm
+        if anchor:
+            p.anchor_wm, p.anchor_wall = wm, now
+        low = wm - self.horizon  # ids below it can no longer make a duplicate: forget them (memory only)
+        ids, order = p.ids, p.order
+        while order and order[0][0] < low:
+            ts, id_ = order.popleft()
+            if ids.get(id_) == ts:
+                del ids[id_]
+
+    # ------------------------------------------------------------------ idle advances
+    def idle_advances(self, now: float, caught_up: Callable[[int], bool]) -> list[Advance]:
+        """Advances due at processing time ``now`` for partitions that have nothing left to read
+        (``caught_up(part)``) and no logged advance still to replay.  Not applied: the caller logs
+        them first, then calls :meth:`advance`."""
+        out = []
+        for part, p in self.parts.items():
+            idle_for = now - p.anchor_wall - self.idle_timeout
+            if idle_for <= 0 or p.marks:
+                continue
+            target = (p.anchor_wm + int(idle_for)) // self.tau * self.tau
+            if target > p.wm and caught_up(part):
+                out.append(Advance(part, p.next, target))
+        return out
+
+    def advance(self, adv: Advance, now: float = 0.0) -> None:
+        """Apply an idle advance (at the partition's current position)."""
+        p = self.parts[adv.part]
+        if adv.wm > p.wm:
+            self._move(p, adv.wm, now, anchor=False)
+
+    def replay(self, advances: list[Advance]) -> None:
+        """Advances logged before a restart, each applied when its partition reaches its position."""
+        for adv in advances:
+            p = self.parts.get(adv.part)
+            if p is not None:
+                p.marks.append((adv.at, adv.wm))
+        for p in self.parts.values():
+            self._replay(p, p.next)
+
+    def _replay(self, p: _Partition, position: int) -> None:
+        marks = p.marks
+        while marks and marks[0][0] <= position:
+            _, wm = marks.popleft()
+            if wm > p.wm:
+                self._move(p, wm, p.anchor_wall, anchor=False)
+
+    def replaying(self) -> bool:
+        return any(p.marks for p in self.parts.values())
+
+    # ------------------------------------------------------------------ output
+    @property
+    def watermark(self) -> int:
+        """W = min over partitions: no on-time record of the stream can still come below it."""
+        return min(p.wm for p in self.parts.values())
+
+    def release(self) -> list[Tup]:
+        """The on-time records below the watermark not handed out yet, in (ts, id) order, ranked."""
+        w, pending, out = self.watermark, self.pending, []
+        pos, seq = self.stream.pos, self.seq
+        while pending and pending[0][0] < w:
+            ts, id_, _, _, key, rest = heapq.heappop(pending)
+            out.append(Tup(pos, id_, ts, seq, key, rest))
+            seq += 1
+        self.seq = seq
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> dict[str, Any]:
+        """Plain data: ranks, per partition its position, watermark, max event time and recent ids,
+        and the on-time records not released yet (logged advances are re-read from their log)."""
+        return {
+            "seq": self.seq,
+            "parts": [[part, p.next, p.wm, p.max_ts, [list(x) for x in p.order]] for part, p in self.parts.items()],
+            "pending": [[ts, id_, part, off, list(key), rest] for ts, id_, part, off, key, rest in self.pending],
+        }
+
+    def restore(self, data: dict[str, Any], now: float) -> None:
+        self.seq = data["seq"]
+        for part, nxt, wm, max_ts, order in data["parts"]:
+            p = self.parts.get(part)
+            if p is None:
+                raise ValueError(f"stream {self.stream.name}: the checkpoint has partition {part}, "
+                                 f"the source {sorted(self.parts)}")
+            p.next, p.wm, p.max_ts = nxt, wm, max_ts
+            p.order = deque((ts, id_) for ts, id_ in order)
+            p.ids = {id_: ts for ts, id_ in p.order}
+            p.anchor_wm, p.anchor_wall = wm, now
+        self.pending = [(ts, id_, part, off, tuple(key), rest) for ts, id_, part, off, key, rest in data["pending"]]
+        heapq.heapify(self.pending)
