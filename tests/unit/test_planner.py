@@ -71,7 +71,9 @@ def test_plan_for_dispatch():
     q = random_query(random.Random(3), 4, "cycle")
     for name in COST_PLANNERS:
         validate(q, plan_for(name, q))
-    assert plan_for("greedy", q) == greedy(q, PaperModel())
+    from joinlib.costs import WireModel
+    assert plan_for("greedy", q) == greedy(q, WireModel())  # the default: the plan-level byte model
+    assert plan_for("greedy", q, "paper") == greedy(q, PaperModel())
     assert plan_for("exhaustive", q, "bytes") == exhaustive(q, BytesModel())
     with pytest.raises(PlanError, match="unknown planner 'best'.*greedy, exhaustive, beam"):
         plan_for("best", q)
