@@ -113,9 +113,9 @@ def run_workload(w: Workload, out_dir: Path, sampled: bool = False) -> dict[str,
     from joinlib.data import load_streams
     from joinlib.engine import run_embedded
     from joinlib.gen import generate
+    from joinlib.plan import central
     from joinlib.planner.auto import auto_ranked
     from joinlib.planner.registry import resolve_plan
-    from joinlib.plan import central
     from joinlib.runtime.sink import CountingSink
     q = w.query()
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,7 +276,7 @@ def table(rows: list[dict[str, Any]], skipped: list[str], command: str) -> str:
     for r in rows:
         cb = r["central"]
 
-        def rel(name: str) -> str:
+        def rel(name: str, r: dict[str, Any] = r, cb: int = cb) -> str:
             return f"{r[name] / cb:.3f}" if name in r else "–"
         lines.append(
             f"| {r['workload']} | {r['results']:,} | {cb:,} | {r['floor'] / cb:.3f} | {r['floor_keys'] / cb:.3f} | "

@@ -115,13 +115,14 @@ class Encoding:
         key, tup, ts, c = self.key(stream, index), self.tup(stream), int(self.horizon_s * 500), max(0, round(count))
         total = self._expected(("dja-c", src, dst, c), entries,
                                lambda k: self.size(src, dst, DjaUpdate([], [c] * k, [], [])))
-        for tag, n, make in (("vj", new_keys, lambda k: DjaUpdate([key] * k, [], [], [])),
-                             ("sf", full, lambda k: DjaUpdate([], [], [tup] * k, [])),
-                             ("arr", arrivals, lambda k: DjaUpdate([], [], [], [ts] * k))):
+        parts: list[tuple[str, float, Callable[[int], DjaUpdate]]] = [
+            ("vj", new_keys, lambda k: DjaUpdate([key] * k, [], [], [])),
+            ("sf", full, lambda k: DjaUpdate([], [], [tup] * k, [])),
+            ("arr", arrivals, lambda k: DjaUpdate([], [], [], [ts] * k))]
+        for tag, n, make in parts:
             if n > 0:
                 empty = self.size(src, dst, make(0))
-                total += self._expected((tag, src, dst, stream, index), n,
-                                        lambda k, make=make: self.size(src, dst, make(k))) - empty
+                total += self._expected((tag, src, dst, stream, index), n, _sized(self, src, dst, make)) - empty
         return total
 
     # ------------------------------------------------------------ expected sizes
@@ -138,8 +139,9 @@ class Encoding:
     def _at(self, tag: tuple[object, ...], k: int, build: Callable[[int], int]) -> int:
         if k > EXACT:
             r = _round2(k)
-            return round(self._at(tag, 0, build) + (self._at(tag, r, build) - self._at(tag, 0, build)) * k / r) \
-                if r != k else self._at_exact(tag, k, build)
+            if r != k:
+                base = self._at_exact(tag, 0, build)
+                return round(base + (self._at_exact(tag, r, build) - base) * k / r)
         return self._at_exact(tag, k, build)
 
     def _at_exact(self, tag: tuple[object, ...], k: int, build: Callable[[int], int]) -> int:
@@ -150,10 +152,14 @@ class Encoding:
         return hit
 
 
+def _sized(enc: Encoding, src: str, dst: str, make: Callable[[int], DjaUpdate]) -> Callable[[int], int]:
+    return lambda k: enc.size(src, dst, make(k))
+
+
 def _round2(k: int) -> int:
     """``k`` rounded to two significant digits."""
-    p = 10 ** max(0, len(str(k)) - 2)
-    return max(1, round(k / p) * p)
+    p: int = 10 ** max(0, len(str(k)) - 2)
+    return max(1, int(round(k / p)) * p)
 
 
 def tuple_bytes_of(query: Query, measured: Optional[dict[str, float]] = None) -> dict[str, float]:

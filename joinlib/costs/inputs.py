@@ -62,9 +62,9 @@ def from_data(query: Query, streams: dict[str, list[Tup]]) -> Inputs:
     selectivity is 1 / :func:`domain_size` of each join attribute."""
     from ..stats import stream_stats, with_measured
     measured = [stream_stats(s, streams.get(s.name, [])) for s in query.streams]
-    for s, m in zip(query.streams, measured, strict=True):
+    for m in measured:
         n = m["tuples"]
-        for a, v in m["join_attributes"].items():
+        for v in m["join_attributes"].values():
             if n and v["distinct"]:
                 v["selectivity"] = 1.0 / domain_size(n, v["distinct"])
     q = with_measured(query, measured)

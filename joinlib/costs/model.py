@@ -82,7 +82,7 @@ def _walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
     out: dict[str, tuple[StepOp, Probe]] = {}
     for seq in ir.plan.sequences:
         inter = Inter.start(query, seq.head, seq.start)
-        for st, step in zip(ir.steps_of(seq.head), seq.steps, strict=True):
+        for st in ir.steps_of(seq.head):
             pr = probe(query, inter, st.stream)
             if not st.local:
                 out[st.sig] = (st, pr)

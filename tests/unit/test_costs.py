@@ -34,7 +34,8 @@ def test_message_sizes_are_the_runtime_encoders():
     enc = from_query(q).encoding()
     assert enc.rows("r1", "r2", ("S1",), 0) == envelope_size(Envelope("r1", "r2", 1, enc._epoch, TupleBatch([])))
     t = enc.tup("S1")
-    assert enc.rows("r1", "r2", ("S1",), 3) == envelope_size(Envelope("r1", "r2", 1, enc._epoch, TupleBatch([(t,)] * 3)))
+    three = Envelope("r1", "r2", 1, enc._epoch, TupleBatch([(t,)] * 3))
+    assert enc.rows("r1", "r2", ("S1",), 3) == envelope_size(three)
     k = enc.key("S1", (0,))
     assert enc.keys("r1", "r2", "S1", (0,), 2) == envelope_size(Envelope("r1", "r2", 1, enc._epoch, KeyBatch([k] * 2)))
     # a row of S1's tuple adds the declared tuple_bytes

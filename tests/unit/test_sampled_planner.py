@@ -9,8 +9,8 @@ from joinlib.data import load_streams
 from joinlib.engine import run_embedded
 from joinlib.errors import PlanError
 from joinlib.gen import generate
-from joinlib.planner.registry import candidates
 from joinlib.planner.measure import sample_ms
+from joinlib.planner.registry import candidates
 from joinlib.planner.sampled import measure, sample_of, sampled
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
