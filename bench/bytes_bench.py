@@ -284,7 +284,8 @@ def table(rows: list[dict[str, Any]], skipped: list[str], command: str) -> str:
             f"{r['auto:estimate'] / max(1, r['auto']):.2f} | {rel('greedy')} | {rel('exhaustive')} | {rel('beam')} | "
             f"{rel('greedy/paper')} |")
     if skipped:
-        lines += ["", f"Skipped (expected result count above the bench's cap): {', '.join(skipped)}."]
+        lines += ["", f"Not in this table ({len(skipped)}: expected result count above the bench's cap, or not run "
+                  f"yet): {', '.join(skipped)}."]
     return "\n".join(lines) + "\n"
 
 
@@ -315,8 +316,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--sampled", action="store_true", help="also run the sampled planner (slow)")
     ap.add_argument("--max-results", type=float, default=3e6)
     ap.add_argument("--table", type=Path, help="write the markdown table here (e.g. docs/bytes.md)")
+    ap.add_argument("--from-json", action="store_true", help="no runs: summarise the workload JSON under --out")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.from_json:
+        docs = [json.loads(p.read_text()) for p in sorted(a.out.glob("*.json")) if p.name != "summary.json"]
+        order = {w.name: i for i, w in enumerate(grid(False, parse_duration(a.duration)))}
+        rows = sorted((summary_row(d) for d in docs), key=lambda r: order.get(r["workload"], 1 << 30))
+        done = {r["workload"] for r in rows}
+        pending = [w.name for w in grid(False, parse_duration(a.duration)) if w.name not in done]
+        summary = {"command": "python bench/bytes_bench.py", "checks": checks(rows), "accuracy": accuracy(rows),
+                   "rows": rows, "not_run": pending}
+        (a.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        print(json.dumps(summary["checks"], indent=1))
+        print(json.dumps(summary["accuracy"], indent=1))
+        if a.table:
+            a.table.write_text(table(rows, pending, "python bench/bytes_bench.py"))
+        return 0
     work = [w for w in grid(a.quick, parse_duration(a.duration)) if a.only in w.name]
     skipped = [w.name for w in work if w.expected_results() > a.max_results]
     work = [w for w in work if w.name not in skipped]
