@@ -44,12 +44,13 @@ class LiveGenerator:
 
     def __init__(self, bootstrap: str, query: Query, profile: EventProfile, *, seed: int = 1,
                  streams: Optional[Sequence[str]] = None, time_base_ms: Optional[int] = None,
-                 on_delivered: Optional[Delivered] = None) -> None:
+                 id_base: int = 0, on_delivered: Optional[Delivered] = None) -> None:
         self.query, self.profile, self.seed = query, profile, seed
         self.names = json_streams(query, streams)
         self.t0_ms = time.time() * 1000.0
         base = int(self.t0_ms) if time_base_ms is None else time_base_ms
-        self.gens = {n: EventGen(query.stream(n), profile, seed=seed, time_base_ms=base) for n in self.names}
+        self.gens = {n: EventGen(query.stream(n), profile, seed=seed, time_base_ms=base, id_base=id_base)
+                     for n in self.names}
         self.topics = {n: query.stream(n).source.topic for n in self.names}  # type: ignore[union-attr]
         self.out = Producing(make_producer(bootstrap, **{"linger.ms": 5}))
         self.on_delivered = on_delivered

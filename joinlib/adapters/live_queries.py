@@ -75,7 +75,9 @@ def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: in
                     continue
                 for r in wire.decode_result_batch(value).results():
                     results.append({"ids": {n: r.ids[n] for n in names}, "ts": r.head_ts + origin_ms})
-            if not msgs and (time.monotonic() >= deadline or (results and nxt >= end)):
+            if nxt >= end and (results or time.monotonic() >= deadline):
+                break  # caught up with the end as of the call (a follower asks again)
+            if not msgs and time.monotonic() >= deadline:
                 break
         return {"results": results, "next": nxt, "end": max(end, nxt)}
     finally:

@@ -53,13 +53,14 @@ def _dest(k: int) -> str:
 
 class EventGen:
     """The records of one stream (see the module docstring); ``time_base_ms`` is added to every event
-    time (the wall clock at the start for live demos, 0 for synthetic times)."""
+    time (the wall clock at the start for live demos, 0 for synthetic times), ``id_base`` to every id."""
 
-    def __init__(self, stream: Stream, profile: EventProfile, *, seed: int = 1, time_base_ms: int = 0) -> None:
+    def __init__(self, stream: Stream, profile: EventProfile, *, seed: int = 1, time_base_ms: int = 0,
+                 id_base: int = 0) -> None:
         src = stream.source
         if src is None or src.format != "json":
             raise ValueError(f"stream {stream.name}: the generator writes json sources only")
-        self.stream, self.p, self.base = stream, profile, time_base_ms
+        self.stream, self.p, self.base, self.id_base = stream, profile, time_base_ms, id_base
         self.time_field, self.id_field = src.time_field or "ts", src.id_field
         self.rng = random.Random(f"{seed}/{stream.name}")
         self.i = 0
@@ -87,7 +88,7 @@ class EventGen:
         values = {a: _dest(rng.randrange(p.distinct)) for a in self.stream.join_attrs}
         row: dict[str, object] = {}
         if self.id_field is not None:
-            row[self.id_field] = i
+            row[self.id_field] = self.id_base + i
         row[self.time_field] = self.base + int(c - delay)
         row.update(values)
         row["payload"] = self.payload

@@ -69,7 +69,7 @@ class QueryStats:
 
     def _rate(self, site: str, get: Any) -> Optional[float]:
         a, b = self.prev.get(site), self.last.get(site)
-        if a is None or b is None or site in self.done or not b.get("t_ms") or not a.get("t_ms"):
+        if a is None or b is None or site in self.done or b.get("t_ms") is None or a.get("t_ms") is None:
             return None
         dt = (b["t_ms"] - a["t_ms"]) / 1000.0
         return None if dt <= 0 else max(0.0, (get(b) - get(a)) / dt)

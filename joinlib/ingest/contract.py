@@ -1,0 +1,112 @@
+"""The live contract as code: what a live query must output for the records that were written.
+
+docs/live.md, "Which records take part": every record that is on time and well formed takes part
+exactly as in the reference join over those records; every other record is in the dead-letter
+topic.  :func:`expected_output` computes both sides naively from the records as written (stream,
+partition, offset, bytes) and the idle advances the nodes logged (``wm.<query>``): each partition
+classified on its own in offset order (no interleaving, no checkpoint, no Kafka), then the
+centralized join over the on-time records (:func:`joinlib.reference.reference_join`; for large inputs
+the embedded engine's ``central`` plan, which the property tests hold to the reference).  Integration
+tests and the benchmarks compare a live run with it.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..model import Query, Tup
+from ..reference import reference_join
+from .records import DUPLICATE_ID, LATE, Bad, Decoder, SchemaLookup
+from .stream import TUPLE_WINDOW_HORIZON_MS
+
+# (ids by stream position, head ts in ms from the origin) -> count
+Results = Counter[tuple[tuple[Optional[int], ...], int]]
+
+
+@dataclass
+class Written:
+    """One record as written to a source topic."""
+
+    part: int
+    offset: int
+    value: Optional[bytes]
+
+
+@dataclass
+class Expected:
+    results: Results
+    dead: dict[tuple[str, int, int], str]                       # (topic, partition, offset) -> reason
+    on_time: dict[str, list[Tup]] = field(default_factory=dict)  # per stream, ranked
+
+    @property
+    def count(self) -> int:
+        return sum(self.results.values())
+
+
+def classify_partition(rows: list[tuple[int, Any]], advances: list[tuple[int, int]], delta: int,
+                       horizon: int) -> dict[int, Optional[str]]:
+    """offset -> None (on time) or a dead-letter reason, for one partition's records in offset order;
+    ``rows``: (offset, event or :class:`Bad`); ``advances``: (at, wm) as logged."""
+    wm, max_ts = 0, None
+    seen: dict[int, int] = {}
+    advs = sorted(advances)
+    out: dict[int, Optional[str]] = {}
+    for off, ev in rows:
+        while advs and advs[0][0] <= off:
+            wm = max(wm, advs.pop(0)[1])
+        if isinstance(ev, Bad):
+            out[off] = ev.reason
+        elif ev.ts < wm:
+            out[off] = LATE
+        elif ev.id in seen and seen[ev.id] >= wm - horizon:
+            out[off] = DUPLICATE_ID
+        else:
+            out[off] = None
+            seen[ev.id] = ev.ts
+            max_ts = ev.ts if max_ts is None else max(max_ts, ev.ts)
+            wm = max(wm, max_ts - delta)
+    return out
+
+
+def expected_output(query: Query, written: dict[str, list[Written]], origin_ms: int,
+                    advances: Optional[dict[tuple[str, int], list[tuple[int, int]]]] = None,
+                    schemas: Optional[dict[str, SchemaLookup]] = None) -> Expected:
+    """The results and dead letters a live run of ``query`` must produce (see the module docstring);
+    ``written``: per stream, its records; ``advances``: per (stream, partition), the logged idle
+    advances (at, wm); ``schemas``: per avro stream, its writer schemas by id."""
+    advances = advances or {}
+    dead: dict[tuple[str, int, int], str] = {}
+    on_time: dict[str, list[Tup]] = {}
+    delta = query.execution.max_delay_ms
+    for s in query.streams:
+        assert s.source is not None and s.source.live, f"stream {s.name} has no live source"
+        dec = Decoder(s, s.source, origin_ms, (schemas or {}).get(s.name))
+        horizon = s.window.size if s.window.is_time else TUPLE_WINDOW_HORIZON_MS
+        by_part: dict[int, list[tuple[int, Any]]] = {}
+        for w in sorted(written.get(s.name, []), key=lambda w: (w.part, w.offset)):
+            by_part.setdefault(w.part, []).append((w.offset, dec.decode(w.value, w.part, w.offset)))
+        keep = []
+        for part, rows in by_part.items():
+            fate = classify_partition(rows, advances.get((s.name, part), []), delta, horizon)
+            for off, ev in rows:
+                if fate[off] is None:
+                    keep.append((ev.ts, ev.id, part, off, ev))
+                else:
+                    dead[(s.source.topic, part, off)] = str(fate[off])
+        keep.sort(key=lambda k: k[:4])
+        on_time[s.name] = [Tup(s.pos, ev.id, ev.ts, i, ev.key, ev.rest) for i, (*_, ev) in enumerate(keep)]
+    return Expected(exact_join(query, on_time), dead, on_time)
+
+
+def exact_join(query: Query, streams: dict[str, list[Tup]], naive_limit: int = 3000) -> Results:
+    """The reference join's results: naively up to ``naive_limit`` tuples, else by the embedded
+    engine's ``central`` plan (exact, and much faster on long inputs)."""
+    if sum(len(v) for v in streams.values()) <= naive_limit:
+        return Counter(reference_join(query, streams))
+    from ..engine import run_embedded
+    from ..plan import central
+    from ..runtime.sink import CollectingSink
+    sink = CollectingSink(query)
+    run_embedded(query, streams, central(query), sink)
+    return Counter((ids, ts) for ids, ts, _ in sink.results)

@@ -1,0 +1,1 @@
+"""Synthetic live events for the json sources of a query (``python -m services.generator``)."""
