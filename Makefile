@@ -67,3 +67,4 @@ clean: ## Remove generated data and caches
 -include infra/infra.mk
 -include deploy.mk
 -include spark.mk
+-include live.mk

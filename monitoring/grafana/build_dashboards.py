@@ -250,6 +250,22 @@ def node_panels(L: Layout) -> None:
                 "{{site}} {{query}}")], "short"), 12, 8)
 
 
+def live_panels(L: Layout) -> None:
+    L.row("Live sources: dead letters, watermarks")
+    L.add(timeseries(
+        "Dead letters/s", "Records of the users' topics written to dlq.<query> per second, per query, stream "
+        "and reason: late (event time below the partition's watermark), bad_json, bad_avro, missing_field, "
+        "wrong_type, no_value, duplicate_id (joinlib_dead_letters_total).",
+        [target(f"sum by (query, stream, reason) (rate(joinlib_dead_letters_total{{{SITE}}}[{RI}]))",
+                "{{query}} {{stream}} {{reason}}")], "short"), 12, 8)
+    L.add(timeseries(
+        "Watermark lag per live stream", "Processing time minus the event-time watermark of each live stream "
+        "at its site (joinlib_watermark_lag_seconds): about max_delay plus the sources' own delay; it grows "
+        "by the idle timeout when a site goes silent, and without bound when a node falls behind.",
+        [target(f"max by (site, query, stream) (joinlib_watermark_lag_seconds{{{SITE}}})",
+                "{{site}} {{query}} {{stream}}")], "s"), 12, 8)
+
+
 def variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {"name": name, "label": label, "type": "query", "datasource": DS,
             "query": {"qryType": 1, "query": query, "refId": f"var-{name}"},
@@ -263,6 +279,7 @@ def overview() -> dict[str, Any]:
     overview_panels(L)
     network_panels(L)
     node_panels(L)
+    live_panels(L)
     kind = {"name": "kind", "label": "message kind", "type": "custom", "query": "full,partial,update",
             "multi": True, "includeAll": True, "allValue": ".*",
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]},

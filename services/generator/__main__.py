@@ -24,9 +24,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m services.generator",
                                  description="Write synthetic JSON events to a query's source topics.")
     ap.add_argument("--query", type=Path, required=True, help="query file (YAML) with json sources")
-    ap.add_argument("--rate", type=float, default=100.0, help="events per second per stream (default 100)")
+    ap.add_argument("--rate", type=float, default=200.0, help="events per second per stream (default 200)")
     ap.add_argument("--partitions", type=int, default=3, help="partitions of a source topic it creates (default 3)")
-    ap.add_argument("--distinct", type=int, default=500, help="distinct join values (default 500)")
+    ap.add_argument("--distinct", type=int, default=2000, help="distinct join values (default 2000)")
     ap.add_argument("--payload-bytes", type=int, default=1000, help="size of each event's payload (default 1000)")
     ap.add_argument("--disorder", type=int, default=60, metavar="MS",
                     help="events arrive out of order by up to this much (default 60 ms, below max_delay)")

@@ -144,8 +144,8 @@ class PlannerService:
         query = parse_query(data, "<submitted query>")
         with self.lock:
             cur = self.queries.get(query.name)
-        if cur is not None and cur.live and cur.state() in ("running", "stopping"):
-            raise Conflict(f"query {query.name} is {cur.state()} (run {cur.run}); stop it first with "
+        if cur is not None and cur.live and cur.state() == "running":
+            raise Conflict(f"query {query.name} is running (run {cur.run}); stop it first with "
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
         plan = resolve_plan(query, planner, model) if model else resolve_plan(query, planner)

@@ -142,7 +142,7 @@ def test_long_running_services_have_healthchecks(compose):
 
 def test_metrics_port_everywhere(compose):
     for name, svc in compose["services"].items():
-        if svc.get("image", "").startswith("joinlib") and name != "datagen":
+        if svc.get("image", "").startswith("joinlib") and name not in ("datagen", "generator"):
             assert env_of(svc).get("METRICS_PORT") == "9100", f"{name}: METRICS_PORT"
 
 
@@ -167,3 +167,16 @@ def test_prometheus_mounts_its_config_and_rules(compose):
     config = load_yaml(REPO / "monitoring/prometheus/prometheus.yml")
     for rule_file in config.get("rule_files", []):
         assert mounts.get(f"/etc/prometheus/{rule_file}") == f"./monitoring/prometheus/{rule_file}"
+
+
+def test_live_generator_feeds_the_live_example_on_the_node_services(compose):
+    """`docker compose --profile live up`: the generator writes the sources of examples/routers_live.yaml,
+    whose sites are the node services' (docs/live.md)."""
+    svc = compose["services"]["generator"]
+    cmd = svc["command"]
+    assert cmd[:3] == ["python", "-m", "services.generator"] and svc["profiles"] == ["live"]
+    assert cmd[cmd.index("--query") + 1] == "examples/routers_live.yaml"
+    assert env_of(svc)["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert contract_env()["generator"] <= set(env_of(svc))
+    live_sites = query_sites(REPO / "examples" / "routers_live.yaml")
+    assert {NODE_PREFIX + s for s in live_sites} <= set(compose["services"])

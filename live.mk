@@ -1,0 +1,17 @@
+# Live queries on Kafka topics (docs/live.md). Included from the top-level Makefile (`-include live.mk`).
+
+# Do not let these targets become the default goal wherever this file is included.
+_LIVE_MK_PREV_GOAL := $(.DEFAULT_GOAL)
+
+PYTHON ?= python3
+LIVE_DEMO_ARGS ?=
+
+.PHONY: live-demo live-bench
+
+live-demo: deps ## After `make up`: planner, a node per site, JSON router events; prints results and bytes vs central until Ctrl-C
+	$(PYTHON) scripts/live_demo.py $(LIVE_DEMO_ARGS)
+
+live-bench: deps ## Live JSON topics, Fig. 7 workload at three sites: sustained events/s and p50/p99 latency (bench/out/live.*)
+	$(PYTHON) bench/live_bench.py
+
+.DEFAULT_GOAL := $(_LIVE_MK_PREV_GOAL)
