@@ -148,7 +148,7 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
     tau = query.execution.interval_ms
 
     def decode(env: Envelope) -> Envelope:
-        out = wire.decode_envelope(wire.encode_envelope(env))
+        out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
         out.query = env.query
         return out
     net = SimNetwork(query.network, size_of or wire.envelope_size, decode if roundtrip else None)

@@ -29,14 +29,14 @@ from typing import Any, Callable, Optional, Union
 
 from .errors import PlanError
 from .model import Network, Query
-from .plan import Plan, at_source
+from .plan import Plan, Sequence, at_source
 
 Slot = tuple[int, int]  # (stream position in a result row, index into that stream's key)
 
 #: the replica each algorithm keeps at the probing node when it crosses sites
 REPLICA_KIND = {"SP-S": "SP-S", "SM-S1": "SM-S1", "SM-S2": "SM-S2", "SM-D1": "SM-D1"}
-#: the kind of message on a replica's update flow
-UPDATE_KIND = {"SP-S": "full", "SM-S1": "update", "SM-S2": "update", "SM-D1": "update"}
+#: the kind of message on a replica's update flow ("RF": a reduction's filtered replica at its result site)
+UPDATE_KIND = {"SP-S": "full", "SM-S1": "update", "SM-S2": "update", "SM-D1": "update", "RF": "full"}
 #: flows of a step that crosses sites: (name, direction, kind); fwd = loc -> home
 STEP_FLOWS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "SP-S": (),
@@ -224,6 +224,52 @@ class StepOp:
 
 
 @dataclass(frozen=True)
+class Edge:
+    """One neighbour of a reducer in the reduction's tree: the neighbour stream and its home, the
+    positions in each side's join attributes that form the edge's key (every predicate between
+    the two, in one canonical order), and the flow the reducer sends its key sets on."""
+
+    stream: str
+    home: str
+    mine: tuple[int, ...]
+    theirs: tuple[int, ...]
+    out_flow: str       # signature of the flow to the neighbour
+    in_flow: str        # signature of the flow from it
+
+
+@dataclass(frozen=True)
+class ReducerOp:
+    """The semijoin-program state of one stream of a reduction, at its home: it filters the stream
+    by its tree neighbours' key sets, sends its own on to them, and ships what passes to the
+    result site ``site`` (unless the stream is born there).  ``order``: the neighbours as the
+    reducer talks to them each epoch -- children in, parent out, parent in, children out (an
+    up pass then a down pass of the tree)."""
+
+    stream: str
+    pos: int
+    home: str
+    site: str
+    edges: tuple[Edge, ...]
+    parent: Optional[str]
+    replica: Optional[str]  # the RF replica at the result site (None: the stream is born there)
+
+    @property
+    def sig(self) -> str:
+        return f"reduce:{self.stream}@{self.home}>{self.site}"
+
+    def edge(self, stream: str) -> Edge:
+        return next(e for e in self.edges if e.stream == stream)
+
+    @property
+    def schedule(self) -> tuple[tuple[str, str], ...]:
+        """(in | out, neighbour) in the order of the epoch's rounds."""
+        children = [e.stream for e in self.edges if e.stream != self.parent]
+        up = [("in", c) for c in children] + ([("out", self.parent)] if self.parent else [])
+        down = ([("in", self.parent)] if self.parent else []) + [("out", c) for c in children]
+        return tuple(up + down)
+
+
+@dataclass(frozen=True)
 class NodeOperatorSet:
     """What one node runs of a plan (seed 003's NOS): windows it keeps, replicas it holds and
     serves, the steps with a phase there and the sequences that start there."""
@@ -266,16 +312,19 @@ class PlanIR:
     replicas: tuple[ReplicaOp, ...]
     flows: tuple[FlowOp, ...]
     starts: tuple[tuple[str, str], ...]      # (head, site where its sequence starts)
+    reducers: tuple[ReducerOp, ...] = ()
 
     def __post_init__(self) -> None:
         ranked = sorted(f.sig for f in self.flows)
         object.__setattr__(self, "flow_ids", {sig: i for i, sig in enumerate(ranked)})
         object.__setattr__(self, "_replicas", {r.sig: r for r in self.replicas})
         object.__setattr__(self, "_flows", {f.sig: f for f in self.flows})
+        object.__setattr__(self, "_reducers", {r.stream: r for r in self.reducers})
 
     flow_ids: dict[str, int] = field(init=False, repr=False, compare=False)
     _replicas: dict[str, ReplicaOp] = field(init=False, repr=False, compare=False)
     _flows: dict[str, FlowOp] = field(init=False, repr=False, compare=False)
+    _reducers: dict[str, ReducerOp] = field(init=False, repr=False, compare=False)
 
     # -------------------------------------------------------------- lookups
     def replica(self, sig: str) -> ReplicaOp:
@@ -283,6 +332,9 @@ class PlanIR:
 
     def flow(self, sig: str) -> FlowOp:
         return self._flows[sig]
+
+    def reducer(self, stream: str) -> ReducerOp:
+        return self._reducers[stream]
 
     def update_flow(self, replica: ReplicaOp) -> FlowOp:
         return self._flows[f"{replica.sig}/update"]
@@ -308,7 +360,8 @@ class PlanIR:
             tuple(r.sig for r in self.replicas if r.loc == site),
             tuple(r.sig for r in self.replicas if r.home == site),
             tuple(st.sig for st in self.steps if site in st.sites),
-            tuple(h for h, at in self.starts if at == site),
+            tuple(h for h, at in self.starts if at == site) + tuple(
+                f"reduce:{r.stream}" for r in self.reducers if r.home == site),
         )
 
     def signatures(self) -> frozenset[str]:
@@ -354,56 +407,117 @@ class PlanIR:
 
 # ----------------------------------------------------------------------------- lowering
 
-def lower(query: Query, plan: Plan, topology: Optional[Topology] = None) -> PlanIR:
-    """The IR of ``plan`` (already validated against ``query``) on ``topology``."""
-    topo = topology or Topology.of(query)
-    replicas: dict[str, ReplicaOp] = {}
-    flows: dict[str, FlowOp] = {}
-    steps: list[StepOp] = []
-    starts: list[tuple[str, str]] = []
+class _Lowering:
+    """The operators of a plan as they are found, each shipment once (by signature)."""
 
-    def replica(kind: str, stream: str, loc: str, index: tuple[int, ...]) -> str:
-        s = query.stream(stream)
+    def __init__(self, query: Query, plan: Plan) -> None:
+        self.query = query
+        self.full = "RF" if plan.reduce is not None else "SP-S"
+        self.replicas: dict[str, ReplicaOp] = {}
+        self.flows: dict[str, FlowOp] = {}
+        self.steps: list[StepOp] = []
+
+    def replica(self, kind: str, stream: str, loc: str, index: tuple[int, ...]) -> str:
+        if kind == "SP-S":
+            kind = self.full
+        s = self.query.stream(stream)
         r = ReplicaOp(kind, stream, s.pos, s.site, loc, index)
-        if r.sig not in replicas:
-            replicas[r.sig] = r
+        if r.sig not in self.replicas:
+            self.replicas[r.sig] = r
             f = FlowOp(r.sig, "update", s.site, loc, UPDATE_KIND[kind])
-            flows[f.sig] = f
+            self.flows[f.sig] = f
         return r.sig
 
-    for seq_index, seq in enumerate(plan.sequences):
-        head = query.stream(seq.head)
-        start = seq.start or head.site
-        if start not in topo.nodes:
-            raise PlanError(f"sequence of {seq.head} starts at {start!r}, which is not a node "
-                            f"(nodes: {', '.join(topo.nodes)})")
-        starts.append((seq.head, start))
+    def sequence(self, seq_index: int, seq: Sequence, start: str) -> None:
+        query, head = self.query, self.query.stream(seq.head)
         if start != head.site:
-            replica("SP-S", seq.head, start, ())
+            self.replica("SP-S", seq.head, start, ())
         loc, joined = start, [seq.head]
         for j, st in enumerate(seq.steps):
             s = query.stream(st.stream)
             key = key_spec(query, st.stream, joined)
             proc = loc if (at_source(st.algorithm) or loc == s.site) else s.site
-            rep: Optional[str] = None
             inp = Derived(seq.head, frozenset(joined))
             out = Derived(seq.head, frozenset(joined + [st.stream]))
-            step_flows: list[tuple[str, str]] = []
-            if loc != s.site:
-                if st.algorithm in REPLICA_KIND:
-                    idx = key.index if st.algorithm in ("SM-S2", "SM-D1") else ()
-                    rep = replica(REPLICA_KIND[st.algorithm], st.stream, loc, idx)
-                owner = f"{st.algorithm}:{inp.sig}@{loc}+{st.stream}"
-                for name, direction, kind in STEP_FLOWS[st.algorithm]:
-                    src, dst = (loc, s.site) if direction == "fwd" else (s.site, loc)
-                    f = FlowOp(owner, name, src, dst, kind)
-                    flows[f.sig] = f
-                    step_flows.append((name, f.sig))
-            steps.append(StepOp(seq.head, head.pos, seq_index, j, st.stream, s.pos, st.algorithm, loc, s.site,
-                                proc, key, j == len(seq.steps) - 1, inp, out, rep, tuple(step_flows)))
+            rep, flows = self._crossing(st.algorithm, st.stream, key, inp, loc) if loc != s.site else (None, ())
+            self.steps.append(StepOp(seq.head, head.pos, seq_index, j, st.stream, s.pos, st.algorithm, loc, s.site,
+                                     proc, key, j == len(seq.steps) - 1, inp, out, rep, flows))
             loc = proc
             joined.append(st.stream)
-    return PlanIR(query, topo, plan, tuple(steps), tuple(replicas.values()), tuple(flows.values()), tuple(starts))
+
+    def _crossing(self, algorithm: str, stream: str, key: KeySpec, inp: Derived,
+                  loc: str) -> tuple[Optional[str], tuple[tuple[str, str], ...]]:
+        """The replica and the flows of a step whose input is not at the probed stream's site."""
+        home = self.query.stream(stream).site
+        rep = None
+        if algorithm in REPLICA_KIND:
+            idx = key.index if algorithm in ("SM-S2", "SM-D1") else ()
+            rep = self.replica(REPLICA_KIND[algorithm], stream, loc, idx)
+        owner, out = f"{algorithm}:{inp.sig}@{loc}+{stream}", []
+        for name, direction, kind in STEP_FLOWS[algorithm]:
+            src, dst = (loc, home) if direction == "fwd" else (home, loc)
+            f = FlowOp(owner, name, src, dst, kind)
+            self.flows[f.sig] = f
+            out.append((name, f.sig))
+        return rep, tuple(out)
+
+
+def lower(query: Query, plan: Plan, topology: Optional[Topology] = None) -> PlanIR:
+    """The IR of ``plan`` (already validated against ``query``) on ``topology``."""
+    topo = topology or Topology.of(query)
+    low = _Lowering(query, plan)
+    starts: list[tuple[str, str]] = []
+    for seq_index, seq in enumerate(plan.sequences):
+        start = seq.start or query.stream(seq.head).site
+        if start not in topo.nodes:
+            raise PlanError(f"sequence of {seq.head} starts at {start!r}, which is not a node "
+                            f"(nodes: {', '.join(topo.nodes)})")
+        starts.append((seq.head, start))
+        low.sequence(seq_index, seq, start)
+    reducers = _reducers(query, plan, low.replicas, low.flows)
+    return PlanIR(query, topo, plan, tuple(low.steps), tuple(low.replicas.values()), tuple(low.flows.values()),
+                  tuple(starts), reducers)
+
+
+def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: dict[str, FlowOp]) -> tuple[
+        ReducerOp, ...]:
+    """The reducers of a reduction plan (none for other plans) and their key-set flows."""
+    red = plan.reduce
+    if red is None:
+        return ()
+    parent = _parents(red.tree, red.root)
+    out = []
+    for s in query.streams:
+        sig = f"reduce:{s.name}@{s.site}>{red.site}"
+        edges = []
+        for a, b in red.tree:
+            if s.name not in (a, b):
+                continue
+            other = query.stream(b if a == s.name else a)
+            preds = sorted(query.predicates_between(s.name, other.name), key=str)
+            mine = tuple(s.attr_index(p.side(s.name) or "") for p in preds)
+            theirs = tuple(other.attr_index(p.side(other.name) or "") for p in preds)
+            fo = FlowOp(sig, f"to:{other.name}", s.site, other.site, "partial")
+            flows[fo.sig] = fo
+            fin = f"reduce:{other.name}@{other.site}>{red.site}/to:{s.name}"
+            edges.append(Edge(other.name, other.site, mine, theirs, fo.sig, fin))
+        rep = f"RF:{s.name}@{s.site}>{red.site}"
+        out.append(ReducerOp(s.name, s.pos, s.site, red.site, tuple(edges), parent.get(s.name),
+                             rep if rep in replicas else None))
+    return tuple(out)
+
+
+def _parents(tree: tuple[tuple[str, str], ...], root: str) -> dict[str, str]:
+    parent: dict[str, str] = {}
+    todo = [root]
+    while todo:
+        x = todo.pop()
+        for a, b in tree:
+            for u, v in ((a, b), (b, a)):
+                if u == x and v != root and v not in parent:
+                    parent[v] = x
+                    todo.append(v)
+    return parent
 
 
 def key_spec(query: Query, stream: str, joined: list[str]) -> KeySpec:

@@ -79,7 +79,35 @@ class WindowSnapshot:
     kind: ClassVar[str] = "snapshot"
 
 
-Body = Union[TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot]
+@dataclass(slots=True)
+class KeyFilter:
+    """A reduction's key set on one edge of its tree (kind ``partial``): the keys, on the edge's
+    attributes, of the sender's tuples that newly pass every filter but the receiver's, either
+    written out (``keys``) or as a Bloom filter (``bits``, ``hashes``, ``n`` keys) when that is
+    shorter.  ``tag``: the latest arrival epoch of those tuples; ``live_from``: the oldest arrival
+    epoch still in the sender's window -- a receiver forgets the sets whose tag is below it."""
+
+    tag: int = 0
+    live_from: int = 0
+    keys: list[Key] = field(default_factory=list)
+    bits: bytes = b""
+    hashes: int = 0
+    n: int = 0
+    kind: ClassVar[str] = "partial"
+
+
+@dataclass(slots=True)
+class ShippedBatch:
+    """A reduction's tuples for the result site (kind ``full``): the sender's tuples that newly
+    pass every filter (new ones and older ones), and, for tuple-count windows, the arrival
+    timestamps of all of the epoch's tuples (the count limit needs every tuple, shipped or not)."""
+
+    tuples: list[Tup] = field(default_factory=list)
+    arrivals: list[int] = field(default_factory=list)
+    kind: ClassVar[str] = "full"
+
+
+Body = Union[TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch]
 
 #: an instance of a query's plan: (query, partition, generation)
 InstanceKey = tuple[str, int, int]

@@ -6,10 +6,19 @@ intermediate stream to it.  Optionally a sequence starts at another site than th
 head's own (``start``): the ``central`` plan uses that to run everything at one site,
 as centralized engines do.
 
+A *reduction* (``reduce``) is the other shape: every result is produced at one node R, as
+with ``central``, but a stream ships to R only its tuples that can still take part in a result.
+Its home learns that from its neighbours' keys along a spanning tree of the join graph, in a
+semijoin program run every epoch (each stream is filtered by the keys of all its neighbours,
+which are themselves filtered by theirs: a full reducer for acyclic joins, after Bernstein and
+Chiu's semijoin programs and Yannakakis; ``docs/bytes.md``).  Its sequences are those of
+``central`` at R; ``Plan.reduce`` names R and the tree.
+
 JSON form (the CLI's ``--plan FILE``)::
 
     {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], "S2": [...], ...}
     {"S1": {"start": "siteA", "steps": [["S2", "SP-S"]]}, ...}
+    {"reduce": {"site": "r2", "tree": [["S1", "S2"], ["S2", "S3"]]}}
 """
 from __future__ import annotations
 
@@ -48,8 +57,19 @@ class Sequence:
 
 
 @dataclass(frozen=True)
+class Reduce:
+    """A reduction to ``site``: the semijoin program runs along ``tree`` (spanning tree edges of
+    the join graph, as pairs of stream names) rooted at ``root``."""
+
+    site: str
+    tree: tuple[tuple[str, str], ...]
+    root: str
+
+
+@dataclass(frozen=True)
 class Plan:
     sequences: tuple[Sequence, ...]
+    reduce: Optional[Reduce] = None
 
     def sequence(self, head: str) -> Sequence:
         for s in self.sequences:
@@ -58,6 +78,9 @@ class Plan:
         raise KeyError(head)
 
     def to_json(self) -> PlanJSON:
+        if self.reduce is not None:
+            r = self.reduce
+            return {"reduce": {"site": r.site, "tree": [list(e) for e in r.tree], "root": r.root}}
         out: PlanJSON = {}
         for seq in self.sequences:
             steps: StepsJSON = [[st.stream, st.algorithm] for st in seq.steps]
@@ -65,6 +88,10 @@ class Plan:
         return out
 
     def describe(self) -> str:
+        if self.reduce is not None:
+            r = self.reduce
+            tree = ", ".join(f"{a}-{b}" for a, b in r.tree)
+            return f"reduce to {r.site} (tree {tree}, root {r.root})"
         lines = []
         for seq in self.sequences:
             at = f" (at {seq.start})" if seq.start else ""
@@ -110,20 +137,9 @@ def validate(query: Query, plan: Plan) -> Plan:
 
 def from_json(query: Query, data: Union[dict[str, Any], str, Path]) -> Plan:
     """Parse the JSON plan form (a dict, a JSON string, or a file path) and validate it."""
-    if isinstance(data, Path):
-        try:
-            data = json.loads(data.read_text())
-        except FileNotFoundError:
-            raise PlanError(f"plan file {data} not found") from None
-        except json.JSONDecodeError as e:
-            raise PlanError(f"plan file {data} is not valid JSON: {e}") from None
-    elif isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as e:
-            raise PlanError(f"plan is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise PlanError("a plan is a JSON object mapping each head stream to its join sequence")
+    data = _load(data)
+    if "reduce" in data:
+        return _reduce_from_json(query, data)
     seqs = []
     for head, spec in data.items():
         start = None
@@ -138,6 +154,117 @@ def from_json(query: Query, data: Union[dict[str, Any], str, Path]) -> Plan:
     order = {n: i for i, n in enumerate(query.names)}
     seqs.sort(key=lambda s: order.get(s.head, len(order)))
     return validate(query, Plan(tuple(seqs)))
+
+
+def _load(data: Union[dict[str, Any], str, Path]) -> dict[str, Any]:
+    if isinstance(data, Path):
+        try:
+            data = json.loads(data.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"plan file {data} not found") from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan file {data} is not valid JSON: {e}") from None
+    elif isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise PlanError("a plan is a JSON object mapping each head stream to its join sequence")
+    return data
+
+
+def _reduce_from_json(query: Query, data: dict[str, Any]) -> Plan:
+    spec = data["reduce"]
+    if len(data) != 1 or not isinstance(spec, dict) or not isinstance(spec.get("site"), str):
+        raise PlanError('a reduction is {"reduce": {"site": NODE, "tree"?: [[A, B], ...], "root"?: STREAM}}')
+    tree = spec.get("tree")
+    if tree is not None and not (isinstance(tree, list) and all(
+            isinstance(e, (list, tuple)) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in tree)):
+        raise PlanError("reduce.tree: expected a list of [stream, stream] edges")
+    root = spec.get("root")
+    if root is not None and not isinstance(root, str):
+        raise PlanError("reduce.root: expected a stream name")
+    return reduction(query, spec["site"], None if tree is None else [tuple(e) for e in tree], root)
+
+
+def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tuple[str, str]]] = None,
+              root: Optional[str] = None) -> Plan:
+    """Produce every result at ``site`` (default as for :func:`central`) after a semijoin program
+    along ``tree`` (default: a breadth-first spanning tree from the most central stream), rooted at
+    ``root`` (default: that stream), has filtered what every stream ships there."""
+    base = central(query, site)
+    at = base.sequences[0].start
+    assert at is not None
+    if tree is None:
+        root = root or center(query)
+        tree = spanning_tree(query, root)
+    else:
+        _check_tree(query, tree)
+        root = root or tree_center(query.names, tree)
+    if root not in query.names:
+        raise PlanError(f"reduce.root: unknown stream {root!r}")
+    edges = tuple(tuple(sorted(e, key=query.names.index)) for e in tree)
+    return Plan(base.sequences, Reduce(at, tuple((a, b) for a, b in edges), root))
+
+
+def _check_tree(query: Query, tree: list[tuple[str, str]]) -> None:
+    names = set(query.names)
+    for a, b in tree:
+        if a not in names or b not in names:
+            raise PlanError(f"reduce.tree: unknown stream in edge {a}-{b}")
+        if not query.predicates_between(a, b):
+            raise PlanError(f"reduce.tree: {a} and {b} share no join predicate")
+    if len(tree) != len(names) - 1:
+        raise PlanError(f"reduce.tree: a spanning tree of {len(names)} streams has {len(names) - 1} edges, "
+                        f"not {len(tree)}")
+    seen, todo = {query.names[0]}, [query.names[0]]
+    while todo:
+        x = todo.pop()
+        for a, b in tree:
+            for u, v in ((a, b), (b, a)):
+                if u == x and v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+    if seen != names:
+        raise PlanError(f"reduce.tree does not connect {', '.join(sorted(names - seen))}")
+
+
+def spanning_tree(query: Query, root: str) -> list[tuple[str, str]]:
+    """Breadth-first spanning tree of the join graph from ``root`` (neighbours in query order)."""
+    done, frontier, edges = {root}, [root], []
+    while frontier:
+        nxt = []
+        for f in frontier:
+            for n in query.neighbours(f):
+                if n not in done:
+                    done.add(n)
+                    edges.append((f, n))
+                    nxt.append(n)
+        frontier = nxt
+    return edges
+
+
+def center(query: Query) -> str:
+    """The stream whose breadth-first tree is shallowest (first in query order on ties): a
+    semijoin program rooted there takes the fewest rounds of messages per epoch."""
+    return min(query.names, key=lambda n: (_height(spanning_tree(query, n), n), query.names.index(n)))
+
+
+def tree_center(names: tuple[str, ...], tree: list[tuple[str, str]]) -> str:
+    return min(names, key=lambda n: (_height(tree, n), names.index(n)))
+
+
+def _height(tree: list[tuple[str, str]], root: str) -> int:
+    depth, todo = {root: 0}, [root]
+    while todo:
+        x = todo.pop()
+        for a, b in tree:
+            for u, v in ((a, b), (b, a)):
+                if u == x and v not in depth:
+                    depth[v] = depth[x] + 1
+                    todo.append(v)
+    return max(depth.values())
 
 
 def central(query: Query, site: Optional[str] = None) -> Plan:

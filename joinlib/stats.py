@@ -100,9 +100,14 @@ def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
 
 
-def payload_attributes(t: Tup) -> int:
+def payload_attributes(t: Tup) -> Optional[int]:
+    """The number of payload values, or None when the payload is not in joinlib's value encoding
+    (opaque bytes from another producer: the tuple size still counts)."""
     from .values import decode_values
-    return len(decode_values(t.rest))
+    try:
+        return len(decode_values(t.rest))
+    except (EOFError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def window_tuples(stream: Stream, tups: list[Tup]) -> Optional[float]:

@@ -34,7 +34,18 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
 import fastavro
 from fastavro.schema import UnknownType
 
-from .messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
+from .messages import (
+    Body,
+    DjaUpdate,
+    Envelope,
+    ExpiryUpdate,
+    Key,
+    KeyBatch,
+    KeyFilter,
+    ShippedBatch,
+    TupleBatch,
+    WindowSnapshot,
+)
 from .model import Tup, Value
 from .values import varint
 
@@ -121,6 +132,8 @@ _BODY_CLASSES = {
     "joinlib.ExpiryUpdate": ExpiryUpdate,
     "joinlib.DjaUpdate": DjaUpdate,
     "joinlib.WindowSnapshot": WindowSnapshot,
+    "joinlib.KeyFilter": KeyFilter,
+    "joinlib.ShippedBatch": ShippedBatch,
 }
 if set(_BODY_NAMES) != set(_BODY_CLASSES):  # pragma: no cover - schema/code drift
     raise ImportError(f"Envelope body union {_BODY_NAMES} does not match joinlib.messages")
@@ -163,9 +176,14 @@ _HAND_ENCODED = {
         f"joinlib.WindowSnapshot{{base:long,tuples:array<joinlib.BaseTuple>,keys:array<array<{_V}>>,"
         "counts:array<long>}"
     ),
+    "joinlib.KeyFilter": (
+        f"joinlib.KeyFilter{{tag:long,live_from:long,keys:array<array<{_V}>>,bits:bytes,hashes:int,n:long}}"
+    ),
+    "joinlib.ShippedBatch": "joinlib.ShippedBatch{tuples:array<joinlib.BaseTuple>,arrivals:array<long>}",
     "joinlib.Envelope": (
-        "joinlib.Envelope{src:string,dst:string,part:int,gen:int,flow:int,epoch:long,body:[joinlib.TupleBatch|"
-        "joinlib.KeyBatch|joinlib.ExpiryUpdate|joinlib.DjaUpdate|joinlib.WindowSnapshot]}"
+        "joinlib.Envelope{part:int,gen:int,flow:int,epoch:long,body:[joinlib.TupleBatch|"
+        "joinlib.KeyBatch|joinlib.ExpiryUpdate|joinlib.DjaUpdate|joinlib.WindowSnapshot|"
+        "joinlib.KeyFilter|joinlib.ShippedBatch]}"
     ),
     "joinlib.SourceBatch": (
         "joinlib.SourceBatch{stream:string,tuples:array<joinlib.BaseTuple>,watermark:long}"
@@ -445,6 +463,8 @@ _BR_KEY_BATCH = _BRANCH[KeyBatch]
 _BR_EXPIRY_UPDATE = _BRANCH[ExpiryUpdate]
 _BR_DJA_UPDATE = _BRANCH[DjaUpdate]
 _BR_WINDOW_SNAPSHOT = _BRANCH[WindowSnapshot]
+_BR_KEY_FILTER = _BRANCH[KeyFilter]
+_BR_SHIPPED_BATCH = _BRANCH[ShippedBatch]
 
 
 def _put_keys(ap: Append, keys: Sequence[Key]) -> None:
@@ -493,6 +513,23 @@ def _put_dja_update(ap: Append, body: DjaUpdate) -> None:
     _put_longs(ap, body.arrivals)
 
 
+def _put_key_filter(ap: Append, body: KeyFilter) -> None:
+    ap(_BR_KEY_FILTER)
+    ap(_long(body.tag))
+    ap(_long(body.live_from))
+    _put_keys(ap, body.keys)
+    ap(_long(len(body.bits)))
+    ap(body.bits)
+    ap(_int(body.hashes))
+    ap(_long(body.n))
+
+
+def _put_shipped_batch(ap: Append, body: ShippedBatch) -> None:
+    ap(_BR_SHIPPED_BATCH)
+    _put_tups(ap, body.tuples)
+    _put_longs(ap, body.arrivals)
+
+
 # The writer of each body class (branch, then fields): one dict lookup per message.  Any stands
 # for the key class: a writer takes exactly the bodies of its class, which a dict type cannot say.
 BodyWriter = Callable[[Append, Any], None]
@@ -502,6 +539,8 @@ _BODY_WRITERS: dict[type, BodyWriter] = {
     ExpiryUpdate: _put_expiry_update,
     DjaUpdate: _put_dja_update,
     WindowSnapshot: _put_window_snapshot,
+    KeyFilter: _put_key_filter,
+    ShippedBatch: _put_shipped_batch,
 }
 if set(_BODY_WRITERS) != set(_BODY_CLASSES.values()):  # pragma: no cover - a body class without a writer
     raise ImportError("joinlib.wire has no writer for some Envelope body class")
@@ -519,11 +558,11 @@ def _subclass_writer(body: object) -> BodyWriter:
 
 
 def encode_envelope(env: Envelope) -> bytes:
-    """Schemaless Avro encoding of ``env`` (schema ``joinlib.Envelope``)."""
+    """Schemaless Avro encoding of ``env`` (schema ``joinlib.Envelope``).  The sending and receiving
+    sites are not part of it: on Kafka the message key and the topic carry them (and the
+    simulator hands the envelope object over), so every message is a few bytes shorter."""
     parts: list[bytes] = []
     ap = parts.append
-    _put_string(ap, env.src)
-    _put_string(ap, env.dst)
     ap(_int(env.part))
     ap(_int(env.gen))
     ap(_int(env.flow))
@@ -539,12 +578,11 @@ def envelope_size(env: Envelope) -> int:
     return len(encode_envelope(env))
 
 
-def naive_batch_size(src: str, dst: str, epoch: int, tups: list[Tup]) -> int:
-    """The size of the envelope that would ship ``tups`` (a source batch) from ``src`` to ``dst``
-    in one full message (flow 0, partition 0, generation 0) -- what shipping every tuple to
-    every other site costs -- computed from the tuples' cached encodings, without encoding."""
-    n = len(src.encode()) + len(dst.encode())
-    size = len(_long(n - len(dst.encode()))) + len(_long(len(dst.encode()))) + n + 3 + len(_long(epoch)) + 1
+def naive_batch_size(epoch: int, tups: list[Tup]) -> int:
+    """The size of the envelope that would ship ``tups`` (a source batch) to another site in one
+    full message (flow 0, partition 0, generation 0) -- what shipping every tuple to every other
+    site costs -- computed from the tuples' cached encodings, without encoding."""
+    size = 3 + len(_long(epoch)) + 1   # part, gen, flow; epoch; body branch
     if tups:
         size += len(_long(len(tups))) + 1
         for t in tups:
@@ -728,10 +766,37 @@ def _rint(data: bytes, i: int, what: str) -> tuple[int, int]:
     return n, i
 
 
-def _envelope_at(data: bytes) -> tuple[Envelope, int]:
-    src, i = _rstring(data, 0)
-    dst, i = _rstring(data, i)
-    part, i = _rint(data, i, "part")
+def _keys_of(rec: list[list[Value]]) -> list[Key]:
+    return [tuple(k) for k in rec]
+
+
+# Bodies other than TupleBatch, from the plain record fastavro reads (both decoders use these).
+_BODY_OF_RECORD: dict[str, Callable[[Record], Body]] = {
+    "joinlib.KeyBatch": lambda b: KeyBatch(_keys_of(b["keys"])),
+    "joinlib.ExpiryUpdate": lambda b: ExpiryUpdate(b["expired"], b["arrivals"]),
+    "joinlib.DjaUpdate": lambda b: DjaUpdate(_keys_of(b["vj"]), b["vc"], [_tup_of(p) for p in b["sf"]],
+                                             b["arrivals"]),
+    "joinlib.WindowSnapshot": lambda b: WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]],
+                                                       _keys_of(b["keys"]), b["counts"]),
+    "joinlib.KeyFilter": lambda b: KeyFilter(b["tag"], b["live_from"], _keys_of(b["keys"]), b["bits"], b["hashes"],
+                                             b["n"]),
+    "joinlib.ShippedBatch": lambda b: ShippedBatch([_tup_of(p) for p in b["tuples"]], b["arrivals"]),
+}
+
+
+def _rows_at(data: bytes, i: int) -> tuple[list[tuple[Tup, ...]], int]:
+    rows: list[tuple[Tup, ...]] = []
+    n, i = _rcount(data, i)
+    while n:
+        for _ in range(n):
+            parts, i = _rtups(data, i)
+            rows.append(tuple(parts))
+        n, i = _rcount(data, i)
+    return rows, i
+
+
+def _envelope_at(data: bytes, src: str = "", dst: str = "") -> tuple[Envelope, int]:
+    part, i = _rint(data, 0, "part")
     gen, i = _rint(data, i, "gen")
     flow, i = _rint(data, i, "flow")
     epoch, i = _rlong(data, i)
@@ -739,14 +804,8 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
     if not 0 <= br < len(_BODY_NAMES):
         raise ValueError(f"bad body union branch {br}")
     name = _BODY_NAMES[br]
-    if name == "joinlib.TupleBatch":
-        rows: list[tuple[Tup, ...]] = []
-        n, i = _rcount(data, i)
-        while n:
-            for _ in range(n):
-                parts, i = _rtups(data, i)
-                rows.append(tuple(parts))
-            n, i = _rcount(data, i)
+    if name == "joinlib.TupleBatch":  # the hot path: by hand, tuples keep their bytes
+        rows, i = _rows_at(data, i)
         return Envelope(src, dst, flow, epoch, TupleBatch(rows), part, gen), i
     # small bodies: fastavro on the rest of the message
     buf = io.BytesIO(data)
@@ -755,47 +814,25 @@ def _envelope_at(data: bytes) -> tuple[Envelope, int]:
         b = _record(buf, SCHEMAS[name])
     except (EOFError, StopIteration) as e:
         raise IndexError(repr(e)) from None
-    i = buf.tell()
-    if name == "joinlib.KeyBatch":
-        body: Body = KeyBatch([tuple(k) for k in b["keys"]])
-    elif name == "joinlib.ExpiryUpdate":
-        body = ExpiryUpdate(b["expired"], b["arrivals"])
-    elif name == "joinlib.WindowSnapshot":
-        body = WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]], [tuple(k) for k in b["keys"]],
-                              b["counts"])
-    else:
-        body = DjaUpdate([tuple(k) for k in b["vj"]], b["vc"], [_tup_of(p) for p in b["sf"]], b["arrivals"])
-    return Envelope(src, dst, flow, epoch, body, part, gen), i
+    return Envelope(src, dst, flow, epoch, _BODY_OF_RECORD[name](b), part, gen), buf.tell()
 
 
-def decode_envelope(data: bytes) -> Envelope:
-    """Inverse of :func:`encode_envelope`."""
-    return _whole(data, "joinlib.Envelope", _envelope_at)
+def decode_envelope(data: bytes, src: str = "", dst: str = "") -> Envelope:
+    """Inverse of :func:`encode_envelope`; ``src`` and ``dst`` come from outside the message (the
+    Kafka key and topic)."""
+    return _whole(data, "joinlib.Envelope", lambda b: _envelope_at(b, src, dst))
 
 
-def _decode_envelope_reference(data: bytes) -> Envelope:
-    """fastavro's decoding of an Envelope (the reference the hand decoder is tested against)."""
+def _decode_envelope_reference(data: bytes, src: str = "", dst: str = "") -> Envelope:
+    """fastavro's decoding of an Envelope (the reference the hand decoder is tested against; the
+    hand decoder reads the small bodies with fastavro too)."""
     rec = _read(data, _ENVELOPE, return_record_name=True)
     name, b = rec["body"]
     if name == "joinlib.TupleBatch":
-        body: Body = TupleBatch(
-            [tuple([_tup_of(p) for p in row["parts"]]) for row in b["rows"]]
-        )
-    elif name == "joinlib.KeyBatch":
-        body = KeyBatch([tuple(k) for k in b["keys"]])
-    elif name == "joinlib.ExpiryUpdate":
-        body = ExpiryUpdate(b["expired"], b["arrivals"])
-    elif name == "joinlib.WindowSnapshot":
-        body = WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]], [tuple(k) for k in b["keys"]],
-                              b["counts"])
+        body: Body = TupleBatch([tuple([_tup_of(p) for p in row["parts"]]) for row in b["rows"]])
     else:
-        body = DjaUpdate(
-            [tuple(k) for k in b["vj"]],
-            b["vc"],
-            [_tup_of(p) for p in b["sf"]],
-            b["arrivals"],
-        )
-    return Envelope(rec["src"], rec["dst"], rec["flow"], rec["epoch"], body, rec["part"], rec["gen"])
+        body = _BODY_OF_RECORD[name](b)
+    return Envelope(src, dst, rec["flow"], rec["epoch"], body, rec["part"], rec["gen"])
 
 
 # ---------------------------------------------- fastavro reference path (for tests)
@@ -821,6 +858,13 @@ def _envelope_record(env: Envelope) -> Record:
         rec = {"base": body.base, "tuples": [_tup_record(t) for t in body.tuples],
                "keys": [list(k) for k in body.keys], "counts": list(body.counts)}
         name = "joinlib.WindowSnapshot"
+    elif isinstance(body, KeyFilter):
+        rec = {"tag": body.tag, "live_from": body.live_from, "keys": [list(k) for k in body.keys],
+               "bits": body.bits, "hashes": body.hashes, "n": body.n}
+        name = "joinlib.KeyFilter"
+    elif isinstance(body, ShippedBatch):
+        rec = {"tuples": [_tup_record(t) for t in body.tuples], "arrivals": list(body.arrivals)}
+        name = "joinlib.ShippedBatch"
     elif isinstance(body, DjaUpdate):
         rec = {
             "vj": [list(k) for k in body.vj],
@@ -832,8 +876,6 @@ def _envelope_record(env: Envelope) -> Record:
     else:
         raise TypeError(f"not a message body: {body!r}")
     return {
-        "src": env.src,
-        "dst": env.dst,
         "part": env.part,
         "gen": env.gen,
         "flow": env.flow,

@@ -5,8 +5,8 @@ import itertools
 
 from hypothesis import strategies as st
 
-from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
-from joinlib.plan import ALGORITHMS, Plan, Sequence, Step
+from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamStats, Tup, Window
+from joinlib.plan import ALGORITHMS, Plan, Sequence, Step, reduction
 
 TOPOLOGIES = ("chain", "star", "cycle", "complete")
 
@@ -42,11 +42,16 @@ def queries(draw, max_streams: int = 4) -> Query:
         else:
             win = Window("tuples", draw(st.integers(1, 8)))
         site = "site0" if (shared_site and i == m - 1) else f"site{i}"
-        streams.append(Stream(f"S{i}", i, site, win, tuple(attrs_per_stream[i])))
+        # declared statistics size the Bloom filters (without them, semijoins send keys)
+        stats = StreamStats(rate=draw(st.floats(0.1, 200)), tuple_bytes=draw(st.integers(1, 60))) \
+            if draw(st.booleans()) else StreamStats()
+        streams.append(Stream(f"S{i}", i, site, win, tuple(attrs_per_stream[i]), stats=stats))
     tau = draw(st.integers(3, 40))
+    # Bloom filters: none (keys only), the default, or tiny and very false (exactness must not care)
+    fpr = draw(st.sampled_from([0.0, 0.01, 0.5, 0.9]))
     return Query(f"{topo}{m}", tuple(streams), tuple(preds),
                  Network(draw(st.integers(0, 30)), draw(st.integers(50, 5000))),
-                 Execution(tau, draw(st.integers(0, 50))))
+                 Execution(tau, draw(st.integers(0, 50)), bloom_fpr=fpr))
 
 
 @st.composite
@@ -80,3 +85,17 @@ def plans(draw, query: Query) -> Plan:
             done.add(nxt)
         seqs.append(Sequence(s.name, tuple(steps)))
     return Plan(tuple(seqs))
+
+
+@st.composite
+def reductions(draw, query: Query) -> Plan:
+    """A reduction to a random node along a random spanning tree with a random root."""
+    names = list(query.names)
+    root = draw(st.sampled_from(names))
+    done, edges = {root}, []
+    while len(done) < len(names):
+        cands = sorted({(a, b) for a in done for b in query.neighbours(a) if b not in done})
+        a, b = draw(st.sampled_from(cands))
+        edges.append((a, b))
+        done.add(b)
+    return reduction(query, draw(st.sampled_from(query.nodes)), edges, draw(st.sampled_from(names)))

@@ -41,7 +41,7 @@ def domain_size(n: int, seen: int) -> float:
     ``seen`` distinct values were drawn: the d solving d·(1 − (1 − 1/d)^n) = seen.  (1 / distinct,
     the paper's f, is far off while the domain is not exhausted: 800 draws over 5,000 values show
     ~750 distinct.)  No repeat at all gives no upper bound: then n²."""
-    if seen <= 0:
+    if seen <= 1:
         return 1.0
     if seen >= n:
         return float(max(n, 1)) ** 2

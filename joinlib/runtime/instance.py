@@ -22,12 +22,12 @@ from operator import itemgetter
 from typing import Any, Callable, Optional, Protocol
 
 from ..errors import CheckpointError
-from ..ir import PlanIR, ReplicaOp, StepOp
+from ..ir import PlanIR, ReducerOp, ReplicaOp, StepOp
 from ..messages import Body, Envelope, InstanceKey, Row
 from ..model import Tup
 from ..state.base import KeyList, WindowStore
-from .algorithms import AnyReplica, AnySender, make_replica, make_sender, step_phases
-from .algorithms.base import Decode, Encode, Placed
+from .algorithms import AnyReplica, AnySender, Reducer, make_replica, make_sender, reducer_phases, step_phases
+from .algorithms.base import Decode, Encode, Placed, window_bytes
 from .algorithms.simple import FullReplica
 from .lanes import Lane, Phase
 from .sensor import Sensor
@@ -67,6 +67,7 @@ class HostPort(Protocol):
     now: float
 
     def send(self, env: Envelope) -> None: ...
+    def on_message(self, env: Envelope, now: Optional[float] = None, sent: Optional[float] = None) -> bool: ...
     def take(self, key: InboxKey) -> Optional[Body]: ...
     def window(self, spec: InstanceSpec, stream: str) -> HomeWindow: ...
     def make_store(self, name: str) -> WindowStore: ...
@@ -85,6 +86,7 @@ class Instance:
         self.start, self.stop = spec.start, spec.stop
         self.lo = spec.start - 1 if spec.start > 0 else 0   # replicas are jump-started one epoch early
         self.senders: dict[str, AnySender] = {}
+        self.reducers: dict[str, Reducer] = {}             # stream -> its reducer (a reduction plan)
         self.replicas: dict[str, AnyReplica] = {}
         self.stores: dict[str, WindowStore] = {}           # replica sig -> its store
         self.homes: dict[str, HomeWindow] = {}
@@ -99,7 +101,11 @@ class Instance:
     # ------------------------------------------------------------------ StepContext
     def send(self, dst: str, flow: str, epoch: int, body: Body) -> None:
         q, part, gen = self.key
-        self.host.send(Envelope(self.site, dst, self._flow_ids[flow], epoch, body, part, gen, q))
+        env = Envelope(self.site, dst, self._flow_ids[flow], epoch, body, part, gen, q)
+        if dst == self.site:  # a reduction's key set between two streams born at one site
+            self.host.on_message(env)
+        else:
+            self.host.send(env)
 
     def take(self, flow: str, epoch: int) -> Optional[Body]:
         q, part, gen = self.key
@@ -150,16 +156,11 @@ class Instance:
 
     # ------------------------------------------------------------------ construction
     def _build(self) -> None:
-        site, ir, q = self.site, self.ir, self.q
-        placed: list[Placed] = []
-        for s in q.streams:
+        site, ir = self.site, self.ir
+        for s in self.q.streams:
             if s.site == site:
                 self.homes[s.name] = self.host.window(self.spec, s.name)
-        for op in ir.replicas:
-            if op.home == site:
-                placed.append(self._sender(op))
-            if op.loc == site:
-                placed.append(self._replica(op))
+        placed = self._state_phases()
         for si, (head, at) in enumerate(ir.starts):
             if at == site:
                 placed.append(self._start(si, head))
@@ -168,13 +169,26 @@ class Instance:
             self._add_indexes(st)
         self._make_lanes(placed)
 
+    def _state_phases(self) -> list[Placed]:
+        """The phases of the stateful protocols here: replicas' senders and holders, reducers."""
+        site, placed = self.site, []
+        for op in self.ir.replicas:
+            if op.home == site and op.kind != "RF":  # a reduction's reducer serves its RF replica
+                placed.append(self._sender(op))
+            if op.loc == site:
+                placed.append(self._replica(op))
+        for red in self.ir.reducers:
+            if red.home == site:
+                placed.extend(self._reducer(red))
+        return placed
+
     def _make_lanes(self, placed: list[Placed]) -> None:
         groups: dict[tuple[Any, ...], list[Placed]] = {}
         for p in placed:
             groups.setdefault(p.lane, []).append(p)
         hi = self.stop
         for key, ps in groups.items():
-            early = key[0] in ("serve", "hold")  # replica protocols begin with the jump start
+            early = key[0] in ("serve", "hold", "reduce")  # replica, reduction protocols: jump start first
             lane = Lane(":".join(map(str, key)), [p.phase for p in ps], self.lo if early else self.start, hi)
             self.lanes.append(lane)
             for use in {p.uses for p in ps if p.uses is not None}:
@@ -202,6 +216,14 @@ class Instance:
             self.send(op.loc, flow, e, msg)
             return True
         return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
+
+    def _reducer(self, op: ReducerOp) -> list[Placed]:
+        r = self.reducers[op.stream] = Reducer(
+            op, self.q.stream(op.stream), self.tau, self.q.execution.bloom_fpr or None,
+            {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
+        ship = self.ir.update_flow(self.ir.replica(op.replica)).sig if op.replica else None
+        lane = ("serve", op.replica) if op.replica else ("reduce", op.stream)
+        return reducer_phases(self, r, self.homes[op.stream], ship, lane)
 
     def _replica(self, op: ReplicaOp) -> Placed:
         name = f"{self.site}/{self.key[1]}/g{self.key[2]}/{op.kind}/{op.stream}" + (
@@ -289,6 +311,7 @@ class Instance:
             "v": 1, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
             "lanes": {lane.name: (lane.epoch, lane.cursor) for lane in self.lanes},
             "senders": {sig: s.snapshot(encode) for sig, s in self.senders.items()},
+            "reducers": {name: r.snapshot(encode) for name, r in self.reducers.items()},
             "replicas": {sig: r.snapshot(encode) for sig, r in self.replicas.items()},
             "pending": [(si, j, e, [row(r) for r in rows]) for (si, j, e), rows in self.pending.items() if rows],
             "held": held,
@@ -306,6 +329,8 @@ class Instance:
             lanes[name].epoch, lanes[name].cursor = epoch, cursor
         for sig, st in data["senders"].items():
             self.senders[sig].restore(st, decode)
+        for name, st in data["reducers"].items():
+            self.reducers[name].restore(st, decode)
         for sig, st in data["replicas"].items():
             self.replicas[sig].restore(st, decode)
         for sig, tups in data.get("stores", {}).items():

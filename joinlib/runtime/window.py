@@ -117,6 +117,17 @@ class HomeWindow:
                 out[k] = sl
         return out
 
+    def view_keys(self, index: Index, e: int) -> list[Key]:
+        """The distinct keys (under ``index``) of the view of epoch ``e``: what a request sent as a
+        Bloom filter is tested against."""
+        lower, end = self.lower(e), (e + 1) * self.tau
+        col = 0 if lower[0] == "ts" else 1
+        seen: dict[Key, None] = {}
+        for t in self.store.tuples():
+            if t.ts < end and (t.ts, t.seq)[col] >= lower[1]:
+                seen.setdefault(tuple(t.key[i] for i in index), None)
+        return list(seen)
+
     def boundary(self, start: int) -> list[Tup]:
         """The window as a generation starting at epoch ``start`` finds it: tuples of epochs before
         ``start`` that heads of ``start`` may still join (seq order)."""

@@ -36,7 +36,7 @@ from joinlib.runtime.host import Host
 from joinlib.runtime.instance import InstanceSpec
 from joinlib.runtime.sink import CollectingSink
 from joinlib.state.memory import MemoryWindowStore
-from tests.strategies import plans, queries, stream_data
+from tests.strategies import plans, queries, reductions, stream_data
 
 # CHECKPOINT_EXAMPLES=500 python -m pytest tests/property/test_checkpoint.py: a longer hunt
 EXAMPLES = int(os.environ.get("CHECKPOINT_EXAMPLES", "60"))
@@ -262,9 +262,11 @@ def runs(draw, max_streams: int = 4):
 
 @st.composite
 def any_plan(draw, query: Query) -> plans_mod.Plan:
-    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central"]))
+    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central", "reduce"]))
     if how == "mixed":
         return draw(plans(query))
+    if how == "reduce":
+        return draw(reductions(query))
     if how == "uniform":
         return plans_mod.uniform(query, draw(st.sampled_from(plans_mod.ALGORITHMS)))
     return plans_mod.central(query, draw(st.sampled_from(query.sites)))
@@ -463,6 +465,7 @@ def _targets():
                                         ("B", [("C", "SM-S1"), ("A", "SP-D")]),
                                         ("C", [("B", "SM-D1"), ("A", "SM-S2")]))))
     out.append(("central", _chain3, plans_mod.central(q, "b")))
+    out.append(("reduce", _chain3, plans_mod.reduction(q, "c", [("A", "B"), ("B", "C")], "A")))
     t, _ = _triangle()
     for alg in ("SM-S1", "SM-S2"):
         out.append((f"shared-{alg}", _triangle, _plan(t, ("A", [("B", alg), ("C", "SM-D1")]),

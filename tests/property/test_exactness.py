@@ -10,7 +10,7 @@ from joinlib import plan as plans_mod
 from joinlib.engine import run_embedded
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
-from tests.strategies import plans, queries, stream_data
+from tests.strategies import plans, queries, reductions, stream_data
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -78,13 +78,25 @@ def test_planner_plans_are_exact(data):
 
 @st.composite
 def any_plan(draw, query):
-    """A random mixed plan, one algorithm everywhere, or central at a random site."""
-    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central"]))
+    """A random mixed plan, one algorithm everywhere, central at a random site, or a reduction."""
+    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central", "reduce"]))
     if how == "mixed":
         return draw(plans(query))
     if how == "uniform":
         return plans_mod.uniform(query, draw(st.sampled_from(plans_mod.ALGORITHMS)))
+    if how == "reduce":
+        return draw(reductions(query))
     return plans_mod.central(query, draw(st.sampled_from(query.sites)))
+
+
+@SETTINGS
+@given(st.data())
+def test_reductions_are_exact(data):
+    """Semijoin programs along any spanning tree, rooted anywhere, results at any node, with key
+    sets exact, as Bloom filters, or as tiny filters that let most tuples through."""
+    query = data.draw(queries())
+    streams = data.draw(stream_data(query))
+    assert_exact(query, streams, data.draw(reductions(query)), roundtrip=data.draw(st.booleans()))
 
 
 @st.composite

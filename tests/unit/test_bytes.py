@@ -5,13 +5,13 @@ S2@b (id 0, ts 3); τ = 10 ms, so everything happens in epoch 0.  Sizes by the A
 rules (zigzag varints; a string is its length then its bytes; an array is a block
 count, the items, then 0; a union is its branch index then the value):
 
-  Envelope header  src "a" (2) + dst "b" (2) + part (1) + gen (1) + flow (1) + epoch (1)
-                   + body branch (1) = 9
+  Envelope header  part (1) + gen (1) + flow (1) + epoch (1) + body branch (1) = 5 (the sites
+                   are the Kafka key and topic, not part of the value)
   BaseTuple        pos 1 + id 1 + ts 1 + seq 1 + key [string "v1"] (1+1+1+2+1 = 6) + rest b"" (1) = 11
-  TupleBatch[1]    1 + (1 + 11 + 1) + 1 = 15   -> message 24
-  KeyBatch[1 key]  1 + 6 + 1 = 8              -> message 17
-  ExpiryUpdate     k=0 (1) + arrivals [] (1) = 2 -> message 11
-  DjaUpdate        v_J [key] (8) + v_C [1] (3) + s_F [] (1) + arrivals [] (1) = 13 -> message 22
+  TupleBatch[1]    1 + (1 + 11 + 1) + 1 = 15   -> message 20
+  KeyBatch[1 key]  1 + 6 + 1 = 8              -> message 13
+  ExpiryUpdate     k=0 (1) + arrivals [] (1) = 2 -> message 7
+  DjaUpdate        v_J [key] (8) + v_C [1] (3) + s_F [] (1) + arrivals [] (1) = 13 -> message 18
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Win
 from joinlib.plan import uniform
 from joinlib.runtime.sink import CollectingSink
 
-FULL, KEYS, EXPIRY, DJA = 24, 17, 11, 22
+FULL, KEYS, EXPIRY, DJA = 20, 13, 7, 18
 
 QUERY = Query("bytes", (Stream("S1", 0, "a", Window("time", 100), ("k",)),
                         Stream("S2", 1, "b", Window("time", 100), ("k",))),
@@ -54,5 +54,5 @@ def test_bytes_per_link_and_kind_match_hand_computation(algorithm):
 
 def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
     report = run_embedded(QUERY, DATA, uniform(QUERY, "SP-D"), CollectingSink(QUERY))
-    for link in report.links:  # 10 ms + 24 B * 8 bit / 1000 kbit/s = 10.192 ms
+    for link in report.links:  # 10 ms + 20 B * 8 bit / 1000 kbit/s = 10.16 ms
         assert link["transfer_ms"] == pytest.approx(10 + FULL * 8 / 1000)

@@ -13,7 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib import values, wire
-from joinlib.messages import DjaUpdate, Envelope, ExpiryUpdate, KeyBatch, TupleBatch, WindowSnapshot
+from joinlib.messages import (
+    DjaUpdate,
+    Envelope,
+    ExpiryUpdate,
+    KeyBatch,
+    KeyFilter,
+    ShippedBatch,
+    TupleBatch,
+    WindowSnapshot,
+)
 from joinlib.model import Tup
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -57,6 +66,10 @@ def norm(env: Envelope):
     elif isinstance(b, WindowSnapshot):
         body = ("snapshot", b.base, [tup_fields(t) for t in b.tuples], [key_fields(k) for k in b.keys],
                 list(b.counts))
+    elif isinstance(b, KeyFilter):
+        body = ("filter", b.tag, b.live_from, [key_fields(k) for k in b.keys], b.bits, b.hashes, b.n)
+    elif isinstance(b, ShippedBatch):
+        body = ("shipped", [tup_fields(t) for t in b.tuples], list(b.arrivals))
     else:
         body = (
             "dja",
@@ -73,7 +86,7 @@ def roundtrip(env: Envelope) -> Envelope:
     assert isinstance(data, bytes)
     assert data == wire._encode_envelope_reference(env), "hand-written encoder differs from fastavro"
     assert wire.envelope_size(env) == len(data)
-    back = wire.decode_envelope(data)
+    back = wire.decode_envelope(data, env.src, env.dst)
     assert norm(back) == norm(env)
     assert wire.encode_envelope(back) == data
     return back
@@ -154,6 +167,8 @@ def test_body_union_order():
         "joinlib.ExpiryUpdate",
         "joinlib.DjaUpdate",
         "joinlib.WindowSnapshot",
+        "joinlib.KeyFilter",
+        "joinlib.ShippedBatch",
     )
 
 
@@ -374,7 +389,7 @@ def test_sizes_are_deterministic():
     assert wire.encode_envelope(copy) == wire.encode_envelope(e)
     # the exact size of a known message: header 2 strings + ints, body branch, arrays
     small = env(ExpiryUpdate(1, []), src="a", dst="b", flow=1, epoch=1)
-    assert wire.envelope_size(small) == 2 + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1  # part, gen, flow, epoch, branch
+    assert wire.envelope_size(small) == 1 + 1 + 1 + 1 + 1 + 1 + 1  # part, gen, flow, epoch, branch, k, []
 
 
 # --------------------------------------------------------------------- malformed
@@ -487,6 +502,9 @@ body_st = st.one_of(
     ),
     st.builds(WindowSnapshot, long_st, st.lists(tup_st, max_size=3), st.lists(key_st, max_size=4),
               st.lists(long_st, max_size=4)),
+    st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4), st.binary(max_size=16),
+              st.integers(INT_MIN, INT_MAX), long_st),
+    st.builds(ShippedBatch, st.lists(tup_st, max_size=3), st.lists(long_st, max_size=4)),
 )
 envelope_st = st.builds(
     Envelope,

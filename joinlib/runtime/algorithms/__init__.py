@@ -14,6 +14,7 @@ from ...model import Stream
 from ...state.base import WindowStore
 from .base import Placed, Replica, Sender, StepContext
 from .dja import DjaReplica, DjaSender, MixedReplica, MixedSender, smd1_phases, sms2_phases
+from .reduce import ReducedReplica, Reducer, reducer_phases
 from .semijoin import FifoReplica, FifoSender, smd2_phases, sms1_phases
 from .simple import FullReplica, FullSender, local_phases, spd_phases, sps_phases
 
@@ -27,7 +28,7 @@ FAMILIES: dict[str, Callable[[StepContext, StepOp], list[Placed]]] = {
 }
 
 AnySender = Union[FullSender, FifoSender, DjaSender, MixedSender]
-AnyReplica = Union[FullReplica, FifoReplica, DjaReplica, MixedReplica]
+AnyReplica = Union[FullReplica, FifoReplica, DjaReplica, MixedReplica, ReducedReplica]
 
 
 def step_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
@@ -52,6 +53,8 @@ def make_replica(op: ReplicaOp, stream: Stream, store: Callable[[], WindowStore]
     which keeps only join values)."""
     if op.kind == "SP-S":
         return FullReplica(stream, store(), tau)
+    if op.kind == "RF":
+        return ReducedReplica(stream, store(), tau)
     if op.kind == "SM-S1":
         return FifoReplica(stream, store())
     if op.kind == "SM-S2":
@@ -62,4 +65,4 @@ def make_replica(op: ReplicaOp, stream: Stream, store: Callable[[], WindowStore]
 
 
 __all__ = ["FAMILIES", "Placed", "Replica", "Sender", "StepContext", "step_phases", "make_sender", "make_replica",
-           "AnySender", "AnyReplica"]
+           "AnySender", "AnyReplica", "Reducer", "reducer_phases"]

@@ -13,9 +13,10 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
+from ...bloom import Bloom, KeySet, Matcher
 from ...ir import StepOp
-from ...messages import Body, Key, Row, WindowSnapshot
-from ...model import Query, Tup
+from ...messages import Body, Key, KeyBatch, KeyFilter, Row, WindowSnapshot
+from ...model import Query, Stream, Tup
 from ...state.base import KeyList, WindowStore
 from ..lanes import Phase
 from ..sink import Group
@@ -79,6 +80,65 @@ class Replica(Protocol):
     def apply(self, e: int, body: Body) -> None: ...
     def snapshot(self, encode: Encode) -> dict[str, Any]: ...
     def restore(self, data: dict[str, Any], decode: Decode) -> None: ...
+
+
+# ----------------------------------------------------------------------------- key sets
+
+def _approx_bytes(v: Any) -> int:
+    if isinstance(v, str):
+        return len(v.encode()) + 2
+    return 9 if isinstance(v, float) else 4
+
+
+def window_bytes(s: Stream) -> Optional[float]:
+    """The bytes of ``s``'s full window by its declared statistics (``rate`` × window ×
+    ``tuple_bytes``, or the window's count × ``tuple_bytes``); None when they are not declared."""
+    tb = row_bytes_of(s)
+    if not tb:
+        return None
+    if not s.window.is_time:
+        return float(s.window.size * tb)
+    return s.stats.rate * s.window.size / 1000 * tb if s.stats.rate else None
+
+
+def row_bytes_of(*streams: Stream) -> Optional[float]:
+    """The declared bytes of a row of ``streams`` (``tuple_bytes``, else 5 per attribute, the
+    paper's unit); None when a stream's size is not declared."""
+    total = 0.0
+    for s in streams:
+        tb = s.stats.tuple_bytes or (5 * s.stats.attributes if s.stats.attributes else None)
+        if not tb:
+            return None
+        total += tb
+    return total
+
+
+def key_message(keys: list[Key], fpr: float, fp_cost: Optional[float]) -> Body:
+    """The keys of a request (SM-S1, SM-S2, SM-D2): written out (a :class:`KeyBatch`), or as a
+    Bloom filter (a :class:`KeyFilter` with bits) when that plus the expected cost of its false
+    positives is shorter.  A false positive only brings back a tuple that the join then drops.
+    ``fp_cost``: what the answer would cost if every candidate passed (:func:`window_bytes` of the
+    answering stream); None (statistics not declared) or ``fpr`` 0: always the keys."""
+    ks = KeySet.of(keys, fpr or None, lambda ks: 1 + sum(1 + sum(_approx_bytes(v) for v in k) for k in ks),
+                   fp_cost)
+    if ks.bloom is not None:
+        return KeyFilter(0, 0, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
+    return KeyBatch(list(ks.keys or ()))
+
+
+def request(ctx: "StepContext", st: StepOp, keys: list[Key]) -> Body:
+    """The request of step ``st`` for ``keys``, answered with tuples of ``st.stream``."""
+    return key_message(keys, ctx.q.execution.bloom_fpr, window_bytes(ctx.q.stream(st.stream)))
+
+
+def key_set(body: Body) -> tuple[Optional[list[Key]], Matcher]:
+    """(the keys when they were written out, else None; a membership test) of a request."""
+    if isinstance(body, KeyBatch):
+        return body.keys, KeySet(keys=tuple(body.keys)).matcher()
+    assert isinstance(body, KeyFilter)
+    if body.bits:
+        return None, KeySet(bloom=Bloom(body.bits, body.hashes, body.n)).matcher()
+    return body.keys, KeySet(keys=tuple(body.keys)).matcher()
 
 
 # ----------------------------------------------------------------------------- rows and joins

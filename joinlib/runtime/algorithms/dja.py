@@ -25,13 +25,13 @@ from collections import deque
 from typing import Any, Iterable, Optional, Sequence
 
 from ...ir import StepOp
-from ...messages import Body, DjaUpdate, Key, KeyBatch, Row, TupleBatch, WindowSnapshot
+from ...messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ...state.base import WindowStore
 from ..lanes import Phase
 from ..window import HomeWindow
 from ..windowing import Bound, Progress
-from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, store_join
+from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
 from .semijoin import answer, arrivals_of, finish
 from .simple import probe_shipped
 
@@ -240,7 +240,8 @@ def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     if st.home == ctx.site:
         sender: MixedSender = ctx.sender(st.replica or "")
         home = ctx.home(st.stream)
-        out.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, keys, e)))
+        out.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, keys, e),
+                          lambda e: [k for k, x in sender.entries.items() if not x[1]]))
     return out
 
 
@@ -262,7 +263,7 @@ def _s2_probe(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
             (later if k in partial_keys else now_rows).extend(rs)
         ctx.output(st, e, store_join(ctx, st, now_rows, rep.store, rep.progress), final=False)
         ctx.hold(("rows", st.sig, e), later)
-        ctx.send(st.home, req, e, KeyBatch([k for k in bykey if k in partial_keys]))
+        ctx.send(st.home, req, e, request(ctx, st, [k for k in bykey if k in partial_keys]))
         return True
     return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
 

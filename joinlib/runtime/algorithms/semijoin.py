@@ -21,13 +21,27 @@ import heapq
 from typing import Any, Callable, Sequence
 
 from ...ir import StepOp
-from ...messages import Body, ExpiryUpdate, Key, KeyBatch, TupleBatch, WindowSnapshot
+from ...messages import Body, ExpiryUpdate, Key, TupleBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ...state.base import KeyList, WindowStore
 from ..lanes import Phase
 from ..window import HomeWindow
 from ..windowing import Bound, Progress, view_slice
-from .base import Decode, Encode, Placed, StepContext, by_key, join, own_lane, row_maker, store_join
+from .base import (
+    Decode,
+    Encode,
+    Placed,
+    StepContext,
+    by_key,
+    join,
+    key_message,
+    key_set,
+    own_lane,
+    request,
+    row_bytes_of,
+    row_maker,
+    store_join,
+)
 
 
 def arrivals_of(stream: Stream, batch: Sequence[Tup]) -> list[int]:
@@ -129,15 +143,21 @@ def ship_keys(ctx: StepContext, st: StepOp, flow: str) -> Placed:
         rows = ctx.rows_in(st, e)
         bykey = by_key(st, rows)
         ctx.hold(("rows", st.sig, e), rows)
-        ctx.send(st.home, flow, e, KeyBatch(list(bykey)))
+        ctx.send(st.home, flow, e, request(ctx, st, list(bykey)))
         return True
     return Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship))
 
 
-def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], TupleBatch]) -> Placed:
+def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], TupleBatch],
+           candidates: Callable[[int], list[Key]]) -> Placed:
     """At the home, in the sender's lane (SM-S1, SM-S2): answer the request of epoch e with
-    ΔW'_2 = ``respond(keys, e)``."""
+    ΔW'_2 = ``respond(keys, e)``; a request sent as a Bloom filter asks for the keys of
+    ``candidates(e)`` that pass it."""
     req, resp, rank = st.flow("req"), st.flow("resp"), (1, st.seq_index, st.j)
+
+    def requested(body: Body, e: int) -> list[Key]:
+        keys, m = key_set(body)
+        return keys if keys is not None else [k for k in candidates(e) if m.has(k)]
 
     def semijoin(e: int) -> bool:
         if e < ctx.start:
@@ -145,8 +165,7 @@ def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], Tup
         body = ctx.take(req, e)
         if body is None:
             return False
-        assert isinstance(body, KeyBatch)
-        ctx.send(st.loc, resp, e, respond(body.keys, e))
+        ctx.send(st.loc, resp, e, respond(requested(body, e), e))
         return True
     return Placed(st.home, ("serve", st.replica or ""), Phase(rank, "semijoin", semijoin), ("home", st.stream))
 
@@ -178,7 +197,8 @@ def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     if st.home == ctx.site:
         sender: FifoSender = ctx.sender(st.replica or "")
         home, index = ctx.home(st.stream), st.key.index
-        parts_.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, index, keys, e)))
+        parts_.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, index, keys, e),
+                             lambda e: home.view_keys(index, e)))
     return parts_
 
 
@@ -199,12 +219,17 @@ def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
         body = ctx.take(keys_f, e)
         if body is None:
             return False
-        assert isinstance(body, KeyBatch)
+        keys, m = key_set(body)
+        asked = len(keys) if keys is not None else getattr(body, "n", 0)
+        if keys is None:
+            keys = [k for k in home.view_keys(st.key.index, e) if m.has(k)]
         lower, end = home.lower(e), (e + 1) * ctx.tau
-        found = {k: kl for k, kl in home.store.lookup_many(st.key.index, body.keys).items()
+        found = {k: kl for k, kl in home.store.lookup_many(st.key.index, keys).items()
                  if view_slice(kl, lower, end)}
         ctx.hold(("found", st.sig, e), found)
-        ctx.send(st.loc, match_f, e, KeyBatch(list(found)))
+        rb = row_bytes_of(*(ctx.q.stream(n) for n in st.input.streams))
+        ctx.send(st.loc, match_f, e, key_message(list(found), ctx.q.execution.bloom_fpr,
+                                                 rb * asked if rb is not None else None))
         return True
     return Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match), ("home", st.stream))
 
@@ -221,11 +246,11 @@ def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
         body = ctx.take(match_f, e)
         if body is None:
             return False
-        assert isinstance(body, KeyBatch)
-        keys = set(body.keys)
+        _, m = key_set(body)
         rows = ctx.release(("rows", st.sig, e))
         pk = st.key.probe_key
-        ctx.send(st.home, data_f, e, TupleBatch([tuple(filter(None, r)) for r in rows if pk(r) in keys]))
+        ctx.send(st.home, data_f, e, TupleBatch([tuple(filter(None, r)) for r in rows
+                                                 if (k := pk(r)) is not None and m.has(k)]))
         return True
     return Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship))
 

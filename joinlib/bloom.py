@@ -1,0 +1,172 @@
+"""Compact key sets: Bloom filters sized per batch, and the choice between a filter and the keys.
+
+A semijoin ships the join keys of one side so the other side can send back (or forward) only the
+tuples that may match.  The keys need not be exact: a *false positive* only lets an extra tuple
+through, which the join at its destination then drops, so results stay exact.  A Bloom filter of
+n keys at false-positive rate p takes ``m = -n ln p / (ln 2)^2`` bits (about 9.6 bits per key at
+1 %), against several bytes per key written out.
+
+Keys are hashed from a canonical encoding in which values equal in Python (``1 == 1.0 == True``)
+hash alike, as they match alike in the windows' dictionaries.  The k ≤ 16 positions are sixteen
+independent 32-bit words of one BLAKE2b digest: the same bits on every node and every run.  (Double
+hashing, h1 + i·h2, is not used: for the few hundred bits a batch's filter has, keys whose h2
+agree modulo m share most positions, and the false-positive rate came out 100-300 times the
+design rate.  With k capped at 16, rates below ~1e-5 cost a few more bits than the optimum.)
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any, Iterable, Optional
+
+Key = tuple[Any, ...]
+
+MIN_BITS = 8
+
+
+def _canon(v: Any) -> bytes:
+    t = type(v)
+    if t is str:
+        return b"s" + str(v).encode("utf-8", "surrogatepass")
+    if t is int or t is bool:
+        return b"i%d" % v
+    if t is float:
+        if v.is_integer():
+            return b"i%d" % int(v)
+        return b"f" + repr(v).encode()
+    if v is None:
+        return b"n"
+    if isinstance(v, bool):
+        return b"i%d" % int(v)
+    if isinstance(v, int):
+        return b"i%d" % int(v)
+    if isinstance(v, float):
+        return _canon(float(v))
+    if isinstance(v, str):
+        return b"s" + str(v).encode("utf-8", "surrogatepass")
+    return b"r" + repr(v).encode("utf-8", "backslashreplace")
+
+
+MAX_HASHES = 16
+_WORDS = struct.Struct("<16I")
+
+Hashes = tuple[int, ...]
+
+
+def key_hash(key: Key) -> Hashes:
+    """Sixteen independent 32-bit hashes of ``key`` (equal keys, equal hashes)."""
+    return _WORDS.unpack(blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest())
+
+
+def rate(m: int, k: int, n: int) -> float:
+    """The false-positive rate of m bits and k hash functions holding n keys."""
+    return (1.0 - math.exp(-k * n / m)) ** k if n else 0.0
+
+
+def sizing(n: int, fpr: float) -> tuple[int, int]:
+    """(bits, hash functions) for ``n`` keys at false-positive rate ``fpr`` (at most
+    :data:`MAX_HASHES` functions: the bits grow until the rate is met)."""
+    if n <= 0:
+        return MIN_BITS, 1
+    m = max(MIN_BITS, math.ceil(-n * math.log(fpr) / (math.log(2) ** 2)))
+    m = (m + 7) // 8 * 8
+    k = min(MAX_HASHES, max(1, round(m / n * math.log(2))))
+    while rate(m, k, n) > fpr * 1.05:
+        m += 8 * max(1, m // 64)
+    return m, k
+
+
+@dataclass(frozen=True)
+class Bloom:
+    """An immutable Bloom filter: ``bits`` (``m = 8 * len(bits)``), ``k`` hash functions, ``n`` keys."""
+
+    bits: bytes
+    k: int
+    n: int
+
+    @classmethod
+    def of(cls, keys: Iterable[Key], fpr: float) -> "Bloom":
+        ks = list(keys)
+        m, k = sizing(len(ks), fpr)
+        bits = bytearray(m // 8)
+        for key in ks:
+            for p in key_hash(key)[:k]:
+                p %= m
+                bits[p >> 3] |= 1 << (p & 7)
+        return cls(bytes(bits), k, len(ks))
+
+    def __contains__(self, key: Key) -> bool:
+        return self.has(key_hash(key))
+
+    def has(self, h: Hashes) -> bool:
+        """Membership from a precomputed :func:`key_hash`."""
+        bits, m = self.bits, len(self.bits) * 8
+        for p in h[:self.k]:
+            p %= m
+            if not bits[p >> 3] & (1 << (p & 7)):
+                return False
+        return True
+
+
+def best_rate(n: int, cap: float, fp_cost: float) -> float:
+    """The false-positive rate that minimises filter bytes plus the expected cost of false
+    positives: a filter of n keys takes about ``n (-ln p) / (8 ln² 2)`` bytes, and each of the
+    receiver's candidates passes falsely with probability p at ``fp_cost / candidates`` bytes --
+    so with ``fp_cost`` = candidates × bytes per false pass, p* = n / (8 ln² 2 · fp_cost),
+    at most ``cap``."""
+    if fp_cost <= 0:
+        return cap
+    return max(1e-12, min(cap, n / (8 * math.log(2) ** 2 * fp_cost)))
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """A set of join keys as shipped: the keys themselves, or a Bloom filter when that is cheaper."""
+
+    keys: Optional[tuple[Key, ...]] = None
+    bloom: Optional[Bloom] = None
+
+    @classmethod
+    def of(cls, keys: Iterable[Key], fpr: Optional[float], key_bytes: Any = None,
+           fp_cost: Optional[float] = None) -> "KeySet":
+        """The exact keys or a Bloom filter, whichever costs less: ``fp_cost`` is what false
+        positives would cost at the receiver if every candidate passed, in bytes; the filter's rate
+        is :func:`best_rate`, at most ``fpr``, and the expected cost of its false positives counts
+        against it.  ``key_bytes(keys)``: the encoded size of the keys (default ~8 bytes per
+        value).  ``fpr`` or ``fp_cost`` None: always the keys -- a filter sized blind can cost far
+        more in false positives than it saves."""
+        ks = tuple(dict.fromkeys(keys))
+        if fpr is None or fp_cost is None or not ks:
+            return cls(keys=ks)
+        exact = key_bytes(ks) if key_bytes is not None else sum(2 + 8 * len(k) for k in ks)
+        p = best_rate(len(ks), fpr, fp_cost)
+        m, k = sizing(len(ks), p)
+        if m // 8 + 6 + rate(m, k, len(ks)) * fp_cost < exact:
+            return cls(bloom=Bloom.of(ks, p))
+        return cls(keys=ks)
+
+    def __len__(self) -> int:
+        if self.bloom is not None:
+            return self.bloom.n
+        return len(self.keys or ())
+
+    def matcher(self) -> "Matcher":
+        return Matcher(self)
+
+
+class Matcher:
+    """Membership tests against one :class:`KeySet` (a Python set for exact keys)."""
+
+    __slots__ = ("_set", "_bloom")
+
+    def __init__(self, ks: KeySet) -> None:
+        self._set = set(ks.keys or ()) if ks.bloom is None else None
+        self._bloom = ks.bloom
+
+    def has(self, key: Key, h: Optional[Hashes] = None) -> bool:
+        if self._set is not None:
+            return key in self._set
+        assert self._bloom is not None
+        return self._bloom.has(h if h is not None else key_hash(key))
