@@ -90,6 +90,17 @@ def test_uniform_plan_is_exact_and_ships_the_simulated_bytes(routers, kafka_boot
     _run_and_check(routers, plans.uniform(query, algorithm), kafka_bootstrap, mode="thread")
 
 
+@pytest.mark.parametrize("dataset,site", [("routers", None), ("star4", "hub")])
+def test_reduction_plan_is_exact_and_ships_the_simulated_bytes(request, kafka_bootstrap, dataset, site):
+    """The reduction's key sets (keys or Bloom filters) and shipped batches over Kafka: exact
+    results, the simulator's bytes per link."""
+    data = request.getfixturevalue(dataset)
+    query = data[0]
+    plan = plans.reduction(query, site)
+    assert plan.reduce is not None
+    _run_and_check(data, plan, kafka_bootstrap, mode="thread")
+
+
 MIXED_ROUTERS = {
     "S1": [["S2", "SM-S1"], ["S3", "SP-D"]],
     "S2": [["S1", "SM-D2"], ["S3", "SM-S2"]],
