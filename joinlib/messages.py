@@ -54,8 +54,10 @@ class ExpiryUpdate:
 
 @dataclass(slots=True)
 class DjaUpdate:
-    """SM-S2 / SM-D1 window update (Algorithm 9): DJA value vector v_J, DJA count
-    vector v_C, and (SM-S2 only) the full-tuple set s_F; ``arrivals`` as above."""
+    """SM-S2 / SM-D1 window update (Algorithm 9): DJA value vector v_J (the new values), the
+    count changes ``vc`` -- unlike the paper's whole v_C, only the entries that gained or lost
+    tuples, as flattened (gap, count) pairs over V order (``dja.count_changes``) -- and (SM-S2
+    only) the full-tuple set s_F; ``arrivals`` as above."""
 
     vj: list[Key] = field(default_factory=list)
     vc: list[int] = field(default_factory=list)

@@ -11,7 +11,8 @@ count, the items, then 0; a union is its branch index then the value):
   TupleBatch[1]    1 + (1 + 11 + 1) + 1 = 15   -> message 20
   KeyBatch[1 key]  1 + 6 + 1 = 8              -> message 13
   ExpiryUpdate     k=0 (1) + arrivals [] (1) = 2 -> message 7
-  DjaUpdate        v_J [key] (8) + v_C [1] (3) + s_F [] (1) + arrivals [] (1) = 13 -> message 18
+  DjaUpdate        v_J [key] (8) + count changes [gap 0, count 1] (4) + s_F [] (1) + arrivals [] (1)
+                   = 14 -> message 19
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Win
 from joinlib.plan import uniform
 from joinlib.runtime.sink import CollectingSink
 
-FULL, KEYS, EXPIRY, DJA = 20, 13, 7, 18
+FULL, KEYS, EXPIRY, DJA = 20, 13, 7, 19
 
 QUERY = Query("bytes", (Stream("S1", 0, "a", Window("time", 100), ("k",)),
                         Stream("S2", 1, "b", Window("time", 100), ("k",))),

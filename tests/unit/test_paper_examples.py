@@ -5,6 +5,9 @@ a(2,b=1), e(1,b=0)], M_2@N_1 holds the full tuples of c and a and the partial en
 Insert <d,x>, <a,z>, <f,w>; expire <c,y>, <a,x>.  The paper: v_J = <d, f>,
 v_C = <0, 2, 1, 1, 1> (for j = c, a, e, d, f), s_F = {<a,z>}; afterwards M_2 has
 a -> {<a,y>, <a,z>} (count 2), partial entries e, d, f, and no entry c.
+
+We send v_C as a delta (issue 11): the (gap, count) pairs of the entries that gained or lost tuples,
+here c, a, d, f -- e is unchanged -- so [0,0, 0,2, 1,1, 0,1]; expanded over V it is the paper's vector.
 """
 from __future__ import annotations
 
@@ -43,6 +46,19 @@ CY, AX, AY, EX = tup(0, "c", "y"), tup(1, "a", "x"), tup(2, "a", "y"), tup(3, "e
 DX, AZ, FW = tup(4, "d", "x"), tup(5, "a", "z"), tup(6, "f", "w")
 
 
+FIG5_VC = [0, 0, 0, 2, 1, 1, 0, 1]      # (gap, count) of c, a, d, f
+
+
+def expanded(before: dict, msg) -> list[int]:
+    """The paper's whole v_C from the delta: unchanged entries keep their count."""
+    counts = [e[0] for e in before.values()] + [0] * len(msg.vj)
+    i = -1
+    for j in range(0, len(msg.vc), 2):
+        i += msg.vc[j] + 1
+        counts[i] = msg.vc[j + 1]
+    return counts
+
+
 def fig5_before():
     home = MixedSender(S2, IDX)
     home.entries = {("c",): [1, True], ("a",): [2, True], ("e",): [1, False]}
@@ -57,9 +73,11 @@ def fig5_before():
 
 def test_fig5_update_message():
     home, _ = fig5_before()
+    before = {k: list(e) for k, e in home.entries.items()}
     msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
     assert msg.vj == [("d",), ("f",)]
-    assert msg.vc == [0, 2, 1, 1, 1]
+    assert msg.vc == FIG5_VC
+    assert expanded(before, msg) == [0, 2, 1, 1, 1]   # the paper's v_C
     assert msg.sf == [AZ]
     # V_2 after the update: c removed, a(2, b=1), e(1, b=0), d(1, b=0), f(1, b=0)
     assert home.entries == {("a",): [2, True], ("e",): [1, False], ("d",): [1, False], ("f",): [1, False]}
@@ -83,7 +101,7 @@ def test_sm_d1_uses_the_same_vectors_without_full_tuples():
     replica = DjaReplica(S2, IDX)
     replica.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
     msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
-    assert (msg.vj, msg.vc, msg.sf) == ([("d",), ("f",)], [0, 2, 1, 1, 1], [])
+    assert (msg.vj, msg.vc, msg.sf) == ([("d",), ("f",)], FIG5_VC, [])
     replica.apply(0, msg)
     assert {k: e[0] for k, e in replica.entries.items()} == {("a",): 2, ("e",): 1, ("d",): 1, ("f",): 1}
 

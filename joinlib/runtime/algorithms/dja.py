@@ -40,6 +40,31 @@ def project(t: Tup, index: tuple[int, ...]) -> Key:
     return tuple(t.key[i] for i in index)
 
 
+def count_changes(entries: dict[Key, list[Any]], touched: set[Key]) -> list[int]:
+    """v_C as a delta: the counts of the entries that gained or lost tuples this epoch, as
+    flattened (gap, count) pairs over V order (gap = entries skipped since the previous one).
+    The paper sends the whole vector every epoch; an untouched entry's count has not changed."""
+    out: list[int] = []
+    if not touched:
+        return out
+    last = -1
+    for i, (key, e) in enumerate(entries.items()):
+        if key in touched:
+            out += (i - last - 1, e[0])
+            last = i
+    return out
+
+
+def changed_entries(entries: dict[Key, list[Any]], vc: list[int]) -> Iterable[tuple[Key, list[Any], int]]:
+    """(key, entry, new count) of the (gap, count) pairs of :func:`count_changes`."""
+    it = iter(list(entries.items()))
+    for j in range(0, len(vc), 2):
+        for _ in range(vc[j]):
+            next(it)
+        key, entry = next(it)
+        yield key, entry, vc[j + 1]
+
+
 class DjaSender:
     """SM-D1 at the home node: V_2 as an ordered map key -> count (Sect. 3.2.2), kept from the
     window's logical content: ``fifo`` holds (ts, seq, key) of every tuple in the window."""
@@ -73,10 +98,11 @@ class DjaSender:
         return out
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
-        vj = []
+        vj, touched = [], set()
         for t in batch:
             key = project(t, self.index)
             self.fifo.append((t.ts, t.seq, key))
+            touched.add(key)
             e = self.entries.get(key)
             if e is None:
                 self.entries[key] = [1, False]
@@ -87,7 +113,8 @@ class DjaSender:
                     sf.append(t)
         for key in self._dying(bound):
             self.entries[key][0] -= 1
-        vc = [e[0] for e in self.entries.values()]
+            touched.add(key)
+        vc = count_changes(self.entries, touched)
         for key in [k for k, e in self.entries.items() if e[0] == 0]:
             del self.entries[key]
         return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
@@ -135,11 +162,13 @@ class DjaReplica:
         assert isinstance(body, DjaUpdate)
         for key in body.vj:
             self.entries[key] = [0, False]
-        if len(body.vc) != len(self.entries):
-            raise RuntimeError(f"DJA count vector of {self.stream.name} has {len(body.vc)} entries, "
-                               f"replica has {len(self.entries)}: replicas out of sync")
+        try:
+            changed = list(changed_entries(self.entries, body.vc))
+        except StopIteration:
+            raise RuntimeError(f"DJA count changes of {self.stream.name} name entries past the "
+                               f"{len(self.entries)} the replica has: replicas out of sync") from None
         dead = []
-        for (key, entry), p in zip(list(self.entries.items()), body.vc, strict=True):
+        for key, entry, p in changed:
             self._settle(key, entry, p)
             if p == 0:
                 dead.append(key)
