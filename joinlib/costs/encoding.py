@@ -7,8 +7,17 @@ counts of the expected magnitude.  No byte constant is written by hand, so when 
 encodings change (a smaller envelope, Bloom-filter key batches, delta updates) the model follows
 by construction: each message kind is one method of :class:`Encoding` to point at the new body.
 
+Key sets (the key requests of SM-S1 / SM-S2 / SM-D2, SM-D2's match answer, a reduction's
+:class:`~joinlib.messages.KeyFilter`) are built by the runtime's own rule: the keys, or a Bloom
+filter when that plus the expected cost of its false positives is shorter
+(:func:`joinlib.runtime.algorithms.base.key_message`, :meth:`joinlib.bloom.KeySet.of`), over
+distinct keys shaped like the stream's, with the runtime's ``fp_cost`` (the receiver's *declared*
+window bytes).  :meth:`Encoding.request_fp` and friends give the false-positive rate of the set
+so built, which the flows turn into extra tuples.
+
 Expected sizes of messages with a fractional expected number of items are interpolated between
-the two neighbouring whole numbers; bodies of more than :data:`EXACT` items are built at two
+the two neighbouring whole numbers (key sets: averaged over a Poisson count, see
+:meth:`Encoding._poisson`); bodies of more than :data:`EXACT` items are built at two
 significant digits and scaled (sizes are affine in the item count above a few items).
 """
 from __future__ import annotations
@@ -16,8 +25,11 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from ..messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, TupleBatch
+from ..bloom import KeySet
+from ..bloom import rate as bloom_rate
+from ..messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, KeyFilter, ShippedBatch, TupleBatch
 from ..model import Query, Stream, Tup, Value
+from ..runtime.algorithms.base import key_message, row_bytes_of, window_bytes
 from ..wire import encode_tuple, envelope_size
 
 #: item counts up to which bodies are built exactly
@@ -37,18 +49,23 @@ class Encoding:
     ``tuple_bytes[stream]``: the bytes a tuple of the stream adds to a full-tuple message (the
     ``tuple_bytes`` statistic: its encoding plus its row overhead); ``key_values[stream]``: a
     representative value of each join attribute of the stream; ``horizon_s``: the length of a run
-    (sets the magnitude of ids, timestamps and epoch numbers, a byte or two per message).
+    (sets the magnitude of ids, timestamps and epoch numbers, a byte or two per message);
+    ``declared``: the query as the runtime sees it (its declared statistics size the Bloom filters;
+    default ``query``).
     """
 
     def __init__(self, query: Query, tuple_bytes: dict[str, float], key_values: dict[str, tuple[Value, ...]],
-                 horizon_s: float = 15.0) -> None:
+                 horizon_s: float = 15.0, declared: Optional[Query] = None) -> None:
         self.query = query
+        self.declared = declared or query
+        self.fpr = self.declared.execution.bloom_fpr
         self.horizon_s = horizon_s
         self.tau_ms = query.execution.interval_ms
         self._tuple_bytes = tuple_bytes
         self._key_values = key_values
         self._tups: dict[str, Tup] = {}
-        self._cache: dict[tuple[object, ...], int] = {}
+        self._cache: dict[tuple[object, ...], float] = {}
+        self._bodies: dict[tuple[object, ...], Body] = {}
         self._flow = 1
         self._epoch = max(0, int(horizon_s * 1000 / self.tau_ms / 2))
 
@@ -83,6 +100,24 @@ class Encoding:
         vals = self._key_values[stream]
         return tuple(vals[i] for i in index)
 
+    def distinct_keys(self, stream: str, index: tuple[int, ...], k: int) -> list[Key]:
+        """``k`` distinct keys shaped like :meth:`key` (same types, about the same encoded size)."""
+        key = self.key(stream, index)
+        if not key:
+            return [()] * min(k, 1)
+        return [(_variant(key[0], i, k),) + key[1:] for i in range(k)]
+
+    # ------------------------------------------------------------ what the runtime sizes filters by
+    def window_fp_cost(self, stream: str) -> Optional[float]:
+        """``fp_cost`` of a key set answered with (or filtering) tuples of ``stream``: its declared
+        window bytes, as the runtime computes it (None: no Bloom filter)."""
+        return window_bytes(self.declared.stream(stream))
+
+    def row_fp_cost(self, streams: tuple[str, ...], asked: float) -> Optional[float]:
+        """SM-D2's match answer: the declared bytes of a row of ``streams`` × the keys asked."""
+        rb = row_bytes_of(*(self.declared.stream(n) for n in streams))
+        return rb * asked if rb is not None else None
+
     # ------------------------------------------------------------ the message kinds
     def size(self, src: str, dst: str, body: Body) -> int:
         """The bytes of one envelope carrying ``body`` from ``src`` to ``dst``."""
@@ -100,6 +135,61 @@ class Encoding:
         return self._expected(("keys", src, dst, stream, index), n,
                               lambda k: self.size(src, dst, KeyBatch([key] * k)))
 
+    def request(self, src: str, dst: str, stream: str, index: tuple[int, ...], n: float,
+                fp_cost: Optional[float]) -> float:
+        """A key request (SM-S1, SM-S2, SM-D2) or SM-D2's match answer of ``n`` distinct keys, as
+        :func:`~joinlib.runtime.algorithms.base.key_message` sends it: a KeyBatch, or a KeyFilter
+        with bits when that is cheaper (``fp_cost``: see :meth:`window_fp_cost`)."""
+        return self._poisson(("request", src, dst, stream, index, fp_cost), n,
+                              lambda k: self.size(src, dst, self._request(stream, index, k, fp_cost)))
+
+    def request_fp(self, stream: str, index: tuple[int, ...], n: float, fp_cost: Optional[float]) -> float:
+        """The expected false-positive rate of that request (0 when the keys are written out)."""
+        return self._poisson(("request-fp", stream, index, fp_cost), n,
+                              lambda k: _fp_rate(self._request(stream, index, k, fp_cost)))
+
+    def _request(self, stream: str, index: tuple[int, ...], k: int, fp_cost: Optional[float]) -> Body:
+        hit = self._bodies.get(("request", stream, index, fp_cost, k))
+        if hit is None:
+            hit = key_message(self.distinct_keys(stream, index, k), self.fpr, fp_cost)
+            self._bodies[("request", stream, index, fp_cost, k)] = hit
+        return hit
+
+    def key_filter(self, src: str, dst: str, stream: str, index: tuple[int, ...], n: float,
+                   fp_cost: Optional[float]) -> float:
+        """A reduction's key set of ``n`` distinct keys of ``stream`` on ``index`` (the edge's
+        attributes), as the reducer builds it (:meth:`joinlib.bloom.KeySet.of`)."""
+        return self._poisson(("filter", src, dst, stream, index, fp_cost), n,
+                              lambda k: self.size(src, dst, self._filter(stream, index, k, fp_cost)))
+
+    def key_filter_fp(self, stream: str, index: tuple[int, ...], n: float, fp_cost: Optional[float]) -> float:
+        """The expected false-positive rate of that key set (0 for exact keys)."""
+        return self._poisson(("filter-fp", stream, index, fp_cost), n,
+                              lambda k: _fp_rate(self._filter(stream, index, k, fp_cost)))
+
+    def _filter(self, stream: str, index: tuple[int, ...], k: int, fp_cost: Optional[float]) -> KeyFilter:
+        hit = self._bodies.get(("filter", stream, index, fp_cost, k))
+        if hit is None:
+            ks = KeySet.of(self.distinct_keys(stream, index, k), self.fpr or None, fp_cost=fp_cost)
+            tag, live = (self._epoch if k else -1), max(0, self._epoch - 30)
+            hit = KeyFilter(tag, live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n) if ks.bloom is not None \
+                else KeyFilter(tag, live, list(ks.keys or ()))
+            self._bodies[("filter", stream, index, fp_cost, k)] = hit
+        assert isinstance(hit, KeyFilter)
+        return hit
+
+    def shipped(self, src: str, dst: str, stream: str, n: float, arrivals: float) -> float:
+        """A reduction's ShippedBatch: ``n`` tuples of ``stream`` and ``arrivals`` timestamps
+        (tuple windows only)."""
+        tup, ts = self.tup(stream), int(self.horizon_s * 500)
+        total = self._expected(("shipped", src, dst, stream), n,
+                               lambda k: self.size(src, dst, ShippedBatch([tup] * k, [])))
+        if arrivals > 0:
+            empty = self.size(src, dst, ShippedBatch([], []))
+            total += self._expected(("shipped-arr", src, dst), arrivals,
+                                    lambda a: self.size(src, dst, ShippedBatch([], [ts] * a))) - empty
+        return total
+
     def expiry(self, src: str, dst: str, expired: float, arrivals: float) -> float:
         """SM-S1's update: the count k of expired shipped tuples, and ``arrivals`` timestamps
         (tuple windows only)."""
@@ -108,13 +198,15 @@ class Encoding:
         return self._expected(("expiry", src, dst, k), arrivals,
                               lambda a: self.size(src, dst, ExpiryUpdate(k, [ts] * a)))
 
-    def dja(self, src: str, dst: str, stream: str, index: tuple[int, ...], new_keys: float, entries: float,
-            count: float, full: float, arrivals: float) -> float:
-        """A DJA update (SM-S2, SM-D1): ``new_keys`` values v_J, a count vector v_C of ``entries``
-        counts of about ``count``, ``full`` tuples s_F (SM-S2) and ``arrivals`` timestamps."""
-        key, tup, ts, c = self.key(stream, index), self.tup(stream), int(self.horizon_s * 500), max(0, round(count))
-        total = self._expected(("dja-c", src, dst, c), entries,
-                               lambda k: self.size(src, dst, DjaUpdate([], [c] * k, [], [])))
+    def dja(self, src: str, dst: str, stream: str, index: tuple[int, ...], new_keys: float, touched: float,
+            gap: float, count: float, full: float, arrivals: float) -> float:
+        """A DJA update (SM-S2, SM-D1): ``new_keys`` values v_J, the count changes v_C of
+        ``touched`` entries (a (gap, count) pair each, of about ``gap`` and ``count``), ``full``
+        tuples s_F (SM-S2) and ``arrivals`` timestamps."""
+        key, tup, ts = self.key(stream, index), self.tup(stream), int(self.horizon_s * 500)
+        g, c = max(0, round(gap)), max(0, round(count))
+        total = self._expected(("dja-c", src, dst, g, c), touched,
+                               lambda k: self.size(src, dst, DjaUpdate([], [g, c] * k, [], [])))
         parts: list[tuple[str, float, Callable[[int], DjaUpdate]]] = [
             ("vj", new_keys, lambda k: DjaUpdate([key] * k, [], [], [])),
             ("sf", full, lambda k: DjaUpdate([], [], [tup] * k, [])),
@@ -126,7 +218,7 @@ class Encoding:
         return total
 
     # ------------------------------------------------------------ expected sizes
-    def _expected(self, tag: tuple[object, ...], n: float, build: Callable[[int], int]) -> float:
+    def _expected(self, tag: tuple[object, ...], n: float, build: Callable[[int], float]) -> float:
         """E[size] for an expected ``n`` items: interpolated between whole counts."""
         n = max(0.0, n)
         lo = math.floor(n)
@@ -136,15 +228,31 @@ class Encoding:
         b = self._at(tag, lo + 1, build)
         return a + (b - a) * (n - lo)
 
-    def _at(self, tag: tuple[object, ...], k: int, build: Callable[[int], int]) -> int:
+    def _poisson(self, tag: tuple[object, ...], n: float, build: Callable[[int], float]) -> float:
+        """E[size] when the item count is Poisson with mean ``n`` (arrivals are; a filtered subset
+        of them too): for key sets, whose size is not affine in the count (a Bloom filter replaces
+        the keys above a few), E[size(K)] is not size(E[K]).  Above :data:`EXACT` the count is
+        concentrated enough to interpolate."""
+        n = max(0.0, n)
+        if n == 0.0 or n > EXACT:
+            return self._expected(tag, n, build)
+        hi = int(n + 6.0 * math.sqrt(n) + 6.0)
+        pk, total, mass = math.exp(-n), 0.0, 0.0
+        for k in range(hi + 1):
+            total += pk * self._at(tag, k, build)
+            mass += pk
+            pk *= n / (k + 1)
+        return total / mass
+
+    def _at(self, tag: tuple[object, ...], k: int, build: Callable[[int], float]) -> float:
         if k > EXACT:
             r = _round2(k)
             if r != k:
                 base = self._at_exact(tag, 0, build)
-                return round(base + (self._at_exact(tag, r, build) - base) * k / r)
+                return base + (self._at_exact(tag, r, build) - base) * k / r
         return self._at_exact(tag, k, build)
 
-    def _at_exact(self, tag: tuple[object, ...], k: int, build: Callable[[int], int]) -> int:
+    def _at_exact(self, tag: tuple[object, ...], k: int, build: Callable[[int], float]) -> float:
         key = tag + (k,)
         hit = self._cache.get(key)
         if hit is None:
@@ -154,6 +262,26 @@ class Encoding:
 
 def _sized(enc: Encoding, src: str, dst: str, make: Callable[[int], DjaUpdate]) -> Callable[[int], int]:
     return lambda k: enc.size(src, dst, make(k))
+
+
+def _fp_rate(body: Body) -> float:
+    """The false-positive rate of a key set as sent (0: exact keys)."""
+    if isinstance(body, KeyFilter) and body.bits:
+        return bloom_rate(len(body.bits) * 8, body.hashes, body.n)
+    return 0.0
+
+
+def _variant(v: Value, i: int, k: int) -> Value:
+    """The ``i``-th of ``k`` distinct values shaped like ``v``."""
+    if isinstance(v, bool) or v is None:
+        return i
+    if isinstance(v, (int, float)):
+        return v + i
+    s = str(v)
+    width = len(s) - 1
+    if width > 0 and 10 ** width >= k:
+        return s[0] + f"{i:0{width}d}"
+    return s + str(i)
 
 
 def _round2(k: int) -> int:

@@ -14,20 +14,42 @@ tuples and L_X the number of epochs a tuple stays in the window view (T_X/τ + 1
 * a tuple of N shipped by a semijoin (SM-S1's ΔW'_2) is shipped once per replica: with the
   requests of every step sharing the replica, a tuple is requested during its L_N epochs with
   probability ``q = 1 − Π (1 − ρ_i)^(n_i·L_N)``;
-* DJA replicas (SM-S2, SM-D1) receive every epoch the new distinct values v_J, the count vector
-  v_C of all distinct values in the window, and (SM-S2) s_F, the new tuples of keys held in full.
+* DJA replicas (SM-S2, SM-D1) receive every epoch the new distinct values v_J, the count changes
+  v_C (a (gap, count) pair per distinct value that gained or lost tuples: about the distinct keys
+  of 2b draws) and (SM-S2) s_F, the new tuples of keys held in full;
+* key requests (SM-S1, SM-S2, SM-D2) and SM-D2's match answer are key sets as the runtime sends
+  them (keys, or a Bloom filter when cheaper); a filter's false positives bring back extra tuples
+  (SM-S1: each window tuple is falsely requested with the filter's rate p every epoch; SM-D2: the
+  home finds p × its distinct keys more, and the match filter lets p of the other rows through).
 
-:func:`step_flows` and :func:`replica_flows` turn these into :class:`Msg` items, the expected
-content of one message per flow and epoch; :mod:`joinlib.costs.model` prices them with
-:class:`~joinlib.costs.encoding.Encoding`.
+**Reductions** (:func:`reduction_flows`, plans with ``Plan.reduce``): on each directed tree edge
+u → v, u sends each epoch the keys of its tuples that *newly* pass the key sets of its other
+neighbours, and a tuple of v is matched by u's sets while both are in their windows: a tuple of v
+meets the u tuples of ``b_u·(L_u + L_v − 1)`` arrivals (its own window's worth of the past and its
+lifetime's worth of the future; deltas make this about 2w, not w).  With ``conf(u → v)`` = P(a
+tuple of v is, at some point, matched by u's sets)::
+
+    conf(u → v) = 1 − (1 − presence(ρ_uv · Π_indep conf(n → u), b_u (L_u + L_v − 1)) · Π_shared conf(n → u))
+                    × (1 − p_uv)^(L_u + L_v − 1)
+
+over u's other neighbours n: *shared* ones probe u on the same attributes as v (one shared key:
+whether the key value is confirmed does not depend on which tuple of u carries it), *indep* ones
+on others; p_uv is the false-positive rate of u's set for v (exact keys: 0).  u sends to v the
+keys of ``b_u · Π conf(n → u)`` tuples per epoch (distinct keys of those), and ships
+``b_u · Π_all neighbours conf(n → u)`` tuples to the result site.
+
+:func:`step_flows`, :func:`replica_flows` and :func:`reduction_flows` turn these into :class:`Msg`
+items, the expected content of one message per flow and epoch; :mod:`joinlib.costs.model` prices
+them with :class:`~joinlib.costs.encoding.Encoding`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol, Sequence
 
 from ..cost import SeqState, interval_s, selectivity, stream_rate, window_tuples
+from ..ir import ReducerOp
 from ..model import Query
 
 #: flows of each algorithm across sites: (name, direction, kind); fwd = intermediate's site -> N's site
@@ -41,6 +63,17 @@ ALG_FLOWS = {
 }
 #: the replica an algorithm keeps at the intermediate's site when it crosses sites
 REPLICA = {"SP-S": "SP-S", "SM-S1": "SM-S1", "SM-S2": "SM-S2", "SM-D1": "SM-D1"}
+
+
+class KeySets(Protocol):
+    """What the flows need to know of key sets as the runtime sends them (implemented by
+    :class:`~joinlib.costs.encoding.Encoding`): the runtime's ``fp_cost`` and the false-positive
+    rate of a set of ``n`` keys (0 when it sends the keys)."""
+
+    def window_fp_cost(self, stream: str) -> Optional[float]: ...
+    def row_fp_cost(self, streams: tuple[str, ...], asked: float) -> Optional[float]: ...
+    def request_fp(self, stream: str, index: tuple[int, ...], n: float, fp_cost: Optional[float]) -> float: ...
+    def key_filter_fp(self, stream: str, index: tuple[int, ...], n: float, fp_cost: Optional[float]) -> float: ...
 
 
 def presence(rho: float, n: float) -> float:
@@ -112,9 +145,12 @@ def advance(query: Query, inter: Inter, stream: str, algorithm: str, pr: Optiona
 @dataclass(frozen=True)
 class Msg:
     """The expected content of one message per epoch on a flow: ``what`` is ``rows`` (a full-tuple
-    message of ``n`` rows of ``parts``), ``keys`` (``n`` keys of ``stream`` on ``index``), ``expiry``
-    (count ``n``, ``extra`` arrival timestamps) or ``dja`` (``n`` new values, ``extra`` =
-    (entries of v_C, their typical count, s_F tuples, arrivals))."""
+    message of ``n`` rows of ``parts``), ``keys`` (``n`` keys of ``stream`` on ``index``),
+    ``request`` (``n`` keys sent as the runtime's key_message with ``fp_cost``), ``filter`` (a
+    reduction's key set of ``n`` keys, ``fp_cost``), ``shipped`` (a reduction's ShippedBatch of
+    ``n`` tuples of ``stream``, ``extra`` arrivals), ``expiry`` (count ``n``, ``extra`` arrival
+    timestamps) or ``dja`` (``n`` new values, ``extra`` = (touched entries of v_C, their typical
+    gap, their typical count, s_F tuples, arrivals))."""
 
     name: str
     direction: str
@@ -125,26 +161,37 @@ class Msg:
     index: tuple[int, ...] = ()
     parts: tuple[str, ...] = ()
     extra: tuple[float, ...] = ()
+    fp_cost: Optional[float] = None
 
 
-def step_flows(query: Query, algorithm: str, pr: Probe, share: float) -> list[Msg]:
+def step_flows(query: Query, algorithm: str, pr: Probe, share: float, ks: Optional[KeySets] = None) -> list[Msg]:
     """The messages of a cross-site step per epoch; ``share``: this step's part of what its
-    (shared) replica ships in answers (SM-S1, SM-S2), see :func:`replica_flows`."""
+    (shared) replica ships in answers (SM-S1, SM-S2), see :func:`replica_flows`; ``ks``: how key
+    sets are sent (None: keys written out, no false positives)."""
     n = pr.stream
+    fc = ks.window_fp_cost(n) if ks is not None else None
     if algorithm == "SP-D":
         return [Msg("data", "fwd", "full", "rows", pr.rows, parts=pr.parts)]
     if algorithm == "SM-S1":
-        return [Msg("req", "fwd", "partial", "keys", pr.keys, n, pr.index),
+        return [Msg("req", "fwd", "partial", "request", pr.keys, n, pr.index, fp_cost=fc),
                 Msg("resp", "back", "full", "rows", share, parts=(n,))]
     if algorithm == "SM-S2":  # share: the keys this step requests
-        return [Msg("req", "fwd", "partial", "keys", share, n, pr.index),
-                Msg("resp", "back", "full", "rows", share * _window_keys(query, n, pr.index)[1], parts=(n,))]
+        entries, count, _ = _window_keys(query, n, pr.index)
+        p = ks.request_fp(n, pr.index, share, fc) if ks is not None else 0.0
+        return [Msg("req", "fwd", "partial", "request", share, n, pr.index, fp_cost=fc),
+                Msg("resp", "back", "full", "rows", (share + p * max(0.0, entries - share)) * count, parts=(n,))]
     if algorithm == "SM-D1":
         return [Msg("data", "fwd", "full", "rows", pr.rows * pr.p, parts=pr.parts)]
     if algorithm == "SM-D2":
-        return [Msg("keys", "fwd", "partial", "keys", pr.keys, n, pr.index),
-                Msg("match", "back", "partial", "keys", pr.keys * pr.p, n, pr.index),
-                Msg("data", "fwd", "full", "rows", pr.rows * pr.p, parts=pr.parts)]
+        p1 = ks.request_fp(n, pr.index, pr.keys, fc) if ks is not None else 0.0
+        entries = _window_keys(query, n, pr.index)[0]
+        hits = pr.keys * pr.p
+        found = hits + p1 * max(0.0, entries - hits)
+        fc2 = ks.row_fp_cost(pr.parts, pr.keys) if ks is not None else None
+        p2 = ks.request_fp(n, pr.index, found, fc2) if ks is not None else 0.0
+        return [Msg("keys", "fwd", "partial", "request", pr.keys, n, pr.index, fp_cost=fc),
+                Msg("match", "back", "partial", "request", found, n, pr.index, fp_cost=fc2),
+                Msg("data", "fwd", "full", "rows", pr.rows * (pr.p + (1.0 - pr.p) * p2), parts=pr.parts)]
     return []
 
 
@@ -173,17 +220,31 @@ def _window_keys(query: Query, stream: str, index: tuple[int, ...]) -> tuple[flo
     return entries, (w / entries if entries > 0 else 0.0), new
 
 
-def requested(query: Query, stream: str, probes: list[Probe]) -> float:
-    """q: P(a tuple of ``stream`` is asked for by one of ``probes`` while in the window)."""
+def _count_changes(query: Query, stream: str, index: tuple[int, ...]) -> tuple[float, float, float]:
+    """DJA v_C as the runtime sends it: (entries touched per epoch -- the distinct keys of the b
+    arrivals and the b expiries --, their mean gap in V order, their mean count)."""
+    s = query.stream(stream)
+    d = 1.0 / _key_f(query, stream, index)
+    entries, count, _ = _window_keys(query, stream, index)
+    touched = min(distinct(2 * stream_rate(s) * interval_s(query), d), max(entries, 0.0))
+    gap = (entries - touched) / touched if touched > 0 else 0.0
+    return touched, gap, count
+
+
+def requested(query: Query, stream: str, probes: list[Probe], fps: Optional[list[float]] = None) -> float:
+    """q: P(a tuple of ``stream`` is asked for by one of ``probes`` while in the window); ``fps``:
+    each probe's request filter's false-positive rate (a tuple passes one falsely, per epoch)."""
     life = _lifetime(query, stream)
     miss = 1.0
-    for pr in probes:
+    for i, pr in enumerate(probes):
         miss *= 1.0 - presence(pr.rho, pr.draws * life)
+        if fps:
+            miss *= 1.0 - presence(fps[i], life)
     return 1.0 - miss
 
 
 def replica_flows(query: Query, kind: str, stream: str, index: tuple[int, ...],
-                  probes: list[Probe]) -> tuple[Msg, list[float]]:
+                  probes: list[Probe], ks: Optional[KeySets] = None) -> tuple[Msg, list[float]]:
     """The update message of a replica per epoch and each requester's share of the answers
     (SM-S1: tuples shipped; SM-S2: keys requested)."""
     s = query.stream(stream)
@@ -194,15 +255,111 @@ def replica_flows(query: Query, kind: str, stream: str, index: tuple[int, ...],
     shares = [w / total_w if total_w > 0 else 1.0 / max(1, len(probes)) for w in weights]
     if kind == "SP-S":
         return Msg("update", "back", "full", "rows", b, parts=(stream,)), [0.0] * len(probes)
-    q = requested(query, stream, probes)
     if kind == "SM-S1":
-        shipped = b * q
+        fps = None
+        if ks is not None:
+            fc = ks.window_fp_cost(stream)
+            fps = [ks.request_fp(stream, pr.index, pr.keys, fc) for pr in probes]
+        shipped = b * requested(query, stream, probes, fps)
         return Msg("update", "back", "update", "expiry", shipped, extra=(arrivals,)), [shipped * x for x in shares]
-    entries, count, new = _window_keys(query, stream, index)
+    q = requested(query, stream, probes)
+    _, _, new = _window_keys(query, stream, index)
+    touched, gap, count = _count_changes(query, stream, index)
     if kind == "SM-S2":
         full = b * q * presence(_key_f(query, stream, index), window_tuples(s))
         req = new * q
-        msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(entries, count, full, arrivals))
+        msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(touched, gap, count, full, arrivals))
         return msg, [req * x for x in shares]
-    msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(entries, count, 0.0, arrivals))
+    msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(touched, gap, count, 0.0, arrivals))
     return msg, [0.0] * len(probes)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+@dataclass(frozen=True)
+class TreeMsg:
+    """One direction of a reduction's tree edge, per epoch: ``sender`` -> ``receiver`` carries the
+    keys (on ``index``, the sender's edge attributes) of ``tuples`` newly passing tuples, ``keys``
+    distinct ones, in a set of false-positive rate ``fp``.  What it offers a tuple of the receiver:
+    ``rho`` = P(one of the sender's tuples matches it and passes the sender's other neighbours on
+    other attributes), ``draws`` sender tuples per epoch, each valid (its key in a live set of the
+    receiver) for ``valid`` epochs, and ``shared`` = P(the key is confirmed by the sender's
+    neighbours on the same attributes)."""
+
+    sender: str
+    receiver: str
+    index: tuple[int, ...]
+    tuples: float
+    keys: float
+    fp: float
+    rho: float
+    draws: float
+    valid: float
+    shared: float
+
+    def conf(self, life: float, shrink: float = 1.0) -> float:
+        """P(a receiver tuple alive ``life`` epochs is matched, at some point, by these sets);
+        ``shrink`` scales the time during which the match must fall (:func:`_passing`)."""
+        span = max(0.0, (life + self.valid - 1.0) * shrink)
+        true = presence(self.rho, self.draws * span) * self.shared
+        return 1.0 - (1.0 - true) * (1.0 - presence(self.fp, span))
+
+
+def _passing(life: float, ws: list[TreeMsg]) -> tuple[list[float], float]:
+    """For a tuple alive ``life`` epochs that must be matched by every set of ``ws`` *at once*:
+    P(matched by each) and the expected delay from its arrival until it passes.
+
+    One match each would have windows of ``life + valid`` epochs, but all the matching sets must be
+    live together: for witnesses whose validity intervals of lengths l_i fall anywhere, the volume
+    of placements where all of them and the tuple's own life l_0 share a point is
+    e_k(l_0..l_k) = Σ_j Π_{i≠j} l_i, against Π (l_0 + l_i) for independent overlaps -- 3/4 for two
+    equal neighbours, 1/2 for three.  Each neighbour's time is scaled by the k-th root of that
+    ratio, exact when matches are rare and harmless when they are certain.  The delay (a later
+    witness makes the tuple pass later, so its own key is valid for fewer epochs): l_0 / 2 times
+    the weight of placements where a witness starts last, fading as passing becomes certain."""
+    if not ws:
+        return [], 0.0
+    ls = [life] + [max(1.0, w.valid) for w in ws]
+    e = sum(math.prod(ls[:j] + ls[j + 1:]) for j in range(len(ls)))
+    pairs = math.prod(life + x for x in ls[1:])
+    shrink = (e / pairs) ** (1.0 / len(ws)) if pairs > 0 else 1.0
+    confs = [w.conf(life, shrink) for w in ws]
+    passed = math.prod(confs)
+    late = (e - math.prod(ls[1:])) / e if e > 0 else 0.0
+    return confs, life / 2.0 * late * math.sqrt(max(0.0, 1.0 - passed))
+
+
+def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
+                    ks: Optional[KeySets] = None) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
+    """A reduction's key sets per directed tree edge and tuples shipped to the result site per
+    stream and epoch (see the module docstring)."""
+    ops = {op.stream: op for op in reducers}
+    tau = interval_s(query)
+    memo: dict[tuple[str, str], TreeMsg] = {}
+
+    def msg(u: str, v: str) -> TreeMsg:
+        hit = memo.get((u, v))
+        if hit is not None:
+            return hit
+        op = ops[u]
+        mine = op.edge(v).mine
+        others = [e for e in op.edges if e.stream != v]
+        confs, delay = _passing(_lifetime(query, u), [msg(e.stream, u) for e in others])
+        c_shared = math.prod(c for e, c in zip(others, confs, strict=True) if set(e.mine) == set(mine))
+        c_indep = math.prod(c for e, c in zip(others, confs, strict=True) if set(e.mine) != set(mine))
+        b = stream_rate(query.stream(u)) * tau
+        tuples = b * c_shared * c_indep
+        keys = distinct(tuples, 1.0 / _key_f(query, u, mine))
+        fp = ks.key_filter_fp(u, mine, keys, ks.window_fp_cost(v)) if ks is not None else 0.0
+        rho = SeqState.start(query, v).join_selectivity(query, u)
+        out = memo[(u, v)] = TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b,
+                                     _lifetime(query, u) - delay, c_shared)
+        return out
+
+    edges = {(op.stream, e.stream): msg(op.stream, e.stream) for op in reducers for e in op.edges}
+    shipped = {}
+    for op in reducers:
+        b = stream_rate(query.stream(op.stream)) * tau
+        confs, _ = _passing(_lifetime(query, op.stream), [msg(e.stream, op.stream) for e in op.edges])
+        shipped[op.stream] = b * math.prod(confs)
+    return edges, shipped

@@ -1,7 +1,8 @@
 """The statistics the byte model reads: from the query file, or measured from data.
 
 :class:`Inputs` holds the query (whose ``stats`` give rates, tuple sizes and key selectivities)
-and a representative value of every join attribute.  :func:`from_query` takes the declared
+and a representative value of every join attribute, and the query as declared: the runtime sizes
+its Bloom filters by the *declared* statistics, so the model does too.  :func:`from_query` takes the declared
 statistics (defaults as in ``docs/cost-model.md``); :func:`from_data` measures them first
 (:mod:`joinlib.stats`: rate, tuple bytes as the wire encodes them, f = 1 / distinct values) and
 takes the key values from the data.
@@ -24,9 +25,11 @@ class Inputs:
     query: Query
     key_values: dict[str, tuple[Value, ...]]
     measured: bool = False
+    declared: Optional[Query] = None  # the query as the runtime sees it (default: ``query``)
 
     def encoding(self, horizon_s: float = 15.0) -> Encoding:
-        return Encoding(self.query, {s.name: full_bytes(s) for s in self.query.streams}, self.key_values, horizon_s)
+        return Encoding(self.query, {s.name: full_bytes(s) for s in self.query.streams}, self.key_values, horizon_s,
+                        self.declared or self.query)
 
 
 def from_query(query: Query) -> Inputs:
@@ -74,7 +77,7 @@ def from_data(query: Query, streams: dict[str, list[Tup]]) -> Inputs:
         tups = streams.get(s.name) or []
         if tups:
             keys[s.name] = tuple(tups[len(tups) // 2].key)
-    return Inputs(q, keys, measured=True)
+    return Inputs(q, keys, measured=True, declared=query)
 
 
 def inputs_for(query: Query, streams: Optional[dict[str, list[Tup]]] = None) -> Inputs:

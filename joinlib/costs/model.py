@@ -12,6 +12,11 @@ from :class:`~joinlib.costs.encoding.Encoding` (the runtime's own encoder on rep
 bodies).  :class:`WireModel` is also a step-level :class:`~joinlib.cost.CostModel` (the same
 flows, each step with its own replica) for the per-head searches of ``greedy``, ``exhaustive``
 and ``beam``; its :meth:`WireModel.plan_cost` is the plan-level estimate.
+
+A reduction (``Plan.reduce``) lowers to ``central``'s sequences at its result site, whose replicas
+(kind ``RF``) hold only shipped tuples, and one reducer per stream: its key sets on every tree edge
+in both directions (free between two streams of one site) and its ShippedBatch to the result site
+(none for a stream born there), priced by :func:`~.flows.reduction_flows`.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from ..ir import PlanIR, StepOp, lower
 from ..model import Query
 from ..plan import Plan, Sequence, validate
 from .encoding import Encoding
-from .flows import REPLICA, Inter, Msg, Probe, advance, probe, replica_flows, step_flows
+from .flows import REPLICA, Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
 from .inputs import Inputs, from_query
 
 
@@ -71,10 +76,16 @@ def price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
         return enc.rows(src, dst, m.parts, m.n)
     if m.what == "keys":
         return enc.keys(src, dst, m.stream, m.index, m.n)
+    if m.what == "request":
+        return enc.request(src, dst, m.stream, m.index, m.n, m.fp_cost)
+    if m.what == "filter":
+        return enc.key_filter(src, dst, m.stream, m.index, m.n, m.fp_cost)
+    if m.what == "shipped":
+        return enc.shipped(src, dst, m.stream, m.n, m.extra[0])
     if m.what == "expiry":
         return enc.expiry(src, dst, m.n, m.extra[0])
-    entries, count, full, arrivals = m.extra
-    return enc.dja(src, dst, m.stream, m.index, m.n, entries, count, full, arrivals)
+    touched, gap, count, full, arrivals = m.extra
+    return enc.dja(src, dst, m.stream, m.index, m.n, touched, gap, count, full, arrivals)
 
 
 def _walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
@@ -103,18 +114,45 @@ def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None) -> P
     shares: dict[str, float] = {}
     est = PlanEstimate()
     for rep in ir.replicas:
+        if rep.kind == "RF":  # a reduction's replica: its reducer's ShippedBatch, below
+            continue
         mine = users.get(rep.sig, [])
-        msg, parts = replica_flows(query, rep.kind, rep.stream, rep.index, [steps[s][1] for s in mine])
+        msg, parts = replica_flows(query, rep.kind, rep.stream, rep.index, [steps[s][1] for s in mine], enc)
         shares.update(zip(mine, parts, strict=True))
         f = ir.update_flow(rep)
         est.flows.append(FlowCost(f.sig, rep.sig, "update", f.src, f.dst, f.kind, msg.n,
                                   price(enc, f.src, f.dst, msg) / tau))
     for sig, (st, pr) in steps.items():
-        for m in step_flows(query, st.algorithm, pr, shares.get(sig, 0.0)):
+        for m in step_flows(query, st.algorithm, pr, shares.get(sig, 0.0), enc):
             f = ir.flow(st.flow(m.name))
             est.flows.append(FlowCost(f.sig, st.sig, m.name, f.src, f.dst, f.kind, m.n,
                                       price(enc, f.src, f.dst, m) / tau))
+    if ir.reducers:
+        _reduction(query, ir, enc, est)
     return est
+
+
+def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> None:
+    """The flows of a reduction's reducers: key sets on the tree's edges, tuples shipped."""
+    tau = interval_s(query)
+    edges, shipped = reduction_flows(query, ir.reducers, enc)
+    for op in ir.reducers:
+        for e in op.edges:
+            f = ir.flow(e.out_flow)
+            if f.src == f.dst:  # two streams of one site: no network
+                continue
+            t = edges[(op.stream, e.stream)]
+            m = Msg(f.name, "fwd", "partial", "filter", t.keys, op.stream, t.index,
+                    fp_cost=enc.window_fp_cost(e.stream))
+            est.flows.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys,
+                                      price(enc, f.src, f.dst, m) / tau))
+        if op.replica is not None:
+            f = ir.update_flow(ir.replica(op.replica))
+            s = query.stream(op.stream)
+            arrivals = 0.0 if s.window.is_time else stream_rate(s) * tau
+            m = Msg("update", "fwd", "full", "shipped", shipped[op.stream], op.stream, extra=(arrivals,))
+            est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
+                                      price(enc, f.src, f.dst, m) / tau))
 
 
 def estimate(query: Query, plan: Plan, inputs: Optional[Inputs] = None) -> PlanEstimate:
@@ -198,9 +236,9 @@ class WireModel:
         shares = [0.0]
         if algorithm in REPLICA:
             idx = pr.index if algorithm in ("SM-S2", "SM-D1") else ()
-            msg, shares = replica_flows(q, REPLICA[algorithm], stream, idx, [pr])
+            msg, shares = replica_flows(q, REPLICA[algorithm], stream, idx, [pr], enc)
             total += price(enc, dst, src, msg)
-        for m in step_flows(q, algorithm, pr, shares[0]):
+        for m in step_flows(q, algorithm, pr, shares[0], enc):
             a, b = (src, dst) if m.direction == "fwd" else (dst, src)
             total += price(enc, a, b, m)
         return total / tau
