@@ -7,19 +7,23 @@ bytes per second with every shipment counted once):
 * ``uniform``: each of the six algorithms on every step;
 * ``per-head``: for every head, the model-optimal sequence (order and algorithm per step, DP of
   :mod:`.exhaustive`) starting at every node, the cheapest start kept;
+* ``reduce``: a reduction (semijoin program over a spanning tree, every result at one node) to
+  every node, over the default tree (breadth first from the most central stream) and over the
+  breadth-first tree from every other stream where that is a different tree (cyclic join graphs);
 * ``descent``: coordinate descent over heads from the best plans so far: each head's sequence
   replaced in turn by the one from its pool (the per-head optimum at every start, SP-S to every
   node, each algorithm) that lowers the *plan*'s cost most, until nothing improves.  This finds
   mixed plans the others cannot, e.g. heads that share the replicas of a ``central`` node while
-  one selective head reduces by semijoins.
+  one selective head reduces by semijoins.  (Reductions are whole-plan shapes: not descent seeds.)
 
 A new plan shape plugs in as one more generator (``GENERATORS``) plus its pricing in the model.
 
 Without data, ``auto`` returns the model's best plan over the query file's statistics.  With data,
 it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the candidates, and runs a
-short list — the :data:`SHORT_LIST` best distinct candidates plus ``central`` at every node — on a
-sample long enough for every window to fill (:func:`sample_ms`), and keeps the plan shipping the
-fewest bytes per second once the windows are full (messages of the epochs after the fill).
+short list — the :data:`SHORT_LIST` best distinct candidates, the best reduction when none of them
+is one, and ``central`` at every node — on a sample long enough for every window to fill
+(:func:`sample_ms`), and keeps the plan shipping the fewest bytes per second once the windows are
+full (messages of the epochs after the fill).
 Measurement on the deterministic simulator charges the bytes Kafka carries, so the choice never
 ships more than the best ``central`` on the sample.
 """
@@ -84,7 +88,22 @@ def gen_per_head(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
     yield "per-head", validate(query, Plan(tuple(seqs)))
 
 
-GENERATORS: dict[str, Generator] = {"central": gen_central, "uniform": gen_uniform, "per-head": gen_per_head}
+def gen_reduce(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+    """A reduction to every node: over the default tree, and over the breadth-first tree from each
+    other stream when that is another tree (a cyclic join graph has several)."""
+    default = plans.center(query)
+    trees = {frozenset(map(frozenset, plans.spanning_tree(query, default))): default}
+    for root in query.names:
+        trees.setdefault(frozenset(map(frozenset, plans.spanning_tree(query, root))), root)
+    for node in query.nodes:
+        yield f"reduce:{node}", plans.reduction(query, node)
+        for root in trees.values():
+            if root != default:
+                yield f"reduce:{node}/tree:{root}", plans.reduction(query, node, plans.spanning_tree(query, root), root)
+
+
+GENERATORS: dict[str, Generator] = {"central": gen_central, "uniform": gen_uniform, "per-head": gen_per_head,
+                                    "reduce": gen_reduce}
 
 
 def pools(query: Query, model: WireModel) -> dict[str, list[Sequence]]:
@@ -140,7 +159,7 @@ def rank(query: Query, model: WireModel) -> list[Ranked]:
         for name, plan in gen(query, model):
             add(name, plan)
     pool = pools(query, model)
-    seeds = sorted(seen.values(), key=lambda r: r.estimate)[:DESCENT_SEEDS]
+    seeds = sorted((r for r in seen.values() if r.plan.reduce is None), key=lambda r: r.estimate)[:DESCENT_SEEDS]
     for r in seeds:
         add(f"descent({r.name})", descent(query, model, r.plan, pool))
     return sorted(seen.values(), key=lambda r: r.estimate)
@@ -182,8 +201,12 @@ def _rate(streams: Streams, span: Optional[float]) -> float:
 
 
 def short_list(query: Query, ranked: list[Ranked], k: int = SHORT_LIST) -> list[Ranked]:
-    """The ``k`` best model candidates other than ``central``, plus ``central`` at every node."""
+    """The ``k`` best model candidates other than ``central``, the best reduction if none of them is
+    one (the model's pass-through estimates are least sure where reductions win most), plus
+    ``central`` at every node."""
     others = [r for r in ranked if not r.name.startswith("central:")][:k]
+    if not any(r.plan.reduce is not None for r in others):
+        others += [r for r in ranked if r.plan.reduce is not None][:1]
     return others + [r for r in ranked if r.name.startswith("central:")]
 
 

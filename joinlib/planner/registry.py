@@ -38,6 +38,10 @@ PLAN_HELP = """PLAN is one of:
                                fills, keep the one shipping fewest bytes (or lowest time)
   central[:SITE]               ship every stream to one site and join there, as
                                centralized engines do (default site: highest rate)
+  reduce[:NODE]                a reduction: semijoin program over a spanning tree of the
+                               join graph, then only the tuples that can still join are
+                               shipped to NODE, which joins (default node: as central;
+                               docs/reduction.md)
   SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
                                that algorithm on every step (breadth-first orders)
   FILE.json                    {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], ...}"""
@@ -84,6 +88,12 @@ def _central(r: PlanRequest) -> Plan:
     return plans.central(r.query, r.arg)
 
 
+def _reduce(r: PlanRequest) -> Plan:
+    if r.arg is not None and r.arg not in r.query.nodes:
+        raise PlanError(f"reduce:{r.arg}: no such node (nodes: {', '.join(r.query.nodes)})")
+    return plans.reduction(r.query, r.arg)
+
+
 def _uniform(algorithm: str) -> Planner:
     return Planner(lambda r: plans.uniform(r.query, algorithm))
 
@@ -95,6 +105,7 @@ PLANNERS: dict[str, Planner] = {
     "beam": _cost_based(beam),
     "sampled": Planner(_sampled, takes_arg=True, needs_data=True),
     "central": Planner(_central, takes_arg=True),
+    "reduce": Planner(_reduce, takes_arg=True),
     **{algorithm: _uniform(algorithm) for algorithm in plans.ALGORITHMS},
 }
 
@@ -117,7 +128,7 @@ def needs_data(spec: str) -> bool:
 
 def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None,
                  progress: bool = False) -> Plan:
-    """A plan from a planner name, ``central[:SITE]``, an algorithm name, or a JSON file;
+    """A plan from a planner name, ``central[:SITE]``, ``reduce[:NODE]``, an algorithm name, or a JSON file;
     ``sampled[:time]`` measures candidates on ``streams``."""
     p = lookup(spec)
     if p is not None:
@@ -145,7 +156,7 @@ def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None)
 
 def candidates(query: Query, streams: Optional[Streams] = None) -> dict[str, Plan]:
     """Every plan worth trying on data, by name (duplicates removed, first name kept): each
-    cost-based planner under the wire, bytes and paper models, ``central`` at every node, each
+    cost-based planner under the wire, bytes and paper models, ``central`` and ``reduce`` at every node, each
     algorithm on every step, and every candidate of ``auto``'s search (mixed plans, sequences
     started at any node; the model's statistics measured on ``streams`` when given)."""
     out: dict[str, Plan] = {}
@@ -154,6 +165,7 @@ def candidates(query: Query, streams: Optional[Streams] = None) -> dict[str, Pla
             out.setdefault(f"{planner}/{model}", plan_for(planner, query, model))
     for site in query.nodes:
         out[f"central:{site}"] = plans.central(query, site)
+        out[f"reduce:{site}"] = plans.reduction(query, site)
     for algorithm in plans.ALGORITHMS:
         out[algorithm] = plans.uniform(query, algorithm)
     for r in auto_ranked(query, streams)[0]:
