@@ -83,14 +83,16 @@ class WindowSnapshot:
 
 @dataclass(slots=True)
 class KeyFilter:
-    """A reduction's key set on one edge of its tree (kind ``partial``): the keys, on the edge's
-    attributes, of the sender's tuples that newly pass every filter but the receiver's, either
-    written out (``keys``) or as a Bloom filter (``bits``, ``hashes``, ``n`` keys) when that is
-    shorter.  ``tag``: the latest arrival epoch of those tuples; ``live_from``: the oldest arrival
-    epoch still in the sender's window -- a receiver forgets the sets whose tag is below it."""
+    """A key set (kind ``partial``): a reduction's on one edge of its tree -- the keys, on the
+    edge's attributes, of the sender's tuples that newly pass every filter but the receiver's --
+    or a semijoin's key request; written out (``keys``) or as a Bloom filter (``bits``,
+    ``hashes``, ``n`` keys) when that is shorter.  Epochs count back from the envelope's epoch e
+    (a byte each, however long the stream runs): ``back`` to the latest arrival epoch of the keys
+    (0 when there are none), ``live`` to the oldest arrival epoch still in the sender's window --
+    a receiver forgets the sets older than that."""
 
-    tag: int = 0
-    live_from: int = 0
+    back: int = 0
+    live: int = 0
     keys: list[Key] = field(default_factory=list)
     bits: bytes = b""
     hashes: int = 0

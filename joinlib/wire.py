@@ -177,7 +177,8 @@ _HAND_ENCODED = {
         "counts:array<long>}"
     ),
     "joinlib.KeyFilter": (
-        f"joinlib.KeyFilter{{tag:long,live_from:long,keys:array<array<{_V}>>,bits:bytes,hashes:int,n:long}}"
+        f"joinlib.KeyFilter{{back:long,live:long,keys:array<array<{_V}>>,"
+        "bloom:[null|joinlib.Bloom{bits:bytes,hashes:int,n:long}]}"
     ),
     "joinlib.ShippedBatch": "joinlib.ShippedBatch{tuples:array<joinlib.BaseTuple>,arrivals:array<long>}",
     "joinlib.Envelope": (
@@ -515,9 +516,13 @@ def _put_dja_update(ap: Append, body: DjaUpdate) -> None:
 
 def _put_key_filter(ap: Append, body: KeyFilter) -> None:
     ap(_BR_KEY_FILTER)
-    ap(_long(body.tag))
-    ap(_long(body.live_from))
+    ap(_long(body.back))
+    ap(_long(body.live))
     _put_keys(ap, body.keys)
+    if not body.bits:
+        ap(b"\x00")        # bloom: null
+        return
+    ap(b"\x02")            # bloom: the record
     ap(_long(len(body.bits)))
     ap(body.bits)
     ap(_int(body.hashes))
@@ -766,6 +771,16 @@ def _rint(data: bytes, i: int, what: str) -> tuple[int, int]:
     return n, i
 
 
+def _bloom_of(rec: Any) -> tuple[Any, ...]:
+    """(bits, hashes, n) of a KeyFilter's ``bloom`` union as fastavro reads it (a (name, record)
+    pair with ``return_record_name``), () for null."""
+    if rec is None:
+        return ()
+    if isinstance(rec, tuple):
+        rec = rec[1]
+    return rec["bits"], rec["hashes"], rec["n"]
+
+
 def _keys_of(rec: list[list[Value]]) -> list[Key]:
     return [tuple(k) for k in rec]
 
@@ -778,8 +793,7 @@ _BODY_OF_RECORD: dict[str, Callable[[Record], Body]] = {
                                              b["arrivals"]),
     "joinlib.WindowSnapshot": lambda b: WindowSnapshot(b["base"], [_tup_of(p) for p in b["tuples"]],
                                                        _keys_of(b["keys"]), b["counts"]),
-    "joinlib.KeyFilter": lambda b: KeyFilter(b["tag"], b["live_from"], _keys_of(b["keys"]), b["bits"], b["hashes"],
-                                             b["n"]),
+    "joinlib.KeyFilter": lambda b: KeyFilter(b["back"], b["live"], _keys_of(b["keys"]), *_bloom_of(b["bloom"])),
     "joinlib.ShippedBatch": lambda b: ShippedBatch([_tup_of(p) for p in b["tuples"]], b["arrivals"]),
 }
 
@@ -859,8 +873,8 @@ def _envelope_record(env: Envelope) -> Record:
                "keys": [list(k) for k in body.keys], "counts": list(body.counts)}
         name = "joinlib.WindowSnapshot"
     elif isinstance(body, KeyFilter):
-        rec = {"tag": body.tag, "live_from": body.live_from, "keys": [list(k) for k in body.keys],
-               "bits": body.bits, "hashes": body.hashes, "n": body.n}
+        rec = {"back": body.back, "live": body.live, "keys": [list(k) for k in body.keys],
+               "bloom": {"bits": body.bits, "hashes": body.hashes, "n": body.n} if body.bits else None}
         name = "joinlib.KeyFilter"
     elif isinstance(body, ShippedBatch):
         rec = {"tuples": [_tup_record(t) for t in body.tuples], "arrivals": list(body.arrivals)}

@@ -171,9 +171,9 @@ class Encoding:
         hit = self._bodies.get(("filter", stream, index, fp_cost, k))
         if hit is None:
             ks = KeySet.of(self.distinct_keys(stream, index, k), self.fpr or None, fp_cost=fp_cost)
-            tag, live = (self._epoch if k else -1), max(0, self._epoch - 30)
-            hit = KeyFilter(tag, live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n) if ks.bloom is not None \
-                else KeyFilter(tag, live, list(ks.keys or ()))
+            back, live = 0, 30    # epochs back from the message's: the latest keys', the window's oldest
+            hit = KeyFilter(back, live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n) if ks.bloom is not None \
+                else KeyFilter(back, live, list(ks.keys or ()))
             self._bodies[("filter", stream, index, fp_cost, k)] = hit
         assert isinstance(hit, KeyFilter)
         return hit

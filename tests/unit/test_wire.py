@@ -67,7 +67,7 @@ def norm(env: Envelope):
         body = ("snapshot", b.base, [tup_fields(t) for t in b.tuples], [key_fields(k) for k in b.keys],
                 list(b.counts))
     elif isinstance(b, KeyFilter):
-        body = ("filter", b.tag, b.live_from, [key_fields(k) for k in b.keys], b.bits, b.hashes, b.n)
+        body = ("filter", b.back, b.live, [key_fields(k) for k in b.keys], b.bits, b.hashes, b.n)
     elif isinstance(b, ShippedBatch):
         body = ("shipped", [tup_fields(t) for t in b.tuples], list(b.arrivals))
     else:
@@ -502,7 +502,8 @@ body_st = st.one_of(
     ),
     st.builds(WindowSnapshot, long_st, st.lists(tup_st, max_size=3), st.lists(key_st, max_size=4),
               st.lists(long_st, max_size=4)),
-    st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4), st.binary(max_size=16),
+    st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4)),       # keys (bloom null)
+    st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4), st.binary(min_size=1, max_size=16),
               st.integers(INT_MIN, INT_MAX), long_st),
     st.builds(ShippedBatch, st.lists(tup_st, max_size=3), st.lists(long_st, max_size=4)),
 )

@@ -16,7 +16,8 @@ does not pass in its own epoch has no partners, and filters may only err on the 
 a tuple through (Bloom filters' false positives: ``joinlib.bloom``).
 
 Key sets are deltas: a reducer sends the keys of tuples that pass for the first time, tagged with
-the latest arrival epoch among them, and the oldest arrival epoch still in its window; a receiver
+the latest arrival epoch among them, and the oldest arrival epoch still in its window (both as
+epochs back from the message's epoch, a byte each); a receiver
 keeps every set whose tag is not below the sender's latest such epoch.  A tuple that did not pass
 is re-tested only against the sets that arrived since, so each epoch costs what changed.
 """
@@ -89,13 +90,14 @@ class Reducer:
         return self.window[0][2] if self.window else e + 1
 
     # ------------------------------------------------------------------ filters
-    def take(self, nbr: str, body: KeyFilter) -> None:
-        lf = self.live_from[nbr] = max(self.live_from[nbr], body.live_from)
+    def take(self, nbr: str, e: int, body: KeyFilter) -> None:
+        """The key set ``nbr`` sent for epoch e."""
+        lf = self.live_from[nbr] = max(self.live_from[nbr], e - body.live)
         fs = [f for f in self.filters[nbr] if f[1] >= lf]
         if body.keys or body.n:
             self.received[nbr] += 1
             ks = KeySet(bloom=Bloom(body.bits, body.hashes, body.n)) if body.bits else KeySet(keys=tuple(body.keys))
-            fs.append((self.received[nbr], body.tag, ks.matcher()))
+            fs.append((self.received[nbr], e - body.back, ks.matcher()))
         self.filters[nbr] = fs
 
     def _matches(self, x: _Entry, nbr: str) -> bool:
@@ -132,10 +134,10 @@ class Reducer:
         self._settle(newly)
         mine = self._keys[nbr]
         ks = KeySet.of((tuple(x.t.key[i] for i in mine) for x in newly), self.fpr, fp_cost=self.fp_cost.get(nbr))
-        tag = max((x.t.ts // self.tau for x in newly), default=-1)
+        back = e - max((x.t.ts // self.tau for x in newly), default=e)
         if ks.bloom is not None:
-            return KeyFilter(tag, self.oldest(e), [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
-        return KeyFilter(tag, self.oldest(e), list(ks.keys or ()))
+            return KeyFilter(back, e - self.oldest(e), [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
+        return KeyFilter(back, e - self.oldest(e), list(ks.keys or ()))
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour, for the result site."""
@@ -250,7 +252,7 @@ def _take(ctx: StepContext, red: Reducer, nbr: str, flow: str) -> Any:
         if body is None:
             return False
         assert isinstance(body, KeyFilter)
-        red.take(nbr, body)
+        red.take(nbr, e, body)
         return True
     return take
 
