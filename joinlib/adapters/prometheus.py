@@ -89,7 +89,7 @@ class PrometheusSensor(Sensor):
         self.dead_letters = Counter(
             "joinlib_dead_letters",
             "Records of a live source written to the dead-letter topic dlq.<query>, per reason "
-            "(late, bad_json, bad_avro, missing_field, wrong_type, no_value, duplicate_id).",
+            "(late, bad_json, bad_avro, missing_field, wrong_type, no_value, duplicate_id, too_far_ahead).",
             ["site", "query", "stream", "reason"], registry=r)
         self.watermark_lag = Gauge(
             "joinlib_watermark_lag_seconds",

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 from ..model import Query, Tup
 from ..reference import reference_join
-from .records import DUPLICATE_ID, LATE, Bad, Decoder, SchemaLookup
-from .stream import TUPLE_WINDOW_HORIZON_MS
+from .records import DUPLICATE_ID, LATE, TOO_FAR_AHEAD, Bad, Decoder, SchemaLookup
+from .stream import MAX_AHEAD_MS, TUPLE_WINDOW_HORIZON_MS
 
 # (ids by stream position, head ts in ms from the origin) -> count
 Results = Counter[tuple[tuple[Optional[int], ...], int]]
@@ -56,6 +56,8 @@ def classify_partition(rows: list[tuple[int, Any]], advances: list[tuple[int, in
             out[off] = ev.reason
         elif ev.ts < wm:
             out[off] = LATE
+        elif ev.ts > wm + MAX_AHEAD_MS:
+            out[off] = TOO_FAR_AHEAD
         elif ev.id in seen and seen[ev.id] >= wm - horizon:
             out[off] = DUPLICATE_ID
         else:

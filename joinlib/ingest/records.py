@@ -25,8 +25,8 @@ from ..values import encode_values
 #: dead-letter reasons (``dlq.reason`` header of docs/live.md)
 BAD_JSON, BAD_AVRO, NO_VALUE = "bad_json", "bad_avro", "no_value"
 MISSING_FIELD, WRONG_TYPE = "missing_field", "wrong_type"
-LATE, DUPLICATE_ID = "late", "duplicate_id"
-REASONS = (BAD_JSON, BAD_AVRO, NO_VALUE, MISSING_FIELD, WRONG_TYPE, LATE, DUPLICATE_ID)
+LATE, DUPLICATE_ID, TOO_FAR_AHEAD = "late", "duplicate_id", "too_far_ahead"
+REASONS = (BAD_JSON, BAD_AVRO, NO_VALUE, MISSING_FIELD, WRONG_TYPE, LATE, DUPLICATE_ID, TOO_FAR_AHEAD)
 
 ID_PARTITION_SHIFT = 48
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1

@@ -7,6 +7,9 @@ order:
 * a well-formed record with event time ``t < wm_p`` is **late**; with ``t >= wm_p`` it is on time,
   unless an earlier on-time record of p has the same id and an event time ``>= wm_p - horizon`` (the
   horizon is the stream's time window; 10 s for tuple windows): then it is a **duplicate**;
+* a record more than :data:`MAX_AHEAD_MS` (a day) above ``wm_p`` is **too far ahead** (a wrong time unit
+  or ``--since``: epochs are processed one by one from the origin, and a jump of years would stall the
+  node);
 * an on-time record raises ``wm_p`` to ``max(wm_p, max event time seen in p - delta)``;
 * an *idle advance* raises ``wm_p`` to a given value at a given position of p (the adapter decides
   them from processing time and logs them, so a replay applies them at the same positions).
@@ -31,9 +34,10 @@ from collections import deque
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..model import Stream, Tup
-from .records import DUPLICATE_ID, LATE, Bad, Event
+from .records import DUPLICATE_ID, LATE, TOO_FAR_AHEAD, Bad, Event
 
 TUPLE_WINDOW_HORIZON_MS = 10_000
+MAX_AHEAD_MS = 86_400_000
 
 
 class Advance(NamedTuple):
@@ -98,6 +102,9 @@ class StreamIngest:
         if ev.ts < p.wm:
             return Bad(LATE, f"event time {ev.ts} ms (from the origin) is below the partition's watermark "
                              f"{p.wm} ms by {p.wm - ev.ts} ms")
+        if ev.ts > p.wm + MAX_AHEAD_MS:
+            return Bad(TOO_FAR_AHEAD, f"event time {ev.ts} ms (from the origin) is {(ev.ts - p.wm) / 86_400_000:.1f} "
+                                      "days ahead of the partition's watermark: check the time unit and --since")
         seen = p.ids.get(ev.id)
         if seen is not None and seen >= p.wm - self.horizon:
             return Bad(DUPLICATE_ID, f"id {ev.id} repeats an on-time record of this partition "

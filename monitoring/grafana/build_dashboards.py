@@ -255,7 +255,7 @@ def live_panels(L: Layout) -> None:
     L.add(timeseries(
         "Dead letters/s", "Records of the users' topics written to dlq.<query> per second, per query, stream "
         "and reason: late (event time below the partition's watermark), bad_json, bad_avro, missing_field, "
-        "wrong_type, no_value, duplicate_id (joinlib_dead_letters_total).",
+        "wrong_type, no_value, duplicate_id, too_far_ahead (joinlib_dead_letters_total).",
         [target(f"sum by (query, stream, reason) (rate(joinlib_dead_letters_total{{{SITE}}}[{RI}]))",
                 "{{query}} {{stream}} {{reason}}")], "short"), 12, 8)
     L.add(timeseries(

@@ -76,6 +76,8 @@ def model(recs: dict[int, list], advances: dict[int, list[tuple[int, int]]], hor
                 outcome[(part, off)] = "malformed"
             elif ts < wm:
                 outcome[(part, off)] = "late"
+            elif ts > wm + 86_400_000:
+                outcome[(part, off)] = "too_far_ahead"
             elif id_ in seen and seen[id_] >= wm - horizon:
                 outcome[(part, off)] = "duplicate_id"
             else:

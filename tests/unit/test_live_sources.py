@@ -259,3 +259,12 @@ def test_results_flags_need_follow(capsys) -> None:
     assert "go with --follow" in capsys.readouterr().err
     assert cli(["queries", "--url", "http://127.0.0.1:9"]) == 2
     assert "cannot reach the planner service" in capsys.readouterr().err
+
+
+def test_a_record_years_ahead_is_a_dead_letter_not_a_stall() -> None:
+    """--since 0 with wall-clock event times (or ns read as ms) would mean billions of empty epochs."""
+    q = parse_query(doc(), "q")
+    s = StreamIngest(q.streams[0], {0: 0}, tau=100, delta=80, idle_timeout=1000)
+    bad = s.offer(0, 0, Event(1_714_000_000_000, 1, ("a",), b""), 0)
+    assert bad is not None and bad.reason == "too_far_ahead" and "days ahead" in bad.detail
+    assert s.offer(0, 1, Event(5_000, 2, ("a",), b""), 0) is None and s.watermark == 4_920
