@@ -91,6 +91,13 @@ class Encoding:
                 break
         return Tup(s.pos, n, ts, n, key, b"\0" * max(0, pad))
 
+    def _window_epochs(self, stream: str) -> int:
+        """Epochs a full window of ``stream`` spans (a reducer's ``live``)."""
+        s = self.query.stream(stream)
+        if s.window.is_time:
+            return int(s.window.size // self.tau_ms)
+        return int(s.window.size / max(1e-9, self._rate(s) * self.tau_ms / 1000.0))
+
     def _rate(self, s: Stream) -> float:
         r = s.stats.rate
         return 100.0 if r is None else float(r)
@@ -171,7 +178,7 @@ class Encoding:
         hit = self._bodies.get(("filter", stream, index, fp_cost, k))
         if hit is None:
             ks = KeySet.of(self.distinct_keys(stream, index, k), self.fpr or None, fp_cost=fp_cost)
-            back, live = 0, 30    # epochs back from the message's: the latest keys', the window's oldest
+            back, live = 0, self._window_epochs(stream)  # epochs back: the latest keys', the window's oldest
             hit = KeyFilter(back, live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n) if ks.bloom is not None \
                 else KeyFilter(back, live, list(ks.keys or ()))
             self._bodies[("filter", stream, index, fp_cost, k)] = hit
