@@ -23,14 +23,15 @@ it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the ca
 short list — the :data:`SHORT_LIST` best distinct candidates, the best reduction when none of them
 is one, and ``central`` at every node — on a sample long enough for every window to fill
 (:func:`sample_ms`), and keeps the plan shipping the fewest bytes per second once the windows are
-full (messages of the epochs after the fill).
+full (messages of the epochs after the fill, put on the whole data's scale by the model's
+estimates at the sample's and the data's stream rates).
 Measurement on the deterministic simulator charges the bytes Kafka carries, so the choice never
 ships more than the best ``central`` on the sample.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .. import plan as plans
@@ -38,7 +39,7 @@ from ..costs import Inputs, WireModel, inputs_for
 from ..model import Query, Tup
 from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
 from .exhaustive import exhaustive_sequence
-from .measure import central_bytes, sample_ms, sample_of, steady_bytes
+from .measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
 
 Streams = dict[str, list[Tup]]
 #: a candidate generator: named plans for a query under a model
@@ -166,14 +167,20 @@ def rank(query: Query, model: WireModel) -> list[Ranked]:
 
 
 # ------------------------------------------------------------------ measurement
-def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None) -> list[Ranked]:
+def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None,
+            inputs: Optional[Inputs] = None) -> list[Ranked]:
     """Measure ``cands``; cheapest first (ties: the model's order).  ``central:NODE`` is priced
     exactly over all of ``streams`` (:func:`~.measure.central_bytes`, no run needed); every other
-    candidate runs on the sample, and its bytes per second once the windows are full are scaled by
-    the ratio of the data's tuple rate to the sample's, so that both are rates of the whole data."""
+    candidate runs on the sample, and its bytes per second once the windows are full are put on the
+    whole data's scale by the model: × (its estimate at each stream's tuple rate over the data) /
+    (its estimate at the rates of the sample's measured epochs).  A sample's streams run above or
+    below their mean rates by several per cent, and by different amounts: scaling every plan by the
+    total tuple rate made a plan that ships another stream than the best ``central`` look a few per
+    cent cheaper or dearer than it is."""
     length = length_ms or sample_ms(query, streams)
     span = _span_s(streams)
     scale = _rate(streams, span) / max(1e-9, _rate(sample_of(streams, length), None))
+    rescale = _rescaler(query, streams, length, inputs)
     out = []
     results = set()
     for r in cands:
@@ -183,11 +190,43 @@ def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Opti
             continue
         m = steady_bytes(query, streams, r.plan, length)
         results.add(m.results)
-        out.append(Ranked(r.name, r.plan, r.estimate, m.steady_bytes_per_s * scale, m.bytes))
+        factor = rescale(r.plan) if rescale is not None else None
+        out.append(Ranked(r.name, r.plan, r.estimate, m.steady_bytes_per_s * (factor or scale), m.bytes))
     if len(results) > 1:  # every plan is exact: a difference is a bug
         raise RuntimeError(f"candidate plans disagree on the sample's results: {sorted(results)}")
     order = {id(r): i for i, r in enumerate(out)}
     return sorted(out, key=lambda r: (r.measured or 0.0, order[id(r)]))
+
+
+def _rescaler(query: Query, streams: Streams, length: int,
+              inputs: Optional[Inputs]) -> Optional[Callable[[Plan], Optional[float]]]:
+    """plan -> (model estimate at the data's stream rates) / (at the rates of the sample's
+    measured epochs, those :func:`~.measure.steady_bytes` counts); None when the sample has no
+    such epochs."""
+    sample = sample_of(streams, length)
+    tau = query.execution.interval_ms
+    starts = [ts[0].ts for ts in sample.values() if ts]
+    if not starts:
+        return None
+    e0 = (min(starts) + fill_ms(query, streams)) // tau + 1
+    last = max(t.ts for ts in sample.values() for t in ts) // tau
+    if last < e0:
+        return None
+    dur, span = (last - e0 + 1) * tau / 1000.0, _span_s(streams)
+    base = inputs or inputs_for(query, streams)
+    full = WireModel(_with_rates(base, {n: len(ts) / span for n, ts in streams.items()}))
+    part = WireModel(_with_rates(base, {n: sum(1 for t in ts if t.ts >= e0 * tau) / dur for n, ts in sample.items()}))
+
+    def factor(plan: Plan) -> Optional[float]:
+        a, b = full.plan_cost(query, plan), part.plan_cost(query, plan)
+        return a / b if a > 0 and b > 0 else None
+    return factor
+
+
+def _with_rates(inputs: Inputs, rates: dict[str, float]) -> Inputs:
+    q = inputs.query
+    ss = tuple(replace(s, stats=replace(s.stats, rate=rates[s.name])) if rates.get(s.name) else s for s in q.streams)
+    return replace(inputs, query=replace(q, streams=ss))
 
 
 def _span_s(streams: Streams) -> float:
@@ -220,7 +259,7 @@ def auto_ranked(query: Query, streams: Optional[Streams] = None,
     ranked = [Ranked(r.name, validate(query, r.plan), r.estimate) for r in ranked]
     if not streams:
         return ranked, []
-    return ranked, measure(query, streams, short_list(query, ranked))
+    return ranked, measure(query, streams, short_list(query, ranked), inputs=inputs)
 
 
 def auto(query: Query, streams: Optional[Streams] = None) -> Plan:
