@@ -33,8 +33,10 @@ tuple of v is, at some point, matched by u's sets)::
                     × (1 − p_uv)^(L_u + L_v − 1)
 
 over u's other neighbours n: *shared* ones probe u on the same attributes as v (one shared key:
-whether the key value is confirmed does not depend on which tuple of u carries it), *indep* ones
-on others; p_uv is the false-positive rate of u's set for v (exact keys: 0).  u sends to v the
+whether the key value is confirmed does not depend on which tuple of u carries it, but the
+confirmations of a v tuple's several u witnesses reach further in time than one's: the shared
+factor is taken over a u lifetime extended by the witnesses' expected spread), *indep* ones on
+others; p_uv is the false-positive rate of u's set for v (exact keys: 0).  u sends to v the
 keys of ``b_u · Π conf(n → u)`` tuples per epoch (distinct keys of those), and ships
 ``b_u · Π_all neighbours conf(n → u)`` tuples to the result site.
 
@@ -329,6 +331,22 @@ def _passing(life: float, ws: list[TreeMsg]) -> tuple[list[float], float]:
     return confs, life / 2.0 * late * math.sqrt(max(0.0, 1.0 - passed))
 
 
+def _spread(mu: float) -> float:
+    """E[(m − 1) / (m + 1) | m ≥ 1] for m Poisson with mean ``mu``: the expected range of m
+    uniform points over an interval, as a fraction of it -- how much further than one witness's
+    the witnesses of one key reach."""
+    if mu <= 0:
+        return 0.0
+    if mu > 50:
+        return (mu - 1.0) / (mu + 1.0)
+    pk, total, mass = math.exp(-mu), 0.0, 0.0
+    for m in range(1, int(mu + 8.0 * math.sqrt(mu) + 10.0)):
+        pk *= mu / m
+        total += pk * (m - 1) / (m + 1)
+        mass += pk
+    return total / mass if mass > 0 else 0.0
+
+
 def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
                     ks: Optional[KeySets] = None) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
     """A reduction's key sets per directed tree edge and tuples shipped to the result site per
@@ -344,16 +362,23 @@ def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
         op = ops[u]
         mine = op.edge(v).mine
         others = [e for e in op.edges if e.stream != v]
-        confs, delay = _passing(_lifetime(query, u), [msg(e.stream, u) for e in others])
-        c_shared = math.prod(c for e, c in zip(others, confs, strict=True) if set(e.mine) == set(mine))
-        c_indep = math.prod(c for e, c in zip(others, confs, strict=True) if set(e.mine) != set(mine))
+        ws = [msg(e.stream, u) for e in others]
+        shared = [set(e.mine) == set(mine) for e in others]
+        life = _lifetime(query, u)
+        confs, delay = _passing(life, ws)
+        c_shared = math.prod(c for c, sh in zip(confs, shared, strict=True) if sh)
+        c_indep = math.prod(c for c, sh in zip(confs, shared, strict=True) if not sh)
         b = stream_rate(query.stream(u)) * tau
         tuples = b * c_shared * c_indep
         keys = distinct(tuples, 1.0 / _key_f(query, u, mine))
         fp = ks.key_filter_fp(u, mine, keys, ks.window_fp_cost(v)) if ks is not None else 0.0
         rho = SeqState.start(query, v).join_selectivity(query, u)
-        out = memo[(u, v)] = TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b,
-                                     _lifetime(query, u) - delay, c_shared)
+        valid = life - delay
+        if any(shared):  # the key's confirmations, over the reach of all of a v tuple's u witnesses
+            reach = _lifetime(query, v) + valid - 1.0
+            confs, _ = _passing(life + reach * _spread(rho * c_indep * b * reach), ws)
+            c_shared = math.prod(c for c, sh in zip(confs, shared, strict=True) if sh)
+        out = memo[(u, v)] = TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b, valid, c_shared)
         return out
 
     edges = {(op.stream, e.stream): msg(op.stream, e.stream) for op in reducers for e in op.edges}
