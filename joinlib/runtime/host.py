@@ -71,6 +71,10 @@ class Host:
         self._relink()
         return inst
 
+    def stop_instance(self, key: InstanceKey, stop: int) -> None:
+        """End generation ``key`` with head epoch ``stop`` (a switch decided while running)."""
+        self.instances[key].set_stop(stop, self.last.get(key[0]))
+
     def retire(self, key: InstanceKey) -> None:
         """Remove a finished instance (its lanes are done): its windows' purges are no longer held."""
         inst = self.instances.pop(key)

@@ -287,6 +287,15 @@ class Instance:
         for lane in self.lanes:
             lane.hi = hi
 
+    def set_stop(self, stop: int, last: Optional[int]) -> None:
+        """End this generation with head epoch ``stop``: a switch decided while running (seed 003's
+        migration agrees on the epoch), not given at install.  The caller makes sure no lane has
+        passed ``stop`` yet; ``last``: the query's last epoch, if known."""
+        if any(lane.epoch > stop + 1 or (lane.epoch == stop + 1 and lane.cursor) for lane in self.lanes):
+            raise ValueError(f"instance {self.key} has run past epoch {stop}: it cannot stop there")
+        self.stop = stop
+        self.close_at(last)
+
     @property
     def finished(self) -> bool:
         return all(lane.done for lane in self.lanes)
