@@ -1,0 +1,67 @@
+"""What an adaptive run is configured with, and the ``adaptive[:cnu|:dnu]`` plan name."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import JoinlibError
+from ..runtime.sensor import Sensor
+from .jep import JEP
+from .planner import Eq12
+from .stats import MonitorConfig, StreamStatistics
+
+MODES = ("cnu", "dnu")
+PLAN_NAME = "adaptive"
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """``mode``: centralised (``cnu``, the default) or distributed (``dnu``) re-planning;
+    ``monitor``: measurement interval, threshold and hysteresis (:mod:`.stats`);
+    ``fence_margin``: epochs between a node's GLOBAL_READY and its fence (it waits at the fence
+    only if the switch epoch is not agreed by then: raise it where messages take longer than
+    margin × τ); ``planner``: the CNU query node (default: the first stream's site)."""
+
+    mode: str = "cnu"
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    fence_margin: int = 2
+    planner: Optional[str] = None
+    model: Eq12 = field(default_factory=Eq12)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise JoinlibError(f"adaptive: unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
+        if self.fence_margin < 1:
+            raise JoinlibError("adaptive: the fence margin is at least one epoch")
+
+
+def is_adaptive(spec: str) -> bool:
+    """Does a ``--plan`` value ask for adaptive re-planning?"""
+    return spec == PLAN_NAME or spec.startswith(PLAN_NAME + ":")
+
+
+def parse_plan(spec: str, base: Optional[AdaptiveConfig] = None) -> AdaptiveConfig:
+    """``adaptive`` or ``adaptive:cnu`` / ``adaptive:dnu`` -> the configuration."""
+    _, colon, mode = spec.partition(":")
+    if not colon:
+        mode = "cnu"
+    if mode not in MODES:
+        raise JoinlibError(f"--plan {spec!r}: expected adaptive, adaptive:cnu or adaptive:dnu")
+    b = base or AdaptiveConfig()
+    return AdaptiveConfig(mode, b.monitor, b.fence_margin, b.planner, b.model)
+
+
+class AdaptiveSensor(Sensor):
+    """The runtime's sensor interface with the adaptive framework's hooks (no-ops here; the
+    Prometheus adapter and the embedded report implement them)."""
+
+    def on_stream_stats(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None: ...
+    def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None: ...
+    def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
+                       triggers: tuple[int, ...]) -> None: ...
+    def on_protocol(self, site: str, kind: str, category: str) -> None: ...
+
+
+def adaptive_sensor(sensor: Optional[Sensor]) -> AdaptiveSensor:
+    return sensor if isinstance(sensor, AdaptiveSensor) else AdaptiveSensor()
+
