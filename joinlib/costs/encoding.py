@@ -29,7 +29,7 @@ from ..bloom import KeySet
 from ..bloom import rate as bloom_rate
 from ..messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, KeyFilter, ShippedBatch, TupleBatch
 from ..model import Query, Stream, Tup, Value
-from ..runtime.algorithms.base import key_message, row_bytes_of, window_bytes
+from ..runtime.algorithms.base import key_message, keys_bytes, row_bytes_of, window_bytes
 from ..wire import encode_tuple, envelope_size
 
 #: item counts up to which bodies are built exactly
@@ -177,7 +177,7 @@ class Encoding:
     def _filter(self, stream: str, index: tuple[int, ...], k: int, fp_cost: Optional[float]) -> KeyFilter:
         hit = self._bodies.get(("filter", stream, index, fp_cost, k))
         if hit is None:
-            ks = KeySet.of(self.distinct_keys(stream, index, k), self.fpr or None, fp_cost=fp_cost)
+            ks = KeySet.of(self.distinct_keys(stream, index, k), self.fpr or None, keys_bytes, fp_cost)
             back, live = 0, self._window_epochs(stream)  # epochs back: the latest keys', the window's oldest
             hit = KeyFilter(back, live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n) if ks.bloom is not None \
                 else KeyFilter(back, live, list(ks.keys or ()))

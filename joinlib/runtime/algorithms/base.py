@@ -101,6 +101,12 @@ def window_bytes(s: Stream) -> Optional[float]:
     return s.stats.rate * s.window.size / 1000 * tb if s.stats.rate else None
 
 
+def keys_bytes(keys: Iterable[Key]) -> int:
+    """About what ``keys`` take written out (an Avro array of keys): the side of the keys-or-filter
+    choice both requests and reductions weigh a Bloom filter against."""
+    return 1 + sum(1 + sum(_approx_bytes(v) for v in k) for k in keys)
+
+
 def row_bytes_of(*streams: Stream) -> Optional[float]:
     """The declared bytes of a row of ``streams`` (``tuple_bytes``, else 5 per attribute, the
     paper's unit); None when a stream's size is not declared."""
@@ -119,8 +125,7 @@ def key_message(keys: list[Key], fpr: float, fp_cost: Optional[float]) -> Body:
     positives is shorter.  A false positive only brings back a tuple that the join then drops.
     ``fp_cost``: what the answer would cost if every candidate passed (:func:`window_bytes` of the
     answering stream); None (statistics not declared) or ``fpr`` 0: always the keys."""
-    ks = KeySet.of(keys, fpr or None, lambda ks: 1 + sum(1 + sum(_approx_bytes(v) for v in k) for k in ks),
-                   fp_cost)
+    ks = KeySet.of(keys, fpr or None, keys_bytes, fp_cost)
     if ks.bloom is not None:
         return KeyFilter(0, 0, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
     return KeyBatch(list(ks.keys or ()))

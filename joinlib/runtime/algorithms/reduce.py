@@ -32,7 +32,7 @@ from ...messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from ...model import Stream, Tup
 from ..lanes import Phase
 from ..window import HomeWindow
-from .base import Decode, Encode, Placed, StepContext
+from .base import Decode, Encode, Placed, StepContext, keys_bytes
 from .simple import FullReplica
 
 
@@ -133,7 +133,8 @@ class Reducer:
             x.sent.add(nbr)
         self._settle(newly)
         mine = self._keys[nbr]
-        ks = KeySet.of((tuple(x.t.key[i] for i in mine) for x in newly), self.fpr, fp_cost=self.fp_cost.get(nbr))
+        ks = KeySet.of((tuple(x.t.key[i] for i in mine) for x in newly), self.fpr, keys_bytes,
+                       self.fp_cost.get(nbr))
         back = e - max((x.t.ts // self.tau for x in newly), default=e)
         if ks.bloom is not None:
             return KeyFilter(back, e - self.oldest(e), [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
