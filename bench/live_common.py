@@ -90,7 +90,7 @@ def write_backlog(bootstrap: str, query: Query, seconds: float, *, f: float = F,
     gen = LiveGenerator(bootstrap, query, profile(f, rate, payload), seed=seed, time_base_ms=BASE_MS + 1000,
                         on_delivered=rec)
     gen.burst(int(seconds * rate))
-    p = make_producer(bootstrap)
+    p = make_producer(bootstrap, **{"enable.idempotence": True, "acks": "all"})
     end_ms = BASE_MS + int(seconds * 1000) + 30_000
     for s in query.streams:
         for part in range(partitions):

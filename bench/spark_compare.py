@@ -39,10 +39,8 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_bench import backlog_run, paced_run, sites_for  # noqa: E402
+from live_bench import backlog_run, paced_run, prepare_backlog, sites_for  # noqa: E402
 from live_common import (  # noqa: E402
-    BASE_MS,
-    PAYLOAD,
     RATE,
     ROOT,
     WINDOW_MS,
@@ -54,7 +52,6 @@ from live_common import (  # noqa: E402
     percentiles,
     read_written,
     tag,
-    write_backlog,
 )
 
 DELAY_MS = 80
@@ -133,15 +130,11 @@ class SparkRun:
 # --------------------------------------------------------------------------- the phases
 
 
-def spark_backlog(spark, bs: str, seconds: float, f: float, workdir: Path, exact: bool, chunk_s: float,
-                  rate: float = RATE, payload: int = PAYLOAD) -> dict:
-    from joinlib.ingest.contract import expected_output
-    t = tag()
-    topics = [f"fig7s.{t}.{i}" for i in (1, 2, 3)]
-    make_topics(bs, topics, 3)
-    q = fig7_query(f"fig7spark{t}", sites_for(t), topics, f=f, rate=rate, payload=payload)
-    rec = write_backlog(bs, q, seconds, f=f, rate=rate, payload=payload)
-    want = expected_output(q, rec.written, BASE_MS, count_only=not exact)  # every record is on time
+def spark_backlog(spark, bs: str, data: dict, workdir: Path, exact: bool, chunk_s: float) -> dict:
+    """Spark over the topics joinlib drained (``prepare_backlog``): every record is on time."""
+    t, q, rec, want = data["tag"], data["query"], data["rec"], data["want"]
+    topics = [s.source.topic for s in q.streams]
+    rate = q.streams[0].stats.rate or RATE
     n = sum(len(v) for v in rec.written.values())
     t0 = time.time() * 1000
     per_batch = int(chunk_s * rate) if chunk_s else None   # records per topic and micro-batch
@@ -154,7 +147,8 @@ def spark_backlog(spark, bs: str, seconds: float, f: float, workdir: Path, exact
         got = Counter({(a, b, c): k for (a, b, c, _), k in run.ids.items()})
         ok = ok and got == Counter({ids: k for (ids, _), k in want.results.items()})
     remote = _remote_bytes(rec.bytes)
-    return {"events": n, "results": run.count, "reference_results": want.count, "exact": ok,
+    return {"events": n, "results": run.count, "reference_results": want.count,
+            ("same_results" if exact else "same_count"): ok,
             "drain_s": round(elapsed, 2), "events_per_s": round(n / elapsed, 1), "micro_batches": run.batches,
             "max_offsets_per_trigger": per_batch,
             "bytes_crossing_sites": remote["bytes"], "join_site_stream": remote["stream"],
@@ -225,11 +219,12 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     before = machine()
     try:
-        jl_backlog = backlog_run(bs, args.backlog, args.f, args.plan, work, args.exact)
+        fig7 = prepare_backlog(bs, args.backlog, args.f, exact=args.exact)
+        jl_backlog = backlog_run(bs, args.backlog, args.f, args.plan, work, args.exact, data=fig7)
         _say("joinlib backlog", jl_backlog)
         # the routers workload of the live demo: few matches (f = 0.0005), where semijoins pay off
-        jl_routers = backlog_run(bs, args.backlog, ROUTERS["f"], args.plan, work, args.exact, ROUTERS["rate"],
-                                 ROUTERS["payload"])
+        routers = prepare_backlog(bs, args.backlog, ROUTERS["f"], ROUTERS["rate"], ROUTERS["payload"], args.exact)
+        jl_routers = backlog_run(bs, args.backlog, ROUTERS["f"], args.plan, work, args.exact, data=routers)
         _say("joinlib backlog, routers workload", jl_routers)
         rates = [float(x) for x in args.rates.split(",")]
         jl_paced = []
@@ -238,10 +233,9 @@ def main() -> int:
             _say(f"joinlib live {rate:g}/s per site", jl_paced[-1])
         spark = spark_session(args.spark_partitions, args.spark_memory)
         try:
-            sp_backlog = spark_backlog(spark, bs, args.backlog, args.f, work, args.exact, args.spark_chunk)
+            sp_backlog = spark_backlog(spark, bs, fig7, work, args.exact, args.spark_chunk)
             _say("spark backlog", sp_backlog)
-            sp_routers = spark_backlog(spark, bs, args.backlog, ROUTERS["f"], work, args.exact, args.spark_chunk,
-                                       ROUTERS["rate"], ROUTERS["payload"])
+            sp_routers = spark_backlog(spark, bs, routers, work, args.exact, args.spark_chunk)
             _say("spark backlog, routers workload", sp_routers)
             sp_paced = []
             for rate in rates:

@@ -52,7 +52,9 @@ class LiveGenerator:
         self.gens = {n: EventGen(query.stream(n), profile, seed=seed, time_base_ms=base, id_base=id_base)
                      for n in self.names}
         self.topics = {n: query.stream(n).source.topic for n in self.names}  # type: ignore[union-attr]
-        self.out = Producing(make_producer(bootstrap, **{"linger.ms": 5}))
+        # idempotent: a retried send (a loaded broker) can neither duplicate nor reorder records, and order
+        # within a partition decides which records are late
+        self.out = Producing(make_producer(bootstrap, **{"linger.ms": 5, "enable.idempotence": True, "acks": "all"}))
         self.on_delivered = on_delivered
         self.sent = {n: 0 for n in self.names}
         self.sent_bytes = 0

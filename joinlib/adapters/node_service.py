@@ -29,7 +29,6 @@ and a result's ``emit_ms`` is the wall-clock time it was produced.
 """
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
@@ -565,7 +564,7 @@ class _Run:
             self._source(m)
 
     def _message(self, m: Any, now: float, sent: float) -> None:
-        env = _decode_envelope(m.value(), (m.key() or b"").decode(), self.site)
+        env = wire.decode_envelope(m.value(), (m.key() or b"").decode(), self.site)
         env.query = self.q.name
         if not self.host.on_message(env, now, sent):
             return  # a copy sent again by a restarted node
@@ -587,7 +586,7 @@ class _Run:
             self._naive(dst, epoch, tups)
 
     def _naive(self, dst: str, epoch: int, tups: list[Any]) -> None:
-        n = _naive_size(self.site, dst, epoch, tups)
+        n = wire.naive_batch_size(epoch, tups)
         self.counters.naive[(self.site, dst)] += n
         self.svc.sensor.on_naive(self.site, dst, n)
 
@@ -692,21 +691,3 @@ class _Run:
 def _positions(offsets: dict[str, Any]) -> dict[tuple[str, int], int]:
     """A plan message's ``offsets`` (topic -> offset of partition 0) as (topic, partition) -> offset."""
     return {(t, 0): int(o) for t, o in offsets.items() if o is not None}
-
-
-def _naive_size(src: str, dst: str, epoch: int, tups: list[Any]) -> int:
-    """``wire.naive_batch_size`` across its change of signature (envelopes without src/dst)."""
-    f: Any = wire.naive_batch_size
-    try:
-        return int(f(epoch, tups))
-    except TypeError:
-        return int(f(src, dst, epoch, tups))
-
-
-_DECODE_TAKES_SITES = len(inspect.signature(wire.decode_envelope).parameters) >= 3
-
-
-def _decode_envelope(value: bytes, src: str, dst: str) -> Any:
-    """``wire.decode_envelope`` across its change of signature (src and dst from the key and topic)."""
-    f: Any = wire.decode_envelope
-    return f(value, src, dst) if _DECODE_TAKES_SITES else f(value)
