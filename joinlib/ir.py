@@ -227,23 +227,26 @@ class StepOp:
 class Edge:
     """One neighbour of a reducer in the reduction's tree: the neighbour stream and its home, the
     positions in each side's join attributes that form the edge's key (every predicate between
-    the two, in one canonical order), and the flow the reducer sends its key sets on."""
+    the two, in one canonical order), and the flows of key sets to and from the neighbour (None:
+    that direction is skipped, ``Reduce.skip`` -- no key sets go that way, and the receiver does
+    not filter by the sender)."""
 
     stream: str
     home: str
     mine: tuple[int, ...]
     theirs: tuple[int, ...]
-    out_flow: str       # signature of the flow to the neighbour
-    in_flow: str        # signature of the flow from it
+    out_flow: Optional[str]     # signature of the flow to the neighbour (None: skipped)
+    in_flow: Optional[str]      # signature of the flow from it (None: skipped, it passes everything)
 
 
 @dataclass(frozen=True)
 class ReducerOp:
     """The semijoin-program state of one stream of a reduction, at its home: it filters the stream
     by its tree neighbours' key sets, sends its own on to them, and ships what passes to the
-    result site ``site`` (unless the stream is born there).  ``order``: the neighbours as the
+    result site ``site`` (unless the stream is born there).  ``schedule``: the neighbours as the
     reducer talks to them each epoch -- children in, parent out, parent in, children out (an
-    up pass then a down pass of the tree)."""
+    up pass then a down pass of the tree), without the skipped directions.  ``filters``: the
+    neighbours it filters by (those whose key sets it takes); ``sends``: those it sends to."""
 
     stream: str
     pos: int
@@ -261,12 +264,31 @@ class ReducerOp:
         return next(e for e in self.edges if e.stream == stream)
 
     @property
+    def filters(self) -> tuple[Edge, ...]:
+        return tuple(e for e in self.edges if e.in_flow is not None)
+
+    @property
+    def sends(self) -> tuple[Edge, ...]:
+        return tuple(e for e in self.edges if e.out_flow is not None)
+
+    @property
     def schedule(self) -> tuple[tuple[str, str], ...]:
-        """(in | out, neighbour) in the order of the epoch's rounds."""
-        children = [e.stream for e in self.edges if e.stream != self.parent]
-        up = [("in", c) for c in children] + ([("out", self.parent)] if self.parent else [])
-        down = ([("in", self.parent)] if self.parent else []) + [("out", c) for c in children]
+        """(in | out, neighbour) in the order of the epoch's rounds.  A skipped direction is simply
+        left out on both sides: every remaining wait (an "in" for the neighbour's "out") was one of
+        the full schedule's, whose up-then-down order has no cycle, so none can deadlock."""
+        children = [e for e in self.edges if e.stream != self.parent]
+        parent = [e for e in self.edges if e.stream == self.parent]
+        up = [("in", e.stream) for e in children if e.in_flow] + [("out", e.stream) for e in parent if e.out_flow]
+        down = [("in", e.stream) for e in parent if e.in_flow] + [("out", e.stream) for e in children if e.out_flow]
         return tuple(up + down)
+
+    @property
+    def content(self) -> str:
+        """The reducer named by all it does (for operator sets, diffs and digests): ``sig``, its
+        parent, its rounds in order and its tree neighbours -- so that two reductions with other
+        trees, roots or skipped directions differ."""
+        rounds = " ".join(f"{way}:{n}" for way, n in self.schedule)
+        return f"{self.sig}^{self.parent or ''}[{rounds}|{','.join(e.stream for e in self.edges)}]"
 
 
 @dataclass(frozen=True)
@@ -361,7 +383,7 @@ class PlanIR:
             tuple(r.sig for r in self.replicas if r.home == site),
             tuple(st.sig for st in self.steps if site in st.sites),
             tuple(h for h, at in self.starts if at == site) + tuple(
-                f"reduce:{r.stream}" for r in self.reducers if r.home == site),
+                r.content for r in self.reducers if r.home == site),
         )
 
     def signatures(self) -> frozenset[str]:
@@ -486,6 +508,7 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
     if red is None:
         return ()
     parent = _parents(red.tree, red.root)
+    skip = set(red.skip)
     out = []
     for s in query.streams:
         sig = f"reduce:{s.name}@{s.site}>{red.site}"
@@ -497,10 +520,13 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
             preds = sorted(query.predicates_between(s.name, other.name), key=str)
             mine = tuple(s.attr_index(p.side(s.name) or "") for p in preds)
             theirs = tuple(other.attr_index(p.side(other.name) or "") for p in preds)
-            fo = FlowOp(sig, f"to:{other.name}", s.site, other.site, "partial")
-            flows[fo.sig] = fo
-            fin = f"reduce:{other.name}@{other.site}>{red.site}/to:{s.name}"
-            edges.append(Edge(other.name, other.site, mine, theirs, fo.sig, fin))
+            fout: Optional[str] = None
+            if (s.name, other.name) not in skip:
+                fo = FlowOp(sig, f"to:{other.name}", s.site, other.site, "partial")
+                flows[fo.sig] = fo
+                fout = fo.sig
+            fin = None if (other.name, s.name) in skip else f"reduce:{other.name}@{other.site}>{red.site}/to:{s.name}"
+            edges.append(Edge(other.name, other.site, mine, theirs, fout, fin))
         rep = f"RF:{s.name}@{s.site}>{red.site}"
         out.append(ReducerOp(s.name, s.pos, s.site, red.site, tuple(edges), parent.get(s.name),
                              rep if rep in replicas else None))

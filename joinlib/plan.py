@@ -12,17 +12,22 @@ Its home learns that from its neighbours' keys along a spanning tree of the join
 semijoin program run every epoch (each stream is filtered by the keys of all its neighbours,
 which are themselves filtered by theirs: a full reducer for acyclic joins, after Bernstein and
 Chiu's semijoin programs and Yannakakis; ``docs/bytes.md``).  Its sequences are those of
-``central`` at R; ``Plan.reduce`` names R and the tree.
+``central`` at R; ``Plan.reduce`` names R and the tree.  A direction of a tree edge may be
+*skipped* (``skip``: (sender, receiver) pairs): the sender sends that neighbour no key sets, and
+the receiver does not filter by the sender (its tuples pass toward its other neighbours and ship
+to R as if the sender had every key) -- where filtering costs more than it saves.
 
 JSON form (the CLI's ``--plan FILE``)::
 
     {"S1": [["S2", "SM-S1"], ["S3", "SP-D"]], "S2": [...], ...}
     {"S1": {"start": "siteA", "steps": [["S2", "SP-S"]]}, ...}
     {"reduce": {"site": "r2", "tree": [["S1", "S2"], ["S2", "S3"]]}}
+    {"reduce": {"site": "r2", "tree": [["S1", "S2"], ["S2", "S3"]], "skip": [["S1", "S2"]]}}
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -59,11 +64,14 @@ class Sequence:
 @dataclass(frozen=True)
 class Reduce:
     """A reduction to ``site``: the semijoin program runs along ``tree`` (spanning tree edges of
-    the join graph, as pairs of stream names) rooted at ``root``."""
+    the join graph, as pairs of stream names) rooted at ``root``.  ``skip``: directed tree edges
+    (sender, receiver) whose key sets are not sent; the receiver treats the sender as passing
+    everything (fewer tuples filtered, never a result lost)."""
 
     site: str
     tree: tuple[tuple[str, str], ...]
     root: str
+    skip: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,10 @@ class Plan:
     def to_json(self) -> PlanJSON:
         if self.reduce is not None:
             r = self.reduce
-            return {"reduce": {"site": r.site, "tree": [list(e) for e in r.tree], "root": r.root}}
+            spec: dict[str, Any] = {"site": r.site, "tree": [list(e) for e in r.tree], "root": r.root}
+            if r.skip:
+                spec["skip"] = [list(e) for e in r.skip]
+            return {"reduce": spec}
         out: PlanJSON = {}
         for seq in self.sequences:
             steps: StepsJSON = [[st.stream, st.algorithm] for st in seq.steps]
@@ -91,7 +102,8 @@ class Plan:
         if self.reduce is not None:
             r = self.reduce
             tree = ", ".join(f"{a}-{b}" for a, b in r.tree)
-            return f"reduce to {r.site} (tree {tree}, root {r.root})"
+            skip = f"; no key sets {', '.join(f'{a}->{b}' for a, b in r.skip)}" if r.skip else ""
+            return f"reduce to {r.site} (tree {tree}, root {r.root}{skip})"
         lines = []
         for seq in self.sequences:
             at = f" (at {seq.start})" if seq.start else ""
@@ -177,22 +189,36 @@ def _load(data: Union[dict[str, Any], str, Path]) -> dict[str, Any]:
 def _reduce_from_json(query: Query, data: dict[str, Any]) -> Plan:
     spec = data["reduce"]
     if len(data) != 1 or not isinstance(spec, dict) or not isinstance(spec.get("site"), str):
-        raise PlanError('a reduction is {"reduce": {"site": NODE, "tree"?: [[A, B], ...], "root"?: STREAM}}')
+        raise PlanError('a reduction is {"reduce": {"site": NODE, "tree"?: [[A, B], ...], "root"?: STREAM, '
+                        '"skip"?: [[SENDER, RECEIVER], ...]}}')
+    unknown = sorted(set(spec) - {"site", "tree", "root", "skip"})
+    if unknown:
+        raise PlanError(f"reduce: unknown field {', '.join(map(repr, unknown))} (fields: site, tree, root, skip)")
     tree = spec.get("tree")
-    if tree is not None and not (isinstance(tree, list) and all(
-            isinstance(e, (list, tuple)) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in tree)):
+    if tree is not None and not _pairs(tree):
         raise PlanError("reduce.tree: expected a list of [stream, stream] edges")
     root = spec.get("root")
     if root is not None and not isinstance(root, str):
         raise PlanError("reduce.root: expected a stream name")
-    return reduction(query, spec["site"], None if tree is None else [tuple(e) for e in tree], root)
+    skip = spec.get("skip", [])
+    if not _pairs(skip):
+        raise PlanError("reduce.skip: expected a list of [sender, receiver] pairs (tree edges whose key sets "
+                        "are not sent in that direction)")
+    return reduction(query, spec["site"], None if tree is None else [tuple(e) for e in tree], root,
+                     [tuple(e) for e in skip])
+
+
+def _pairs(data: Any) -> bool:
+    return isinstance(data, list) and all(
+        isinstance(e, (list, tuple)) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in data)
 
 
 def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tuple[str, str]]] = None,
-              root: Optional[str] = None) -> Plan:
+              root: Optional[str] = None, skip: Iterable[tuple[str, str]] = ()) -> Plan:
     """Produce every result at ``site`` (default as for :func:`central`) after a semijoin program
     along ``tree`` (default: a breadth-first spanning tree from the most central stream), rooted at
-    ``root`` (default: that stream), has filtered what every stream ships there."""
+    ``root`` (default: that stream), has filtered what every stream ships there; ``skip``: directed
+    tree edges (sender, receiver) whose key sets are not sent (see :class:`Reduce`)."""
     base = central(query, site)
     at = base.sequences[0].start
     assert at is not None
@@ -205,7 +231,23 @@ def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tupl
     if root not in query.names:
         raise PlanError(f"reduce.root: unknown stream {root!r}")
     edges = tuple(tuple(sorted(e, key=query.names.index)) for e in tree)
-    return Plan(base.sequences, Reduce(at, tuple((a, b) for a, b in edges), root))
+    return Plan(base.sequences, Reduce(at, tuple((a, b) for a, b in edges), root, _check_skip(query, edges, skip)))
+
+
+def _check_skip(query: Query, tree: tuple[tuple[str, ...], ...],
+                skip: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``skip`` validated against the tree, without repeats, in query order (sender, then receiver)."""
+    names, edges = set(query.names), {frozenset(e) for e in tree}
+    out: set[tuple[str, str]] = set()
+    for a, b in skip:
+        for x in (a, b):
+            if x not in names:
+                raise PlanError(f"reduce.skip: unknown stream {x!r} in {a}->{b} (streams: {', '.join(query.names)})")
+        if a == b or frozenset((a, b)) not in edges:
+            tree_text = ", ".join("-".join(e) for e in tree)
+            raise PlanError(f"reduce.skip: {a}->{b} is not a direction of a tree edge (tree: {tree_text})")
+        out.add((a, b))
+    return tuple(sorted(out, key=lambda e: (query.names.index(e[0]), query.names.index(e[1]))))
 
 
 def _check_tree(query: Query, tree: list[tuple[str, str]]) -> None:

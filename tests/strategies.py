@@ -89,7 +89,8 @@ def plans(draw, query: Query) -> Plan:
 
 @st.composite
 def reductions(draw, query: Query) -> Plan:
-    """A reduction to a random node along a random spanning tree with a random root."""
+    """A reduction to a random node along a random spanning tree with a random root, with a random
+    set of skipped directions (none, some, or every one)."""
     names = list(query.names)
     root = draw(st.sampled_from(names))
     done, edges = {root}, []
@@ -98,4 +99,8 @@ def reductions(draw, query: Query) -> Plan:
         a, b = draw(st.sampled_from(cands))
         edges.append((a, b))
         done.add(b)
-    return reduction(query, draw(st.sampled_from(query.nodes)), edges, draw(st.sampled_from(names)))
+    directed = [d for a, b in edges for d in ((a, b), (b, a))]
+    how = draw(st.sampled_from(["none", "some", "some", "all"]))
+    skip = [] if how == "none" else directed if how == "all" else \
+        [d for d in directed if draw(st.booleans())]
+    return reduction(query, draw(st.sampled_from(query.nodes)), edges, draw(st.sampled_from(names)), skip)

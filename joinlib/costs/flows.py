@@ -38,7 +38,9 @@ confirmations of a v tuple's several u witnesses reach further in time than one'
 factor is taken over a u lifetime extended by the witnesses' expected spread), *indep* ones on
 others; p_uv is the false-positive rate of u's set for v (exact keys: 0).  u sends to v the
 keys of ``b_u · Π conf(n → u)`` tuples per epoch (distinct keys of those), and ships
-``b_u · Π_all neighbours conf(n → u)`` tuples to the result site.
+``b_u · Π_all neighbours conf(n → u)`` tuples to the result site.  A skipped direction n → u
+(``Reduce.skip``) carries no message and drops out of every product over u's neighbours
+(conf = 1: u does not filter by n).
 
 :func:`step_flows`, :func:`replica_flows` and :func:`reduction_flows` turn these into :class:`Msg`
 items, the expected content of one message per flow and epoch; :mod:`joinlib.costs.model` prices
@@ -349,8 +351,8 @@ def _spread(mu: float) -> float:
 
 def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
                     ks: Optional[KeySets] = None) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
-    """A reduction's key sets per directed tree edge and tuples shipped to the result site per
-    stream and epoch (see the module docstring)."""
+    """A reduction's key sets per directed tree edge (those not skipped) and tuples shipped to the
+    result site per stream and epoch (see the module docstring)."""
     ops = {op.stream: op for op in reducers}
     tau = interval_s(query)
     memo: dict[tuple[str, str], TreeMsg] = {}
@@ -361,7 +363,7 @@ def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
             return hit
         op = ops[u]
         mine = op.edge(v).mine
-        others = [e for e in op.edges if e.stream != v]
+        others = [e for e in op.filters if e.stream != v]
         ws = [msg(e.stream, u) for e in others]
         shared = [set(e.mine) == set(mine) for e in others]
         life = _lifetime(query, u)
@@ -381,10 +383,10 @@ def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
         out = memo[(u, v)] = TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b, valid, c_shared)
         return out
 
-    edges = {(op.stream, e.stream): msg(op.stream, e.stream) for op in reducers for e in op.edges}
+    edges = {(op.stream, e.stream): msg(op.stream, e.stream) for op in reducers for e in op.sends}
     shipped = {}
     for op in reducers:
         b = stream_rate(query.stream(op.stream)) * tau
-        confs, _ = _passing(_lifetime(query, op.stream), [msg(e.stream, op.stream) for e in op.edges])
+        confs, _ = _passing(_lifetime(query, op.stream), [msg(e.stream, op.stream) for e in op.filters])
         shipped[op.stream] = b * math.prod(confs)
     return edges, shipped

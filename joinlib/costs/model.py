@@ -15,8 +15,9 @@ and ``beam``; its :meth:`WireModel.plan_cost` is the plan-level estimate.
 
 A reduction (``Plan.reduce``) lowers to ``central``'s sequences at its result site, whose replicas
 (kind ``RF``) hold only shipped tuples, and one reducer per stream: its key sets on every tree edge
-in both directions (free between two streams of one site) and its ShippedBatch to the result site
-(none for a stream born there), priced by :func:`~.flows.reduction_flows`.
+in both directions but the skipped ones (free between two streams of one site) and its
+ShippedBatch to the result site (none for a stream born there), priced by
+:func:`~.flows.reduction_flows`.
 """
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
     tau = interval_s(query)
     edges, shipped = reduction_flows(query, ir.reducers, enc)
     for op in ir.reducers:
-        for e in op.edges:
+        for e in op.sends:
+            assert e.out_flow is not None
             f = ir.flow(e.out_flow)
             if f.src == f.dst:  # two streams of one site: no network
                 continue

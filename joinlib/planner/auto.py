@@ -10,6 +10,8 @@ bytes per second with every shipment counted once):
 * ``reduce``: a reduction (semijoin program over a spanning tree, every result at one node) to
   every node, over the default tree (breadth first from the most central stream) and over the
   breadth-first tree from every other stream where that is a different tree (cyclic join graphs);
+  each with the tree directions whose key sets cost more than they save skipped
+  (:func:`skip_directions`: greedy on the model, deterministic);
 * ``descent``: coordinate descent over heads from the best plans so far: each head's sequence
   replaced in turn by the one from its pool (the per-head optimum at every start, SP-S to every
   node, each algorithm) that lowers the *plan*'s cost most, until nothing improves.  This finds
@@ -97,10 +99,46 @@ def gen_reduce(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
     for root in query.names:
         trees.setdefault(frozenset(map(frozenset, plans.spanning_tree(query, root))), root)
     for node in query.nodes:
-        yield f"reduce:{node}", plans.reduction(query, node)
+        yield _skipped(query, model, f"reduce:{node}", plans.reduction(query, node))
         for root in trees.values():
             if root != default:
-                yield f"reduce:{node}/tree:{root}", plans.reduction(query, node, plans.spanning_tree(query, root), root)
+                plan = plans.reduction(query, node, plans.spanning_tree(query, root), root)
+                yield _skipped(query, model, f"reduce:{node}/tree:{root}", plan)
+
+
+def _skipped(query: Query, model: WireModel, name: str, plan: Plan) -> tuple[str, Plan]:
+    plan = skip_directions(query, model, plan)
+    assert plan.reduce is not None
+    if plan.reduce.skip:
+        name += "/skip:" + ",".join(f"{a}>{b}" for a, b in plan.reduce.skip)
+    return name, plan
+
+
+def skip_directions(query: Query, model: WireModel, plan: Plan) -> Plan:
+    """The reduction ``plan`` with the tree directions whose key sets cost more than they save
+    skipped (``Reduce.skip``): greedily, the direction whose skipping lowers the plan's estimated
+    bytes most (the first in tree order on ties), while one does.  Skipping u -> v saves u's key
+    sets to v and lets through (toward v's other neighbours and to the result site) the tuples of
+    v that u's sets would have stopped; the model prices both."""
+    red = plan.reduce
+    if red is None:
+        return plan
+    directed = [d for a, b in red.tree for d in ((a, b), (b, a))]
+    best = model.plan_cost(query, plan)
+    while True:
+        trials = []
+        for d in directed:
+            if d not in red.skip:
+                trial = plans.reduction(query, red.site, list(red.tree), red.root, red.skip + (d,))
+                trials.append((model.plan_cost(query, trial), trial))
+        if not trials:
+            return plan
+        cost, trial = min(trials, key=lambda t: t[0])
+        if cost >= best * (1 - 1e-9):
+            return plan
+        best, plan = cost, trial
+        assert plan.reduce is not None
+        red = plan.reduce
 
 
 GENERATORS: dict[str, Generator] = {"central": gen_central, "uniform": gen_uniform, "per-head": gen_per_head,

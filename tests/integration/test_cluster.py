@@ -90,14 +90,18 @@ def test_uniform_plan_is_exact_and_ships_the_simulated_bytes(routers, kafka_boot
     _run_and_check(routers, plans.uniform(query, algorithm), kafka_bootstrap, mode="thread")
 
 
-@pytest.mark.parametrize("dataset,site", [("routers", None), ("star4", "hub")])
-def test_reduction_plan_is_exact_and_ships_the_simulated_bytes(request, kafka_bootstrap, dataset, site):
+@pytest.mark.parametrize("dataset,site,skip", [
+    ("routers", None, ()), ("star4", "hub", ()),
+    # one-way edges: the hub's S1 sends S2 and S3 no key sets, S4 sends S1 none
+    ("star4", "b", (("S1", "S2"), ("S1", "S3"), ("S4", "S1"))),
+])
+def test_reduction_plan_is_exact_and_ships_the_simulated_bytes(request, kafka_bootstrap, dataset, site, skip):
     """The reduction's key sets (keys or Bloom filters) and shipped batches over Kafka: exact
-    results, the simulator's bytes per link."""
+    results, the simulator's bytes per link (with some tree directions skipped, too)."""
     data = request.getfixturevalue(dataset)
     query = data[0]
-    plan = plans.reduction(query, site)
-    assert plan.reduce is not None
+    plan = plans.reduction(query, site, skip=skip)
+    assert plan.reduce is not None and len(plan.reduce.skip) == len(skip)
     _run_and_check(data, plan, kafka_bootstrap, mode="thread")
 
 

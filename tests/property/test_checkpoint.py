@@ -466,6 +466,8 @@ def _targets():
                                         ("C", [("B", "SM-D1"), ("A", "SM-S2")]))))
     out.append(("central", _chain3, plans_mod.central(q, "b")))
     out.append(("reduce", _chain3, plans_mod.reduction(q, "c", [("A", "B"), ("B", "C")], "A")))
+    out.append(("reduce-skip", _chain3, plans_mod.reduction(q, "c", [("A", "B"), ("B", "C")], "A",
+                                                            [("B", "C"), ("A", "B")])))
     t, _ = _triangle()
     for alg in ("SM-S1", "SM-S2"):
         out.append((f"shared-{alg}", _triangle, _plan(t, ("A", [("B", alg), ("C", "SM-D1")]),

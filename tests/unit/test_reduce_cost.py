@@ -150,7 +150,7 @@ def test_explain_shows_a_reductions_bytes_per_link_and_kind(selective):
 def test_auto_ranks_reductions_and_measures_the_best(selective):
     q, streams = selective
     ranked = rank(q, WireModel(from_data(q, streams)))
-    names = {r.name for r in ranked}
+    names = {r.name.split("/")[0] for r in ranked}  # reduce:NODE[/skip:...]
     assert {"reduce:r1", "reduce:r2", "reduce:r3"} <= names
     assert ranked[0].plan.reduce is not None  # the model's best on a selective 3-way join
     # a reduction is measured even when the model ranks others first
@@ -160,7 +160,7 @@ def test_auto_ranks_reductions_and_measures_the_best(selective):
 
 def test_cyclic_graphs_get_a_reduction_per_tree():
     q = _synthetic(3, "complete", 0.001, True)
-    names = {r.name for r in rank(q, WireModel())}
+    names = {r.name.split("/skip:")[0] for r in rank(q, WireModel())}
     assert {"reduce:N1", "reduce:N1/tree:S2", "reduce:N1/tree:S3"} <= names
     assert not any("/tree:" in n for n in {r.name for r in rank(load_query(SELECTIVE), WireModel())})
 

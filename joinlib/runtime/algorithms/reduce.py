@@ -15,6 +15,10 @@ leaves, every tuple of the result passes by that epoch and is at R when R joins 
 does not pass in its own epoch has no partners, and filters may only err on the side of letting
 a tuple through (Bloom filters' false positives: ``joinlib.bloom``).
 
+A direction of a tree edge may be skipped (``Reduce.skip``): its sender sends nothing that way,
+and the receiver leaves the sender out of every test (as if its sets held every key).  That only
+lets more through, so the argument above holds with the remaining filters.
+
 Key sets are deltas: a reducer sends the keys of tuples that pass for the first time, tagged with
 the latest arrival epoch among them, and the oldest arrival epoch still in its window (both as
 epochs back from the message's epoch, a byte each); a receiver
@@ -62,10 +66,13 @@ class Reducer:
         self.fp_cost = dict(fp_cost or {})
         self.window: deque[tuple[int, int, int]] = deque()     # (ts, seq, epoch) of the window's tuples
         self.pending: dict[int, _Entry] = {}                    # seq -> entry
-        self.filters: dict[str, list[tuple[int, int, Matcher]]] = {e.stream: [] for e in op.edges}
-        self.received: dict[str, int] = {e.stream: 0 for e in op.edges}
-        self.live_from: dict[str, int] = {e.stream: 0 for e in op.edges}
+        # per neighbour whose key sets it takes (not those skipped toward it: they pass everything)
+        self.filters: dict[str, list[tuple[int, int, Matcher]]] = {e.stream: [] for e in op.filters}
+        self.received: dict[str, int] = {e.stream: 0 for e in op.filters}
+        self.live_from: dict[str, int] = {e.stream: 0 for e in op.filters}
         self._keys = {e.stream: e.mine for e in op.edges}
+        self._filters = tuple(e.stream for e in op.filters)
+        self._sends = len(op.sends)
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
@@ -123,7 +130,8 @@ class Reducer:
         return False
 
     def _passes(self, x: _Entry, but: Optional[str]) -> bool:
-        return all(self._matches(x, e.stream) for e in self.op.edges if e.stream != but)
+        """Matched by the sets of every neighbour but ``but`` (a neighbour skipped toward us: always)."""
+        return all(self._matches(x, n) for n in self._filters if n != but)
 
     # ------------------------------------------------------------------ what goes out
     def out(self, nbr: str, e: int) -> KeyFilter:
@@ -150,8 +158,9 @@ class Reducer:
         return ShippedBatch(sorted((x.t for x in newly), key=lambda t: t.seq), arrivals)
 
     def _settle(self, done: list[_Entry]) -> None:
-        """Forget the entries with nothing left to do (sent on every edge, shipped if it ships)."""
-        n, ships = len(self.op.edges), self.op.replica is not None
+        """Forget the entries with nothing left to do (sent on every edge it sends on, shipped if it
+        ships)."""
+        n, ships = self._sends, self.op.replica is not None
         for x in done:
             if len(x.sent) == n and (x.shipped or not ships):
                 del self.pending[x.t.seq]
@@ -217,7 +226,9 @@ def reducer_phases(ctx: StepContext, red: Reducer, home: HomeWindow, ship_flow: 
     phases = [Phase((0,), "tick", _admit(ctx, red, home, ship_flow))]
     for i, (way, nbr) in enumerate(op.schedule, start=1):
         edge = op.edge(nbr)
-        fn = _take(ctx, red, nbr, edge.in_flow) if way == "in" else _send(ctx, red, nbr, edge.home, edge.out_flow)
+        flow = edge.in_flow if way == "in" else edge.out_flow
+        assert flow is not None  # the schedule has no skipped direction
+        fn = _take(ctx, red, nbr, flow) if way == "in" else _send(ctx, red, nbr, edge.home, flow)
         phases.append(Phase((i,), "semijoin", fn))
     if ship_flow is not None:
         def ship(e: int) -> bool:
