@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Optional, Protocol, Sequence
 
 from . import command
+from .adaptive.cli import RUN_HELP as ADAPTIVE_HELP
+from .adaptive.cli import add_run_options as add_adaptive_options
+from .adaptive.config import is_adaptive
 from .errors import JoinlibError
 from .experiments.cli import add_commands
 from .live_cli import add_commands as add_live_commands
@@ -49,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Run QUERY over DIR/<stream>.jsonl with the given plan on the "
                                    "deterministic simulated network, write every result to OUT "
-                                   "and print the per-link cost report.\n\n" + PLAN_HELP)
+                                   "and print the per-link cost report.\n\n" + PLAN_HELP + "\n\n" + ADAPTIVE_HELP)
     r.add_argument("query", type=Path, help="query file (YAML)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
@@ -73,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --cluster and $REDIS_URL: SIGKILL the node of SITE that many seconds into the "
                         "replay and start a new one, which resumes from its last checkpoint (repeatable; "
                         "a recovery drill: the output must still be exact)")
+    add_adaptive_options(r)  # --plan adaptive[:cnu|:dnu] (seed 003, joinlib.adaptive)
     r.set_defaults(func=_cmd_run)
 
     g = sub.add_parser("gen", help="generate synthetic streams for a query (the paper's generator)",
@@ -187,17 +191,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     query = load_query(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
     switches = parse_switches(args.switch, query)
-    specs = [(0, args.plan)] + switches
+    adaptive = None
+    if is_adaptive(args.plan):  # the nodes re-plan and switch while running (seed 003)
+        from .adaptive.cli import adaptive_runner
+        adaptive = adaptive_runner(args, query)
+    specs = [(0, args.plan)] + switches if adaptive is None else []
     # fail fast on bad plans, before loading the data (planners that measure the data wait for it)
     early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
     streams = load_streams(query, args.data)
     gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
             for at, spec in specs]
-    plan: Plans = gens if switches else gens[0][1]
-    runner: Runner = run_embedded
+    plan: Plans = adaptive.initial if adaptive is not None else gens if switches else gens[0][1]
+    runner: Runner = adaptive or run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
-    if args.cluster is not None:
+    if args.cluster is not None and adaptive is None:
         from .adapters.cluster import cluster_runner
         runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query))
     if args.out:
@@ -211,6 +219,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     if not args.quiet:
         print(format_report(report))
+        describe = getattr(report, "describe", None)  # an adaptive run's triggers, plan changes, messages
+        if describe is not None:
+            print(describe())
     if args.check:
         return _check(query, streams, args.out)
     return 0

@@ -24,7 +24,7 @@ class AdaptiveConfig:
 
     mode: str = "cnu"
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    fence_margin: int = 2
+    fence_margin: int = 1
     planner: Optional[str] = None
     model: Eq12 = field(default_factory=Eq12)
 

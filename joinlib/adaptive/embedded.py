@@ -82,13 +82,15 @@ class Meter:
     rounds: dict[int, dict[str, Any]] = field(default_factory=dict)
     relays: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     round_triggers: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    relay_cost: dict[int, float] = field(default_factory=lambda: defaultdict(float))
     timeline: dict[int, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0.0]))
 
     def record(self, msg: Wire, size: int, now: float) -> None:
         lat, bw = self.query.network.link(msg.src, msg.dst)
+        transfer = lat + size * 8.0 / bw
         slot = self.timeline[int(now // self.interval_ms)]
         slot[0] += size
-        slot[1] += lat + size * 8.0 / bw
+        slot[1] += transfer
         if isinstance(msg, Envelope):
             return
         slot[2] += size
@@ -96,12 +98,15 @@ class Meter:
         b = msg.body
         if isinstance(b, (StatsReport, Relay)):     # per trigger
             self.relays[msg.mid][type(b).__name__ if isinstance(b, StatsReport) else b.op] += 1
+            self.relay_cost[msg.mid] += transfer
             return
         if isinstance(b, (Ready, PlanUpdate)):
             self.round_triggers[msg.mid].update(b.triggers)
-        r = self.rounds.setdefault(msg.mid, {MODIFICATION: 0, MIGRATION: 0, SYNC: 0, "bytes": 0, "by_kind": {}})
+        r = self.rounds.setdefault(msg.mid, {MODIFICATION: 0, MIGRATION: 0, SYNC: 0, "bytes": 0, "by_kind": {},
+                                             "transfer_ms": 0.0})
         r[b.category] += 1
         r["bytes"] += size
+        r["transfer_ms"] += transfer
         kind = type(b).__name__ + ("/notify" if isinstance(b, PlanUpdate) and b.notify else "")
         r["by_kind"][kind] = r["by_kind"].get(kind, 0) + 1
 
@@ -114,8 +119,10 @@ class Meter:
             trig = sorted(self.round_triggers.get(rnd, ()))
             claimed.update(trig)
             mod = r[MODIFICATION] + sum(sum(self.relays[t].values()) for t in trig)
+            cost = r["transfer_ms"] + sum(self.relay_cost[t] for t in trig)
             out.append({"round": rnd, "triggers": trig, "modification": mod,
                         "migration": r[MIGRATION] + r[SYNC], "synchronisation": r[SYNC], "bytes": r["bytes"],
+                        "transfer_ms": round(cost, 3),
                         "by_kind": dict(sorted(r["by_kind"].items())),
                         "relays": {t: dict(self.relays[t]) for t in trig}})
         idle = {t: dict(v) for t, v in self.relays.items() if t not in claimed}
@@ -136,24 +143,38 @@ class Meter:
 
 
 @dataclass
-class AdaptiveReport:
-    """A run's report (:class:`~joinlib.engine.Report`) and what adaptation did and cost."""
+class AdaptiveReport(Report):
+    """A run's :class:`~joinlib.engine.Report` plus what adaptation did and cost."""
 
-    report: Report
-    mode: str
-    initial: JEP
-    changes: list[dict[str, Any]]
-    triggers: list[dict[str, Any]]
-    rounds: list[dict[str, Any]]
-    timeline: list[dict[str, Any]]
-    restarts: list[dict[str, Any]]
+    mode: str = "cnu"
+    initial: Optional[JEP] = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    triggers: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out = self.report.to_dict()
-        out["adaptive"] = {"mode": self.mode, "initial_plan": self.initial.to_json(), "changes": self.changes,
-                           "triggers": self.triggers, "rounds": self.rounds, "timeline": self.timeline,
-                           "restarts": self.restarts}
+        out = super().to_dict()
+        out["adaptive"] = {"mode": self.mode, "initial_plan": None if self.initial is None else self.initial.to_json(),
+                           "changes": self.changes, "triggers": self.triggers, "rounds": self.rounds,
+                           "timeline": self.timeline, "restarts": self.restarts}
         return out
+
+    def describe(self) -> str:
+        """What a user reads after the cost table: the triggers, the plan changes, the messages."""
+        lines = [f"adaptive ({self.mode.upper()}): {len(self.triggers)} statistics changes past the threshold, "
+                 f"{len(self.changes)} plan changes"]
+        for c in self.changes:
+            lines.append(f"  generation {c['generation']} from head epoch {c['from_epoch']}: "
+                         + "; ".join(f"{h}: {' '.join(s + ('>' if p else '<') for s, p in steps)}"
+                                     for h, steps in c["plan"].items()))
+        for r in self.rounds:
+            if r["round"] is not None:
+                lines.append(f"  round {r['round']}: {r['modification']} modification, {r['migration']} migration "
+                             f"messages ({r['synchronisation']} synchronisation), {r['bytes']:,} bytes")
+        lines.append("  (S< joins at the source: the stream's window is kept there; S> ships to the stream's node)")
+        return "\n".join(lines)
 
 
 class _Buffered(Sink):
@@ -318,12 +339,13 @@ def _report(run: _Run, wall: float, all_ts: list[int]) -> AdaptiveReport:
     changes = [sensor.changes[g] for g in sorted(sensor.changes)]
     gens = [{"from_epoch": 0, "plan": run.initial.to_json()}] + [{"from_epoch": c["from_epoch"], "plan": c["plan"]}
                                                                   for c in changes]
-    rep = Report(q.name, gens if changes else run.initial.to_json(), run.tap.count, len(all_ts),
-                 (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
-                 sum(sensor.late.values()), wall, net.now, run.tap.summary)
+    rep = AdaptiveReport(q.name, gens if changes else run.initial.to_json(), run.tap.count, len(all_ts),
+                         (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
+                         sum(sensor.late.values()), wall, net.now, run.tap.summary,
+                         mode=run.cfg.mode, initial=run.initial, changes=changes, triggers=sensor.triggers,
+                         rounds=run.meter.by_round(), timeline=run.meter.series(), restarts=run.done_restarts)
     stops = [c["from_epoch"] - 1 for c in changes] + [None]
     if changes:
         rep.switches = [{"generation": i, "from_epoch": g["from_epoch"], "to_epoch": stops[i]}
                         for i, g in enumerate(gens)]
-    return AdaptiveReport(rep, run.cfg.mode, run.initial, changes, sensor.triggers, run.meter.by_round(),
-                          run.meter.series(), run.done_restarts)
+    return rep

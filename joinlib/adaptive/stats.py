@@ -14,12 +14,15 @@ number of batch epochs) a :class:`StreamMonitor` measures its stream's
 **When a change triggers re-planning.**  The monitor compares each measurement with its
 *reference*, the statistics the current plan was made from (the query file's to begin with).
 A statistic has changed when new/old or old/new exceeds 1 + ``threshold`` (a relative threshold,
-the same up and down: with the default 0.5, a rate from 100/s to 150/s or to 66/s).  The
-change triggers only when ``persistence`` consecutive intervals (default 2) are past the
-threshold, and the reference then becomes the mean of those intervals.  This is the hysteresis:
-a single noisy interval (a Poisson stream at 50/s has ±30 % noise per 200 ms) triggers nothing,
-and once re-planned, the plan does not move back until the stream moves back past the threshold
-from the *new* reference -- a stream hovering around a boundary cannot flap.
+the same up and down: with the default 0.5, a rate from 100/s to 150/s or to 66/s) *and*, for the
+rate and the selectivities, the difference is more than ``noise_z`` standard deviations of what
+sampling alone gives (Poisson counts: a stream at 100/s shows 20 ± 4.5 tuples per 200 ms, so 30
+is only 2.2 σ; equal pairs of join values, likewise).  The change triggers only when
+``persistence`` consecutive intervals (default 2) show it, and the reference then becomes the
+mean of those intervals but the first (which may straddle the change: half of it at the old
+rate).  This is the hysteresis: noisy intervals trigger nothing, and once
+re-planned, the plan does not move back until the stream moves back past the threshold from the
+*new* reference -- a stream hovering around a boundary cannot flap.
 
 Statistics that did not trigger are never reported, so the plan is a function of the reported
 values only: every node and the planner see the same numbers (what lets the centralised and
@@ -46,6 +49,7 @@ class MonitorConfig:
     threshold: float = 0.5
     persistence: int = 2
     key_horizon_ms: int = 2000
+    noise_z: float = 3.0
 
     def __post_init__(self) -> None:
         if self.interval_ms <= 0:
@@ -57,6 +61,8 @@ class MonitorConfig:
             raise JoinlibError("adaptive: persistence counts measurement intervals: at least 1")
         if self.key_horizon_ms < self.interval_ms:
             raise JoinlibError("adaptive: the key horizon must cover at least one measurement interval")
+        if self.noise_z < 0:
+            raise JoinlibError("adaptive: noise_z counts standard deviations: 0 or more")
 
     def epochs(self, tau: int) -> int:
         """The interval in batch epochs (rounded, at least one)."""
@@ -170,10 +176,12 @@ class StreamMonitor:
         per = self.config.epochs(self.tau)
         if (epoch + 1) % per:
             return None, None
-        measured = self._measure(per * self.tau / 1000.0)
+        span = per * self.tau / 1000.0
+        measured = self._measure(span)
+        significant = self._significant(measured, span)
         self.count = self.nbytes = 0
         self.last = measured
-        return measured, self._trigger(measured, per * self.tau / 1000.0)
+        return measured, self._trigger(measured, span, significant)
 
     def _measure(self, span_s: float) -> StreamStatistics:
         ref = self.reference
@@ -186,14 +194,33 @@ class StreamMonitor:
             sel.append((a, f if f is not None else (ref.f(a) or 1.0)))
         return StreamStatistics(self.stream.name, rate, tb, w, tuple(sel))
 
-    def _trigger(self, measured: StreamStatistics, span_s: float) -> Optional[StreamStatistics]:
-        if measured.factor(self.reference, span_s) <= 1.0 + self.config.threshold:
+    def _significant(self, measured: StreamStatistics, span_s: float) -> bool:
+        """Is the difference from the reference more than sampling noise (rate: Poisson counts of
+        the interval; f: equal pairs among the horizon's keys)?  Tuple sizes need no test."""
+        z, ref = self.config.noise_z, self.reference
+        lam = ref.rate * span_s
+        if _ratio(measured.tuple_bytes, ref.tuple_bytes, 1.0) > 1.0 + self.config.threshold:
+            return True
+        if abs(self.count - lam) > z * math.sqrt(max(lam, 1.0)):
+            return True
+        n = len(self.keys)
+        pairs = n * (n - 1) / 2
+        for a, f in measured.selectivity:
+            g = ref.f(a)
+            # equal pairs among n draws from d = 1/g values: mean pairs·g, variance pairs·g·(1 + 2ng)
+            # (a value drawn c times makes c(c-1)/2 pairs: far more spread than a Poisson count)
+            if g is not None and pairs and abs(f - g) * pairs > z * math.sqrt(max(g * pairs * (1 + 2 * n * g), 1.0)):
+                return True
+        return False
+
+    def _trigger(self, measured: StreamStatistics, span_s: float, significant: bool) -> Optional[StreamStatistics]:
+        if not significant or measured.factor(self.reference, span_s) <= 1.0 + self.config.threshold:
             self.streak.clear()
             return None
         self.streak.append(measured)
         if len(self.streak) < self.config.persistence:
             return None
-        report = mean(self.streak)
+        report = mean(self.streak[1:] or self.streak)
         self.reference = report
         self.streak.clear()
         return report

@@ -41,6 +41,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     sub = ex.add_subparsers(title="experiments", metavar="NAME")
     from ..progressive.cli import add_experiment as add_rpj
     add_rpj(sub)  # experiment rpj (seed 004: progressive joins)
+    from ..adaptive.cli import add_experiment as add_adaptive
+    add_adaptive(sub)  # experiment adaptive (seed 003: adaptive re-planning and plan migration)
 
     f7 = sub.add_parser(
         "fig7", help="the six one-way algorithms under the Fig. 7 parameter sweeps", formatter_class=_RAW,

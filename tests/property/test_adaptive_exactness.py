@@ -2,8 +2,9 @@
 
 Random queries (2-4 streams, chain / star / cycle / complete, time and tuple windows, shared
 sites), data whose rates and key distributions change from phase to phase, a monitor made touchy
-(short intervals, low threshold, no persistence) so that plans change often, CNU and DNU, any
-fence margin -- and nodes crashed and restarted from checkpoints in the middle of migrations."""
+(short intervals, low threshold, little persistence, often no noise test) so that plans change
+often, CNU and DNU, any fence margin -- and nodes crashed and restarted from checkpoints in the
+middle of migrations."""
 from __future__ import annotations
 
 import os
@@ -51,7 +52,7 @@ def configs(draw, query: Query) -> AdaptiveConfig:
     tau = query.execution.interval_ms
     interval = tau * draw(st.integers(1, 3))
     monitor = MonitorConfig(interval, draw(st.sampled_from([0.1, 0.3, 0.6])), draw(st.integers(1, 2)),
-                            interval * draw(st.integers(1, 3)))
+                            interval * draw(st.integers(1, 3)), draw(st.sampled_from([0.0, 0.0, 1.0, 3.0])))
     return AdaptiveConfig(draw(st.sampled_from(["cnu", "dnu"])), monitor, draw(st.integers(1, 3)),
                           draw(st.sampled_from(query.sites)))
 
