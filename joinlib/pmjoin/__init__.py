@@ -1,0 +1,30 @@
+"""PMJoin (seed 002, Zhou et al.): distributed multi-way stream joins by stream partitioning.
+
+When join values are distributed differently at different sites, one plan for the whole stream is
+far from optimal; PMJoin splits every stream by join value into D partition groups and optimises a
+plan per group. This package is the model and the planning (docs/pmjoin.md); running the plans in
+the runtime is not built yet.
+
+* :mod:`.rates` - the rate model (Eqs. 2-3, the closed form for a set, implied equality edges);
+* :mod:`.tree` - MJoin trees placed on nodes, their cost and JSON;
+* :mod:`.streamjoinopt` - STREAMJOINOPT (Algorithm 1); :mod:`.exhaustive` - Optimal and Simple;
+* :mod:`.partition`, :mod:`.ratepart` - hash, range and rate-based partition functions;
+* :mod:`.findpartition` - FINDPARTITION (Algorithm 2) for joins on different attributes;
+* :mod:`.plan` - :class:`PMJoinPlan`; :mod:`.stats` - per-value rates from data, models from queries;
+* :mod:`.workload`, :mod:`.experiment`, :mod:`.figures`, :mod:`.cli` - ``joinlib experiment pmjoin``.
+"""
+from .exhaustive import central, optimal, simple
+from .findpartition import PMJoinCandidate, find_partitions, select_pmjoins
+from .partition import HashPartition, MapPartition, PartitionFunction, RangePartition
+from .plan import GroupPlan, PMJoinPlan, plan_pmjoin
+from .ratepart import rate_partition
+from .rates import JoinClass, RateModel, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
+from .stats import selectivity_model, value_model, value_rates
+from .streamjoinopt import stream_join_opt
+from .tree import Leaf, MJoin, Tree, plan_cost
+
+__all__ = ["GroupPlan", "HashPartition", "JoinClass", "Leaf", "MJoin", "MapPartition", "PMJoinCandidate",
+           "PMJoinPlan", "PartitionFunction", "RangePartition", "RateModel", "SelectivityModel", "StreamSpec",
+           "Tree", "ValueRateModel", "ValueRates", "central", "find_partitions", "optimal", "plan_cost",
+           "plan_pmjoin", "rate_partition", "select_pmjoins", "selectivity_model", "simple", "stream_join_opt",
+           "value_model", "value_rates"]
