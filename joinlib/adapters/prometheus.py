@@ -10,14 +10,23 @@ Besides the Sensor hooks the node calls, the services call:
 ``on_checkpoint`` / ``on_resume`` (restart recovery), ``set_lag`` and ``set_plan``; for live sources
 ``on_dead_letter`` and ``set_watermark_lag``; ``on_results`` labels results with a query (a node
 serving several queries).
+
+It is also an :class:`~joinlib.adaptive.config.AdaptiveSensor` (``--plan adaptive``, docs/adaptive.md):
+``on_stream_stats`` sets the measured statistics, ``on_trigger`` counts statistics changes past the
+threshold, ``on_plan_change`` counts the node's plan switches, sets its plan generation and
+``joinlib_plan_info`` to the new plan, ``on_protocol`` counts the protocol's messages.  With ``log``
+it also writes a line per trigger and plan switch (:class:`~joinlib.adaptive.config.LogSensor`).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ..runtime.sensor import Sensor
+from ..adaptive.config import AdaptiveSensor, LogSensor
+from ..adaptive.jep import JEP
+from ..adaptive.stats import StreamStatistics
+from ..plan import Plan
 
 TRANSMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PROCESSING_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -29,17 +38,20 @@ OPERATORS = {"tick": "tick", "start": "tick", "sync": "sync", "probe": "probe", 
              "ship": "ship"}
 
 
-class PrometheusSensor(Sensor):
+class PrometheusSensor(AdaptiveSensor):
     """Sensor hooks -> Prometheus metrics in ``registry`` (default: the global registry).
 
     Use one registry per node when several nodes share a process (a registry refuses
-    duplicate metric names).  ``query`` labels ``joinlib_results_total``.
+    duplicate metric names).  ``query`` labels ``joinlib_results_total``; ``log`` (optional)
+    gets a line per adaptive trigger and plan switch.
     """
 
-    def __init__(self, registry: Optional[CollectorRegistry] = None, query: str = "") -> None:
+    def __init__(self, registry: Optional[CollectorRegistry] = None, query: str = "",
+                 log: Optional[Callable[[str], None]] = None) -> None:
         r = REGISTRY if registry is None else registry
         self.registry = r
         self.query = query
+        self.logger: Optional[LogSensor] = LogSensor(log) if log is not None else None
         self.transmission = Histogram(
             "joinlib_transmission_seconds",
             "Time from sending a message at site src until site dst received it, per message kind.",
@@ -95,8 +107,48 @@ class PrometheusSensor(Sensor):
             "joinlib_watermark_lag_seconds",
             "Processing time minus the event-time watermark of a live stream at its site.",
             ["site", "query", "stream"], registry=r)
+        # adaptive re-planning (--plan adaptive)
+        self.plan_changes = Counter(
+            "joinlib_plan_changes",
+            "Plan switches of the node at site for a query (adaptive re-planning: every node of the query "
+            "switches once per plan change, at the head epoch the nodes agreed on).",
+            ["site", "query"], registry=r)
+        self.plan_generation = Gauge(
+            "joinlib_plan_generation",
+            "The plan generation the node at site runs for a query (0: the initial plan; +1 per plan change).",
+            ["site", "query"], registry=r)
+        self.triggers = Counter(
+            "joinlib_adaptive_triggers",
+            "Statistics changes of a stream past the threshold (rate, tuple size or selectivity, for "
+            "persistence intervals in a row) that made its node ask for re-planning.",
+            ["site", "query", "stream"], registry=r)
+        self.measured_rate = Gauge(
+            "joinlib_measured_rate",
+            "Rate of a stream measured at its site over the last measurement interval, tuples per second.",
+            ["site", "query", "stream"], registry=r)
+        self.measured_bytes = Gauge(
+            "joinlib_measured_tuple_bytes",
+            "Mean encoded size of a stream's tuples measured at its site over the last measurement interval.",
+            ["site", "query", "stream"], registry=r)
+        self.measured_selectivity = Gauge(
+            "joinlib_measured_selectivity",
+            "Selectivity of a stream's join attribute measured at its site (the chance that two tuples "
+            "share the value).",
+            ["site", "query", "stream", "attribute"], registry=r)
+        self.protocol = Counter(
+            "joinlib_adaptive_messages",
+            "Adaptive protocol messages sent by the node at site, per message type and the paper's "
+            "category (modification, migration, sync).",
+            ["site", "message", "category"], registry=r)
+        self.rejected = Counter(
+            "joinlib_rejected_messages",
+            "Messages read from a joinlib topic (control, node.<query>.<site>, src.<query>.<stream>) that were "
+            "rejected and ignored, per reason (undecodable, invalid, bad_header); site is the reader "
+            "(a node's site, or planner).",
+            ["site", "topic", "reason"], registry=r)
         self._children: dict = {}
         self._plans: dict[str, list[tuple[str, str]]] = {}
+        self._adaptive: set[tuple[str, str]] = set()
 
     def _child(self, metric, *labels):
         key = (id(metric), labels)
@@ -150,6 +202,9 @@ class PrometheusSensor(Sensor):
     def set_watermark_lag(self, site: str, query: str, stream: str, seconds: float) -> None:
         self._child(self.watermark_lag, site, query, stream).set(seconds)
 
+    def on_rejected(self, site: str, topic: str, reason: str) -> None:
+        self._child(self.rejected, site, topic, reason).inc()
+
     def set_plan(self, query: str, plan) -> None:
         """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
         sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere); the series
@@ -167,3 +222,32 @@ class PrometheusSensor(Sensor):
             self.plan_info.labels(query, seq.head, text).set(1)
             series.append((seq.head, text))
         self._plans[query] = series
+
+    # ------------------------------------------------------------------ adaptive hooks
+    def on_stream_stats(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        if (site, query) not in self._adaptive:   # series at 0 from the first measurement, so that
+            self._adaptive.add((site, query))     # increase() and changes() see the first plan change
+            self._child(self.plan_changes, site, query).inc(0)
+            self._child(self.plan_generation, site, query).set(0)
+        self._child(self.triggers, site, query, stats.stream).inc(0)
+        self._child(self.measured_rate, site, query, stats.stream).set(stats.rate)
+        self._child(self.measured_bytes, site, query, stats.stream).set(stats.tuple_bytes)
+        for attr, f in stats.selectivity:
+            self._child(self.measured_selectivity, site, query, stats.stream, attr).set(f)
+
+    def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        self._child(self.triggers, site, query, stats.stream).inc()
+        if self.logger is not None:
+            self.logger.on_trigger(site, query, epoch, stats)
+
+    def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
+                       triggers: tuple[int, ...]) -> None:
+        self._adaptive.add((site, query))
+        self._child(self.plan_changes, site, query).inc()
+        self._child(self.plan_generation, site, query).set(gen)
+        self.set_plan(query, Plan(tuple(s.sequence() for s in jep.seps)))
+        if self.logger is not None:
+            self.logger.on_plan_change(site, query, gen, epoch, jep, triggers)
+
+    def on_protocol(self, site: str, kind: str, category: str) -> None:
+        self._child(self.protocol, site, kind, category).inc()

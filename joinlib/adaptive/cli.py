@@ -8,17 +8,18 @@ run's report is the usual table followed by the triggers, plan changes and messa
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import JoinlibError
 from ..model import Query, Tup
 from ..plan import Plan
 from ..runtime.sink import Sink
 from ..units import parse_duration
-from .config import AdaptiveConfig, parse_plan
+from .config import AdaptiveConfig, LogSensor, parse_plan
 from .embedded import AdaptiveReport, run_adaptive
 from .planner import algorithm1
 from .stats import MonitorConfig, with_stats
@@ -68,10 +69,16 @@ class AdaptiveRunner:
 
     config: AdaptiveConfig
     initial: Plan
+    log: Optional[Callable[[str], None]] = None   # triggers and plan switches as they happen
 
     def __call__(self, query: Query, streams: dict[str, list[Tup]], plan: Any, sink: Sink, *,
                  progress: bool = False) -> AdaptiveReport:
-        return run_adaptive(query, streams, self.config, sink)
+        sensor = LogSensor(self.log) if self.log is not None else None
+        return run_adaptive(query, streams, self.config, sink, sensor=sensor)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
@@ -82,7 +89,7 @@ def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
         raise JoinlibError("--plan adaptive runs embedded for now: drop --cluster (docs/adaptive.md, limitations)")
     cfg = config_of(args, query)
     initial = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
-    return AdaptiveRunner(cfg, initial)
+    return AdaptiveRunner(cfg, initial, None if getattr(args, "quiet", False) else _stderr)
 
 
 # --------------------------------------------------------------------------- joinlib experiment adaptive
@@ -130,7 +137,11 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     scale = replace(scale, seed=args.seed)
     if args.out.exists() and not args.out.is_dir():
         raise JoinlibError(f"--out {args.out} exists and is not a directory")
-    result = main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty())
+    command = " ".join(["joinlib experiment adaptive"] + (["--quick"] if args.quick else [])
+                       + [f"--{k} {shlex.quote(str(v))}" for k, v in (("repeats", args.repeats), ("ways", args.ways),
+                                                                   ("seed", args.seed), ("out", args.out))
+                          if v is not None and not (k == "seed" and v == 1)])
+    result = main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty(), command=command)
     print(format_summary(result))
     print(f"wrote {args.out / 'adaptive.json'}, {args.out / 'adaptive_runs.json'}, {args.out / 'adaptive.png'}")
     return 0

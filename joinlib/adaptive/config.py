@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import JoinlibError
 from ..runtime.sensor import Sensor
@@ -64,4 +64,36 @@ class AdaptiveSensor(Sensor):
 
 def adaptive_sensor(sensor: Optional[Sensor]) -> AdaptiveSensor:
     return sensor if isinstance(sensor, AdaptiveSensor) else AdaptiveSensor()
+
+
+def trigger_line(site: str, query: str, epoch: int, stats: StreamStatistics) -> str:
+    """The log line of a statistics change past the threshold (``on_trigger``)."""
+    sel = ", ".join(f"f({a}) {f:.4g}" for a, f in stats.selectivity)
+    return (f"adaptive {query}: {stats.stream} at {site} changed past the threshold at epoch {epoch}: "
+            f"rate {stats.rate:.4g}/s, tuple {stats.tuple_bytes:.0f} B, window {stats.window:.4g}"
+            + (f", {sel}" if sel else "") + " -> re-planning")
+
+
+def change_line(site: str, query: str, gen: int, epoch: int, jep: JEP, triggers: tuple[int, ...]) -> str:
+    """The log line of a node switching to a new plan (``on_plan_change``); ``S<``: joined at the
+    source, ``S>``: at the stream's node, as ``joinlib run`` prints plans."""
+    plan = "; ".join(f"{s.head}: " + " ".join(f"{o}{'<>'[p]}" for o, p in zip(s.order, s.placement, strict=True))
+                     for s in jep.seps)
+    return (f"adaptive {query}: {site} switched to plan generation {gen} from head epoch {epoch} "
+            f"(triggers {', '.join(map(str, triggers)) or '-'}): {plan}")
+
+
+class LogSensor(AdaptiveSensor):
+    """Writes a line per trigger and per plan switch to ``log`` (the caller decides where: stderr,
+    a service's log); measurements and protocol messages are metrics, not log lines."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+
+    def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        self.log(trigger_line(site, query, epoch, stats))
+
+    def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
+                       triggers: tuple[int, ...]) -> None:
+        self.log(change_line(site, query, gen, epoch, jep, triggers))
 

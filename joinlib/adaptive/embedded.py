@@ -29,11 +29,11 @@ from ..engine import Report, StuckError
 from ..messages import Envelope, InstanceKey
 from ..model import Query, Tup
 from ..runtime.host import Host
-from ..runtime.sensor import TotalsSensor
+from ..runtime.sensor import Sensor, TotalsSensor
 from ..runtime.sink import Group, LatencyTap, Sink
 from ..sim.network import SimNetwork
 from ..state.base import WindowStore
-from .config import AdaptiveConfig, AdaptiveSensor
+from .config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
 from .jep import JEP
 from .node import AdaptiveNode, SnapshotFilter
 from .planner import algorithm1
@@ -53,24 +53,53 @@ class Restart:
 
 
 class AdaptiveTotals(TotalsSensor, AdaptiveSensor):
-    """The embedded report's sensor: the runtime's totals plus triggers and plan changes."""
+    """The embedded report's sensor: the runtime's totals plus triggers and plan changes.  Every
+    hook is passed on to ``also`` (the caller's sensor: a :class:`~.config.LogSensor`, the
+    Prometheus adapter's) when there is one."""
 
-    def __init__(self) -> None:
+    def __init__(self, also: Optional[Sensor] = None) -> None:
         super().__init__()
+        self.also = also if also is not None else Sensor()
+        self.adaptive_also = adaptive_sensor(also)
         self.triggers: list[dict[str, Any]] = []
         self.changes: dict[int, dict[str, Any]] = {}
         self.measured: list[tuple[str, int, StreamStatistics]] = []
 
+    def on_input(self, site: str, stream: str, n: int) -> None:
+        super().on_input(site, stream, n)
+        self.also.on_input(site, stream, n)
+
+    def on_phase(self, site: str, operator: str, seconds: float) -> None:
+        super().on_phase(site, operator, seconds)
+        self.also.on_phase(site, operator, seconds)
+
+    def on_emit(self, site: str, n: int) -> None:
+        super().on_emit(site, n)
+        self.also.on_emit(site, n)
+
+    def on_late(self, site: str, kind: str) -> None:
+        super().on_late(site, kind)
+        self.also.on_late(site, kind)
+
+    def on_window(self, site: str, stream: str, store: str, size: int) -> None:
+        self.also.on_window(site, stream, store, size)
+
     def on_stream_stats(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
         self.measured.append((site, epoch, stats))
+        self.adaptive_also.on_stream_stats(site, query, epoch, stats)
 
     def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
         self.triggers.append({"site": site, "epoch": epoch, **stats.to_dict()})
+        self.adaptive_also.on_trigger(site, query, epoch, stats)
 
     def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
                        triggers: tuple[int, ...]) -> None:
         self.changes.setdefault(gen, {"generation": gen, "from_epoch": epoch, "plan": jep.to_json(),
                                       "triggers": list(triggers)})
+        self.adaptive_also.on_plan_change(site, query, gen, epoch, jep, triggers)
+
+    def on_protocol(self, site: str, kind: str, category: str) -> None:
+        self.adaptive_also.on_protocol(site, kind, category)
 
 
 @dataclass
@@ -198,12 +227,12 @@ class _Run:
 
     def __init__(self, query: Query, streams: dict[str, list[Tup]], config: AdaptiveConfig, sink: Sink,
                  restarts: Sequence[Restart], checkpoint_ms: float,
-                 store_factory: Optional[Callable[[str], WindowStore]]) -> None:
+                 store_factory: Optional[Callable[[str], WindowStore]], sensor: Optional[Sensor] = None) -> None:
         self.q, self.cfg, self.streams = query, config, streams
         self.tau = query.execution.interval_ms
         self.meter = Meter(query, config.monitor.interval_ms)
         self.net = SimNetwork(query.network, self._size)
-        self.sensor = AdaptiveTotals()
+        self.sensor = AdaptiveTotals(sensor)
         self.tap = LatencyTap(sink)
         self.restarts = sorted(restarts, key=lambda r: r.at_ms)
         self.checkpoint_ms = checkpoint_ms
@@ -316,13 +345,15 @@ class _Run:
 
 def run_adaptive(query: Query, streams: dict[str, list[Tup]], config: AdaptiveConfig, sink: Sink, *,
                  restarts: Sequence[Restart] = (), checkpoint_ms: float = 1000.0,
-                 store_factory: Optional[Callable[[str], WindowStore]] = None) -> AdaptiveReport:
+                 store_factory: Optional[Callable[[str], WindowStore]] = None,
+                 sensor: Optional[Sensor] = None) -> AdaptiveReport:
     """Run ``query`` over ``streams`` with adaptive re-planning (``config``) on the simulated
-    network; results go to ``sink``."""
+    network; results go to ``sink``; ``sensor`` also gets every sensor hook of every node (the
+    adaptive ones if it is an :class:`~.config.AdaptiveSensor`)."""
     tau = query.execution.interval_ms
     all_ts = [t.ts for tups in streams.values() for t in tups]
     last = max(all_ts) // tau if all_ts else 0
-    run = _Run(query, streams, config, sink, restarts, checkpoint_ms, store_factory)
+    run = _Run(query, streams, config, sink, restarts, checkpoint_ms, store_factory, sensor)
     wall = run.run(last)
     run.check_finished()
     return _report(run, wall, all_ts)

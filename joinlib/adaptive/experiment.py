@@ -203,10 +203,12 @@ def _overhead(m: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- driver
 
-def main(out: Path, scale: Scale = Scale(), progress: bool = False) -> dict[str, Any]:
-    """Run every repetition, write ``adaptive.json`` and ``adaptive.png`` to ``out``."""
+def main(out: Path, scale: Scale = Scale(), progress: bool = False,
+         command: Optional[str] = None) -> dict[str, Any]:
+    """Run every repetition, write ``adaptive.json`` and ``adaptive.png`` to ``out``; ``command``
+    (the command line that ran it) is recorded in the JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"scale": {"ways": list(scale.ways), "repeats": scale.repeats,
+    result: dict[str, Any] = {"command": command, "scale": {"ways": list(scale.ways), "repeats": scale.repeats,
                                         "duration_ms": scale.duration_ms, "seed": scale.seed},
                               "toggle": {"low": 50, "high": 200, "first_ms": 1500, "period_ms": 2000}, "ways": {}}
     runs_all: dict[int, list[dict[str, Any]]] = {}

@@ -266,6 +266,61 @@ def live_panels(L: Layout) -> None:
                 "{{site}} {{query}} {{stream}}")], "s"), 12, 8)
 
 
+QUERY = 'query=~"$query"'
+
+
+def adaptive_panels(L: Layout) -> None:
+    L.row("Adaptive re-planning (--plan adaptive)")
+    L.add(timeseries(
+        "Plan generation per node", "The plan generation each node runs per query (joinlib_plan_generation: 0 is "
+        "the initial plan, +1 per plan change). All nodes of a query step up together: they switch at one "
+        "agreed head epoch. The dashboard's 'Plan changes' annotations mark the steps on every panel.",
+        [target(f"max by (site, query) (joinlib_plan_generation{{{SITE}, {QUERY}}})", "{{query}} @ {{site}}")],
+        "short"), 8, 8)
+    L.add(stat(
+        "Plan changes in range", "Plan changes per query in the selected time range (joinlib_plan_changes_total; "
+        "every node counts each change once, so the maximum over the nodes).",
+        [target(f"max by (query) (increase(joinlib_plan_changes_total{{{QUERY}}}[$__range]))", "{{query}}",
+                instant=True)], "short", decimals=0), 4, 8)
+    L.add(timeseries(
+        "Re-planning triggers per stream", "Statistics changes past the threshold per stream "
+        "(joinlib_adaptive_triggers_total): its rate, tuple size or a selectivity moved by more than the "
+        "threshold for persistence intervals in a row and its node asked for re-planning.",
+        [target(f"sum by (query, stream) (increase(joinlib_adaptive_triggers_total{{{SITE}, {QUERY}}}[{RI}]))",
+                "{{query}} {{stream}}")], "short"), 12, 8)
+    L.add(timeseries(
+        "Measured stream rates", "Each stream's rate as its node measures it per measurement interval "
+        "(joinlib_measured_rate, tuples/s): what re-planning decides on.",
+        [target(f"max by (query, stream) (joinlib_measured_rate{{{SITE}, {QUERY}}})", "{{query}} {{stream}}")],
+        "short"), 12, 8)
+    L.add(timeseries(
+        "Measured tuple sizes", "Mean encoded tuple size per stream per measurement interval "
+        "(joinlib_measured_tuple_bytes).",
+        [target(f"max by (query, stream) (joinlib_measured_tuple_bytes{{{SITE}, {QUERY}}})",
+                "{{query}} {{stream}}")], "decbytes"), 6, 8)
+    L.add(timeseries(
+        "Measured selectivities", "Per stream and join attribute, the chance that two tuples share the value "
+        "(joinlib_measured_selectivity).",
+        [target(f"max by (query, stream, attribute) (joinlib_measured_selectivity{{{SITE}, {QUERY}}})",
+                "{{query}} {{stream}}.{{attribute}}")], "short"), 6, 8)
+    L.add(timeseries(
+        "Adaptive protocol messages/s", "Messages/s of the re-planning and migration protocol per node and the "
+        "paper's category: modification (statistics reports, plan updates, DNU relays), migration (window "
+        "requests and copies), sync (LOCAL_READY / GLOBAL_READY) (joinlib_adaptive_messages_total).",
+        [target(f"sum by (site, category) (rate(joinlib_adaptive_messages_total{{{SITE}}}[{RI}]))",
+                "{{site}} {{category}}")], "short", stack=True), 12, 8)
+
+
+def plan_change_annotation() -> dict[str, Any]:
+    """A Grafana annotation on every panel where a query's plan generation changed."""
+    expr = f"max by (query) (changes(joinlib_plan_generation{{{QUERY}}}[{RI}])) > 0"
+    return {"name": "Plan changes", "datasource": DS, "enable": True, "hide": False,
+            "iconColor": "rgba(163, 82, 204, 1)", "expr": expr, "step": "15s",
+            "target": {"datasource": DS, "expr": expr, "refId": "PlanChanges"},
+            "titleFormat": "plan change", "textFormat": "{{query}}: adaptive re-planning switched the plan",
+            "tagKeys": "query", "useValueForTime": False}
+
+
 def variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {"name": name, "label": label, "type": "query", "datasource": DS,
             "query": {"qryType": 1, "query": query, "refId": f"var-{name}"},
@@ -280,6 +335,7 @@ def overview() -> dict[str, Any]:
     network_panels(L)
     node_panels(L)
     live_panels(L)
+    adaptive_panels(L)
     kind = {"name": "kind", "label": "message kind", "type": "custom", "query": "full,partial,update",
             "multi": True, "includeAll": True, "allValue": ".*",
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
@@ -304,7 +360,7 @@ def overview() -> dict[str, Any]:
         "annotations": {"list": [{
             "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
             "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
-            "type": "dashboard"}]},
+            "type": "dashboard"}, plan_change_annotation()]},
         "templating": {"list": [
             variable("query", "query", "label_values(joinlib_plan_info, query)"),
             variable("site", "site", "label_values(joinlib_processing_seconds_count, site)"),

@@ -239,3 +239,25 @@ def test_prometheus_jobs_equal_helm_service_monitor_jobs(helm_runner):
     helm_jobs = {d["metadata"]["labels"]["joinlib.io/job"] for d in docs
                  if d["kind"] == "Service" and d["metadata"]["labels"].get("joinlib.io/metrics") == "true"}
     assert jobs == helm_jobs
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_annotation_promql_parses_and_uses_catalogued_metrics(path, catalogue, known_metric_names):
+    dash = json.loads(path.read_text(encoding="utf-8"))
+    for ann in dash["annotations"]["list"]:
+        if ann.get("builtIn"):
+            continue
+        assert ann["datasource"] == DS and ann["target"]["datasource"] == DS, ann["name"]
+        assert ann["expr"] == ann["target"]["expr"], ann["name"]
+        names = metric_names(grafana_to_promql(ann["expr"]))
+        assert names and all(base_metric_name(n, catalogue) in known_metric_names for n in names), ann["name"]
+
+
+def test_plan_changes_are_annotated_and_on_a_panel():
+    """Adaptive re-planning (docs/adaptive.md): plan switches as an annotation and on panels."""
+    [dash] = [json.loads(p.read_text()) for p in DASHBOARDS if p.stem == "joinlib-overview"]
+    anns = [a for a in dash["annotations"]["list"] if "joinlib_plan_generation" in a.get("expr", "")]
+    assert anns and anns[0]["enable"] and "changes(" in anns[0]["expr"]
+    exprs = [t["expr"] for p in iter_panels(dash["panels"]) for t in p.get("targets", [])]
+    for metric in ("joinlib_plan_generation", "joinlib_plan_changes_total", "joinlib_adaptive_triggers_total"):
+        assert any(metric in e for e in exprs), metric

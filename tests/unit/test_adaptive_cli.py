@@ -27,8 +27,12 @@ def test_adaptive_run_is_exact_and_reports_its_plan_changes(data, tmp_path, plan
     out, rep = tmp_path / "out.jsonl", tmp_path / "rep.json"
     assert main(["run", TOGGLE4, "--data", str(data), "--plan", plan, "--out", str(out), "--report", str(rep),
                  "--no-progress", "--check"]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "missing 0, extra or duplicated 0" in text
+    # the log (stderr): each trigger and each node's switch as they happen
+    assert captured.err.count("S4 at N4 changed past the threshold") == 2
+    assert captured.err.count("switched to plan generation 2 from head epoch") == 4
     assert f"adaptive ({'DNU' if plan.endswith('dnu') else 'CNU'})" in text and "generation 1 from head epoch" in text
     report = json.loads(rep.read_text())
     ad = report["adaptive"]

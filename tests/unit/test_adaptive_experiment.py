@@ -15,7 +15,8 @@ def test_quick_adaptive_experiment_writes_json_png_and_passes_its_checks(tmp_pat
     text = capsys.readouterr().out
     assert "Table 3 cnu/inc" in text and "DNU/CNU overhead" in text
     result = json.loads((out / "adaptive.json").read_text())
-    assert set(result) == {"scale", "toggle", "ways"}
+    assert set(result) == {"command", "scale", "toggle", "ways"}
+    assert result["command"] == f"joinlib experiment adaptive --quick --repeats 1 --ways 4 --out {out}"
     a = result["ways"]["4"]
     assert set(a) >= {"cost_ms_per_interval", "bytes_per_interval", "high_phase_ratio", "checks", "table3",
                       "dnu_cnu_overhead", "plan_changes"}
