@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INFRA_DIR = REPO_ROOT / "infra"
@@ -241,9 +241,23 @@ def _kafka_ready(bootstrap: str) -> bool:
         return False
 
 
+def _render(template: Path, substitutions: dict[str, str]) -> str:
+    text = Path(template).read_text()
+    for key, value in substitutions.items():
+        text = text.replace(f"@{key}@", value)
+    return text
+
+
 def start_kafka(workdir: Path, port: Optional[int] = None, controller_port: Optional[int] = None,
-                timeout: float = 90.0, attempts: int = 3) -> KafkaProcess:
-    """Format a fresh KRaft data dir under ``workdir`` and start a broker; wait until it serves metadata."""
+                timeout: float = 90.0, attempts: int = 3, *, template: Path = SERVER_TEMPLATE,
+                substitutions: Optional[dict[str, str]] = None, format_args: tuple[str, ...] = (),
+                ready: Optional[Callable[[str], bool]] = None) -> KafkaProcess:
+    """Format a fresh KRaft data dir under ``workdir`` and start a broker; wait until it serves metadata.
+
+    ``template`` (with extra ``@KEY@`` ``substitutions``), ``format_args`` (e.g. ``--add-scram ...``)
+    and ``ready`` (a readiness check of the bootstrap address) serve the secure broker of
+    ``infra/secure_cluster.py``."""
+    ready = ready or _kafka_ready
     java = _require("java", "Kafka needs a JRE >= 11 (apt-get install -y openjdk-17-jre-headless)")
     lib = ensure_kafka_jars()
     cp = f"{lib}/*"
@@ -255,18 +269,19 @@ def start_kafka(workdir: Path, port: Optional[int] = None, controller_port: Opti
         shutil.rmtree(wd, ignore_errors=True)
         (wd / "data").mkdir(parents=True)
         props = (
-            SERVER_TEMPLATE.read_text()
+            _render(template, substitutions or {})
             .replace("@HOST@", HOST)
             .replace("@KAFKA_PORT@", str(kp))
             .replace("@CONTROLLER_PORT@", str(cport))
             .replace("@DATA_DIR@", str(wd / "data"))
         )
         (wd / "server.properties").write_text(props)
+        (wd / "server.properties").chmod(0o600)  # the secure broker's file holds its SASL password
         t0 = time.monotonic()
         cluster_id = new_cluster_id()
         fmt = subprocess.run(
             [java, *opts, "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-             "-c", str(wd / "server.properties"), "--ignore-formatted"],
+             "-c", str(wd / "server.properties"), "--ignore-formatted", *format_args],
             capture_output=True, text=True,
         )
         if fmt.returncode != 0:
@@ -288,7 +303,7 @@ def start_kafka(workdir: Path, port: Optional[int] = None, controller_port: Opti
                     seen_line = READY_LINE in log.read_text(errors="replace")
                 except OSError:
                     pass
-            if seen_line and _kafka_ready(kafka.bootstrap):
+            if seen_line and ready(kafka.bootstrap):
                 kafka.startup_seconds = time.monotonic() - t0
                 return kafka
             if time.monotonic() > deadline:
@@ -339,8 +354,13 @@ def _redis_ping(port: int) -> bool:
 
 
 def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0,
-                attempts: int = 3) -> RedisProcess:
-    """Start ``redis-server`` (no persistence) in the foreground as our child; wait for PING."""
+                attempts: int = 3, *, extra_args: Callable[[int], list[str]] = lambda p: [],
+                ping: Optional[Callable[[int], bool]] = None) -> RedisProcess:
+    """Start ``redis-server`` (no persistence) in the foreground as our child; wait for PING.
+
+    ``extra_args(port)`` (arguments appended to the command line) and ``ping`` serve the TLS and
+    ACL server of ``infra/secure_cluster.py``."""
+    ping = ping or _redis_ping
     server = _require("redis-server", "install it with `apt-get install -y redis-server` (Debian/Ubuntu)")
     last_error = ""
     for attempt in range(attempts):
@@ -351,7 +371,7 @@ def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0
         log = wd / "redis.log"
         t0 = time.monotonic()
         proc = _popen([server, str(REDIS_CONF), "--port", str(p), "--bind", HOST, "--dir", str(wd),
-                       "--daemonize", "no", "--logfile", str(log)], wd / "redis.stdout", wd)
+                       "--daemonize", "no", "--logfile", str(log), *extra_args(p)], wd / "redis.stdout", wd)
         rp = RedisProcess(p, wd, proc)
         deadline = time.monotonic() + timeout
         while True:
@@ -363,7 +383,7 @@ def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0
                 if "Address already in use" in text and not port:
                     break
                 raise LocalClusterError(last_error)
-            if _redis_ping(p):
+            if ping(p):
                 rp.startup_seconds = time.monotonic() - t0
                 return rp
             if time.monotonic() > deadline:

@@ -9,7 +9,8 @@
   with ``--from-beginning``), until Ctrl-C or until none arrived for ``--idle-exit`` seconds.
 
 (``joinlib submit`` lives with the other commands in :mod:`joinlib.cli`.)  No Kafka client here:
-the planner service reads the topics.
+the planner service reads the topics.  Every request carries the planner's bearer token when
+``JOINLIB_PLANNER_TOKEN`` or ``JOINLIB_PLANNER_TOKEN_FILE`` is set.
 """
 from __future__ import annotations
 
@@ -32,14 +33,24 @@ def planner_url() -> str:
 
 
 def http_json(url: str, data: Optional[bytes] = None, method: Optional[str] = None, timeout: float = 60) -> Any:
-    """GET (or POST ``data``) a planner-service URL; errors become one clear line."""
+    """GET (or POST ``data``) a planner-service URL, with ``Authorization: Bearer <token>`` when
+    ``JOINLIB_PLANNER_TOKEN[_FILE]`` is set (docs/security.md); errors become one clear line."""
     from urllib.error import HTTPError, URLError
     from urllib.request import Request, urlopen
+
+    from .settings import planner_token
+    token = planner_token()
     try:
         req = Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
+        if token is not None:
+            req.add_header("Authorization", f"Bearer {token}")
         with urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
     except HTTPError as e:
+        if e.code == 401:
+            raise JoinlibError("planner service: unauthorized; set JOINLIB_PLANNER_TOKEN or "
+                               "JOINLIB_PLANNER_TOKEN_FILE to the planner's API token"
+                               + (" (the one set was refused)" if token is not None else "")) from None
         try:
             msg = json.loads(e.read()).get("error", e.reason)
         except ValueError:

@@ -4,6 +4,9 @@
 #   scripts/cluster.sh install   fetch the Kafka classpath into the cache (skipped when cached)
 #                                and apt-get install redis-server when it is missing
 #   scripts/cluster.sh up        start both on 127.0.0.1, wait until ready, print the env lines
+#   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512) and Redis TLS + ACL users;
+#                                certificates, passwords and the planner token in $JOINLIB_SECURE_DIR
+#                                (docs/security.md)
 #   scripts/cluster.sh down      stop both (idempotent)
 #   scripts/cluster.sh status    show what runs; exit 0 only if both are up
 #   scripts/cluster.sh env       print KAFKA_BOOTSTRAP_SERVERS=... / REDIS_URL=... of the running cluster
@@ -17,6 +20,7 @@
 #   KAFKA_HEAP_OPTS      (-Xms256m -Xmx512m)
 #   KAFKA_JVM_EXTRA_OPTS ()       appended to the JVM options
 #   KAFKA_START_TIMEOUT  (90)  REDIS_START_TIMEOUT (15)   seconds
+#   JOINLIB_SECURE_DIR   (<repo>/.secure, git-ignored)  up-secure: certificates and secrets (mode 600)
 #
 # `up` always starts the broker on a freshly formatted data dir (random cluster id);
 # nothing survives a `down`/`up` cycle. Redis runs without persistence.
@@ -30,6 +34,9 @@ POM="$ROOT/infra/kafka/pom.xml"
 LOG4J="$ROOT/infra/kafka/log4j.properties"
 TEMPLATE="$ROOT/infra/kafka/server.properties.template"
 REDIS_CONF="$ROOT/infra/redis/redis.conf"
+SECURE_TEMPLATE="$ROOT/infra/kafka/server-secure.properties.template"
+SECURE_DIR="${JOINLIB_SECURE_DIR:-$ROOT/.secure}"
+SECURE=0
 
 HOST=127.0.0.1
 KAFKA_PORT="${KAFKA_PORT:-19092}"
@@ -47,6 +54,7 @@ REDIS_PIDFILE="$RDIR/redis.pid"
 REDIS_LOG="$RDIR/redis.log"
 ENV_FILE="$RUN_DIR/cluster.env"
 PORTS_FILE="$RUN_DIR/cluster.ports"
+SECURE_MARK="$RUN_DIR/cluster.secure"
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -187,10 +195,41 @@ show_tail() { # file
 
 write_env() {
     mkdir -p "$RUN_DIR"
+    if [[ "$SECURE" == 1 ]]; then
+        write_secure_env
+        return
+    fi
     {
         echo "KAFKA_BOOTSTRAP_SERVERS=$HOST:$KAFKA_PORT"
         echo "REDIS_URL=redis://$HOST:$REDIS_PORT/0"
     } >"$ENV_FILE"
+}
+
+# the client settings of docs/security.md; secrets only as *_FILE paths
+write_secure_env() {
+    {
+        echo "KAFKA_BOOTSTRAP_SERVERS=$HOST:$KAFKA_PORT"
+        echo "KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+        echo "KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
+        echo "KAFKA_SASL_USERNAME=joinlib-cli"
+        echo "KAFKA_SASL_PASSWORD_FILE=$SECURE_DIR/kafka-joinlib-cli.password"
+        echo "KAFKA_SSL_CA_FILE=$SECURE_DIR/ca.crt"
+        echo "REDIS_URL=rediss://$HOST:$REDIS_PORT/0"
+        echo "REDIS_USERNAME=joinlib-node"
+        echo "REDIS_PASSWORD_FILE=$SECURE_DIR/redis-joinlib-node.password"
+        echo "REDIS_SSL_CA_FILE=$SECURE_DIR/ca.crt"
+        echo "JOINLIB_PLANNER_TOKEN_FILE=$SECURE_DIR/planner.token"
+    } >"$ENV_FILE"
+}
+
+# `kafka-storage format` arguments creating the SCRAM credential of every Kafka user
+scram_args() {
+    local f user
+    for f in "$SECURE_DIR"/kafka-*.password; do
+        user="$(basename "$f" .password)"
+        user="${user#kafka-}"
+        printf -- '--add-scram\nSCRAM-SHA-512=[name=%s,password=%s]\n' "$user" "$(cat "$f")"
+    done
 }
 
 # ---------------------------------------------------------------- kafka
@@ -209,9 +248,16 @@ start_kafka() {
 
     rm -rf "$KDIR"
     mkdir -p "$KDIR/data"
-    sed -e "s|@HOST@|$HOST|g" -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" \
+    local template="$TEMPLATE" extra=()
+    if [[ "$SECURE" == 1 ]]; then
+        template="$SECURE_TEMPLATE"
+        mapfile -t extra < <(scram_args)
+    fi
+    (umask 077 && sed -e "s|@HOST@|$HOST|g" -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" \
         -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$KDIR/data|g" \
-        "$TEMPLATE" >"$KDIR/server.properties"
+        -e "s|@CERT_DIR@|$SECURE_DIR|g" -e "s|@ADMIN_USER@|admin|g" \
+        -e "s|@ADMIN_PASSWORD@|$(cat "$SECURE_DIR/kafka-admin.password" 2>/dev/null)|g" \
+        "$template" >"$KDIR/server.properties")
 
     # shellcheck disable=SC2206
     local jopts=($KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
@@ -225,10 +271,10 @@ start_kafka() {
         cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
     done
     java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$cid" -c "$KDIR/server.properties" \
-        --ignore-formatted >"$KDIR/format.log" 2>&1 ||
+        --ignore-formatted "${extra[@]}" >"$KDIR/format.log" 2>&1 ||
         { show_tail "$KDIR/format.log"; die "formatting the KRaft storage failed"; }
 
-    log "starting Kafka on $HOST:$KAFKA_PORT (controller $KAFKA_CONTROLLER_PORT, cluster id $cid) ..."
+    log "starting Kafka on $HOST:$KAFKA_PORT$([[ "$SECURE" == 1 ]] && echo " (SASL_SSL)") (controller $KAFKA_CONTROLLER_PORT, cluster id $cid) ..."
     # setsid: own session, so the broker outlives this shell / make and ignores the terminal's ^C
     setsid java "${jopts[@]}" -cp "$cp" kafka.Kafka "$KDIR/server.properties" \
         </dev/null >"$KAFKA_LOG" 2>&1 &
@@ -255,6 +301,11 @@ start_kafka() {
 
 # ---------------------------------------------------------------- redis
 redis_ping() { # port
+    if [[ "$SECURE" == 1 ]]; then
+        REDISCLI_AUTH="$(cat "$SECURE_DIR/redis-joinlib-admin.password")" redis-cli --tls --cacert "$SECURE_DIR/ca.crt" \
+            --user joinlib-admin -h "$HOST" -p "$1" ping 2>/dev/null | grep -q PONG
+        return
+    fi
     if command -v redis-cli >/dev/null 2>&1; then
         [[ "$(redis-cli -h "$HOST" -p "$1" ping 2>/dev/null)" == "PONG" ]]
     else
@@ -272,8 +323,14 @@ start_redis() {
     port_in_use "$REDIS_PORT" && die "port $HOST:$REDIS_PORT is already in use by another process; set REDIS_PORT"
     rm -rf "$RDIR"
     mkdir -p "$RDIR"
-    log "starting Redis on $HOST:$REDIS_PORT ..."
-    redis-server "$REDIS_CONF" --port "$REDIS_PORT" --bind "$HOST" --dir "$RDIR" \
+    local port_args=(--port "$REDIS_PORT")
+    if [[ "$SECURE" == 1 ]]; then
+        port_args=(--port 0 --tls-port "$REDIS_PORT" --tls-cert-file "$SECURE_DIR/server.crt"
+            --tls-key-file "$SECURE_DIR/server.key" --tls-ca-cert-file "$SECURE_DIR/ca.crt"
+            --tls-auth-clients no --aclfile "$SECURE_DIR/users.acl")
+    fi
+    log "starting Redis on $HOST:$REDIS_PORT$([[ "$SECURE" == 1 ]] && echo " (TLS, ACL users)") ..."
+    redis-server "$REDIS_CONF" "${port_args[@]}" --bind "$HOST" --dir "$RDIR" \
         --daemonize yes --pidfile "$REDIS_PIDFILE" --logfile "$REDIS_LOG" ||
         { show_tail "$REDIS_LOG"; die "redis-server failed to start (log: $REDIS_LOG)"; }
     local deadline=$((SECONDS + REDIS_START_TIMEOUT))
@@ -289,6 +346,9 @@ start_redis() {
 
 # ---------------------------------------------------------------- commands
 cmd_up() {
+    if [[ "$SECURE" != 1 && -f "$SECURE_MARK" ]] && { pid_alive "$KAFKA_PIDFILE" kafka.Kafka || pid_alive "$REDIS_PIDFILE" redis-server; } >/dev/null; then
+        die "the secure cluster (up-secure) is running; 'make down' first"
+    fi
     # fail early, before starting anything, when a tool is missing
     need_java
     if ! pid_alive "$REDIS_PIDFILE" redis-server >/dev/null; then need_redis; fi
@@ -309,17 +369,31 @@ cmd_up() {
     cat "$ENV_FILE"
 }
 
+cmd_up_secure() {
+    if [[ ! -f "$SECURE_MARK" ]] && { pid_alive "$KAFKA_PIDFILE" kafka.Kafka || pid_alive "$REDIS_PIDFILE" redis-server; } >/dev/null; then
+        die "a cluster without security is running; 'make down' first"
+    fi
+    SECURE=1
+    mkdir -p "$RUN_DIR"
+    touch "$SECURE_MARK"
+    (cd "$ROOT" && python3 -m infra.secure_cluster prepare "$SECURE_DIR" >/dev/null) ||
+        die "could not write the certificates and secrets into $SECURE_DIR"
+    log "certificates, passwords and the planner token in $SECURE_DIR (mode 600; docs/security.md)"
+    cmd_up
+}
+
 cmd_down() {
     stop_pid Kafka "$KAFKA_PIDFILE" kafka.Kafka
     stop_pid Redis "$REDIS_PIDFILE" redis-server
-    rm -f "$ENV_FILE" "$PORTS_FILE"
+    rm -f "$ENV_FILE" "$PORTS_FILE" "$SECURE_MARK"
 }
 
 cmd_status() {
     local rc=0 pid
+    [[ -f "$SECURE_MARK" ]] && SECURE=1
     if pid="$(pid_alive "$KAFKA_PIDFILE" kafka.Kafka)"; then
         local port
-        port="$(sed -n "s|^listeners=PLAINTEXT://[^:]*:\([0-9]*\),.*|\1|p" "$KDIR/server.properties" 2>/dev/null)"
+        port="$(sed -n "s|^listeners=[A-Z_]*://[^:]*:\([0-9]*\),.*|\1|p" "$KDIR/server.properties" 2>/dev/null)"
         if [[ -n "$port" ]] && port_in_use "$port"; then
             echo "kafka: running  pid=$pid  bootstrap=$HOST:$port  log=$KAFKA_LOG"
         else
@@ -335,7 +409,7 @@ cmd_status() {
         rport="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | sed -n 's/.*:\([0-9][0-9]*\).*/\1/p')"
         rport="${rport:-$REDIS_PORT}"
         if redis_ping "$rport"; then
-            echo "redis: running  pid=$pid  url=redis://$HOST:$rport/0  log=$REDIS_LOG"
+            echo "redis: running  pid=$pid  url=redis$([[ "$SECURE" == 1 ]] && echo s)://$HOST:$rport/0  log=$REDIS_LOG"
         else
             echo "redis: not answering PING  pid=$pid  port=$rport"
             rc=1
@@ -357,11 +431,12 @@ cmd_env() {
 case "${1:-}" in
     install) cmd_install ;;
     up) cmd_up ;;
+    up-secure) cmd_up_secure ;;
     down) cmd_down ;;
     status) cmd_status ;;
     env) cmd_env ;;
     *)
-        echo "usage: $0 {install|up|down|status|env}" >&2
+        echo "usage: $0 {install|up|up-secure|down|status|env}" >&2
         exit 2
         ;;
 esac

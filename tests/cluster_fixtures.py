@@ -314,6 +314,25 @@ def make_topic(kafka_admin, request):
     delete_topics(kafka_admin, created)
 
 
+@pytest.fixture(scope="session")
+def secure_cluster():
+    """A Kafka broker with SASL_SSL (SCRAM-SHA-512) and a redis-server with TLS and ACL users
+    (:class:`infra.secure_cluster.SecureCluster`), local processes on their own random ports,
+    certificates and secrets in a temp dir; started on first use, stopped at the session's end.
+    ``client_env(kafka_user, redis_user)`` gives the environment of a client (docs/security.md)."""
+    from infra.local_cluster import LocalClusterError
+    from infra.secure_cluster import SecureCluster
+
+    try:
+        cluster = SecureCluster.start()
+    except LocalClusterError as e:
+        _fail("secure Kafka/Redis", [f"infra.secure_cluster: {e}"], "Needs openssl, java and redis-server (TLS).")
+    _PROVENANCE["secure"] = (f"kafka {cluster.kafka_bootstrap} (SASL_SSL, ready in "
+                             f"{cluster.kafka.startup_seconds:.1f}s), redis {cluster.redis_url} (TLS, ACL users)")
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def redis_client(redis_url):
     """A ``redis.Redis`` on ``redis_url`` (bytes responses). Not flushed: prefix keys with ``unique_name``."""

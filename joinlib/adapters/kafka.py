@@ -117,8 +117,15 @@ class _ErrorTrap:
         self.last = err
 
 
+def security_conf() -> dict:
+    """SASL/TLS settings every client gets, from the environment (:class:`joinlib.settings.KafkaSecurity`,
+    docs/security.md); empty for a PLAINTEXT broker."""
+    from ..settings import KafkaSecurity
+    return KafkaSecurity.from_env().librdkafka()
+
+
 def _base(bootstrap: str, trap: Optional[_ErrorTrap] = None) -> dict:
-    return {"bootstrap.servers": bootstrap, "logger": _rdlog,
+    return {"bootstrap.servers": bootstrap, **security_conf(), "logger": _rdlog,
             "error_cb": trap or _ErrorTrap()}
 
 

@@ -164,7 +164,8 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
     try:
         from .redis_store import redis_store_factory
     except ImportError:
-        log(f"REDIS_URL={redis_url} is set but joinlib.adapters.redis_store is not available; "
+        from ..settings import redact_url
+        log(f"REDIS_URL={redact_url(redis_url)} is set but joinlib.adapters.redis_store is not available; "
             "keeping windows in memory")
         return None
     return redis_store_factory(redis_url, namespace)

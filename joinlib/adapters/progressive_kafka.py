@@ -26,12 +26,13 @@ from confluent_kafka.cimpl import NewTopic  # where it is defined (the admin mod
 
 from ..errors import ClusterError, DataError
 from ..wire import ResultBatch, ResultGroup, encode_result_batch
+from .kafka import security_conf
 
 BATCH_RESULTS = 1000
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient({"bootstrap.servers": bootstrap, **security_conf()})
 
 
 def _metadata(client: Any, bootstrap: str, topic: Optional[str] = None, timeout_s: float = 10.0) -> Any:
@@ -50,7 +51,8 @@ class TopicSource:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self._closed = False
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"joinlib-progressive-{topic}",
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, **security_conf(),
+                                   "group.id": f"joinlib-progressive-{topic}",
                                    "enable.auto.commit": False, "enable.partition.eof": False})
         md = _metadata(self._consumer, bootstrap, topic, timeout_s).topics.get(topic)
         if md is None or md.error is not None or not md.partitions:
@@ -117,7 +119,8 @@ class ResultTopicWriter:
         self._phase: Optional[str] = None
         self._errors: list[str] = []
         _ensure_topic(bootstrap, self.topic)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+        self._producer = Producer({"bootstrap.servers": bootstrap, **security_conf(),
+                                   "linger.ms": 20, "compression.type": "lz4"})
 
     def __call__(self, left: Any, right: Any, phase: str, t: int) -> None:
         if not isinstance(left, int) or not isinstance(right, int):

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 import redis
 
 from ..errors import ClusterError
+from ..settings import redact_url
+from .redis_store import redis_client
 
 READ_PAGES = 32
 
@@ -99,9 +101,9 @@ class RedisPages:
 def open_redis_pages(url: str, prefix: str) -> RedisPages:
     """Connect to (and ping) ``url``; a :class:`~joinlib.errors.ClusterError` if Redis does not answer."""
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        client = redis_client(url, socket_connect_timeout=5, socket_timeout=30)
         client.ping()
     except (redis.RedisError, ValueError) as e:
-        raise ClusterError(f"--spill {url}: Redis does not answer ({e}); start one (make up) or use --spill file:DIR") \
-            from None
+        raise ClusterError(f"--spill {redact_url(url)}: Redis does not answer ({e}); start one (make up) "
+                           "or use --spill file:DIR") from None
     return RedisPages(client, prefix)

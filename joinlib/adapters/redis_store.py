@@ -597,10 +597,20 @@ def redis_store_factory(url: str, namespace: str, *, mirror: bool = True, **clie
     The stores keep what an earlier run under the same namespace left (a restarted node
     recovers its windows); call :func:`clear_namespace` first for a fresh run.
     """
+    client_kwargs.setdefault("decode_responses", False)
+    return RedisStoreFactory(redis_client(url, **client_kwargs), namespace, mirror=mirror)
+
+
+def redis_client(url: str, **client_kwargs):
+    """A redis-py client for ``url`` with the ACL user, password and TLS CA of the environment
+    (:class:`joinlib.settings.RedisSecurity`, docs/security.md); explicit keyword arguments win."""
     import redis
 
-    client_kwargs.setdefault("decode_responses", False)
-    return RedisStoreFactory(redis.Redis.from_url(url, **client_kwargs), namespace, mirror=mirror)
+    from ..settings import RedisSecurity
+
+    for k, v in RedisSecurity.from_env().client_kwargs(url).items():
+        client_kwargs.setdefault(k, v)
+    return redis.Redis.from_url(url, **client_kwargs)
 
 
 def _glob_escape(s: str) -> str:

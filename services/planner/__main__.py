@@ -24,18 +24,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from joinlib.adapters.kafka import check_reachable
     from joinlib.adapters.prometheus import PrometheusSensor
     from joinlib.errors import JoinlibError
+    from joinlib.settings import KafkaSecurity, planner_token
 
     from .service import PlannerService, serve
     try:
+        token = planner_token()
         check_reachable(args.bootstrap)
         registry = CollectorRegistry()
         service = PlannerService(args.bootstrap, sensor=PrometheusSensor(registry))
         start_http_server(args.metrics_port, registry=registry)
-        server = serve(service, args.port)
+        server = serve(service, args.port, token)
     except (JoinlibError, OSError) as e:
         error_line(f"planner: {e}")
         return 2
-    info_line("planner", f"listening on :{args.port} (metrics :{args.metrics_port}), Kafka {args.bootstrap}")
+    info_line("planner", f"listening on :{args.port} (metrics :{args.metrics_port}), Kafka {args.bootstrap} "
+                         f"({KafkaSecurity.from_env().describe()})")
+    if token is None:
+        info_line("planner", "no API token configured (JOINLIB_PLANNER_TOKEN / JOINLIB_PLANNER_TOKEN_FILE): "
+                             "the HTTP API is open to anyone who can reach the port")
+    else:
+        info_line("planner", "API token configured: every request but /healthz needs 'Authorization: Bearer ...'")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

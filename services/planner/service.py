@@ -20,10 +20,15 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
 
 State comes from the ``control`` topic (plans, ``status`` / ``done`` of the nodes, ``stop``), read
 by a background thread, so a restarted planner knows every earlier submission.
+
+With a token (``JOINLIB_PLANNER_TOKEN[_FILE]``, docs/security.md) every route but ``/healthz`` answers
+401 unless the request carries ``Authorization: Bearer <token>``.
 """
 from __future__ import annotations
 
+import hmac
 import json
+import sys
 import threading
 import time
 import uuid
@@ -34,7 +39,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from joinlib import wire
+from joinlib.adapters.control import decode_control_message
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     consume,
@@ -47,7 +52,9 @@ from joinlib.adapters.kafka import (
     query_topics,
 )
 from joinlib.adapters.live_queries import read_results, source_starts
+from joinlib.adapters.rejections import Rejections
 from joinlib.adapters.sources import live_streams
+from joinlib.control_check import INVALID
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.ir import lower
@@ -128,6 +135,8 @@ class PlannerService:
         self.queries: dict[str, QueryStatus] = {}
         self.lock = threading.Lock()
         self._stop = threading.Event()
+        self.rejections = Rejections("planner", sensor, lambda m: print(f"[planner] {m}", file=sys.stderr, flush=True))
+        self._reject = self.rejections.control(CONTROL_TOPIC)
         self._watcher = threading.Thread(target=self._watch, name="control-watcher", daemon=True)
         self._watcher.start()
 
@@ -224,11 +233,13 @@ class PlannerService:
                     value = msg.value()
                     if value is None:  # a tombstone: not a control message
                         continue
-                    try:
-                        c = wire.decode_control(value)
-                    except ValueError:
+                    rec = decode_control_message(msg, self._reject)
+                    if rec is None:  # rejected: logged and counted, changes nothing
                         continue
-                    self._apply(c.query, c.kind, c.payload if isinstance(c.payload, dict) else {})
+                    try:
+                        self._apply(rec.query, rec.kind, rec.payload if isinstance(rec.payload, dict) else {})
+                    except Exception as e:  # the watcher must outlive any message
+                        self._reject(msg.offset() or 0, INVALID, f"cannot apply: {type(e).__name__}: {e}")
         finally:
             consumer.close()
 
@@ -312,8 +323,42 @@ def _delete(service: PlannerService, path: str) -> tuple[int, object]:
     return 200, service.stop(name)
 
 
-def make_handler(service: PlannerService):
-    class Handler(BaseHTTPRequestHandler):
+def authorized(header: Optional[str], token: Optional[str]) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <token>``, compared in constant time;
+    always true without a token (an open API, the local default; docs/security.md)."""
+    if token is None:
+        return True
+    scheme, _, given = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
+
+
+def _admit(handler: BaseHTTPRequestHandler, token: Optional[str]) -> bool:
+    """True if the request may go on; else answers 401 (``/healthz`` is always open, for probes)."""
+    if urlparse(handler.path).path == "/healthz" or authorized(handler.headers.get("Authorization"), token):
+        return True
+    data = b'{"error": "unauthorized: send Authorization: Bearer <token> (JOINLIB_PLANNER_TOKEN)"}\n'
+    handler.send_response(401)
+    handler.send_header("WWW-Authenticate", 'Bearer realm="joinlib-planner"')
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+    return False
+
+
+class _TokenChecked(BaseHTTPRequestHandler):
+    """Checks the bearer token of every request before its ``do_*`` method runs."""
+
+    token: Optional[str] = None
+
+    def parse_request(self) -> bool:
+        return super().parse_request() and _admit(self, self.token)
+
+
+def make_handler(service: PlannerService, token: Optional[str] = None):
+    class Handler(_TokenChecked):
         def log_message(self, fmt, *args):  # quiet: one line per request is noise here
             pass
 
@@ -349,10 +394,12 @@ def make_handler(service: PlannerService):
         def do_DELETE(self):
             self._do(lambda path, args: _delete(service, path))
 
+    Handler.token = token
     return Handler
 
 
-def serve(service: PlannerService, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("0.0.0.0", port), make_handler(service))
+def serve(service: PlannerService, port: int, token: Optional[str] = None) -> ThreadingHTTPServer:
+    """Serve the API on ``port``; with ``token`` every route but ``/healthz`` needs ``Bearer <token>``."""
+    server = ThreadingHTTPServer(("0.0.0.0", port), make_handler(service, token))
     threading.Thread(target=server.serve_forever, name="planner-http", daemon=True).start()
     return server

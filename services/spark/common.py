@@ -211,6 +211,14 @@ def build_session(app_name: str, *, master: Optional[str] = None,
 # --------------------------------------------------------------------------- Kafka + Avro
 
 
+def kafka_security_options() -> dict[str, str]:
+    """``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*`` options of the Kafka source from the
+    environment (:class:`joinlib.settings.KafkaSecurity`); empty for a PLAINTEXT broker."""
+    from joinlib.settings import KafkaSecurity
+
+    return KafkaSecurity.from_env().spark_options()
+
+
 def result_schema_json() -> str:
     """``schemas/ResultBatch.avsc`` as text (self-contained: no references to other named types)."""
     return RESULT_SCHEMA_FILE.read_text(encoding="utf-8")
@@ -222,6 +230,8 @@ def kafka_source(spark, bootstrap: str, *, topics: Optional[list[str]] = None, p
     every topic matching ``pattern``, from the earliest offset (to the latest, when not streaming)."""
     reader = spark.readStream if streaming else spark.read
     r = reader.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("startingOffsets", "earliest")
+    for k, v in kafka_security_options().items():  # SASL/TLS from the environment (docs/security.md)
+        r = r.option(k, v)
     if topics:
         r = r.option("subscribe", ",".join(topics))
     elif pattern:

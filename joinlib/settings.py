@@ -1,0 +1,245 @@
+"""Client security settings, read once at the service edge from the environment or files
+(docs/security.md): Kafka SASL/TLS, Redis AUTH/TLS and the planner API's bearer token.
+
+This module only reads variables and files and builds plain dicts; the adapters hand them to the
+clients (``joinlib.adapters.kafka``, ``joinlib.adapters.redis_store``, ``services.spark.common``)
+and the CLI (``joinlib.live_cli``) sends the token. It lives in the core because the CLI, which
+may not import adapters, needs the token too.
+
+Every secret ``NAME`` is taken from ``$NAME`` or, when that is unset, from the file named by
+``$NAME_FILE`` (Kubernetes Secrets and compose secrets are mounted as files); one trailing newline
+is dropped. Secrets never appear in ``repr``, :meth:`KafkaSecurity.describe`, :func:`mask` or
+:func:`redact_url` output, nor in the error messages raised here.
+
+=================================  ==========================================================
+variable                           meaning
+=================================  ==========================================================
+``KAFKA_SECURITY_PROTOCOL``        ``PLAINTEXT`` (default), ``SSL``, ``SASL_PLAINTEXT``,
+                                   ``SASL_SSL`` (default when ``KAFKA_SASL_USERNAME`` is set)
+``KAFKA_SASL_MECHANISM``           ``SCRAM-SHA-512`` (default), ``SCRAM-SHA-256``, ``PLAIN``
+``KAFKA_SASL_USERNAME``            SASL user
+``KAFKA_SASL_PASSWORD[_FILE]``     its password (secret)
+``KAFKA_SSL_CA_FILE``              PEM CA bundle to verify the brokers (default: system CAs)
+``KAFKA_SSL_VERIFY_HOSTNAME``      ``true`` (default) / ``false``
+``REDIS_USERNAME``                 Redis ACL user (default: from the URL, else ``default``)
+``REDIS_PASSWORD[_FILE]``          its password (secret; overrides one in the URL)
+``REDIS_SSL_CA_FILE``              PEM CA bundle for ``rediss://`` URLs
+``JOINLIB_PLANNER_TOKEN[_FILE]``   bearer token of the planner's HTTP API (server and CLI)
+=================================  ==========================================================
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import JoinlibError
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+MASK = "***"
+# keys of client configuration dicts whose values are secrets (librdkafka, Spark's kafka.*, redis-py)
+_SECRET_KEY = re.compile(r"(password|secret|token|jaas)", re.IGNORECASE)
+
+
+class SettingsError(JoinlibError):
+    """A security setting is missing, unreadable or inconsistent (names the variable, never the value)."""
+
+
+def secret(name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$name``, else the content of the file ``$name_FILE`` (one trailing newline dropped), else None."""
+    env = os.environ if environ is None else environ
+    value = env.get(name, "")
+    if value:
+        return value
+    path = env.get(f"{name}_FILE", "").strip()
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SettingsError(f"{name}_FILE={path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    text = text[:-1] if text.endswith("\n") else text
+    if not text:
+        raise SettingsError(f"{name}_FILE={path} is empty")
+    return text
+
+
+def _plain(name: str, env: Mapping[str, str]) -> Optional[str]:
+    v = env.get(name, "").strip()
+    return v or None
+
+
+def _flag(name: str, env: Mapping[str, str], default: bool) -> bool:
+    v = env.get(name, "").strip().lower()
+    if not v:
+        return default
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={v!r}: expected true or false")
+
+
+def _existing_file(name: str, path: Optional[str]) -> Optional[str]:
+    if path is not None and not Path(path).is_file():
+        raise SettingsError(f"{name}={path}: no such file")
+    return path
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How a Kafka client authenticates and encrypts; ``PLAINTEXT`` (nothing) by default."""
+
+    protocol: str = "PLAINTEXT"
+    mechanism: str = "SCRAM-SHA-512"
+    username: Optional[str] = None
+    password: Optional[str] = field(default=None, repr=False)
+    ca_file: Optional[str] = None
+    verify_hostname: bool = True
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise SettingsError(f"KAFKA_SECURITY_PROTOCOL={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if self.sasl:
+            if self.mechanism not in MECHANISMS:
+                raise SettingsError(f"KAFKA_SASL_MECHANISM={self.mechanism!r}: expected one of {', '.join(MECHANISMS)}")
+            if not self.username or not self.password:
+                raise SettingsError(f"KAFKA_SECURITY_PROTOCOL={self.protocol} needs KAFKA_SASL_USERNAME and "
+                                    "KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "KafkaSecurity":
+        env = os.environ if environ is None else environ
+        username = _plain("KAFKA_SASL_USERNAME", env)
+        protocol = (_plain("KAFKA_SECURITY_PROTOCOL", env) or ("SASL_SSL" if username else "PLAINTEXT")).upper()
+        sasl = protocol.startswith("SASL_")
+        return cls(protocol=protocol,
+                   mechanism=(_plain("KAFKA_SASL_MECHANISM", env) or "SCRAM-SHA-512").upper(),
+                   username=username if sasl else None,
+                   password=secret("KAFKA_SASL_PASSWORD", env) if sasl else None,
+                   ca_file=_existing_file("KAFKA_SSL_CA_FILE", _plain("KAFKA_SSL_CA_FILE", env)),
+                   verify_hostname=_flag("KAFKA_SSL_VERIFY_HOSTNAME", env, True))
+
+    def librdkafka(self) -> dict[str, str]:
+        """Settings for confluent-kafka clients (empty for PLAINTEXT)."""
+        conf: dict[str, str] = {}
+        if self.protocol == "PLAINTEXT":
+            return conf
+        conf["security.protocol"] = self.protocol
+        if self.sasl:
+            conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username or "",
+                         "sasl.password": self.password or ""})
+        if self.tls:
+            if self.ca_file:
+                conf["ssl.ca.location"] = self.ca_file
+            conf["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else "none"
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """The same for Spark's Kafka source/sink (Java client settings prefixed with ``kafka.``)."""
+        opts: dict[str, str] = {}
+        if self.protocol == "PLAINTEXT":
+            return opts
+        opts["kafka.security.protocol"] = self.protocol
+        if self.sasl:
+            module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if self.mechanism == "PLAIN"
+                      else "org.apache.kafka.common.security.scram.ScramLoginModule")
+            opts["kafka.sasl.mechanism"] = self.mechanism
+            opts["kafka.sasl.jaas.config"] = (f'{module} required username="{_jaas(self.username or "")}" '
+                                              f'password="{_jaas(self.password or "")}";')
+        if self.tls:
+            if self.ca_file:
+                opts["kafka.ssl.truststore.type"] = "PEM"
+                opts["kafka.ssl.truststore.location"] = self.ca_file
+            opts["kafka.ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else ""
+        return opts
+
+    def describe(self) -> str:
+        """One line for logs, without the password."""
+        if self.protocol == "PLAINTEXT":
+            return "PLAINTEXT (no authentication, no encryption)"
+        parts = [self.protocol]
+        if self.sasl:
+            parts.append(f"{self.mechanism} user {self.username} password {MASK}")
+        if self.tls:
+            parts.append(f"CA {self.ca_file or 'system'}" + ("" if self.verify_hostname else ", hostname not verified"))
+        return ", ".join(parts)
+
+
+def _jaas(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass(frozen=True)
+class RedisSecurity:
+    """Redis ACL user and password, and the CA for ``rediss://`` (TLS) URLs."""
+
+    username: Optional[str] = None
+    password: Optional[str] = field(default=None, repr=False)
+    ca_file: Optional[str] = None
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "RedisSecurity":
+        env = os.environ if environ is None else environ
+        return cls(username=_plain("REDIS_USERNAME", env), password=secret("REDIS_PASSWORD", env),
+                   ca_file=_existing_file("REDIS_SSL_CA_FILE", _plain("REDIS_SSL_CA_FILE", env)))
+
+    def client_kwargs(self, url: str) -> dict[str, str]:
+        """Keyword arguments for ``redis.Redis.from_url(url, ...)`` (values in the URL stay unless set here)."""
+        kw: dict[str, str] = {}
+        if self.username:
+            kw["username"] = self.username
+        if self.password:
+            kw["password"] = self.password
+        if self.ca_file and url.startswith("rediss://"):
+            kw["ssl_ca_certs"] = self.ca_file
+        return kw
+
+
+def planner_token(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The planner API's bearer token (``JOINLIB_PLANNER_TOKEN[_FILE]``), None when there is none."""
+    token = secret("JOINLIB_PLANNER_TOKEN", environ)
+    token = token.strip() if token else None
+    return token or None
+
+
+def redact_url(url: Optional[str]) -> str:
+    """``url`` with any password replaced by ``***`` (``redis://user:***@host:6379/0``)."""
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+
+
+def mask(conf: Mapping[str, object]) -> dict[str, object]:
+    """A copy of a client configuration with every secret value replaced by ``***`` (for dumps)."""
+    out: dict[str, object] = {}
+    for k, v in conf.items():
+        if _SECRET_KEY.search(str(k)) and v not in (None, ""):
+            out[k] = MASK
+        elif isinstance(v, str) and "://" in v:
+            out[k] = redact_url(v)
+        else:
+            out[k] = v
+    return out
