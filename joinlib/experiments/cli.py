@@ -43,6 +43,10 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     add_rpj(sub)  # experiment rpj (seed 004: progressive joins)
     from ..adaptive.cli import add_experiment as add_adaptive
     add_adaptive(sub)  # experiment adaptive (seed 003: adaptive re-planning and plan migration)
+    from ..pmjoin.cli import add_experiment as add_pmjoin
+    add_pmjoin(sub)  # experiment pmjoin (seed 002: PMJoin partitioning, STREAMJOINOPT; rate model)
+    from ..multiquery.cli import add_experiment as add_iflow
+    add_iflow(sub)  # experiment iflow (seed 001: multi-query planning with reuse over hierarchical partitions)
 
     f7 = sub.add_parser(
         "fig7", help="the six one-way algorithms under the Fig. 7 parameter sweeps", formatter_class=_RAW,

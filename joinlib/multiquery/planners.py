@@ -17,8 +17,8 @@ seed text.  What is here is **our reconstruction** (docs/multiquery.md, "Reconst
   the child re-plans order and placement among *its* members, recursively, down to level 1 where
   members are physical nodes.
 - **Bottom-Up**: level by level from 1, each cluster joins the query inputs it holds that are
-  connected in the join graph (exactly, among its members, output left where it is made unless the
-  sink is inside); the joined stream goes up as one input; the top cluster joins what is left and
+  connected in the join graph (exactly, among its members, the estimate including the shipping of the
+  result towards the sink); the joined stream goes up as one input; the top cluster joins what is left and
   delivers to the sink.  Joins above level 1 sit on coordinators (no refinement: smaller search).
 - **NPC** (net present cost): Bottom-Up, but a cluster commits its local join only if
   ``C_now ≤ γ · (1 − p_reuse) · C_later`` -- C_now: join here and ship the result to the parent
@@ -196,8 +196,7 @@ def _bu_local(ctx: Context, c: Cluster, comp: list[PlanNode], up: int,
         return comp
     cands = list(c.members)
     if reusable is None:
-        target = ctx.bound.sink if ctx.bound.sink in c.leaves else None
-        res = solve(_problem(ctx, comp, cands, target, c.snap))
+        res = solve(_problem(ctx, comp, cands, ctx.bound.sink, c.snap))  # aimed at the sink, where it must go
         count[0] += res.examined
         return [res.root]
     res = solve(_problem(ctx, comp, cands, up, c.snap))
@@ -331,25 +330,25 @@ def _relax(prob: Problem, tree: Tree, joins: list[Tree], coords: list[tuple[floa
 
 
 @lru_cache(maxsize=8)
-def embed(top: Topology, dim: int = 3, iterations: int = 150, seed: int = 1) -> list[tuple[float, ...]]:
-    """Coordinates whose Euclidean distances approximate the traversal costs (SMACOF stress majorisation)."""
+def embed(top: Topology, iterations: int = 80, seed: int = 1) -> list[tuple[float, ...]]:
+    """3-D coordinates whose distances approximate the traversal costs (SMACOF stress majorisation)."""
     n = top.n
     rng = random.Random(seed)
-    x = [[rng.uniform(-1, 1) * 50 for _ in range(dim)] for _ in range(n)]
+    xs = [rng.uniform(-50, 50) for _ in range(n)]
+    ys = [rng.uniform(-50, 50) for _ in range(n)]
+    zs = [rng.uniform(-50, 50) for _ in range(n)]
     for _ in range(iterations):
-        nx = [[0.0] * dim for _ in range(n)]
+        nx, ny, nz = [], [], []
         for i in range(n):
-            xi, acc = x[i], nx[i]
-            for j in range(n):
-                if i == j:
-                    continue
-                xj = x[j]
-                e = sum((a - b) ** 2 for a, b in zip(xi, xj, strict=True)) ** 0.5 or 1e-9
-                f = top.dist[i][j] / e
-                for d in range(dim):
-                    acc[d] += xj[d] + f * (xi[d] - xj[d])
-        x = [[v / n for v in row] for row in nx]
-    return [tuple(row) for row in x]
+            xi, yi, zi, di = xs[i], ys[i], zs[i], top.dist[i]
+            fs = [di[j] / (((xi - xs[j]) ** 2 + (yi - ys[j]) ** 2 + (zi - zs[j]) ** 2) ** 0.5 or 1e-9)
+                  if j != i else 0.0 for j in range(n)]
+            f_sum = sum(fs)
+            nx.append((sum(xs) - xi + f_sum * xi - sum(f * v for f, v in zip(fs, xs, strict=True))) / n)
+            ny.append((sum(ys) - yi + f_sum * yi - sum(f * v for f, v in zip(fs, ys, strict=True))) / n)
+            nz.append((sum(zs) - zi + f_sum * zi - sum(f * v for f, v in zip(fs, zs, strict=True))) / n)
+        xs, ys, zs = nx, ny, nz
+    return list(zip(xs, ys, zs, strict=True))
 
 
 # --------------------------------------------------------------------------- registry
