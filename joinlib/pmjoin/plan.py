@@ -125,11 +125,11 @@ def plan_pmjoin(model: ValueRateModel, values: Sequence[Any], partition: Partiti
     return PMJoinPlan(attribute, tuple(s.name for s in model.streams), partition, tuple(groups))
 
 
-def group_costs(model: ValueRateModel, values: Sequence[Any], partition: PartitionFunction,
-                optimizer: Optimizer = stream_join_opt) -> list[float]:
-    """Only the predicted bytes/s of each group (the experiments' fast path: no plan objects kept)."""
+def group_costs(model: ValueRateModel, columns: list[list[int]], optimizer: Optimizer = stream_join_opt) -> list[float]:
+    """Only the predicted bytes/s of each group of :func:`group_columns` (the experiments' fast path:
+    no plan objects kept)."""
     out = []
-    for cols in group_columns(model, values, partition):
+    for cols in columns:
         if cols:
             sub = model.group(cols)
             out.append(plan_cost(optimizer(sub), sub))

@@ -126,6 +126,7 @@ class RateModel(ABC):
         self.same_size = same_size
         self._c = [s.c for s in self.streams]
         self._windows: dict[Members, float] = {}
+        self._costs: dict[Members, float] = {}
 
     @property
     def all(self) -> Members:
@@ -156,8 +157,11 @@ class RateModel(ABC):
         return max(sizes) if self.same_size else sum(sizes)
 
     def cost(self, g: Members) -> float:
-        """Bytes per second of shipping the result stream of G once."""
-        return self.rate(g) * self.tuple_bytes(g)
+        """Bytes per second of shipping the result stream of G once (cached)."""
+        c = self._costs.get(g)
+        if c is None:
+            c = self._costs[g] = self.rate(g) * self.tuple_bytes(g)
+        return c
 
     @abstractmethod
     def _window(self, g: Members) -> float: ...

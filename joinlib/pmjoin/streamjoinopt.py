@@ -77,10 +77,11 @@ def local_joins(model: RateModel) -> list[Item]:
     return out
 
 
-def _case_costs(model: RateModel, pending: Sequence[Item], cand: Item, everything: Members) -> tuple[float, float]:
-    """Eq. (4)'s two terms: (case 1: ship Σ_p to S_j's node, case 2: to a third site)."""
-    shipped = sum(model.cost(p.members) for p in pending)
-    moved = sum(model.cost(p.members) for p in pending if p.node != cand.node)
+def _case_costs(model: RateModel, pending: Sequence[Item], shipped: float, cand: Item,
+                everything: Members) -> tuple[float, float]:
+    """Eq. (4)'s two terms: (case 1: ship Σ_p to S_j's node, case 2: to a third site); ``shipped`` is
+    Σ_{i∈Σ_p} λ_i (bytes/s)."""
+    moved = shipped - sum(model.cost(p.members) for p in pending if p.node == cand.node)
     joined = frozenset().union(cand.members, *(p.members for p in pending))
     result = 0.0 if joined == everything else model.cost(joined)
     return moved + result, shipped + model.cost(cand.members)
@@ -109,8 +110,9 @@ def _grow(model: RateModel, sigma: list[Item], everything: Members) -> Item:
                             "linking " + ", ".join(sorted(model.streams[i].name for p in pending for i in p.members)))
         best, case1 = cands[0], True
         best_cost = float("inf")
+        shipped = sum(model.cost(p.members) for p in pending)
         for c in cands:
-            c1, c2 = _case_costs(model, pending, c, everything)
+            c1, c2 = _case_costs(model, pending, shipped, c, everything)
             if min(c1, c2) < best_cost:
                 best, best_cost, case1 = c, min(c1, c2), c1 <= c2
         sigma.remove(best)
