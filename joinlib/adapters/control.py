@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from .. import wire
+from ..control_check import INVALID, UNDECODABLE, check_control
 from .kafka import CONTROL_TOPIC, consume, end_offsets
 
 
@@ -81,16 +82,32 @@ class ControlLog:
         return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position)
 
 
-def decode_control_message(msg: Any) -> Optional[ControlRecord]:
+#: ``reject(offset, reason, detail)``: called for a control message that is rejected
+Reject = Callable[[int, str, str], None]
+
+
+def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optional[ControlRecord]:
+    """The control record of a message, or None (and ``reject`` called) if it does not decode or does
+    not validate (:func:`joinlib.control_check.check_control`): such a message changes nothing."""
+    offset = msg.offset()
     try:
         c = wire.decode_control(msg.value())
-    except ValueError:
-        return None  # not ours / malformed: ignore
-    return ControlRecord(msg.offset(), c.query, c.kind, c.payload)
+    except Exception as e:  # garbage may trip fastavro or the JSON payload in several ways
+        if reject is not None:
+            reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}")
+        return None
+    why = check_control(c.query, c.kind, c.payload)
+    if why is not None:
+        if reject is not None:
+            reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {why}")
+        return None
+    return ControlRecord(offset, c.query, c.kind, c.payload)
 
 
-def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0) -> ControlLog:
-    """Read ``control`` from ``log.position`` (0 = beginning) up to its current end."""
+def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0,
+                        reject: Optional[Reject] = None) -> ControlLog:
+    """Read ``control`` from ``log.position`` (0 = beginning) up to its current end (``reject``: see
+    :func:`decode_control_message`)."""
     end = end_offsets(consumer, [CONTROL_TOPIC], timeout_s)[CONTROL_TOPIC]
     if log.position >= end:
         return log
@@ -98,7 +115,7 @@ def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0)
     deadline = time.monotonic() + max(timeout_s, 30.0)
     while log.position < end:
         for m in consume(consumer, 5000, 0.2):
-            rec = decode_control_message(m)
+            rec = decode_control_message(m, reject)
             offset = m.offset()
             if rec is not None:
                 log.add(rec)

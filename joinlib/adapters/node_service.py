@@ -29,6 +29,7 @@ and a result's ``emit_ms`` is the wall-clock time it was produced.
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from typing import Any, Callable, Optional
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from .. import wire
+from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows
 from ..engine import generations
 from ..errors import ClusterError, PlanError, QueryError
 from ..model import Query
@@ -71,6 +73,7 @@ from .kafka import (
     warm_up,
 )
 from .recovery import NodeCheckpoints
+from .rejections import Rejections
 from .sources import LiveInputs, dlq_topic, live_streams, marks_topic
 
 STATUS_EVERY_S = 2.0
@@ -223,11 +226,17 @@ class NodeService:
         if not self.quiet:
             info_line(f"node {self.site}", msg)
 
+    def log_error(self, msg: str) -> None:
+        """Errors are logged even when ``quiet``."""
+        info_line(f"node {self.site}", msg)
+
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
         check_reachable(self.bootstrap, self.connect_timeout_s)
         from .prometheus import PrometheusSensor
         self.sensor = PrometheusSensor(self.registry)
+        self.rejections = Rejections(self.site, self.sensor, self.log_error)
+        self.reject_control = self.rejections.control(CONTROL_TOPIC)
         if self.metrics_port is not None:
             from prometheus_client import REGISTRY, start_http_server
             start_http_server(self.metrics_port, registry=self.registry or REGISTRY)
@@ -236,7 +245,7 @@ class NodeService:
         ensure_topics(admin, [CONTROL_TOPIC])
         consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
         try:
-            ctl = read_control_to_end(consumer, ControlLog())
+            ctl = read_control_to_end(consumer, ControlLog(), reject=self.reject_control)
             if self.serve and self.run_id is None:
                 return self._serve(consumer, admin, ctl)
             while not self.stop.is_set():
@@ -296,7 +305,7 @@ class NodeService:
                         runs[rec.query] = t = _RunThread(self, rec, admin, ctl.copy())
                         t.start()
                 for m in consume(consumer, 1000, 0.2):
-                    r = decode_control_message(m)
+                    r = decode_control_message(m, self.reject_control)
                     if r is not None:
                         ctl.add(r)
         finally:
@@ -316,7 +325,7 @@ class NodeService:
         deadline = None if self.plan_timeout_s is None else time.monotonic() + self.plan_timeout_s
         while not self.stop.is_set():
             for m in consume(consumer, 1000, 0.2):
-                r = decode_control_message(m)
+                r = decode_control_message(m, self.reject_control)
                 if r is None:
                     continue
                 ctl.add(r)
@@ -389,6 +398,7 @@ class _Run:
         self.stopped = False
         self.resumed_from: Optional[dict[str, int]] = None
         self.sensor = QuerySensor(svc.sensor, self.q.name)
+        self._flows: dict[int, InboundFlows] = {}   # per plan instance: its flows to this site
 
     # ------------------------------------------------------------------ setup
     def execute(self) -> None:
@@ -556,7 +566,14 @@ class _Run:
         sent = None
         for k, v in m.headers() or ():
             if k == "sent_ms":
-                sent = float(v)
+                try:
+                    sent = float(v)
+                except (TypeError, ValueError):
+                    self._reject(m, BAD_HEADER, f"sent_ms header {bytes(v or b'')[:40]!r} is not a number")
+                    return
+                if not math.isfinite(sent):
+                    self._reject(m, BAD_HEADER, f"sent_ms header {sent} is not finite")
+                    return
             elif k == "run" and self.run_id is not None and v != self.run_id.encode():
                 return  # a message of another run of this query
         if topic == self.my_topic:
@@ -564,9 +581,36 @@ class _Run:
         elif topic in self.src_topics:
             self._source(m)
 
-    def _message(self, m: Any, now: float, sent: float) -> None:
-        env = wire.decode_envelope(m.value(), (m.key() or b"").decode(), self.site)
+    def _reject(self, m: Any, reason: str, detail: str) -> None:
+        self.svc.rejections.reject(m.topic(), reason, detail, m.partition() or 0, m.offset())
+
+    def _envelope(self, m: Any) -> Optional[Any]:
+        """The envelope of a message of ``node.<query>.<site>``, or None (rejected) if it does not decode or
+        names no flow of a plan instance here that ends at this site and starts at the sending site."""
+        try:
+            env = wire.decode_envelope(m.value(), (m.key() or b"").decode(), self.site)
+        except Exception as e:  # garbage may trip the decoder in several ways
+            self._reject(m, UNDECODABLE, f"not an Envelope: {type(e).__name__}: {str(e)[:200]}")
+            return None
         env.query = self.q.name
+        inst = self.host.instances.get((env.query, env.part, env.gen))
+        why = None
+        if inst is None:
+            why = f"no plan instance (part {env.part}, generation {env.gen}) of {env.query} here"
+        else:
+            flows = self._flows.get(id(inst))
+            if flows is None:
+                flows = self._flows[id(inst)] = InboundFlows(inst.ir, self.site)
+            why = flows.check(env.src, env.flow, env.epoch, env.body)
+        if why is not None:
+            self._reject(m, INVALID, why)
+            return None
+        return env
+
+    def _message(self, m: Any, now: float, sent: float) -> None:
+        env = self._envelope(m)
+        if env is None:
+            return
         if not self.host.on_message(env, now, sent):
             return  # a copy sent again by a restarted node
         kind = env.kind
@@ -577,7 +621,15 @@ class _Run:
         self.svc.sensor.on_transmission(env.src, env.dst, kind, (now - sent) / 1000.0)
 
     def _source(self, m: Any) -> None:
-        b = wire.decode_source_batch(m.value())
+        try:
+            b = wire.decode_source_batch(m.value())
+        except Exception as e:
+            self._reject(m, UNDECODABLE, f"not a SourceBatch: {type(e).__name__}: {str(e)[:200]}")
+            return
+        stream = self.q.stream(self.src_topics[m.topic()])
+        if b.stream != stream.name or any(t.pos != stream.pos for t in b.tuples):
+            self._reject(m, INVALID, f"a SourceBatch of stream {b.stream[:40]!r} on the topic of {stream.name}")
+            return
         if self.others and b.tuples:
             self._naive_all(b.tuples[0].ts // self.q.execution.interval_ms, b.tuples)
         self.host.feed(self.q.name, self.src_topics[m.topic()], b.tuples, b.watermark)
@@ -592,7 +644,7 @@ class _Run:
         self.svc.sensor.on_naive(self.site, dst, n)
 
     def _control(self, m: Any) -> None:
-        r = decode_control_message(m)
+        r = decode_control_message(m, self.svc.reject_control)
         if r is None:
             return
         self.ctl.add(r)

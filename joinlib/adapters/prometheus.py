@@ -146,6 +146,11 @@ class PrometheusSensor(AdaptiveSensor):
             "rejected and ignored, per reason (undecodable, invalid, bad_header); site is the reader "
             "(a node's site, or planner).",
             ["site", "topic", "reason"], registry=r)
+        self.checkpoint_time = Gauge(
+            "joinlib_checkpoint_timestamp_seconds",
+            "Unix time of the last checkpoint a node saved (nodes with REDIS_URL only); time() minus it is the "
+            "checkpoint age.",
+            ["site"], registry=r)
         self._children: dict = {}
         self._plans: dict[str, list[tuple[str, str]]] = {}
         self._adaptive: set[tuple[str, str]] = set()
@@ -189,6 +194,7 @@ class PrometheusSensor(AdaptiveSensor):
 
     def on_checkpoint(self, site: str, seconds: float) -> None:
         self._child(self.checkpoint, site).observe(seconds)
+        self._child(self.checkpoint_time, site).set_to_current_time()
 
     def on_resume(self, site: str, query: str) -> None:
         self._child(self.resumes, site, query).inc()

@@ -248,6 +248,12 @@ def node_panels(L: Layout) -> None:
         "duplicating results.",
         [target(f'sum by (site, query) (increase(joinlib_resumes_total{{{SITE}}}[$__range]))',
                 "{{site}} {{query}}")], "short"), 12, 8)
+    L.add(timeseries(
+        "Checkpoint age per node", "Seconds since each node saved its last checkpoint "
+        "(time() - joinlib_checkpoint_timestamp_seconds; nodes with REDIS_URL only): about the checkpoint "
+        "interval (1 s by default); growing means a node stopped checkpointing and a restart would redo more.",
+        [target(f"time() - max by (site) (joinlib_checkpoint_timestamp_seconds{{{SITE}}})", "{{site}}")], "s"),
+        12, 8)
 
 
 def live_panels(L: Layout) -> None:
@@ -264,6 +270,13 @@ def live_panels(L: Layout) -> None:
         "by the idle timeout when a site goes silent, and without bound when a node falls behind.",
         [target(f"max by (site, query, stream) (joinlib_watermark_lag_seconds{{{SITE}}})",
                 "{{site}} {{query}} {{stream}}")], "s"), 12, 8)
+    L.add(timeseries(
+        "Rejected messages/s", "Messages of joinlib's own topics (control, node.<query>.<site>, "
+        "src.<query>.<stream>) that a node or the planner rejected per second, per reader, topic and reason: "
+        "undecodable, invalid, bad_header (joinlib_rejected_messages_total). Each is logged and ignored; "
+        "anything above zero is a misconfigured or hostile writer.",
+        [target(f"sum by (site, topic, reason) (rate(joinlib_rejected_messages_total[{RI}]))",
+                "{{site}} {{topic}} {{reason}}")], "short"), 12, 8)
 
 
 QUERY = 'query=~"$query"'

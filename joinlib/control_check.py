@@ -1,0 +1,198 @@
+"""Validation of ``control`` messages: any process that reaches the broker can write that topic, so a
+node or the planner acts on a control message only when it has the shape docs/contracts.md gives it.
+
+:func:`check_control` returns None for a well-formed message and otherwise a sentence saying what is
+wrong; readers reject such a message (a logged error and ``joinlib_rejected_messages_total``) and it
+changes nothing: it never enters a node's or the planner's control log.  Extra keys are allowed (a
+newer writer may add some); the keys the readers use must have the documented types.  A ``plan`` must
+carry a query that parses and plans that compile against it, so a node never installs, and the planner
+never shows, a plan that cannot run.
+
+Pure: no I/O, no client libraries.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+from .errors import JoinlibError
+
+#: reasons of a rejected message (the ``reason`` label of ``joinlib_rejected_messages_total``)
+UNDECODABLE = "undecodable"     # the bytes are not a message of the topic's schema
+INVALID = "invalid"             # decodes, but the content does not validate
+BAD_HEADER = "bad_header"       # a header joinlib reads (sent_ms, run) is malformed or missing
+REJECT_REASONS = (UNDECODABLE, INVALID, BAD_HEADER)
+
+CONTROL_KINDS = ("plan", "end", "status", "done", "stop")
+
+_Check = Callable[[Any], bool]
+
+
+def is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def is_count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def is_num(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def is_str(v: Any) -> bool:
+    return type(v) is str
+
+
+def _opt(check: _Check) -> _Check:
+    return lambda v: v is None or check(v)
+
+
+def _dict_of(value: _Check) -> _Check:
+    return lambda v: type(v) is dict and all(is_str(k) and value(x) for k, x in v.items())
+
+
+def _list_of(item: _Check) -> _Check:
+    return lambda v: type(v) is list and all(item(x) for x in v)
+
+
+def _naive_row(v: Any) -> bool:
+    if type(v) is dict:
+        return is_str(v.get("src")) and is_str(v.get("dst")) and is_count(v.get("bytes"))
+    return type(v) is list and len(v) == 3 and is_str(v[0]) and is_str(v[1]) and is_count(v[2])
+
+
+def _link(v: Any) -> bool:
+    return (type(v) is dict and all(is_str(v.get(k)) for k in ("src", "dst", "kind"))
+            and is_count(v.get("messages")) and is_count(v.get("bytes")) and _opt(is_num)(v.get("transfer_ms")))
+
+
+def _latency(v: Any) -> bool:
+    return type(v) is dict and is_num(v.get("p50")) and is_num(v.get("p99"))
+
+
+_RUN = _opt(is_str)
+_COUNTS = _dict_of(is_count)
+
+# key -> (required, check) per kind, for the keys the readers use
+_FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
+    "end": {"last_epoch": (True, is_int), "run": (False, _RUN)},
+    "stop": {"run": (True, is_str)},
+    "status": {
+        "site": (True, is_str), "run": (True, _RUN), "epoch": (False, is_int),
+        "epochs": (False, _dict_of(is_int)), "last_epoch": (False, _opt(is_int)), "t_ms": (False, is_num),
+        "results": (False, is_count), "sent_bytes": (False, is_count), "inputs": (False, _COUNTS),
+        "naive": (False, _list_of(_naive_row)), "live": (False, lambda v: type(v) is bool),
+        "dead_letters": (False, _dict_of(_COUNTS)), "watermarks_ms": (False, _dict_of(is_num)),
+        "latency_ms": (False, _opt(_latency)),
+    },
+    "done": {
+        "site": (True, is_str), "run": (True, _RUN), "results": (True, is_count),
+        "links": (False, _list_of(_link)), "received": (False, _list_of(_link)),
+        "naive": (False, _list_of(_naive_row)), "input_tuples": (False, is_count),
+        "late_messages": (False, is_count), "last_epoch": (False, _opt(is_int)),
+        "stopped": (False, lambda v: type(v) is bool), "inputs": (False, _COUNTS),
+        "dead_letters": (False, _dict_of(_COUNTS)),
+    },
+    "plan": {
+        "query": (True, lambda v: type(v) is dict), "plan": (True, lambda v: type(v) is dict),
+        "run": (False, _RUN), "offsets": (False, _dict_of(_opt(is_count))),
+        "nodes": (False, _list_of(is_str)), "switches": (False, lambda v: type(v) is list),
+        "last_epoch": (False, _opt(is_int)), "live": (False, lambda v: type(v) is dict),
+    },
+}
+
+
+def check_control(query: Any, kind: Any, payload: Any) -> Optional[str]:
+    """None if ``(query, kind, payload)`` is a well-formed control message, else what is wrong."""
+    if not is_str(query) or not query:
+        return "the query name (the message's 'query') is empty"
+    if kind not in CONTROL_KINDS:
+        return f"unknown kind {str(kind)[:40]!r} (expected one of {', '.join(CONTROL_KINDS)})"
+    if type(payload) is not dict:
+        return f"a {kind} payload must be a JSON object, not {type(payload).__name__}"
+    for key, (required, check) in _FIELDS[kind].items():
+        if key not in payload:
+            if required:
+                return f"a {kind} message needs '{key}'"
+            continue
+        if not check(payload[key]):
+            return f"{kind}.{key} has the wrong type or value: {_short(payload[key])}"
+    if kind == "plan":
+        return _check_plan(query, payload)
+    return None
+
+
+def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
+    for sw in p.get("switches") or []:
+        if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1 \
+                or type(sw.get("plan")) is not dict:
+            return f"plan.switches: each is {{'from_epoch': E >= 1, 'plan': ...}}, not {_short(sw)}"
+    live = p.get("live")
+    if live is not None:
+        if not is_int(live.get("origin_ms")) or not _dict_of(_dict_of(is_count))(live.get("sources") or {}):
+            return "plan.live needs an integer 'origin_ms' and 'sources' {stream: {partition: offset}}"
+        if not all(k.isdigit() for parts in (live.get("sources") or {}).values() for k in parts):
+            return "plan.live.sources: partitions must be numbers"
+    # the query must parse and every plan compile against it (what a node does before installing it)
+    from .plan import from_json
+    from .query import parse_query
+    try:
+        q = parse_query(p["query"], "control")
+        if q.name != query:
+            return f"plan: the query in the payload is {q.name!r}, the message is for {query!r}"
+        from_json(q, p["plan"])
+        for sw in p.get("switches") or []:
+            from_json(q, sw["plan"])
+    except JoinlibError as e:
+        return f"plan does not compile: {_short(str(e), 200)}"
+    except Exception as e:  # a hostile payload may trip any of the parsers
+        return f"plan does not compile: {type(e).__name__}: {_short(str(e), 200)}"
+    return None
+
+
+def _short(value: Any, n: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+# ----------------------------------------------------------------------------- inbound envelopes
+
+def _flow_bodies(ir: Any, flow: Any) -> tuple[type, ...]:
+    """The body classes a flow of a plan IR carries (every message of a flow has one class; the
+    update flows of replicas also carry the snapshots that jump-start them after a plan switch)."""
+    from .messages import DjaUpdate, ExpiryUpdate, KeyBatch, KeyFilter, ShippedBatch, TupleBatch, WindowSnapshot
+    if flow.name == "update":
+        kind = ir.replica(flow.owner).kind
+        by_kind: dict[str, tuple[type, ...]] = {"SP-S": (TupleBatch,), "SM-S1": (ExpiryUpdate,),
+                                                "SM-S2": (DjaUpdate,), "SM-D1": (DjaUpdate,), "RF": (ShippedBatch,)}
+        return by_kind.get(kind, (TupleBatch, ShippedBatch, ExpiryUpdate, DjaUpdate)) + (WindowSnapshot,)
+    if flow.name.startswith("to:"):
+        return (KeyFilter,)
+    return (KeyBatch, KeyFilter) if flow.kind == "partial" else (TupleBatch,)   # key sets may go as Bloom filters
+
+
+class InboundFlows:
+    """The flows of a plan IR that end at ``site``, by rank (the envelope's ``flow``), with the body
+    classes each carries: what a node accepts on ``node.<query>.<site>``."""
+
+    def __init__(self, ir: Any, site: str) -> None:
+        self.site = site
+        self.flows: dict[int, tuple[Any, tuple[type, ...]]] = {}
+        for sig, rank in ir.flow_ids.items():
+            f = ir.flow(sig)
+            self.flows[rank] = (f, _flow_bodies(ir, f))
+
+    def check(self, src: str, flow: int, epoch: int, body: Any) -> Optional[str]:
+        """None if an envelope from ``src`` on flow rank ``flow`` may be taken here, else why not."""
+        got = self.flows.get(flow)
+        if got is None:
+            return f"no flow {flow} in this plan generation"
+        f, bodies = got
+        if f.dst != self.site or f.src != src:
+            return f"flow {flow} goes {f.src} -> {f.dst}, not {src or '?'} -> {self.site}"
+        if not isinstance(body, bodies):
+            return f"a {type(body).__name__} on flow {flow}, which carries {'/'.join(b.__name__ for b in bodies)}"
+        if epoch < 0:
+            return f"negative epoch {epoch}"
+        return None
