@@ -68,7 +68,7 @@ def _maxcs(report: dict[str, Any], path: Path) -> None:
     a1.axhline(1.10, color="grey", ls=":", label="paper: Top-Down ~1.10")
     a1.set_xscale("log", base=2)
     a1.set_xlabel("maxcs")
-    a1.set_ylabel("cost / optimum under the same D (per query)")
+    a1.set_ylabel("cost / optimum under the same D (o mean, x median)")
     a1.legend(fontsize=8)
     a2.axhline(0.01, color="grey", ls=":", label="paper: < 1 %")
     a2.set_xscale("log", base=2)

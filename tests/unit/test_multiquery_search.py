@@ -65,7 +65,7 @@ def rate(rates, sel, streams):
     return r * sel ** (len(streams) - 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(problems())
 def test_tree_dp_placement_equals_brute_force(case):
     top, p = case
