@@ -13,7 +13,9 @@ a planner API token, all in files of mode 600 in one directory.
         c.client_env("joinlib-node", "joinlib-node")   # KAFKA_SECURITY_PROTOCOL=..., REDIS_PASSWORD_FILE=..., ...
 
 ``python -m infra.secure_cluster prepare DIR`` only writes the certificates, passwords, token and
-ACL file (what ``scripts/cluster.sh up-secure`` runs first; existing ones are kept).
+ACL file (what ``scripts/cluster.sh up-secure`` runs first; existing ones are kept);
+``prepare .secure-compose --compose`` does it for docker-compose.secure.yml (certificates also for
+the hosts ``kafka`` and ``redis``, files readable by the containers' users).
 """
 from __future__ import annotations
 
@@ -94,13 +96,15 @@ def _write_secret(path: Path, value: str) -> None:
     path.chmod(0o600)
 
 
-def prepare(directory: Path) -> Secrets:
-    """Certificates, passwords (hex, 32 characters), the planner token and the Redis ACL file in
-    ``directory`` (mode 700); what exists already is kept (the ACL file is re-rendered)."""
+def prepare(directory: Path, hosts: tuple[str, ...] = (), *, shared: bool = False) -> Secrets:
+    """Certificates (for 127.0.0.1, localhost and ``hosts``), passwords (hex, 32 characters), the
+    planner token and the Redis ACL file in ``directory`` (mode 700, files 600); what exists already
+    is kept (the ACL file is re-rendered). ``shared``: files 644, directory 755, for compose, whose
+    file secrets are bind mounts that keep the host's owner and mode (docker-compose.secure.yml)."""
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    res = subprocess.run(["bash", str(GEN_CERTS), str(directory)], capture_output=True, text=True)
+    res = subprocess.run(["bash", str(GEN_CERTS), str(directory), *hosts], capture_output=True, text=True)
     if res.returncode != 0:
         raise LocalClusterError(f"generating certificates failed:\n{res.stderr[-2000:]}")
     s = Secrets(directory)
@@ -115,6 +119,10 @@ def prepare(directory: Path) -> Secrets:
     # an ACL file has no comments: keep the user lines only
     s.acl_file.write_text("".join(line + "\n" for line in acl.splitlines() if line.startswith("user ")))
     s.acl_file.chmod(0o600)
+    if shared:
+        directory.chmod(0o755)
+        for f in directory.iterdir():
+            f.chmod(0o644)
     return s
 
 
@@ -224,10 +232,12 @@ class SecureCluster:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "prepare":
-        s = prepare(Path(argv[1]))
-        print(s.dir)
+        print(prepare(Path(argv[1])).dir)
         return 0
-    print("usage: python -m infra.secure_cluster prepare DIR", file=sys.stderr)
+    if len(argv) == 3 and argv[0] == "prepare" and argv[2] == "--compose":
+        print(prepare(Path(argv[1]), ("kafka", "redis"), shared=True).dir)
+        return 0
+    print("usage: python -m infra.secure_cluster prepare DIR [--compose]", file=sys.stderr)
     return 2
 
 

@@ -102,7 +102,8 @@ envFrom:
   - configMapRef:
       name: {{ include "joinlib.fullname" .ctx }}-env
 {{- $env := concat (.ctx.Values.extraEnv | default list) (.extra | default list) }}
-{{- if or .redis $env }}
+{{- $sec := include "joinlib.securityEnv" . | fromYamlArray }}
+{{- if or .redis $env $sec }}
 env:
 {{- if and .redis .ctx.Values.redis.urlSecret.name }}
   - name: REDIS_URL
@@ -114,9 +115,112 @@ env:
   - name: REDIS_URL
     value: {{ .ctx.Values.redis.url | quote }}
 {{- end }}
+{{- with $sec }}
+{{ toYaml . | indent 2 }}
+{{- end }}
 {{- with $env }}
 {{ toYaml . | indent 2 }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* ---------------------------------------------------------------- security (docs/security.md)
+Credentials are files from one Secret mounted at /etc/joinlib/secrets; the env only names them.
+Every helper takes (dict "ctx" $ "component" "node"|"planner"|"source"|"spark" ["redis" true]). */}}
+
+{{- define "joinlib.credentialsSecret" -}}
+{{- .Values.security.existingSecret | default (printf "%s-credentials" (include "joinlib.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Secret keys a component's pod mounts, as a list of {key, path}. */}}
+{{- define "joinlib.secretItems" -}}
+{{- $s := .ctx.Values.security -}}
+{{- $items := list -}}
+{{- if hasPrefix "SASL_" $s.kafka.protocol -}}
+{{- $items = append $items (dict "key" (printf "kafka-%s-password" .component) "path" "kafka-password") -}}
+{{- end -}}
+{{- if and (ne $s.kafka.protocol "PLAINTEXT") $s.kafka.caFromSecret -}}
+{{- $items = append $items (dict "key" "kafka-ca.crt" "path" "kafka-ca.crt") -}}
+{{- end -}}
+{{- if and .redis $s.redis.user -}}
+{{- $items = append $items (dict "key" "redis-node-password" "path" "redis-password") -}}
+{{- end -}}
+{{- if and .redis $s.redis.caFromSecret -}}
+{{- $items = append $items (dict "key" "redis-ca.crt" "path" "redis-ca.crt") -}}
+{{- end -}}
+{{- if and (eq .component "planner") $s.planner.tokenFromSecret -}}
+{{- $items = append $items (dict "key" "planner-token" "path" "planner-token") -}}
+{{- end -}}
+{{- if and $items (not $s.existingSecret) -}}
+{{- if not $s.credentials -}}
+{{- fail (printf "security: the %s needs Secret keys %s: set security.existingSecret (recommended) or security.credentials" .component (include "joinlib.itemKeys" $items)) -}}
+{{- end -}}
+{{- range $items -}}
+{{- if not (hasKey $s.credentials .key) -}}
+{{- fail (printf "security.credentials: key %q is missing" .key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $items -}}
+{{- end -}}
+
+{{- define "joinlib.itemKeys" -}}
+{{- $keys := list -}}
+{{- range . }}{{ $keys = append $keys .key }}{{ end -}}
+{{- join ", " $keys -}}
+{{- end -}}
+
+{{/* Env of a component: protocol, users and the paths of the mounted secrets (never a secret). */}}
+{{- define "joinlib.securityEnv" -}}
+{{- $s := .ctx.Values.security -}}
+{{- $k := $s.kafka -}}
+{{- $dir := "/etc/joinlib/secrets" -}}
+{{- $out := list -}}
+{{- if ne $k.protocol "PLAINTEXT" -}}
+{{- $out = append $out (dict "name" "KAFKA_SECURITY_PROTOCOL" "value" $k.protocol) -}}
+{{- if hasPrefix "SASL_" $k.protocol -}}
+{{- $out = append $out (dict "name" "KAFKA_SASL_MECHANISM" "value" $k.mechanism) -}}
+{{- $out = append $out (dict "name" "KAFKA_SASL_USERNAME" "value" (index $k.users .component)) -}}
+{{- $out = append $out (dict "name" "KAFKA_SASL_PASSWORD_FILE" "value" (printf "%s/kafka-password" $dir)) -}}
+{{- end -}}
+{{- if $k.caFromSecret -}}
+{{- $out = append $out (dict "name" "KAFKA_SSL_CA_FILE" "value" (printf "%s/kafka-ca.crt" $dir)) -}}
+{{- end -}}
+{{- if not $k.verifyHostname -}}
+{{- $out = append $out (dict "name" "KAFKA_SSL_VERIFY_HOSTNAME" "value" "false") -}}
+{{- end -}}
+{{- end -}}
+{{- if and .redis $s.redis.user -}}
+{{- $out = append $out (dict "name" "REDIS_USERNAME" "value" $s.redis.user) -}}
+{{- $out = append $out (dict "name" "REDIS_PASSWORD_FILE" "value" (printf "%s/redis-password" $dir)) -}}
+{{- end -}}
+{{- if and .redis $s.redis.caFromSecret -}}
+{{- $out = append $out (dict "name" "REDIS_SSL_CA_FILE" "value" (printf "%s/redis-ca.crt" $dir)) -}}
+{{- end -}}
+{{- if and (eq .component "planner") $s.planner.tokenFromSecret -}}
+{{- $out = append $out (dict "name" "JOINLIB_PLANNER_TOKEN_FILE" "value" (printf "%s/planner-token" $dir)) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* volumeMounts / volumes entries of the credentials (nothing when the component needs none). */}}
+{{- define "joinlib.secretVolumeMounts" -}}
+{{- if include "joinlib.secretItems" . | fromYamlArray -}}
+- name: credentials
+  mountPath: /etc/joinlib/secrets
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "joinlib.secretVolumes" -}}
+{{- $items := include "joinlib.secretItems" . | fromYamlArray -}}
+{{- if $items -}}
+- name: credentials
+  secret:
+    secretName: {{ include "joinlib.credentialsSecret" .ctx }}
+    defaultMode: 0440
+    items:
+{{ toYaml $items | indent 6 }}
 {{- end }}
 {{- end -}}
 
