@@ -33,7 +33,7 @@ demo: deps ## Run the example: three routers joined on destination address; auto
 		print(f\"floor {f['floor']:,} bytes (floor + keys {f['floor_keys']:,}); auto / floor = {a['bytes']/max(1,f['floor']):.1f}\"); \
 		print(f\"same {a['results']:,} results as every central: {all(c['results']==a['results'] for c in cs)}\")"
 
-test: deps cluster-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
+test: deps cluster-install prometheus-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
 	$(PYTHON) -m pytest
 
 test-fast: deps ## Unit and property tests only (no Kafka/Redis)
@@ -65,6 +65,7 @@ clean: ## Remove generated data and caches
 	rm -rf data bench/out .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache $(STAMP)
 
 -include infra/infra.mk
+-include infra/prometheus.mk
 -include deploy.mk
 -include spark.mk
 -include live.mk

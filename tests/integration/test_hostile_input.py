@@ -74,6 +74,7 @@ class Stack:
         self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PYTHONPATH": str(REPO),
                     "PYTHONUNBUFFERED": "1"}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.cmds: dict[str, tuple[list[str], dict]] = {}
         self.logs: dict[str, Path] = {}
         self.metrics: dict[str, int] = {}
         tag = uuid.uuid4().hex[:6]
@@ -102,10 +103,21 @@ class Stack:
         return self.metrics[name]
 
     def _start(self, name: str, cmd: list[str], env: dict) -> None:
+        self.cmds[name] = (cmd, env)
         self.logs[name] = self.tmp / f"{name}.log"
         with open(self.logs[name], "ab") as fh:
             self.procs[name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process (a crash)."""
+        import signal
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait(10)
+
+    def restart(self, name: str) -> None:
+        """Start a killed process again, same command, environment and metrics port."""
+        self._start(name, *self.cmds[name])
 
     def log(self, name: str) -> str:
         return self.logs[name].read_text(errors="replace")
@@ -123,9 +135,9 @@ class Stack:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
 
-    def submit(self, query: Query, plan: str) -> dict:
+    def submit(self, query: Query, plan: str, since: str = "0") -> dict:
         import yaml
-        return self.http("POST", f"/queries?plan={plan}&since=0", yaml.safe_dump(query_to_dict(query)).encode())
+        return self.http("POST", f"/queries?plan={plan}&since={since}", yaml.safe_dump(query_to_dict(query)).encode())
 
     def rejected(self, name: str) -> Counter:
         """joinlib_rejected_messages_total of one process: (topic, reason) -> count."""
