@@ -31,7 +31,7 @@ def _fig8(doc: dict[str, Any], path: Path) -> Path:
         ax.plot([ds[0]], [entry["optimal"]], marker="*", markersize=12, color=COLORS["optimal"], linestyle="",
                 label="Optimal (D = 1)")
         ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(entry["simple"], entry["hash"][str(ds[0])]["cost"]) * 1.1)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("number of partitions D", fontsize=8)
         ax.set_ylabel("communication cost (tuples/s)", fontsize=8)
@@ -55,7 +55,7 @@ def _fig5(doc: dict[str, Any], path: Path) -> Path:
             ax.plot(ranges, [entry[str(r)][k] for r in ranges], marker="o", color=COLORS[k], label=label,
                     linestyle="--" if k == "optimal" else "-")
         ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(v["simple"] for v in entry.values()) * 1.1)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("data range", fontsize=8)
         ax.set_ylabel("communication cost (tuples/s)", fontsize=8)
