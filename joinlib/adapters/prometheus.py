@@ -154,6 +154,8 @@ class PrometheusSensor(AdaptiveSensor):
         self._children: dict = {}
         self._plans: dict[str, list[tuple[str, str]]] = {}
         self._adaptive: set[tuple[str, str]] = set()
+        self._generation: dict[tuple[str, str], int] = {}
+        self._triggered: set[tuple[str, str, str, int]] = set()
 
     def _child(self, metric, *labels):
         key = (id(metric), labels)
@@ -242,6 +244,10 @@ class PrometheusSensor(AdaptiveSensor):
             self._child(self.measured_selectivity, site, query, stats.stream, attr).set(f)
 
     def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        key = (site, query, stats.stream, epoch)
+        if key in self._triggered:
+            return   # a node restarted from a checkpoint replays its inputs and triggers again
+        self._triggered.add(key)
         self._child(self.triggers, site, query, stats.stream).inc()
         if self.logger is not None:
             self.logger.on_trigger(site, query, epoch, stats)
@@ -249,6 +255,9 @@ class PrometheusSensor(AdaptiveSensor):
     def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
                        triggers: tuple[int, ...]) -> None:
         self._adaptive.add((site, query))
+        if gen <= self._generation.get((site, query), 0):
+            return   # a replayed switch (restart) is counted once
+        self._generation[(site, query)] = gen
         self._child(self.plan_changes, site, query).inc()
         self._child(self.plan_generation, site, query).set(gen)
         self.set_plan(query, Plan(tuple(s.sequence() for s in jep.seps)))

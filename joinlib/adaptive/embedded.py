@@ -89,6 +89,8 @@ class AdaptiveTotals(TotalsSensor, AdaptiveSensor):
         self.adaptive_also.on_stream_stats(site, query, epoch, stats)
 
     def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        if any(t["site"] == site and t["epoch"] == epoch and t["stream"] == stats.stream for t in self.triggers):
+            return   # a restarted node replays its inputs and triggers again
         self.triggers.append({"site": site, "epoch": epoch, **stats.to_dict()})
         self.adaptive_also.on_trigger(site, query, epoch, stats)
 

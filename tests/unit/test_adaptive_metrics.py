@@ -94,3 +94,16 @@ def test_log_sensor_alone(toggled):
     first = rep.changes[0]
     assert any(f"switched to plan generation 1 from head epoch {first['from_epoch']}" in ln for ln in lines)
     assert any("S4 at N4 changed past the threshold" in ln and "-> re-planning" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("site,at_ms", [("N2", 2050.0), ("N4", 1950.0)])
+def test_a_restarted_node_counts_each_trigger_and_switch_once(toggled, site, at_ms):
+    """A node restarted from its checkpoint replays its inputs: it triggers and switches again."""
+    from joinlib.adaptive.embedded import Restart
+    q, streams = toggled
+    reg = CollectorRegistry()
+    rep = run_adaptive(q, streams, AdaptiveConfig("cnu"), CountingSink(), restarts=[Restart(site, at_ms)],
+                       sensor=PrometheusSensor(reg, q.name))
+    assert rep.restarts and len(rep.changes) == 2 and len(rep.triggers) == 2
+    assert set(samples(reg, "joinlib_plan_changes_total").values()) == {2.0}
+    assert sum(samples(reg, "joinlib_adaptive_triggers_total").values()) == 2
