@@ -164,7 +164,8 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
                 cause = trap.last.str()
             raise KafkaUnavailable(f"Kafka at {bootstrap} is unreachable after {timeout_s:.0f}s"
                                    + (f" ({cause})" if cause else "")
-                                   + "; check KAFKA_BOOTSTRAP_SERVERS and that the broker is running")
+                                   + "; check KAFKA_BOOTSTRAP_SERVERS and that the broker is running (a secured "
+                                   "broker also needs KAFKA_SECURITY_PROTOCOL and KAFKA_SASL_*, docs/security.md)")
         time.sleep(0.2)
 
 

@@ -206,16 +206,25 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
                          registry=CollectorRegistry(), stop=stop, plan_timeout_s=60, quiet=True,
                          checkpoint_every_s=0.5)
              for site in query.sites]
-    threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
+    crashed: dict[str, BaseException] = {}
+
+    def run(node) -> None:
+        try:
+            node.run()
+        except BaseException as e:  # shown in the assertion below instead of a thread warning
+            crashed[node.site] = e
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
     for t in threads:
         t.start()
     try:
         assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
                             "--bootstrap", bootstrap, "--no-progress"]) == 0
         deadline = time.monotonic() + 120
-        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline:
+        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline and not crashed:
             time.sleep(0.5)
         st = svc.status(query.name)
+        assert not crashed, {site: repr(e) for site, e in crashed.items()}
         assert st["state"] == "done", st
     finally:
         stop.set()
