@@ -15,7 +15,8 @@ from joinlib.multiquery.streams import generate
 from joinlib.multiquery.topology import transit_stub
 
 KEYS = {"scale", "topology", "paper", "lemma1", "hierarchies", "runs", "savings", "sweep", "checks", "seconds"}
-RUN_KEYS = {"planner", "maxcs", "total", "total_deployed", "total_link_usage", "optimum_total_same_d", "ratio",
+RUN_KEYS = {"planner", "maxcs", "total", "total_deployed", "total_link_usage", "optimum_total_same_d",
+            "ratio_of_totals", "ratio",
             "fraction_examined", "plans_examined_mean", "planning_ms_mean", "reuses", "operators",
             "exhaustive_equals_optimal"}
 
