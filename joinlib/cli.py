@@ -21,6 +21,8 @@ from .experiments.cli import add_commands
 from .live_cli import add_commands as add_live_commands
 from .live_cli import http_json as _http
 from .messages import InstanceKey
+from .partitioned import RUN_HELP as PARTITION_HELP
+from .partitioned import is_partitioned
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
 from .runtime.sink import Group, Sink
 from .units import parse_duration
@@ -52,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Run QUERY over DIR/<stream>.jsonl with the given plan on the "
                                    "deterministic simulated network, write every result to OUT "
-                                   "and print the per-link cost report.\n\n" + PLAN_HELP + "\n\n" + ADAPTIVE_HELP)
+                                   "and print the per-link cost report.\n\n" + PLAN_HELP + "\n\n" + ADAPTIVE_HELP
+                                   + "\n\n" + PARTITION_HELP)
     r.add_argument("query", type=Path, help="query file (YAML)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
@@ -195,13 +198,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if is_adaptive(args.plan):  # the nodes re-plan and switch while running (seed 003)
         from .adaptive.cli import adaptive_runner
         adaptive = adaptive_runner(args, query)
-    specs = [(0, args.plan)] + switches if adaptive is None else []
-    # fail fast on bad plans, before loading the data (planners that measure the data wait for it)
-    early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
-    streams = load_streams(query, args.data)
-    gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
-            for at, spec in specs]
-    plan: Plans = adaptive.initial if adaptive is not None else gens if switches else gens[0][1]
+    if is_partitioned(args.plan):  # a plan per partition of the join values (seed 002)
+        streams, plan = _partitioned(args, query, switches, progress)
+    else:
+        specs = [(0, args.plan)] + switches if adaptive is None else []
+        # fail fast on bad plans, before loading the data (planners that measure the data wait for it)
+        early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
+        streams = load_streams(query, args.data)
+        gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
+                for at, spec in specs]
+        plan = adaptive.initial if adaptive is not None else gens if switches else gens[0][1]
     runner: Runner = adaptive or run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
@@ -225,6 +231,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.check:
         return _check(query, streams, args.out)
     return 0
+
+
+def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[int, str]],
+                 progress: bool) -> tuple[dict[str, list[Tup]], Plans]:
+    """``--plan pmjoin[:hash|range|rate][:D]``: partition the join values, ``auto`` per partition."""
+    from .data import load_streams
+    from .partitioned import build, check_partitionable, parse_spec
+    parse_spec(args.plan)
+    check_partitionable(query)
+    if switches or args.cluster is not None:
+        raise JoinlibError("--plan pmjoin runs embedded and without --switch (partitioned plans on Kafka, "
+                           "with a consumer group per site, are not built yet)")
+    streams = load_streams(query, args.data)
+    return streams, build(query, streams, args.plan,
+                          lambda q, s: resolve_plan(q, "auto", args.model, s, progress=progress))
 
 
 def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> int:

@@ -9,6 +9,7 @@ from .errors import PlanError
 from .ir import PlanIR, Topology, lower
 from .messages import Envelope
 from .model import Query, Tup
+from .partitioned import Partitioned
 from .plan import Plan
 from .runtime.host import Host
 from .runtime.instance import InstanceSpec
@@ -17,8 +18,9 @@ from .runtime.sink import LatencyTap, Sink
 from .sim.network import SimNetwork
 from .state.base import WindowStore
 
-#: a plan, or generations of plans: (first head epoch, plan), the first at epoch 0
-Plans = Union[Plan, Sequence[tuple[int, Plan]]]
+#: a plan, generations of plans: (first head epoch, plan), the first at epoch 0, or a plan per
+#: partition (:class:`~joinlib.partitioned.Partitioned`)
+Plans = Union[Plan, Sequence[tuple[int, Plan]], Partitioned]
 
 
 @dataclass
@@ -108,14 +110,16 @@ class StuckError(RuntimeError):
 
 def generations(query: Query, plans: Plans, topology: Optional[Topology] = None) -> list[InstanceSpec]:
     """The instances of a run: one per plan generation, each serving the head epochs from its
-    first epoch to the epoch before the next generation's."""
+    first epoch to the epoch before the next generation's (a partitioned plan: one per partition)."""
+    topo = topology or Topology.of(query)
+    if isinstance(plans, Partitioned):
+        return [InstanceSpec(lower(query, p, topo), 0, 0, None, part) for part, p in enumerate(plans.plans)]
     gens = [(0, plans)] if isinstance(plans, Plan) else sorted(plans, key=lambda g: g[0])
     if not gens or gens[0][0] != 0:
         raise PlanError("the first plan generation must start at epoch 0")
     for (a, _), (b, _) in zip(gens, gens[1:], strict=False):
         if a == b:
             raise PlanError(f"two plan switches at the same epoch {a}")
-    topo = topology or Topology.of(query)
     specs = []
     for g, (start, plan) in enumerate(gens):
         stop = gens[g + 1][0] - 1 if g + 1 < len(gens) else None
@@ -157,8 +161,7 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
     hosts = hosts_for(specs, net, tap, sensor, store_factory)
     all_ts = [t.ts for tups in streams.values() for t in tups]
     last = max(all_ts) // tau if all_ts else 0
-    for s in query.streams:
-        hosts[s.site].feed(query.name, s.name, streams.get(s.name, []))
+    _feed(query, streams, plan, hosts)
     for h in hosts.values():
         h.set_last(query.name, last)
     bar = _bar(progress, last + 1, query.name)
@@ -183,7 +186,15 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
     if bar is not None:
         bar.close()
     _check_finished(hosts)
-    return _report(query, specs, net, sensor, tap, wall, all_ts)
+    return _report(query, specs, net, sensor, tap, wall, all_ts, plan)
+
+
+def _feed(query: Query, streams: dict[str, list[Tup]], plan: Plans, hosts: dict[str, Host]) -> None:
+    """Every stream's tuples to its site's host: a partitioned plan's to their partitions."""
+    inputs = plan.split(query, streams) if isinstance(plan, Partitioned) else [streams]
+    for part, part_streams in enumerate(inputs):
+        for s in query.streams:
+            hosts[s.site].feed(query.name, s.name, part_streams.get(s.name, []), part=part)
 
 
 def _bar(progress: bool, total: int, name: str) -> Any:
@@ -199,25 +210,28 @@ def _check_finished(hosts: dict[str, Host]) -> None:
         raise StuckError(stuck[0].stuck())
 
 
-def plan_json(specs: Sequence[InstanceSpec]) -> Any:
-    """The report's ``plan``: the plan's JSON, or per generation its first epoch and plan."""
+def plan_json(specs: Sequence[InstanceSpec], plan: Optional[Plans] = None) -> Any:
+    """The report's ``plan``: the plan's JSON, per generation its first epoch and plan, or the
+    partitioned plan's JSON."""
+    if isinstance(plan, Partitioned):
+        return plan.to_json()
     if len(specs) == 1:
         return specs[0].ir.plan.to_json()
     return [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs]
 
 
 def _report(query: Query, specs: Sequence[InstanceSpec], net: SimNetwork, sensor: TotalsSensor, tap: LatencyTap,
-            wall: float, all_ts: list[int]) -> Report:
+            wall: float, all_ts: list[int], plan: Optional[Plans] = None) -> Report:
     links = [{"src": s, "dst": d, "kind": k, "messages": st.messages, "bytes": st.bytes,
               "transfer_ms": round(st.transfer_ms, 3), "queued_ms": round(st.queued_ms, 3)}
              for (s, d, k), st in sorted(net.stats.items())]
     processing: dict[str, dict[str, float]] = {}
     for (site, op), secs in sensor.processing.items():
         processing.setdefault(site, {})[op] = secs
-    rep = Report(query.name, plan_json(specs), tap.count, len(all_ts),
+    rep = Report(query.name, plan_json(specs, plan), tap.count, len(all_ts),
                  (max(all_ts) - min(all_ts) + 1) if all_ts else 0, links, processing,
                  sum(sensor.late.values()), wall, net.now, tap.summary)
-    if len(specs) > 1:
+    if len(specs) > 1 and not isinstance(plan, Partitioned):
         rep.switches = [{"generation": s.gen, "from_epoch": s.start, "to_epoch": s.stop} for s in specs]
     return rep
 

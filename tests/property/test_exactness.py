@@ -24,7 +24,7 @@ def run(query, data, plan, roundtrip=False) -> Counter:
 def assert_exact(query, data, plan, roundtrip=False) -> None:
     got, want = run(query, data, plan, roundtrip), reference_join(query, data)
     missing, extra = want - got, got - want
-    text = plan.to_json() if isinstance(plan, plans_mod.Plan) else [(e, p.to_json()) for e, p in plan]
+    text = plan.to_json() if hasattr(plan, "to_json") else [(e, p.to_json()) for e, p in plan]
     assert not missing and not extra, (
         f"plan {text}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
 
