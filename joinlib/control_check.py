@@ -172,6 +172,22 @@ def _flow_bodies(ir: Any, flow: Any) -> tuple[type, ...]:
     return (KeyBatch, KeyFilter) if flow.kind == "partial" else (TupleBatch,)   # key sets may go as Bloom filters
 
 
+def _parts(body: Any) -> tuple[list[Any], list[Any]]:
+    """(tuples, keys) of a message body."""
+    from .messages import DjaUpdate, KeyBatch, KeyFilter, ShippedBatch, TupleBatch, WindowSnapshot
+    if isinstance(body, TupleBatch):
+        return [t for row in body.rows for t in row], []
+    if isinstance(body, ShippedBatch):
+        return list(body.tuples), []
+    if isinstance(body, WindowSnapshot):
+        return list(body.tuples), list(body.keys)
+    if isinstance(body, DjaUpdate):
+        return list(body.sf), list(body.vj)
+    if isinstance(body, (KeyBatch, KeyFilter)):
+        return [], list(body.keys)
+    return [], []
+
+
 class InboundFlows:
     """The flows of a plan IR that end at ``site``, by rank (the envelope's ``flow``), with the body
     classes each carries: what a node accepts on ``node.<query>.<site>``."""
@@ -179,9 +195,13 @@ class InboundFlows:
     def __init__(self, ir: Any, site: str) -> None:
         self.site = site
         self.flows: dict[int, tuple[Any, tuple[type, ...]]] = {}
+        self.replica_pos: dict[int, int] = {}      # update flows: the position of the replica's stream
         for sig, rank in ir.flow_ids.items():
             f = ir.flow(sig)
             self.flows[rank] = (f, _flow_bodies(ir, f))
+            if f.name == "update":
+                self.replica_pos[rank] = ir.replica(f.owner).pos
+        self.arity = [len(s.join_attrs) for s in ir.query.streams]
 
     def check(self, src: str, flow: int, epoch: int, body: Any) -> Optional[str]:
         """None if an envelope from ``src`` on flow rank ``flow`` may be taken here, else why not."""
@@ -195,4 +215,25 @@ class InboundFlows:
             return f"a {type(body).__name__} on flow {flow}, which carries {'/'.join(b.__name__ for b in bodies)}"
         if epoch < 0:
             return f"negative epoch {epoch}"
+        return self._content(body, self.replica_pos.get(flow))
+
+    def _content(self, body: Any, pos: Optional[int]) -> Optional[str]:
+        """Structure a node relies on: every tuple of a stream position of the query with that stream's
+        number of join values (of the replica's stream on an update flow); the rows of a batch of one shape;
+        the keys of a body of one length.  (Counts and keys that do not fit the receiver's state cannot be
+        checked here: only authenticated writers keep those out.)"""
+        from .messages import TupleBatch
+        n, arity = len(self.arity), self.arity
+        if isinstance(body, TupleBatch):
+            shapes = {tuple(t.pos for t in row) for row in body.rows}
+            if len(shapes) > 1 or any(not ps or len(set(ps)) != len(ps) for ps in shapes):
+                return f"a TupleBatch with rows of different or repeated streams: {sorted(shapes)[:3]}"
+        tups, keys = _parts(body)
+        for t in tups:
+            if not 0 <= t.pos < n or len(t.key) != arity[t.pos]:
+                return f"a tuple of stream position {t.pos} with {len(t.key)} join values"
+            if pos is not None and t.pos != pos:
+                return f"a tuple of stream position {t.pos} on the update flow of position {pos}"
+        if keys and (len({len(k) for k in keys}) != 1 or not 1 <= len(keys[0]) <= max(arity)):
+            return f"keys of lengths {sorted({len(k) for k in keys})[:5]}"
         return None

@@ -586,6 +586,80 @@ def test_invalid_control_messages_are_rejected_and_change_nothing(stack, kafka_b
     print(f"\ncontrol garbage: {dict(made)}; rejected: {got}")
 
 
+def broken_body(cls: type, q: Query, rng: random.Random) -> Optional[Any]:
+    """A body of class ``cls`` whose structure no real sender produces: tuples with a join value too many
+    or of a stream position the query does not have, keys of different lengths; None where the class has
+    no structure to break (ExpiryUpdate: counts only)."""
+    def tup() -> Tup:
+        s = rng.choice(q.streams)
+        pos, n = (s.pos, len(s.join_attrs) + 1) if rng.random() < 0.5 else (len(q.streams) + 2, 1)
+        return Tup(pos, rng.randrange(1 << 30), rng.randrange(1 << 20), 0, tuple("k" for _ in range(n)), b"")
+    keys = [("a",), ("a", "b")]
+    if cls is TupleBatch:
+        return TupleBatch([(tup(),)])
+    if cls is ShippedBatch:
+        return ShippedBatch([tup()], [1])
+    if cls is WindowSnapshot:
+        return WindowSnapshot(0, [tup()], [], [])
+    if cls is DjaUpdate:
+        return DjaUpdate(keys, [1, 1], [], [1])
+    if cls in (KeyBatch, KeyFilter):
+        return cls(keys=keys)
+    return None
+
+
+def test_forged_envelopes_on_real_flows_are_rejected_and_crash_nothing(stack, make_topic, registry,
+                                                                        kafka_bootstrap):
+    """The hardest garbage for a node: envelopes that fit a real flow of the running plan (instance,
+    direction, body class) at the very epochs it is about to process, but whose content no sender produces
+    (tuples of a stream position the query lacks or with a join value too many, keys of mixed lengths --
+    before the check, such a message failed the query's run with an IndexError in a DJA replica): each is
+    rejected as invalid, and the nodes and the query keep running."""
+    from joinlib import plan as plans
+    from joinlib.adapters.kafka import make_producer, node_topic
+    from joinlib.control_check import InboundFlows
+    from joinlib.engine import generations
+    q = hostile_query(f"hf{uuid.uuid4().hex[:6]}", stack.sites,
+                      [make_topic(f"hostile-src-{i}", partitions=2) for i in range(3)], registry.url)
+    out = stack.submit(q, "SM-S2")
+    [spec] = generations(q, plans.uniform(q, "SM-S2"))
+    rng = random.Random(SEED + 4)
+    p = make_producer(kafka_bootstrap, **{"message.max.bytes": 1_000_000})
+    before = {s: stack.rejected(s) for s in stack.sites}
+    forged: Counter = Counter()
+    for site in stack.sites:
+        for rank, (f, bodies) in InboundFlows(spec.ir, site).flows.items():
+            if f.dst != site:
+                continue
+            for epoch in range(0, 30, 2):
+                body = broken_body(rng.choice(bodies), q, rng)
+                if body is None:
+                    continue
+                env = Envelope(f.src, site, rank, epoch, body, 0, 0)
+                p.produce(node_topic(q.name, site), wire.encode_envelope(env), f.src.encode(),
+                          headers=[("run", out["run"].encode()), ("sent_ms", str(int(time.time() * 1000)).encode())])
+                forged[site] += 1
+    assert p.flush(30) == 0 and sum(forged.values()) > 20
+    rec = Recorder()
+    w = Writer(stack.bootstrap, q, rec)
+    write_good(w, good_records(q, 150, seed=SEED + 4, time_base_ms=0, id_base=0), 0, 150)
+    w.flush()
+    want = wait_exact(stack, q, out["run"], rec, schemas_for(q, registry.url), tmp_path_for(stack), min_results=10)
+    for s in stack.sites:
+        got = stack.rejected(s)[(node_topic(q.name, s), "invalid")] - before[s][(node_topic(q.name, s), "invalid")]
+        assert got == forged[s], (s, got, forged[s])
+    stack.assert_alive()
+    assert stack.http("GET", f"/queries/{q.name}")["state"] == "running"
+    stack.http("POST", f"/queries/{q.name}/stop")
+    print(f"\nforged {dict(forged)} envelopes on real flows at live epochs: all rejected; {want.count} results exact")
+
+
+def tmp_path_for(stack: Stack) -> Path:
+    d = stack.tmp / f"results-{uuid.uuid4().hex[:6]}"
+    d.mkdir()
+    return d
+
+
 def test_the_services_still_serve_a_new_query_exactly(stack, make_topic, registry, state, tmp_path):
     """After all of it: the same processes run a new query with exactly the reference output, and the
     old one stops cleanly when asked."""
