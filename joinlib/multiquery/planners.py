@@ -24,7 +24,9 @@ seed text.  What is here is **our reconstruction** (docs/multiquery.md, "Reconst
   ``C_now ≤ γ · (1 − p_reuse) · C_later`` -- C_now: join here and ship the result to the parent
   coordinator; C_later: ship the inputs there unjoined; p_reuse: the share of the advertised streams
   this query could reuse that touch these inputs but reach beyond them (only a later, wider search can
-  use them).  Otherwise the inputs go up unjoined and the decision is deferred.  γ (``npc_discount``,
+  use them).  Otherwise the inputs go up unjoined and the decision is deferred.  At the top, what is
+  left is planned Top-Down (refined down the hierarchy) rather than on coordinators: the hybrid commits
+  cheap local joins early like Bottom-Up and plans the rest like Top-Down.  γ (``npc_discount``,
   default 1) discounts later costs.
 - **Plan-then-deploy**: the join tree that minimises the sum of intermediate rates, chosen without the
   network, then placed optimally (tree DP; ``ptd-optimal`` with no reuse as in [PAPER]'s baselines,
@@ -183,10 +185,12 @@ def _bottom_up(ctx: Context, npc: bool) -> Plan:
             for comp in _components(ctx.bound, local):
                 nxt += _bu_local(ctx, c, comp, parent[c.coordinator], reusable if npc else None, count)
         plans = nxt
+    if npc:  # what was deferred is planned top-down: refined level by level, not left on coordinators
+        root = _td_solve(ctx, h.root, plans, ctx.bound.sink, count)
+        return Plan(ctx.bound.query.name, root, ctx.bound.sink, "npc", count[0])
     res = solve(_problem(ctx, plans, list(h.root.members), ctx.bound.sink, h.root.snap))
     count[0] += res.examined
-    name = "npc" if npc else "bottom-up"
-    return Plan(ctx.bound.query.name, res.root, ctx.bound.sink, name, count[0])
+    return Plan(ctx.bound.query.name, res.root, ctx.bound.sink, "bottom-up", count[0])
 
 
 def _bu_local(ctx: Context, c: Cluster, comp: list[PlanNode], up: int,
@@ -369,7 +373,7 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
     PlannerSpec("optimal-noreuse", plan_optimal_noreuse, False, "integrated order + placement, ignoring D"),
     PlannerSpec("top-down", plan_top_down, True, "[RECON] split down the hierarchy, exact at level 1"),
     PlannerSpec("bottom-up", plan_bottom_up, True, "[RECON] join local inputs level by level going up"),
-    PlannerSpec("npc", plan_npc, True, "[RECON] bottom-up, commit locally only if cheaper than deferring"),
+    PlannerSpec("npc", plan_npc, True, "[RECON] bottom-up commits where cheaper than deferring, the rest top-down"),
     PlannerSpec("ptd-optimal", plan_ptd_optimal, False, "plan then deploy: rate order, optimal placement"),
     PlannerSpec("ptd-optimal+reuse", plan_ptd_optimal_reuse, False,
                 "plan then deploy: rate order, optimal placement, reuse where the order allows"),

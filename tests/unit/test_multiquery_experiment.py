@@ -76,3 +76,15 @@ def test_planner_registry_and_mistakes(tmp_path, capsys):
     assert main(["experiment", "iflow", "--out", str(tmp_path), "--topology", str(bad)]) == 2
     assert "links[0].latency" in capsys.readouterr().err
     assert Deployments().total_cost(transit_stub(1, 2)) == 0
+
+
+def test_one_cluster_makes_every_hierarchical_planner_exact():
+    """maxcs >= N: a single level-1 cluster of every node, so Top-Down, Bottom-Up and NPC all solve the
+    whole query exactly, reuse included."""
+    top = transit_stub(3, 4, seed=4)
+    work = generate(top.nodes, n_queries=5, k=4, n_streams=6, seed=3)
+    h = build_hierarchy(top, top.n)
+    assert len(h.levels) == 1
+    for name in ("top-down", "bottom-up", "npc"):
+        _, recs = run_sequence(top, work, get_planner(name), h, lambda n: None)
+        assert all(abs(r["cost"] - r["optimum"]) <= 1e-6 * max(1.0, r["optimum"]) for r in recs), name
