@@ -210,7 +210,8 @@ def _store(url: Optional[str], name: str, spec: JoinSpec, stack: ExitStack) -> R
         stack.callback(store.close)
         stack.callback(store.clear)
         return store
-    raise SpillError(f"--spill {url}: expected file:DIR, redis://HOST:PORT/DB or memory:")
+    from ..settings import redact_url
+    raise SpillError(f"--spill {redact_url(url)}: expected file:DIR, redis[s]://HOST:PORT/DB or memory:")
 
 
 def _safe(name: str) -> str:
