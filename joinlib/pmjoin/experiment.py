@@ -13,7 +13,6 @@ rates (:mod:`.workload`); no data is generated and nothing runs on the engine.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -228,7 +227,3 @@ def summary(doc: dict[str, Any]) -> str:
                  f"max {c['heuristic_over_optimal_max']:.3f}; DD saves more than SD at D = 2: "
                  f"{c['dd_saves_more_than_sd_at_d2']}, at the finest D: {c['dd_saves_more_than_sd_at_dmax']}")
     return "\n".join(lines)
-
-
-def default_jobs() -> int:
-    return max(1, min(2, os.cpu_count() or 1))

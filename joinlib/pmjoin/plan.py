@@ -19,7 +19,7 @@ from .partition import PartitionFunction
 from .partition import from_json as partition_from_json
 from .rates import RateModel, ValueRateModel
 from .streamjoinopt import stream_join_opt
-from .tree import Tree, describe, plan_cost, shipments
+from .tree import Tree, describe, plan_cost
 from .tree import from_json as tree_from_json
 from .tree import to_json as tree_to_json
 
@@ -136,6 +136,3 @@ def group_costs(model: ValueRateModel, columns: list[list[int]], optimizer: Opti
         else:
             out.append(0.0)
     return out
-
-
-__all__ = ["GroupPlan", "PMJoinPlan", "plan_pmjoin", "group_costs", "group_columns", "shipments"]
