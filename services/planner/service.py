@@ -230,10 +230,7 @@ class PlannerService:
         try:
             while not self._stop.is_set():
                 for msg in consume(consumer, 1000, 0.5):
-                    value = msg.value()
-                    if value is None:  # a tombstone: not a control message
-                        continue
-                    rec = decode_control_message(msg, self._reject)
+                    rec = decode_control_message(msg, self._reject)   # a tombstone too is rejected
                     if rec is None:  # rejected: logged and counted, changes nothing
                         continue
                     try:

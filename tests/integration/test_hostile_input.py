@@ -521,19 +521,20 @@ def test_garbage_on_node_topics_is_rejected_logged_and_counted(stack, kafka_boot
             sent[(site, choice)] += 1
         p.poll(0)
     assert p.flush(30) == 0
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         after = {s: stack.rejected(s) for s in stack.sites}
         got = {s: Counter({k: v - before[s].get(k, 0) for k, v in after[s].items()}) for s in stack.sites}
         reasons = {s: {r for (t, r), v in got[s].items() if t == node_topic(q.name, s) and v > 0} for s in stack.sites}
-        if all(reasons[s] >= {"undecodable", "invalid", "bad_header"} for s in stack.sites):
+        # every message is rejected, but for forged envelopes that fit a flow of the plan (far-future epochs)
+        counted = {s: sum(v for (t, _), v in got[s].items() if t == node_topic(q.name, s)) for s in stack.sites}
+        written = {s: sum(v for (site, _), v in sent.items() if site == s) for s in stack.sites}
+        if all(reasons[s] >= {"undecodable", "invalid", "bad_header"} and counted[s] >= 0.8 * written[s]
+               for s in stack.sites):
             break
-        assert time.monotonic() < deadline, f"rejections per node: {got}"
+        assert time.monotonic() < deadline, f"rejections per node: {got} of {written}"
         time.sleep(1)
     for s in stack.sites:
-        n = sum(v for (t, _), v in got[s].items() if t == node_topic(q.name, s))
-        # every message is rejected, but for forged envelopes that fit a flow of the plan (far-future epochs)
-        assert n >= 0.8 * sum(v for (site, _), v in sent.items() if site == s), (s, got[s], sent)
         assert f"rejected a message of {node_topic(q.name, s)}" in stack.log(s)
     stack.assert_alive()
     assert results_via_cli(stack, q, 0, tmp_path) == state["want"].results
@@ -561,7 +562,7 @@ def test_invalid_control_messages_are_rejected_and_change_nothing(stack, kafka_b
         made[choice] += 1
     assert p.flush(30) == 0
     n = sum(made.values())
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         got = {s: sum(v - before[s].get(k, 0) for k, v in stack.rejected(s).items() if k[0] == CONTROL_TOPIC)
                for s in before}
