@@ -5,8 +5,9 @@ the whole streams (docs/pmjoin.md).
     python examples/pmjoin_plan.py QUERY.yaml --data DIR [--partition rate|hash|range] [-d 3] [--json PLAN.json]
 
 The per-value rates come from the data (joinlib.pmjoin.value_rates); costs are predicted by the
-rate model in bytes/s (the query's tuple_bytes; a result carries all its components). The plan is
-not executed: running PMJoin plans in the runtime is not built yet.
+rate model in bytes/s (the query's tuple_bytes; a result carries all its components). The plan's
+trees are not executed; ``joinlib run --plan pmjoin:rate:3`` runs the partitioning with joinlib's own
+plan per partition (docs/runtime.md).
 """
 from __future__ import annotations
 

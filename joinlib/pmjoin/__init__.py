@@ -2,8 +2,9 @@
 
 When join values are distributed differently at different sites, one plan for the whole stream is
 far from optimal; PMJoin splits every stream by join value into D partition groups and optimises a
-plan per group. This package is the model and the planning (docs/pmjoin.md); running the plans in
-the runtime is not built yet.
+plan per group. This package is the model and the planning (docs/pmjoin.md). The runtime
+(``joinlib.partitioned``) routes tuples with these partition functions, but does not execute the
+MJoin trees planned here.
 
 * :mod:`.rates` - the rate model (Eqs. 2-3, the closed form for a set, implied equality edges);
 * :mod:`.tree` - MJoin trees placed on nodes, their cost and JSON;

@@ -138,3 +138,25 @@ def test_select_keeps_the_child_when_it_is_faster() -> None:
     faster = replace(child, input_rate=root.input_rate + 1)
     assert [c.path for c in select_pmjoins([root, faster])] == [(0,)]
     assert describe(tree).startswith("MJoin@n3(")
+
+
+# ---------------------------------------------------------------------------------------------- the example
+
+def test_example_script_plans_example1_x10_from_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/pmjoin_plan.py: demo data (Table 1 x 10, 20 s) -> the digest's 1001 / 540.3 / 0.696."""
+    import importlib.util
+    import json
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("pmjoin_plan", root / "examples" / "pmjoin_plan.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.write_demo(tmp_path / "data", seconds=20)
+    out = tmp_path / "plan.json"
+    assert mod.main([str(root / "examples" / "pmjoin_routers.yaml"), "--data", str(tmp_path / "data"),
+                     "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "centralized (Simple): 1001 bytes/s" in text and "one plan (STREAMJOINOPT): 540.3 bytes/s" in text
+    assert json.loads(out.read_text())["cost"] == pytest.approx(0.696, rel=1e-3)
+    assert mod.main([str(root / "examples" / "pmjoin_routers.yaml"), "--data", str(tmp_path / "missing")]) == 2
+    assert "error: --data" in capsys.readouterr().err
