@@ -27,9 +27,9 @@ def add_experiment(subparsers: Any) -> None:
                     "(every query of every run) and DIR/iflow_{totals,maxcs,cumulative,overlap}.png; prints the "
                     "measured numbers beside the paper's.  docs/multiquery.md explains them.")
     e.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
-    e.add_argument("--quick", action="store_true", help="12 queries (well under a minute; same JSON keys)")
+    e.add_argument("--quick", action="store_true", help="10 queries, sweep of 8 (about 6 s of CPU; same JSON keys)")
     e.add_argument("--seed", type=int, help="seed of the topology and the queries (default 1)")
-    e.add_argument("--queries", type=int, help="queries in the sequence (default 100; 12 with --quick)")
+    e.add_argument("--queries", type=int, help="queries in the sequence (default 100; 10 with --quick)")
     e.add_argument("--maxcs", help="cluster sizes, comma-separated (default 4,8,16,32)")
     e.add_argument("--topology", type=Path, metavar="FILE.yaml",
                    help="a real topology instead of the generator (nodes, links with latency and bandwidth)")

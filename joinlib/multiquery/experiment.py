@@ -58,7 +58,7 @@ class Scale:
     sweep_queries: int = 100
 
 
-QUICK = Scale(queries=12, check_exhaustive=3, sweep_streams=(8, 12), sweep_queries=12)
+QUICK = Scale(queries=10, check_exhaustive=2, sweep_streams=(8, 12), sweep_queries=8)
 
 
 def run_sequence(top: Topology, work: Workload, spec: PlannerSpec, hierarchy: Optional[Hierarchy], step: Step,

@@ -11,7 +11,7 @@ per cluster, on the cluster's members, with inputs snapped to estimate positions
   subtree meets the rest of the plan only through where its output goes.
 - :func:`exhaustive`: every distinct tree × :func:`place_tree` -- "all merge orders × placements".
 - :func:`solve`: the same optimum by DP over subsets of inputs (``place(S, y)`` = min over splits of S);
-  it enumerates the same trees implicitly, ~6x faster for K = 5.  Tests check solve = exhaustive = brute force.
+  it enumerates the same trees implicitly, ~5x faster for K = 5.  Tests check solve = exhaustive = brute force.
 - :func:`lemma1`: [PAPER] Lemma 1, K!(K−1)!/2^(K−1) · N^(K−1), the denominator of "fraction of the
   search space examined".  It counts merge *sequences* (180 for K = 5), not distinct trees (105).
 
@@ -76,11 +76,14 @@ class Problem:
     rate: Callable[[frozenset[str]], float]
     reuse: Callable[[frozenset[str]], list[Reuse]] = field(default=lambda streams: [])
     dc: list[list[float]] = field(init=False, repr=False)
+    dct: list[list[float]] = field(init=False, repr=False)
     _union: dict[int, frozenset[str]] = field(default_factory=dict, repr=False)
     _reuse: dict[int, list[Reuse]] = field(default_factory=dict, repr=False)
+    _rate: dict[int, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.dc = [[self.dist[a][b] for b in self.cands] for a in self.cands]
+        self.dct = [list(col) for col in zip(*self.dc, strict=True)]  # dct[x][y] = d(y, x)
 
     def union(self, mask: int) -> frozenset[str]:
         u = self._union.get(mask)
@@ -90,9 +93,11 @@ class Problem:
         return u
 
     def mask_rate(self, mask: int) -> float:
-        if mask & (mask - 1) == 0:
-            return self.atoms[mask.bit_length() - 1].plan.rate
-        return self.rate(self.union(mask))
+        r = self._rate.get(mask)
+        if r is None:
+            r = self._rate[mask] = (self.atoms[mask.bit_length() - 1].plan.rate if mask & (mask - 1) == 0
+                                    else self.rate(self.union(mask)))
+        return r
 
     def reuses(self, mask: int) -> list[Reuse]:
         if mask & (mask - 1) == 0:
@@ -107,9 +112,23 @@ class Problem:
         return [a.plan.rate * self.dist[a.est][c] for c in self.cands]
 
     def deliver(self, mask: int, place: list[float]) -> list[float]:
-        """Cheapest cost of having the join of ``mask`` at each candidate, given its ``place`` vector."""
+        """Cheapest cost of having the join of ``mask`` at each candidate, given its ``place`` vector.
+
+        min over y of place[y] + r·d(y, x), scanning y by increasing place[y] and stopping once
+        place[y] alone reaches the best found (r·d ≥ 0): the same minimum, ~8x fewer steps."""
         r = self.mask_rate(mask)
-        out = [min(p + r * d for p, d in zip(place, row, strict=True)) for row in self.dc]
+        order = sorted(range(len(place)), key=place.__getitem__)
+        ps = [place[y] for y in order]
+        out = []
+        for col in self.dct:
+            best = INF
+            for p, y in zip(ps, order, strict=True):
+                if p >= best:
+                    break
+                v = p + r * col[y]
+                if v < best:
+                    best = v
+            out.append(best)
         for ro in self.reuses(mask):
             out = [min(o, r * self.dist[ro.est][c]) for o, c in zip(out, self.cands, strict=True)]
         return out

@@ -100,7 +100,7 @@ class JoinPredicate:
         a, b = self.text.split("=")
         return a, b
 
-    @property
+    @cached_property
     def streams(self) -> frozenset[str]:
         return frozenset(stream_of(a) for a in self.attrs)
 
