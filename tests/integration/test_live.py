@@ -400,6 +400,15 @@ def _node_process(site: str, bootstrap: str, redis_url: str, log: Path) -> subpr
                                 env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+def _wait_for_text(path: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} has no {text!r} after {timeout_s} s: {path.read_text()[-2000:]}")
+
+
 def test_killing_a_node_mid_stream_keeps_the_output_exact(services, make_topic, kafka_bootstrap, redis_url,
                                                           tmp_path):
     """Node services as processes with Redis checkpoints; SIGKILL one mid-stream and start it again:
@@ -414,8 +423,11 @@ def test_killing_a_node_mid_stream_keeps_the_output_exact(services, make_topic, 
         gen = generator(kafka_bootstrap, q, rec, rate=150.0, late_every=60, malformed_every=70, time_base_ms=0)
         t = threading.Thread(target=gen.run, args=(6.0,))
         t.start()
-        time.sleep(3.0)
         victim = sites[1]
+        # kill it mid-stream, after it has run the query long enough to checkpoint (every 0.5 s);
+        # a loaded machine may take seconds to start a node
+        _wait_for_text(logs[victim], f"running query {q.name}", timeout_s=60)
+        time.sleep(2.0)
         procs[victim].send_signal(signal.SIGKILL)
         procs[victim].wait(10)
         procs[victim] = _node_process(victim, kafka_bootstrap, redis_url, logs[victim])
