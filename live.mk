@@ -6,12 +6,20 @@ _LIVE_MK_PREV_GOAL := $(.DEFAULT_GOAL)
 PYTHON ?= python3
 LIVE_DEMO_ARGS ?=
 
-.PHONY: live-demo live-bench
+.PHONY: live-demo live-bench bench-soak test-drills
+
+SOAK_ARGS ?=
 
 live-demo: deps ## After `make up`: planner, a node per site, JSON router events; prints results and bytes vs central until Ctrl-C
 	$(PYTHON) scripts/live_demo.py $(LIVE_DEMO_ARGS)
 
 live-bench: deps ## Live JSON topics, Fig. 7 workload at three sites: sustained events/s and p50/p99 latency (bench/out/live.*)
 	$(PYTHON) bench/live_bench.py
+
+bench-soak: deps ## Soak: a live query at 80% of the sustainable rate for 10 min (SOAK_ARGS="--minutes N"); RSS, Redis memory, lag, p99 (results/soak)
+	$(PYTHON) bench/soak.py $(SOAK_ARGS)
+
+test-drills: deps ## Fault drills: broker stopped 10 s, Redis killed, a node paused, a node killed in a checkpoint (docs/reliability.md)
+	$(PYTHON) -m pytest tests/integration/test_drills.py
 
 .DEFAULT_GOAL := $(_LIVE_MK_PREV_GOAL)

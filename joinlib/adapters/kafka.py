@@ -325,6 +325,22 @@ class Producing:
                                      "(is the broker reachable?)")
         self.check()
 
+    def drain(self, log: Optional[Callable[[str], None]] = None, every_s: float = 5.0) -> None:
+        """Wait until every queued message is delivered -- or failed: librdkafka gives up on a message after
+        ``message.timeout.ms`` (default 5 min), and :meth:`check` raises then.  Unlike :meth:`flush`, a broker
+        outage shorter than that is ridden out instead of failing the caller (issue 16, drill (a))."""
+        warned = False
+        while True:
+            left = self.producer.flush(every_s)
+            if not left:
+                break
+            if log is not None and not warned:
+                log(f"waiting for Kafka: {left} message(s) not delivered yet (is the broker down?)")
+                warned = True
+        if warned and log is not None:
+            log("Kafka reachable again: every message delivered")
+        self.check()
+
     def check(self) -> None:
         if self.errors:
             raise KafkaDeliveryError(f"{len(self.errors)} messages could not be delivered; first: {self.errors[0]}")

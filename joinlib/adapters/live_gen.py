@@ -100,4 +100,4 @@ class LiveGenerator:
         self.flush()
 
     def flush(self) -> None:
-        self.out.flush()
+        self.out.drain()  # every record delivered (or failed after message.timeout.ms): rides out a broker restart

@@ -80,6 +80,7 @@ STATUS_EVERY_S = 2.0
 LATENCY_SAMPLES = 4096
 GAUGES_EVERY_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
+REDIS_RETRIES = 40  # with backoff up to 2 s: Redis may be away for about a minute
 
 
 class TeeSensor(Sensor):
@@ -171,7 +172,12 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
         log(f"REDIS_URL={redact_url(redis_url)} is set but joinlib.adapters.redis_store is not available; "
             "keeping windows in memory")
         return None
-    return redis_store_factory(redis_url, namespace)
+    # a Redis restart (drill (b) of tests/integration/test_drills.py) is ridden out for about a minute:
+    # redis-py's default retries give up after ~4 s, and then the query fails at this node
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.retry import Retry
+    return redis_store_factory(redis_url, namespace, retry=Retry(ExponentialWithJitterBackoff(cap=2.0, base=0.05),
+                                                                 REDIS_RETRIES))
 
 
 def compile_plan_message(rec: ControlRecord) -> tuple[Query, list[InstanceSpec]]:
@@ -404,7 +410,10 @@ class _Run:
     def execute(self) -> None:
         svc, q, site = self.svc, self.q, self.site
         svc.sensor.set_plan(q.name, self.specs[-1].ir.plan)
-        self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True}))
+        # idempotent: a send retried across a broker restart is neither duplicated nor reordered (result
+        # batches are skipped by number after a restart, which needs the producer's order in out.<query>)
+        self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True,
+                                                              "enable.idempotence": True, "acks": "all"}))
         self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id)
         self.sink = KafkaResultSink(self.out, q, site,
                                     headers=[("run", self.run_id.encode())] if self.run_id else None)
@@ -707,7 +716,9 @@ class _Run:
     def _checkpoint(self) -> None:
         assert self.ckpt is not None
         t0 = time.perf_counter()
-        self.out.flush()  # what the checkpoint says was sent must be in Kafka: a replay from it won't resend it
+        # what the checkpoint says was sent must be in Kafka: a replay from it won't resend it; a broker outage
+        # is waited out (up to message.timeout.ms), not a reason to fail the run
+        self.out.drain(self.svc.log)
         self.ckpt.save(self)
         self.svc.sensor.on_checkpoint(self.site, time.perf_counter() - t0)
 

@@ -29,6 +29,7 @@ The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads`
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Optional, Protocol
 
@@ -40,7 +41,7 @@ from ..model import Query
 from ..runtime import checkpoint
 from ..runtime.checkpoint import CheckpointError
 from ..runtime.host import Host
-from .kafka import KafkaResultSink, KafkaTransport, consume, make_consumer, out_topic
+from .kafka import KafkaResultSink, KafkaTransport, consume, end_offsets, make_consumer, out_topic
 from .redis_checkpoint import RedisCheckpoints
 from .sources import dlq_topic, marks_topic
 
@@ -58,6 +59,19 @@ class Run(Protocol):
     live: Any
 
 FORMAT = 2
+
+# A test hook (tests/integration/test_drills.py): "N:S" pauses the N-th checkpoint of a run for S seconds
+# after the producer flush and the state snapshot, before the Redis save -- a window in which a drill
+# kills the node "during a checkpoint".  Unset (always, outside tests): no effect.
+PAUSE_HOOK_ENV = "JOINLIB_TEST_CHECKPOINT_PAUSE"
+
+
+def _pause_hook(value: str) -> Optional[tuple[int, float]]:
+    try:
+        n, s = value.split(":")
+        return int(n), float(s)
+    except ValueError:
+        return None
 
 
 def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
@@ -79,6 +93,7 @@ class NodeCheckpoints:
         self.dlq_offset: Optional[int] = None
         self.marks_offset: Optional[int] = None
         self.saved = 0
+        self.pause = _pause_hook(os.environ.get(PAUSE_HOOK_ENV, ""))
 
     def save(self, run: Run) -> None:
         consumer, tps = run.consumer, run.tps
@@ -107,6 +122,10 @@ class NodeCheckpoints:
                        "late": [(list(k), n) for k, n in totals.late.items()]},
             "saved_ms": time.time() * 1000.0,
         })
+        if self.pause is not None and self.saved + 1 == self.pause[0]:
+            self.log(f"checkpoint hook: pausing {self.pause[1]:g} s in checkpoint {self.pause[0]} "
+                     f"(producer flushed, Redis not saved; {PAUSE_HOOK_ENV})")
+            time.sleep(self.pause[1])
         self.store.save(data)
         self.saved += 1
 
@@ -160,7 +179,8 @@ class NodeCheckpoints:
         skip: dict[tuple[int, int, int], int] = {}
         c = make_consumer(bootstrap, f"joinlib-recover-{self.site}")
         try:
-            end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)[1]
+            # retried while the client's metadata lags (a topic just created, a broker just restarted)
+            end = end_offsets(c, [topic], timeout_s)[topic]
             start = self.out_offset if self.out_offset is not None and self.out_offset >= 0 else 0
             if start >= end:
                 return skip

@@ -150,6 +150,7 @@ class LiveInputs:
             self.by_topic[s.source.topic].append(src)
         self._headers = [("run", run_id.encode())] if run_id else []
         self._marks_out: Optional[Producing] = None
+        self._last_tick = self._contact_from = now   # see tick
         self.skip_dead: set[tuple[str, int, int]] = set()   # (topic, partition, offset) already in the DLQ
         self.dead_total = 0
 
@@ -200,7 +201,19 @@ class LiveInputs:
 
     # ------------------------------------------------------------------ idle advances
     def tick(self, now: float, consumer: Any) -> int:
-        """Log, then apply, the idle advances due; returns how many."""
+        """Log, then apply, the idle advances due; returns how many.
+
+        The idle timeout counts processing time in which this node ran and saw the broker: after a gap in
+        its own loop (the process paused, or blocked) or a failed look at the broker's end offsets (the
+        broker down), no partition advances before a whole idle timeout has passed again -- the sources'
+        producers get that long to deliver what they buffered meanwhile (issue 16, drills (a) and (c)).
+        An advance is decided on fresh end offsets, not on the consumer's cached ones."""
+        idle = self.q.execution.idle_timeout_ms
+        if now - self._last_tick > idle / 2:
+            self._contact_from = now  # this loop did not run: what it knows of the sources is stale
+        self._last_tick = now
+        if now - self._contact_from < idle:
+            return 0
         due: list[tuple[_Source, Advance]] = []
         for src in self.sources.values():
             def caught_up(part: int, topic: str = src.topic, ingest: StreamIngest = src.ingest) -> bool:
@@ -210,6 +223,7 @@ class LiveInputs:
                     return False
                 return 0 <= hi <= ingest.parts[part].next
             due.extend((src, adv) for adv in src.ingest.idle_advances(now, caught_up))
+        due = self._confirmed(due, consumer) if due else due
         if not due:
             return 0
         out = self._marks_producer()
@@ -218,14 +232,28 @@ class LiveInputs:
                    "at": adv.at, "wm": adv.wm}
             out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
                         self._headers)
-        out.flush(MARKS_FLUSH_TIMEOUT_S)  # logged before it has any effect
+        out.drain(self.log)  # logged before it has any effect (a broker outage is waited out)
         for src, adv in due:
             src.ingest.advance(adv, now)
         return len(due)
 
+    def _confirmed(self, due: list[tuple[_Source, Advance]], consumer: Any) -> list[tuple[_Source, Advance]]:
+        """The advances whose partitions the broker, asked now, confirms read to the end; none if it does
+        not answer (then the idle clock starts again: see :meth:`tick`)."""
+        fresh: dict[tuple[str, int], int] = {}
+        try:
+            for src, adv in due:
+                key = (src.topic, adv.part)
+                if key not in fresh:
+                    fresh[key] = consumer.get_watermark_offsets(TopicPartition(*key), timeout=1.0, cached=False)[1]
+        except Exception:
+            self._contact_from = time.time() * 1000.0  # the broker does not answer: not idle, unreachable
+            return []
+        return [(src, adv) for src, adv in due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+
     def _marks_producer(self) -> Producing:
         if self._marks_out is None:
-            self._marks_out = Producing(make_producer(self.bootstrap))
+            self._marks_out = Producing(make_producer(self.bootstrap, **{"enable.idempotence": True, "acks": "all"}))
         return self._marks_out
 
     def replay_marks(self, start: Optional[int], timeout_s: float = 30.0) -> int:
