@@ -150,7 +150,7 @@ class LiveInputs:
             self.by_topic[s.source.topic].append(src)
         self._headers = [("run", run_id.encode())] if run_id else []
         self._marks_out: Optional[Producing] = None
-        self._last_tick = self._contact_from = now   # see tick
+        self._contact_from = now   # see tick
         self.skip_dead: set[tuple[str, int, int]] = set()   # (topic, partition, offset) already in the DLQ
         self.dead_total = 0
 
@@ -203,16 +203,11 @@ class LiveInputs:
     def tick(self, now: float, consumer: Any) -> int:
         """Log, then apply, the idle advances due; returns how many.
 
-        The idle timeout counts processing time in which this node ran and saw the broker: after a gap in
-        its own loop (the process paused, or blocked) or a failed look at the broker's end offsets (the
-        broker down), no partition advances before a whole idle timeout has passed again -- the sources'
-        producers get that long to deliver what they buffered meanwhile (issue 16, drills (a) and (c)).
-        An advance is decided on fresh end offsets, not on the consumer's cached ones."""
-        idle = self.q.execution.idle_timeout_ms
-        if now - self._last_tick > idle / 2:
-            self._contact_from = now  # this loop did not run: what it knows of the sources is stale
-        self._last_tick = now
-        if now - self._contact_from < idle:
+        An advance is decided on fresh end offsets from the broker, not on the consumer's cached ones (stale
+        while the broker is down or this node was paused); after a look at them failed (the broker down), no
+        partition advances before a whole idle timeout has passed again -- the sources' producers get that
+        long to deliver what they buffered meanwhile (issue 16, drill (a))."""
+        if now - self._contact_from < self.q.execution.idle_timeout_ms:
             return 0
         due: list[tuple[_Source, Advance]] = []
         for src in self.sources.values():
