@@ -1,0 +1,580 @@
+"""Soak: a continuous live query at 80 % of the sustainable rate for ``--minutes`` (default 10), with Redis
+windows and checkpoints, recording node RSS, Redis memory, consumer lag and latency over time
+(``make bench-soak``; issue 16, item 5).
+
+Workload: the Fig. 7 query of the live benchmarks (bench/live_common.py: three sites, 1,250-byte JSON events
+on 3-partition topics, 3 s windows, tau 100 ms, delta 80 ms, a chain on J), selectivity scaled as 1 / rate
+(~80 results per event, as bench/live_bench.py does), one node service process per site with ``REDIS_URL``
+(windows in Redis, a checkpoint every second), a generator process writing real-time events.
+
+The rate: ``--rate`` (events/s per site), else measured first (``--measure-seconds`` of backlog per site at
+``--measure-density`` events/s per site, drained by the same services with Redis windows: sustained =
+events / drain time), then 80 % of it (``--fraction``).
+
+Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``INFO memory``
+(used_memory, used_memory_rss), each node's consumer lag (``joinlib_consumer_lag_messages`` summed over
+its topics, scraped from its /metrics) and watermark lag, the results/s and the p50/p99 event-to-result
+latency of the results emitted in the interval (read from ``out.<query>``).
+
+Verdicts, after the warm-up (``--warmup``, default 20 % of the run, at least 60 s): every node's RSS and
+Redis used_memory stay within +-10 % of their post-warm-up median ("flat"); the consumer lag is bounded
+(its maximum after the warm-up below ``--lag-bound-s`` seconds of input, and its least-squares trend over the
+post-warm-up part adds less than one second of input).  Printed and written with the samples to
+``results/soak/soak.json`` and ``soak.png`` (``--out``).
+
+    python bench/soak.py [--minutes 10] [--rate R | --measure-seconds 20] [--fraction 0.8] [--every 5]
+                         [--bootstrap HOST:PORT --redis-url URL] [--out results/soak]
+
+Kafka and Redis: a throw-away local broker and redis-server of its own (infra.local_cluster) unless both
+``--bootstrap`` and ``--redis-url`` are given (then Redis memory includes whatever else is in that Redis).
+The machine's load average is recorded before, during and after (the machine may be shared).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from live_common import (  # noqa: E402
+    BASE_MS,
+    PAYLOAD,
+    RATE,
+    ROOT,
+    F,
+    fig7_query,
+    machine,
+    make_topics,
+    percentiles,
+    tag,
+    write_backlog,
+)
+
+FLAT_TOLERANCE = 0.10
+# source topics of a soak keep a few minutes of events: 10 minutes at ~10k events/s would be ~8 GB of JSON
+SOURCE_TOPIC_CONFIG = {"retention.ms": "180000", "segment.bytes": str(64 * 1024 * 1024)}
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nodes:
+    """One node service process per site (``--serve``, windows in Redis, metrics on a free port each)."""
+
+    def __init__(self, bootstrap: str, redis_url: str, sites: list[str], log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.ports: dict[str, int] = {}
+        for site in sites:
+            port = _free_port()
+            env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "REDIS_URL": redis_url,
+                   "METRICS_PORT": str(port), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+            with open(log_dir / f"node-{site}.log", "wb") as log:
+                self.procs[site] = subprocess.Popen(
+                    [sys.executable, "-m", "services.node", "--site", site, "--serve"], cwd=ROOT, env=env,
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.ports[site] = port
+
+    def rss_mb(self) -> dict[str, float]:
+        out = {}
+        for site, p in self.procs.items():
+            try:
+                with open(f"/proc/{p.pid}/status") as fh:
+                    kb = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+                out[site] = round(kb / 1024, 1)
+            except (OSError, StopIteration):
+                out[site] = float("nan")
+        return out
+
+    def cpu_s(self) -> dict[str, float]:
+        out = {}
+        for site, p in self.procs.items():
+            try:
+                with open(f"/proc/{p.pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                out[site] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except OSError:
+                out[site] = float("nan")
+        return out
+
+    def metrics(self, site: str) -> dict[str, float]:
+        """Consumer lag (messages, summed over the node's topics) and the worst watermark lag (s)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[site]}/metrics", timeout=3) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        lag, wm, src_lag = 0.0, 0.0, 0.0
+        for line in text.splitlines():
+            if line.startswith("joinlib_consumer_lag_messages{"):
+                v = float(line.rsplit(" ", 1)[1])
+                lag += v
+                topic = re.search(r'topic="([^"]*)"', line)
+                if topic and topic.group(1).startswith("fig7soak"):
+                    src_lag += v
+            elif line.startswith("joinlib_watermark_lag_seconds{"):
+                wm = max(wm, float(line.rsplit(" ", 1)[1]))
+        return {"lag": lag, "source_lag": src_lag, "watermark_lag_s": wm}
+
+    def alive(self) -> dict[str, bool]:
+        return {s: p.poll() is None for s, p in self.procs.items()}
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+class LatencyReader(threading.Thread):
+    """Reads ``out.<query>`` of one run; per sampling interval the (latency, results) pairs of the groups
+    emitted in it, handed out and forgotten by :meth:`take` (nothing accumulates over a long run)."""
+
+    def __init__(self, bootstrap: str, query: Any, run: str, origin_ms: int) -> None:
+        super().__init__(daemon=True, name="latency-reader")
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        from joinlib.adapters.kafka import make_consumer, out_topic
+        self.c = make_consumer(bootstrap, f"soak-{tag()}")
+        self.c.assign([TopicPartition(out_topic(query.name), 0, OFFSET_BEGINNING)])
+        self.run_b, self.origin = run.encode(), origin_ms
+        self.lock = threading.Lock()
+        self.pairs: list[tuple[float, int]] = []
+        self.count = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from joinlib import wire
+        from joinlib.adapters.kafka import consume
+        try:
+            while not self.stop.is_set():
+                for m in consume(self.c, 5000, 0.2):
+                    if dict(m.headers() or ()).get("run") != self.run_b:
+                        continue
+                    emit, groups = wire.result_batch_summary(m.value())
+                    with self.lock:
+                        for head_ts, n in groups:
+                            self.pairs.append((emit - (head_ts + self.origin), n))
+                            self.count += n
+        finally:
+            self.c.close()
+
+    def take(self) -> tuple[list[tuple[float, int]], int]:
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+            return pairs, self.count
+
+
+def redis_memory(client: Any) -> dict[str, float]:
+    info = client.info("memory")
+    return {"used_mb": round(info["used_memory"] / 2**20, 2), "rss_mb": round(info["used_memory_rss"] / 2**20, 2),
+            "peak_mb": round(info["used_memory_peak"] / 2**20, 2)}
+
+
+def selectivity(rate: float) -> float:
+    """f scaled as 1 / rate: ~80 results per event at every rate (bench/live_bench.py)."""
+    return F * RATE / rate
+
+
+# --------------------------------------------------------------------------- measuring the sustainable rate
+
+
+def plan_for(plan: str, sites: list[str]) -> str:
+    """``central`` (the default): central at the first site, what ``auto`` picks for the Fig. 7 workload
+    (docs/live.md) -- pinned, so that the measurement and the soak run the same plan at any rate."""
+    return f"central:{sites[0]}" if plan == "central" else plan
+
+
+def measure(bs: str, redis_url: str, seconds: float, density: float, logs: Path, plan: str) -> dict:
+    """Drain ``seconds`` of backlog per site (events ``density``/s per site) with Redis windows and
+    checkpoints; sustained = input events / (last result - submission)."""
+    from joinlib.ingest.contract import expected_output
+    from services.planner.service import PlannerService
+    t = tag()
+    topics = [f"fig7soakm.{t}.{i}" for i in (1, 2, 3)]
+    make_topics(bs, topics, 3)
+    f = selectivity(density)
+    q = fig7_query(f"soakm{t}", [f"m1{t}", f"m2{t}", f"m3{t}"], topics, f=f, rate=density, start="earliest")
+    rec = write_backlog(bs, q, seconds, f=f, rate=density)
+    want = expected_output(q, rec.written, BASE_MS, count_only=True)
+    n_events = sum(len(v) for v in rec.written.values())
+    nodes = Nodes(bs, redis_url, [s.site for s in q.streams], logs / f"measure-{t}")
+    planner = PlannerService(bs)
+    try:
+        time.sleep(2.0)
+        import yaml
+
+        from joinlib.query import query_to_dict
+        t_submit = time.time() * 1000
+        out = planner.submit(yaml.safe_dump(query_to_dict(q)), plan_for(plan, [s.site for s in q.streams]), None,
+                             str(BASE_MS))
+        reader = LatencyReader(bs, q, out["run"], out["origin_ms"])
+        reader.start()
+        last_emit, count = t_submit, 0
+        deadline = time.monotonic() + 60 + 6 * seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            pairs, count = reader.take()
+            if pairs:
+                last_emit = time.time() * 1000
+            if count >= want.count:
+                break
+        reader.stop.set()
+        reader.join(5)
+        planner.stop(q.name)
+    finally:
+        nodes.close()
+        planner.close()
+        _drop_keys(redis_url, q.name)
+    drain_s = (last_emit - t_submit) / 1000.0
+    return {"backlog_s_per_site": seconds, "density_per_site": density, "selectivity": f, "events": n_events,
+            "results": count, "reference_results": want.count, "same_count": count == want.count,
+            "drain_s": round(drain_s, 2), "events_per_s": round(n_events / drain_s, 1)}
+
+
+def _drop_keys(redis_url: str, query: str) -> int:
+    """Delete what a run of ``query`` left in Redis (nodes stopped by SIGTERM keep their checkpoints), so
+    that the soak's Redis memory is the soak's."""
+    import redis
+    c = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(c.scan_iter(match=f"*joinlib:{query}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            c.unlink(*keys[i:i + 500])
+        return len(keys)
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------- the soak
+
+
+def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, logs: Path, plan: str) -> dict:
+    import redis
+
+    from joinlib.query import dump_query
+    from services.planner.service import PlannerService
+    t = tag()
+    sites = [f"s1{t}", f"s2{t}", f"s3{t}"]
+    topics = [f"fig7soak.{t}.{i}" for i in (1, 2, 3)]
+    from joinlib.adapters.kafka import ensure_topics, make_admin
+    ensure_topics(make_admin(bs), topics, partitions=3, config=SOURCE_TOPIC_CONFIG)
+    f = selectivity(rate)
+    q = fig7_query(f"soak{t}", sites, topics, f=f, rate=rate, start="latest", idle="2s")
+    logs.mkdir(parents=True, exist_ok=True)
+    qfile = logs / f"{q.name}.yaml"
+    dump_query(q, qfile)
+    rcli = redis.Redis.from_url(redis_url)
+    nodes = Nodes(bs, redis_url, sites, logs / f"soak-{t}")
+    planner = PlannerService(bs)
+    gen: Optional[subprocess.Popen] = None
+    samples: list[dict] = []
+    reader: Optional[LatencyReader] = None
+    try:
+        time.sleep(2.0)
+        import yaml
+
+        from joinlib.query import query_to_dict
+        out = planner.submit(yaml.safe_dump(query_to_dict(q)), plan_for(plan, sites), None, "now")
+        reader = LatencyReader(bs, q, out["run"], out["origin_ms"])
+        reader.start()
+        duration = minutes * 60.0
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bs, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        with open(logs / f"soak-{t}" / "generator.log", "wb") as glog:
+            gen = subprocess.Popen(
+                [sys.executable, "-m", "services.generator", "--query", str(qfile), "--rate", str(rate),
+                 "--distinct", str(round(1 / f)), "--payload-bytes", str(PAYLOAD), "--late-every", "0",
+                 "--malformed-every", "0", "--duration", str(duration)],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=glog, stdin=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        cpu0 = nodes.cpu_s()
+        prev_count, prev_t = 0, t0
+        next_sample = t0 + every
+        print(f"soak: {rate:,.0f} events/s per site ({3 * rate:,.0f} in all) for {minutes:g} min; "
+              f"query {q.name}, plan {out.get('plan')}", flush=True)
+        while gen.poll() is None:
+            time.sleep(max(0.0, next_sample - time.monotonic()))
+            next_sample += every
+            now = time.monotonic()
+            pairs, count = reader.take()
+            lat = percentiles(pairs)
+            m = {s: nodes.metrics(s) for s in sites}
+            mem = redis_memory(rcli)
+            sample = {
+                "t_s": round(now - t0, 1), "rss_mb": nodes.rss_mb(), "redis": mem,
+                "lag": {s: m[s].get("lag") for s in sites}, "source_lag": {s: m[s].get("source_lag") for s in sites},
+                "watermark_lag_s": {s: m[s].get("watermark_lag_s") for s in sites},
+                "results_per_s": round((count - prev_count) / (now - prev_t), 1),
+                "latency_ms": {k: lat[k] for k in ("p50", "p99", "max") if k in lat},
+                "loadavg": [round(x, 2) for x in os.getloadavg()], "alive": nodes.alive(),
+            }
+            prev_count, prev_t = count, now
+            samples.append(sample)
+            if len(samples) % max(1, round(30 / every)) == 0:
+                print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {mem['used_mb']} MB, "
+                      f"lag {sample['lag']}, p99 {sample['latency_ms'].get('p99')} ms, "
+                      f"{sample['results_per_s']:,.0f} results/s, load {sample['loadavg'][0]}", flush=True)
+            if not all(sample["alive"].values()):
+                print(f"a node process died: {sample['alive']}", flush=True)
+                break
+        wall = time.monotonic() - t0
+        cpu = {k: round(v - cpu0[k], 1) for k, v in nodes.cpu_s().items()}
+        written = _generator_total(logs / f"soak-{t}" / "generator.log")
+        time.sleep(3.0)
+        _, total = reader.take()
+        status = planner.status(q.name) or {}
+        planner.stop(q.name)
+    finally:
+        if gen is not None and gen.poll() is None:
+            gen.terminate()
+            gen.wait(20)
+        if reader is not None:
+            reader.stop.set()
+            reader.join(5)
+        nodes.close()
+        planner.close()
+        rcli.close()
+    stats = status.get("stats") or {}
+    return {"rate_per_site": rate, "selectivity": f, "minutes": minutes, "wall_s": round(wall, 1),
+            "events_written": written, "results": total, "node_cpu_s": cpu,
+            "dead_letters": stats.get("dead_letters"), "plan": out.get("plan"), "samples": samples}
+
+
+def _generator_total(log: Path) -> Optional[int]:
+    try:
+        lines = [x for x in log.read_text().splitlines() if "events written" in x]
+        return int(re.search(r"([\d,]+) events written", lines[-1]).group(1).replace(",", ""))  # type: ignore[union-attr]
+    except (OSError, IndexError, AttributeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _flat(values: list[float]) -> dict:
+    vals = [v for v in values if v == v]
+    if not vals:
+        return {"flat": False, "why": "no samples"}
+    med = statistics.median(vals)
+    lo, hi = min(vals), max(vals)
+    dev = max(hi - med, med - lo) / med if med else float("inf")
+    return {"median": round(med, 2), "min": round(lo, 2), "max": round(hi, 2),
+            "max_deviation_pct": round(100 * dev, 1), "flat": dev <= FLAT_TOLERANCE}
+
+
+def _flat_trend(ts: list[float], values: list[float], t0: float) -> dict:
+    """Per-minute medians (from ``t0``) within +-10 % of the median of them all, and the last minute within
+    +-10 % of the first: no growth, single-sample spikes smoothed out (they are in :func:`_flat`)."""
+    per: dict[int, list[float]] = {}
+    for t, v in zip(ts, values, strict=True):
+        if v == v:
+            per.setdefault(int((t - t0) // 60), []).append(v)
+    meds = [statistics.median(per[k]) for k in sorted(per)]
+    if not meds:
+        return {"flat": False, "why": "no samples"}
+    med = statistics.median(meds)
+    dev = max(abs(m - med) for m in meds) / med if med else float("inf")
+    growth = (meds[-1] - meds[0]) / meds[0] if meds[0] else float("inf")
+    return {"minute_medians": [round(m, 2) for m in meds], "max_deviation_pct": round(100 * dev, 1),
+            "growth_pct": round(100 * growth, 1), "flat": dev <= FLAT_TOLERANCE and abs(growth) <= FLAT_TOLERANCE}
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
+
+
+def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
+    after = [s for s in run["samples"] if s["t_s"] >= warmup_s]
+    if len(after) < 3:
+        return {"ok": False, "why": f"only {len(after)} samples after the warm-up of {warmup_s:.0f} s"}
+    sites = list(after[0]["rss_mb"])
+    ts = [x["t_s"] for x in after]
+    rss = {s: _flat([x["rss_mb"][s] for x in after]) for s in sites}
+    redis_used = _flat([x["redis"]["used_mb"] for x in after])
+    rss_trend = {s: _flat_trend(ts, [x["rss_mb"][s] for x in after], warmup_s) for s in sites}
+    redis_trend = _flat_trend(ts, [x["redis"]["used_mb"] for x in after], warmup_s)
+    rate = run["rate_per_site"]
+    lag: dict[str, Any] = {}
+    for s in sites:
+        ys = [float(x["lag"].get(s) or 0.0) for x in after]
+        slope = _slope(ts, ys)   # messages per second
+        growth = slope * (ts[-1] - ts[0])
+        # the lag counts records of the site's own source topic (rate/s) and inbound node messages (few)
+        bound = lag_bound_s * rate
+        lag[s] = {"max": max(ys), "mean": round(statistics.fmean(ys), 1), "trend_per_min": round(slope * 60, 1),
+                  "growth_over_run": round(growth, 1), "bound": bound,
+                  "bounded": max(ys) <= bound and growth < rate}
+    p99 = [x["latency_ms"]["p99"] for x in after if "p99" in x["latency_ms"]]
+    lat = {"p99_median_ms": statistics.median(p99) if p99 else None, "p99_max_ms": max(p99) if p99 else None}
+    bounded = all(v["bounded"] for v in lag.values())
+    strict = all(v["flat"] for v in rss.values()) and redis_used["flat"]
+    trend = all(v["flat"] for v in rss_trend.values()) and redis_trend["flat"]
+    return {"warmup_s": warmup_s, "rss_flat": rss, "redis_used_memory_flat": redis_used,
+            "rss_flat_trend": rss_trend, "redis_used_memory_flat_trend": redis_trend, "lag_bounded": lag,
+            "latency_after_warmup": lat, "memory_flat_every_sample": strict, "memory_flat_per_minute": trend,
+            "lag_is_bounded": bounded, "ok": strict and bounded}
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    run = doc["soak"]
+    ss = run["samples"]
+    t = [s["t_s"] / 60 for s in ss]
+    sites = list(ss[0]["rss_mb"]) if ss else []
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    ax = axes[0][0]
+    for i, s in enumerate(sites):
+        ax.plot(t, [x["rss_mb"][s] for x in ss], label=f"node {i + 1}")
+    ax.set_ylabel("node RSS (MB)")
+    ax.legend(fontsize=8)
+    ax = axes[0][1]
+    ax.plot(t, [x["redis"]["used_mb"] for x in ss], label="used_memory")
+    ax.plot(t, [x["redis"]["rss_mb"] for x in ss], label="used_memory_rss", ls="--")
+    ax.set_ylabel("Redis memory (MB)")
+    ax.legend(fontsize=8)
+    ax = axes[1][0]
+    for i, s in enumerate(sites):
+        ax.plot(t, [x["lag"].get(s) or 0 for x in ss], label=f"node {i + 1}")
+    ax.set_ylabel("consumer lag (messages)")
+    ax.set_xlabel("minutes")
+    ax.legend(fontsize=8)
+    ax = axes[1][1]
+    ax.plot(t, [x["latency_ms"].get("p99", float("nan")) for x in ss], label="p99")
+    ax.plot(t, [x["latency_ms"].get("p50", float("nan")) for x in ss], label="p50")
+    ax.set_ylabel("event-to-result latency (ms)")
+    ax.set_xlabel("minutes")
+    ax.legend(fontsize=8)
+    w = doc["verdicts"].get("warmup_s", 0) / 60
+    for row in axes:
+        for a in row:
+            a.axvline(w, color="grey", ls=":", lw=1)
+    fig.suptitle(f"joinlib soak: {run['rate_per_site']:,.0f} events/s per site x 3 sites, "
+                 f"{run['minutes']:g} min, Redis windows (dotted: end of warm-up)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=10.0, help="length of the soak (default 10)")
+    ap.add_argument("--rate", type=float, help="events/s per site (default: --fraction of a measured sustained rate)")
+    ap.add_argument("--fraction", type=float, default=0.8, help="share of the measured sustained rate (default 0.8)")
+    ap.add_argument("--measure-seconds", type=float, default=20.0, help="seconds of backlog per site to measure with")
+    ap.add_argument("--measure-density", type=float, default=1000.0,
+                    help="events/s per site of the measurement backlog (default 1000)")
+    ap.add_argument("--every", type=float, default=5.0, help="sampling interval in seconds (default 5)")
+    ap.add_argument("--warmup", type=float, help="seconds left out of the verdicts (default 20%% of the run, >= 60)")
+    ap.add_argument("--lag-bound-s", type=float, default=5.0,
+                    help="the lag after the warm-up must stay below this many seconds of input (default 5)")
+    ap.add_argument("--plan", default="central", help="plan (default: central at the first site; any plan name)")
+    ap.add_argument("--bootstrap", help="Kafka (default: a throw-away local broker)")
+    ap.add_argument("--redis-url", help="Redis (default: a throw-away local redis-server)")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "soak")
+    ap.add_argument("--name", default="soak")
+    ap.add_argument("--from-json", type=Path, help="recompute the verdicts and the plot of a soak's JSON, run nothing")
+    args = ap.parse_args()
+    if args.from_json is not None:
+        doc = json.loads(args.from_json.read_text())
+        minutes = doc["soak"]["minutes"]
+        warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * minutes * 60)
+        doc["verdicts"] = verdicts(doc["soak"], warmup, args.lag_bound_s)
+        args.from_json.write_text(json.dumps(doc, indent=1) + "\n")
+        plot(doc, args.from_json.with_suffix(".png"))
+        print_verdicts(doc["verdicts"])
+        return 0 if doc["verdicts"].get("ok") else 1
+    cluster = None
+    bs, redis_url = args.bootstrap, args.redis_url
+    if not (bs and redis_url):
+        from infra.local_cluster import LocalCluster
+        cluster = LocalCluster.start(kafka=not bs, redis=not redis_url)
+        bs = bs or cluster.kafka_bootstrap
+        redis_url = redis_url or cluster.redis_url
+    logs = ROOT / "bench" / "out" / f"{args.name}-logs"
+    before = machine()
+    try:
+        measured = None
+        rate = args.rate
+        if rate is None:
+            measured = measure(bs, redis_url, args.measure_seconds, args.measure_density, logs, args.plan)
+            rate = round(args.fraction * measured["events_per_s"] / 3, -1)
+            print(f"measured: {measured['events']:,} events drained in {measured['drain_s']} s = "
+                  f"{measured['events_per_s']:,.0f} events/s with Redis windows ({measured['results']:,} results, "
+                  f"reference {measured['reference_results']:,}); soak at {args.fraction:.0%}: {rate:,.0f}/s per site",
+                  flush=True)
+        run = soak(bs, redis_url, rate, args.minutes, args.every, logs, args.plan)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * args.minutes * 60)
+    v = verdicts(run, warmup, args.lag_bound_s)
+    doc = {"workload": {"query": "Fig. 7 at three sites (bench/live_common.py)", "tuple_bytes": PAYLOAD,
+                        "window_ms": 3000, "tau_ms": 100, "delta_ms": 80, "partitions": 3,
+                        "windows": "Redis, checkpoint every 1 s"},
+           "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+           "measured": measured, "rate_source": "--rate" if args.rate is not None else
+           f"{args.fraction:.0%} of the measured sustained rate",
+           "soak": run, "verdicts": v, "machine_before": before, "machine_after": machine()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if run["samples"]:
+        plot(doc, args.out / f"{args.name}.png")
+    print_verdicts(v)
+    print(f"wrote {args.out / (args.name + '.json')} and .png")
+    return 0 if v.get("ok") else 1
+
+
+def print_verdicts(v: dict) -> None:
+    if "rss_flat" not in v:
+        print(f"verdict: {v.get('why')}")
+        return
+    print(f"after the warm-up ({v['warmup_s']:.0f} s):")
+    for s, r in v["rss_flat"].items():
+        print(f"  RSS {s}: median {r['median']} MB, {r['min']}-{r['max']}, max deviation {r['max_deviation_pct']} % "
+              f"-> {'FLAT' if r['flat'] else 'NOT FLAT'} (+-10 %)")
+    r = v["redis_used_memory_flat"]
+    print(f"  Redis used_memory: median {r['median']} MB, {r['min']}-{r['max']}, max deviation "
+          f"{r['max_deviation_pct']} % -> {'FLAT' if r['flat'] else 'NOT FLAT'} (+-10 %)")
+    for s, r in v["rss_flat_trend"].items():
+        print(f"  RSS {s} per minute: {r['minute_medians']} MB, max deviation {r['max_deviation_pct']} %, "
+              f"growth {r['growth_pct']} % -> {'FLAT' if r['flat'] else 'NOT FLAT'}")
+    r = v["redis_used_memory_flat_trend"]
+    print(f"  Redis used_memory per minute: {r['minute_medians']} MB, max deviation {r['max_deviation_pct']} %, "
+          f"growth {r['growth_pct']} % -> {'FLAT' if r['flat'] else 'NOT FLAT'}")
+    for s, r in v["lag_bounded"].items():
+        print(f"  lag {s}: max {r['max']:.0f}, mean {r['mean']}, trend {r['trend_per_min']}/min -> "
+              f"{'BOUNDED' if r['bounded'] else 'NOT BOUNDED'} (bound {r['bound']:.0f})")
+    lat = v["latency_after_warmup"]
+    print(f"  p99 latency: median {lat['p99_median_ms']} ms, max {lat['p99_max_ms']} ms")
+    print(f"memory flat, every sample within +-10 %: {'yes' if v['memory_flat_every_sample'] else 'NO'}; "
+          f"per-minute medians within +-10 % and no growth: {'yes' if v['memory_flat_per_minute'] else 'NO'}; "
+          f"lag bounded: {'yes' if v['lag_is_bounded'] else 'NO'}")
+    print(f"verdict (every sample flat and lag bounded): {'PASS' if v['ok'] else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
