@@ -66,6 +66,19 @@ def make_topics(bootstrap: str, names: list[str], partitions: int) -> None:
 # --------------------------------------------------------------------------- writing a backlog
 
 
+def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
+    """CPU seconds of each process so far (user + system, all threads), from /proc; NaN once it is gone."""
+    out = {}
+    for site, p in procs.items():
+        try:
+            with open(f"/proc/{p.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            out[site] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            out[site] = float("nan")
+    return out
+
+
 class Recorder:
     def __init__(self) -> None:
         self.written: dict[str, list[Written]] = {}
@@ -142,15 +155,7 @@ class Joinlib:
 
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds of each node process so far (user + system, librdkafka threads included)."""
-        out = {}
-        for site, p in self.procs.items():
-            try:
-                with open(f"/proc/{p.pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                out[site] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                out[site] = float("nan")
-        return out
+        return cpu_seconds(self.procs)
 
     def close(self) -> None:
         for p in self.procs.values():

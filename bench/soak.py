@@ -52,6 +52,7 @@ from live_common import (  # noqa: E402
     RATE,
     ROOT,
     F,
+    cpu_seconds,
     fig7_query,
     machine,
     make_topics,
@@ -101,15 +102,7 @@ class Nodes:
         return out
 
     def cpu_s(self) -> dict[str, float]:
-        out = {}
-        for site, p in self.procs.items():
-            try:
-                with open(f"/proc/{p.pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                out[site] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                out[site] = float("nan")
-        return out
+        return cpu_seconds(self.procs)
 
     def metrics(self, site: str) -> dict[str, float]:
         """Consumer lag (messages, summed over the node's topics) and the worst watermark lag (s)."""

@@ -16,11 +16,11 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
+from ..parallel import run_all
 from .exhaustive import optimal, simple
 from .partition import HashPartition, PartitionFunction, RangePartition
 from .plan import group_columns, group_costs
@@ -94,22 +94,6 @@ def heuristic_task(args: tuple[Scenario, int]) -> dict[str, Any]:
             "optimal": optimal(m)[0], "simple": plan_cost(simple(m), m)}
 
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def run_all(fn: Callable[[T], R], tasks: list[T], jobs: int, bar: Callable[[int], Any]) -> list[R]:
-    out: list[R] = []
-    if jobs <= 1:
-        for t in tasks:
-            out.append(fn(t))
-            bar(1)
-        return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for r in pool.map(fn, tasks):
-            out.append(r)
-            bar(1)
-    return out
 
 
 def _mean(xs: Iterable[float]) -> float:

@@ -13,11 +13,11 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import parallel
 from ..errors import JoinlibError
 from .figures import DISTRIBUTIONS, LABELS, RATIOS, find, write_figures
 from .model import CostModel, JoinSpec, Phase, VirtualClock
@@ -210,18 +210,7 @@ class Report:
 
 def run_all(cases: list[Case], jobs: int, progress: bool) -> list[dict[str, Any]]:
     """Run cases in ``jobs`` processes (results in case order)."""
-    bar = _bar(len(cases), progress)
-    out: list[dict[str, Any]] = []
-    if jobs <= 1:
-        for c in cases:
-            out.append(run_case(c))
-            bar(1)
-        return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for r in pool.map(run_case, cases):
-            out.append(r)
-            bar(1)
-    return out
+    return parallel.run_all(run_case, cases, jobs, _bar(len(cases), progress))
 
 
 def _bar(total: int, enabled: bool) -> Any:
