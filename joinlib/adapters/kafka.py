@@ -46,7 +46,7 @@ PRODUCER_DEFAULTS: dict = {
     "batch.num.messages": 10000,
     "batch.size": 1_000_000,
     "queue.buffering.max.messages": 1_000_000,
-    "queue.buffering.max.kbytes": 1_048_576,
+    "queue.buffering.max.kbytes": 131_072,   # 128 MB: a producer that outruns the broker blocks (back-pressure)
     "message.max.bytes": 16_000_000,
 }
 CONSUMER_DEFAULTS: dict = {
