@@ -211,9 +211,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     runner: Runner = adaptive or run_embedded
     if args.kill and args.cluster is None:
         raise JoinlibError("--kill needs --cluster (it kills node services)")
-    if args.cluster is not None and adaptive is None:
+    if args.cluster is not None:  # an adaptive run's configuration goes to the nodes in the plan message
         from .adapters.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query))
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query),
+                                adaptive=adaptive.config if adaptive is not None else None)
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:

@@ -99,6 +99,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "run": (False, _RUN), "offsets": (False, _dict_of(_opt(is_count))),
         "nodes": (False, _list_of(is_str)), "switches": (False, lambda v: type(v) is list),
         "last_epoch": (False, _opt(is_int)), "live": (False, lambda v: type(v) is dict),
+        "adaptive": (False, _opt(lambda v: type(v) is dict)),
     },
 }
 
@@ -135,20 +136,29 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
         if not all(k.isdigit() for parts in (live.get("sources") or {}).values() for k in parts):
             return "plan.live.sources: partitions must be numbers"
     # the query must parse and every plan compile against it (what a node does before installing it)
-    from .plan import from_json
     from .query import parse_query
     try:
         q = parse_query(p["query"], "control")
         if q.name != query:
             return f"plan: the query in the payload is {q.name!r}, the message is for {query!r}"
-        from_json(q, p["plan"])
-        for sw in p.get("switches") or []:
-            from_json(q, sw["plan"])
+        _compile(q, p)
     except JoinlibError as e:
         return f"plan does not compile: {_short(str(e), 200)}"
     except Exception as e:  # a hostile payload may trip any of the parsers
         return f"plan does not compile: {type(e).__name__}: {_short(str(e), 200)}"
     return None
+
+
+def _compile(q: Any, p: dict[str, Any]) -> None:
+    """Compile a plan message's plans (and an adaptive plan's configuration) against its query."""
+    from .plan import from_json
+    from_json(q, p["plan"])
+    for sw in p.get("switches") or []:
+        from_json(q, sw["plan"])
+    if p.get("adaptive") is not None:  # re-planned while running: its configuration and seed 003's plan
+        from .adaptive.service import config_of, initial_jep
+        config_of(p["adaptive"], q)
+        initial_jep(q, p["plan"])
 
 
 def _short(value: Any, n: int = 80) -> str:

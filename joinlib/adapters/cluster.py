@@ -51,7 +51,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
                 rate_scale: Optional[float] = None, progress: bool = False,
                 metrics_ports: Optional[dict] = None, run_id: Optional[str] = None,
                 python: str = sys.executable, log_dir: Optional[Path] = None,
-                registries: Optional[dict] = None, faults: Sequence[tuple[str, float]] = ()) -> dict:
+                registries: Optional[dict] = None, faults: Sequence[tuple[str, float]] = (),
+                adaptive: Any = None) -> dict:
     """Run ``plan`` over ``streams`` (a data directory or loaded streams) on the Kafka at
     ``bootstrap``; results go to ``sink`` (a :class:`~joinlib.runtime.sink.Sink`, or None to
     only count).  ``rate_scale``: replay X times faster than event time (None: unpaced).
@@ -61,8 +62,11 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     ``faults``: (site, seconds) -- that long after the replay starts, kill the site's node
     (SIGKILL; a thread node is stopped) and start a new one, which resumes from its last
     checkpoint (needs ``redis_url``: checkpoints live in Redis).
+    ``adaptive``: an :class:`~joinlib.adaptive.config.AdaptiveConfig` -- the nodes re-plan and migrate
+    while running (seed 003, docs/adaptive.md); ``plan`` is then the initial plan (Algorithm 1's), and the
+    report has an ``adaptive`` section.
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
-    _check_options(query, mode, faults, redis_url)
+    _check_options(query, mode, faults, redis_url, adaptive)
     from .. import wire
     from .kafka import (
         CONTROL_TOPIC,
@@ -95,7 +99,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         producer = make_producer(bootstrap)
         specs = generations(query, plan)
-        plan_offset = produce_control_sync(producer, query.name, "plan", plan_message(query, specs, run, offsets))
+        plan_offset = produce_control_sync(producer, query.name, "plan",
+                                           plan_message(query, specs, run, offsets, adaptive))
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
                          TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
@@ -108,12 +113,13 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
             if registries is not None and isinstance(h, _ThreadNode):
                 registries[site] = h.svc.registry
             return h
-        for site in nodes_of(specs):
+        for site in plan_sites(query, specs, adaptive):
             nodes[site] = start_node(site)
         warm_up(producer, [source_topic(query, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
         chaos = _Faults(faults, start_node, nodes)
-        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos)
+        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos,
+                       adaptive is not None)
         replayer.join(5)
     except BaseException:
         for h in nodes.values():
@@ -127,10 +133,35 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         shutil.rmtree(log_dir, ignore_errors=True)
         for h in nodes.values():
             h.log = None
-    return _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+    report = _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+    _adaptive_report(report, query, specs, res, adaptive)
+    return report
 
 
-def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str]) -> None:
+def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Results", adaptive: Any) -> None:
+    """An adaptive run's ``adaptive`` section (the embedded report's, merged from the nodes' ``done``), and
+    the plan generations the run went through as ``plan`` and ``switches``."""
+    if adaptive is None:
+        return
+    from ..adaptive.jep import from_plan
+    from ..adaptive.service import merge
+    initial = from_plan(specs[0].ir.plan).to_json()
+    ad = report["adaptive"] = merge(query, res.done, initial)
+    changes = ad["changes"]
+    if changes:
+        gens = [{"from_epoch": 0, "plan": initial}] + [{"from_epoch": c["from_epoch"], "plan": c["plan"]}
+                                                       for c in changes]
+        stops = [c["from_epoch"] - 1 for c in changes] + [None]
+        report["plan"] = gens
+        report["switches"] = [{"generation": i, "from_epoch": g["from_epoch"], "to_epoch": stops[i]}
+                              for i, g in enumerate(gens)]
+
+
+def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str],
+                   adaptive: Any = None) -> None:
+    if adaptive is not None and faults:
+        raise ClusterError("killing nodes (--kill) is not supported with --plan adaptive yet: an adaptive node does "
+                           "not checkpoint its own state (docs/adaptive.md, limitations)")
     if mode not in MODES:
         raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
     for site, _ in faults:
@@ -140,13 +171,28 @@ def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]],
         raise ClusterError("killing nodes needs Redis windows (REDIS_URL): a node resumes from its checkpoint there")
 
 
-def plan_message(query: Query, specs: Sequence[Any], run: str, offsets: dict[str, int]) -> dict[str, Any]:
+def plan_message(query: Query, specs: Sequence[Any], run: str, offsets: dict[str, int],
+                 adaptive: Any = None) -> dict[str, Any]:
     """The ``plan`` control message of a run: the query, its first plan and the later generations
-    (``switches``), the run id, the topics' start offsets and every node involved."""
+    (``switches``), the run id, the topics' start offsets and every node involved.  An adaptive run
+    (``adaptive``: its configuration) has no switches, every site of the query as its nodes and an
+    ``adaptive`` object (:func:`joinlib.adaptive.service.config_json`)."""
     from ..query import query_to_dict
-    return {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
-            "offsets": offsets, "nodes": list(nodes_of(specs)),
-            "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
+    msg = {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
+           "offsets": offsets, "nodes": list(nodes_of(specs)),
+           "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
+    if adaptive is not None:
+        from ..adaptive.service import config_json
+        if len(specs) > 1:
+            raise ClusterError("an adaptive run starts with one plan and chooses its switches itself")
+        msg.update(nodes=plan_sites(query, specs, adaptive), adaptive=config_json(adaptive))
+    return msg
+
+
+def plan_sites(query: Query, specs: Sequence[Any], adaptive: Any = None) -> list[str]:
+    """The nodes of a run: every site of the query for an adaptive run (any may take part in a later
+    plan), else :func:`nodes_of`."""
+    return list(query.sites) if adaptive is not None else nodes_of(specs)
 
 
 def nodes_of(specs: Sequence[Any]) -> list[str]:
@@ -344,10 +390,11 @@ class _Results:
 
 
 def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandle], replayer: _Replayer,
-             timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults) -> _Results:
+             timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults, adaptive: bool = False) -> _Results:
     """Consume ``control`` and ``out.<query>`` until every node is done and every result it
-    announced has arrived; start the replay once every node runs, kill nodes on schedule."""
-    c = _Collector(query, sink, nodes, run, wire)
+    announced has arrived (adaptive: and the nodes have ended the protocol); start the replay once
+    every node runs, kill nodes on schedule."""
+    c = _Collector(query, sink, nodes, run, wire, adaptive)
     deadline = time.monotonic() + timeout_s
     t_replay: Optional[float] = None
     while True:
@@ -373,8 +420,10 @@ def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandl
 class _Collector:
     """What the cluster runner reads: nodes' status and done messages, result batches."""
 
-    def __init__(self, query: Query, sink: Any, nodes: dict[str, _NodeHandle], run: str, wire: Any) -> None:
+    def __init__(self, query: Query, sink: Any, nodes: dict[str, _NodeHandle], run: str, wire: Any,
+                 adaptive: bool = False) -> None:
         from .kafka import CONTROL_TOPIC
+        self.adaptive = adaptive
         self.control_topic, self.query, self.sink, self.nodes, self.run, self.wire = (
             CONTROL_TOPIC, query, sink, nodes, run, wire)
         self.res = _Results()
@@ -439,7 +488,12 @@ class _Collector:
 
     def complete(self) -> bool:
         n = self.expected()
-        return n is not None and self.res.count >= n
+        if n is None or self.res.count < n:
+            return False
+        if self.adaptive:  # a node may publish done again after a round that started near the end
+            from ..adaptive.service import quiescent
+            return quiescent(self.res.done, self.nodes)
+        return True
 
 
 def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
@@ -559,12 +613,21 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
 # --------------------------------------------------------------------------- CLI glue
 
 def to_report(d: dict):
-    """A cluster run's dict as an :class:`joinlib.engine.Report` (what ``joinlib run`` prints)."""
+    """A cluster run's dict as an :class:`joinlib.engine.Report` (what ``joinlib run`` prints); an
+    adaptive run's as an :class:`joinlib.adaptive.embedded.AdaptiveReport`."""
     from ..engine import Report
-    return Report(d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
-                  [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
-                  d["late_messages"], d["wall_s"], 0.0,
-                  lambda: {k: d.get(k) for k in ("mean_latency_ms", "p50_latency_ms", "p99_latency_ms")})
+    args = (d["query"], d["plan"], d["results"], d["input_tuples"], d["duration_ms"],
+            [{**ln, "queued_ms": 0.0} for ln in d["links"]], d["processing_by_site"],
+            d["late_messages"], d["wall_s"], 0.0,
+            lambda: {k: d.get(k) for k in ("mean_latency_ms", "p50_latency_ms", "p99_latency_ms")})
+    ad = d.get("adaptive")
+    if ad is None:
+        return Report(*args)
+    from ..adaptive.embedded import AdaptiveReport
+    from ..adaptive.jep import JEP
+    return AdaptiveReport(*args, switches=d.get("switches") or [], mode=ad["mode"],
+                          initial=JEP.from_json(ad["initial_plan"]), changes=ad["changes"], triggers=ad["triggers"],
+                          rounds=ad["rounds"], timeline=ad["timeline"], restarts=ad["restarts"])
 
 
 def cluster_runner(bootstrap: Optional[str] = None, **options):

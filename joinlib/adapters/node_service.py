@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from .. import wire
+from ..adaptive.service import config_of, initial_jep
 from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows
 from ..engine import generations
 from ..errors import ClusterError, PlanError, QueryError
@@ -51,6 +52,8 @@ from ..runtime.host import Host
 from ..runtime.instance import InstanceSpec
 from ..runtime.sensor import Sensor, TotalsSensor
 from ..runtime.sink import Group, Sink
+from .adaptive_service import ADAPTIVE_HEADER, AdaptivePart
+from .backpressure import InboundGate, apply
 from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 from .kafka import (
     CONTROL_TOPIC,
@@ -73,6 +76,7 @@ from .kafka import (
     warm_up,
 )
 from .recovery import NodeCheckpoints
+from .redis_outage import REDIS_WAIT_S, no_retry, redis_outage, wait_for_redis
 from .rejections import Rejections
 from .sources import LiveInputs, dlq_topic, live_streams, marks_topic
 
@@ -80,7 +84,6 @@ STATUS_EVERY_S = 2.0
 LATENCY_SAMPLES = 4096
 GAUGES_EVERY_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
-REDIS_RETRIES = 40  # with backoff up to 2 s: Redis may be away for about a minute
 
 
 class TeeSensor(Sensor):
@@ -172,12 +175,9 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
         log(f"REDIS_URL={redact_url(redis_url)} is set but joinlib.adapters.redis_store is not available; "
             "keeping windows in memory")
         return None
-    # a Redis restart (drill (b) of tests/integration/test_drills.py) is ridden out for about a minute:
-    # redis-py's default retries give up after ~4 s, and then the query fails at this node
-    from redis.backoff import ExponentialWithJitterBackoff
-    from redis.retry import Retry
-    return redis_store_factory(redis_url, namespace, retry=Retry(ExponentialWithJitterBackoff(cap=2.0, base=0.05),
-                                                                 REDIS_RETRIES))
+    # no retries: a retried window script may run twice; a Redis outage restarts the run from its
+    # checkpoint instead (joinlib.adapters.redis_outage, NodeService._execute)
+    return redis_store_factory(redis_url, namespace, retry=no_retry())
 
 
 def compile_plan_message(rec: ControlRecord) -> tuple[Query, list[InstanceSpec]]:
@@ -191,6 +191,11 @@ def compile_plan_message(rec: ControlRecord) -> tuple[Query, list[InstanceSpec]]
         if not isinstance(sw, dict) or not isinstance(sw.get("from_epoch"), int) or sw["from_epoch"] < 1:
             raise PlanError(f"control@{rec.offset}: a switch is {{'from_epoch': E >= 1, 'plan': ...}}, not {sw!r}")
         gens.append((sw["from_epoch"], from_json(q, sw["plan"])))
+    if p.get("adaptive") is not None:  # an adaptive plan (docs/adaptive.md): its configuration and seed 003's plan
+        if len(gens) > 1:
+            raise PlanError(f"control@{rec.offset}: an adaptive plan chooses its own switches: no 'switches'")
+        config_of(p["adaptive"], q)
+        initial_jep(q, p["plan"])
     return q, generations(q, gens)
 
 
@@ -267,13 +272,7 @@ class NodeService:
                     p = rec.payload if isinstance(rec.payload, dict) else {}
                     ctl.done.add((p.get("run"), self.site))
                     continue
-                # a fresh consumer per plan: re-assigning a consumer that already fetched
-                # stalls its first fetches of the new partitions for ~0.6 s (librdkafka 2.x)
-                runner = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
-                try:
-                    _Run(self, rec, compiled, runner, admin, ctl).execute()
-                finally:
-                    runner.close()
+                self._execute(rec, compiled, admin, ctl)
                 if not self.serve or self.run_id is not None:
                     return 0
             return 0
@@ -342,6 +341,43 @@ class NodeService:
                                    f"after {self.plan_timeout_s:.0f}s")
         return None
 
+    def _execute(self, rec: ControlRecord, compiled: tuple[Query, list[InstanceSpec]], admin: Any,
+                 ctl: ControlLog) -> None:
+        """Run a plan to its end; when Redis fails under it, wait for Redis and start the plan over from
+        the last checkpoint, in this process (:mod:`joinlib.adapters.redis_outage` says why)."""
+        while True:
+            # a fresh consumer per run: re-assigning a consumer that already fetched
+            # stalls its first fetches of the new partitions for ~0.6 s (librdkafka 2.x)
+            consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
+            run = _Run(self, rec, compiled, consumer, admin, ctl)
+            try:
+                run.execute()
+                return
+            except Exception as e:
+                cause = redis_outage(e)
+                if cause is None or getattr(run, "ckpt", None) is None:
+                    raise
+                if not self._after_outage(run, cause):
+                    return
+            finally:
+                consumer.close()
+
+    def _after_outage(self, run: _Run, cause: BaseException) -> bool:
+        """Abandon ``run`` like a crash -- but deliver what it produced first, so that the next run's
+        count of delivered result batches is final -- and wait for Redis to answer again.  False: the
+        service was stopped meanwhile."""
+        self.log(f"{run.q.name}: Redis went away ({type(cause).__name__}); the run restarts from its "
+                 "last checkpoint when Redis answers")
+        run.out.drain(self.log)
+        t0 = time.monotonic()
+        if not wait_for_redis(run.factory.client, timeout_s=REDIS_WAIT_S, stop=self.stop, log=self.log):
+            if self.stop.is_set():
+                return False
+            raise ClusterError(f"node {self.site}: Redis did not answer for {REDIS_WAIT_S:.0f} s; restart the "
+                               "node once it is back (it resumes from its checkpoint)")
+        self.log(f"{run.q.name}: Redis answers again after {time.monotonic() - t0:.1f} s; resuming")
+        return True
+
     @staticmethod
     def end_applies(rec: ControlRecord, run: Optional[str]) -> bool:
         p = rec.payload if isinstance(rec.payload, dict) else {}
@@ -361,12 +397,7 @@ class _RunThread(threading.Thread):
     def run(self) -> None:
         svc = self.svc
         try:
-            compiled = compile_plan_message(self.rec)
-            consumer = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
-            try:
-                _Run(svc, self.rec, compiled, consumer, self.admin, self.ctl).execute()
-            finally:
-                consumer.close()
+            svc._execute(self.rec, compile_plan_message(self.rec), self.admin, self.ctl)
         except Exception as e:  # one query's failure must not take the others down
             self.error = e
             svc.log(f"error: query {self.rec.query} (run {self.run_id}) failed: {type(e).__name__}: {e}")
@@ -405,6 +436,10 @@ class _Run:
         self.resumed_from: Optional[dict[str, int]] = None
         self.sensor = QuerySensor(svc.sensor, self.q.name)
         self._flows: dict[int, InboundFlows] = {}   # per plan instance: its flows to this site
+        ad = self.p.get("adaptive")  # re-planned while running (docs/adaptive.md): the node around the host
+        self.adaptive = None if ad is None else AdaptivePart(self, config_of(ad, self.q),
+                                                             initial_jep(self.q, self.p["plan"]))
+        self._t0, self._cpu0 = time.perf_counter(), time.process_time()
 
     # ------------------------------------------------------------------ setup
     def execute(self) -> None:
@@ -443,11 +478,14 @@ class _Run:
             store = factory(name)
             self.made.append(store)
             return store
-        host = Host(self.site, self.transport, self.tap, store_factory=store_factory if factory else None,
-                    sensor=sensor)
-        for spec in self.specs:
-            if self.site in spec.ir.nodes:
-                host.install(spec)
+        if self.adaptive is not None:  # the adaptive node installs generation 0 and every later one
+            host = self.adaptive.host(sensor, self.tap, store_factory if factory else None)
+        else:
+            host = Host(self.site, self.transport, self.tap, store_factory=store_factory if factory else None,
+                        sensor=sensor)
+            for spec in self.specs:
+                if self.site in spec.ir.nodes:
+                    host.install(spec)
         if self.p.get("last_epoch") is not None:
             host.set_last(self.q.name, int(self.p["last_epoch"]))
         # ends already read (after the plan) apply too
@@ -485,6 +523,7 @@ class _Run:
                     + [TopicPartition(self.my_topic, 0, start(self.my_topic))]
                     + (self.live.topic_partitions() if self.live is not None else []))
         self.consumer.assign(self.tps)
+        self.gate = InboundGate(site, q.execution.interval_ms)
         warm_up(self.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC]
                 + extra)
         self.resumed_from = svc.resumed_from = self._epochs() if resumed else None
@@ -515,13 +554,27 @@ class _Run:
                 for k, inst in self.host.instances.items()}
 
     # ------------------------------------------------------------------ the loop
+    def _ended(self) -> bool:
+        """The host has run its last epoch (an adaptive node: and every node is idle, nothing in flight)."""
+        if self.adaptive is not None:
+            return self.adaptive.over(self._publish_done)
+        return self.host.finished
+
+    def _step(self, now: float) -> None:
+        if self.adaptive is not None:
+            self.adaptive.step(now)
+        else:
+            self.host.run(now)
+            apply(self.gate.decide(self.host), self.consumer, TopicPartition(self.my_topic, 0))
+
     def _loop(self) -> None:
         svc, host, live = self.svc, self.host, self.live
         t_start, cpu_start = time.perf_counter(), time.process_time()
+        self._t0, self._cpu0 = t_start, cpu_start
         next_status = next_gauges = time.monotonic()
         every = svc.checkpoint_every_s
         next_ckpt = next_status + every if self.ckpt and every > 0 else float("inf")
-        while not host.finished and not self.stopped:
+        while not self.stopped and not self._ended():
             if svc.stop.is_set():
                 if self.ckpt:
                     self._checkpoint()
@@ -534,7 +587,7 @@ class _Run:
             if live is not None:
                 live.tick(now, self.consumer)
                 live.drain(host)
-            host.run(now)
+            self._step(now)
             self.out.poll()
             t = time.monotonic()
             if t >= next_ckpt:
@@ -573,6 +626,7 @@ class _Run:
             self.live.handle(m, now)
             return
         sent = None
+        proto = any(k == ADAPTIVE_HEADER for k, _ in m.headers() or ())
         for k, v in m.headers() or ():
             if k == "sent_ms":
                 try:
@@ -586,9 +640,18 @@ class _Run:
             elif k == "run" and self.run_id is not None and v != self.run_id.encode():
                 return  # a message of another run of this query
         if topic == self.my_topic:
-            self._message(m, now, sent if sent is not None else float(m.timestamp()[1]))
+            self._inbound(m, now, sent if sent is not None else float(m.timestamp()[1]), proto)
         elif topic in self.src_topics:
             self._source(m)
+
+    def _inbound(self, m: Any, now: float, sent: float, proto: bool) -> None:
+        """A message of ``node.<query>.<site>``: an envelope, or (header ``adaptive``) a protocol message."""
+        if not proto:
+            self._message(m, now, sent)
+        elif self.adaptive is not None:
+            self.adaptive.on_kafka(m, now, sent)
+        else:
+            self._reject(m, INVALID, "an adaptive protocol message in a run of a plan that is not adaptive")
 
     def _reject(self, m: Any, reason: str, detail: str) -> None:
         self.svc.rejections.reject(m.topic(), reason, detail, m.partition() or 0, m.offset())
@@ -605,7 +668,10 @@ class _Run:
         inst = self.host.instances.get((env.query, env.part, env.gen))
         why = None
         if inst is None:
-            why = f"no plan instance (part {env.part}, generation {env.gen}) of {env.query} here"
+            # adaptive: a node that switched first sends the new generation's envelopes before this one switched
+            ahead = self.adaptive.flows_for(env.gen) if self.adaptive is not None and env.part == 0 else None
+            why = (f"no plan instance (part {env.part}, generation {env.gen}) of {env.query} here" if ahead is None
+                   else ahead.check(env.src, env.flow, env.epoch, env.body))
         else:
             flows = self._flows.get(id(inst))
             if flows is None:
@@ -622,6 +688,7 @@ class _Run:
             return
         if not self.host.on_message(env, now, sent):
             return  # a copy sent again by a restarted node
+        self.gate.received(env.part, env.gen, env.flow, env.epoch)
         kind = env.kind
         st = self.counters.received[(env.src, env.dst, kind)]
         st.messages += 1
@@ -641,7 +708,10 @@ class _Run:
             return
         if self.others and b.tuples:
             self._naive_all(b.tuples[0].ts // self.q.execution.interval_ms, b.tuples)
-        self.host.feed(self.q.name, self.src_topics[m.topic()], b.tuples, b.watermark)
+        if self.adaptive is not None:  # the node holds the watermark at its fence during a migration
+            self.adaptive.on_source(stream.name, b.tuples, b.watermark)
+        else:
+            self.host.feed(self.q.name, self.src_topics[m.topic()], b.tuples, b.watermark)
 
     def _naive_all(self, epoch: int, tups: list[Any]) -> None:
         for dst in self.others:
@@ -663,12 +733,33 @@ class _Run:
             self.host.set_last(self.q.name, int(r.payload["last_epoch"]))  # type: ignore[index]
         elif r.kind == "stop" and self.ctl.is_stopped(self.rec):
             self.stopped = True
+        elif r.kind == "done" and self.adaptive is not None and isinstance(r.payload, dict) \
+                and r.payload.get("run") == self.run_id:
+            self.adaptive.on_done(r.payload)
 
     # ------------------------------------------------------------------ the end
+    def _publish_done(self) -> dict[str, Any]:
+        """An adaptive node's ``done`` while it serves the protocol on (see :meth:`_ended`)."""
+        done = self._done(time.perf_counter() - self._t0, time.process_time() - self._cpu0)
+        publish_control(self.out, self.q.name, "done", done)
+        return done
+
     def _finish(self, wall: float, cpu: float) -> None:
-        svc, q, site, c = self.svc, self.q, self.site, self.counters
+        svc, q, site = self.svc, self.q, self.site
         self.out.flush()
         self._gauges()
+        done = self._done(wall, cpu)
+        publish_control(self.out, q.name, "done", done)
+        self._cleanup()
+        self.ctl.done.add((self.run_id, site))
+        svc.finished_runs.append(done)
+        sent = sum(ln["bytes"] for ln in self.transport.links())
+        svc.log(f"{q.name}: {'stopped' if self.stopped else 'done'}: {self.sink.count} results, "
+                f"{sent} bytes sent in {wall:.2f}s")
+
+    def _done(self, wall: float, cpu: float) -> dict[str, Any]:
+        """The ``done`` payload: what the node did, for the cluster report."""
+        q, site, c = self.q, self.site, self.counters
         processing: dict[str, float] = defaultdict(float)
         for (_, op), secs in c.totals.processing.items():
             processing[op] += secs
@@ -693,13 +784,9 @@ class _Run:
             done.update(stopped=self.stopped, **self.live.stats())
         elif self.stopped:
             done["stopped"] = True
-        publish_control(self.out, q.name, "done", done)
-        self._cleanup()
-        self.ctl.done.add((self.run_id, site))
-        svc.finished_runs.append(done)
-        sent = sum(ln["bytes"] for ln in self.transport.links())
-        svc.log(f"{q.name}: {'stopped' if self.stopped else 'done'}: {self.sink.count} results, "
-                f"{sent} bytes sent in {wall:.2f}s")
+        if self.adaptive is not None:
+            done["adaptive"] = self.adaptive.done_extra()
+        return done
 
     def _cleanup(self) -> None:
         if self.ckpt:
@@ -723,7 +810,10 @@ class _Run:
         self.svc.sensor.on_checkpoint(self.site, time.perf_counter() - t0)
 
     def _checkpoints(self, factory: Any) -> Optional[NodeCheckpoints]:
-        """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from)."""
+        """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from).
+        An adaptive run takes none: its node's state is more than the host's (docs/adaptive.md)."""
+        if self.adaptive is not None:
+            return None
         client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
         if client is None or namespace is None:
             return None

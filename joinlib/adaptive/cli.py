@@ -85,8 +85,9 @@ def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
     """The runner of ``run --plan adaptive...`` (checked against the other options)."""
     if getattr(args, "switch", None):
         raise JoinlibError("--switch and --plan adaptive exclude each other: an adaptive run chooses its switches")
-    if getattr(args, "cluster", None) is not None:
-        raise JoinlibError("--plan adaptive runs embedded for now: drop --cluster (docs/adaptive.md, limitations)")
+    if getattr(args, "cluster", None) is not None and getattr(args, "kill", None):
+        raise JoinlibError("--kill and --plan adaptive exclude each other for now: an adaptive node does not "
+                           "checkpoint its own state yet (docs/adaptive.md, limitations)")
     cfg = config_of(args, query)
     initial = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
     return AdaptiveRunner(cfg, initial, None if getattr(args, "quiet", False) else _stderr)
