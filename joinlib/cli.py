@@ -241,9 +241,8 @@ def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[in
     from .partitioned import build, check_partitionable, parse_spec
     parse_spec(args.plan)
     check_partitionable(query)
-    if switches or args.cluster is not None:
-        raise JoinlibError("--plan pmjoin runs embedded and without --switch (partitioned plans on Kafka, "
-                           "with a consumer group per site, are not built yet)")
+    if switches:
+        raise JoinlibError("--plan pmjoin runs without --switch (a partitioned plan has no generations)")
     streams = load_streams(query, args.data)
     return streams, build(query, streams, args.plan,
                           lambda q, s: resolve_plan(q, "auto", args.model, s, progress=progress))

@@ -151,7 +151,14 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
 
 def _compile(q: Any, p: dict[str, Any]) -> None:
     """Compile a plan message's plans (and an adaptive plan's configuration) against its query."""
+    from .errors import PlanError
+    from .partitioned import Partitioned, is_partitioned_json
     from .plan import from_json
+    if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
+        if p.get("switches") or p.get("adaptive") is not None:
+            raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
+        Partitioned.from_json(q, p["plan"])
+        return
     from_json(q, p["plan"])
     for sw in p.get("switches") or []:
         from_json(q, sw["plan"])

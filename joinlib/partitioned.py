@@ -29,7 +29,9 @@ from typing import Any, Callable, Optional
 from .errors import PlanError
 from .model import Query, Tup, Value
 from .plan import Plan
+from .plan import from_json as plan_from_json
 from .pmjoin.partition import HashPartition, PartitionFunction, RangePartition, canonical, order_key
+from .pmjoin.partition import from_json as function_from_json
 from .pmjoin.ratepart import rate_partition
 from .pmjoin.rates import ValueRates
 
@@ -37,7 +39,7 @@ Streams = dict[str, list[Tup]]
 SCHEMES = ("hash", "range", "rate")
 DEFAULT_PARTS = 4
 
-RUN_HELP = """Partitioned plans (PMJoin, seed 002; embedded only, time windows only):
+RUN_HELP = """Partitioned plans (PMJoin, seed 002; time windows only; embedded or --cluster):
   pmjoin[:hash|range|rate][:D] split every stream by the value of one join attribute
                                class into D partitions (default rate, D = 4; rate: k-means
                                over the values' per-stream rates measured on the data; range:
@@ -107,6 +109,28 @@ class Partitioned:
         return {"partitioned": {"by": [list(x) for x in self.by], "function": self.function.to_json(),
                                 "plans": [p.to_json() for p in self.plans]}}
 
+    @staticmethod
+    def from_json(query: Query, obj: Any) -> "Partitioned":
+        """The inverse of :meth:`to_json` (a plan message's ``plan``), validated against ``query``."""
+        body = obj.get("partitioned") if isinstance(obj, dict) else None
+        if not (isinstance(body, dict) and isinstance(body.get("plans"), list) and isinstance(body.get("by"), list)):
+            raise PlanError('a partitioned plan is {"partitioned": {"by": [[stream, attr], ...], '
+                            '"function": {...}, "plans": [plan, ...]}}')
+        by: list[tuple[str, str]] = []
+        for x in body["by"]:
+            if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)):
+                raise PlanError(f"partitioned: 'by' holds [stream, attribute] pairs, not {x!r:.60}")
+            if x[0] not in query.names or x[1] not in query.stream(x[0]).join_attrs:
+                raise PlanError(f"partitioned: {x[0]}.{x[1]} is not a join attribute of query {query.name}")
+            by.append((x[0], x[1]))
+        check_partitionable(query)
+        return Partitioned(tuple(by), function_from_json(body.get("function")),
+                           tuple(plan_from_json(query, p) for p in body["plans"]))
+
+    def route(self, query: Query, host: Any) -> None:
+        """Have ``host`` (:meth:`joinlib.runtime.host.Host.set_routes`) split the source tuples it is fed."""
+        host.set_routes(query.name, len(self.plans), self.router(query))
+
     def describe(self) -> str:
         by = ", ".join(f"{s}.{a}" for s, a in self.by)
         lines = [f"partitioned by {by} ({self.function.to_json()['kind']}, {len(self.plans)} partitions)"]
@@ -143,6 +167,11 @@ def parse_spec(spec: str) -> tuple[str, int]:
 
 def is_partitioned(spec: str) -> bool:
     return spec == "pmjoin" or spec.startswith("pmjoin:")
+
+
+def is_partitioned_json(plan: Any) -> bool:
+    """Is a plan message's ``plan`` a partitioned plan's JSON?"""
+    return isinstance(plan, dict) and "partitioned" in plan
 
 
 def function_for(query: Query, streams: Streams, by: tuple[tuple[str, str], ...], scheme: str,

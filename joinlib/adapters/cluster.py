@@ -41,6 +41,7 @@ from typing import Any, Optional, Sequence, Union
 from ..engine import Plans, generations, plan_json
 from ..errors import ClusterError
 from ..model import Query, Tup
+from ..partitioned import Partitioned
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MODES = ("process", "thread")
@@ -100,7 +101,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         producer = make_producer(bootstrap)
         specs = generations(query, plan)
         plan_offset = produce_control_sync(producer, query.name, "plan",
-                                           plan_message(query, specs, run, offsets, adaptive))
+                                           plan_message(query, specs, run, offsets, adaptive, plan))
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
                          TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
@@ -133,7 +134,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         shutil.rmtree(log_dir, ignore_errors=True)
         for h in nodes.values():
             h.log = None
-    report = _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes)
+    report = _report(query, specs, streams, res, replayer, run, mode, time.perf_counter() - t_begin, nodes, plan)
     _adaptive_report(report, query, specs, res, adaptive)
     return report
 
@@ -172,15 +173,20 @@ def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]],
 
 
 def plan_message(query: Query, specs: Sequence[Any], run: str, offsets: dict[str, int],
-                 adaptive: Any = None) -> dict[str, Any]:
+                 adaptive: Any = None, plan: Any = None) -> dict[str, Any]:
     """The ``plan`` control message of a run: the query, its first plan and the later generations
     (``switches``), the run id, the topics' start offsets and every node involved.  An adaptive run
     (``adaptive``: its configuration) has no switches, every site of the query as its nodes and an
-    ``adaptive`` object (:func:`joinlib.adaptive.service.config_json`)."""
+    ``adaptive`` object (:func:`joinlib.adaptive.service.config_json`).  A partitioned ``plan`` (PMJoin) is
+    sent whole: its specs are its partitions, not generations."""
     from ..query import query_to_dict
     msg = {"query": query_to_dict(query), "plan": specs[0].ir.plan.to_json(), "run": run,
            "offsets": offsets, "nodes": list(nodes_of(specs)),
            "switches": [{"from_epoch": s.start, "plan": s.ir.plan.to_json()} for s in specs[1:]]}
+    if isinstance(plan, Partitioned):
+        if adaptive is not None:
+            raise ClusterError("a partitioned plan is not adaptive")
+        msg.update(plan=plan.to_json(), switches=[])
     if adaptive is not None:
         from ..adaptive.service import config_json
         if len(specs) > 1:
@@ -553,7 +559,7 @@ def _percentiles(xs: list[float], weights: Optional[list[int]] = None) -> dict:
 
 
 def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replayer, run: str, mode: str,
-            wall: float, nodes: dict) -> dict:
+            wall: float, nodes: dict, plan: Any = None) -> dict:
     sent: dict = {}
     received: dict = {}
     processing: dict = {}
@@ -584,7 +590,7 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
         latency = _percentiles(lats, res.weight)
     return {
         "mode": "cluster", "node_mode": mode, "run": run,
-        "query": query.name, "plan": plan_json(specs), "results": res.count,
+        "query": query.name, "plan": plan_json(specs, plan), "results": res.count,
         "input_tuples": len(all_ts), "duration_ms": span,
         "bytes": sum(ln["bytes"] for ln in links), "messages": sum(ln["messages"] for ln in links),
         "transmission_ms": round(transmission, 3),

@@ -46,6 +46,7 @@ from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows
 from ..engine import generations
 from ..errors import ClusterError, PlanError, QueryError
 from ..model import Query
+from ..partitioned import Partitioned, is_partitioned_json
 from ..plan import from_json
 from ..query import parse_query
 from ..runtime.host import Host
@@ -186,6 +187,10 @@ def compile_plan_message(rec: ControlRecord) -> tuple[Query, list[InstanceSpec]]
     if not isinstance(p.get("query"), dict) or p.get("plan") is None:
         raise PlanError(f"control@{rec.offset}: a plan message needs 'query' and 'plan'")
     q = parse_query(p["query"], f"control@{rec.offset}")
+    if is_partitioned_json(p["plan"]):  # PMJoin (seed 002): a plan per partition of the join values
+        if p.get("switches") or p.get("adaptive") is not None:
+            raise PlanError(f"control@{rec.offset}: a partitioned plan has no 'switches' and is not adaptive")
+        return q, generations(q, Partitioned.from_json(q, p["plan"]))
     gens = [(0, from_json(q, p["plan"]))]
     for sw in p.get("switches") or []:
         if not isinstance(sw, dict) or not isinstance(sw.get("from_epoch"), int) or sw["from_epoch"] < 1:
@@ -484,8 +489,10 @@ class _Run:
             host = Host(self.site, self.transport, self.tap, store_factory=store_factory if factory else None,
                         sensor=sensor)
             for spec in self.specs:
-                if self.site in spec.ir.nodes:
+                if self.site in spec.ir.nodes or any(s.site == self.site for s in spec.ir.query.streams):
                     host.install(spec)
+            if is_partitioned_json(self.p.get("plan")):  # source tuples to their partitions' windows
+                Partitioned.from_json(self.q, self.p["plan"]).route(self.q, host)
         if self.p.get("last_epoch") is not None:
             host.set_last(self.q.name, int(self.p["last_epoch"]))
         # ends already read (after the plan) apply too

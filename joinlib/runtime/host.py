@@ -57,6 +57,9 @@ class Host:
         self.inbox: dict[InboxKey, Body] = {}
         self.taken: dict[tuple[str, int, int, int], int] = {}
         self.last: dict[str, Optional[int]] = {}
+        # a partitioned query's routing of source tuples: query -> (partitions, stream -> tuple -> partition,
+        # None for a stream broadcast to every partition)
+        self.routes: dict[str, tuple[int, dict[str, Optional[Callable[[Tup], int]]]]] = {}
         self._lanes: list[Lane] = []
         self._full: list[FullReplica] = []
 
@@ -103,13 +106,33 @@ class Host:
             self._full.extend(r for r in inst.replicas.values() if isinstance(r, FullReplica))
 
     # ------------------------------------------------------------------ inputs
+    def set_routes(self, query: str, parts: int, routes: dict[str, Optional[Callable[[Tup], int]]]) -> None:
+        """Route the source tuples :meth:`feed` gets for ``query`` to its ``parts`` partitions (a partitioned
+        plan, :class:`joinlib.partitioned.Partitioned`): per stream tuple -> partition, or None: to every one."""
+        self.routes[query] = (parts, routes)
+
     def feed(self, query: str, stream: str, tups: Iterable[Tup], watermark: Optional[int] = None,
-             part: int = 0) -> None:
-        """Source tuples of a stream born here (ts order); ``watermark``: no later tuple has ts below it."""
+             part: Optional[int] = None) -> None:
+        """Source tuples of a stream born here (ts order); ``watermark``: no later tuple has ts below it.
+        ``part``: the partition they belong to; None: partition 0, or each tuple's partition if the query's
+        tuples are routed (:meth:`set_routes`; the watermark then holds for every partition)."""
+        routed = self.routes.get(query) if part is None else None
+        if routed is None:
+            self._home(query, part or 0, stream).feed(tups, watermark)
+            return
+        parts, routes = routed
+        route, tups = routes.get(stream), list(tups)
+        split: list[list[Tup]] = [[] for _ in range(parts)]
+        for t in tups if route is not None else ():
+            split[route(t)].append(t)
+        for p in range(parts):
+            self._home(query, p, stream).feed(tups if route is None else split[p], watermark)
+
+    def _home(self, query: str, part: int, stream: str) -> HomeWindow:
         w = self.windows.get((query, part, stream))
         if w is None:
             raise KeyError(f"no window of {query}.{stream} (partition {part}) at {self.site}: install its plan first")
-        w.feed(tups, watermark)
+        return w
 
     def advance(self, query: str, watermark: int) -> None:
         """Every stream of ``query`` born here has seen everything before ``watermark``."""

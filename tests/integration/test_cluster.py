@@ -70,7 +70,7 @@ def _run_and_check(dataset, plan, bootstrap, **kw) -> dict:
     report = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, timeout_s=TIMEOUT_S, **kw)
     got = Counter((ids, ts) for ids, ts, _ in sink.results)
     missing, extra = want - got, got - want
-    text = plan.to_json() if isinstance(plan, plans.Plan) else [(e, p.to_json()) for e, p in plan]
+    text = plan.to_json() if hasattr(plan, "to_json") else [(e, p.to_json()) for e, p in plan]
     assert not missing and not extra, (
         f"plan {text}: {sum(missing.values())} missing, {sum(extra.values())} extra or duplicated; "
         f"e.g. missing {list(missing.items())[:3]}, extra {list(extra.items())[:3]}")
