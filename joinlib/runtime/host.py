@@ -122,11 +122,13 @@ class Host:
             return
         parts, routes = routed
         route, tups = routes.get(stream), list(tups)
-        split: list[list[Tup]] = [[] for _ in range(parts)]
-        for t in tups if route is not None else ():
-            split[route(t)].append(t)
+        split: list[list[Tup]] = [tups] * parts   # a broadcast stream: every tuple to every partition
+        if route is not None:
+            split = [[] for _ in range(parts)]
+            for t in tups:
+                split[route(t)].append(t)
         for p in range(parts):
-            self._home(query, p, stream).feed(tups if route is None else split[p], watermark)
+            self._home(query, p, stream).feed(split[p], watermark)
 
     def _home(self, query: str, part: int, stream: str) -> HomeWindow:
         w = self.windows.get((query, part, stream))
