@@ -46,7 +46,9 @@ PRODUCER_DEFAULTS: dict = {
     "batch.num.messages": 10000,
     "batch.size": 1_000_000,
     "queue.buffering.max.messages": 1_000_000,
-    "queue.buffering.max.kbytes": 131_072,   # 128 MB: a producer that outruns the broker blocks (back-pressure)
+    # 32 MB (the Java producer's buffer.memory): a producer that outruns the broker blocks in Producing.produce
+    # instead of growing the process by up to 1 GB (librdkafka's default) while a node catches up
+    "queue.buffering.max.kbytes": 32_768,
     "message.max.bytes": 16_000_000,
 }
 CONSUMER_DEFAULTS: dict = {
@@ -54,6 +56,9 @@ CONSUMER_DEFAULTS: dict = {
     "auto.offset.reset": "earliest",
     "enable.partition.eof": False,
     "fetch.wait.max.ms": 10,
+    # prefetch at most 16 MB (librdkafka's default 64 MB): a node that lags would hold that much of its
+    # backlog in memory besides the Python objects it is working on
+    "queued.max.messages.kbytes": 16_384,
     "fetch.max.bytes": 64_000_000,
     "max.partition.fetch.bytes": 16_000_000,
 }
