@@ -74,6 +74,12 @@ def _latency(v: Any) -> bool:
 _RUN = _opt(is_str)
 _COUNTS = _dict_of(is_count)
 
+
+def _adaptive_done(v: Any) -> bool:
+    """An adaptive node's ``done`` (joinlib.adaptive.service.quiescent reads these keys)."""
+    return (type(v) is dict and type(v.get("idle")) is bool and _COUNTS(v.get("sent"))
+            and _COUNTS(v.get("received")) and _opt(lambda x: type(x) is list)(v.get("changes")))
+
 # key -> (required, check) per kind, for the keys the readers use
 _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
     "end": {"last_epoch": (True, is_int), "run": (False, _RUN)},
@@ -84,7 +90,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "results": (False, is_count), "sent_bytes": (False, is_count), "inputs": (False, _COUNTS),
         "naive": (False, _list_of(_naive_row)), "live": (False, lambda v: type(v) is bool),
         "dead_letters": (False, _dict_of(_COUNTS)), "watermarks_ms": (False, _dict_of(is_num)),
-        "latency_ms": (False, _opt(_latency)),
+        "latency_ms": (False, _opt(_latency)), "adaptive": (False, lambda v: type(v) is dict),
     },
     "done": {
         "site": (True, is_str), "run": (True, _RUN), "results": (True, is_count),
@@ -92,7 +98,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "naive": (False, _list_of(_naive_row)), "input_tuples": (False, is_count),
         "late_messages": (False, is_count), "last_epoch": (False, _opt(is_int)),
         "stopped": (False, lambda v: type(v) is bool), "inputs": (False, _COUNTS),
-        "dead_letters": (False, _dict_of(_COUNTS)),
+        "dead_letters": (False, _dict_of(_COUNTS)), "adaptive": (False, _adaptive_done),
     },
     "plan": {
         "query": (True, lambda v: type(v) is dict), "plan": (True, lambda v: type(v) is dict),

@@ -115,6 +115,9 @@ def format_query(q: dict[str, Any]) -> str:
     """A few lines per query for people (``joinlib queries``)."""
     lines = [f"{q['query']}  {q['state']}  run {q['run']}  plan {q.get('planner')}"
              + ("  live" if q.get("live") else "")]
+    changes = _plan_changes(q.get("sites") or {})
+    if changes:
+        lines.append(changes)
     st = q.get("stats")
     if not st:
         return "\n".join(lines)
@@ -131,6 +134,21 @@ def format_query(q: dict[str, Any]) -> str:
         parts = ", ".join(f"{k} {v}" for k, v in sorted(dead.items()))
         lines.append(f"  dead letters {sum(dead.values())} ({parts}) in dlq.{q['query']}")
     return "\n".join(lines)
+
+
+def _plan_changes(sites: dict[str, Any]) -> str:
+    """An adaptive query's line (docs/adaptive.md): its plan changes, and the current plan of the node
+    furthest on; empty for other queries."""
+    ad = {s: v["adaptive"] for s, v in sites.items() if isinstance(v, dict) and isinstance(v.get("adaptive"), dict)}
+    if not ad:
+        return ""
+    site, cur = max(ad.items(), key=lambda kv: (kv[1].get("generation", 0), kv[0]))
+    gens = ", ".join(f"{s} {v.get('generation', 0)}" for s, v in sorted(ad.items()))
+    plan = "; ".join(f"{h}: " + " ".join(f"{o}{'<>'[int(p)]}" for o, p in steps)
+                     for h, steps in (cur.get("plan") or {}).items())
+    return (f"  adaptive   {str(cur.get('mode', '')).upper()}: {cur.get('plan_changes', 0)} plan change(s), "
+            f"{cur.get('triggers', 0)} trigger(s) at {site}; generation per node: {gens}\n"
+            f"  plan       {plan}")
 
 
 def _num(v: Optional[float]) -> str:

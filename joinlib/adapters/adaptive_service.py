@@ -176,13 +176,19 @@ class AdaptivePart:
                 return got
         return None
 
-    def on_source(self, stream: str, tups: list[Tup], watermark: int) -> None:
+    def on_source(self, stream: str, tups: list[Tup], watermark: Optional[int]) -> None:
         """A home stream's batch: its tuples to the home window, its watermark to the node's fence."""
         assert self.node is not None
         self.node.host.feed(self.q.name, stream, tups)
+        if watermark is None:
+            return
         self.marks[stream] = max(watermark, self.marks.get(stream, watermark))
         if len(self.marks) == len(self.homes):
             self.node.advance(min(self.marks.values()))
+
+    def feed(self, query: str, stream: str, tups: Any, watermark: Optional[int] = None) -> None:
+        """``Host.feed`` for the live sources (:meth:`joinlib.adapters.sources.LiveInputs.drain`)."""
+        self.on_source(stream, list(tups), watermark)
 
     def step(self, now: float) -> None:
         assert self.node is not None
@@ -210,6 +216,14 @@ class AdaptivePart:
             self.published = counts
             self.dones[self.site] = publish()
         return quiescent(self.dones, self.participants)
+
+    def status(self) -> dict[str, Any]:
+        """What a ``status`` message says about adaptation (``joinlib queries`` shows it)."""
+        node = self.node
+        rec = self.sensor.record if self.sensor is not None else AdaptiveTotals()
+        return {"generation": node.gen if node is not None else 0, "plan_changes": len(rec.changes),
+                "triggers": len(rec.triggers), "mode": self.cfg.mode,
+                "plan": (node.jep if node is not None else self.initial).to_json()}
 
     def done_extra(self) -> dict[str, Any]:
         """What ``done`` carries about adaptation (:func:`joinlib.adaptive.service.merge` merges them)."""

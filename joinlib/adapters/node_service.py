@@ -593,7 +593,7 @@ class _Run:
                 self._handle(m, now)
             if live is not None:
                 live.tick(now, self.consumer)
-                live.drain(host)
+                live.drain(self.adaptive if self.adaptive is not None else host)  # adaptive: held at the fence
             self._step(now)
             self.out.poll()
             t = time.monotonic()
@@ -622,6 +622,8 @@ class _Run:
             payload["dead_letters"] = self.live.stats()["dead_letters"]
             payload["watermarks_ms"] = self.live.watermarks_ms()
             payload["latency_ms"] = self.tap.take()
+        if self.adaptive is not None:
+            payload["adaptive"] = self.adaptive.status()
         publish_control(self.out, self.q.name, "status", payload, flush=False)
 
     def _handle(self, m: Any, now: float) -> None:

@@ -18,34 +18,55 @@
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Optional
 
 from ..errors import PlanError
 from ..model import Query
 from ..plan import from_json
+from . import planner as planner_module
 from .config import AdaptiveConfig
 from .embedded import Meter
 from .jep import JEP, from_plan
+from .planner import Eq12
 from .protocol import Message
 from .stats import MonitorConfig
 
-KEYS = ("mode", "interval_ms", "threshold", "persistence", "key_horizon_ms", "margin", "planner")
+KEYS = ("mode", "monitor", "margin", "planner", "model")
 
 
 def config_json(cfg: AdaptiveConfig) -> dict[str, Any]:
-    """The ``adaptive`` object of a plan message (the cost model is the code's: every node has it)."""
-    m = cfg.monitor
-    return {"mode": cfg.mode, "interval_ms": m.interval_ms, "threshold": m.threshold,
-            "persistence": m.persistence, "key_horizon_ms": m.key_horizon_ms, "margin": cfg.fence_margin,
-            "planner": cfg.planner}
+    """The ``adaptive`` object of a plan message: every field of the configuration, the cost model by
+    its class name (a model of :mod:`.planner` with its default parameters: every node has the code)."""
+    model = type(cfg.model)
+    if getattr(planner_module, model.__name__, None) is not model or model() != cfg.model:
+        raise PlanError(f"adaptive: the cost model {cfg.model!r} cannot go into a plan message (only "
+                        "joinlib.adaptive.planner's models with their default parameters can)")
+    return {"mode": cfg.mode, "monitor": dataclasses.asdict(cfg.monitor), "margin": cfg.fence_margin,
+            "planner": cfg.planner, "model": model.__name__}
 
 
-def _typed(d: Mapping[str, Any], key: str, kinds: tuple[type, ...]) -> Any:
+def _typed(d: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str = "plan.adaptive") -> Any:
     v = d.get(key)
-    if type(v) not in kinds or isinstance(v, bool):
-        raise PlanError(f"plan.adaptive.{key} has the wrong type: {str(v)[:40]!r}")
+    if type(v) not in kinds:
+        raise PlanError(f"{where}.{key} has the wrong type: {str(v)[:40]!r}")
     return v
+
+
+def _monitor(d: Any) -> MonitorConfig:
+    if type(d) is not dict:
+        raise PlanError("plan.adaptive.monitor must be an object")
+    fields = {f.name: f for f in dataclasses.fields(MonitorConfig)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise PlanError(f"plan.adaptive.monitor: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+    values: dict[str, Any] = {}
+    for k in d:
+        kinds: tuple[type, ...] = (int, float) if fields[k].type in (float, "float") else (int,)
+        v = _typed(d, k, kinds, "plan.adaptive.monitor")
+        values[k] = float(v) if float in kinds else v
+    return MonitorConfig(**values)
 
 
 def config_of(d: Any, query: Query) -> AdaptiveConfig:
@@ -59,9 +80,12 @@ def config_of(d: Any, query: Query) -> AdaptiveConfig:
     planner = d.get("planner")
     if planner is not None and planner not in query.sites:
         raise PlanError(f"plan.adaptive.planner {str(planner)[:40]!r} is not a site of {query.name}")
-    monitor = MonitorConfig(_typed(d, "interval_ms", (int,)), float(_typed(d, "threshold", (int, float))),
-                            _typed(d, "persistence", (int,)), _typed(d, "key_horizon_ms", (int,)))
-    return AdaptiveConfig(_typed(d, "mode", (str,)), monitor, _typed(d, "margin", (int,)), planner)
+    name = _typed(d, "model", (str,))
+    model = getattr(planner_module, name, None)
+    if not (isinstance(model, type) and issubclass(model, Eq12)):
+        raise PlanError(f"plan.adaptive.model {name[:40]!r} is not a cost model of joinlib.adaptive.planner")
+    return AdaptiveConfig(_typed(d, "mode", (str,)), _monitor(d.get("monitor")), _typed(d, "margin", (int,)),
+                          planner, model())
 
 
 def initial_jep(query: Query, plan: Any) -> JEP:

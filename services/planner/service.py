@@ -54,12 +54,16 @@ from joinlib.adapters.kafka import (
 from joinlib.adapters.live_queries import read_results, source_starts
 from joinlib.adapters.rejections import Rejections
 from joinlib.adapters.sources import live_streams
+from joinlib.adaptive.config import is_adaptive, parse_plan
+from joinlib.adaptive.planner import algorithm1
+from joinlib.adaptive.service import config_json
+from joinlib.adaptive.stats import with_stats
 from joinlib.control_check import INVALID
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.ir import lower
 from joinlib.model import Query
-from joinlib.plan import central, from_json
+from joinlib.plan import Plan, central, from_json
 from joinlib.planner.registry import lookup, resolve_plan
 from joinlib.query import parse_query, query_to_dict
 
@@ -67,6 +71,17 @@ from joinlib.query import parse_query, query_to_dict
 def default_plan() -> str:
     """The registry's default: ``auto`` where it exists, else ``greedy``."""
     return "auto" if lookup("auto") is not None else "greedy"
+
+
+def plan_of(query: Query, planner: str, model: Optional[str] = None) -> tuple[Plan, dict]:
+    """The plan of a submission and what its plan message adds: for ``adaptive[:cnu|:dnu]`` (seed 003,
+    docs/adaptive.md) Algorithm 1's initial plan, the ``adaptive`` object the nodes re-plan with, and
+    every site as a node (any may take part in a later plan)."""
+    if is_adaptive(planner):
+        cfg = parse_plan(planner)
+        plan = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
+        return plan, {"adaptive": config_json(cfg), "nodes": list(query.sites)}
+    return (resolve_plan(query, planner, model) if model else resolve_plan(query, planner)), {}
 
 
 class Conflict(JoinlibError):
@@ -125,6 +140,15 @@ def _status_of(name: str, p: dict, planner: str, submitted_ms: float = 0.0) -> Q
     return st
 
 
+def _on_status(cur: QueryStatus, site: dict, p: dict) -> None:
+    """A node's ``status`` of the query's current run."""
+    site.update(epoch=p.get("epoch"), last_epoch=p.get("last_epoch"), results=p.get("results"))
+    if isinstance(p.get("adaptive"), dict):  # an adaptive plan: the node's generation and plan changes
+        site["adaptive"] = p["adaptive"]
+    if cur.stats is not None:
+        cur.stats.on_status(p)
+
+
 class PlannerService:
     def __init__(self, bootstrap: str, *, sensor=None) -> None:
         self.bootstrap = bootstrap
@@ -157,7 +181,7 @@ class PlannerService:
             raise Conflict(f"query {query.name} is running (run {cur.run}); stop it first with "
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
-        plan = resolve_plan(query, planner, model) if model else resolve_plan(query, planner)
+        plan, extra = plan_of(query, planner, model)
         topics = query_topics(query)
         ensure_topics(self.admin, topics)
         live = None
@@ -171,7 +195,7 @@ class PlannerService:
             consumer.close()
         run = uuid.uuid4().hex[:12]
         payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
-                   "nodes": list(lower(query, plan).nodes)}
+                   "nodes": list(lower(query, plan).nodes), **extra}
         if live is not None:
             payload["live"] = live
         produce_control_sync(self.producer, query.name, "plan", payload)
@@ -258,9 +282,7 @@ class PlannerService:
                 return
             site = cur.sites.setdefault(p["site"], {"done": False})
             if kind == "status":
-                site.update(epoch=p.get("epoch"), last_epoch=p.get("last_epoch"), results=p.get("results"))
-                if cur.stats is not None:
-                    cur.stats.on_status(p)
+                _on_status(cur, site, p)
             elif kind == "done":
                 site.update(done=True, results=p.get("results"), stopped=bool(p.get("stopped")))
                 if cur.stats is not None:

@@ -94,3 +94,81 @@ def test_adaptive_run_refuses_killing_nodes(toggle4, kafka_bootstrap, redis_url)
         run_cluster(query, streams, algorithm1(with_stats(query, {}), cfg.model).to_plan(query), None,
                     bootstrap=kafka_bootstrap, redis_url=redis_url, mode="thread", faults=[("N2", 1.0)],
                     adaptive=cfg)
+
+
+# ----------------------------------------------------------------------------- continuous (live) queries
+
+
+def _live_toggle(name: str, sites: list[str], topics: list[str]):
+    """The toggle query with each stream read live from a JSON topic at its own (test-unique) site."""
+    d = query_to_dict(load_query(REPO / "examples" / "toggle4.yaml"))
+    d["name"] = name
+    d["network"].pop("nodes", None)
+    for (_, spec), site, topic in zip(sorted(d["streams"].items()), sites, topics, strict=True):
+        spec["site"] = site
+        spec["source"] = {"topic": topic, "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id"}
+    d["execution"]["idle_timeout"] = "3s"
+    return parse_query(d, name)
+
+
+def _produce_paced(bootstrap: str, query, rows: dict, rec) -> None:
+    """The rows of every stream to its topic, epoch by epoch at event-time pace (tuples of one epoch at once)."""
+    import json
+    import time
+
+    from joinlib.adapters.kafka import make_producer
+    producer = make_producer(bootstrap)
+    tau = query.execution.interval_ms
+    last = max(r["ts"] for rs in rows.values() for r in rs) // tau
+    t0 = time.monotonic()
+    for e in range(last + 1):
+        for s in query.streams:
+            for r in rows[s.name]:
+                if r["ts"] // tau == e:
+                    producer.produce(s.source.topic, json.dumps(r).encode(), partition=0,
+                                     on_delivery=lambda _err, m, n=s.name: rec.add(n, m.partition(), m.offset(),
+                                                                                  m.value()))
+        producer.poll(0)
+        time.sleep(max(0.0, t0 + (e + 1) * tau / 1000.0 - time.monotonic()))
+    producer.flush(30)
+
+
+def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, make_topic, tmp_path, capsys):
+    """``joinlib submit --plan adaptive`` of a query over four JSON topics: the node services (one per site,
+    serving) measure S4's rate toggling, re-plan and migrate; ``joinlib queries`` shows the plan changes;
+    the results are exactly the live contract's (the reference join of the on-time records)."""
+    import json
+    import time
+    import uuid
+
+    from joinlib.cli import main as cli
+    from tests.integration.test_live import Recorder, Services, submit, wait_exact
+    tag = uuid.uuid4().hex[:6]
+    sites = [f"n{i}{tag}" for i in range(1, 5)]
+    topics = [make_topic(f"toggle-{i}", partitions=1) for i in range(1, 5)]
+    q = _live_toggle(f"lvad{tag}", sites, topics)
+    src = tmp_path / "data"
+    write_toggle(q, Toggle("S4"), src, DURATION_MS, 3)
+    rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
+    services = Services(kafka_bootstrap)
+    try:
+        services.start_nodes(sites)
+        out = submit(services, q, "adaptive", since="0")
+        rec = Recorder()
+        _produce_paced(kafka_bootstrap, q, rows, rec)
+        wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, min_results=50)
+        deadline = time.monotonic() + 30
+        while True:
+            sites_st = services.planner.status(q.name)["sites"]
+            changes = [(st.get("adaptive") or {}).get("plan_changes", 0) for st in sites_st.values()]
+            if len(changes) == 4 and min(changes) >= 1:
+                break
+            assert time.monotonic() < deadline, f"no plan change at every node: {sites_st}"
+            time.sleep(0.5)
+        capsys.readouterr()
+        assert cli(["queries", q.name, "--url", services.url]) == 0
+        text = capsys.readouterr().out
+        assert "adaptive   CNU:" in text and "plan change(s)" in text, text
+        services.planner.stop(q.name)
+    finally:
+        services.close()

@@ -27,19 +27,28 @@ def q():
 def test_config_goes_through_the_plan_message_unchanged(q):
     cfg = AdaptiveConfig("dnu", MonitorConfig(300, 0.7, 3, 3000), 2, "N2")
     back = config_of(config_json(cfg), q)
-    assert (back.mode, back.monitor, back.fence_margin, back.planner) == ("dnu", cfg.monitor, 2, "N2")
+    assert back == cfg
+    assert config_of(config_json(AdaptiveConfig()), q) == AdaptiveConfig()
 
 
 @pytest.mark.parametrize("change,message", [
     ({"mode": "fast"}, "unknown mode"),
     ({"planner": "N9"}, "not a site"),
-    ({"threshold": "high"}, "wrong type"),
+    ({"monitor": {"threshold": "high"}}, "wrong type"),
+    ({"monitor": {"interval_ms": 2.5}}, "wrong type"),
+    ({"monitor": {"persistence": 0}}, "persistence"),
+    ({"monitor": {"soon": 1}}, "unknown key"),
     ({"margin": 0}, "fence margin"),
+    ({"model": "Magic"}, "not a cost model"),
+    ({"model": "config_of"}, "not a cost model"),
     ({"extra": 1}, "unknown key"),
 ])
 def test_malformed_adaptive_objects_are_refused(q, change, message):
+    good = config_json(AdaptiveConfig())
+    if "monitor" in change:
+        change = {"monitor": {**good["monitor"], **change["monitor"]}}
     with pytest.raises(JoinlibError, match=message):
-        config_of({**config_json(AdaptiveConfig()), **change}, q)
+        config_of({**good, **change}, q)
 
 
 def test_initial_plan_must_be_seed_003s(q):
@@ -91,3 +100,12 @@ def test_merge_sums_the_nodes_rounds_and_keeps_each_change_once(q):
     (rnd,) = ad["rounds"]
     assert (rnd["round"], rnd["synchronisation"], rnd["migration"], rnd["bytes"]) == (1, 4, 6, 4 * 40 + 2 * 60)
     assert rnd["triggers"] == [18435]
+
+
+def test_cli_refuses_kill_with_adaptive_cluster_runs(tmp_path, capsys):
+    from joinlib.cli import main
+    rc = main(["run", str(ROOT / "examples" / "toggle4.yaml"), "--data", str(tmp_path), "--plan", "adaptive",
+               "--cluster", "127.0.0.1:1", "--kill", "N2@1", "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--kill and --plan adaptive exclude each other" in err and "Traceback" not in err
