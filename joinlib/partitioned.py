@@ -176,15 +176,8 @@ def is_partitioned_json(plan: Any) -> bool:
 
 def function_for(query: Query, streams: Streams, by: tuple[tuple[str, str], ...], scheme: str,
                  parts: int) -> PartitionFunction:
-    if scheme == "hash":
-        return HashPartition(parts)
-    if scheme == "rate":
-        return rate_partition(value_rates_of(query, streams, by), parts)
-    values: list[Value] = []
-    for stream, attr in by:
-        i = query.stream(stream).attr_index(attr)
-        values.extend(t.key[i] for t in streams.get(stream, []))
-    return RangePartition.from_values(values, parts)
+    """The partition function ``scheme`` of the class ``by`` measured on ``streams``."""
+    return function_from_stats(query, value_stats(query, streams, by), scheme, parts)
 
 
 def value_rates_of(query: Query, streams: Streams, by: tuple[tuple[str, str], ...]) -> ValueRates:
@@ -204,6 +197,37 @@ def value_rates_of(query: Query, streams: Streams, by: tuple[tuple[str, str], ..
     keys = sorted(seen, key=lambda k: order_key(seen[k]))
     return ValueRates(tuple(counts), tuple(seen[k] for k in keys),
                       tuple(tuple(c[k] / span for k in keys) for c in counts.values()))
+
+
+def value_stats(query: Query, streams: Streams, by: Optional[tuple[tuple[str, str], ...]] = None) -> dict[str, Any]:
+    """The per-value rates of the attribute class ``by`` (default the query's partition class) as JSON
+    (``joinlib stats --values``): what a partitioned plan needs to choose its function when there is
+    no data at hand, e.g. for a continuous query (``joinlib submit --plan pmjoin:rate --values FILE``)."""
+    by = by or attribute_class(query)
+    vr = value_rates_of(query, streams, by)
+    return {"by": [list(x) for x in by], "streams": list(vr.streams), "values": list(vr.values),
+            "rates": [list(row) for row in vr.rates]}
+
+
+def function_from_stats(query: Query, stats: Any, scheme: str, parts: int) -> PartitionFunction:
+    """The partition function ``scheme`` into ``parts`` partitions from :func:`value_stats`'s JSON."""
+    if scheme == "hash":
+        return HashPartition(parts)
+    if not isinstance(stats, dict) or not all(isinstance(stats.get(k), list) for k in ("streams", "values", "rates")):
+        raise PlanError(f"pmjoin:{scheme} needs per-value rates: the JSON 'joinlib stats QUERY --data DIR --values "
+                        "FILE' writes ({\"streams\": [...], \"values\": [...], \"rates\": [[...], ...]})")
+    for x in stats.get("by") or []:
+        if not (isinstance(x, list) and len(x) == 2 and x[0] in query.names
+                and x[1] in query.stream(x[0]).join_attrs):
+            raise PlanError(f"value statistics: {x!r:.60} is not a [stream, join attribute] of query {query.name}")
+    if scheme == "range":
+        return RangePartition.from_values(stats["values"], parts)
+    try:
+        rates = ValueRates(tuple(stats["streams"]), tuple(stats["values"]),
+                           tuple(tuple(float(r) for r in row) for row in stats["rates"]))
+    except (TypeError, ValueError) as e:
+        raise PlanError(f"value statistics: malformed rates ({e})") from None
+    return rate_partition(rates, parts)
 
 
 def build(query: Query, streams: Streams, spec: str,

@@ -149,6 +149,9 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     st.add_argument("--write", type=Path, metavar="QUERY_OUT.yaml",
                     help="write the query with the measured rate, attributes, tuple_bytes and selectivity")
     st.add_argument("--json", type=Path, metavar="OUT.json", help="write every measured value as JSON")
+    st.add_argument("--values", type=Path, metavar="VALUES.json",
+                    help="write the per-value rates (tuples/s) of the attributes a partitioned plan splits by "
+                         "(PMJoin; for 'joinlib submit --plan pmjoin:rate|range --values VALUES.json')")
     st.set_defaults(func=_cmd_stats)
 
     ca = subparsers.add_parser(
@@ -244,7 +247,22 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from ..stats import main as stats_main
     stats_main(args.query, args.data, args.write, args.json)
+    if args.values is not None:
+        _write_values(args.query, args.data, args.values)
     return 0
+
+
+def _write_values(query_path: Path, data: Path, out: Path) -> None:
+    import json
+
+    from ..data import load_streams
+    from ..partitioned import value_stats
+    from ..query import load_query
+    query = load_query(query_path)
+    stats = value_stats(query, load_streams(query, data))
+    out.write_text(json.dumps(stats) + "\n")
+    by = ", ".join(f"{s}.{a}" for s, a in stats["by"])
+    print(f"wrote the rates of {len(stats['values'])} values of {by} to {out}")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

@@ -1,0 +1,48 @@
+"""Per-value rates for partitioned plans from ``joinlib stats --values``: the file gives the partition
+function the data would (for submitting a continuous query without data), and bad files are clear errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from joinlib import partitioned as pm
+from joinlib.cli import main
+from joinlib.data import load_streams
+from joinlib.errors import PlanError
+from joinlib.query import load_query
+from tests.unit.test_pmjoin_stats import write_data
+
+
+@pytest.mark.parametrize("scheme,parts", [("rate", 2), ("rate", 3), ("range", 2), ("hash", 4)])
+def test_values_file_gives_the_function_the_data_gives(tmp_path: Path, capsys, scheme: str, parts: int) -> None:
+    qpath, data = write_data(tmp_path)
+    out = tmp_path / "values.json"
+    assert main(["stats", str(qpath), "--data", str(data), "--values", str(out)]) == 0
+    assert "wrote the rates of 3 values of S1.dest, S2.dest, S3.dest" in capsys.readouterr().out
+    stats = json.loads(out.read_text())
+    assert stats["values"] == ["a", "b", "c"] and stats["streams"] == ["S1", "S2", "S3"]
+    query = load_query(qpath)
+    from_data = pm.function_for(query, load_streams(query, data), pm.attribute_class(query), scheme, parts)
+    assert pm.function_from_stats(query, stats, scheme, parts).to_json() == from_data.to_json()
+
+
+def test_rate_partition_of_the_values_file_separates_the_hot_sites(tmp_path: Path) -> None:
+    """S1 is mostly c, S2 mostly b, S3 mostly a: three partitions, one value each."""
+    qpath, data = write_data(tmp_path)
+    query = load_query(qpath)
+    fn = pm.function_from_stats(query, pm.value_stats(query, load_streams(query, data)), "rate", 3)
+    assert sorted(fn(v) for v in "abc") == [0, 1, 2]
+
+
+@pytest.mark.parametrize("stats,message", [
+    (None, "needs per-value rates"),
+    ({"values": [1]}, "needs per-value rates"),
+    ({"by": [["S9", "dest"]], "streams": [], "values": [], "rates": []}, "is not a [stream, join attribute]"),
+    ({"streams": ["S1"], "values": ["a"], "rates": [["x"]]}, "malformed rates"),
+])
+def test_bad_values_files_are_plan_errors(tmp_path: Path, stats, message: str) -> None:
+    qpath, _ = write_data(tmp_path)
+    with pytest.raises(PlanError, match=message.replace("[", r"\[")):
+        pm.function_from_stats(load_query(qpath), stats, "rate", 2)
