@@ -122,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--since", help="live queries: records with an earlier event time are late: now (default, "
                                     "less 2 s), now-5min, an ISO-8601 time, or ms since the Unix epoch (0 for "
                                     "synthetic times)")
+    sm.add_argument("--values", type=Path, metavar="VALUES.json",
+                    help="--plan pmjoin:rate|range: the per-value rates to partition by, as 'joinlib stats QUERY "
+                         "--data DIR --values VALUES.json' writes them (pmjoin:hash needs none)")
     sm.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"),
                     help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     sm.set_defaults(func=_cmd_submit)
@@ -326,7 +329,13 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     query = load_query(args.query)  # mistakes are reported here, with the file's name; schema files inlined
     params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
     url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
-    out = _http(url, yaml.safe_dump(query_to_dict(query), sort_keys=False).encode())
+    doc = query_to_dict(query)
+    if args.values is not None:  # per-value rates for a partitioned plan, sent with the query
+        try:
+            doc["partition_values"] = json.loads(args.values.read_text())
+        except (OSError, ValueError) as e:
+            raise JoinlibError(f"--values {args.values}: not a readable JSON file ({e})") from None
+    out = _http(url, yaml.safe_dump(doc, sort_keys=False).encode())
     print(f"query {out['query']} planned, run {out['run']}:")
     print(json.dumps(out["plan"], indent=2))
     if "origin_ms" in out:

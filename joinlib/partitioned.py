@@ -230,6 +230,32 @@ def function_from_stats(query: Query, stats: Any, scheme: str, parts: int) -> Pa
     return rate_partition(rates, parts)
 
 
+def build_from_stats(query: Query, spec: str, stats: Any, choose: Callable[[Query], Plan]) -> Partitioned:
+    """The partitioned plan ``spec`` without data (a continuous query): the function from per-value rates
+    (:func:`value_stats`; ``hash`` needs none) and each partition's plan chosen by ``choose`` on the query
+    with its streams' rates cut to the partition's share of the values (the whole rate / D without them)."""
+    from .query import parse_query, query_to_dict
+    check_partitionable(query)
+    scheme, parts = parse_spec(spec)
+    by = attribute_class(query)
+    fn = function_from_stats(query, stats, scheme, parts)
+    in_class = {s for s, _ in by}
+    plans = []
+    for p in range(fn.d):
+        d = query_to_dict(query)
+        for name, spec_ in d["streams"].items():
+            if name not in in_class or spec_.get("rate") is None:
+                continue
+            if stats is None:
+                spec_["rate"] = spec_["rate"] / fn.d
+            else:
+                row = stats["rates"][stats["streams"].index(name)] if name in stats["streams"] else []
+                share = sum(r for v, r in zip(stats["values"], row, strict=False) if fn(v) == p)
+                spec_["rate"] = max(share, 1e-6)
+        plans.append(choose(parse_query(d, f"{query.name} partition {p}")))
+    return Partitioned(by, fn, tuple(plans))
+
+
 def build(query: Query, streams: Streams, spec: str,
           choose: Callable[[Query, Streams], Plan]) -> Partitioned:
     """The partitioned plan ``spec`` names, each partition's plan by ``choose`` on its own data."""

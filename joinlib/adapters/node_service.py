@@ -431,6 +431,8 @@ class _Run:
         self.q, self.specs = compiled
         self.p: dict[str, Any] = rec.payload if isinstance(rec.payload, dict) else {}
         self.run_id: Optional[str] = self.p.get("run")
+        self.partitioned = Partitioned.from_json(self.q, self.p["plan"]) if is_partitioned_json(self.p.get("plan")) \
+            else None
         live = self.p.get("live")
         self.origin = int(live.get("origin_ms") or 0) if isinstance(live, dict) else 0
         self.counters = Counters()
@@ -444,12 +446,17 @@ class _Run:
         ad = self.p.get("adaptive")  # re-planned while running (docs/adaptive.md): the node around the host
         self.adaptive = None if ad is None else AdaptivePart(self, config_of(ad, self.q),
                                                              initial_jep(self.q, self.p["plan"]))
+        if self.adaptive is not None and self.run_id is not None and (self.run_id, self.site) in ctl.started:
+            # a predecessor ran it (its status is on control) and did not finish: it cannot be resumed
+            raise ClusterError(f"node {self.site}: the adaptive run {self.run_id} of {self.q.name} already ran here "
+                               "and did not finish; an adaptive run cannot be resumed after a crash (no "
+                               "checkpoints, docs/adaptive.md): start the run again")
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
 
     # ------------------------------------------------------------------ setup
     def execute(self) -> None:
         svc, q, site = self.svc, self.q, self.site
-        svc.sensor.set_plan(q.name, self.specs[-1].ir.plan)
+        svc.sensor.set_plan(q.name, self.partitioned or self.specs[-1].ir.plan)
         # idempotent: a send retried across a broker restart is neither duplicated nor reordered (result
         # batches are skipped by number after a restart, which needs the producer's order in out.<query>)
         self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True,
@@ -491,8 +498,8 @@ class _Run:
             for spec in self.specs:
                 if self.site in spec.ir.nodes or any(s.site == self.site for s in spec.ir.query.streams):
                     host.install(spec)
-            if is_partitioned_json(self.p.get("plan")):  # source tuples to their partitions' windows
-                Partitioned.from_json(self.q, self.p["plan"]).route(self.q, host)
+            if self.partitioned is not None:  # source tuples to their partitions' windows
+                self.partitioned.route(self.q, host)
         if self.p.get("last_epoch") is not None:
             host.set_last(self.q.name, int(self.p["last_epoch"]))
         # ends already read (after the plan) apply too

@@ -216,19 +216,23 @@ class PrometheusSensor(AdaptiveSensor):
     def set_plan(self, query: str, plan) -> None:
         """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
         sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere); the series
-        of an earlier plan of the query are removed."""
+        of an earlier plan of the query are removed.  A partitioned plan (PMJoin): the series of every
+        partition's plan, ``head`` as ``S1/p2`` (partition 2)."""
         for head, text in self._plans.pop(query, []):
             try:
                 self.plan_info.remove(query, head, text)
             except KeyError:
                 pass
+        parts = getattr(plan, "plans", None)
+        labelled = [(f"/p{i}", p) for i, p in enumerate(parts)] if parts is not None else [("", plan)]
         series = []
-        for seq in plan.sequences:
-            text = ",".join(f"{st.stream}:{st.algorithm}" for st in seq.steps)
-            if seq.start:
-                text = f"@{seq.start}/{text}"
-            self.plan_info.labels(query, seq.head, text).set(1)
-            series.append((seq.head, text))
+        for suffix, part_plan in labelled:
+            for seq in part_plan.sequences:
+                text = ",".join(f"{st.stream}:{st.algorithm}" for st in seq.steps)
+                if seq.start:
+                    text = f"@{seq.start}/{text}"
+                self.plan_info.labels(query, seq.head + suffix, text).set(1)
+                series.append((seq.head + suffix, text))
         self._plans[query] = series
 
     # ------------------------------------------------------------------ adaptive hooks

@@ -34,11 +34,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+from joinlib.adapters.cluster import nodes_of
 from joinlib.adapters.control import decode_control_message
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
@@ -59,10 +60,12 @@ from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.service import config_json
 from joinlib.adaptive.stats import with_stats
 from joinlib.control_check import INVALID
+from joinlib.engine import generations
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.ir import lower
 from joinlib.model import Query
+from joinlib.partitioned import Partitioned, build_from_stats, is_partitioned
 from joinlib.plan import Plan, central, from_json
 from joinlib.planner.registry import lookup, resolve_plan
 from joinlib.query import parse_query, query_to_dict
@@ -73,10 +76,21 @@ def default_plan() -> str:
     return "auto" if lookup("auto") is not None else "greedy"
 
 
-def plan_of(query: Query, planner: str, model: Optional[str] = None) -> tuple[Plan, dict]:
+def plan_of(query: Query, planner: str, model: Optional[str] = None,
+            values: Any = None) -> tuple[Union[Plan, Partitioned], dict]:
     """The plan of a submission and what its plan message adds: for ``adaptive[:cnu|:dnu]`` (seed 003,
     docs/adaptive.md) Algorithm 1's initial plan, the ``adaptive`` object the nodes re-plan with, and
-    every site as a node (any may take part in a later plan)."""
+    every site as a node (any may take part in a later plan); for ``pmjoin[:hash|range|rate][:D]``
+    (seed 002) a partitioned plan from the per-value rates ``values`` (``joinlib stats --values``; hash
+    needs none), ``auto`` per partition on the query with its partition's rates."""
+    if is_partitioned(planner):
+        def choose(q: Query) -> Plan:
+            return resolve_plan(q, "auto", model) if model else resolve_plan(q, "auto")
+        plan = build_from_stats(query, planner, values, choose)
+        return plan, {"nodes": nodes_of(generations(query, plan))}
+    if values is not None:
+        raise JoinlibError("per-value rates ('partition_values', joinlib submit --values) are for "
+                           "--plan pmjoin[:hash|range|rate][:D] only")
     if is_adaptive(planner):
         cfg = parse_plan(planner)
         plan = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
@@ -174,6 +188,7 @@ class PlannerService:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise JoinlibError(f"the submitted query is not valid YAML: {e}") from None
+        values = data.pop("partition_values", None) if isinstance(data, dict) else None
         query = parse_query(data, "<submitted query>")
         with self.lock:
             cur = self.queries.get(query.name)
@@ -181,7 +196,7 @@ class PlannerService:
             raise Conflict(f"query {query.name} is running (run {cur.run}); stop it first with "
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
-        plan, extra = plan_of(query, planner, model)
+        plan, extra = plan_of(query, planner, model, values)
         topics = query_topics(query)
         ensure_topics(self.admin, topics)
         live = None
@@ -194,8 +209,9 @@ class PlannerService:
         finally:
             consumer.close()
         run = uuid.uuid4().hex[:12]
+        nodes = list(lower(query, plan).nodes) if isinstance(plan, Plan) else []
         payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
-                   "nodes": list(lower(query, plan).nodes), **extra}
+                   "nodes": nodes, **extra}
         if live is not None:
             payload["live"] = live
         produce_control_sync(self.producer, query.name, "plan", payload)
