@@ -86,8 +86,8 @@ def plan_of(query: Query, planner: str, model: Optional[str] = None,
     if is_partitioned(planner):
         def choose(q: Query) -> Plan:
             return resolve_plan(q, "auto", model) if model else resolve_plan(q, "auto")
-        plan = build_from_stats(query, planner, values, choose)
-        return plan, {"nodes": nodes_of(generations(query, plan))}
+        parted = build_from_stats(query, planner, values, choose)
+        return parted, {"nodes": nodes_of(generations(query, parted))}
     if values is not None:
         raise JoinlibError("per-value rates ('partition_values', joinlib submit --values) are for "
                            "--plan pmjoin[:hash|range|rate][:D] only")
