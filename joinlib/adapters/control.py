@@ -47,6 +47,7 @@ class ControlLog:
     done: set[tuple[Any, Any]] = field(default_factory=set)   # (run, site)
     stopped: set[tuple[str, Any]] = field(default_factory=set)  # (query, run)
     position: int = 0                               # next offset to read
+    started: set[tuple[Any, Any]] = field(default_factory=set)  # (run, site) with a status: a node ran it
 
     def add(self, rec: ControlRecord) -> None:
         p = rec.payload if isinstance(rec.payload, dict) else {}
@@ -58,6 +59,8 @@ class ControlLog:
             self.done.add((p.get("run"), p.get("site")))
         elif rec.kind == "stop":
             self.stopped.add((rec.query, p.get("run")))
+        elif rec.kind == "status":
+            self.started.add((p.get("run"), p.get("site")))
         self.position = max(self.position, rec.offset + 1)
 
     def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
@@ -79,7 +82,8 @@ class ControlLog:
         return (rec.query, p.get("run")) in self.stopped
 
     def copy(self) -> ControlLog:
-        return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position)
+        return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position,
+                          set(self.started))
 
 
 #: ``reject(offset, reason, detail)``: called for a control message that is rejected

@@ -38,7 +38,7 @@ def test_config_goes_through_the_plan_message_unchanged(q):
     ({"monitor": {"interval_ms": 2.5}}, "wrong type"),
     ({"monitor": {"persistence": 0}}, "persistence"),
     ({"monitor": {"soon": 1}}, "unknown key"),
-    ({"margin": 0}, "fence margin"),
+    ({"margin": -1}, "fence margin"),
     ({"model": "Magic"}, "not a cost model"),
     ({"model": "config_of"}, "not a cost model"),
     ({"extra": 1}, "unknown key"),
