@@ -7,7 +7,7 @@ from typing import Callable, Optional
 from ..errors import JoinlibError
 from ..runtime.sensor import Sensor
 from .jep import JEP
-from .planner import Eq12
+from .planner import Eq12, PlanLevel
 from .stats import MonitorConfig, StreamStatistics
 
 MODES = ("cnu", "dnu")
@@ -20,19 +20,22 @@ class AdaptiveConfig:
     ``monitor``: measurement interval, threshold and hysteresis (:mod:`.stats`);
     ``fence_margin``: epochs between a node's GLOBAL_READY and its fence (it waits at the fence
     only if the switch epoch is not agreed by then: raise it where messages take longer than
-    margin × τ); ``planner``: the CNU query node (default: the first stream's site)."""
+    margin × τ); ``planner``: the CNU query node (default: the first stream's site); ``model``:
+    how Algorithm 1 prices a plan (:class:`~.planner.PlanLevel`, the default: Eq. 1/2 with each
+    window replica and message charged once, as the runtime ships them; :class:`~.planner.Eq12`:
+    the paper's Eq. 1/2 per step)."""
 
     mode: str = "cnu"
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     fence_margin: int = 1
     planner: Optional[str] = None
-    model: Eq12 = field(default_factory=Eq12)
+    model: Eq12 = field(default_factory=PlanLevel)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise JoinlibError(f"adaptive: unknown mode {self.mode!r} (choose from {', '.join(MODES)})")
-        if self.fence_margin < 1:
-            raise JoinlibError("adaptive: the fence margin is at least one epoch")
+        if self.fence_margin < 0:
+            raise JoinlibError("adaptive: the fence margin is 0 epochs or more")
 
 
 def is_adaptive(spec: str) -> bool:

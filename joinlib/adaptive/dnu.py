@@ -31,6 +31,14 @@ the centralised update (:mod:`.cnu`) and this one reach the same plan.
 
 The head's own stream changing (the paper leaves it open) re-fixes its SEP from position 1.
 
+**With the plan-level pricing** (:class:`~.planner.PlanLevel`, the default) there are no relays: a
+plan-level SEP depends on the windows the *other* SEPs keep (a replica shared is shipped once),
+which no relay along one SEP can see.  The ``TRIGGER`` a changed stream's node sends to every head
+carries its statistics, so every node holds the same reported statistics as the centralised
+planner, and each head takes its SEP from :func:`~.planner.plan_level` on them -- the function the
+centralised planner runs, so both reach the same plan (the messages: one ``TRIGGER`` per head).
+The relays below run with the paper's pricing (:class:`~.planner.Eq12`).
+
 Each node computes costs with a view of the query in which every other stream's statistics are
 *poisoned* (absurd values): that a DNU run still reaches Algorithm 1's plan is the test that no
 node used another node's statistics.  What the relays do to the runtime -- windows copied, the
@@ -44,7 +52,7 @@ from typing import Any, Optional
 from ..cost import SeqState
 from ..model import Query, StreamStats
 from .jep import JEP, SEP
-from .planner import Choice, Eq12, advance, better, choose
+from .planner import Choice, Eq12, PlanLevel, advance, better, choose, eq4_plan, plan_level
 from .protocol import Message, Relay
 from .stats import StreamStatistics, declared, stats_data, stats_of, with_stats
 
@@ -53,10 +61,12 @@ POISON = StreamStats(rate=1e12, tuple_bytes=10**9, selectivity=())
 
 @dataclass
 class Head:
-    """The SEP a node heads: its current (O, P), version, the triggers waiting their turn and the
-    triggers done, in the order done."""
+    """The SEP a node heads: the one it announces (``sep``), the one the relays keep at Eq. 4
+    (``relay``: the same unless the plan-level pass chose another), version, the triggers waiting
+    their turn and the triggers done, in the order done."""
 
     sep: SEP
+    relay: SEP
     version: int = 0
     queue: list[tuple[int, str, StreamStatistics, bool]] = field(default_factory=list)
     active: Optional[int] = None
@@ -78,9 +88,12 @@ class DnuNode:
         self.stats = {n: declared(query.stream(n)) for n in self.mine}
         self._poisoned = query.__class__(query.name, tuple(replace(s, stats=POISON) for s in query.streams),
                                          query.predicates, query.network, query.execution)
-        self.heads = {h: Head(jep.sep(h)) for h in self.mine}
+        # the relays keep Eq. 4: with the plan-level pass, from Algorithm 1's Eq. 1/2 plan
+        relay = eq4_plan(query, self.model) if isinstance(self.model, PlanLevel) else jep
+        self.heads = {h: Head(jep.sep(h), relay.sep(h)) for h in self.mine}
+        self.reported: dict[str, tuple[int, StreamStatistics]] = {}   # stream -> (trigger, stats), the latest
         self.meta: dict[tuple[str, str], tuple[int, SeqState]] = {}   # (head, my stream) -> (position, prefix)
-        self._init_meta(jep)
+        self._init_meta(relay)
 
     def _init_meta(self, jep: JEP) -> None:
         """Prefix states of my streams in every SEP, from the declared statistics the first plan
@@ -110,12 +123,33 @@ class DnuNode:
         """My stream's statistics changed past the threshold: tell every head."""
         old = self.stats[stream]
         self.stats[stream] = stats
+        self._report(mid, stats)
         check = stats.rate < old.rate or stats.tuple_bytes < old.tuple_bytes or stats.window < old.window
         out: list[Message] = []
         for h in self.q.names:
             out += self._send(mid, self.site_of[h], Relay("TRIGGER", h, 0, 0, (), (), stream=stream, stats=stats,
                                                           check=check))
         return out
+
+    def _report(self, mid: int, stats: StreamStatistics) -> None:
+        """Keep the latest statistics a trigger brought (every head hears of every trigger)."""
+        if mid > self.reported.get(stats.stream, (-1, stats))[0]:
+            self.reported[stats.stream] = (mid, stats)
+
+    def plan_query(self) -> Query:
+        """The query with the statistics the triggers reported (the declared ones elsewhere): what
+        the centralised planner plans with, once it has the same reports."""
+        known = {s.name: declared(s) for s in self.q.streams}
+        known.update({n: s for n, (_, s) in self.reported.items()})
+        return with_stats(self.q, known)
+
+    def _announce(self, h: str) -> None:
+        """The SEP head ``h`` announces: the relays' (Eq. 4), or with the plan-level model the one
+        :func:`~.planner.plan_level` gives it from the reported statistics -- windows shared
+        between SEPs are a property of the whole plan, which no relay along one SEP can see."""
+        head = self.heads[h]
+        head.sep = plan_level(self.plan_query(), self.model).sep(h) if isinstance(self.model, PlanLevel) \
+            else head.relay
 
     def on_relay(self, msg: Message) -> list[Message]:
         b = msg.body
@@ -156,6 +190,14 @@ class DnuNode:
         if mid in head.done or mid == head.active or any(t[0] == mid for t in head.queue):
             return []
         assert b.stream is not None and b.stats is not None
+        self._report(mid, b.stats)
+        if isinstance(self.model, PlanLevel):
+            # no relays: the plan-level SEP is a function of every SEP's windows, which a relay
+            # along one SEP cannot see; the head re-plans from the statistics the trigger brought
+            head.done.append(mid)
+            head.version += 1
+            self._announce(b.head)
+            return []
         head.queue.append((mid, b.stream, b.stats, b.check))
         return self._next(b.head) if head.active is None else []
 
@@ -165,7 +207,7 @@ class DnuNode:
             return []
         mid, x, stats, check = head.queue.pop(0)
         head.active, head.version = mid, head.version + 1
-        sep, v = head.sep, head.version
+        sep, v = head.relay, head.version
         prefix = SeqState.start(self.view(), h)
         first = self._node(sep.order, 1)
         if x == h or sep.position(x) == 1:
@@ -179,9 +221,10 @@ class DnuNode:
         head = self.heads[b.head]
         if head.active != mid or b.version != head.version:
             return []  # a copy
-        head.sep = SEP(b.head, b.order, b.placement)
+        head.relay = SEP(b.head, b.order, b.placement)
         head.done.append(mid)
         head.active = None
+        self._announce(b.head)
         return self._next(b.head)
 
     # ------------------------------------------------------------------ positions
@@ -289,10 +332,12 @@ class DnuNode:
         from .protocol import _state
         return {
             "stats": {n: stats_data(s) for n, s in self.stats.items()},
-            "heads": {h: {"sep": [list(x.sep.order), list(x.sep.placement)], "version": x.version,
+            "heads": {h: {"sep": [list(x.sep.order), list(x.sep.placement)],
+                          "relay": [list(x.relay.order), list(x.relay.placement)], "version": x.version,
                           "queue": [[m, s, stats_data(st), c] for m, s, st, c in x.queue], "active": x.active,
                           "done": list(x.done)} for h, x in self.heads.items()},
             "meta": [[h, s, k, _state(st)] for (h, s), (k, st) in self.meta.items()],
+            "reported": [[m, stats_data(st)] for m, st in self.reported.values()],
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -301,7 +346,9 @@ class DnuNode:
         for h, x in data["heads"].items():
             head = self.heads[h]
             head.sep = SEP(h, tuple(x["sep"][0]), tuple(x["sep"][1]))
+            head.relay = SEP(h, tuple(x["relay"][0]), tuple(x["relay"][1]))
             head.version, head.active = x["version"], x["active"]
             head.queue = [(m, s, stats_of(st), c) for m, s, st, c in x["queue"]]
             head.done = list(x["done"])
         self.meta = {(h, s): (k, _unstate(st)) for h, s, k, st in data["meta"]}
+        self.reported = {st.stream: (m, st) for m, st in ((m, stats_of(d)) for m, d in data["reported"])}

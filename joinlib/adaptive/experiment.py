@@ -3,8 +3,11 @@
 A fully connected 4-way and 8-way join with the paper's defaults (150-byte tuples, 100 tuples/s,
 f = 0.01, 500 ms windows, 5 ms latency, 1024 kbps, 200 ms measurement interval; τ = 100 ms).
 The last stream toggles 50 ↔ 200 tuples/s every 2 s from 1.5 s.  Each repetition (a data seed)
-runs three times on the same data: *static* (the first plan throughout), *CNU* and *DNU*.  Every
-run's output is checked against the reference join.
+runs three times on the same data: *static* (the first plan throughout), *CNU* and *DNU*, all
+with the default pricing (Algorithm 1 with the plan-level cost, :class:`~.planner.PlanLevel`) and
+monitor (a sliding 200 ms interval); CNU and DNU with a fence margin of 0 (a node holds its next
+epoch until the switch is agreed: one epoch less of the old plan).  Every run's output is checked
+against the reference join.
 
 Measured per 200 ms of (virtual) time: the *cost*, Σ over every message sent of latency + bytes /
 bandwidth (the paper's transmission time S(x); processing time is wall-clock noise here and left
@@ -73,7 +76,7 @@ def toggle_query(m: int) -> Query:
 def config(variant: str) -> AdaptiveConfig:
     if variant == "static":   # the monitor never triggers: the first plan throughout
         return AdaptiveConfig("cnu", MonitorConfig(threshold=1e12))
-    return AdaptiveConfig(variant)
+    return AdaptiveConfig(variant, fence_margin=0)
 
 
 def run_one(m: int, seed: int, duration_ms: int, data_dir: Path) -> dict[str, Any]:

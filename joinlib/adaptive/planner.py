@@ -17,13 +17,20 @@ Algorithm 1 builds each SEP_i by appending, position by position, the joinable s
 distributed update -- which compare the same numbers, computed by the same function, in another
 order -- reach the same plan).  The distributed update (:mod:`.dnu`) keeps the same invariant
 (Eq. 4) with :func:`choose` and :func:`better`.
+
+Eq. 1/2 charge a window replica per sequence and a link's latency once per step, while the
+runtime ships a replica once whatever the number of sequences probing it, and sends a message
+per flow and batch epoch.  :class:`PlanLevel` (the adaptive runs' default) prices plans as the
+runtime ships them -- the plan-level byte cost of :mod:`joinlib.costs` where it applies -- and
+:func:`plan_level` is Algorithm 1 with that pricing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
-from ..cost import SeqState, full_bytes, stream_rate, transfer_s, window_tuples
+from ..cost import SeqState, full_bytes, interval_s, stream_rate, transfer_s, window_tuples
 from ..model import Query
 from .jep import ALGORITHM, DESTINATION, JEP, SEP, SOURCE
 
@@ -103,9 +110,165 @@ def greedy_sep(query: Query, model: Eq12, head: str) -> SEP:
 
 
 def algorithm1(query: Query, model: Optional[Eq12] = None) -> JEP:
-    """Algorithm 1: one greedy SEP per head stream, from the statistics in ``query``."""
+    """Algorithm 1: one greedy SEP per head stream, from the statistics in ``query`` -- each step
+    priced by Eq. 1/2 (``Eq12``: the paper's), or with the plan-level cost (``PlanLevel``:
+    :func:`plan_level`)."""
     m = model or Eq12()
-    return JEP(tuple(greedy_sep(query, m, h) for h in query.names))
+    if isinstance(m, PlanLevel):
+        return plan_level(query, m)
+    return eq4_plan(query, m)
+
+
+def eq4_plan(query: Query, model: Eq12) -> JEP:
+    """Algorithm 1 with Eq. 1/2 per step, whatever the model's plan-level options: the plan whose
+    SEPs hold Eq. 4, which the distributed update's relays keep (:mod:`.dnu`)."""
+    return JEP(tuple(greedy_sep(query, model, h) for h in query.names))
+
+
+# ----------------------------------------------------------------------------- plan-level pricing
+
+Kept = frozenset[tuple[str, str]]   # the windows the plan keeps away from home: (stream, node)
+
+
+@dataclass(frozen=True)
+class PlanLevel(Eq12):
+    """Algorithm 1 with the plan-level byte cost where it applies (:func:`plan_level`).
+
+    Eq. 1/2 per step (its processing terms, ``c_p`` and ``c_u``, included), but a window replica
+    is charged once per plan, as the runtime ships it once (the byte model of
+    :mod:`joinlib.costs`: every shipment named by content, a replica shared by every step probing
+    it), and, with ``per_message``, a link's latency once per message -- one per flow and batch
+    epoch, as the runtime sends them -- rather than once per step.  ``lookahead``: steps priced
+    with the greedy completion of the rest of their sequence behind them (0: plain greedy).  The
+    per-step costs of :meth:`Eq12.costs` stay those of Eq. 1/2 (the distributed update's relays
+    keep Eq. 4 with them).  ``hub_factor``: a stream whose r·t exceeds every other's by this
+    factor makes its site a *hub* candidate (see :func:`plan_level`)."""
+
+    per_message: bool = True
+    lookahead: int = 1
+    hub_factor: float = 1.5
+
+
+class _Pricer:
+    """Steps priced for :func:`plan_level`: Eq. 1/2 with a window kept in ``kept`` free."""
+
+    def __init__(self, query: Query, model: PlanLevel) -> None:
+        self.q, self.m = query, model
+        self.messages = 1.0 / interval_s(query) if model.per_message else 1.0
+
+    def transfer(self, src: str, dst: str, nbytes: float) -> float:
+        if src == dst:
+            return 0.0
+        lat_ms, bw_kbps = self.q.network.link(src, dst)
+        return self.messages * lat_ms / 1000.0 + nbytes * 8.0 / (bw_kbps * 1000.0)
+
+    def step(self, state: SeqState, stream: str, placement: int, kept: Kept) -> float:
+        nxt = self.q.stream(stream)
+        r_k, w_k = stream_rate(nxt), window_tuples(nxt)
+        cost = r_k * self.m.c_u + state.rate * self.m.c_p * w_k
+        if placement == SOURCE:
+            if (stream, state.location) not in kept:
+                cost += self.transfer(nxt.site, state.location, r_k * full_bytes(nxt))
+        else:
+            cost += self.transfer(state.location, nxt.site, state.rate * state.full_bytes)
+        return cost
+
+    def keeps(self, state: SeqState, stream: str, placement: int, kept: Kept) -> Kept:
+        """``kept`` with the window a source placement keeps away from its home."""
+        if placement == SOURCE and self.q.stream(stream).site != state.location:
+            return kept | {(stream, state.location)}
+        return kept
+
+
+def _complete(pr: _Pricer, state: SeqState, rest: tuple[str, ...], kept: Kept,
+              look: int) -> tuple[float, tuple[tuple[str, int], ...], Kept]:
+    """The greedy completion of a sequence: (its cost, its steps, the windows kept after it).
+    Each step is the joinable (stream, placement) of least cost -- with ``look`` > 0, its own
+    cost plus that of completing the sequence after it with ``look`` − 1 -- ties to the source
+    placement, then to the stream earlier in the query."""
+    total, steps = 0.0, []
+    while rest:
+        best: Optional[tuple[tuple[float, int, int], str, int]] = None
+        for s in candidates(pr.q, state, rest):
+            for p in (SOURCE, DESTINATION):
+                c = pr.step(state, s, p, kept)
+                after = tuple(n for n in rest if n != s)
+                if look > 0 and after:
+                    c += _complete(pr, advance(pr.q, state, s, p), after, pr.keeps(state, s, p, kept), look - 1)[0]
+                key = (c, p, pr.q.names.index(s))
+                if best is None or key < best[0]:
+                    best = (key, s, p)
+        if best is None:
+            raise ValueError(f"the join graph does not connect {state.head} to {', '.join(rest)}")
+        _, s, p = best
+        total += pr.step(state, s, p, kept)
+        kept = pr.keeps(state, s, p, kept)
+        steps.append((s, p))
+        state, rest = advance(pr.q, state, s, p), tuple(n for n in rest if n != s)
+    return total, tuple(steps), kept
+
+
+def head_order(query: Query) -> list[str]:
+    """The order :func:`plan_level` builds the SEPs in: the heaviest stream (r·t) first -- its
+    windows are those the others are likeliest to share -- ties in query order."""
+    weight = {s.name: stream_rate(s) * full_bytes(s) for s in query.streams}
+    return sorted(query.names, key=lambda n: (-weight[n], query.names.index(n)))
+
+
+@lru_cache(maxsize=256)
+def plan_level(query: Query, model: PlanLevel) -> JEP:
+    """Algorithm 1 with plan-level pricing: the SEPs are built one after the other
+    (:func:`head_order`), each greedily as in Algorithm 1 (with ``model.lookahead``), and a step
+    that probes a window the plan already keeps at that node -- for an earlier SEP or an earlier
+    step -- pays nothing to ship it (see :class:`PlanLevel`).
+
+    A greedy SEP never keeps a window for the sake of the SEPs after it, so it misses the plan
+    that ships everything to the site of a stream far heavier than the others (a *hub*).  When one
+    stream's r·t exceeds every other's by ``model.hub_factor``, the same construction runs once
+    more with every window already kept at its site, and the cheaper of the two plans by
+    :func:`plan_cost` is the plan (a tie: the first).  Deterministic: the same statistics give the
+    same plan at every node (ties: source placement, then query order)."""
+    pr = _Pricer(query, model)
+    plan = _build(pr, frozenset())
+    hub = _hub(query, model)
+    if hub is not None:
+        seeded = frozenset((s.name, hub) for s in query.streams if s.site != hub)
+        other = _build(pr, seeded)
+        if plan_cost(query, other, model) < plan_cost(query, plan, model):
+            plan = other
+    return plan
+
+
+def _build(pr: _Pricer, kept: Kept) -> JEP:
+    seps: dict[str, SEP] = {}
+    for h in head_order(pr.q):
+        _, steps, kept = _complete(pr, SeqState.start(pr.q, h), tuple(n for n in pr.q.names if n != h), kept,
+                                   pr.m.lookahead)
+        seps[h] = SEP(h, tuple(s for s, _ in steps), tuple(p for _, p in steps))
+    return JEP(tuple(seps[h] for h in pr.q.names))
+
+
+def _hub(query: Query, model: PlanLevel) -> Optional[str]:
+    """The site of a stream whose r·t exceeds every other's by ``model.hub_factor`` (None: no such)."""
+    weight = sorted(((stream_rate(s) * full_bytes(s), s.site) for s in query.streams), key=lambda x: -x[0])
+    if len(weight) < 2 or weight[0][0] <= model.hub_factor * weight[1][0]:
+        return None
+    return weight[0][1]
+
+
+def plan_cost(query: Query, jep: JEP, model: PlanLevel) -> float:
+    """The plan-level cost of ``jep`` (seconds per second): Eq. 1/2 per step with every window
+    replica charged once (and, with ``per_message``, a link's latency per message)."""
+    pr = _Pricer(query, model)
+    kept: Kept = frozenset()
+    total = 0.0
+    for sep in jep.seps:
+        state = SeqState.start(query, sep.head)
+        for s, p in zip(sep.order, sep.placement, strict=True):
+            total += pr.step(state, s, p, kept)
+            kept = pr.keeps(state, s, p, kept)
+            state = advance(query, state, s, p)
+    return total
 
 
 def sep_cost(query: Query, model: Eq12, sep: SEP) -> float:
