@@ -18,10 +18,20 @@ an :class:`AdaptivePart`, which
   when its host has finished and it is idle, and serves the protocol on until every node is idle
   with no message in flight.
 
-Restarts are not supported: an adaptive run takes no checkpoints, and ``--kill`` is refused.
+**Restarts** (windows in Redis, replayed sources): the node's checkpoint holds
+:meth:`~joinlib.adaptive.node.AdaptiveNode.state` (its stores copied in Redis as for any node), and between
+checkpoints the node logs the *order* in which it took its inputs (:class:`OrderLog`: per loop iteration the
+(topic, offset) of every message, in Redis, before it handles them).  A successor consumes from the checkpoint's
+positions but hands the logged messages over in the logged order, a step after each iteration as before: the
+node is deterministic in the order of its inputs, so it makes the same decisions (the fence its GLOBAL_READY
+announced, the relays it sent) and sends the same messages again, which the receivers drop as copies.  Live
+sources are not logged: a live adaptive run takes no checkpoints.
 """
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from typing import Any, Callable, Optional
 
 from ..adaptive import protocol
@@ -33,13 +43,49 @@ from ..adaptive.protocol import Message, Relay, StatsReport
 from ..adaptive.service import Tally, quiescent
 from ..adaptive.stats import StreamStatistics
 from ..control_check import INVALID, UNDECODABLE, InboundFlows
+from ..errors import ClusterError
 from ..ir import lower
 from ..model import Query, Tup
 from ..runtime.host import Host
 from ..runtime.sensor import Sensor
-from .kafka import node_topic, now_ms
+from .kafka import CONTROL_TOPIC, node_topic, now_ms
 
 ADAPTIVE_HEADER = "adaptive"
+REPLAY_WAIT_S = 60.0
+
+
+class OrderLog:
+    """The order in which a node took its inputs since its last checkpoint, in a Redis list next to the
+    checkpoint (``{<ns>/<site>}#order``): one entry per loop iteration, tagged with the checkpoint it follows
+    (a crash between a checkpoint and the trimming of the list leaves entries of the old tag: ignored)."""
+
+    def __init__(self, client: Any, tag: str) -> None:
+        self.client, self.key = client, tag + "#order"
+        self.tag = "start"   # before the first checkpoint
+
+    def append(self, msgs: list[Any]) -> None:
+        """Log an iteration's messages, but those of ``control``: a restarted node reads ``control`` from its
+        end (it knows the run's ``end`` from the start), and its other control messages (``done``, ``stop``)
+        only end the run."""
+        items = [[m.topic(), m.offset()] for m in msgs if m.topic() != CONTROL_TOPIC]
+        if items:
+            self.client.rpush(self.key, json.dumps([self.tag, items]))
+
+    def entries(self, tag: str) -> list[list[tuple[str, int]]]:
+        out = []
+        for raw in self.client.lrange(self.key, 0, -1):
+            t, items = json.loads(raw)
+            if t == tag:
+                out.append([(str(topic), int(off)) for topic, off in items])
+        return out
+
+    def checkpointed(self, tag: str) -> None:
+        """A checkpoint with ``tag`` is saved: later entries follow it, earlier ones are done with."""
+        self.tag = tag
+        self.client.delete(self.key)
+
+    def clear(self) -> None:
+        self.client.delete(self.key)
 
 
 class AdaptiveHostSensor(AdaptiveSensor):
@@ -102,16 +148,91 @@ class AdaptivePart:
         self.published: Optional[tuple[Any, ...]] = None
         self.node: Optional[AdaptiveNode] = None
         self.sensor: Optional[AdaptiveHostSensor] = None
+        self.parts: tuple[Any, ...] = ()
+        self.order: Optional[OrderLog] = None           # with checkpoints (Redis)
+        self.replay: list[list[tuple[str, int]]] = []   # logged iterations still to hand over again
+        self.buffer: dict[tuple[str, int], Any] = {}    # messages consumed during the replay
+        self.leftover: list[Any] = []                   # consumed during the replay, in no logged iteration
 
     # ------------------------------------------------------------------ setup
     def host(self, base: Sensor, sink: Any, store_factory: Any) -> Host:
         """The run's host, with the adaptive node around it (generation 0 installed)."""
         svc = self.run.svc
         self.sensor = AdaptiveHostSensor(base, svc.sensor, svc.log)
-        host = Host(self.site, SnapshotFilter(self.run.transport), sink, store_factory=store_factory,
-                    sensor=self.sensor)
+        self.parts = (sink, store_factory)
+        host = self._new_host()
         self.node = AdaptiveNode(self.site, self.q, self.cfg, host, self.send, self.initial)
         return host
+
+    def _new_host(self) -> Host:
+        sink, store_factory = self.parts
+        return Host(self.site, SnapshotFilter(self.run.transport), sink, store_factory=store_factory,
+                    sensor=self.sensor)
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, tag: str) -> dict[str, Any]:
+        """What a checkpoint (``tag``) keeps besides the host's: the node (without the stores' contents), the
+        protocol counts, the watermarks, the dones seen, the triggers and changes for ``done``."""
+        assert self.node is not None and self.sensor is not None
+        rec = self.sensor.record
+        return {"tag": tag, "node": self.node.state(with_stores=False), "tally": self.tally.state(),
+                "marks": dict(self.marks), "dones": dict(self.dones), "triggers": list(rec.triggers),
+                "changes": [[g, c] for g, c in rec.changes.items()]}
+
+    def restore(self, data: dict[str, Any]) -> Host:
+        """A fresh host and node from :meth:`snapshot` (the stores rolled back in Redis already); the
+        iterations logged after that checkpoint are handed over again first."""
+        assert self.sensor is not None
+        host = self._new_host()
+        self.node = AdaptiveNode.restored(self.site, self.q, self.cfg, host, self.send, self.initial, data["node"])
+        self.tally = Tally.restored(self.q, self.cfg.monitor.interval_ms, data["tally"])
+        self.marks, self.dones = dict(data["marks"]), dict(data["dones"])
+        self.sensor.record.triggers = list(data["triggers"])
+        self.sensor.record.changes = {int(g): c for g, c in data["changes"]}
+        self.flows = {}
+        self.resume_log(data["tag"])
+        return host
+
+    def resume_log(self, tag: str) -> None:
+        """Hand the iterations logged after checkpoint ``tag`` (``start``: none yet) over again first."""
+        if self.order is not None:
+            self.replay = self.order.entries(tag)
+            self.order.tag = tag
+
+    def inputs(self, more: Callable[[], list[Any]]) -> list[Any]:
+        """The next iteration's messages: a logged one while replaying, else what ``more`` consumes (logged
+        before the node sees it)."""
+        if self.replay:
+            return self._replayed(more)
+        got = self.leftover + more()
+        self.leftover = []
+        if got and self.order is not None:
+            self.order.append(got)
+        return got
+
+    def _replayed(self, more: Callable[[], list[Any]]) -> list[Any]:
+        entry = self.replay[0]
+        deadline = time.monotonic() + REPLAY_WAIT_S
+        control: list[Any] = []   # not logged: handed over as it comes
+        while any(k not in self.buffer for k in entry):
+            for m in more():
+                if m.topic() == CONTROL_TOPIC:
+                    control.append(m)
+                else:
+                    self.buffer[(m.topic(), m.offset())] = m
+            if time.monotonic() > deadline:
+                lost = [k for k in entry if k not in self.buffer][:3]
+                raise ClusterError(f"node {self.site}: the logged inputs {lost} of run {self.run.run_id} did not "
+                                   f"come back within {REPLAY_WAIT_S:.0f} s; start the run again")
+        self.replay.pop(0)
+        out = control + [self.buffer.pop(k) for k in entry]
+        if not self.replay:
+            self.leftover, self.buffer = list(self.buffer.values()), {}
+        return out
+
+    @staticmethod
+    def new_tag() -> str:
+        return uuid.uuid4().hex
 
     # ------------------------------------------------------------------ protocol messages
     def send(self, msg: Message) -> None:
@@ -140,13 +261,16 @@ class AdaptivePart:
         if why is not None:
             run._reject(m, INVALID, why)
             return
+        assert self.node is not None
+        if msg.dedup() in self.node.seen:
+            self.node.on_message(msg)   # a copy (a restarted sender's): dropped, not counted
+            return
         st = run.counters.received[(msg.src, msg.dst, msg.kind)]
         st.messages += 1
         st.bytes += len(m.value())
         st.transfer_ms += max(0.0, now - sent)
         run.svc.sensor.on_transmission(msg.src, msg.dst, msg.kind, (now - sent) / 1000.0)
         self.tally.on_receive(msg.src)
-        assert self.node is not None
         self.node.on_message(msg)
 
     def _invalid(self, msg: Message, key: str) -> Optional[str]:

@@ -67,7 +67,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     while running (seed 003, docs/adaptive.md); ``plan`` is then the initial plan (Algorithm 1's), and the
     report has an ``adaptive`` section.
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
-    _check_options(query, mode, faults, redis_url, adaptive)
+    _check_options(query, mode, faults, redis_url)
     from .. import wire
     from .kafka import (
         CONTROL_TOPIC,
@@ -158,11 +158,7 @@ def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Re
                               for i, g in enumerate(gens)]
 
 
-def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str],
-                   adaptive: Any = None) -> None:
-    if adaptive is not None and faults:
-        raise ClusterError("killing nodes (--kill) is not supported with --plan adaptive yet: an adaptive node does "
-                           "not checkpoint its own state (docs/adaptive.md, limitations)")
+def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str]) -> None:
     if mode not in MODES:
         raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
     for site, _ in faults:

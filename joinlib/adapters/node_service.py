@@ -53,7 +53,7 @@ from ..runtime.host import Host
 from ..runtime.instance import InstanceSpec
 from ..runtime.sensor import Sensor, TotalsSensor
 from ..runtime.sink import Group, Sink
-from .adaptive_service import ADAPTIVE_HEADER, AdaptivePart
+from .adaptive_service import ADAPTIVE_HEADER, AdaptivePart, OrderLog
 from .backpressure import InboundGate, apply
 from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 from .kafka import (
@@ -446,11 +446,6 @@ class _Run:
         ad = self.p.get("adaptive")  # re-planned while running (docs/adaptive.md): the node around the host
         self.adaptive = None if ad is None else AdaptivePart(self, config_of(ad, self.q),
                                                              initial_jep(self.q, self.p["plan"]))
-        if self.adaptive is not None and self.run_id is not None and (self.run_id, self.site) in ctl.started:
-            # a predecessor ran it (its status is on control) and did not finish: it cannot be resumed
-            raise ClusterError(f"node {self.site}: the adaptive run {self.run_id} of {self.q.name} already ran here "
-                               "and did not finish; an adaptive run cannot be resumed after a crash (no "
-                               "checkpoints, docs/adaptive.md): start the run again")
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
 
     # ------------------------------------------------------------------ setup
@@ -476,6 +471,10 @@ class _Run:
         resumed = self.ckpt.resume(saved, self) if self.ckpt and saved else None
         if resumed is not None:
             offsets = resumed
+            if self.adaptive is not None:   # a fresh host from the checkpoint: the ends read apply to it too
+                self._ends(self.host)
+        elif self.adaptive is not None:
+            self.adaptive.resume_log("start")   # a predecessor that crashed before its first checkpoint
         try:
             self._assign(offsets, resumed is not None)
             self._loop()
@@ -500,13 +499,16 @@ class _Run:
                     host.install(spec)
             if self.partitioned is not None:  # source tuples to their partitions' windows
                 self.partitioned.route(self.q, host)
+        self._ends(host)
+        return host
+
+    def _ends(self, host: Host) -> None:
+        """The plan's last epoch, and ends already read (after the plan), apply to ``host``."""
         if self.p.get("last_epoch") is not None:
             host.set_last(self.q.name, int(self.p["last_epoch"]))
-        # ends already read (after the plan) apply too
         for e in self.ctl.ends:
             if e.offset > self.rec.offset and e.query == self.q.name and NodeService.end_applies(e, self.run_id):
                 host.set_last(self.q.name, int(e.payload["last_epoch"]))  # type: ignore[index]
-        return host
 
     def _live(self) -> Optional[LiveInputs]:
         """The live sources of the home streams (None if they are all replayed SourceBatch topics)."""
@@ -574,6 +576,13 @@ class _Run:
             return self.adaptive.over(self._publish_done)
         return self.host.finished
 
+    def _inputs(self) -> list[Any]:
+        """The next messages to handle (an adaptive node with checkpoints logs their order, and a restarted
+        one hands the logged ones over in that order first)."""
+        if self.adaptive is not None:
+            return self.adaptive.inputs(lambda: consume(self.consumer, 2000, 0.05))
+        return consume(self.consumer, 2000, 0.05)
+
     def _step(self, now: float) -> None:
         if self.adaptive is not None:
             self.adaptive.step(now)
@@ -596,7 +605,7 @@ class _Run:
                 self.out.flush(5)
                 return
             now = now_ms()
-            for m in consume(self.consumer, 2000, 0.05):
+            for m in self._inputs():
                 self._handle(m, now)
             if live is not None:
                 live.tick(now, self.consumer)
@@ -807,6 +816,8 @@ class _Run:
     def _cleanup(self) -> None:
         if self.ckpt:
             self.ckpt.clear()
+        if self.adaptive is not None and self.adaptive.order is not None:
+            self.adaptive.order.clear()
         for store in self.made:
             try:
                 store.clear()
@@ -827,13 +838,26 @@ class _Run:
 
     def _checkpoints(self, factory: Any) -> Optional[NodeCheckpoints]:
         """Checkpoints of this run, when its windows are in Redis (else None: nothing to resume from).
-        An adaptive run takes none: its node's state is more than the host's (docs/adaptive.md)."""
-        if self.adaptive is not None:
-            return None
+        An adaptive run's also log the order of its inputs, and a live adaptive run takes none (its live
+        sources are not in that log; docs/adaptive.md)."""
         client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
-        if client is None or namespace is None:
-            return None
-        return NodeCheckpoints(client, namespace, self.site, self.svc.log)
+        ckpt = None
+        if client is not None and namespace is not None and not (self.adaptive and live_streams(self.q, self.site)):
+            ckpt = NodeCheckpoints(client, namespace, self.site, self.svc.log)
+        if self.adaptive is not None:
+            self._adaptive_checkpoints(ckpt)
+        return ckpt
+
+    def _adaptive_checkpoints(self, ckpt: Optional[NodeCheckpoints]) -> None:
+        assert self.adaptive is not None
+        if ckpt is not None:
+            self.adaptive.order = OrderLog(ckpt.store.client, ckpt.store.tag)
+        elif self.run_id is not None and (self.run_id, self.site) in self.ctl.started:
+            # a predecessor ran it (its status is on control) and there is nothing to resume from
+            raise ClusterError(f"node {self.site}: the adaptive run {self.run_id} of {self.q.name} already ran here "
+                               "and did not finish; without checkpoints (Redis windows, replayed sources) an "
+                               "adaptive run cannot be resumed after a crash (docs/adaptive.md): start the run "
+                               "again")
 
     def _gauges(self) -> None:
         sens, site = self.svc.sensor, self.site

@@ -57,6 +57,7 @@ class Run(Protocol):
     transport: KafkaTransport
     counters: Any
     live: Any
+    adaptive: Any   # an adaptive plan's node around the host (joinlib.adapters.adaptive_service), or None
 
 FORMAT = 2
 
@@ -108,7 +109,10 @@ class NodeCheckpoints:
             self.dlq_offset = _end(consumer, dlq_topic(run.q.name), self.dlq_offset)
             self.marks_offset = _end(consumer, marks_topic(run.q.name), self.marks_offset)
         c, totals = run.counters, run.counters.totals
+        adaptive = getattr(run, "adaptive", None)
+        tag = adaptive.new_tag() if adaptive is not None else None
         data = checkpoint.dumps({
+            "adaptive": adaptive.snapshot(tag) if adaptive is not None else None,
             "format": checkpoint.FORMAT, "service": FORMAT,
             "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": self.out_offset,
             "dlq_offset": self.dlq_offset, "marks_offset": self.marks_offset,
@@ -128,6 +132,8 @@ class NodeCheckpoints:
             time.sleep(self.pause[1])
         self.store.save(data)
         self.saved += 1
+        if adaptive is not None and adaptive.order is not None:
+            adaptive.order.checkpointed(tag)   # the input order is logged from this checkpoint on
 
     def load(self) -> Optional[bytes]:
         """Roll the Redis stores back to the last checkpoint and return it; with none, empty
@@ -144,7 +150,7 @@ class NodeCheckpoints:
             c = checkpoint.loads(data)
             if c.get("service") != FORMAT:
                 raise CheckpointError(f"node checkpoint format {c.get('service')} is not {FORMAT}")
-            checkpoint.restore(run.host, c["host"])
+            _restore_host(run, c)
             if (c["live"] is None) != (run.live is None):
                 raise CheckpointError("the checkpoint and the plan disagree on live sources")
             if run.live is not None:
@@ -210,6 +216,18 @@ class NodeCheckpoints:
             self.store.clear()
         except Exception as e:  # the run's result stands; stale keys are only a leak
             self.log(f"could not clear the checkpoint: {e}")
+
+
+def _restore_host(run: Run, c: dict[str, Any]) -> None:
+    """The checkpoint's host state into ``run.host`` -- for an adaptive plan, a fresh host and node from the
+    node's state (``joinlib.adapters.adaptive_service``)."""
+    adaptive = getattr(run, "adaptive", None)
+    if (c.get("adaptive") is None) != (adaptive is None):
+        raise CheckpointError("the checkpoint and the plan disagree on adaptive re-planning")
+    if adaptive is not None:
+        run.host = adaptive.restore(c["adaptive"])
+    else:
+        checkpoint.restore(run.host, c["host"])
 
 
 def _end(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:

@@ -85,9 +85,6 @@ def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
     """The runner of ``run --plan adaptive...`` (checked against the other options)."""
     if getattr(args, "switch", None):
         raise JoinlibError("--switch and --plan adaptive exclude each other: an adaptive run chooses its switches")
-    if getattr(args, "cluster", None) is not None and getattr(args, "kill", None):
-        raise JoinlibError("--kill and --plan adaptive exclude each other for now: an adaptive node does not "
-                           "checkpoint its own state yet (docs/adaptive.md, limitations)")
     if getattr(args, "cluster", None) is not None and getattr(args, "rate_scale", 0) is None:
         # an unpaced replay reaches the last epoch before a migration's messages cross Kafka: every switch
         # would come after the data (exact, but no plan would ever serve a tuple)

@@ -368,11 +368,12 @@ class AdaptiveNode:
         return not (busy_dnu or busy_cnu or open_round or self.feeds or self.fence is not None)
 
     # ------------------------------------------------------------------ checkpoints
-    def state(self) -> dict[str, Any]:
-        """Plain data: the host's state with its stores, and the node's own."""
+    def state(self, with_stores: bool = True) -> dict[str, Any]:
+        """Plain data: the host's state (with its stores' contents unless ``with_stores`` is False: a node
+        service's Redis checkpoint copies them itself), and the node's own."""
         from ..runtime.checkpoint import state_of
         return {
-            "host": state_of(self.host, with_stores=True),
+            "host": state_of(self.host, with_stores=with_stores),
             "gens": [g.data() for g in self.gens],
             "round": self.round, "wm": self.wm, "fence": self.fence,
             "monitors": {n: [m.snapshot(), self.taps[n].epoch] for n, m in self.monitors.items()},

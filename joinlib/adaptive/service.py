@@ -112,6 +112,18 @@ class Tally:
     def counts(self) -> tuple[dict[str, int], dict[str, int]]:
         return dict(self.sent), dict(self.received)
 
+    def state(self) -> dict[str, Any]:
+        """Plain data for a checkpoint."""
+        return {"sent": dict(self.sent), "received": dict(self.received), "meter": self.data()}
+
+    @classmethod
+    def restored(cls, query: Query, interval_ms: int, data: Mapping[str, Any]) -> "Tally":
+        t = cls(query, interval_ms)
+        t.meter = _merged_meter(query, interval_ms, [data["meter"]])
+        t.sent.update(data["sent"])
+        t.received.update(data["received"])
+        return t
+
     def data(self) -> dict[str, Any]:
         """Plain data for ``done``: the meter's raw counts (keys as strings: JSON objects)."""
         m = self.meter

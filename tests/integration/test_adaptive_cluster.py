@@ -87,18 +87,30 @@ def test_adaptive_run_on_kafka_and_redis_is_exact_and_changes_plans(toggle4, kaf
     assert not list(redis_client.scan_iter(match="{joinlib:%s:%s/*" % (query.name, report["run"]), count=1000))
 
 
-def test_adaptive_run_refuses_killing_nodes(toggle4, kafka_bootstrap, redis_url):
-    query, streams, _ = toggle4
+def test_a_node_killed_during_the_first_migration_resumes_and_the_output_stays_exact(toggle4, kafka_bootstrap,
+                                                                                     redis_url, monkeypatch):
+    """SIGKILL the node process of N2 1.9 s into the replay -- S4 went up at 1.5 s, the first round is under
+    way -- and start a new one: it resumes from its checkpoint (its node state, its Redis windows) and hands
+    the inputs logged since over in the same order, so it repeats its decisions; the output is exact and every
+    node made the same plan changes."""
+    query, streams, want = toggle4
+    monkeypatch.setenv("JOINLIB_CHECKPOINT_EVERY_S", "0.25")
     cfg = AdaptiveConfig("cnu")
-    with pytest.raises(ClusterError, match="not supported with --plan adaptive"):
-        run_cluster(query, streams, algorithm1(with_stats(query, {}), cfg.model).to_plan(query), None,
-                    bootstrap=kafka_bootstrap, redis_url=redis_url, mode="thread", faults=[("N2", 1.0)],
-                    adaptive=cfg)
+    sink = CollectingSink(query)
+    report = run_cluster(query, streams, algorithm1(with_stats(query, {}), cfg.model).to_plan(query), sink,
+                         bootstrap=kafka_bootstrap, redis_url=redis_url, mode="process", rate_scale=1.0,
+                         timeout_s=TIMEOUT_S, faults=[("N2", 1.9)], adaptive=cfg)
+    got = Counter((ids, ts) for ids, ts, _ in sink.results)
+    assert got == want, f"{sum((want - got).values())} missing, {sum((got - want).values())} extra or duplicated"
+    assert [r["site"] for r in report["restarts"]] == ["N2"]
+    assert report["sites"]["N2"]["resumed_from_epoch"] is not None, report["sites"]["N2"]
+    ad = report["adaptive"]
+    assert len(ad["changes"]) >= 1 and ad["plan_changes_per_node"] == {s: len(ad["changes"]) for s in query.sites}
 
 
 def test_a_node_started_again_refuses_an_adaptive_run_it_already_ran(toggle4, kafka_bootstrap):
-    """Adaptive runs take no checkpoints: a node started for an adaptive run that it already ran (its status
-    is on control, its done is not) refuses it with one error rather than start it over."""
+    """Without Redis there are no checkpoints: a node started for an adaptive run that it already ran (its
+    status is on control, its done is not) refuses it with one error rather than start it over."""
     import uuid
 
     from prometheus_client import CollectorRegistry

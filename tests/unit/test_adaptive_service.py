@@ -102,10 +102,15 @@ def test_merge_sums_the_nodes_rounds_and_keeps_each_change_once(q):
     assert rnd["triggers"] == [18435]
 
 
-def test_cli_refuses_kill_with_adaptive_cluster_runs(tmp_path, capsys):
+def test_cli_kill_with_adaptive_cluster_runs_needs_redis(tmp_path, capsys, monkeypatch):
+    """``--kill`` works with ``--plan adaptive --cluster`` as with any plan: it needs Redis windows (checkpoints)."""
+    from joinlib.adaptive.workload import Toggle, write_toggle
     from joinlib.cli import main
-    rc = main(["run", str(ROOT / "examples" / "toggle4.yaml"), "--data", str(tmp_path), "--plan", "adaptive",
-               "--cluster", "127.0.0.1:1", "--kill", "N2@1", "--no-progress"])
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    toggle4 = ROOT / "examples" / "toggle4.yaml"
+    write_toggle(load_query(toggle4), Toggle("S4"), tmp_path, 500, 1)
+    rc = main(["run", str(toggle4), "--data", str(tmp_path), "--plan", "adaptive", "--cluster", "127.0.0.1:1",
+               "--kill", "N2@1", "--no-progress"])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "--kill and --plan adaptive exclude each other" in err and "Traceback" not in err
+    assert "killing nodes needs Redis windows" in err and "Traceback" not in err
