@@ -82,7 +82,8 @@ class Nodes:
         self.ports: dict[str, int] = {}
         for site in sites:
             port = _free_port()
-            env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "REDIS_URL": redis_url,
+            # MALLOC_ARENA_MAX=2 as in services/Dockerfile (without it a node's RSS stays at each burst's peak)
+            env = {"MALLOC_ARENA_MAX": "2", **os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "REDIS_URL": redis_url,
                    "METRICS_PORT": str(port), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
             with open(log_dir / f"node-{site}.log", "wb") as log:
                 self.procs[site] = subprocess.Popen(
