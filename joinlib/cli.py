@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "to replay their data.")
     sm.add_argument("query", type=Path)
     sm.add_argument("--plan", "--planner", dest="planner",
-                    help="any plan name of the registry, e.g. auto | greedy | central[:SITE] | an algorithm "
+                    help="any plan name of the registry, e.g. auto | greedy | central[:SITE] | an algorithm, or "
+                         "adaptive[:cnu|:dnu] (re-planned while running, docs/adaptive.md) "
                          "(default: the registry's default planner; --planner is the old spelling)")
     sm.add_argument("--model", help="cost model of the planner (default: the registry's)")
     sm.add_argument("--since", help="live queries: records with an earlier event time are late: now (default, "

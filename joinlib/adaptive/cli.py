@@ -30,7 +30,9 @@ RUN_HELP = """adaptive re-planning (--plan adaptive, adaptive:cnu, adaptive:dnu;
   intervals in a row re-plans (seed 003's Algorithm 1: per head the cheapest next join, at the
   source or the destination).  cnu: one node re-plans; dnu: the nodes re-plan by relaying
   messages.  The new plan takes over at a head epoch all nodes agree on; windows it needs
-  elsewhere are copied there first; the output stays exact."""
+  elsewhere are copied there first; the output stays exact.  With --cluster the node services do
+  the same on Kafka (the replay is paced at event time unless --rate-scale says otherwise; --kill
+  works with Redis windows); 'joinlib submit --plan adaptive' runs a live query adaptively."""
 
 
 def add_run_options(r: argparse.ArgumentParser) -> None:
