@@ -20,13 +20,15 @@ the same up and down: with the default 0.5, a rate from 100/s to 150/s or to 66/
 rate and the selectivities, the difference is more than ``noise_z`` standard deviations of what
 sampling alone gives (Poisson counts: a stream at 100/s shows 20 ± 4.5 tuples per 200 ms, so 30
 is only 2.2 σ; equal pairs of join values, likewise).  The change triggers only when
-``persistence`` consecutive measurements (default 2) show it, and the reference then becomes the
-mean of those measurements but the first (which may straddle the change: half of it at the old
+``persistence`` intervals in a row (default 2) show it -- with a sliding interval, every measurement
+from the first interval to the last (2 intervals of 200 ms measured every 100 ms: 3 measurements,
+two of them on disjoint data) -- and the reference then becomes the mean of those measurements but
+the first (which may straddle the change: half of it at the old
 rate) -- or the declared statistics, when that mean is within sampling noise of them (the same
 test: a stream back at its declared rate is reported at it, not at a noisy sample of it).  With
-a sliding interval a change is seen one epoch after it has filled most of an interval rather than
-at the end of the next whole one (about 0.2 s earlier at the paper's settings); the noise test is
-the same, on the interval's counts.  This is the hysteresis: noisy intervals trigger nothing, and
+a sliding interval a change is seen as soon as two disjoint intervals show it, wherever they start
+(back-to-back intervals: only when they end on a boundary): up to one epoch earlier; the noise test
+is the same, on each interval's counts.  This is the hysteresis: noisy intervals trigger nothing, and
 once re-planned, the plan does not move back until the stream moves back past the threshold from
 the *new* reference -- a stream hovering around a boundary cannot flap.
 
@@ -231,12 +233,19 @@ class StreamMonitor:
                 return True
         return False
 
+    def streak_needed(self) -> int:
+        """Measurements in a row a change must show: ``persistence`` intervals' worth -- with a
+        sliding interval, every measurement from the first interval to the last disjoint one
+        (persistence 2, 200 ms measured every 100 ms: 3)."""
+        per = self.config.epochs(self.tau)
+        return (self.config.persistence - 1) * (per // self.config.step_epochs(self.tau)) + 1
+
     def _trigger(self, measured: StreamStatistics, span_s: float, significant: bool) -> Optional[StreamStatistics]:
         if not significant or measured.factor(self.reference, span_s) <= 1.0 + self.config.threshold:
             self.streak.clear()
             return None
         self.streak.append(measured)
-        if len(self.streak) < self.config.persistence:
+        if len(self.streak) < self.streak_needed():
             return None
         report = mean(self.streak[1:] or self.streak)
         if not self._significant(report, span_s, declared(self.stream)):
