@@ -170,7 +170,8 @@ def _produce_paced(bootstrap: str, query, rows: dict, rec) -> None:
     producer.flush(30)
 
 
-def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, make_topic, tmp_path, capsys):
+def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, redis_url, redis_client, make_topic,
+                                                          tmp_path, capsys):
     """``joinlib submit --plan adaptive`` of a query over four JSON topics: the node services (one per site,
     serving) measure S4's rate toggling, re-plan and migrate; ``joinlib queries`` shows the plan changes;
     the results are exactly the live contract's (the reference join of the on-time records)."""
@@ -189,11 +190,13 @@ def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, make_
     rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
     services = Services(kafka_bootstrap)
     try:
-        services.start_nodes(sites)
+        services.start_nodes(sites, redis_url=redis_url)   # windows in Redis
         out = submit(services, q, "adaptive", since="0")
         rec = Recorder()
         _produce_paced(kafka_bootstrap, q, rows, rec)
         wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, min_results=50)
+        assert list(redis_client.scan_iter(match="{joinlib:%s:%s/*" % (q.name, out["run"]), count=1000)), \
+            "the nodes kept no window in Redis"
         deadline = time.monotonic() + 30
         while True:
             sites_st = services.planner.status(q.name)["sites"]

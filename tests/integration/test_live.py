@@ -58,12 +58,14 @@ class Services:
         self.threads: list[threading.Thread] = []
         self.nodes: list[Any] = []
 
-    def start_nodes(self, sites: list[str]) -> None:
+    def start_nodes(self, sites: list[str], redis_url: Optional[str] = None) -> None:
+        """Node services (threads) serving ``sites``; with ``redis_url`` their windows live in Redis."""
         from prometheus_client import CollectorRegistry
 
         from joinlib.adapters.node_service import NodeService
         for site in sites:
-            n = NodeService(site, self.bootstrap, registry=CollectorRegistry(), stop=self.stop, serve=True, quiet=True)
+            n = NodeService(site, self.bootstrap, registry=CollectorRegistry(), stop=self.stop, serve=True, quiet=True,
+                            redis_url=redis_url)
             t = threading.Thread(target=n.run, daemon=True, name=f"node-{site}")
             t.start()
             self.nodes.append(n)
