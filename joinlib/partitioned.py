@@ -38,6 +38,7 @@ from .pmjoin.rates import ValueRates
 Streams = dict[str, list[Tup]]
 SCHEMES = ("hash", "range", "rate")
 DEFAULT_PARTS = 4
+MAX_PARTS = 1024   # a plan instance per partition at each node it uses
 
 RUN_HELP = """Partitioned plans (PMJoin, seed 002; time windows only; embedded or --cluster):
   pmjoin[:hash|range|rate][:D] split every stream by the value of one join attribute
@@ -81,6 +82,9 @@ class Partitioned:
     plans: tuple[Plan, ...]
 
     def __post_init__(self) -> None:
+        if not 1 <= self.function.d <= MAX_PARTS:
+            raise PlanError(f"partitioned: {self.function.d} partitions (1 to {MAX_PARTS}: every partition is a "
+                            "plan instance at every node it uses)")
         if len(self.plans) != self.function.d:
             raise PlanError(f"partitioned: {self.function.d} partitions but {len(self.plans)} plans")
 
@@ -157,11 +161,11 @@ def parse_spec(spec: str) -> tuple[str, int]:
     for arg in spec.split(":")[1:]:
         if arg in SCHEMES:
             scheme = arg
-        elif arg.isdigit() and int(arg) >= 1:
+        elif arg.isdigit() and 1 <= int(arg) <= MAX_PARTS:
             parts = int(arg)
         else:
             raise PlanError(f"pmjoin: unknown argument {arg!r} in {spec!r} "
-                            f"(pmjoin[:{'|'.join(SCHEMES)}][:D], D a positive number of partitions)")
+                            f"(pmjoin[:{'|'.join(SCHEMES)}][:D], D a number of partitions from 1 to {MAX_PARTS})")
     return scheme, parts
 
 

@@ -46,3 +46,18 @@ def test_bad_values_files_are_plan_errors(tmp_path: Path, stats, message: str) -
     qpath, _ = write_data(tmp_path)
     with pytest.raises(PlanError, match=message.replace("[", r"\[")):
         pm.function_from_stats(load_query(qpath), stats, "rate", 2)
+
+
+@pytest.mark.parametrize("spec", ["pmjoin:0", "pmjoin:hash:5000", "pmjoin:rate:x"])
+def test_bad_partition_counts_are_plan_errors(spec: str) -> None:
+    with pytest.raises(PlanError, match="from 1 to 1024"):
+        pm.parse_spec(spec)
+
+
+def test_a_plan_message_with_too_many_partitions_is_refused(tmp_path: Path) -> None:
+    """A control message naming a million partitions would make every node install a million instances."""
+    qpath, _ = write_data(tmp_path)
+    query = load_query(qpath)
+    obj = {"partitioned": {"by": [["S1", "dest"]], "function": {"kind": "hash", "d": 10**6}, "plans": []}}
+    with pytest.raises(PlanError, match="1000000 partitions"):
+        pm.Partitioned.from_json(query, obj)
