@@ -79,6 +79,55 @@ class InboundGate:
         return ranks
 
 
+class SourceGate:
+    """Pauses the sources of a stream born here while its window is far ahead of its readers.
+
+    A home window inserts each epoch as soon as the stream's watermark passes it (the insert lane runs
+    ahead of everything that reads the window) and purges only what its slowest reader has finished
+    (:mod:`joinlib.runtime.window`).  A node that reads its sources faster than it joins therefore keeps
+    the backlog *inserted*: in its window store (Redis) and in the epoch batches it holds.  A stream's
+    sources are paused once every window of the stream here (one per partition) has inserted ``ahead``
+    epochs past its slowest reader, and resumed at half that.  Nothing waits for the paused records: a
+    lane that needs a window reads it, so it is one of the readers, and the window has inserted far past
+    the slowest of them.
+    """
+
+    def __init__(self, interval_ms: int, *, ahead_s: float = PAUSE_AHEAD_S) -> None:
+        self.ahead = max(2, math.ceil(ahead_s * 1000.0 / max(1, interval_ms)))
+        self.paused: set[str] = set()
+        self.pauses = 0
+
+    def decide(self, host: Any, query: str) -> dict[str, bool]:
+        """The streams to pause (True) or resume (False) now, after a round of work of ``host``."""
+        margins: dict[str, int] = {}
+        for (q, _, stream), w in host.windows.items():
+            if q == query:
+                m = w.next - w.low_epoch() if any(not u.done for u in w.users) else 0
+                margins[stream] = min(margins.get(stream, m), m)
+        out: dict[str, bool] = {}
+        for stream, m in margins.items():
+            if stream not in self.paused and m >= self.ahead:
+                self.paused.add(stream)
+                self.pauses += 1
+                out[stream] = True
+            elif stream in self.paused and m < self.ahead // 2:
+                self.paused.discard(stream)
+                out[stream] = False
+        return out
+
+    def topics_to_change(self, changes: dict[str, bool], topics: dict[str, str]) -> dict[str, bool]:
+        """Per source topic (``topics``: stream -> topic): pause it when every stream it feeds is paused,
+        resume it when one of them is not -- a topic is read once for all the streams it feeds."""
+        out: dict[str, bool] = {}
+        for stream in changes:
+            topic = topics.get(stream)
+            if topic is None:
+                continue
+            feeds = [s for s, t in topics.items() if t == topic]
+            out[topic] = all(s in self.paused for s in feeds)
+        return out
+
+
 def apply(decision: Optional[bool], consumer: Any, tp: Any) -> None:
     """Pause (True) or resume (False) ``tp`` on a confluent-kafka ``consumer``; None: nothing."""
     if decision is True:

@@ -54,7 +54,7 @@ from ..runtime.instance import InstanceSpec
 from ..runtime.sensor import Sensor, TotalsSensor
 from ..runtime.sink import Group, Sink
 from .adaptive_service import ADAPTIVE_HEADER, AdaptivePart, OrderLog
-from .backpressure import InboundGate, apply
+from .backpressure import InboundGate, SourceGate, apply
 from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 from .kafka import (
     CONTROL_TOPIC,
@@ -540,6 +540,7 @@ class _Run:
                     + (self.live.topic_partitions() if self.live is not None else []))
         self.consumer.assign(self.tps)
         self.gate = InboundGate(site, q.execution.interval_ms)
+        self.src_gate = SourceGate(q.execution.interval_ms)
         warm_up(self.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC]
                 + extra)
         self.resumed_from = svc.resumed_from = self._epochs() if resumed else None
@@ -589,6 +590,19 @@ class _Run:
         else:
             self.host.run(now)
             apply(self.gate.decide(self.host), self.consumer, TopicPartition(self.my_topic, 0))
+            changes = self.src_gate.decide(self.host, self.q.name)
+            if changes:
+                self._pause_sources(changes)
+
+    def _pause_sources(self, changes: dict[str, bool]) -> None:
+        """Pause or resume the source topics of the streams :class:`SourceGate` named."""
+        topics = {name: topic for topic, name in self.src_topics.items()}
+        if self.live is not None:
+            topics.update({name: src.topic for name, src in self.live.sources.items()})
+        for topic, pause in self.src_gate.topics_to_change(changes, topics).items():
+            tps = [TopicPartition(tp.topic, tp.partition) for tp in self.tps if tp.topic == topic]
+            if tps:
+                (self.consumer.pause if pause else self.consumer.resume)(tps)
 
     def _loop(self) -> None:
         svc, host, live = self.svc, self.host, self.live

@@ -1,11 +1,12 @@
-"""The node service's back-pressure (joinlib.adapters.backpressure.InboundGate) never stalls a run and
-keeps it exact.
+"""The node service's back-pressure (joinlib.adapters.backpressure: InboundGate, SourceGate) never stalls
+a run and keeps it exact.
 
 The harness of the checkpoint suite drives every site's host; here each site's inbound messages are
 one FIFO queue (a node topic partition: every sender's flows in their send order, interleaved), and a
 site whose gate says "pause" gets no message until the gate resumes.  One site reads its own sources
-slowly, so the others' messages pile up ahead of it -- the case the gate is for.  If pausing could
-wait for a message behind the paused queue's head, the run would stop with hosts unfinished.
+slowly (so the others' messages pile up ahead of it: the inbound gate's case) or reads its messages
+slowly (so its own sources run ahead of its joins: the source gate's).  If pausing could wait for a
+record behind a paused queue's head, the run would stop with hosts unfinished.
 """
 from __future__ import annotations
 
@@ -15,37 +16,49 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from joinlib import plan as plans_mod
-from joinlib.adapters.backpressure import InboundGate
+from joinlib.adapters.backpressure import InboundGate, SourceGate
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
 from joinlib.reference import reference_join
 from tests.property.test_checkpoint import SETTINGS, Harness, _describe, assert_same, runs
 
 
 class GatedHarness(Harness):
-    """:class:`Harness` with FIFO inbound queues behind a gate per site and one slow site."""
+    """:class:`Harness` with FIFO inbound queues behind a gate per site, each source stream its own
+    channel behind a :class:`SourceGate` per site, and one slow site (``slow``: its inbound messages, or
+    with ``slow_messages`` false its sources, come rarely)."""
 
-    def __init__(self, query, data, plan, seed: int, slow: str, ahead_s: float) -> None:
+    def __init__(self, query, data, plan, seed: int, slow: str, ahead_s: float, slow_messages: bool = False) -> None:
         super().__init__(query, data, plan, seed)
         tau = query.execution.interval_ms
         self.gates = {s: InboundGate(s, tau, ahead_s=ahead_s) for s in self.sites}
-        self.slow = slow
+        self.src_gates = {s: SourceGate(tau, ahead_s=ahead_s) for s in self.sites}
+        self.slow, self.slow_messages = slow, slow_messages
+        # per (site, channel): a stream's feeds in order; the end marker is a channel of its own
+        self.channels: dict[tuple[str, str], list[tuple]] = {}
+        for site, items in self.src.items():
+            for inp in items:
+                self.channels.setdefault((site, inp[1] if inp[0] == "feed" else "<end>"), []).append(inp)
+
+    def _open(self, site: str, channel: str) -> bool:
+        return channel not in self.src_gates[site].paused
 
     def step(self) -> bool:
-        options = [("src", s) for s in self.sites if self.src_pos[s] < len(self.src[s])]
-        options += [("msg", s) for s in self.sites if self.net.q[s] and not self.gates[s].paused]
+        options = [("src", s, c) for (s, c), items in self.channels.items() if items and self._open(s, c)]
+        options += [("msg", s, "") for s in self.sites if self.net.q[s] and not self.gates[s].paused]
         if not options:
             return False
-        others = [o for o in options if o != ("src", self.slow)]
-        kind, site = self.rng.choice(others if others and self.rng.random() < 0.9 else options)
+        slow = ("msg" if self.slow_messages else "src", self.slow)
+        others = [o for o in options if o[:2] != slow]
+        kind, site, channel = self.rng.choice(others if others and self.rng.random() < 0.9 else options)
         if kind == "src":
-            inp = self.src[site][self.src_pos[site]]
-            self.src_pos[site] += 1
+            inp = self.channels[(site, channel)].pop(0)
         else:
             env = self.net.q[site].pop(0)
             self.gates[site].received(env.part, env.gen, env.flow, env.epoch)
             inp = ("msg", env)
         self.give(site, inp)
         self.gates[site].decide(self.nodes[site])
+        self.src_gates[site].decide(self.nodes[site], self.query.name)
         self.steps += 1
         return True
 
@@ -56,10 +69,12 @@ def test_gated_inbound_queues_neither_stall_nor_change_the_output(data):
     query, streams, plan = data.draw(runs())
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     h = GatedHarness(query, streams, plan, seed, slow=data.draw(st.sampled_from(query.sites), label="slow"),
-                     ahead_s=data.draw(st.sampled_from([0.0, 0.02, 0.05, 1.0]), label="ahead_s"))
+                     ahead_s=data.draw(st.sampled_from([0.0, 0.02, 0.05, 1.0]), label="ahead_s"),
+                     slow_messages=data.draw(st.booleans(), label="slow messages"))
     h.run()
     pauses = sum(g.pauses for g in h.gates.values())
-    event(f"gate paused: {'yes' if pauses else 'no'}")
+    event(f"inbound gate paused: {'yes' if pauses else 'no'}")
+    event(f"source gate paused: {'yes' if sum(g.pauses for g in h.src_gates.values()) else 'no'}")
     assert_same(h.results(), reference_join(query, streams), _describe(query, plan, seed, []))
 
 
@@ -89,3 +104,13 @@ def test_central_site_reading_its_sources_slowly_pauses_its_inbound_topic_and_st
     assert_same(h.results(), reference_join(q, data), "central at a")
     # the other sites receive nothing under central: their gates never had a reason to pause
     assert h.gates["b"].pauses == h.gates["c"].pauses == 0
+
+
+def test_central_site_joining_slowly_pauses_its_own_sources_and_stays_exact():
+    """Central at site a, which takes its inbound messages slowly: its own source runs ahead of its joins
+    (inserted, not purged); a's source gate pauses that stream (repeatedly) and the output is exact."""
+    q, data = _chain3()
+    h = GatedHarness(q, data, plans_mod.central(q, "a"), seed=5, slow="a", ahead_s=0.05, slow_messages=True)
+    h.run()
+    assert h.src_gates["a"].pauses >= 2
+    assert_same(h.results(), reference_join(q, data), "central at a, slow messages")
