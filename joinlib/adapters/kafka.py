@@ -50,6 +50,9 @@ PRODUCER_DEFAULTS: dict = {
     # instead of growing the process by up to 1 GB (librdkafka's default) while a node catches up
     "queue.buffering.max.kbytes": 32_768,
     "message.max.bytes": 16_000_000,
+    # reconnect within a second of a broker's return (librdkafka backs off up to 10 s by default): a source's
+    # records buffered during an outage must arrive within a node's idle timeout (docs/reliability.md)
+    "reconnect.backoff.max.ms": 1000,
 }
 CONSUMER_DEFAULTS: dict = {
     "enable.auto.commit": False,

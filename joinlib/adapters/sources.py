@@ -42,6 +42,8 @@ from ..model import Query, Stream, Tup
 from .kafka import Producing, consume, make_consumer, make_producer
 
 MARKS_FLUSH_TIMEOUT_S = 10.0
+PROBE_EVERY_MS = 500.0   # how often an unreachable broker is asked again (LiveInputs.tick)
+STALL_MS = 1000.0        # a node loop this long without a tick restarts the idle clock (LiveInputs.tick)
 
 
 def dlq_topic(query: str) -> str:
@@ -151,6 +153,9 @@ class LiveInputs:
         self._headers = [("run", run_id.encode())] if run_id else []
         self._marks_out: Optional[Producing] = None
         self._contact_from = now   # see tick
+        self._unreachable = False
+        self._probed = 0.0
+        self._last_tick = now
         self.skip_dead: set[tuple[str, int, int]] = set()   # (topic, partition, offset) already in the DLQ
         self.dead_total = 0
 
@@ -204,9 +209,21 @@ class LiveInputs:
         """Log, then apply, the idle advances due; returns how many.
 
         An advance is decided on fresh end offsets from the broker, not on the consumer's cached ones (stale
-        while the broker is down or this node was paused); after a look at them failed (the broker down), no
-        partition advances before a whole idle timeout has passed again -- the sources' producers get that
-        long to deliver what they buffered meanwhile (issue 16, drill (a))."""
+        while the broker is down or this node was paused).  After a look at them failed (the broker down), the
+        node probes the broker (every ``PROBE_EVERY_MS``) until it answers, and no partition advances before a
+        whole idle timeout has passed *since it answered again* -- the sources' producers get that long to
+        reconnect and deliver what they buffered meanwhile (issue 16, drill (a)).  The same after any stall
+        of the node's loop longer than ``STALL_MS``: a node blocked in a checkpoint's flush for the whole
+        outage never looked, and advanced right after the broker came back, before the generator had
+        reconnected -- its buffered records turned late (drill (a), about one run in three)."""
+        if now - self._last_tick > STALL_MS:
+            # the node did not tick for a while (blocked waiting for the broker in a checkpoint's flush,
+            # stopped, overloaded): it saw nothing meanwhile, so the idle clock starts again
+            self._contact_from = now
+        self._last_tick = now
+        if self._unreachable:
+            self._probe(now, consumer)
+            return 0
         if now - self._contact_from < self.q.execution.idle_timeout_ms:
             return 0
         due: list[tuple[_Source, Advance]] = []
@@ -243,8 +260,24 @@ class LiveInputs:
                     fresh[key] = consumer.get_watermark_offsets(TopicPartition(*key), timeout=1.0, cached=False)[1]
         except Exception:
             self._contact_from = time.time() * 1000.0  # the broker does not answer: not idle, unreachable
+            self._unreachable = True
             return []
         return [(src, adv) for src, adv in due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+
+    def _probe(self, now: float, consumer: Any) -> None:
+        """While the broker is unreachable: ask it for an end offset now and then; the idle clock starts
+        again when it answers."""
+        if now - self._probed < PROBE_EVERY_MS:
+            return
+        self._probed = now
+        src = next(iter(self.sources.values()))
+        part = next(iter(src.ingest.parts), 0)
+        try:
+            consumer.get_watermark_offsets(TopicPartition(src.topic, part), timeout=0.2, cached=False)
+        except Exception:
+            return
+        self._unreachable = False
+        self._contact_from = time.time() * 1000.0
 
     def _marks_producer(self) -> Producing:
         if self._marks_out is None:
