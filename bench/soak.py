@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -308,6 +309,8 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
         while gen.poll() is None:
             time.sleep(max(0.0, next_sample - time.monotonic()))
             next_sample += every
+            if gen.poll() is not None:
+                break   # the input has ended: the windows empty, which says nothing of the steady state
             now = time.monotonic()
             pairs, count = reader.take()
             lat = percentiles(pairs)
@@ -401,7 +404,9 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
-    after = [s for s in run["samples"] if s["t_s"] >= warmup_s]
+    # samples while the generator writes (runs recorded before this check sampled once after it had ended)
+    end = run.get("minutes", math.inf) * 60.0
+    after = [s for s in run["samples"] if warmup_s <= s["t_s"] <= end]
     if len(after) < 3:
         return {"ok": False, "why": f"only {len(after)} samples after the warm-up of {warmup_s:.0f} s"}
     sites = list(after[0]["rss_mb"])
