@@ -71,6 +71,11 @@ def _latency(v: Any) -> bool:
     return type(v) is dict and is_num(v.get("p50")) and is_num(v.get("p99"))
 
 
+def _values(v: Any) -> bool:
+    from .value_monitor import is_report
+    return is_report(v)
+
+
 _RUN = _opt(is_str)
 _COUNTS = _dict_of(is_count)
 
@@ -91,6 +96,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "naive": (False, _list_of(_naive_row)), "live": (False, lambda v: type(v) is bool),
         "dead_letters": (False, _dict_of(_COUNTS)), "watermarks_ms": (False, _dict_of(is_num)),
         "latency_ms": (False, _opt(_latency)), "adaptive": (False, lambda v: type(v) is dict),
+        "values": (False, _values),
     },
     "done": {
         "site": (True, is_str), "run": (True, _RUN), "results": (True, is_count),

@@ -53,6 +53,7 @@ from ..runtime.host import Host
 from ..runtime.instance import InstanceSpec
 from ..runtime.sensor import Sensor, TotalsSensor
 from ..runtime.sink import Group, Sink
+from ..value_monitor import VALUES_EVERY_S, ValueMonitor
 from .adaptive_service import ADAPTIVE_HEADER, AdaptivePart, OrderLog
 from .backpressure import InboundGate, SourceGate, apply
 from .control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
@@ -443,6 +444,9 @@ class _Run:
         self.resumed_from: Optional[dict[str, int]] = None
         self.sensor = QuerySensor(svc.sensor, self.q.name)
         self._flows: dict[int, InboundFlows] = {}   # per plan instance: its flows to this site
+        # a live query's per-value rates, reported for re-partitioning (docs/pmjoin.md "Live statistics")
+        self.values = ValueMonitor.of(self.q, self.site) if isinstance(live, dict) else None
+        self._values_due = 0.0
         ad = self.p.get("adaptive")  # re-planned while running (docs/adaptive.md): the node around the host
         self.adaptive = None if ad is None else AdaptivePart(self, config_of(ad, self.q),
                                                              initial_jep(self.q, self.p["plan"]))
@@ -623,7 +627,8 @@ class _Run:
                 self._handle(m, now)
             if live is not None:
                 live.tick(now, self.consumer)
-                live.drain(self.adaptive if self.adaptive is not None else host)  # adaptive: held at the fence
+                live.drain(self.adaptive if self.adaptive is not None else host,  # adaptive: held at the fence
+                           self.values.add if self.values is not None else None)
             self._step(now)
             self.out.poll()
             t = time.monotonic()
@@ -652,6 +657,11 @@ class _Run:
             payload["dead_letters"] = self.live.stats()["dead_letters"]
             payload["watermarks_ms"] = self.live.watermarks_ms()
             payload["latency_ms"] = self.tap.take()
+            if self.values is not None and time.monotonic() >= self._values_due:
+                report = self.values.report()
+                if report is not None:
+                    payload["values"] = report
+                    self._values_due = time.monotonic() + VALUES_EVERY_S
         if self.adaptive is not None:
             payload["adaptive"] = self.adaptive.status()
         publish_control(self.out, self.q.name, "status", payload, flush=False)

@@ -312,14 +312,17 @@ class LiveInputs:
         return len(self.skip_dead)
 
     # ------------------------------------------------------------------ to the host
-    def drain(self, host: Any) -> None:
-        """Released tuples and watermarks of every live stream -> ``host.feed``."""
+    def drain(self, host: Any, observe: Optional[Callable[[str, list[Tup]], None]] = None) -> None:
+        """Released tuples and watermarks of every live stream -> ``host.feed``; the tuples also to
+        ``observe(stream, tuples)`` (the per-value monitor, :mod:`joinlib.value_monitor`)."""
         tau = self.q.execution.interval_ms
         for name, src in self.sources.items():
             tups = src.ingest.release()
             w = src.ingest.watermark
             host.feed(self.q.name, name, tups, w)
             if tups:
+                if observe is not None:
+                    observe(name, tups)
                 src.inputs += len(tups)
                 src.open.extend(tups)
             if src.open and src.open[0].ts < w // tau * tau:

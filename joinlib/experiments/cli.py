@@ -143,9 +143,19 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
                     "full-tuple bytes on the wire (Avro, as shipped), payload attributes, distinct values "
                     "and selectivity f = 1/distinct per join attribute (and Σp², which exceeds 1/distinct "
                     "under skew), partial-tuple bytes, and window sizes in tuples.  --write produces the "
-                    "query file with the measured values filled in, ready for 'joinlib plan'.")
-    st.add_argument("query", type=Path, help="query file (YAML)")
-    st.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
+                    "query file with the measured values filled in, ready for 'joinlib plan'.\n\n"
+                    "--live: instead of DIR, take the per-value rates (--values) of a running live query "
+                    "from the planner service: its nodes measure them over the last minute of event time "
+                    "(docs/pmjoin.md \"Live statistics\").  Re-partition with them:\n"
+                    "  joinlib stats QUERY --live --values v.json; joinlib stop NAME\n"
+                    "  joinlib submit QUERY --plan pmjoin:rate:4 --values v.json")
+    st.add_argument("query", type=Path, help="query file (YAML); with --live also the name of a submitted query")
+    st.add_argument("--data", type=Path, help="directory with one <stream>.jsonl per stream (needed unless --live)")
+    st.add_argument("--live", action="store_true",
+                    help="read the per-value rates of the running query QUERY from the planner service "
+                         "(with --values; nothing else is measured)")
+    st.add_argument("--url", default=None,
+                    help="with --live: the planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     st.add_argument("--write", type=Path, metavar="QUERY_OUT.yaml",
                     help="write the query with the measured rate, attributes, tuple_bytes and selectivity")
     st.add_argument("--json", type=Path, metavar="OUT.json", help="write every measured value as JSON")
@@ -245,6 +255,10 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    if args.live:
+        return _live_values(args)
+    if args.data is None:
+        raise JoinlibError("joinlib stats: --data DIR is required (or --live for a running query's per-value rates)")
     from ..stats import main as stats_main
     stats_main(args.query, args.data, args.write, args.json)
     if args.values is not None:
@@ -263,6 +277,24 @@ def _write_values(query_path: Path, data: Path, out: Path) -> None:
     out.write_text(json.dumps(stats) + "\n")
     by = ", ".join(f"{s}.{a}" for s, a in stats["by"])
     print(f"wrote the rates of {len(stats['values'])} values of {by} to {out}")
+
+
+def _live_values(args: argparse.Namespace) -> int:
+    """``joinlib stats QUERY --live --values FILE``: the live monitor's per-value rates of a running query."""
+    import json
+    from urllib.parse import quote
+
+    from ..live_cli import http_json, planner_url
+    from ..query import load_query
+    if args.values is None or args.data is not None or args.write is not None or args.json is not None:
+        raise JoinlibError("joinlib stats --live takes --values FILE (and --url), not --data, --write or --json")
+    name = load_query(args.query).name if args.query.suffix in (".yaml", ".yml") else str(args.query)
+    url = (args.url or planner_url()).rstrip("/")
+    stats = http_json(f"{url}/queries/{quote(name)}/values")
+    args.values.write_text(json.dumps(stats) + "\n")
+    by = ", ".join(f"{s}.{a}" for s, a in stats["by"])
+    print(f"wrote the live rates of {len(stats['values'])} values of {by} (query {name}) to {args.values}")
+    return 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

@@ -57,12 +57,20 @@ class QueryStats:
         self.last: dict[str, dict[str, Any]] = {}   # site -> latest status (or done)
         self.prev: dict[str, dict[str, Any]] = {}   # site -> the status before it
         self.done: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, dict[str, Any]] = {}   # site -> its latest per-value report
 
     def on_status(self, payload: dict[str, Any]) -> None:
         site = str(payload.get("site"))
         if site in self.last:
             self.prev[site] = self.last[site]
         self.last[site] = payload
+        if isinstance(payload.get("values"), dict):
+            self.values[site] = payload["values"]
+
+    def value_stats(self) -> Optional[dict[str, Any]]:
+        """The live per-value rates (:func:`joinlib.value_monitor.merge_reports`), None before any report."""
+        from ..value_monitor import merge_reports
+        return merge_reports(self.query, self.values.values()) if self.values else None
 
     def on_done(self, payload: dict[str, Any]) -> None:
         self.done[str(payload.get("site"))] = payload

@@ -16,7 +16,10 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
 * ``GET /queries/<name>``: the same for one query, plus its plan and per-site progress;
 * ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run;
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
-  in the OUT format, ``{"results": [...], "next": OFFSET, "end": OFFSET}``.
+  in the OUT format, ``{"results": [...], "next": OFFSET, "end": OFFSET}``;
+* ``GET /queries/<name>/values``: a live query's per-value rates over the last minute of event time
+  (:mod:`joinlib.value_monitor`; the JSON of ``joinlib stats --values``, for ``--plan pmjoin:rate``);
+  409 before its nodes have reported any.
 
 State comes from the ``control`` topic (plans, ``status`` / ``done`` of the nodes, ``stop``), read
 by a background thread, so a restarted planner knows every earlier submission.
@@ -69,6 +72,7 @@ from joinlib.partitioned import Partitioned, build_from_stats, is_partitioned
 from joinlib.plan import Plan, central, from_json
 from joinlib.planner.registry import lookup, resolve_plan
 from joinlib.query import parse_query, query_to_dict
+from joinlib.value_monitor import VALUES_EVERY_S
 
 
 def default_plan() -> str:
@@ -255,6 +259,19 @@ class PlannerService:
         return read_results(self.bootstrap, cur.query, cur.run, cur.origin_ms, offset,
                             max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)))
 
+    def values(self, name: str) -> dict:
+        """The live per-value rates of query ``name`` (``joinlib stats NAME --live --values FILE``)."""
+        with self.lock:
+            cur = self.queries.get(name)
+            if cur is None:
+                raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
+            stats = cur.stats.value_stats() if cur.stats is not None else None
+        if stats is None:
+            raise Conflict(f"query {name!r} has no per-value rates yet: its nodes report them every "
+                           f"{VALUES_EVERY_S:.0f} s once a live stream of its partition attributes has tuples "
+                           "(replayed queries and queries that cannot be partitioned have none)")
+        return stats
+
     def status(self, name: Optional[str] = None):
         with self.lock:
             if name is None:
@@ -334,10 +351,12 @@ def _get(service: PlannerService, path: str, args: dict) -> tuple[int, object]:
     if root and name is not None and action is None:
         st = service.status(name)
         return (200, st) if st else (404, {"error": "no such query"})
+    if root and name is not None and action == "values":
+        return 200, service.values(name)
     if root and name is not None and action == "results":
         return 200, service.results(name, args.get("from", "beginning"), int(args.get("max", 10_000)),
                                     float(args.get("wait", 0)))
-    return 404, {"error": f"no route {path}; see GET /healthz, GET|POST /queries, GET /queries/NAME[/results], "
+    return 404, {"error": f"no route {path}; see GET /healthz, GET|POST /queries, GET /queries/NAME[/results|/values], "
                           "POST /queries/NAME/stop"}
 
 

@@ -9,6 +9,17 @@ import pytest
 from joinlib import partitioned
 from joinlib.planner import resolve_plan
 from tests.integration.test_cluster import _run_and_check, routers  # noqa: F401  (a module fixture)
+from tests.integration.test_live import (
+    Recorder,
+    Services,
+    _sites,
+    cli,
+    generator,
+    live_query,
+    make_topics,
+    submit,
+    wait_exact,
+)
 
 
 def _pmjoin(dataset, spec: str) -> partitioned.Partitioned:
@@ -41,16 +52,6 @@ def test_live_partitioned_queries_submitted_with_and_without_value_rates(kafka_b
     with the query (``joinlib submit --values``: here a third of the values hot at each site, the others
     unseen, to the default hash) on the same node services: each gives the live contract's results."""
     from joinlib.ingest.events import _dest
-    from tests.integration.test_live import (
-        Recorder,
-        Services,
-        _sites,
-        generator,
-        live_query,
-        make_topics,
-        submit,
-        wait_exact,
-    )
     services = Services(kafka_bootstrap)
     try:
         sites = _sites()
@@ -82,12 +83,62 @@ def test_live_partitioned_queries_submitted_with_and_without_value_rates(kafka_b
 
 def test_submitting_rate_partitioning_without_value_rates_is_a_clear_error(kafka_bootstrap, make_topic):
     from joinlib.errors import JoinlibError
-    from tests.integration.test_live import Services, _sites, live_query, make_topics, submit
     services = Services(kafka_bootstrap)
     try:
         sites = _sites()
         q = live_query(f"pmc{sites[0]}", sites, make_topics(make_topic, 3, partitions=1))
         with pytest.raises(JoinlibError, match="needs per-value rates"):
             submit(services, q, "pmjoin:rate:2")
+    finally:
+        services.close()
+
+
+def test_live_value_rates_re_partition_a_running_query(kafka_bootstrap, make_topic, tmp_path, capsys):
+    """The live monitor: a query runs with ``pmjoin:hash:2``; its nodes' per-value counts (``joinlib stats NAME
+    --live --values FILE``) equal the records' own; the query re-submitted with ``pmjoin:rate:3`` and that file
+    partitions every value seen and gives the live contract's results."""
+    import json
+    import time
+    from collections import Counter
+
+    import yaml
+
+    from joinlib.query import query_to_dict
+    services = Services(kafka_bootstrap)
+    try:
+        sites = _sites()
+        services.start_nodes(sites)
+        topics = make_topics(make_topic, 3, partitions=2)
+        qa = live_query(f"pmv{sites[0]}", sites, topics, idle="2s")
+        ra = submit(services, qa, "pmjoin:hash:2")
+        rec = Recorder()
+        generator(services.bootstrap, qa, rec, distinct=12, time_base_ms=0).burst(150)  # 1.5 s of event time
+        exp = wait_exact(services, qa, ra["run"], 0, rec, tmp_path, min_results=20)
+        want = {s: Counter(t.key[0] for t in exp.on_time[s]) for s in ("S1", "S2", "S3")}   # late ones are not
+        vfile, deadline, got = tmp_path / "values.json", time.monotonic() + 45, {}
+        while True:   # the nodes report every 10 s: until a report has counted every record
+            if cli(["stats", qa.name, "--live", "--url", services.url, "--values", str(vfile)]) == 0:
+                stats = json.loads(vfile.read_text())
+                got = {s: Counter({v: round(r * stats["span_ms"][s] / 1000) for v, r in zip(stats["values"], row,
+                                                                                          strict=True) if r})
+                       for s, row in zip(stats["streams"], stats["rates"], strict=True)}
+                if got == want:
+                    break
+            assert time.monotonic() < deadline, f"the live per-value counts never matched the records: {got} != {want}"
+            time.sleep(1)
+        assert f"wrote the live rates of {len(stats['values'])} values of S1.dest" in capsys.readouterr().out
+        assert cli(["stop", qa.name, "--url", services.url]) == 0
+
+        # the same records again, from the beginning of the topics
+        qb = live_query(f"pmw{sites[0]}", sites, topics, idle="2s", formats=[{"start": "earliest"}] * 3)
+        qfile = tmp_path / "qb.yaml"
+        qfile.write_text(yaml.safe_dump(query_to_dict(qb)))
+        assert cli(["submit", str(qfile), "--plan", "pmjoin:rate:3", "--values", str(vfile), "--since", "0",
+                    "--url", services.url]) == 0
+        plan = services.planner.status(qb.name)["plan"]["partitioned"]
+        assert len(plan["plans"]) == 3 and plan["function"]["kind"] == "map"
+        assert sorted(str(v) for v, _ in plan["function"]["map"]) == sorted(map(str, stats["values"]))
+        wait_exact(services, qb, services.planner.status(qb.name)["run"], 0, rec, tmp_path, min_results=20)
+        services.planner.stop(qb.name)
     finally:
         services.close()
