@@ -162,22 +162,35 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
 
 
 def _compile(q: Any, p: dict[str, Any]) -> None:
-    """Compile a plan message's plans (and an adaptive plan's configuration) against its query."""
+    compile_plan_payload(q, p)
+
+
+def compile_plan_payload(q: Any, p: dict[str, Any]) -> tuple[list[Any], Optional[Any]]:
+    """A ``plan`` message's plan generations (:class:`~joinlib.runtime.instance.InstanceSpec`, what a node
+    installs) against its parsed query ``q``, and its :class:`~joinlib.partitioned.Partitioned` plan if it is
+    one (PMJoin); :class:`~joinlib.errors.PlanError` for what cannot run.  The one place the rules of a plan
+    message live: :func:`check_control` and the node service both use it."""
+    from .engine import generations
     from .errors import PlanError
     from .partitioned import Partitioned, is_partitioned_json
     from .plan import from_json
     if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
         if p.get("switches") or p.get("adaptive") is not None:
             raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
-        Partitioned.from_json(q, p["plan"])
-        return
-    from_json(q, p["plan"])
+        part = Partitioned.from_json(q, p["plan"])
+        return generations(q, part), part
+    gens = [(0, from_json(q, p["plan"]))]
     for sw in p.get("switches") or []:
-        from_json(q, sw["plan"])
+        if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1:
+            raise PlanError(f"a switch is {{'from_epoch': E >= 1, 'plan': ...}}, not {_short(sw)}")
+        gens.append((sw["from_epoch"], from_json(q, sw["plan"])))
     if p.get("adaptive") is not None:  # re-planned while running: its configuration and seed 003's plan
+        if len(gens) > 1:
+            raise PlanError("an adaptive plan chooses its own switches: no 'switches'")
         from .adaptive.service import config_of, initial_jep
         config_of(p["adaptive"], q)
         initial_jep(q, p["plan"])
+    return generations(q, gens), None
 
 
 def _short(value: Any, n: int = 80) -> str:

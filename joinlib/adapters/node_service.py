@@ -42,12 +42,10 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from .. import wire
 from ..adaptive.service import config_of, initial_jep
-from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows
-from ..engine import generations
+from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows, compile_plan_payload
 from ..errors import ClusterError, PlanError, QueryError
 from ..model import Query
-from ..partitioned import Partitioned, is_partitioned_json
-from ..plan import from_json
+from ..partitioned import Partitioned
 from ..query import parse_query
 from ..runtime.host import Host
 from ..runtime.instance import InstanceSpec
@@ -182,27 +180,21 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
     return redis_store_factory(redis_url, namespace, retry=no_retry())
 
 
-def compile_plan_message(rec: ControlRecord) -> tuple[Query, list[InstanceSpec]]:
-    """The query and the plan generations of a ``plan`` control message."""
+#: a plan message compiled: its query, plan generations and partitioned plan (None unless PMJoin)
+Compiled = tuple[Query, list[InstanceSpec], Optional[Partitioned]]
+
+
+def compile_plan_message(rec: ControlRecord) -> Compiled:
+    """The query, the plan generations and the partitioned plan (if any) of a ``plan`` control message."""
     p = rec.payload if isinstance(rec.payload, dict) else {}
     if not isinstance(p.get("query"), dict) or p.get("plan") is None:
         raise PlanError(f"control@{rec.offset}: a plan message needs 'query' and 'plan'")
     q = parse_query(p["query"], f"control@{rec.offset}")
-    if is_partitioned_json(p["plan"]):  # PMJoin (seed 002): a plan per partition of the join values
-        if p.get("switches") or p.get("adaptive") is not None:
-            raise PlanError(f"control@{rec.offset}: a partitioned plan has no 'switches' and is not adaptive")
-        return q, generations(q, Partitioned.from_json(q, p["plan"]))
-    gens = [(0, from_json(q, p["plan"]))]
-    for sw in p.get("switches") or []:
-        if not isinstance(sw, dict) or not isinstance(sw.get("from_epoch"), int) or sw["from_epoch"] < 1:
-            raise PlanError(f"control@{rec.offset}: a switch is {{'from_epoch': E >= 1, 'plan': ...}}, not {sw!r}")
-        gens.append((sw["from_epoch"], from_json(q, sw["plan"])))
-    if p.get("adaptive") is not None:  # an adaptive plan (docs/adaptive.md): its configuration and seed 003's plan
-        if len(gens) > 1:
-            raise PlanError(f"control@{rec.offset}: an adaptive plan chooses its own switches: no 'switches'")
-        config_of(p["adaptive"], q)
-        initial_jep(q, p["plan"])
-    return q, generations(q, gens)
+    try:
+        specs, part = compile_plan_payload(q, p)
+    except PlanError as e:
+        raise PlanError(f"control@{rec.offset}: {e}") from None
+    return q, specs, part
 
 
 def plan_nodes(payload: dict[str, Any]) -> set[str]:
@@ -347,7 +339,7 @@ class NodeService:
                                    f"after {self.plan_timeout_s:.0f}s")
         return None
 
-    def _execute(self, rec: ControlRecord, compiled: tuple[Query, list[InstanceSpec]], admin: Any,
+    def _execute(self, rec: ControlRecord, compiled: Compiled, admin: Any,
                  ctl: ControlLog) -> None:
         """Run a plan to its end; when Redis fails under it, wait for Redis and start the plan over from
         the last checkpoint, in this process (:mod:`joinlib.adapters.redis_outage` says why)."""
@@ -425,15 +417,13 @@ class _Run:
     """One plan (all its generations) executed by a node service, start to ``done`` (a finite replay)
     or to ``stop`` (a live query)."""
 
-    def __init__(self, svc: NodeService, rec: ControlRecord, compiled: tuple[Query, list[InstanceSpec]],
+    def __init__(self, svc: NodeService, rec: ControlRecord, compiled: Compiled,
                  consumer: Any, admin: Any, ctl: ControlLog) -> None:
         self.svc, self.rec, self.consumer, self.admin, self.ctl = svc, rec, consumer, admin, ctl
         self.site = svc.site
-        self.q, self.specs = compiled
+        self.q, self.specs, self.partitioned = compiled
         self.p: dict[str, Any] = rec.payload if isinstance(rec.payload, dict) else {}
         self.run_id: Optional[str] = self.p.get("run")
-        self.partitioned = Partitioned.from_json(self.q, self.p["plan"]) if is_partitioned_json(self.p.get("plan")) \
-            else None
         live = self.p.get("live")
         self.origin = int(live.get("origin_ms") or 0) if isinstance(live, dict) else 0
         self.counters = Counters()
