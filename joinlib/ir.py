@@ -237,6 +237,7 @@ class Edge:
     theirs: tuple[int, ...]
     out_flow: Optional[str]     # signature of the flow to the neighbour (None: skipped)
     in_flow: Optional[str]      # signature of the flow from it (None: skipped, it passes everything)
+    cross: bool = False         # an edge off the tree (Reduce.cross): its sets filter only what ships
 
 
 @dataclass(frozen=True)
@@ -245,8 +246,9 @@ class ReducerOp:
     by its tree neighbours' key sets, sends its own on to them, and ships what passes to the
     result site ``site`` (unless the stream is born there).  ``schedule``: the neighbours as the
     reducer talks to them each epoch -- children in, parent out, parent in, children out (an
-    up pass then a down pass of the tree), without the skipped directions.  ``filters``: the
-    neighbours it filters by (those whose key sets it takes); ``sends``: those it sends to."""
+    up pass then a down pass of the tree), then the crossing edges out and in, without the skipped
+    directions.  ``filters``: the neighbours it filters by (those whose key sets it takes);
+    ``sends``: those it sends to."""
 
     stream: str
     pos: int
@@ -276,11 +278,15 @@ class ReducerOp:
         """(in | out, neighbour) in the order of the epoch's rounds.  A skipped direction is simply
         left out on both sides: every remaining wait (an "in" for the neighbour's "out") was one of
         the full schedule's, whose up-then-down order has no cycle, so none can deadlock."""
-        children = [e for e in self.edges if e.stream != self.parent]
-        parent = [e for e in self.edges if e.stream == self.parent]
+        tree = [e for e in self.edges if not e.cross]
+        children = [e for e in tree if e.stream != self.parent]
+        parent = [e for e in tree if e.stream == self.parent]
         up = [("in", e.stream) for e in children if e.in_flow] + [("out", e.stream) for e in parent if e.out_flow]
         down = [("in", e.stream) for e in parent if e.in_flow] + [("out", e.stream) for e in children if e.out_flow]
-        return tuple(up + down)
+        # crossing edges after the tree's rounds: their sets depend on the tree's only, so no wait is circular
+        cross = [e for e in self.edges if e.cross]
+        return tuple(up + down + [("out", e.stream) for e in cross if e.out_flow]
+                     + [("in", e.stream) for e in cross if e.in_flow])
 
     @property
     def content(self) -> str:
@@ -288,7 +294,8 @@ class ReducerOp:
         parent, its rounds in order and its tree neighbours -- so that two reductions with other
         trees, roots or skipped directions differ."""
         rounds = " ".join(f"{way}:{n}" for way, n in self.schedule)
-        return f"{self.sig}^{self.parent or ''}[{rounds}|{','.join(e.stream for e in self.edges)}]"
+        nbrs = ",".join(("~" if e.cross else "") + e.stream for e in self.edges)   # ~: a crossing edge
+        return f"{self.sig}^{self.parent or ''}[{rounds}|{nbrs}]"
 
 
 @dataclass(frozen=True)
@@ -513,7 +520,8 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
     for s in query.streams:
         sig = f"reduce:{s.name}@{s.site}>{red.site}"
         edges = []
-        for a, b in red.tree:
+        n_tree = len(red.tree)
+        for i, (a, b) in enumerate(red.edges(query)):
             if s.name not in (a, b):
                 continue
             other = query.stream(b if a == s.name else a)
@@ -526,7 +534,7 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
                 flows[fo.sig] = fo
                 fout = fo.sig
             fin = None if (other.name, s.name) in skip else f"reduce:{other.name}@{other.site}>{red.site}/to:{s.name}"
-            edges.append(Edge(other.name, other.site, mine, theirs, fout, fin))
+            edges.append(Edge(other.name, other.site, mine, theirs, fout, fin, i >= n_tree))
         rep = f"RF:{s.name}@{s.site}>{red.site}"
         out.append(ReducerOp(s.name, s.pos, s.site, red.site, tuple(edges), parent.get(s.name),
                              rep if rep in replicas else None))

@@ -64,14 +64,21 @@ class Sequence:
 @dataclass(frozen=True)
 class Reduce:
     """A reduction to ``site``: the semijoin program runs along ``tree`` (spanning tree edges of
-    the join graph, as pairs of stream names) rooted at ``root``.  ``skip``: directed tree edges
-    (sender, receiver) whose key sets are not sent; the receiver treats the sender as passing
+    the join graph, as pairs of stream names) rooted at ``root``.  ``cross``: the join graph's
+    edges off the tree (a cyclic graph) exchange key sets too, after the tree's rounds, and filter
+    only what ships to ``site`` (:func:`off_tree`).  ``skip``: directed edges (sender, receiver),
+    of the tree or crossing, whose key sets are not sent; the receiver treats the sender as passing
     everything (fewer tuples filtered, never a result lost)."""
 
     site: str
     tree: tuple[tuple[str, str], ...]
     root: str
     skip: tuple[tuple[str, str], ...] = ()
+    cross: bool = False
+
+    def edges(self, query: "Query") -> tuple[tuple[str, str], ...]:
+        """The edges that carry key sets: the tree's, then (``cross``) the others of the join graph."""
+        return self.tree + (off_tree(query, self.tree) if self.cross else ())
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class Plan:
         if self.reduce is not None:
             r = self.reduce
             spec: dict[str, Any] = {"site": r.site, "tree": [list(e) for e in r.tree], "root": r.root}
+            if r.cross:
+                spec["cross"] = True
             if r.skip:
                 spec["skip"] = [list(e) for e in r.skip]
             return {"reduce": spec}
@@ -103,7 +112,8 @@ class Plan:
             r = self.reduce
             tree = ", ".join(f"{a}-{b}" for a, b in r.tree)
             skip = f"; no key sets {', '.join(f'{a}->{b}' for a, b in r.skip)}" if r.skip else ""
-            return f"reduce to {r.site} (tree {tree}, root {r.root}{skip})"
+            cross = "; off-tree edges cross-checked" if r.cross else ""
+            return f"reduce to {r.site} (tree {tree}, root {r.root}{cross}{skip})"
         lines = []
         for seq in self.sequences:
             at = f" (at {seq.start})" if seq.start else ""
@@ -190,10 +200,14 @@ def _reduce_from_json(query: Query, data: dict[str, Any]) -> Plan:
     spec = data["reduce"]
     if len(data) != 1 or not isinstance(spec, dict) or not isinstance(spec.get("site"), str):
         raise PlanError('a reduction is {"reduce": {"site": NODE, "tree"?: [[A, B], ...], "root"?: STREAM, '
-                        '"skip"?: [[SENDER, RECEIVER], ...]}}')
-    unknown = sorted(set(spec) - {"site", "tree", "root", "skip"})
+                        '"cross"?: BOOL, "skip"?: [[SENDER, RECEIVER], ...]}}')
+    unknown = sorted(set(spec) - {"site", "tree", "root", "skip", "cross"})
     if unknown:
-        raise PlanError(f"reduce: unknown field {', '.join(map(repr, unknown))} (fields: site, tree, root, skip)")
+        raise PlanError(f"reduce: unknown field {', '.join(map(repr, unknown))} "
+                        "(fields: site, tree, root, cross, skip)")
+    cross = spec.get("cross", False)
+    if not isinstance(cross, bool):
+        raise PlanError("reduce.cross: expected true or false (key sets also along the join graph's off-tree edges)")
     tree = spec.get("tree")
     if tree is not None and not _pairs(tree):
         raise PlanError("reduce.tree: expected a list of [stream, stream] edges")
@@ -202,10 +216,10 @@ def _reduce_from_json(query: Query, data: dict[str, Any]) -> Plan:
         raise PlanError("reduce.root: expected a stream name")
     skip = spec.get("skip", [])
     if not _pairs(skip):
-        raise PlanError("reduce.skip: expected a list of [sender, receiver] pairs (tree edges whose key sets "
+        raise PlanError("reduce.skip: expected a list of [sender, receiver] pairs (edges whose key sets "
                         "are not sent in that direction)")
     return reduction(query, spec["site"], None if tree is None else [tuple(e) for e in tree], root,
-                     [tuple(e) for e in skip])
+                     [tuple(e) for e in skip], cross)
 
 
 def _pairs(data: Any) -> bool:
@@ -214,11 +228,12 @@ def _pairs(data: Any) -> bool:
 
 
 def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tuple[str, str]]] = None,
-              root: Optional[str] = None, skip: Iterable[tuple[str, str]] = ()) -> Plan:
+              root: Optional[str] = None, skip: Iterable[tuple[str, str]] = (), cross: bool = False) -> Plan:
     """Produce every result at ``site`` (default as for :func:`central`) after a semijoin program
     along ``tree`` (default: a breadth-first spanning tree from the most central stream), rooted at
     ``root`` (default: that stream), has filtered what every stream ships there; ``skip``: directed
-    tree edges (sender, receiver) whose key sets are not sent (see :class:`Reduce`)."""
+    edges (sender, receiver) whose key sets are not sent; ``cross``: the off-tree edges of a cyclic
+    join graph filter too (see :class:`Reduce`)."""
     base = central(query, site)
     at = base.sequences[0].start
     assert at is not None
@@ -230,13 +245,23 @@ def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tupl
         root = root or tree_center(query.names, tree)
     if root not in query.names:
         raise PlanError(f"reduce.root: unknown stream {root!r}")
-    edges = tuple(tuple(sorted(e, key=query.names.index)) for e in tree)
-    return Plan(base.sequences, Reduce(at, tuple((a, b) for a, b in edges), root, _check_skip(query, edges, skip)))
+    edges = tuple((a, b) for a, b in (sorted(e, key=query.names.index) for e in tree))
+    cross = cross and bool(off_tree(query, edges))   # an acyclic graph has no edge off its tree
+    used = edges + (off_tree(query, edges) if cross else ())
+    return Plan(base.sequences, Reduce(at, edges, root, _check_skip(query, used, skip), cross))
 
 
-def _check_skip(query: Query, tree: tuple[tuple[str, ...], ...],
+def off_tree(query: Query, tree: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The join graph's edges (stream pairs with a predicate, in query order) that ``tree`` leaves out."""
+    names, on = query.names, {frozenset(e) for e in tree}
+    return tuple((a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                 if frozenset((a, b)) not in on and query.predicates_between(a, b))
+
+
+def _check_skip(query: Query, tree: tuple[tuple[str, str], ...],
                 skip: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """``skip`` validated against the tree, without repeats, in query order (sender, then receiver)."""
+    """``skip`` validated against the edges with key sets (``tree``: the tree's, and the crossing ones
+    if used), without repeats, in query order (sender, then receiver)."""
     names, edges = set(query.names), {frozenset(e) for e in tree}
     out: set[tuple[str, str]] = set()
     for a, b in skip:
@@ -245,7 +270,8 @@ def _check_skip(query: Query, tree: tuple[tuple[str, ...], ...],
                 raise PlanError(f"reduce.skip: unknown stream {x!r} in {a}->{b} (streams: {', '.join(query.names)})")
         if a == b or frozenset((a, b)) not in edges:
             tree_text = ", ".join("-".join(e) for e in tree)
-            raise PlanError(f"reduce.skip: {a}->{b} is not a direction of a tree edge (tree: {tree_text})")
+            what = "a tree edge (tree" if len(edges) == len(names) - 1 else "a tree or off-tree edge (edges"
+            raise PlanError(f"reduce.skip: {a}->{b} is not a direction of {what}: {tree_text})")
         out.add((a, b))
     return tuple(sorted(out, key=lambda e: (query.names.index(e[0]), query.names.index(e[1]))))
 

@@ -6,7 +6,7 @@ import itertools
 from hypothesis import strategies as st
 
 from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamStats, Tup, Window
-from joinlib.plan import ALGORITHMS, Plan, Sequence, Step, reduction
+from joinlib.plan import ALGORITHMS, Plan, Sequence, Step, off_tree, reduction
 
 TOPOLOGIES = ("chain", "star", "cycle", "complete")
 
@@ -89,8 +89,9 @@ def plans(draw, query: Query) -> Plan:
 
 @st.composite
 def reductions(draw, query: Query) -> Plan:
-    """A reduction to a random node along a random spanning tree with a random root, with a random
-    set of skipped directions (none, some, or every one)."""
+    """A reduction to a random node along a random spanning tree with a random root, on a cyclic
+    graph with or without key sets along the off-tree edges, with a random set of skipped directions
+    (none, some, or every one)."""
     names = list(query.names)
     root = draw(st.sampled_from(names))
     done, edges = {root}, []
@@ -99,8 +100,10 @@ def reductions(draw, query: Query) -> Plan:
         a, b = draw(st.sampled_from(cands))
         edges.append((a, b))
         done.add(b)
-    directed = [d for a, b in edges for d in ((a, b), (b, a))]
+    cross = draw(st.booleans())
+    used = edges + (list(off_tree(query, tuple(tuple(sorted(e, key=names.index)) for e in edges))) if cross else [])
+    directed = [d for a, b in used for d in ((a, b), (b, a))]
     how = draw(st.sampled_from(["none", "some", "some", "all"]))
     skip = [] if how == "none" else directed if how == "all" else \
         [d for d in directed if draw(st.booleans())]
-    return reduction(query, draw(st.sampled_from(query.nodes)), edges, draw(st.sampled_from(names)), skip)
+    return reduction(query, draw(st.sampled_from(query.nodes)), edges, draw(st.sampled_from(names)), skip, cross)

@@ -40,7 +40,9 @@ others; p_uv is the false-positive rate of u's set for v (exact keys: 0).  u sen
 keys of ``b_u · Π conf(n → u)`` tuples per epoch (distinct keys of those), and ships
 ``b_u · Π_all neighbours conf(n → u)`` tuples to the result site.  A skipped direction n → u
 (``Reduce.skip``) carries no message and drops out of every product over u's neighbours
-(conf = 1: u does not filter by n).
+(conf = 1: u does not filter by n).  A crossing edge (``Reduce.cross``: off the tree of a cyclic
+graph) carries the keys of u's tuples that pass u's *tree* neighbours, and its conf enters only the
+product of what ships (no key set waits for a crossing one).
 
 :func:`step_flows`, :func:`replica_flows` and :func:`reduction_flows` turn these into :class:`Msg`
 items, the expected content of one message per flow and epoch; :mod:`joinlib.costs.model` prices
@@ -363,7 +365,7 @@ def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
             return hit
         op = ops[u]
         mine = op.edge(v).mine
-        others = [e for e in op.filters if e.stream != v]
+        others = [e for e in op.filters if e.stream != v and not e.cross]   # a set waits for tree sets only
         ws = [msg(e.stream, u) for e in others]
         shared = [set(e.mine) == set(mine) for e in others]
         life = _lifetime(query, u)

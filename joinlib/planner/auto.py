@@ -9,9 +9,10 @@ bytes per second with every shipment counted once):
   :mod:`.exhaustive`) starting at every node, the cheapest start kept;
 * ``reduce``: a reduction (semijoin program over a spanning tree, every result at one node) to
   every node, over the default tree (breadth first from the most central stream) and over the
-  breadth-first tree from every other stream where that is a different tree (cyclic join graphs);
-  each with the tree directions whose key sets cost more than they save skipped
-  (:func:`skip_directions`: greedy on the model, deterministic);
+  breadth-first tree from every other stream where that is a different tree (cyclic join graphs),
+  on a cyclic graph also with key sets along the edges off the tree (``Reduce.cross``); each with
+  the directions whose key sets cost more than they save skipped (:func:`skip_directions`: greedy
+  on the model, deterministic);
 * ``descent``: coordinate descent over heads from the best plans so far: each head's sequence
   replaced in turn by the one from its pool (the per-head optimum at every start, SP-S to every
   node, each algorithm) that lowers the *plan*'s cost most, until nothing improves.  This finds
@@ -98,12 +99,14 @@ def gen_reduce(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
     trees = {frozenset(map(frozenset, plans.spanning_tree(query, default))): default}
     for root in query.names:
         trees.setdefault(frozenset(map(frozenset, plans.spanning_tree(query, root))), root)
+    cyclic = bool(plans.off_tree(query, tuple(plans.spanning_tree(query, default))))
     for node in query.nodes:
-        yield _skipped(query, model, f"reduce:{node}", plans.reduction(query, node))
         for root in trees.values():
-            if root != default:
-                plan = plans.reduction(query, node, plans.spanning_tree(query, root), root)
-                yield _skipped(query, model, f"reduce:{node}/tree:{root}", plan)
+            tree = plans.spanning_tree(query, root)
+            name = f"reduce:{node}" + (f"/tree:{root}" if root != default else "")
+            for cross in (False, True) if cyclic else (False,):   # a cyclic graph: off-tree edges filter too?
+                yield _skipped(query, model, name + ("/cross" if cross else ""),
+                               plans.reduction(query, node, tree, root, (), cross))
 
 
 def _skipped(query: Query, model: WireModel, name: str, plan: Plan) -> tuple[str, Plan]:
@@ -123,13 +126,13 @@ def skip_directions(query: Query, model: WireModel, plan: Plan) -> Plan:
     red = plan.reduce
     if red is None:
         return plan
-    directed = [d for a, b in red.tree for d in ((a, b), (b, a))]
+    directed = [d for a, b in red.edges(query) for d in ((a, b), (b, a))]
     best = model.plan_cost(query, plan)
     while True:
         trials = []
         for d in directed:
             if d not in red.skip:
-                trial = plans.reduction(query, red.site, list(red.tree), red.root, red.skip + (d,))
+                trial = plans.reduction(query, red.site, list(red.tree), red.root, red.skip + (d,), red.cross)
                 trials.append((model.plan_cost(query, trial), trial))
         if not trials:
             return plan

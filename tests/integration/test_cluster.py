@@ -60,6 +60,12 @@ def star4(tmp_path_factory):
     return _dataset(tmp_path_factory, REPO / "examples" / "star4.yaml", 0.25, 2000, seed=5)
 
 
+@pytest.fixture(scope="module")
+def toggle4(tmp_path_factory):
+    # a complete 4-way join graph (3 edges off any spanning tree), rates / 2 for 2 s
+    return _dataset(tmp_path_factory, REPO / "examples" / "toggle4.yaml", 0.5, 2000, seed=3)
+
+
 def _links(report: dict) -> list[tuple]:
     return [(ln["src"], ln["dst"], ln["kind"], ln["messages"], ln["bytes"]) for ln in report["links"]]
 
@@ -90,18 +96,21 @@ def test_uniform_plan_is_exact_and_ships_the_simulated_bytes(routers, kafka_boot
     _run_and_check(routers, plans.uniform(query, algorithm), kafka_bootstrap, mode="thread")
 
 
-@pytest.mark.parametrize("dataset,site,skip", [
-    ("routers", None, ()), ("star4", "hub", ()),
+@pytest.mark.parametrize("dataset,site,skip,cross", [
+    ("routers", None, (), False), ("star4", "hub", (), False),
     # one-way edges: the hub's S1 sends S2 and S3 no key sets, S4 sends S1 none
-    ("star4", "b", (("S1", "S2"), ("S1", "S3"), ("S4", "S1"))),
+    ("star4", "b", (("S1", "S2"), ("S1", "S3"), ("S4", "S1")), False),
+    # a cyclic graph with key sets along the off-tree edges too, one of their directions skipped
+    ("toggle4", "N2", (), True), ("toggle4", "N4", (("S3", "S4"), ("S2", "S1")), True),
 ])
-def test_reduction_plan_is_exact_and_ships_the_simulated_bytes(request, kafka_bootstrap, dataset, site, skip):
+def test_reduction_plan_is_exact_and_ships_the_simulated_bytes(request, kafka_bootstrap, dataset, site, skip,
+                                                               cross):
     """The reduction's key sets (keys or Bloom filters) and shipped batches over Kafka: exact
-    results, the simulator's bytes per link (with some tree directions skipped, too)."""
+    results, the simulator's bytes per link (with some directions skipped, and off-tree edges, too)."""
     data = request.getfixturevalue(dataset)
     query = data[0]
-    plan = plans.reduction(query, site, skip=skip)
-    assert plan.reduce is not None and len(plan.reduce.skip) == len(skip)
+    plan = plans.reduction(query, site, skip=skip, cross=cross)
+    assert plan.reduce is not None and len(plan.reduce.skip) == len(skip) and plan.reduce.cross == cross
     _run_and_check(data, plan, kafka_bootstrap, mode="thread")
 
 

@@ -57,7 +57,7 @@ def test_skip_round_trips_through_json():
     ({"skip": [["S1", "S3"]]}, r"reduce\.skip: S1->S3 is not a direction of a tree edge \(tree: S1-S2, S2-S3\)"),
     ({"skip": [["S1", "S1"]]}, r"reduce\.skip: S1->S1 is not a direction of a tree edge"),
     ({"skip": [["S1", "S9"]]}, r"reduce\.skip: unknown stream 'S9' in S1->S9 \(streams: S1, S2, S3\)"),
-    ({"skips": [["S1", "S2"]]}, r"reduce: unknown field 'skips' \(fields: site, tree, root, skip\)"),
+    ({"skips": [["S1", "S2"]]}, r"reduce: unknown field 'skips' \(fields: site, tree, root, cross, skip\)"),
 ])
 def test_skip_errors_say_what_is_wrong(spec, message):
     q = load_query(SELECTIVE)

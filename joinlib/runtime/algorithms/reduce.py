@@ -19,6 +19,12 @@ A direction of a tree edge may be skipped (``Reduce.skip``): its sender sends no
 and the receiver leaves the sender out of every test (as if its sets held every key).  That only
 lets more through, so the argument above holds with the remaining filters.
 
+A cyclic join graph's edges off the tree may exchange key sets too (``Reduce.cross``), after the
+tree's rounds: the keys of the tuples that newly pass every tree neighbour.  They filter only what
+ships to R, never a tree set (a tree set waiting for them could wait in a circle).  Exact by the
+same argument: a result's tuple in the crossing neighbour passes its tree filters by the head's
+epoch, so its key is in that epoch's crossing set before anything ships.
+
 Key sets are deltas: a reducer sends the keys of tuples that pass for the first time, tagged with
 the latest arrival epoch among them, and the oldest arrival epoch still in its window (both as
 epochs back from the message's epoch, a byte each); a receiver
@@ -72,6 +78,7 @@ class Reducer:
         self.live_from: dict[str, int] = {e.stream: 0 for e in op.filters}
         self._keys = {e.stream: e.mine for e in op.edges}
         self._filters = tuple(e.stream for e in op.filters)
+        self._tree_filters = tuple(e.stream for e in op.filters if not e.cross)
         self._sends = len(op.sends)
 
     # ------------------------------------------------------------------ the window
@@ -129,14 +136,18 @@ class Reducer:
             return True
         return False
 
-    def _passes(self, x: _Entry, but: Optional[str]) -> bool:
-        """Matched by the sets of every neighbour but ``but`` (a neighbour skipped toward us: always)."""
-        return all(self._matches(x, n) for n in self._filters if n != but)
+    def _passes(self, x: _Entry, but: Optional[str], among: tuple[str, ...]) -> bool:
+        """Matched by the sets of every neighbour of ``among`` but ``but`` (a neighbour skipped toward us:
+        always)."""
+        return all(self._matches(x, n) for n in among if n != but)
 
     # ------------------------------------------------------------------ what goes out
     def out(self, nbr: str, e: int) -> KeyFilter:
-        """The key set for ``nbr``: keys of the tuples that newly pass every other neighbour."""
-        newly = [x for x in self.pending.values() if nbr not in x.sent and self._passes(x, nbr)]
+        """The key set for ``nbr``: keys of the tuples that newly pass every other *tree* neighbour.  A
+        crossing edge's set arrives after the tree's rounds, so tree sets never wait for it (and a
+        set sent on a crossing edge does not depend on another one: no wait is circular)."""
+        tree = self._tree_filters
+        newly = [x for x in self.pending.values() if nbr not in x.sent and self._passes(x, nbr, tree)]
         for x in newly:
             x.sent.add(nbr)
         self._settle(newly)
@@ -149,8 +160,8 @@ class Reducer:
         return KeyFilter(back, e - self.oldest(e), list(ks.keys or ()))
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
-        """The tuples that newly pass every neighbour, for the result site."""
-        newly = [x for x in self.pending.values() if not x.shipped and self._passes(x, None)]
+        """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
+        newly = [x for x in self.pending.values() if not x.shipped and self._passes(x, None, self._filters)]
         for x in newly:
             x.shipped = True
         self._settle(newly)
