@@ -38,9 +38,10 @@ PLAN_HELP = """PLAN is one of:
                                fills, keep the one shipping fewest bytes (or lowest time)
   central[:SITE]               ship every stream to one site and join there, as
                                centralized engines do (default site: highest rate)
-  reduce[:NODE]                a reduction: semijoin program over a spanning tree of the
+  reduce[:NODE][:cross]        a reduction: semijoin program over a spanning tree of the
                                join graph, then only the tuples that can still join are
                                shipped to NODE, which joins (default node: as central;
+                               cross: a cyclic graph's off-tree edges filter too;
                                docs/reduction.md)
   SP-S | SP-D | SM-S1 | SM-S2 | SM-D1 | SM-D2
                                that algorithm on every step (breadth-first orders)
@@ -89,9 +90,13 @@ def _central(r: PlanRequest) -> Plan:
 
 
 def _reduce(r: PlanRequest) -> Plan:
-    if r.arg is not None and r.arg not in r.query.nodes:
-        raise PlanError(f"reduce:{r.arg}: no such node (nodes: {', '.join(r.query.nodes)})")
-    return plans.reduction(r.query, r.arg)
+    node, cross = r.arg, False
+    if node is not None and (node == "cross" or node.endswith(":cross")) and node not in r.query.nodes:
+        node, cross = (None if node == "cross" else node[: -len(":cross")]), True
+    if node is not None and node not in r.query.nodes:
+        raise PlanError(f"reduce:{r.arg}: no such node (nodes: {', '.join(r.query.nodes)}); "
+                        "the form is reduce[:NODE][:cross]")
+    return plans.reduction(r.query, node, cross=cross)
 
 
 def _uniform(algorithm: str) -> Planner:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,15 @@ def _data(q):
     with tempfile.TemporaryDirectory() as tmp:
         generate(q, tmp, 2000, seed=2)
         return load_streams(q, tmp)
+
+
+@pytest.mark.parametrize("spec,node,cross", [("reduce:N2:cross", "N2", True), ("reduce:cross", None, True),
+                                             ("reduce:N3", "N3", False)])
+def test_plan_names_ask_for_crossing_edges(spec, node, cross):
+    from joinlib.planner.registry import resolve_plan
+    from joinlib.query import load_query
+    q = load_query(Path(__file__).resolve().parents[2] / "examples" / "toggle4.yaml")
+    p = resolve_plan(q, spec)
+    assert p.reduce is not None and p.reduce.cross == cross and (node is None or p.reduce.site == node)
+    with pytest.raises(PlanError, match=r"the form is reduce\[:NODE\]\[:cross\]"):
+        resolve_plan(q, "reduce:N9:cross")
