@@ -252,10 +252,24 @@ def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tupl
 
 
 def off_tree(query: Query, tree: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """The join graph's edges (stream pairs with a predicate, in query order) that ``tree`` leaves out."""
-    names, on = query.names, {frozenset(e) for e in tree}
-    return tuple((a, b) for i, a in enumerate(names) for b in names[i + 1:]
-                 if frozenset((a, b)) not in on and query.predicates_between(a, b))
+    """The join graph's edges (stream pairs with a predicate, in query order) that ``tree`` leaves out and
+    whose predicates the tree's do not imply.  Equality is transitive: with one shared key
+    (S1.J = S2.J = S3.J) the tree's filters already carry S2.J = S3.J, and an off-tree set would only
+    repeat them; with a key per edge (S2.c = S3.c) it stops what the tree cannot."""
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def find(x: tuple[str, str]) -> tuple[str, str]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+    on = {frozenset(e) for e in tree}
+    for a, b in tree:
+        for p in query.predicates_between(a, b):
+            parent[find((p.left, p.left_attr))] = find((p.right, p.right_attr))
+    names = query.names
+    return tuple((a, b) for i, a in enumerate(names) for b in names[i + 1:] if frozenset((a, b)) not in on
+                 and any(find((p.left, p.left_attr)) != find((p.right, p.right_attr))
+                         for p in query.predicates_between(a, b)))
 
 
 def _check_skip(query: Query, tree: tuple[tuple[str, str], ...],

@@ -19,9 +19,12 @@ from joinlib.gen import generate
 from joinlib.ir import lower
 from joinlib.model import Execution, Network
 from joinlib.planner.auto import rank
+from joinlib.query import load_query
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
 from joinlib.synthetic import build_query, topology_edges
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _clique3_keys(f: float = 0.01, tuple_bytes: int = 1250):
@@ -108,13 +111,22 @@ def _data(q):
         return load_streams(q, tmp)
 
 
-@pytest.mark.parametrize("spec,node,cross", [("reduce:N2:cross", "N2", True), ("reduce:cross", None, True),
-                                             ("reduce:N3", "N3", False)])
+@pytest.mark.parametrize("spec,node,cross", [("reduce:r2:cross", "r2", True), ("reduce:cross", None, True),
+                                             ("reduce:r3", "r3", False)])
 def test_plan_names_ask_for_crossing_edges(spec, node, cross):
     from joinlib.planner.registry import resolve_plan
-    from joinlib.query import load_query
-    q = load_query(Path(__file__).resolve().parents[2] / "examples" / "toggle4.yaml")
+    q = load_query(EXAMPLES / "triangle_keys.yaml")
     p = resolve_plan(q, spec)
     assert p.reduce is not None and p.reduce.cross == cross and (node is None or p.reduce.site == node)
     with pytest.raises(PlanError, match=r"the form is reduce\[:NODE\]\[:cross\]"):
-        resolve_plan(q, "reduce:N9:cross")
+        resolve_plan(q, "reduce:r9:cross")
+
+
+def test_off_tree_edges_implied_by_one_shared_key_are_left_out():
+    """toggle4 joins four streams on one key J: the tree's filters already carry every off-tree
+    predicate (equality is transitive), so there is nothing to cross-check and the plan is the tree's."""
+    q = load_query(EXAMPLES / "toggle4.yaml")
+    tree = plans.reduction(q).reduce.tree
+    assert plans.off_tree(q, tree) == ()
+    p = plans.reduction(q, cross=True)
+    assert not p.reduce.cross and p == plans.reduction(q)
