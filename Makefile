@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ bench: deps ## Benchmarks of the embedded engine (JSON + PNG under bench/out)
 
 bench-bytes: deps ## Bytes of every planner's plan vs the best central and the floor over the issue-11 grid (results/bytes, docs/bytes.md)
 	$(PYTHON) bench/bytes_bench.py --out results/bytes --table docs/bytes.md
+
+bench-adaptive-cluster: deps cluster-install ## Adaptive re-planning embedded and on Kafka + Redis (results/adaptive-cluster; docs/adaptive.md table)
+	$(PYTHON) bench/adaptive_cluster.py --out results/adaptive-cluster
 
 bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
 	$(PYTHON) bench/latency_bench.py
