@@ -232,8 +232,12 @@ class ValueRateModel(RateModel):
         if lam.size and (not np.all(np.isfinite(lam)) or lam.min() < 0):
             raise PlanError("value rates must be finite and >= 0")
         self.lam = lam
-        c = np.asarray(self._c, dtype=np.float64).reshape(-1, 1)
-        self.w: FloatArray = lam / c  # W_i^v = λ_i^v / c_i (= λ_i^v·T_i)
+        # W_i^v = λ_i^v / c_i: λ_i^v·T_i, or K_i·λ_i^v/λ_i -- in that order, not via c_i, which underflows
+        # for a tuple window over a tiny rate (λ_i/K_i = 0, W = ∞, λ_G = ∞·0 = NaN)
+        rows = [row * s.window_s if s.window_s is not None else
+                (row / s.rate * float(s.window_tuples or 0) if s.rate > 0 else np.zeros_like(row))
+                for s, row in zip(self.streams, lam, strict=True)]
+        self.w: FloatArray = np.asarray(rows, dtype=np.float64).reshape(lam.shape)
         self._rows = [tuple(float(x) for x in row) for row in self.w] if lam.shape[1] <= 4 else None
 
     def _window(self, g: Members) -> float:

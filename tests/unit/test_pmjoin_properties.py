@@ -13,6 +13,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -207,3 +208,11 @@ def test_optimal_is_a_lower_bound(cm: tuple[SelectivityModel, list[list[tuple[in
     assert best <= plan_cost(stream_join_opt(model), model) * (1 + 1e-9) + 1e-9
     assert best <= plan_cost(simple(model), model) * (1 + 1e-9) + 1e-9
     assert not math.isnan(best)
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e-300, 0.0])
+def test_a_tuple_window_over_a_tiny_or_zero_rate_is_not_nan(rate: float) -> None:
+    """W = K·λ^v/λ computed in that order: λ/K underflows to 0 for a subnormal rate (hypothesis found
+    λ = 5e-324 giving λ_G = ∞·0 = NaN)."""
+    m = ValueRateModel([StreamSpec("S0", "n0", rate, window_tuples=10)], np.array([[rate]]))
+    assert m.rate(frozenset({0})) == _approx(rate) and math.isfinite(m.window(frozenset({0})))
