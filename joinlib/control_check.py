@@ -153,7 +153,7 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
         q = parse_query(p["query"], "control")
         if q.name != query:
             return f"plan: the query in the payload is {q.name!r}, the message is for {query!r}"
-        _compile(q, p)
+        plan_payload(q, p)
     except JoinlibError as e:
         return f"plan does not compile: {_short(str(e), 200)}"
     except Exception as e:  # a hostile payload may trip any of the parsers
@@ -161,24 +161,18 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _compile(q: Any, p: dict[str, Any]) -> None:
-    compile_plan_payload(q, p)
-
-
-def compile_plan_payload(q: Any, p: dict[str, Any]) -> tuple[list[Any], Optional[Any]]:
-    """A ``plan`` message's plan generations (:class:`~joinlib.runtime.instance.InstanceSpec`, what a node
-    installs) against its parsed query ``q``, and its :class:`~joinlib.partitioned.Partitioned` plan if it is
-    one (PMJoin); :class:`~joinlib.errors.PlanError` for what cannot run.  The one place the rules of a plan
-    message live: :func:`check_control` and the node service both use it."""
-    from .engine import generations
+def plan_payload(q: Any, p: dict[str, Any]) -> Any:
+    """A ``plan`` message's plans against its parsed query ``q``: a
+    :class:`~joinlib.partitioned.Partitioned` plan (PMJoin), or the generations ``[(first epoch, Plan)]``
+    for :func:`joinlib.engine.generations`; :class:`~joinlib.errors.PlanError` for what cannot run.  The one
+    place the rules of a plan message live: :func:`check_control` and the node service both use it."""
     from .errors import PlanError
     from .partitioned import Partitioned, is_partitioned_json
     from .plan import from_json
     if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
         if p.get("switches") or p.get("adaptive") is not None:
             raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
-        part = Partitioned.from_json(q, p["plan"])
-        return generations(q, part), part
+        return Partitioned.from_json(q, p["plan"])
     gens = [(0, from_json(q, p["plan"]))]
     for sw in p.get("switches") or []:
         if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1:
@@ -190,7 +184,7 @@ def compile_plan_payload(q: Any, p: dict[str, Any]) -> tuple[list[Any], Optional
         from .adaptive.service import config_of, initial_jep
         config_of(p["adaptive"], q)
         initial_jep(q, p["plan"])
-    return generations(q, gens), None
+    return gens
 
 
 def _short(value: Any, n: int = 80) -> str:

@@ -517,11 +517,11 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
     parent = _parents(red.tree, red.root)
     skip = set(red.skip)
     out = []
+    keyed, n_tree = red.edges(query), len(red.tree)   # the tree's edges, then the crossing ones
     for s in query.streams:
         sig = f"reduce:{s.name}@{s.site}>{red.site}"
         edges = []
-        n_tree = len(red.tree)
-        for i, (a, b) in enumerate(red.edges(query)):
+        for i, (a, b) in enumerate(keyed):
             if s.name not in (a, b):
                 continue
             other = query.stream(b if a == s.name else a)

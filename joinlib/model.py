@@ -7,7 +7,7 @@ reference join.  Times are integers in milliseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .source_spec import SourceSpec
 
@@ -102,6 +102,25 @@ class Predicate:
 
     def __str__(self) -> str:
         return f"{self.left}.{self.left_attr} = {self.right}.{self.right_attr}"
+
+
+Attr = tuple[str, str]   # (stream, attribute)
+
+
+def equality_classes(predicates: Iterable[Predicate]) -> Callable[[Attr], Attr]:
+    """The classes of (stream, attribute) pairs that ``predicates`` make equal (equality is transitive):
+    a function from a pair to its class's representative (a pair no predicate names is its own)."""
+    parent: dict[Attr, Attr] = {}
+
+    def find(x: Attr) -> Attr:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+    for p in predicates:
+        a, b = find((p.left, p.left_attr)), find((p.right, p.right_attr))
+        if a != b:
+            parent[b] = a
+    return find
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .errors import PlanError
-from .model import Query, Tup, Value
+from .model import Query, Tup, Value, equality_classes
 from .plan import Plan
 from .plan import from_json as plan_from_json
 from .pmjoin.partition import HashPartition, PartitionFunction, RangePartition, canonical, order_key
@@ -52,16 +52,7 @@ def attribute_class(query: Query) -> tuple[tuple[str, str], ...]:
     """The join attribute class to partition by: the (stream, attribute) pairs connected by
     equality predicates, the class that covers the most streams (the first in query order on
     ties).  Streams outside it are broadcast."""
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def find(x: tuple[str, str]) -> tuple[str, str]:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-    for p in query.predicates:
-        a, b = find((p.left, p.left_attr)), find((p.right, p.right_attr))
-        if a != b:
-            parent[b] = a
+    find = equality_classes(query.predicates)
     classes: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for s in query.streams:  # query order, so ties go to the first stream's class
         for attr in s.join_attrs:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from .errors import PlanError
-from .model import Query
+from .model import Query, equality_classes
 
 ALGORITHMS = ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2")
 SOURCE_ALGORITHMS = frozenset({"SP-S", "SM-S1", "SM-S2"})
@@ -256,16 +256,8 @@ def off_tree(query: Query, tree: tuple[tuple[str, str], ...]) -> tuple[tuple[str
     whose predicates the tree's do not imply.  Equality is transitive: with one shared key
     (S1.J = S2.J = S3.J) the tree's filters already carry S2.J = S3.J, and an off-tree set would only
     repeat them; with a key per edge (S2.c = S3.c) it stops what the tree cannot."""
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def find(x: tuple[str, str]) -> tuple[str, str]:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
+    find = equality_classes(p for a, b in tree for p in query.predicates_between(a, b))
     on = {frozenset(e) for e in tree}
-    for a, b in tree:
-        for p in query.predicates_between(a, b):
-            parent[find((p.left, p.left_attr))] = find((p.right, p.right_attr))
     names = query.names
     return tuple((a, b) for i, a in enumerate(names) for b in names[i + 1:] if frozenset((a, b)) not in on
                  and any(find((p.left, p.left_attr)) != find((p.right, p.right_attr))

@@ -43,6 +43,7 @@ class ValueMonitor:
         self.seen: dict[bytes, Value] = {}
         self.first: Optional[int] = None   # the earliest ts counted, the latest
         self.last: Optional[int] = None
+        self._prune_at = 4 * cap * max(1, len(self.attrs))   # len(seen) that triggers forgetting values
 
     @classmethod
     def of(cls, query: Query, site: str) -> Optional["ValueMonitor"]:
@@ -82,9 +83,10 @@ class ValueMonitor:
             del self.buckets[b]
         if self.first is not None:
             self.first = max(self.first, lo * BUCKET_MS)
-        if len(self.seen) > 4 * self.cap * max(1, len(self.attrs)):   # forget values no bucket holds
+        if len(self.seen) > self._prune_at:   # forget values no bucket holds (amortised: at most per doubling)
             live = {k for per in self.buckets.values() for c in per.values() for k in c}
             self.seen = {k: v for k, v in self.seen.items() if k in live}
+            self._prune_at = max(self._prune_at, 2 * len(self.seen))
 
     def report(self) -> Optional[dict[str, Any]]:
         """``{"span_ms", "streams": {stream: [[value, count], ...]}}`` (the ``cap`` most frequent values

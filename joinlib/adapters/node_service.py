@@ -42,7 +42,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from .. import wire
 from ..adaptive.service import config_of, initial_jep
-from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows, compile_plan_payload
+from ..control_check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows, plan_payload
+from ..engine import generations
 from ..errors import ClusterError, PlanError, QueryError
 from ..model import Query
 from ..partitioned import Partitioned
@@ -191,10 +192,11 @@ def compile_plan_message(rec: ControlRecord) -> Compiled:
         raise PlanError(f"control@{rec.offset}: a plan message needs 'query' and 'plan'")
     q = parse_query(p["query"], f"control@{rec.offset}")
     try:
-        specs, part = compile_plan_payload(q, p)
+        plans = plan_payload(q, p)
+        specs = generations(q, plans)
     except PlanError as e:
         raise PlanError(f"control@{rec.offset}: {e}") from None
-    return q, specs, part
+    return q, specs, plans if isinstance(plans, Partitioned) else None
 
 
 def plan_nodes(payload: dict[str, Any]) -> set[str]:
