@@ -25,6 +25,8 @@ from .partitioned import RUN_HELP as PARTITION_HELP
 from .partitioned import is_partitioned
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
 from .runtime.sink import Group, Sink
+from .tree_engine import RUN_HELP as TREE_HELP
+from .tree_engine import is_tree
 from .units import parse_duration
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Run QUERY over DIR/<stream>.jsonl with the given plan on the "
                                    "deterministic simulated network, write every result to OUT "
                                    "and print the per-link cost report.\n\n" + PLAN_HELP + "\n\n" + ADAPTIVE_HELP
-                                   + "\n\n" + PARTITION_HELP)
+                                   + "\n\n" + PARTITION_HELP + "\n\n" + TREE_HELP)
     r.add_argument("query", type=Path, help="query file (YAML)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
@@ -191,6 +193,12 @@ def parse_switches(specs: list[str], query: Query) -> list[tuple[int, str]]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if is_tree(args.plan):  # MJoin trees with windows on intermediate streams (seed 002)
+        return _run_tree(args)
+    return _run_plans(args)
+
+
+def _run_plans(args: argparse.Namespace) -> int:
     from .data import load_streams
     from .engine import run_embedded
     from .query import load_query
@@ -233,6 +241,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         describe = getattr(report, "describe", None)  # an adaptive run's triggers, plan changes, messages
         if describe is not None:
             print(describe())
+    if args.check:
+        return _check(query, streams, args.out)
+    return 0
+
+
+def _run_tree(args: argparse.Namespace) -> int:
+    """``--plan mjoin[:FILE.json]``: every MJoin of the tree an operator query, embedded."""
+    from .data import load_streams
+    from .query import load_query
+    from .runtime.sink import CountingSink
+    from .tree_engine import plan_tree, run_tree
+    query = load_query(args.query)
+    progress = not args.no_progress and sys.stderr.isatty()
+    for flag, given in (("--switch", args.switch), ("--cluster", args.cluster is not None), ("--kill", args.kill)):
+        if given:
+            raise JoinlibError(f"--plan {args.plan} runs embedded and without {flag} (MJoin trees do not run "
+                               "on Kafka yet, and have no generations)")
+    program = plan_tree(query, args.plan, args.data)
+    streams = load_streams(query, args.data)
+    if args.out:
+        _writable(args.out)
+        with open(args.out, "wb") as f:
+            report = run_tree(program, streams, JsonlSink(query, f), progress=progress)
+    else:
+        report = run_tree(program, streams, CountingSink(), progress=progress)
+    if args.report:
+        _writable(args.report)
+        args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if not args.quiet:
+        print(f"MJoin tree: {program.describe()}")
+        print(format_report(report))
     if args.check:
         return _check(query, streams, args.out)
     return 0

@@ -164,14 +164,24 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
     _feed(query, streams, plan, hosts)
     for h in hosts.values():
         h.set_last(query.name, last)
-    bar = _bar(progress, last + 1, query.name)
+    wall = drive(net, hosts, last, tau, lambda h, at: h.advance(query.name, int(at)), progress=progress,
+                 name=query.name)
+    return _report(query, specs, net, sensor, tap, wall, all_ts, plan)
+
+
+def drive(net: SimNetwork, hosts: dict[str, Host], last: int, tau: int, advance: Callable[[Host, float], None], *,
+          after: Optional[Callable[[float], None]] = None, progress: bool = False, name: str = "") -> float:
+    """The simulation loop: a tick per epoch (``advance`` moves a host's source watermarks to the
+    tick's time), each message delivered when the network says, every host run after each; ``after``
+    runs after every event. Returns the wall time; raises :class:`StuckError` if a host did not finish."""
+    bar = _bar(progress, last + 1, name)
     t0 = time.perf_counter()
     net.schedule(tau, ("tick", 0))
     while (ev := net.pop()) is not None:
         at, (kind, x) = ev
         if kind == "tick":
             for h in hosts.values():
-                h.advance(query.name, int(at))
+                advance(h, at)
                 h.run(at)
             if x < last:
                 net.schedule(at + tau, ("tick", x + 1))
@@ -182,11 +192,13 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
             h = hosts[env.dst]
             h.on_message(env, at, sent)
             h.run(at)
+        if after is not None:
+            after(at)
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
     _check_finished(hosts)
-    return _report(query, specs, net, sensor, tap, wall, all_ts, plan)
+    return wall
 
 
 def _feed(query: Query, streams: dict[str, list[Tup]], plan: Plans, hosts: dict[str, Host]) -> None:

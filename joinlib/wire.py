@@ -736,6 +736,18 @@ def decode_tuple(data: bytes) -> Tup:
     return _whole(data, "joinlib.BaseTuple", lambda b: _rtup(b, 0))
 
 
+def encode_tuple_list(tups: Sequence[Tup]) -> bytes:
+    """An Avro array of ``joinlib.BaseTuple``: a derived tuple's components (:mod:`joinlib.derived`)."""
+    out: list[bytes] = []
+    _put_tups(out.append, tups)
+    return b"".join(out)
+
+
+def decode_tuple_list(data: bytes) -> list[Tup]:
+    """Inverse of :func:`encode_tuple_list`."""
+    return _whole(data, "array of joinlib.BaseTuple", lambda b: _rtups(b, 0))
+
+
 def _rtups(b: bytes, i: int) -> tuple[list[Tup], int]:
     out: list[Tup] = []
     ap = out.append

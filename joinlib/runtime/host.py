@@ -21,7 +21,7 @@ made by ``store_factory(name)`` and hands results to ``sink.emit``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Protocol
+from typing import Any, Callable, Container, Iterable, Optional, Protocol
 
 from .. import wire
 from ..errors import CheckpointError
@@ -136,10 +136,10 @@ class Host:
             raise KeyError(f"no window of {query}.{stream} (partition {part}) at {self.site}: install its plan first")
         return w
 
-    def advance(self, query: str, watermark: int) -> None:
-        """Every stream of ``query`` born here has seen everything before ``watermark``."""
-        for (q, _, _), w in self.windows.items():
-            if q == query and watermark > w.watermark:
+    def advance(self, query: str, watermark: int, streams: Optional[Container[str]] = None) -> None:
+        """Every stream of ``query`` born here (or of ``streams``) has seen everything before ``watermark``."""
+        for (q, _, s), w in self.windows.items():
+            if q == query and watermark > w.watermark and (streams is None or s in streams):
                 w.watermark = watermark
 
     def set_last(self, query: str, last: Optional[int]) -> None:

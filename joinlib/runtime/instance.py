@@ -136,6 +136,12 @@ class Instance:
             a, b = row[:pos], row[pos + 1:]
             nxt.extend(a + (t,) + b for t in tups)
 
+    def results_through(self) -> dict[int, int]:
+        """Per sequence, the last head epoch whose results its last step has all handed on here
+        (-1: none, or the step runs elsewhere): a derived stream's producer (:mod:`joinlib.tree_engine`)."""
+        done = self.step_done
+        return {st.seq_index: done.get((st.seq_index, st.j), -1) for st in self.ir.steps if st.last}
+
     def home(self, stream: str) -> HomeWindow:
         return self.homes[stream]
 

@@ -1,0 +1,288 @@
+"""Derived streams: the result stream of one MJoin operator, read as an input by another.
+
+An MJoin tree (:mod:`joinlib.pmjoin.tree`: STREAMJOINOPT's plans, seed 002) runs as one *operator
+query* per MJoin: a join, at the operator's node, of its inputs (``central`` at that node: every
+input shipped there once, all windows kept there). An input that is itself an MJoin is a
+**derived stream** born at that MJoin's node. Its tuples are the child's results, flattened to
+their base tuples (``Tup.rest`` carries them, so shipping a derived tuple costs what shipping the
+joined row costs), its key is the base tuples' keys concatenated (attributes ``S1.a``), its time
+is its latest component's.
+
+**Windows on derived streams expire on the earliest component.** Under the output contract
+(:mod:`joinlib.reference`, time windows) a set of base tuples is a result iff it satisfies every
+predicate and each tuple lies in its window as seen from the latest one: ``max ts - t.ts <= W_t``.
+A derived tuple ``d`` is alive for a later tuple at ``t`` iff every component is; since
+``d.ts >= c.ts``, that implies ``t - d.ts <= min W_c``. So the operator query keeps ``d`` in a
+window of size ``min W_c`` (never too small: no result is missed) and every operator checks the
+exact condition on the flattened components of what it produces (:func:`alive`), dropping the few
+extra ones (a window of ``min W_c`` over-approximates it). Ties between equal timestamps decide
+only which tuple is the head, never whether a combination is a result, so the operators' own
+(ts, position, id) order does not matter. Tuple-count windows have no such argument (the last N
+tuples depend on the order) and are refused.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from .errors import PlanError
+from .model import Predicate, Query, Stream, Tup, Window
+from .pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One MJoin of a tree as a query of its own: ``query`` has one stream per input, and
+    ``parts[i]`` names the base streams input ``i`` carries (one for a leaf; a derived stream's
+    components sorted by name: the same in every query, so another query's operator can read it).
+    ``parent``/``slot``: the operator and input stream its results feed (None for the root, whose
+    results are the tree's)."""
+
+    query: Query
+    node: str
+    parts: tuple[tuple[str, ...], ...]
+    parent: Optional[int]
+    slot: Optional[str]
+
+    @property
+    def name(self) -> str:
+        return self.query.name
+
+    def is_derived(self, stream: str) -> bool:
+        return len(self.parts[self.query.stream(stream).pos]) > 1
+
+
+@dataclass(frozen=True)
+class TreeProgram:
+    """An MJoin tree lowered: its operators, children before parents (the root last)."""
+
+    base: Query
+    tree: Tree
+    ops: tuple[Operator, ...]
+
+    @property
+    def root(self) -> Operator:
+        return self.ops[-1]
+
+    def describe(self) -> str:
+        from .pmjoin.tree import describe
+        return describe(self.tree)
+
+    def to_json(self) -> dict[str, object]:
+        from .pmjoin.tree import to_json
+        return {"mjoin_tree": to_json(self.tree)}
+
+
+def derived_name(parts: Sequence[str]) -> str:
+    return "+".join(parts)
+
+
+def lower_tree(query: Query, tree: Tree) -> TreeProgram:
+    """The operator queries of ``tree`` over ``query``'s streams; a tree that does not fit the
+    query (a stream missing or twice, a leaf away from its stream's site, an unknown node, an MJoin
+    whose inputs share no predicate, a tuple-count window) is a :class:`PlanError`."""
+    _check_tree(query, tree)
+    mjoins = list(operators(tree))
+    index = {id(op): i for i, op in enumerate(mjoins)}
+    parent: dict[int, tuple[int, str]] = {}
+    ops: list[Operator] = []
+    for i, op in enumerate(mjoins):
+        parts = tuple(tuple(sorted(streams_of(t))) for t in op.inputs)
+        streams = tuple(_input_stream(query, t, p, pos)
+                        for pos, (t, p) in enumerate(zip(op.inputs, parts, strict=True)))
+        for t, s in zip(op.inputs, streams, strict=True):
+            if isinstance(t, MJoin):
+                parent[index[id(t)]] = (i, s.name)
+        preds = _predicates(query, streams, parts)
+        sites = {s.site for s in streams}  # every node of the base query is a node of each operator's
+        net = replace(query.network, nodes=tuple(n for n in query.nodes if n not in sites))
+        q = Query(f"{query.name}.mj{i}", streams, preds, net, query.execution)
+        _check_connected(q, op)
+        ops.append(Operator(q, op.node, parts, None, None))
+    ops = [Operator(o.query, o.node, o.parts, *parent.get(i, (None, None))) for i, o in enumerate(ops)]
+    return TreeProgram(query, tree, tuple(ops))
+
+
+def _check_tree(query: Query, tree: Tree) -> None:
+    names = streams_of(tree)
+    if sorted(names) != sorted(query.names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        missing = sorted(set(query.names) - set(names))
+        unknown = sorted(set(names) - set(query.names))
+        what = "; ".join(x for x in (twice and f"twice: {', '.join(twice)}",
+                                     missing and f"missing: {', '.join(missing)}",
+                                     unknown and f"not in {query.name}: {', '.join(unknown)}") if x)
+        raise PlanError(f"the MJoin tree must use every stream of {query.name} once ({what})")
+    if isinstance(tree, Leaf):
+        raise PlanError("an MJoin tree needs at least one MJoin")
+    for s in query.streams:
+        if not s.window.is_time:
+            raise PlanError(f"MJoin trees need time windows; {s.name} has a window of {s.window} (the last N "
+                            "tuples of a joined stream are not the last N of each component)")
+    for op in operators(tree):
+        if op.node not in query.nodes:
+            raise PlanError(f"no node {op.node!r} for an MJoin (nodes: {', '.join(query.nodes)})")
+        for t in op.inputs:
+            if isinstance(t, Leaf) and t.node != query.stream(t.stream).site:
+                raise PlanError(f"leaf {t.stream}@{t.node}: {t.stream} is born at {query.stream(t.stream).site}")
+
+
+def _input_stream(query: Query, t: Tree, parts: tuple[str, ...], pos: int) -> Stream:
+    if isinstance(t, Leaf):
+        s = query.stream(t.stream)
+        return Stream(s.name, pos, s.site, s.window, s.join_attrs, s.stats)
+    bases = [query.stream(p) for p in parts]
+    window = Window("time", min(b.window.size for b in bases))
+    attrs = tuple(f"{b.name}.{a}" for b in bases for a in b.join_attrs)
+    return Stream(derived_name(parts), pos, t.node, window, attrs)
+
+
+def _predicates(query: Query, streams: Sequence[Stream], parts: Sequence[tuple[str, ...]]) -> tuple[Predicate, ...]:
+    """The base predicates between two inputs, on the inputs' attributes (those inside one input
+    were applied by the operator that made it)."""
+    where = {b: i for i, p in enumerate(parts) for b in p}
+
+    def side(stream: str, attr: str) -> tuple[str, str]:
+        s = streams[where[stream]]
+        return (s.name, attr) if len(parts[where[stream]]) == 1 else (s.name, f"{stream}.{attr}")
+    out = []
+    for p in query.predicates:
+        if p.left in where and p.right in where and where[p.left] != where[p.right]:
+            out.append(Predicate(*side(p.left, p.left_attr), *side(p.right, p.right_attr)))
+    return tuple(out)
+
+
+def _check_connected(q: Query, op: MJoin) -> None:
+    seen, todo = {q.names[0]}, [q.names[0]]
+    while todo:
+        for n in q.neighbours(todo.pop()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    if len(seen) < len(q.names):
+        raise PlanError(f"the MJoin at {op.node} over {', '.join(q.names)} would be a cross product: "
+                        f"no predicate joins {', '.join(n for n in q.names if n not in seen)} to the others")
+
+
+# ---------------------------------------------------------------------------- sharing
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The operators of several queries' trees, each distinct operator once (seed 001's reuse).
+
+    Two MJoins are the same operator when they join the same base streams (site, window and join
+    attributes alike) with the same predicates among them, at the same node, from inputs that carry
+    the same streams: they make the same derived stream there, whatever tree is below their inputs
+    (an input is itself shared only if it, too, is the same operator). ``consumers[i]`` lists the (operator, input
+    stream) pairs operator ``i``'s results feed; ``roots[i]`` the queries whose results they are;
+    ``windows[i]`` the time window of each base stream below operator ``i``."""
+
+    ops: tuple[Operator, ...]
+    consumers: tuple[tuple[tuple[int, str], ...], ...]
+    roots: tuple[tuple[Query, ...], ...]
+    windows: tuple[Mapping[str, int], ...]
+    queries: tuple[Query, ...]
+
+    def owners(self, i: int) -> tuple[str, ...]:
+        """The queries whose trees use operator ``i`` (its reference count is their number)."""
+        out: dict[str, None] = {}
+        todo = [i]
+        while todo:
+            j = todo.pop()
+            out.update(dict.fromkeys(q.name for q in self.roots[j]))
+            todo.extend(p for p, _ in self.consumers[j])
+        return tuple(sorted(out))
+
+
+def signature(base: Query, op: Operator) -> tuple[object, ...]:
+    """What an operator computes: its base streams and the predicates among them (canonical)."""
+    names = sorted(n for p in op.parts for n in p)
+    streams = tuple((n, base.stream(n).site, base.stream(n).window.size, base.stream(n).join_attrs) for n in names)
+    preds = sorted(tuple(sorted(((p.left, p.left_attr), (p.right, p.right_attr)))) for p in base.predicates
+                   if p.left in names and p.right in names)
+    return (streams, tuple(preds))
+
+
+def deploy(programs: Sequence[TreeProgram]) -> Deployment:
+    """The operators of ``programs`` with every repeated operator kept once; query names must differ."""
+    names = [p.base.name for p in programs]
+    if len(set(names)) < len(names):
+        raise PlanError(f"two queries named {next(n for n in names if names.count(n) > 1)!r}")
+    ops: list[Operator] = []
+    index: dict[tuple[object, ...], int] = {}
+    consumers: list[dict[tuple[int, str], None]] = []
+    roots: list[list[Query]] = []
+    windows: list[dict[str, int]] = []
+    for prog in programs:
+        mapped: list[int] = []
+        for op in prog.ops:
+            key = (signature(prog.base, op), op.node, tuple(sorted(op.parts)))
+            if key not in index:
+                index[key] = len(ops)
+                ops.append(op)
+                consumers.append({})
+                roots.append([])
+                windows.append({n: prog.base.stream(n).window.size for p in op.parts for n in p})
+            mapped.append(index[key])
+        for i, op in enumerate(prog.ops):
+            if op.parent is None:
+                roots[mapped[i]].append(prog.base)
+            else:
+                consumers[mapped[i]][(mapped[op.parent], op.slot or "")] = None
+    return Deployment(tuple(ops), tuple(tuple(c) for c in consumers), tuple(tuple(r) for r in roots),
+                      tuple(windows), tuple(p.base for p in programs))
+
+
+# ---------------------------------------------------------------------------- tuples
+
+Named = list[tuple[str, Tup]]   # a result's base tuples by stream name, sorted by name
+
+
+def components(op: Operator, row: Sequence[Tup]) -> Named:
+    """The base tuples of an operator's result row, by base stream name (sorted)."""
+    from .wire import decode_tuple_list
+    out: Named = []
+    for t in row:
+        names = op.parts[t.pos]
+        if len(names) == 1:
+            out.append((names[0], t))
+        else:  # a derived tuple: its components, ``pos`` = index in the derived stream's parts
+            out.extend((names[c.pos], c) for c in decode_tuple_list(t.rest))
+    out.sort(key=_first)
+    return out
+
+
+def _first(x: tuple[str, Tup]) -> str:
+    return x[0]
+
+
+def alive(windows: Mapping[str, int], comps: Named) -> bool:
+    """Does every component lie in its (time) window as seen from the latest one (the output contract)?"""
+    last = max(t.ts for _, t in comps)
+    return all(last - t.ts <= windows[n] for n, t in comps)
+
+
+def windows_of(query: Query) -> dict[str, int]:
+    return {s.name: s.window.size for s in query.streams}
+
+
+def derived_tuple(comps: Named, pos: int, seq: int) -> Tup:
+    """The derived tuple of a result, as input ``pos`` of the reading operator; rank ``seq`` is also its id."""
+    from .wire import encode_tuple_list
+    parts = [Tup(i, t.id, t.ts, t.seq, t.key, t.rest) for i, (_, t) in enumerate(comps)]
+    key = tuple(v for t in parts for v in t.key)
+    return Tup(pos, seq, max(t.ts for t in parts), seq, key, encode_tuple_list(parts))
+
+
+def base_row(query: Query, comps: Named) -> tuple[Tup, ...]:
+    """A result's tuples at their positions in ``query`` (what sinks of the base query take)."""
+    row = [Tup(query.stream(n).pos, t.id, t.ts, t.seq, t.key, t.rest) for n, t in comps]
+    row.sort(key=lambda t: t.pos)
+    return tuple(row)
+
+
+def leaf_tuple(t: Tup, pos: int) -> Tup:
+    """A base tuple as input ``pos`` of an operator query."""
+    return Tup(pos, t.id, t.ts, t.seq, t.key, t.rest)

@@ -1,0 +1,250 @@
+"""Embedded mode for MJoin trees: every operator of a tree on one simulated network, at once.
+
+Each MJoin runs as its operator query (:mod:`joinlib.derived`) with ``central`` at its node, in the
+same hosts as the others. A child's results become its parent's derived-stream tuples at the child's
+node *while the run goes on*: a head epoch's results are handed over once every sequence of the
+child has produced all of that epoch's (their last steps are done with it), sorted and numbered, with
+the watermark of the epoch's end. So a parent's window on a derived stream fills epoch by epoch, as
+a base stream's does, and the parent's insert lane waits for the child exactly as it waits for a
+late source. Bytes are the simulator's, per link and kind, for every operator together.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .derived import (
+    Deployment,
+    Named,
+    Operator,
+    TreeProgram,
+    alive,
+    base_row,
+    components,
+    deploy,
+    derived_tuple,
+    leaf_tuple,
+)
+from .engine import Report, _report, drive, generations, hosts_for
+from .ir import Topology
+from .messages import Envelope, InstanceKey
+from .model import Query, Tup
+from .plan import central
+from .runtime.host import Host
+from .runtime.sensor import TotalsSensor
+from .runtime.sink import CountingSink, Group, LatencyTap, Sink
+from .sim.network import SimNetwork
+from .state.base import WindowStore
+
+
+class TreeSink(Sink):
+    """Takes every operator's results, flattened and checked (:func:`~joinlib.derived.alive`): a root's go
+    to its queries' sinks as results of the base query; the others' are kept per head epoch until
+    :meth:`pump` hands them to the operators that read them."""
+
+    def __init__(self, dep: Deployment, outs: Mapping[str, Sink]) -> None:
+        self.dep, self.outs = dep, outs
+        self.index = {op.name: i for i, op in enumerate(dep.ops)}
+        self.tau = dep.ops[0].query.execution.interval_ms
+        self.buffers: list[defaultdict[int, list[Named]]] = [defaultdict(list) for _ in dep.ops]
+        self.next_epoch = [0] * len(dep.ops)
+        self.seq = [0] * len(dep.ops)
+        self.dropped = 0          # combinations a derived window's min-size over-approximation let through
+
+    def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        i = self.index[inst[0]]
+        op, windows = self.dep.ops[i], self.dep.windows[i]
+        results: list[Named] = []
+        for row, tups in groups:
+            for t in tups:
+                comps = components(op, row[:pos] + (t,) + row[pos + 1:])
+                if alive(windows, comps):
+                    results.append(comps)
+                else:
+                    self.dropped += 1
+        if self.dep.consumers[i]:
+            buf = self.buffers[i]
+            for comps in results:
+                buf[max(c.ts for _, c in comps) // self.tau].append(comps)
+        for q in self.dep.roots[i]:
+            out = self.outs[q.name]
+            for comps in results:
+                row = base_row(q, comps)
+                head = max(row, key=lambda c: c.ts)
+                out.emit((q.name, 0, 0), head.pos, head.pos, [(row, [head])], now)
+
+    def pump(self, i: int, hosts: dict[str, Host]) -> bool:
+        """Hand operator ``i``'s finished head epochs to the windows that read it; True if any."""
+        op = self.dep.ops[i]
+        done = _results_through(op, hosts)
+        first = self.next_epoch[i]
+        if done < first or not self.dep.consumers[i]:
+            return False
+        buf, seq = self.buffers[i], self.seq[i]
+        for e in range(first, done + 1):
+            batch = sorted(buf.pop(e, []), key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))
+            for parent, slot in self.dep.consumers[i]:
+                reader = self.dep.ops[parent]
+                pos = reader.query.stream(slot).pos
+                tups = [derived_tuple(cs, pos, seq + k) for k, cs in enumerate(batch)]
+                hosts[op.node].feed(reader.name, slot, tups, watermark=(e + 1) * self.tau)
+            seq += len(batch)
+        self.seq[i], self.next_epoch[i] = seq, done + 1
+        return True
+
+
+def _results_through(op: Operator, hosts: dict[str, Host]) -> int:
+    """The last head epoch every sequence of ``op`` has produced all its results for (-1: none)."""
+    done: dict[int, int] = {}
+    for h in hosts.values():
+        inst = h.instances.get((op.name, 0, 0))
+        if inst is not None:
+            for seq, e in inst.results_through().items():
+                done[seq] = max(done.get(seq, -1), e)
+    n = len(op.query.streams)
+    return min(done.values()) if len(done) == n else -1
+
+
+def run_tree(program: TreeProgram, streams: dict[str, list[Tup]], sink: Sink, *,
+             size_of: Optional[Callable[[Envelope], int]] = None, roundtrip: bool = False,
+             progress: bool = False, store_factory: Optional[Callable[[str], WindowStore]] = None) -> Report:
+    """Run every operator of ``program`` over ``streams`` on one simulated network; the tree's
+    results (base-query rows) go to ``sink``."""
+    name = program.base.name
+    rep = run_deployment(deploy([program]), {name: streams}, {name: sink}, size_of=size_of, roundtrip=roundtrip,
+                         progress=progress, store_factory=store_factory)
+    rep.query, rep.plan = name, program.to_json()
+    return rep
+
+
+def run_deployment(dep: Deployment, streams: Mapping[str, Mapping[str, list[Tup]]], sinks: Mapping[str, Sink], *,
+                   size_of: Optional[Callable[[Envelope], int]] = None, roundtrip: bool = False,
+                   progress: bool = False, store_factory: Optional[Callable[[str], WindowStore]] = None) -> Report:
+    """Run the operators of several queries' trees (each shared operator once) over ``streams``
+    (per query, per stream) on one simulated network; each query's results go to ``sinks[query]``.
+    The report counts every query's results and every operator's bytes."""
+    from . import wire
+    first = dep.queries[0]
+    topo = Topology.of(first)
+    specs = [s for op in dep.ops for s in generations(op.query, central(op.query, op.node), topo)]
+    tau = first.execution.interval_ms
+
+    def decode(env: Envelope) -> Envelope:
+        out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
+        out.query = env.query
+        return out
+    net = SimNetwork(first.network, size_of or wire.envelope_size, decode if roundtrip else None)
+    sensor = TotalsSensor()
+    taps = {q.name: LatencyTap(sinks[q.name]) for q in dep.queries}
+    tsink = TreeSink(dep, taps)
+    hosts = hosts_for(specs, net, tsink, sensor, store_factory)
+    all_ts = sorted({(n, t.id, t.ts) for q in dep.queries for n, tups in streams[q.name].items() for t in tups})
+    last = max(ts for *_, ts in all_ts) // tau if all_ts else 0
+    leaves = {op.name: _feed(op, streams[_reader(dep, i).name], hosts) for i, op in enumerate(dep.ops)}
+    for h in hosts.values():
+        for op in dep.ops:
+            h.set_last(op.name, last)
+    producers = [i for i in range(len(dep.ops)) if dep.consumers[i]]
+
+    def advance(h: Host, at: float) -> None:
+        for name, names in leaves.items():
+            h.advance(name, int(at), names)
+
+    def settle(at: float) -> None:  # derived streams move on as their producers finish epochs
+        while any([tsink.pump(i, hosts) for i in producers]):
+            for h in hosts.values():
+                h.run(at)
+    wall = drive(net, hosts, last, tau, advance, after=settle, progress=progress,
+                 name="+".join(q.name for q in dep.queries))
+    tap = _Totals(list(taps.values()))
+    rep = _report(first, specs, net, sensor, tap, wall, [ts for *_, ts in all_ts])  # type: ignore[arg-type]
+    rep.query = "+".join(q.name for q in dep.queries)
+    rep.plan, rep.switches = deployment_json(dep), []
+    return rep
+
+
+def _reader(dep: Deployment, i: int) -> Query:
+    """A query whose tree uses operator ``i`` (its leaves' tuples come from that query's data)."""
+    while not dep.roots[i]:
+        i = dep.consumers[i][0][0]
+    return dep.roots[i][0]
+
+
+class _Totals:
+    """The results and latencies of several queries' taps, as one (for the report)."""
+
+    def __init__(self, taps: list[LatencyTap]) -> None:
+        self.taps = taps
+        self.count = sum(t.count for t in taps)
+
+    def summary(self) -> dict[str, Any]:
+        merged = LatencyTap(CountingSink())
+        for t in self.taps:
+            merged._emits.extend(t._emits)
+        merged.count = self.count
+        return merged.summary()
+
+
+def deployment_json(dep: Deployment) -> dict[str, Any]:
+    """The operators of a run, for reports: node, inputs, the streams they feed and who uses them."""
+    return {"operators": [{"operator": op.name, "node": op.node, "inputs": list(op.query.names),
+                           "feeds": [f"{dep.ops[p].name}.{slot}" for p, slot in dep.consumers[i]],
+                           "results_of": [q.name for q in dep.roots[i]], "used_by": list(dep.owners(i))}
+                          for i, op in enumerate(dep.ops)]}
+
+
+def _feed(op: Operator, streams: Mapping[str, list[Tup]], hosts: dict[str, Host]) -> frozenset[str]:
+    """The base streams ``op`` reads, to their sites' hosts; returns their names (the streams whose
+    watermark moves with time: a derived one moves when its child hands an epoch over)."""
+    names = []
+    for s in op.query.streams:
+        if not op.is_derived(s.name):
+            hosts[s.site].feed(op.name, s.name, [leaf_tuple(t, s.pos) for t in streams.get(s.name, [])])
+            names.append(s.name)
+    return frozenset(names)
+
+
+RUN_HELP = """MJoin trees (seed 002's STREAMJOINOPT; time windows only; embedded):
+  mjoin                        the tree STREAMJOINOPT places over the query's statistics: one
+                               MJoin per node, each input shipped to it once, intermediate
+                               results kept in windows that expire with their earliest tuple
+  mjoin:FILE.json              a tree of your own: {"mjoin": NODE, "inputs": [...]} with leaves
+                               {"stream": S, "node": SITE} (docs/pmjoin.md, "MJoin trees")"""
+
+
+def is_tree(spec: str) -> bool:
+    return spec == "mjoin" or spec.startswith("mjoin:")
+
+
+def plan_tree(query: Query, spec: str, data_dir: Optional[Path] = None) -> TreeProgram:
+    """``mjoin`` (STREAMJOINOPT over the query's statistics, measured from ``data_dir`` where the
+    query file has none) or ``mjoin:FILE.json`` (a tree in the JSON of
+    :func:`joinlib.pmjoin.tree.to_json`, or ``{"mjoin_tree": ...}``) lowered over ``query``."""
+    import json
+
+    from .derived import lower_tree
+    from .errors import JoinlibError, PlanError
+    from .pmjoin.stats import selectivity_model
+    from .pmjoin.streamjoinopt import stream_join_opt
+    from .pmjoin.tree import from_json
+    _, sep, arg = spec.partition(":")
+    if not sep:
+        stats = query
+        if data_dir is not None and any(not s.stats.selectivity for s in query.streams):
+            from .stats import measure_query, with_measured
+            stats = with_measured(query, measure_query(query, data_dir))
+        return lower_tree(query, stream_join_opt(selectivity_model(stats)))
+    try:
+        obj = json.loads(Path(arg).read_text())
+    except OSError as e:
+        raise JoinlibError(f"--plan {spec}: cannot read {arg}: {e.strerror}") from None
+    except ValueError as e:
+        raise JoinlibError(f"--plan {spec}: {arg} is not JSON: {e}") from None
+    if isinstance(obj, dict) and set(obj) == {"mjoin_tree"}:
+        obj = obj["mjoin_tree"]
+    try:
+        return lower_tree(query, from_json(obj))
+    except PlanError as e:
+        raise PlanError(f"--plan {spec}: {e}") from None

@@ -1,0 +1,145 @@
+"""MJoin trees as operator queries over derived streams (joinlib/derived.py, joinlib/tree_engine.py):
+the lowering, its mistakes, the window condition, the tuples, and ``joinlib run --plan mjoin``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from joinlib.cli import main
+from joinlib.derived import alive, base_row, components, derived_tuple, leaf_tuple, lower_tree, windows_of
+from joinlib.errors import PlanError
+from joinlib.model import Predicate, Query, Stream, Tup, Window
+from joinlib.pmjoin.tree import Leaf, MJoin, from_json
+from joinlib.query import load_query
+
+ROOT = Path(__file__).resolve().parents[2]
+WAN = str(ROOT / "examples" / "routers_wan.yaml")
+STAR = str(ROOT / "examples" / "star4.yaml")
+
+
+def chain(windows=(30, 10, 20)) -> Query:
+    streams = tuple(Stream(f"S{i}", i, f"n{i}", Window("time", w), ("k",) if i != 1 else ("k", "x"))
+                    for i, w in enumerate(windows))
+    return Query("c", streams, (Predicate("S0", "k", "S1", "k"), Predicate("S1", "x", "S2", "k")))
+
+
+NESTED = MJoin((MJoin((Leaf("S0", "n0"), Leaf("S1", "n1")), "n1"), Leaf("S2", "n2")), "n2")
+
+
+def test_a_nested_tree_lowers_into_operator_queries_over_a_derived_stream():
+    prog = lower_tree(chain(), NESTED)
+    child, root = prog.ops
+    assert [op.node for op in prog.ops] == ["n1", "n2"] and prog.root is root
+    assert (child.parent, child.slot) == (1, "S0+S1") and root.parent is None
+    d = root.query.stream("S0+S1")
+    assert d.site == "n1" and d.window == Window("time", 10)      # the smallest component window
+    assert d.join_attrs == ("S0.k", "S1.k", "S1.x")
+    assert root.query.predicates == (Predicate("S0+S1", "S1.x", "S2", "k"),)
+    assert child.query.predicates == (Predicate("S0", "k", "S1", "k"),)
+    assert root.parts == (("S0", "S1"), ("S2",)) and root.is_derived("S0+S1") and not root.is_derived("S2")
+    assert "n0" in child.query.nodes and "n2" in child.query.nodes   # any node of the query may host an MJoin
+
+
+@pytest.mark.parametrize("tree, message", [
+    (MJoin((Leaf("S0", "n0"), Leaf("S1", "n1")), "n1"), "missing: S2"),
+    (MJoin((Leaf("S0", "n0"), Leaf("S1", "n1"), Leaf("S2", "n2"), Leaf("S2", "n2")), "n1"), "twice: S2"),
+    (MJoin((Leaf("S0", "n0"), Leaf("S1", "n1"), Leaf("S9", "n2")), "n1"), "not in c: S9"),
+    (MJoin((Leaf("S0", "n1"), Leaf("S1", "n1"), Leaf("S2", "n2")), "n1"), "S0 is born at n0"),
+    (MJoin((Leaf("S0", "n0"), Leaf("S1", "n1"), Leaf("S2", "n2")), "mars"), "no node 'mars'"),
+    (MJoin((MJoin((Leaf("S0", "n0"), Leaf("S2", "n2")), "n0"), Leaf("S1", "n1")), "n1"), "cross product"),
+])
+def test_trees_that_do_not_fit_the_query_are_plan_errors(tree, message):
+    with pytest.raises(PlanError, match=message):
+        lower_tree(chain(), tree)
+
+
+def test_tuple_windows_are_refused():
+    q = chain()
+    q = Query(q.name, (q.streams[0], Stream("S1", 1, "n1", Window("tuples", 5), ("k", "x")), q.streams[2]),
+              q.predicates)
+    with pytest.raises(PlanError, match="MJoin trees need time windows; S1"):
+        lower_tree(q, NESTED)
+
+
+@pytest.mark.parametrize("times, ok", [
+    ((0, 0, 0), True),
+    ((0, 25, 30), True),      # S0 30 ms before the latest: its window is 30
+    ((0, 25, 31), False),     # 31 ms: dead
+    ((25, 10, 30), False),    # S1 20 ms before the latest: its window is 10
+    ((40, 35, 30), True),
+])
+def test_a_combination_lives_while_every_component_is_in_its_window(times, ok):
+    assert alive(windows_of(chain()), [(f"S{i}", Tup(i, i, ts, 0, ())) for i, ts in enumerate(times)]) is ok
+
+
+def test_a_derived_tuple_carries_its_components_and_flattens_back():
+    q = chain()
+    child, root = lower_tree(q, NESTED).ops
+    s0, s1 = Tup(0, 7, 5, 0, ("a",), b"p"), Tup(1, 9, 8, 2, ("a", "b"), b"")
+    comps = components(child, [leaf_tuple(s1, 1), leaf_tuple(s0, 0)])
+    assert [(n, t.id, t.ts, t.key, t.rest) for n, t in comps] == [("S0", 7, 5, ("a",), b"p"),
+                                                               ("S1", 9, 8, ("a", "b"), b"")]
+    d = derived_tuple(comps, 0, 4)
+    assert (d.pos, d.id, d.seq, d.ts, d.key) == (0, 4, 4, 8, ("a", "a", "b"))
+    got = components(root, [d, leaf_tuple(Tup(2, 3, 9, 0, ("b",)), 1)])
+    assert [(n, t.id) for n, t in got] == [("S0", 7), ("S1", 9), ("S2", 3)]
+    assert [(t.pos, t.id) for t in base_row(q, got)] == [(0, 7), (1, 9), (2, 3)]
+
+
+@pytest.fixture(scope="module")
+def wan(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("wan")
+    assert main(["gen", WAN, "--out", str(d), "--duration", "3s", "--seed", "2", "--no-progress"]) == 0
+    return d
+
+
+def test_run_with_a_tree_file_is_exact_and_ships_the_derived_stream(wan, tmp_path, capsys):
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({"mjoin": "r2", "inputs": [
+        {"mjoin": "r1", "inputs": [{"stream": "S1", "node": "r1"}, {"stream": "S2", "node": "r2"}]},
+        {"stream": "S3", "node": "r3"}]}))
+    out, rep = tmp_path / "out.jsonl", tmp_path / "rep.json"
+    assert main(["run", WAN, "--data", str(wan), "--plan", f"mjoin:{tree}", "--out", str(out),
+                 "--report", str(rep), "--no-progress", "--check"]) == 0
+    text = capsys.readouterr().out
+    assert "MJoin@r2(MJoin@r1(S1, S2@r2 -> r1) -> r2, S3@r3 -> r2)" in text
+    assert "missing 0, extra or duplicated 0" in text
+    report = json.loads(rep.read_text())
+    links = {(ln["src"], ln["dst"]) for ln in report["links"]}
+    assert links == {("r2", "r1"), ("r1", "r2"), ("r3", "r2")}   # S2 to r1, S1+S2 and S3 to r2
+    assert from_json(report["plan"]["mjoin_tree"]) == from_json(json.loads(tree.read_text()))
+    assert report["results"] > 0
+
+
+def test_run_with_streamjoinopt_measures_statistics_from_the_data(wan, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    assert main(["run", WAN, "--data", str(wan), "--plan", "mjoin", "--out", str(out), "--no-progress", "--check"]) == 0
+    assert "missing 0, extra or duplicated 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", WAN, "--data", ".", "--plan", "mjoin:/no/such.json"], "cannot read /no/such.json"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--switch", "1s:SP-S"], "without --switch"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1"], "without --cluster"),
+    (["run", STAR, "--data", ".", "--plan", "mjoin"], "MJoin trees need time windows"),
+])
+def test_tree_mistakes_give_one_line_and_status_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_a_malformed_tree_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "t.json"
+    bad.write_text('{"mjoin": "r1"}')
+    assert main(["run", WAN, "--data", ".", "--plan", f"mjoin:{bad}"]) == 2
+    assert "not an MJoin tree" in capsys.readouterr().err
+    bad.write_text("{")
+    assert main(["run", WAN, "--data", ".", "--plan", f"mjoin:{bad}"]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+
+
+def test_the_demo_query_loads():
+    assert load_query(Path(WAN)).stream("S1").window.is_time
