@@ -25,8 +25,8 @@ from .partitioned import RUN_HELP as PARTITION_HELP
 from .partitioned import is_partitioned
 from .planner.registry import PLAN_HELP, needs_data, resolve_plan
 from .runtime.sink import Group, Sink
-from .tree_engine import RUN_HELP as TREE_HELP
-from .tree_engine import is_tree
+from .tree_plans import RUN_HELP as TREE_HELP
+from .tree_plans import is_tree
 from .units import parse_duration
 
 if TYPE_CHECKING:
@@ -247,30 +247,46 @@ def _run_plans(args: argparse.Namespace) -> int:
 
 
 def _run_tree(args: argparse.Namespace) -> int:
-    """``--plan mjoin[:FILE.json]``: every MJoin of the tree an operator query, embedded."""
+    """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query, embedded."""
     from .data import load_streams
+    from .derived import check_windows, deploy
     from .query import load_query
     from .runtime.sink import CountingSink
-    from .tree_engine import plan_tree, run_tree
+    from .tree_engine import run_deployment
+    from .tree_plans import plan_partitioned_trees, plan_tree
     query = load_query(args.query)
+    check_windows(query)
     progress = not args.no_progress and sys.stderr.isatty()
     for flag, given in (("--switch", args.switch), ("--cluster", args.cluster is not None), ("--kill", args.kill)):
         if given:
             raise JoinlibError(f"--plan {args.plan} runs embedded and without {flag} (MJoin trees do not run "
                                "on Kafka yet, and have no generations)")
-    program = plan_tree(query, args.plan, args.data)
+    early = None if args.plan == "mjoin" or args.plan.startswith("pmjoin") else plan_tree(query, args.plan)
     streams = load_streams(query, args.data)
-    if args.out:
-        _writable(args.out)
-        with open(args.out, "wb") as f:
-            report = run_tree(program, streams, JsonlSink(query, f), progress=progress)
+    if args.plan.startswith("pmjoin"):
+        programs, inputs = plan_partitioned_trees(query, streams, args.plan)
     else:
-        report = run_tree(program, streams, CountingSink(), progress=progress)
+        programs, inputs = [early or plan_tree(query, args.plan, streams)], [streams]
+    f = open(args.out, "wb") if args.out else None  # noqa: SIM115 (closed below, after the run)
+    try:
+        sink: Sink = JsonlSink(query, f) if f is not None else CountingSink()
+        report = run_deployment(deploy(programs, share=False), {p.base.name: s for p, s in zip(programs, inputs,
+                                                                                               strict=True)},
+                                {p.base.name: sink for p in programs}, progress=progress)
+    finally:
+        if f is not None:
+            f.close()
+    report.query = query.name
+    if len(programs) == 1:
+        report.plan = programs[0].to_json()
+    else:
+        report.plan = {"partitions": [p.to_json() for p in programs], **report.plan}
     if args.report:
         _writable(args.report)
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     if not args.quiet:
-        print(f"MJoin tree: {program.describe()}")
+        for p in programs:
+            print(f"MJoin tree{' of ' + p.base.name if len(programs) > 1 else ''}: {p.describe()}")
         print(format_report(report))
     if args.check:
         return _check(query, streams, args.out)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .errors import PlanError
-from .model import Predicate, Query, Stream, Tup, Window
+from .model import Predicate, Query, Stream, Tup, Window, equality_classes
 from .pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
 
 
@@ -116,16 +116,20 @@ def _check_tree(query: Query, tree: Tree) -> None:
         raise PlanError(f"the MJoin tree must use every stream of {query.name} once ({what})")
     if isinstance(tree, Leaf):
         raise PlanError("an MJoin tree needs at least one MJoin")
-    for s in query.streams:
-        if not s.window.is_time:
-            raise PlanError(f"MJoin trees need time windows; {s.name} has a window of {s.window} (the last N "
-                            "tuples of a joined stream are not the last N of each component)")
+    check_windows(query)
     for op in operators(tree):
         if op.node not in query.nodes:
             raise PlanError(f"no node {op.node!r} for an MJoin (nodes: {', '.join(query.nodes)})")
         for t in op.inputs:
             if isinstance(t, Leaf) and t.node != query.stream(t.stream).site:
                 raise PlanError(f"leaf {t.stream}@{t.node}: {t.stream} is born at {query.stream(t.stream).site}")
+
+
+def check_windows(query: Query) -> None:
+    for s in query.streams:
+        if not s.window.is_time:
+            raise PlanError(f"MJoin trees need time windows; {s.name} has a window of {s.window} (the last N "
+                            "tuples of a joined stream are not the last N of each component)")
 
 
 def _input_stream(query: Query, t: Tree, parts: tuple[str, ...], pos: int) -> Stream:
@@ -139,17 +143,29 @@ def _input_stream(query: Query, t: Tree, parts: tuple[str, ...], pos: int) -> St
 
 
 def _predicates(query: Query, streams: Sequence[Stream], parts: Sequence[tuple[str, ...]]) -> tuple[Predicate, ...]:
-    """The base predicates between two inputs, on the inputs' attributes (those inside one input
-    were applied by the operator that made it)."""
-    where = {b: i for i, p in enumerate(parts) for b in p}
+    """What the base predicates imply between the inputs, as predicates on the inputs' attributes.
 
-    def side(stream: str, attr: str) -> tuple[str, str]:
-        s = streams[where[stream]]
-        return (s.name, attr) if len(parts[where[stream]]) == 1 else (s.name, f"{stream}.{attr}")
-    out = []
-    for p in query.predicates:
-        if p.left in where and p.right in where and where[p.left] != where[p.right]:
-            out.append(Predicate(*side(p.left, p.left_attr), *side(p.right, p.right_attr)))
+    Equality is transitive, so per equality class every member carried by the inputs is equated to
+    one anchor, a member of another input (the anchor of a member of the anchor's own input is a
+    member of a second input). So two inputs joined only through a third (S1 and S3 of
+    S1.a = S2.a = S3.a) are joined directly, not by a cross product; and two attributes of one stream
+    in one class (S0.k = S1.k = S0.x) are equal in the output although no predicate names both. A
+    class with members in one input only is left to the operators above (the root has them all)."""
+    find = equality_classes(query.predicates)
+    classes: dict[tuple[str, str], list[tuple[int, tuple[str, str]]]] = {}
+    for i, names in enumerate(parts):
+        for n in names:
+            for attr in query.stream(n).join_attrs:
+                ref = (streams[i].name, attr if len(names) == 1 else f"{n}.{attr}")
+                classes.setdefault(find((n, attr)), []).append((i, ref))
+    out: dict[Predicate, None] = {}
+    for members in classes.values():
+        (ia, anchor), others = members[0], members[1:]
+        second = next((m for j, m in others if j != ia), None)
+        if second is None:
+            continue
+        for j, m in others:
+            out[Predicate(*anchor, *m) if j != ia else Predicate(*m, *second)] = None
     return tuple(out)
 
 
@@ -196,17 +212,41 @@ class Deployment:
         return tuple(sorted(out))
 
 
-def signature(base: Query, op: Operator) -> tuple[object, ...]:
-    """What an operator computes: its base streams and the predicates among them (canonical)."""
-    names = sorted(n for p in op.parts for n in p)
-    streams = tuple((n, base.stream(n).site, base.stream(n).window.size, base.stream(n).join_attrs) for n in names)
-    preds = sorted(tuple(sorted(((p.left, p.left_attr), (p.right, p.right_attr)))) for p in base.predicates
-                   if p.left in names and p.right in names)
-    return (streams, tuple(preds))
+def signatures(prog: TreeProgram) -> list[tuple[object, ...]]:
+    """What each operator of ``prog`` computes: its base streams (site, window, join attributes) and the
+    equalities it and the operators below it enforce among their attributes, as classes (canonical).
+    An operator's predicates come from its whole query's equality classes, so two queries with the
+    same streams below an operator may still make it compute different things: their signatures differ."""
+    out: list[tuple[object, ...]] = []
+    enforced: list[list[tuple[tuple[str, str], tuple[str, str]]]] = []
+    for op in prog.ops:
+        pairs = [p for i, o in enumerate(prog.ops) if o.parent is not None and prog.ops[o.parent] is op
+                 for p in enforced[i]]
+        for p in op.query.predicates:
+            pairs.append((_base_attr(op, p.left, p.left_attr), _base_attr(op, p.right, p.right_attr)))
+        enforced.append(pairs)
+        find = equality_classes(Predicate(*a, *b) for a, b in pairs)
+        classes: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for a, b in pairs:
+            for x in (a, b):
+                classes.setdefault(find(x), []).append(x)
+        names = sorted(n for p in op.parts for n in p)
+        base = prog.base
+        streams = tuple((n, base.stream(n).site, base.stream(n).window.size, base.stream(n).join_attrs) for n in names)
+        out.append((streams, tuple(sorted(tuple(sorted(set(c))) for c in classes.values()))))
+    return out
 
 
-def deploy(programs: Sequence[TreeProgram]) -> Deployment:
-    """The operators of ``programs`` with every repeated operator kept once; query names must differ."""
+def _base_attr(op: Operator, stream: str, attr: str) -> tuple[str, str]:
+    if op.is_derived(stream):
+        name, _, a = attr.partition(".")
+        return (name, a)
+    return (stream, attr)
+
+
+def deploy(programs: Sequence[TreeProgram], share: bool = True) -> Deployment:
+    """The operators of ``programs`` with every repeated operator kept once (``share``; not for the
+    partitions of one query, whose streams of one name carry different tuples); query names must differ."""
     names = [p.base.name for p in programs]
     if len(set(names)) < len(names):
         raise PlanError(f"two queries named {next(n for n in names if names.count(n) > 1)!r}")
@@ -217,8 +257,8 @@ def deploy(programs: Sequence[TreeProgram]) -> Deployment:
     windows: list[dict[str, int]] = []
     for prog in programs:
         mapped: list[int] = []
-        for op in prog.ops:
-            key = (signature(prog.base, op), op.node, tuple(sorted(op.parts)))
+        for op, sig in zip(prog.ops, signatures(prog), strict=True):
+            key = (sig, op.node, tuple(sorted(op.parts)), None if share else prog.base.name)
             if key not in index:
                 index[key] = len(ops)
                 ops.append(op)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .derived import (
@@ -204,47 +203,3 @@ def _feed(op: Operator, streams: Mapping[str, list[Tup]], hosts: dict[str, Host]
             hosts[s.site].feed(op.name, s.name, [leaf_tuple(t, s.pos) for t in streams.get(s.name, [])])
             names.append(s.name)
     return frozenset(names)
-
-
-RUN_HELP = """MJoin trees (seed 002's STREAMJOINOPT; time windows only; embedded):
-  mjoin                        the tree STREAMJOINOPT places over the query's statistics: one
-                               MJoin per node, each input shipped to it once, intermediate
-                               results kept in windows that expire with their earliest tuple
-  mjoin:FILE.json              a tree of your own: {"mjoin": NODE, "inputs": [...]} with leaves
-                               {"stream": S, "node": SITE} (docs/pmjoin.md, "MJoin trees")"""
-
-
-def is_tree(spec: str) -> bool:
-    return spec == "mjoin" or spec.startswith("mjoin:")
-
-
-def plan_tree(query: Query, spec: str, data_dir: Optional[Path] = None) -> TreeProgram:
-    """``mjoin`` (STREAMJOINOPT over the query's statistics, measured from ``data_dir`` where the
-    query file has none) or ``mjoin:FILE.json`` (a tree in the JSON of
-    :func:`joinlib.pmjoin.tree.to_json`, or ``{"mjoin_tree": ...}``) lowered over ``query``."""
-    import json
-
-    from .derived import lower_tree
-    from .errors import JoinlibError, PlanError
-    from .pmjoin.stats import selectivity_model
-    from .pmjoin.streamjoinopt import stream_join_opt
-    from .pmjoin.tree import from_json
-    _, sep, arg = spec.partition(":")
-    if not sep:
-        stats = query
-        if data_dir is not None and any(not s.stats.selectivity for s in query.streams):
-            from .stats import measure_query, with_measured
-            stats = with_measured(query, measure_query(query, data_dir))
-        return lower_tree(query, stream_join_opt(selectivity_model(stats)))
-    try:
-        obj = json.loads(Path(arg).read_text())
-    except OSError as e:
-        raise JoinlibError(f"--plan {spec}: cannot read {arg}: {e.strerror}") from None
-    except ValueError as e:
-        raise JoinlibError(f"--plan {spec}: {arg} is not JSON: {e}") from None
-    if isinstance(obj, dict) and set(obj) == {"mjoin_tree"}:
-        obj = obj["mjoin_tree"]
-    try:
-        return lower_tree(query, from_json(obj))
-    except PlanError as e:
-        raise PlanError(f"--plan {spec}: {e}") from None

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib.derived import deploy, lower_tree
-from joinlib.model import Query, Tup
+from joinlib.model import Predicate, Query, Tup, equality_classes
 from joinlib.pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import Sink
@@ -83,7 +83,12 @@ def test_mjoin_trees_are_exact_through_the_wire_codec(data):
 def subquery(query: Query, names: list[str], name: str) -> Query:
     keep = [s for s in query.streams if s.name in names]
     streams = tuple(replace(s, pos=i) for i, s in enumerate(keep))
-    preds = tuple(p for p in query.predicates if p.left in names and p.right in names)
+    # what the query implies among the kept streams (equality is transitive): a shared operator computes
+    # the same thing for both queries only if they agree on it (joinlib.derived.signatures)
+    find = equality_classes(query.predicates)
+    attrs = [(s.name, a) for s in keep for a in s.join_attrs]
+    preds = tuple(Predicate(*x, *y) for i, x in enumerate(attrs) for y in attrs[i + 1:]
+                  if x[0] != y[0] and find(x) == find(y))
     nodes = tuple(n for n in query.nodes if n not in {s.site for s in keep})
     return replace(query, name=name, streams=streams, predicates=preds, network=replace(query.network, nodes=nodes))
 

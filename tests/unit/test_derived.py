@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from joinlib.cli import main
-from joinlib.derived import alive, base_row, components, derived_tuple, leaf_tuple, lower_tree, windows_of
+from joinlib.derived import alive, base_row, components, deploy, derived_tuple, leaf_tuple, lower_tree, windows_of
 from joinlib.errors import PlanError
-from joinlib.model import Predicate, Query, Stream, Tup, Window
-from joinlib.pmjoin.tree import Leaf, MJoin, from_json
+from joinlib.model import Network, Predicate, Query, Stream, Tup, Window
+from joinlib.pmjoin.tree import Leaf, MJoin, from_json, operators
 from joinlib.query import load_query
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,3 +143,111 @@ def test_a_malformed_tree_file_is_one_line(tmp_path, capsys):
 
 def test_the_demo_query_loads():
     assert load_query(Path(WAN)).stream("S1").window.is_time
+
+
+# ---------------------------------------------------------------------------------------------- PMJoin's trees run
+
+@pytest.fixture(scope="module")
+def example1(tmp_path_factory) -> Path:
+    """Seed 002's Example 1 x 10 (examples/pmjoin_plan.py), 5 s."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pmjoin_plan", ROOT / "examples" / "pmjoin_plan.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    d = tmp_path_factory.mktemp("example1")
+    mod.write_demo(d, seconds=5)
+    return d
+
+
+PMJ = str(ROOT / "examples" / "pmjoin_routers.yaml")
+
+
+def _bytes(rep: Path) -> int:
+    return sum(ln["bytes"] for ln in json.loads(rep.read_text())["links"])
+
+
+def test_pmjoin_trees_are_the_papers_and_run_exactly(example1, tmp_path, capsys):
+    """``pmjoin:rate:3:mjoin``: per value group the tree of plan_pmjoin (the digest's Example 1
+    placements), exact; ``mjoin`` is the unpartitioned STREAMJOINOPT tree; central > mjoin > pmjoin."""
+    got = {}
+    for plan in ("central:n1", "mjoin", "pmjoin:rate:3:mjoin"):
+        out, rep = tmp_path / "o.jsonl", tmp_path / "r.json"
+        assert main(["run", PMJ, "--data", str(example1), "--plan", plan, "--out", str(out), "--report", str(rep),
+                     "--no-progress", "--check"]) == 0
+        text = capsys.readouterr().out
+        assert "missing 0, extra or duplicated 0" in text
+        got[plan] = (_bytes(rep), text)
+    assert "MJoin tree: MJoin@n1(MJoin@n2(S3@n3 -> n2, S2) -> n1, S1)" in got["mjoin"][1]
+    trees = got["pmjoin:rate:3:mjoin"][1]
+    for tree in ("MJoin@n3(MJoin@n1(S2@n2 -> n1, S1) -> n3, S3)", "MJoin@n2(MJoin@n1(S3@n3 -> n1, S1) -> n2, S2)",
+                 "MJoin@n1(MJoin@n2(S3@n3 -> n2, S2) -> n1, S1)"):
+        assert tree in trees
+    assert got["central:n1"][0] > got["mjoin"][0] > 10 * got["pmjoin:rate:3:mjoin"][0]
+
+
+def test_implied_equalities_join_inputs_no_predicate_names_together():
+    """S1.dest = S2.dest = S3.dest: an MJoin of S1 and S3 joins them on dest, not as a cross product."""
+    q = load_query(Path(PMJ))
+    prog = lower_tree(q, MJoin((MJoin((Leaf("S3", "n3"), Leaf("S1", "n1")), "n1"), Leaf("S2", "n2")), "n2"))
+    assert prog.ops[0].query.predicates == (Predicate("S3", "dest", "S1", "dest"),)
+    # every member of the class the inputs carry is equated to a member of another input
+    assert set(prog.ops[1].query.predicates) == {Predicate("S1+S3", "S3.dest", "S2", "dest"),
+                                                 Predicate("S1+S3", "S1.dest", "S2", "dest")}
+
+
+# ---------------------------------------------------------------------------------------------- shared operators
+
+def _four() -> Query:
+    streams = tuple(Stream(f"S{i}", i, f"n{i}", Window("time", 20), ("k",)) for i in range(4))
+    preds = (Predicate("S0", "k", "S1", "k"), Predicate("S1", "k", "S2", "k"), Predicate("S1", "k", "S3", "k"))
+    return Query("q", streams, preds)
+
+
+def _sub(q: Query, names: tuple[str, ...], name: str) -> Query:
+    keep = [s for s in q.streams if s.name in names]
+    streams = tuple(Stream(s.name, i, s.site, s.window, s.join_attrs) for i, s in enumerate(keep))
+    preds = tuple(p for p in q.predicates if p.left in names and p.right in names)
+    nodes = tuple(n for n in q.nodes if n not in {s.site for s in keep})
+    return Query(name, streams, preds, Network(nodes=nodes), q.execution)
+
+
+S01 = MJoin((Leaf("S0", "n0"), Leaf("S1", "n1")), "n1")
+
+
+@pytest.mark.parametrize("second, shared", [
+    (MJoin((S01, Leaf("S3", "n3")), "n3"), True),                                   # the same S0 x S1 at n1
+    (MJoin((MJoin((Leaf("S0", "n0"), Leaf("S1", "n1")), "n0"), Leaf("S3", "n3")), "n3"), False),   # at n0
+    (MJoin((Leaf("S0", "n0"), Leaf("S1", "n1"), Leaf("S3", "n3")), "n3"), False),   # no S0 x S1 of its own
+])
+def test_an_operator_is_shared_when_it_computes_the_same_stream_at_the_same_node(second, shared):
+    q = _four()
+    q1, q2 = _sub(q, ("S0", "S1", "S2"), "Q1"), _sub(q, ("S0", "S1", "S3"), "Q2")
+    dep = deploy([lower_tree(q1, MJoin((S01, Leaf("S2", "n2")), "n2")), lower_tree(q2, second)])
+    both = [i for i in range(len(dep.ops)) if dep.owners(i) == ("Q1", "Q2")]
+    assert len(dep.ops) == (3 if shared else 2 + len(list(operators(second))))
+    assert bool(both) is shared
+    if shared:
+        (i,) = both
+        assert dep.consumers[i] == ((1, "S0+S1"), (2, "S0+S1")) and dep.ops[i].node == "n1"
+
+
+def test_what_the_queries_imply_decides_whether_an_operator_is_the_same():
+    """Q2 equates S0.k with a second attribute; its S0 x S1 is another stream than Q1's."""
+    q1 = _sub(_four(), ("S0", "S1", "S2"), "Q1")
+    s0 = Stream("S0", 0, "n0", Window("time", 20), ("k", "x"))
+    q2 = Query("Q2", (s0, q1.streams[1], Stream("S3", 2, "n3", Window("time", 20), ("k",))),
+               (Predicate("S0", "k", "S1", "k"), Predicate("S1", "k", "S3", "k"), Predicate("S0", "x", "S3", "k")),
+               Network(nodes=("n2",)))
+    dep = deploy([lower_tree(q1, MJoin((S01, Leaf("S2", "n2")), "n2")),
+                  lower_tree(q2, MJoin((S01, Leaf("S3", "n3")), "n3"))])
+    assert len(dep.ops) == 4
+
+
+def test_the_partitions_of_one_query_share_nothing():
+    q1 = _sub(_four(), ("S0", "S1", "S2"), "Q1")
+    tree = MJoin((S01, Leaf("S2", "n2")), "n2")
+    progs = [lower_tree(Query(f"Q1~p{p}", q1.streams, q1.predicates, q1.network), tree) for p in range(2)]
+    assert len(deploy(progs).ops) == 2 and len(deploy(progs, share=False).ops) == 4
+    with pytest.raises(PlanError, match="two queries named 'Q1'"):
+        deploy([lower_tree(q1, tree), lower_tree(q1, tree)])

@@ -1,0 +1,124 @@
+"""Which MJoin trees to run: ``--plan mjoin``, ``mjoin:FILE.json`` and ``pmjoin[...]:mjoin``.
+
+``mjoin`` is STREAMJOINOPT (seed 002's Algorithm 1) over the query's statistics, measured from the
+data where the query file has none. ``pmjoin[:hash|range|rate][:D]:mjoin`` is the paper's PMJoin
+itself: the partition function of :mod:`joinlib.partitioned`, and per partition group the tree
+STREAMJOINOPT places under the per-value rate model restricted to the group's values
+(:func:`joinlib.pmjoin.plan.plan_pmjoin`'s trees), each run as its own operators
+(:mod:`joinlib.tree_engine`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+from .derived import TreeProgram, lower_tree
+from .errors import JoinlibError, PlanError
+from .model import Query, Tup
+from .pmjoin.tree import Tree, from_json
+
+Streams = dict[str, list[Tup]]
+
+RUN_HELP = """MJoin trees (seed 002's STREAMJOINOPT; time windows only; embedded):
+  mjoin                        the tree STREAMJOINOPT places over the query's statistics
+                               (measured from --data where the file has none): one MJoin per
+                               node, each input shipped to it once, intermediate results kept
+                               in windows that expire with their earliest tuple
+  mjoin:FILE.json              a tree of your own: {"mjoin": NODE, "inputs": [...]} with leaves
+                               {"stream": S, "node": SITE}
+  pmjoin[:hash|range|rate][:D]:mjoin
+                               PMJoin as the paper runs it: per partition group the tree
+                               STREAMJOINOPT places for that group's values (docs/pmjoin.md)"""
+
+
+def is_tree(spec: str) -> bool:
+    return spec == "mjoin" or spec.startswith("mjoin:") or (spec.startswith("pmjoin") and spec.endswith(":mjoin"))
+
+
+def measured(query: Query, streams: Streams) -> Query:
+    """``query`` with rates, tuple sizes and selectivities measured on ``streams`` (over the data's
+    whole span: a substream's rate is its share of the time, not of its own span); a stream without
+    tuples gets a tiny rate and selectivity 1."""
+    from .model import StreamStats
+    from .stats import stream_stats, with_measured
+    q = with_measured(query, [stream_stats(s, streams.get(s.name, [])) for s in query.streams])
+    tss = [t.ts for tups in streams.values() for t in tups]
+    span = max(1, max(tss) - min(tss) + 1) / 1000.0 if tss else 1.0
+    out = []
+    for s in q.streams:
+        sel = tuple((a, s.stats.selectivity_of(a) or 1.0) for a in s.join_attrs)
+        st = StreamStats(rate=max(len(streams.get(s.name, [])) / span, 1e-6), tuple_bytes=s.stats.tuple_bytes,
+                         attributes=s.stats.attributes, selectivity=sel)
+        out.append(replace(s, stats=st))
+    return replace(q, streams=tuple(out))
+
+
+def streamjoinopt(query: Query) -> Tree:
+    from .pmjoin.stats import selectivity_model
+    from .pmjoin.streamjoinopt import stream_join_opt
+    return stream_join_opt(selectivity_model(query))
+
+
+def plan_tree(query: Query, spec: str, streams: Optional[Streams] = None) -> TreeProgram:
+    """``mjoin`` or ``mjoin:FILE.json`` (a tree in the JSON of :func:`joinlib.pmjoin.tree.to_json`, or
+    ``{"mjoin_tree": ...}``) lowered over ``query``."""
+    _, sep, arg = spec.partition(":")
+    if not sep:
+        if streams is None:
+            return lower_tree(query, streamjoinopt(query))
+        return lower_tree(query, _measured_tree(query, streams))
+    try:
+        obj = json.loads(Path(arg).read_text())
+    except OSError as e:
+        raise JoinlibError(f"--plan {spec}: cannot read {arg}: {e.strerror}") from None
+    except ValueError as e:
+        raise JoinlibError(f"--plan {spec}: {arg} is not JSON: {e}") from None
+    if isinstance(obj, dict) and set(obj) == {"mjoin_tree"}:
+        obj = obj["mjoin_tree"]
+    try:
+        return lower_tree(query, from_json(obj))
+    except PlanError as e:
+        raise PlanError(f"--plan {spec}: {e}") from None
+
+
+def _measured_tree(query: Query, streams: Streams) -> Tree:
+    """STREAMJOINOPT on data: under the per-value rate model where one attribute class joins every
+    stream (the paper's model: it sees which values meet where), else on measured selectivities."""
+    from .pmjoin.stats import single_class, value_model
+    from .pmjoin.streamjoinopt import stream_join_opt
+    try:
+        members = single_class(query)
+    except PlanError:
+        return streamjoinopt(measured(query, streams))
+    from .partitioned import value_rates_of
+    rates = value_rates_of(query, streams, tuple(sorted(members, key=lambda m: query.stream(m[0]).pos)))
+    return stream_join_opt(value_model(measured(query, streams), rates))
+
+
+def plan_partitioned_trees(query: Query, streams: Streams, spec: str) -> tuple[list[TreeProgram], list[Streams]]:
+    """``pmjoin[:hash|range|rate][:D]:mjoin``: per partition its tree (named ``QUERY~pP``) and its input."""
+    from . import partitioned as pm
+    from .plan import Plan
+    from .pmjoin.plan import group_columns
+    from .pmjoin.stats import single_class, value_model
+    from .pmjoin.streamjoinopt import stream_join_opt
+    pm.check_partitionable(query)
+    scheme, parts = pm.parse_spec(spec.removesuffix(":mjoin"))
+    by = pm.attribute_class(query)
+    fn = pm.function_for(query, streams, by, scheme, parts)
+    skeleton = pm.Partitioned(by, fn, tuple(Plan(()) for _ in range(fn.d)))
+    inputs = skeleton.split(query, streams)
+    stats = measured(query, streams)
+    try:  # one attribute class over every stream: the paper's per-value rate model, a group per partition
+        single_class(query)
+    except PlanError:  # joins on several attributes: STREAMJOINOPT on each partition's own measurements
+        trees = [streamjoinopt(measured(query, part)) for part in inputs]
+    else:
+        rates = pm.value_rates_of(query, streams, tuple(sorted(by, key=lambda m: query.stream(m[0]).pos)))
+        model = value_model(stats, rates)
+        whole = stream_join_opt(model)
+        trees = [stream_join_opt(model.group(cols)) if cols else whole
+                 for cols in group_columns(model, rates.values, fn)]
+    return [lower_tree(replace(query, name=f"{query.name}~p{p}"), t) for p, t in enumerate(trees)], inputs
