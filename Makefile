@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ bench-bytes: deps ## Bytes of every planner's plan vs the best central and the f
 
 bench-adaptive-cluster: deps cluster-install ## Adaptive re-planning embedded and on Kafka + Redis (results/adaptive-cluster; docs/adaptive.md table)
 	$(PYTHON) bench/adaptive_cluster.py --out results/adaptive-cluster
+
+bench-mjoin: deps ## MJoin trees (mjoin, pmjoin:...:mjoin) against seed 002's model, and two queries sharing an operator (results/mjoin)
+	$(PYTHON) bench/mjoin_bench.py --out results/mjoin
 
 bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
 	$(PYTHON) bench/latency_bench.py

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Optional, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from . import command
 from .adaptive.cli import RUN_HELP as ADAPTIVE_HELP
@@ -248,39 +248,29 @@ def _run_plans(args: argparse.Namespace) -> int:
 
 def _run_tree(args: argparse.Namespace) -> int:
     """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query, embedded."""
-    from .data import load_streams
-    from .derived import check_windows, deploy
+    from .derived import deploy
     from .query import load_query
     from .runtime.sink import CountingSink
     from .tree_engine import run_deployment
-    from .tree_plans import plan_partitioned_trees, plan_tree
     query = load_query(args.query)
-    check_windows(query)
-    progress = not args.no_progress and sys.stderr.isatty()
     for flag, given in (("--switch", args.switch), ("--cluster", args.cluster is not None), ("--kill", args.kill)):
         if given:
             raise JoinlibError(f"--plan {args.plan} runs embedded and without {flag} (MJoin trees do not run "
                                "on Kafka yet, and have no generations)")
-    early = None if args.plan == "mjoin" or args.plan.startswith("pmjoin") else plan_tree(query, args.plan)
-    streams = load_streams(query, args.data)
-    if args.plan.startswith("pmjoin"):
-        programs, inputs = plan_partitioned_trees(query, streams, args.plan)
-    else:
-        programs, inputs = [early or plan_tree(query, args.plan, streams)], [streams]
+    streams, programs, inputs = _tree_programs(args, query)
     f = open(args.out, "wb") if args.out else None  # noqa: SIM115 (closed below, after the run)
     try:
         sink: Sink = JsonlSink(query, f) if f is not None else CountingSink()
-        report = run_deployment(deploy(programs, share=False), {p.base.name: s for p, s in zip(programs, inputs,
-                                                                                               strict=True)},
-                                {p.base.name: sink for p in programs}, progress=progress)
+        report = run_deployment(deploy(programs, share=False),
+                                {p.base.name: s for p, s in zip(programs, inputs, strict=True)},
+                                {p.base.name: sink for p in programs},
+                                progress=not args.no_progress and sys.stderr.isatty())
     finally:
         if f is not None:
             f.close()
     report.query = query.name
-    if len(programs) == 1:
-        report.plan = programs[0].to_json()
-    else:
-        report.plan = {"partitions": [p.to_json() for p in programs], **report.plan}
+    report.plan = programs[0].to_json() if len(programs) == 1 else {
+        "partitions": [p.to_json() for p in programs], **report.plan}
     if args.report:
         _writable(args.report)
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -291,6 +281,25 @@ def _run_tree(args: argparse.Namespace) -> int:
     if args.check:
         return _check(query, streams, args.out)
     return 0
+
+
+def _tree_programs(args: argparse.Namespace, query: Query) -> tuple[dict[str, list[Tup]], list[Any], list[Any]]:
+    """The data, the trees to run (one, or one per partition) and each tree's input; plan mistakes are
+    found before the data is loaded where they can be."""
+    from .data import load_streams
+    from .derived import check_windows
+    from .tree_plans import plan_partitioned_trees, plan_tree
+    check_windows(query)
+    if args.plan.startswith("pmjoin"):
+        from .partitioned import check_partitionable, parse_spec
+        parse_spec(args.plan.removesuffix(":mjoin"))
+        check_partitionable(query)
+        streams = load_streams(query, args.data)
+        programs, inputs = plan_partitioned_trees(query, streams, args.plan)
+        return streams, list(programs), list(inputs)
+    early = None if args.plan == "mjoin" else plan_tree(query, args.plan)
+    streams = load_streams(query, args.data)
+    return streams, [early or plan_tree(query, args.plan, streams)], [streams]
 
 
 def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[int, str]],

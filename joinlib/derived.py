@@ -246,7 +246,8 @@ def _base_attr(op: Operator, stream: str, attr: str) -> tuple[str, str]:
 
 def deploy(programs: Sequence[TreeProgram], share: bool = True) -> Deployment:
     """The operators of ``programs`` with every repeated operator kept once (``share``; not for the
-    partitions of one query, whose streams of one name carry different tuples); query names must differ."""
+    partitions of one query, whose streams of one name carry different tuples); query names must differ.
+    Sharing takes a stream name to mean one stream: the same tuples in every query that names it."""
     names = [p.base.name for p in programs]
     if len(set(names)) < len(names):
         raise PlanError(f"two queries named {next(n for n in names if names.count(n) > 1)!r}")

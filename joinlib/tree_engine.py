@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from .derived import (
@@ -27,13 +28,13 @@ from .derived import (
     leaf_tuple,
 )
 from .engine import Report, _report, drive, generations, hosts_for
-from .ir import Topology
+from .errors import PlanError
 from .messages import Envelope, InstanceKey
 from .model import Query, Tup
 from .plan import central
 from .runtime.host import Host
 from .runtime.sensor import TotalsSensor
-from .runtime.sink import CountingSink, Group, LatencyTap, Sink
+from .runtime.sink import Group, LatencyTap, Sink
 from .sim.network import SimNetwork
 from .state.base import WindowStore
 
@@ -125,9 +126,8 @@ def run_deployment(dep: Deployment, streams: Mapping[str, Mapping[str, list[Tup]
     (per query, per stream) on one simulated network; each query's results go to ``sinks[query]``.
     The report counts every query's results and every operator's bytes."""
     from . import wire
-    first = dep.queries[0]
-    topo = Topology.of(first)
-    specs = [s for op in dep.ops for s in generations(op.query, central(op.query, op.node), topo)]
+    first = _one_network(dep)
+    specs = [s for op in dep.ops for s in generations(op.query, central(op.query, op.node))]
     tau = first.execution.interval_ms
 
     def decode(env: Envelope) -> Envelope:
@@ -136,8 +136,8 @@ def run_deployment(dep: Deployment, streams: Mapping[str, Mapping[str, list[Tup]
         return out
     net = SimNetwork(first.network, size_of or wire.envelope_size, decode if roundtrip else None)
     sensor = TotalsSensor()
-    taps = {q.name: LatencyTap(sinks[q.name]) for q in dep.queries}
-    tsink = TreeSink(dep, taps)
+    tap = LatencyTap(_Fanout(sinks))
+    tsink = TreeSink(dep, {q.name: tap for q in dep.queries})
     hosts = hosts_for(specs, net, tsink, sensor, store_factory)
     all_ts = sorted({(n, t.id, t.ts) for q in dep.queries for n, tups in streams[q.name].items() for t in tups})
     last = max(ts for *_, ts in all_ts) // tau if all_ts else 0
@@ -157,11 +157,20 @@ def run_deployment(dep: Deployment, streams: Mapping[str, Mapping[str, list[Tup]
                 h.run(at)
     wall = drive(net, hosts, last, tau, advance, after=settle, progress=progress,
                  name="+".join(q.name for q in dep.queries))
-    tap = _Totals(list(taps.values()))
-    rep = _report(first, specs, net, sensor, tap, wall, [ts for *_, ts in all_ts])  # type: ignore[arg-type]
+    rep = _report(first, specs, net, sensor, tap, wall, [ts for *_, ts in all_ts])
     rep.query = "+".join(q.name for q in dep.queries)
     rep.plan, rep.switches = deployment_json(dep), []
     return rep
+
+
+def _one_network(dep: Deployment) -> Query:
+    """The first query; the others must agree with it on the network and the execution parameters."""
+    first = dep.queries[0]
+    for q in dep.queries[1:]:
+        if replace(q.network, nodes=()) != replace(first.network, nodes=()) or q.execution != first.execution:
+            raise PlanError(f"queries {first.name} and {q.name} run on one network with one batch interval: "
+                            "their network (latency, bandwidth, links) and execution sections must agree")
+    return first
 
 
 def _reader(dep: Deployment, i: int) -> Query:
@@ -171,19 +180,14 @@ def _reader(dep: Deployment, i: int) -> Query:
     return dep.roots[i][0]
 
 
-class _Totals:
-    """The results and latencies of several queries' taps, as one (for the report)."""
+class _Fanout(Sink):
+    """Each query's results to its own sink (results carry their query's name)."""
 
-    def __init__(self, taps: list[LatencyTap]) -> None:
-        self.taps = taps
-        self.count = sum(t.count for t in taps)
+    def __init__(self, sinks: Mapping[str, Sink]) -> None:
+        self.sinks = sinks
 
-    def summary(self) -> dict[str, Any]:
-        merged = LatencyTap(CountingSink())
-        for t in self.taps:
-            merged._emits.extend(t._emits)
-        merged.count = self.count
-        return merged.summary()
+    def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        self.sinks[inst[0]].emit(inst, head_pos, pos, groups, now)
 
 
 def deployment_json(dep: Deployment) -> dict[str, Any]:

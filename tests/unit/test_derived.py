@@ -251,3 +251,24 @@ def test_the_partitions_of_one_query_share_nothing():
     assert len(deploy(progs).ops) == 2 and len(deploy(progs, share=False).ops) == 4
     with pytest.raises(PlanError, match="two queries named 'Q1'"):
         deploy([lower_tree(q1, tree), lower_tree(q1, tree)])
+
+
+def test_queries_deployed_together_must_share_one_network():
+    q1 = _sub(_four(), ("S0", "S1", "S2"), "Q1")
+    q2 = _sub(_four(), ("S0", "S1", "S3"), "Q2")
+    q2 = Query(q2.name, q2.streams, q2.predicates, Network(latency_ms=5.0, nodes=q2.network.nodes))
+    from joinlib.tree_engine import run_deployment
+    dep = deploy([lower_tree(q1, MJoin((S01, Leaf("S2", "n2")), "n2")),
+                  lower_tree(q2, MJoin((S01, Leaf("S3", "n3")), "n3"))])
+    with pytest.raises(PlanError, match="network .* must agree"):
+        run_deployment(dep, {"Q1": {}, "Q2": {}}, {})
+
+
+@pytest.mark.parametrize("plan, message", [
+    ("pmjoin:sometimes:mjoin", "unknown argument 'sometimes'"),
+    ("pmjoin:0:mjoin", "unknown argument '0'"),
+])
+def test_partitioned_tree_mistakes_give_one_line(example1, plan, message, capsys):
+    assert main(["run", PMJ, "--data", str(example1), "--plan", plan]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
