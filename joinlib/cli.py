@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="auto | greedy | exhaustive | beam | sampled[:time] | central[:NODE] | an algorithm "
                          "(default auto: the whole plan space under the byte model; with --data, statistics "
                          "measured and the best candidates run on a sample where every window fills); "
-                         "'sampled' runs every candidate plan on such a sample")
+                         "'sampled' runs every candidate plan on such a sample; 'mjoin' prints STREAMJOINOPT's "
+                         "MJoin tree, which 'run --plan mjoin:FILE' runs")
     pl.add_argument("--data", type=Path, help="data directory (used by auto, needed by sampled)")
     pl.add_argument("--model", default="wire", help="cost model: wire | paper | bytes (default wire)")
     pl.add_argument("--explain", action="store_true",
@@ -361,6 +362,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.data is not None:
         from .data import load_streams
         streams = load_streams(query, args.data)
+    if args.planner == "mjoin":  # an MJoin tree, not a plan of join sequences
+        from .tree_plans import plan_tree
+        program = plan_tree(query, "mjoin", streams)
+        text = json.dumps(program.to_json(), indent=2)
+        if args.out:
+            _writable(args.out)
+            args.out.write_text(text + "\n")
+        else:
+            print(text)
+        if args.explain:
+            print(f"MJoin tree: {program.describe()}")
+            for op in program.ops:
+                print(f"  {op.name} at {op.node}: joins {', '.join(op.query.names)}")
+        return 0
     plan = resolve_plan(query, args.planner, args.model, streams, progress=sys.stderr.isatty())
     text = json.dumps(plan.to_json(), indent=2)
     if args.out:

@@ -272,3 +272,14 @@ def test_partitioned_tree_mistakes_give_one_line(example1, plan, message, capsys
     assert main(["run", PMJ, "--data", str(example1), "--plan", plan]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_plan_prints_the_tree_that_run_takes(wan, tmp_path, capsys):
+    tree = tmp_path / "tree.json"
+    assert main(["plan", WAN, "--planner", "mjoin", "--data", str(wan), "--out", str(tree), "--explain"]) == 0
+    assert "MJoin tree: MJoin@" in capsys.readouterr().out
+    assert set(json.loads(tree.read_text())) == {"mjoin_tree"}
+    out = tmp_path / "out.jsonl"
+    assert main(["run", WAN, "--data", str(wan), "--plan", f"mjoin:{tree}", "--out", str(out), "--no-progress",
+                 "--check", "--quiet"]) == 0
+    assert "missing 0, extra or duplicated 0" in capsys.readouterr().out
