@@ -259,6 +259,8 @@ def _run_tree(args: argparse.Namespace) -> int:
             raise JoinlibError(f"--plan {args.plan} runs embedded and without {flag} (MJoin trees do not run "
                                "on Kafka yet, and have no generations)")
     streams, programs, inputs = _tree_programs(args, query)
+    if args.out:
+        _writable(args.out)
     f = open(args.out, "wb") if args.out else None  # noqa: SIM115 (closed below, after the run)
     try:
         sink: Sink = JsonlSink(query, f) if f is not None else CountingSink()

@@ -51,7 +51,6 @@ class TreeSink(Sink):
         self.buffers: list[defaultdict[int, list[Named]]] = [defaultdict(list) for _ in dep.ops]
         self.next_epoch = [0] * len(dep.ops)
         self.seq = [0] * len(dep.ops)
-        self.dropped = 0          # combinations a derived window's min-size over-approximation let through
 
     def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
         i = self.index[inst[0]]
@@ -60,10 +59,8 @@ class TreeSink(Sink):
         for row, tups in groups:
             for t in tups:
                 comps = components(op, row[:pos] + (t,) + row[pos + 1:])
-                if alive(windows, comps):
+                if alive(windows, comps):  # else a derived window's min-size over-approximation let it through
                     results.append(comps)
-                else:
-                    self.dropped += 1
         if self.dep.consumers[i]:
             buf = self.buffers[i]
             for comps in results:

@@ -283,3 +283,9 @@ def test_plan_prints_the_tree_that_run_takes(wan, tmp_path, capsys):
     assert main(["run", WAN, "--data", str(wan), "--plan", f"mjoin:{tree}", "--out", str(out), "--no-progress",
                  "--check", "--quiet"]) == 0
     assert "missing 0, extra or duplicated 0" in capsys.readouterr().out
+
+
+def test_an_unwritable_out_file_is_one_line(wan, capsys):
+    assert main(["run", WAN, "--data", str(wan), "--plan", "mjoin", "--out", "/no/such/dir/out.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
