@@ -357,6 +357,16 @@ def _cmd_gen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_or_write(obj: Any, out: Optional[Path]) -> None:
+    """A plan's JSON to ``out``, or to stdout."""
+    text = json.dumps(obj, indent=2)
+    if out:
+        _writable(out)
+        out.write_text(text + "\n")
+    else:
+        print(text)
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .query import load_query
     query = load_query(args.query)
@@ -367,24 +377,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.planner == "mjoin":  # an MJoin tree, not a plan of join sequences
         from .tree_plans import plan_tree
         program = plan_tree(query, "mjoin", streams)
-        text = json.dumps(program.to_json(), indent=2)
-        if args.out:
-            _writable(args.out)
-            args.out.write_text(text + "\n")
-        else:
-            print(text)
+        _print_or_write(program.to_json(), args.out)
         if args.explain:
             print(f"MJoin tree: {program.describe()}")
             for op in program.ops:
                 print(f"  {op.name} at {op.node}: joins {', '.join(op.query.names)}")
         return 0
     plan = resolve_plan(query, args.planner, args.model, streams, progress=sys.stderr.isatty())
-    text = json.dumps(plan.to_json(), indent=2)
-    if args.out:
-        _writable(args.out)
-        args.out.write_text(text + "\n")
-    else:
-        print(text)
+    _print_or_write(plan.to_json(), args.out)
     if args.explain:
         from .costs import get_model
         from .costs.explain import format_estimate

@@ -28,7 +28,8 @@ from typing import Optional
 
 from .errors import PlanError
 from .model import Predicate, Query, Stream, Tup, Window, equality_classes
-from .pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
+from .plan import bfs_order
+from .pmjoin.tree import Leaf, MJoin, Tree, describe, operators, streams_of, to_json
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,9 @@ class TreeProgram:
         return self.ops[-1]
 
     def describe(self) -> str:
-        from .pmjoin.tree import describe
         return describe(self.tree)
 
     def to_json(self) -> dict[str, object]:
-        from .pmjoin.tree import to_json
         return {"mjoin_tree": to_json(self.tree)}
 
 
@@ -170,12 +169,7 @@ def _predicates(query: Query, streams: Sequence[Stream], parts: Sequence[tuple[s
 
 
 def _check_connected(q: Query, op: MJoin) -> None:
-    seen, todo = {q.names[0]}, [q.names[0]]
-    while todo:
-        for n in q.neighbours(todo.pop()):
-            if n not in seen:
-                seen.add(n)
-                todo.append(n)
+    seen = {q.names[0], *bfs_order(q, q.names[0])}
     if len(seen) < len(q.names):
         raise PlanError(f"the MJoin at {op.node} over {', '.join(q.names)} would be a cross product: "
                         f"no predicate joins {', '.join(n for n in q.names if n not in seen)} to the others")
@@ -219,9 +213,8 @@ def signatures(prog: TreeProgram) -> list[tuple[object, ...]]:
     same streams below an operator may still make it compute different things: their signatures differ."""
     out: list[tuple[object, ...]] = []
     enforced: list[list[tuple[tuple[str, str], tuple[str, str]]]] = []
-    for op in prog.ops:
-        pairs = [p for i, o in enumerate(prog.ops) if o.parent is not None and prog.ops[o.parent] is op
-                 for p in enforced[i]]
+    for k, op in enumerate(prog.ops):
+        pairs = [p for i, o in enumerate(prog.ops[:k]) if o.parent == k for p in enforced[i]]  # children first
         for p in op.query.predicates:
             pairs.append((_base_attr(op, p.left, p.left_attr), _base_attr(op, p.right, p.right_attr)))
         enforced.append(pairs)

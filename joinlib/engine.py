@@ -147,15 +147,9 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
                  topology: Optional[Topology] = None) -> Report:
     """Run ``plan`` (or generations of plans, switching at their first epochs) over ``streams``
     on the simulated network; results go to ``sink``."""
-    from . import wire
     specs = generations(query, plan, topology)
     tau = query.execution.interval_ms
-
-    def decode(env: Envelope) -> Envelope:
-        out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
-        out.query = env.query
-        return out
-    net = SimNetwork(query.network, size_of or wire.envelope_size, decode if roundtrip else None)
+    net = sim_network(query, size_of, roundtrip)
     sensor = TotalsSensor()
     tap = LatencyTap(sink)
     hosts = hosts_for(specs, net, tap, sensor, store_factory)
@@ -167,6 +161,19 @@ def run_embedded(query: Query, streams: dict[str, list[Tup]], plan: Plans, sink:
     wall = drive(net, hosts, last, tau, lambda h, at: h.advance(query.name, int(at)), progress=progress,
                  name=query.name)
     return _report(query, specs, net, sensor, tap, wall, all_ts, plan)
+
+
+def sim_network(query: Query, size_of: Optional[Callable[[Envelope], int]] = None,
+                roundtrip: bool = False) -> SimNetwork:
+    """The simulated network of ``query``'s network section: messages sized by ``size_of`` (default: their
+    encoded size); ``roundtrip``: every message is encoded and decoded on the way (the codec under test)."""
+    from . import wire
+
+    def decode(env: Envelope) -> Envelope:
+        out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
+        out.query = env.query
+        return out
+    return SimNetwork(query.network, size_of or wire.envelope_size, decode if roundtrip else None)
 
 
 def drive(net: SimNetwork, hosts: dict[str, Host], last: int, tau: int, advance: Callable[[Host, float], None], *,

@@ -27,7 +27,7 @@ from .derived import (
     derived_tuple,
     leaf_tuple,
 )
-from .engine import Report, _report, drive, generations, hosts_for
+from .engine import Report, _report, drive, generations, hosts_for, sim_network
 from .errors import PlanError
 from .messages import Envelope, InstanceKey
 from .model import Query, Tup
@@ -35,17 +35,16 @@ from .plan import central
 from .runtime.host import Host
 from .runtime.sensor import TotalsSensor
 from .runtime.sink import Group, LatencyTap, Sink
-from .sim.network import SimNetwork
 from .state.base import WindowStore
 
 
 class TreeSink(Sink):
     """Takes every operator's results, flattened and checked (:func:`~joinlib.derived.alive`): a root's go
-    to its queries' sinks as results of the base query; the others' are kept per head epoch until
-    :meth:`pump` hands them to the operators that read them."""
+    to ``out`` as results of its queries (named in the instance key, rows of the base query); the others'
+    are kept per head epoch until :meth:`pump` hands them to the operators that read them."""
 
-    def __init__(self, dep: Deployment, outs: Mapping[str, Sink]) -> None:
-        self.dep, self.outs = dep, outs
+    def __init__(self, dep: Deployment, out: Sink) -> None:
+        self.dep, self.out = dep, out
         self.index = {op.name: i for i, op in enumerate(dep.ops)}
         self.tau = dep.ops[0].query.execution.interval_ms
         self.buffers: list[defaultdict[int, list[Named]]] = [defaultdict(list) for _ in dep.ops]
@@ -66,11 +65,10 @@ class TreeSink(Sink):
             for comps in results:
                 buf[max(c.ts for _, c in comps) // self.tau].append(comps)
         for q in self.dep.roots[i]:
-            out = self.outs[q.name]
             for comps in results:
                 row = base_row(q, comps)
                 head = max(row, key=lambda c: c.ts)
-                out.emit((q.name, 0, 0), head.pos, head.pos, [(row, [head])], now)
+                self.out.emit((q.name, 0, 0), head.pos, head.pos, [(row, [head])], now)
 
     def pump(self, i: int, hosts: dict[str, Host]) -> bool:
         """Hand operator ``i``'s finished head epochs to the windows that read it; True if any."""
@@ -122,19 +120,13 @@ def run_deployment(dep: Deployment, streams: Mapping[str, Mapping[str, list[Tup]
     """Run the operators of several queries' trees (each shared operator once) over ``streams``
     (per query, per stream) on one simulated network; each query's results go to ``sinks[query]``.
     The report counts every query's results and every operator's bytes."""
-    from . import wire
     first = _one_network(dep)
     specs = [s for op in dep.ops for s in generations(op.query, central(op.query, op.node))]
     tau = first.execution.interval_ms
-
-    def decode(env: Envelope) -> Envelope:
-        out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
-        out.query = env.query
-        return out
-    net = SimNetwork(first.network, size_of or wire.envelope_size, decode if roundtrip else None)
+    net = sim_network(first, size_of, roundtrip)
     sensor = TotalsSensor()
     tap = LatencyTap(_Fanout(sinks))
-    tsink = TreeSink(dep, {q.name: tap for q in dep.queries})
+    tsink = TreeSink(dep, tap)
     hosts = hosts_for(specs, net, tsink, sensor, store_factory)
     all_ts = sorted({(n, t.id, t.ts) for q in dep.queries for n, tups in streams[q.name].items() for t in tups})
     last = max(ts for *_, ts in all_ts) // tau if all_ts else 0
