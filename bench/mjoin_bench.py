@@ -77,7 +77,8 @@ def example1(seconds: int) -> list[dict[str, Any]]:
         sink = Collect()
         if is_tree(name):
             if name.startswith("pmjoin"):
-                programs, inputs = plan_partitioned_trees(query, streams, name)
+                whole, inputs = plan_partitioned_trees(query, streams, name)
+                programs = list(whole.programs)
             else:
                 programs, inputs = [plan_tree(query, name, streams)], [streams]
             rep = run_deployment(deploy(programs, share=False),

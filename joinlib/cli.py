@@ -248,32 +248,28 @@ def _run_plans(args: argparse.Namespace) -> int:
 
 
 def _run_tree(args: argparse.Namespace) -> int:
-    """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query, embedded."""
-    from .derived import deploy
+    """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query,
+    embedded or (one tree) on Kafka."""
     from .query import load_query
     from .runtime.sink import CountingSink
-    from .tree_engine import run_deployment
     query = load_query(args.query)
-    for flag, given in (("--switch", args.switch), ("--cluster", args.cluster is not None), ("--kill", args.kill)):
+    for flag, given in (("--switch", args.switch), ("--kill", args.kill)):
         if given:
-            raise JoinlibError(f"--plan {args.plan} runs embedded and without {flag} (MJoin trees do not run "
-                               "on Kafka yet, and have no generations)")
-    streams, programs, inputs = _tree_programs(args, query)
+            raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, and "
+                               "its operators keep no checkpoints yet)")
+    streams, whole, inputs = _tree_programs(args, query)
+    programs = list(getattr(whole, "programs", [whole]))
     if args.out:
         _writable(args.out)
     f = open(args.out, "wb") if args.out else None  # noqa: SIM115 (closed below, after the run)
     try:
         sink: Sink = JsonlSink(query, f) if f is not None else CountingSink()
-        report = run_deployment(deploy(programs, share=False),
-                                {p.base.name: s for p, s in zip(programs, inputs, strict=True)},
-                                {p.base.name: sink for p in programs},
-                                progress=not args.no_progress and sys.stderr.isatty())
+        report = _tree_report(args, query, whole, streams, inputs, sink)
     finally:
         if f is not None:
             f.close()
     report.query = query.name
-    report.plan = programs[0].to_json() if len(programs) == 1 else {
-        "partitions": [p.to_json() for p in programs], **report.plan}
+    report.plan = whole.to_json()
     if args.report:
         _writable(args.report)
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -286,9 +282,26 @@ def _run_tree(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tree_programs(args: argparse.Namespace, query: Query) -> tuple[dict[str, list[Tup]], list[Any], list[Any]]:
-    """The data, the trees to run (one, or one per partition) and each tree's input; plan mistakes are
-    found before the data is loaded where they can be."""
+def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: dict[str, list[Tup]],
+                 inputs: list[Any], sink: Sink) -> Any:
+    """Run the tree (or a tree per partition, each on its ``inputs``): on the simulated network, or
+    (``--cluster``: the nodes route the tuples themselves) on Kafka."""
+    from .derived import deploy
+    from .tree_engine import run_deployment
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.cluster is not None:
+        from .adapters.cluster import cluster_runner
+        return cluster_runner(args.cluster, rate_scale=args.rate_scale)(query, streams, whole, sink,
+                                                                        progress=progress)
+    programs = list(getattr(whole, "programs", [whole]))
+    return run_deployment(deploy(programs, share=False),
+                          {p.base.name: s for p, s in zip(programs, inputs, strict=True)},
+                          {p.base.name: sink for p in programs}, progress=progress)
+
+
+def _tree_programs(args: argparse.Namespace, query: Query) -> tuple[dict[str, list[Tup]], Any, list[Any]]:
+    """The data, the tree to run (a TreeProgram, or PartitionedTrees) and each tree's input; plan mistakes
+    are found before the data is loaded where they can be."""
     from .data import load_streams
     from .derived import check_windows
     from .tree_plans import plan_partitioned_trees, plan_tree
@@ -298,11 +311,11 @@ def _tree_programs(args: argparse.Namespace, query: Query) -> tuple[dict[str, li
         parse_spec(args.plan.removesuffix(":mjoin"))
         check_partitionable(query)
         streams = load_streams(query, args.data)
-        programs, inputs = plan_partitioned_trees(query, streams, args.plan)
-        return streams, list(programs), list(inputs)
+        whole, inputs = plan_partitioned_trees(query, streams, args.plan)
+        return streams, whole, list(inputs)
     early = None if args.plan == "mjoin" else plan_tree(query, args.plan)
     streams = load_streams(query, args.data)
-    return streams, [early or plan_tree(query, args.plan, streams)], [streams]
+    return streams, early or plan_tree(query, args.plan, streams), [streams]
 
 
 def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[int, str]],

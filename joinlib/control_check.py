@@ -169,6 +169,8 @@ def plan_payload(q: Any, p: dict[str, Any]) -> Any:
     from .errors import PlanError
     from .partitioned import Partitioned, is_partitioned_json
     from .plan import from_json
+    if is_tree_json(p["plan"]):  # an MJoin tree: an operator query per MJoin (joinlib.adapters.tree_service)
+        return tree_payload(q, p)
     if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
         if p.get("switches") or p.get("adaptive") is not None:
             raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
@@ -185,6 +187,29 @@ def plan_payload(q: Any, p: dict[str, Any]) -> Any:
         config_of(p["adaptive"], q)
         initial_jep(q, p["plan"])
     return gens
+
+
+def is_tree_json(plan: Any) -> bool:
+    return type(plan) is dict and ("mjoin_tree" in plan or "mjoin_trees" in plan)
+
+
+def tree_payload(q: Any, p: dict[str, Any]) -> Any:
+    """The :class:`~joinlib.derived.TreeProgram` of a plan message whose plan is ``{"mjoin_tree": ...}``, or
+    the :class:`~joinlib.tree_plans.PartitionedTrees` of ``{"mjoin_trees": [...], "by": ..., "function": ...}``:
+    no switches, not adaptive, replayed sources only (a live tree is not supported yet)."""
+    from .derived import lower_tree
+    from .errors import PlanError
+    from .pmjoin.tree import from_json
+    from .tree_plans import PartitionedTrees
+    if p.get("switches") or p.get("adaptive") is not None or p.get("live") is not None:
+        raise PlanError("an MJoin tree plan has no 'switches', is not adaptive and not live")
+    live = [s.name for s in q.streams if s.source is not None and s.source.live]
+    if live:
+        raise PlanError(f"an MJoin tree runs on replayed streams; {', '.join(live)} have live sources "
+                        "(run the tree embedded, or pick a plan of the six algorithms)")
+    if "mjoin_trees" in p["plan"]:
+        return PartitionedTrees.from_json(q, p["plan"])
+    return lower_tree(q, from_json(p["plan"]["mjoin_tree"]))
 
 
 def _short(value: Any, n: int = 80) -> str:

@@ -111,15 +111,7 @@ class Partitioned:
         if not (isinstance(body, dict) and isinstance(body.get("plans"), list) and isinstance(body.get("by"), list)):
             raise PlanError('a partitioned plan is {"partitioned": {"by": [[stream, attr], ...], '
                             '"function": {...}, "plans": [plan, ...]}}')
-        by: list[tuple[str, str]] = []
-        for x in body["by"]:
-            if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)):
-                raise PlanError(f"partitioned: 'by' holds [stream, attribute] pairs, not {x!r:.60}")
-            if x[0] not in query.names or x[1] not in query.stream(x[0]).join_attrs:
-                raise PlanError(f"partitioned: {x[0]}.{x[1]} is not a join attribute of query {query.name}")
-            by.append((x[0], x[1]))
-        check_partitionable(query)
-        return Partitioned(tuple(by), function_from_json(body.get("function")),
+        return Partitioned(by_from_json(query, body["by"]), function_from_json(body.get("function")),
                            tuple(plan_from_json(query, p) for p in body["plans"]))
 
     def route(self, query: Query, host: Any) -> None:
@@ -132,6 +124,22 @@ class Partitioned:
         for i, p in enumerate(self.plans):
             lines.append(f"  partition {i}: " + p.describe().replace("\n", "\n    "))
         return "\n".join(lines)
+
+
+def by_from_json(query: Query, raw: Any) -> tuple[tuple[str, str], ...]:
+    """A partitioned plan's ``by`` ([[stream, attribute], ...]) checked against ``query`` (which must
+    have time windows only)."""
+    if not isinstance(raw, list):
+        raise PlanError(f"partitioned: 'by' is a list of [stream, attribute] pairs, not {raw!r:.60}")
+    by: list[tuple[str, str]] = []
+    for x in raw:
+        if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)):
+            raise PlanError(f"partitioned: 'by' holds [stream, attribute] pairs, not {x!r:.60}")
+        if x[0] not in query.names or x[1] not in query.stream(x[0]).join_attrs:
+            raise PlanError(f"partitioned: {x[0]}.{x[1]} is not a join attribute of query {query.name}")
+        by.append((x[0], x[1]))
+    check_partitionable(query)
+    return tuple(by)
 
 
 def _route(fn: PartitionFunction, i: int) -> Callable[[Tup], int]:

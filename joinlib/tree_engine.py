@@ -11,7 +11,7 @@ late source. Bytes are the simulator's, per link and kind, for every operator to
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
@@ -38,62 +38,83 @@ from .runtime.sink import Group, LatencyTap, Sink
 from .state.base import WindowStore
 
 
-class TreeSink(Sink):
-    """Takes every operator's results, flattened and checked (:func:`~joinlib.derived.alive`): a root's go
-    to ``out`` as results of its queries (named in the instance key, rows of the base query); the others'
-    are kept per head epoch until :meth:`pump` hands them to the operators that read them."""
+class OpOutput:
+    """What one operator of a deployment makes, at its node: its results, flattened and checked
+    (:func:`~joinlib.derived.alive`); a root's go to ``out`` as results of its queries (rows of the base
+    query, the query named in the instance key); the others' are kept per head epoch until
+    :meth:`handover` gives them, numbered, to the operators that read them. Embedded runs feed those to
+    the readers' hosts (:class:`TreeSink`); node services publish them on Kafka
+    (:mod:`joinlib.adapters.tree_service`)."""
 
-    def __init__(self, dep: Deployment, out: Sink) -> None:
-        self.dep, self.out = dep, out
-        self.index = {op.name: i for i, op in enumerate(dep.ops)}
-        self.tau = dep.ops[0].query.execution.interval_ms
-        self.buffers: list[defaultdict[int, list[Named]]] = [defaultdict(list) for _ in dep.ops]
-        self.next_epoch = [0] * len(dep.ops)
-        self.seq = [0] * len(dep.ops)
+    def __init__(self, dep: Deployment, i: int, out: Sink) -> None:
+        self.op, self.windows, self.out = dep.ops[i], dep.windows[i], out
+        self.roots = dep.roots[i]
+        self.readers = [(dep.ops[p], slot) for p, slot in dep.consumers[i]]
+        self.tau = self.op.query.execution.interval_ms
+        self.buffer: defaultdict[int, list[Named]] = defaultdict(list)
+        self.next_epoch = 0
+        self.seq = 0
 
-    def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
-        i = self.index[inst[0]]
-        op, windows = self.dep.ops[i], self.dep.windows[i]
+    def emit(self, pos: int, groups: list[Group], now: float) -> None:
         results: list[Named] = []
         for row, tups in groups:
             for t in tups:
-                comps = components(op, row[:pos] + (t,) + row[pos + 1:])
-                if alive(windows, comps):  # else a derived window's min-size over-approximation let it through
+                comps = components(self.op, row[:pos] + (t,) + row[pos + 1:])
+                if alive(self.windows, comps):  # else a derived window's min-size over-approximation let it through
                     results.append(comps)
-        if self.dep.consumers[i]:
-            buf = self.buffers[i]
+        if self.readers:
             for comps in results:
-                buf[max(c.ts for _, c in comps) // self.tau].append(comps)
-        for q in self.dep.roots[i]:
+                self.buffer[max(c.ts for _, c in comps) // self.tau].append(comps)
+        for q in self.roots:
             for comps in results:
                 row = base_row(q, comps)
                 head = max(row, key=lambda c: c.ts)
                 self.out.emit((q.name, 0, 0), head.pos, head.pos, [(row, [head])], now)
 
+    def handover(self, done: int) -> list[tuple[int, list[tuple[Operator, str, list[Tup]]]]]:
+        """The head epochs up to ``done`` not handed over yet (every sequence has made all their results):
+        per epoch, the derived tuples for each (reading operator, input stream), in time order."""
+        out: list[tuple[int, list[tuple[Operator, str, list[Tup]]]]] = []
+        if not self.readers:
+            return out
+        for e in range(self.next_epoch, done + 1):
+            batch = sorted(self.buffer.pop(e, []),
+                           key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))
+            feeds = []
+            for reader, slot in self.readers:
+                pos = reader.query.stream(slot).pos
+                feeds.append((reader, slot, [derived_tuple(cs, pos, self.seq + k) for k, cs in enumerate(batch)]))
+            out.append((e, feeds))
+            self.seq += len(batch)
+        self.next_epoch = max(self.next_epoch, done + 1)
+        return out
+
+
+class TreeSink(Sink):
+    """Takes every operator's results (one :class:`OpOutput` each, on one simulated network)."""
+
+    def __init__(self, dep: Deployment, out: Sink) -> None:
+        self.dep = dep
+        self.index = {op.name: i for i, op in enumerate(dep.ops)}
+        self.outputs = [OpOutput(dep, i, out) for i in range(len(dep.ops))]
+
+    def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        self.outputs[self.index[inst[0]]].emit(pos, groups, now)
+
     def pump(self, i: int, hosts: dict[str, Host]) -> bool:
         """Hand operator ``i``'s finished head epochs to the windows that read it; True if any."""
-        op = self.dep.ops[i]
-        done = _results_through(op, hosts)
-        first = self.next_epoch[i]
-        if done < first or not self.dep.consumers[i]:
-            return False
-        buf, seq = self.buffers[i], self.seq[i]
-        for e in range(first, done + 1):
-            batch = sorted(buf.pop(e, []), key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))
-            for parent, slot in self.dep.consumers[i]:
-                reader = self.dep.ops[parent]
-                pos = reader.query.stream(slot).pos
-                tups = [derived_tuple(cs, pos, seq + k) for k, cs in enumerate(batch)]
-                hosts[op.node].feed(reader.name, slot, tups, watermark=(e + 1) * self.tau)
-            seq += len(batch)
-        self.seq[i], self.next_epoch[i] = seq, done + 1
-        return True
+        op, output = self.dep.ops[i], self.outputs[i]
+        ready = output.handover(results_through(op, hosts.values()))
+        for e, feeds in ready:
+            for reader, slot, tups in feeds:
+                hosts[op.node].feed(reader.name, slot, tups, watermark=(e + 1) * output.tau)
+        return bool(ready)
 
 
-def _results_through(op: Operator, hosts: dict[str, Host]) -> int:
+def results_through(op: Operator, hosts: Iterable[Host]) -> int:
     """The last head epoch every sequence of ``op`` has produced all its results for (-1: none)."""
     done: dict[int, int] = {}
-    for h in hosts.values():
+    for h in hosts:
         inst = h.instances.get((op.name, 0, 0))
         if inst is not None:
             for seq, e in inst.results_through().items():

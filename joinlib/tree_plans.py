@@ -10,18 +10,19 @@ STREAMJOINOPT places under the per-value rate model restricted to the group's va
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .derived import TreeProgram, lower_tree
 from .errors import JoinlibError, PlanError
 from .model import Query, Tup
-from .pmjoin.tree import Tree, from_json
+from .partitioned import Partitioned
+from .pmjoin.tree import Tree, from_json, to_json
 
 Streams = dict[str, list[Tup]]
 
-RUN_HELP = """MJoin trees (seed 002's STREAMJOINOPT; time windows only; embedded):
+RUN_HELP = """MJoin trees (seed 002's STREAMJOINOPT; time windows only; embedded or --cluster):
   mjoin                        the tree STREAMJOINOPT places over the query's statistics
                                (measured from --data where the file has none): one MJoin per
                                node, each input shipped to it once, intermediate results kept
@@ -97,8 +98,43 @@ def _measured_tree(query: Query, streams: Streams) -> Tree:
     return stream_join_opt(value_model(measured(query, streams), rates))
 
 
-def plan_partitioned_trees(query: Query, streams: Streams, spec: str) -> tuple[list[TreeProgram], list[Streams]]:
-    """``pmjoin[:hash|range|rate][:D]:mjoin``: per partition its tree (named ``QUERY~pP``) and its input."""
+@dataclass(frozen=True)
+class PartitionedTrees:
+    """``pmjoin[...]:mjoin``: the source tuples routed as ``split`` routes them (its plans are unused), and
+    partition ``p`` running ``programs[p]`` (its base query named ``QUERY.pP``) on those routed to it."""
+
+    split: Partitioned
+    programs: tuple[TreeProgram, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        body = self.split.to_json()["partitioned"]
+        return {"mjoin_trees": [to_json(p.tree) for p in self.programs], "by": body["by"],
+                "function": body["function"]}
+
+    @staticmethod
+    def from_json(query: Query, obj: Any) -> "PartitionedTrees":
+        """The inverse of :meth:`to_json` against ``query``; a mistake is a :class:`PlanError`."""
+        from .partitioned import by_from_json
+        from .plan import Plan
+        from .pmjoin.partition import from_json as function_from_json
+        trees = obj.get("mjoin_trees") if isinstance(obj, dict) else None
+        if not isinstance(trees, list) or not trees:
+            raise PlanError('partitioned MJoin trees are {"mjoin_trees": [tree, ...], "by": [[stream, attr], ...], '
+                            '"function": {...}}')
+        assert isinstance(obj, dict)
+        split = Partitioned(by_from_json(query, obj.get("by")), function_from_json(obj.get("function")),
+                            tuple(Plan(()) for _ in trees))
+        return PartitionedTrees(split, tuple(lower_tree(part_query(query, p), from_json(t))
+                                             for p, t in enumerate(trees)))
+
+
+def part_query(query: Query, p: int) -> Query:
+    """Partition ``p``'s copy of ``query`` (its operators are named after it)."""
+    return replace(query, name=f"{query.name}.p{p}")
+
+
+def plan_partitioned_trees(query: Query, streams: Streams, spec: str) -> tuple[PartitionedTrees, list[Streams]]:
+    """``pmjoin[:hash|range|rate][:D]:mjoin``: per partition its tree and its input."""
     from . import partitioned as pm
     from .plan import Plan
     from .pmjoin.plan import group_columns
@@ -121,4 +157,5 @@ def plan_partitioned_trees(query: Query, streams: Streams, spec: str) -> tuple[l
         whole = stream_join_opt(model)
         trees = [stream_join_opt(model.group(cols)) if cols else whole
                  for cols in group_columns(model, rates.values, fn)]
-    return [lower_tree(replace(query, name=f"{query.name}~p{p}"), t) for p, t in enumerate(trees)], inputs
+    programs = tuple(lower_tree(part_query(query, p), t) for p, t in enumerate(trees))
+    return PartitionedTrees(skeleton, programs), inputs

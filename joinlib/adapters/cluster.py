@@ -68,6 +68,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     report has an ``adaptive`` section.
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     _check_options(query, mode, faults, redis_url)
+    tree = _tree_of(query, plan, faults, adaptive)
     from .. import wire
     from .kafka import (
         CONTROL_TOPIC,
@@ -91,7 +92,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     t_begin = time.perf_counter()
     check_reachable(bootstrap)
     admin = make_admin(bootstrap)
-    topics = query_topics(query)
+    topics = query_topics(query) + _tree_topics(tree)
     ensure_topics(admin, topics)
     run = run_id or uuid.uuid4().hex[:12]
     consumer = make_consumer(bootstrap, f"joinlib-cluster-{run}")
@@ -99,9 +100,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     try:
         offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         producer = make_producer(bootstrap)
-        specs = generations(query, plan)
-        plan_offset = produce_control_sync(producer, query.name, "plan",
-                                           plan_message(query, specs, run, offsets, adaptive, plan))
+        specs, msg, sites = _plan_of(query, plan, tree, run, offsets, adaptive)
+        plan_offset = produce_control_sync(producer, query.name, "plan", msg)
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
                          TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
@@ -114,7 +114,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
             if registries is not None and isinstance(h, _ThreadNode):
                 registries[site] = h.svc.registry
             return h
-        for site in plan_sites(query, specs, adaptive):
+        for site in sites:
             nodes[site] = start_node(site)
         warm_up(producer, [source_topic(query, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
@@ -156,6 +156,48 @@ def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Re
         report["plan"] = gens
         report["switches"] = [{"generation": i, "from_epoch": g["from_epoch"], "to_epoch": stops[i]}
                               for i, g in enumerate(gens)]
+
+
+def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[str, float]], adaptive: Any) -> Any:
+    """The deployment of an MJoin tree plan (a :class:`~joinlib.derived.TreeProgram`), else None."""
+    from ..derived import TreeProgram
+    from ..tree_plans import PartitionedTrees
+    if not isinstance(plan, (TreeProgram, PartitionedTrees)):
+        return None
+    if faults or adaptive is not None:
+        raise ClusterError("an MJoin tree runs on the cluster without --kill and not adaptive (its operators keep "
+                           "no checkpoints yet)")
+    from .tree_service import tree_run
+    return tree_run(query, plan)
+
+
+def _plan_of(query: Query, plan: Plans, tree: Any, run: str, offsets: dict[str, int],
+             adaptive: Any) -> tuple[list[Any], dict[str, Any], list[str]]:
+    """The plan generations (none for a tree), the plan message and the nodes of a run."""
+    if tree is not None:
+        return [], tree_message(query, plan, tree, run, offsets), tree_nodes(tree)
+    specs = generations(query, plan)
+    return specs, plan_message(query, specs, run, offsets, adaptive, plan), plan_sites(query, specs, adaptive)
+
+
+def _tree_topics(tree: Any) -> list[str]:
+    if tree is None:
+        return []
+    from .tree_service import tree_topics
+    return tree_topics(tree)
+
+
+def tree_message(query: Query, plan: Any, tree: Any, run: str, offsets: dict[str, int]) -> dict[str, Any]:
+    """The ``plan`` control message of an MJoin tree run (:mod:`joinlib.adapters.tree_service`): ``plan``
+    is a tree program or partitioned trees."""
+    from ..query import query_to_dict
+    return {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
+            "nodes": tree_nodes(tree), "switches": []}
+
+
+def tree_nodes(tr: Any) -> list[str]:
+    from .tree_service import tree_nodes as nodes
+    return nodes(tr.dep)
 
 
 def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str]) -> None:
@@ -586,7 +628,7 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
         latency = _percentiles(lats, res.weight)
     return {
         "mode": "cluster", "node_mode": mode, "run": run,
-        "query": query.name, "plan": plan_json(specs, plan), "results": res.count,
+        "query": query.name, "plan": plan_json(specs, plan) if specs else plan.to_json(), "results": res.count,
         "input_tuples": len(all_ts), "duration_ms": span,
         "bytes": sum(ln["bytes"] for ln in links), "messages": sum(ln["messages"] for ln in links),
         "transmission_ms": round(transmission, 3),

@@ -122,7 +122,7 @@ def test_run_with_streamjoinopt_measures_statistics_from_the_data(wan, tmp_path,
 @pytest.mark.parametrize("argv, message", [
     (["run", WAN, "--data", ".", "--plan", "mjoin:/no/such.json"], "cannot read /no/such.json"),
     (["run", WAN, "--data", ".", "--plan", "mjoin", "--switch", "1s:SP-S"], "without --switch"),
-    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1"], "without --cluster"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1", "--kill", "r1:1"], "without --kill"),
     (["run", STAR, "--data", ".", "--plan", "mjoin"], "MJoin trees need time windows"),
 ])
 def test_tree_mistakes_give_one_line_and_status_2(argv, message, capsys):

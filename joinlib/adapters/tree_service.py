@@ -1,0 +1,279 @@
+"""MJoin trees on Kafka: the embedded tree runs (:mod:`joinlib.tree_engine`) as node services.
+
+A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control_check.tree_payload`) is
+lowered by every node the same way (:func:`joinlib.derived.lower_tree`). Each node then runs, in a
+thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
+has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
+producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
+
+* its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
+  to their position in the operator query) and, for a derived stream, from ``src.<reader>.in<pos>``;
+* at the operator's node its results go through :class:`~joinlib.tree_engine.OpOutput`: checked on
+  the exact window condition, a root's as rows of the tree query to ``out.<query>``, the others'
+  handed over per head epoch, once every sequence has finished it, as ``SourceBatch`` messages on
+  the reader's ``src.<reader>.in<pos>`` with the epoch's end as the watermark. A derived stream is
+  born at its producer's node, so that topic is read at the same site: a derived tuple crosses the
+  network only as the reader's plan ships it, as in the simulator;
+* the tree query's ``end`` applies to it, and it keeps no checkpoints (a tree run that loses a node
+  is started again).
+
+The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
+one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+from .. import wire
+from ..control_check import is_tree_json, tree_payload
+from ..derived import Deployment, deploy, leaf_tuple
+from ..engine import generations
+from ..errors import ClusterError, PlanError
+from ..model import Query, Tup
+from ..plan import central
+from ..query import parse_query
+from ..runtime.sink import Group, Sink
+from ..source_spec import SourceSpec
+from ..tree_engine import OpOutput, _Fanout, results_through
+from .control import ControlLog, ControlRecord
+from .kafka import (
+    KafkaResultSink,
+    Producing,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    publish_control,
+    source_topic,
+)
+from .node_run import STATUS_EVERY_S, PlanRun
+
+__all__ = ["is_tree_json", "tree_run", "tree_deployment", "derived_topic", "operator_query", "tree_topics",
+           "tree_nodes", "run_tree_plan"]
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    """What the nodes of a tree run share: the tree query ``base``, the operators of its tree (or of the
+    tree of each partition), each operator's partition, and per base stream how its tuples are routed to
+    partitions (None: to every one; empty: no partitions)."""
+
+    base: Query
+    dep: Deployment
+    part: Mapping[str, int]
+    router: Mapping[str, Optional[Callable[[Tup], int]]]
+
+
+def tree_run(query: Query, plan: Any) -> TreeRun:
+    """The :class:`TreeRun` of ``plan``: a :class:`~joinlib.derived.TreeProgram` or
+    :class:`~joinlib.tree_plans.PartitionedTrees` over ``query``."""
+    programs = list(getattr(plan, "programs", [plan]))
+    split = getattr(plan, "split", None)
+    part = {op.name: p for p, prog in enumerate(programs) for op in prog.ops}
+    return TreeRun(query, deploy(programs, share=False), part, split.router(query) if split is not None else {})
+
+
+def tree_deployment(rec: ControlRecord) -> TreeRun:
+    """The tree run of a tree plan message; a tree that does not fit its query is a :class:`PlanError`."""
+    p = rec.payload if isinstance(rec.payload, dict) else {}
+    q = parse_query(p.get("query"), f"control@{rec.offset}")
+    try:
+        return tree_run(q, tree_payload(q, p))
+    except PlanError as e:
+        raise PlanError(f"control@{rec.offset}: {e}") from None
+
+
+def derived_topic(reader: str, pos: int) -> str:
+    """Where the derived stream read as input ``pos`` of operator query ``reader`` is published."""
+    return f"src.{reader}.in{pos}"
+
+
+def operator_query(tr: TreeRun, i: int) -> Query:
+    """Operator ``i``'s query with the topic of each input as its (``sourcebatch``) source."""
+    op, base = tr.dep.ops[i], tr.base
+    streams = tuple(replace(s, source=SourceSpec(derived_topic(op.name, s.pos) if op.is_derived(s.name)
+                                                 else source_topic(base, s.name), format="sourcebatch"))
+                    for s in op.query.streams)
+    return replace(op.query, streams=streams)
+
+
+def tree_topics(tr: TreeRun) -> list[str]:
+    """Every topic a tree run uses besides its query's own (``src``, ``out``, ``control``)."""
+    out: list[str] = []
+    for i, op in enumerate(tr.dep.ops):
+        q = operator_query(tr, i)
+        out += [s.source.topic for s in q.streams if s.source is not None and op.is_derived(s.name)]
+        out += [f"node.{op.name}.{site}" for site in _sites(tr.dep, i)]
+    return out
+
+
+def _sites(dep: Deployment, i: int) -> list[str]:
+    """The sites that run operator ``i``: its inputs' and its own."""
+    op = dep.ops[i]
+    return list(dict.fromkeys([*(s.site for s in op.query.streams), op.node]))
+
+
+def tree_nodes(dep: Deployment) -> list[str]:
+    """Every site of a tree run (stream sites first)."""
+    out: dict[str, None] = {}
+    for i in range(len(dep.ops)):
+        out.update(dict.fromkeys(_sites(dep, i)))
+    return list(out)
+
+
+class _OpSink(Sink):
+    """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``."""
+
+    def __init__(self, output: OpOutput, out: Optional[KafkaResultSink]) -> None:
+        self.output, self.out = output, out
+        self.skip: dict[tuple[int, int, int], int] = {}
+
+    @property
+    def count(self) -> int:
+        return self.out.count if self.out is not None else 0
+
+    def emit(self, inst: Any, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        self.output.emit(pos, groups, now)
+
+
+class _OpRun(PlanRun):
+    """One operator query of a tree, at one site (see the module docstring)."""
+
+    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int,
+                 consumer: Any, admin: Any, ctl: ControlLog) -> None:
+        q, op = operator_query(tr, i), tr.dep.ops[i]
+        super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
+        self.tr, self.i, self.op = tr, i, op
+        self.part = tr.part[op.name]
+        self.ctl_query = rec.query
+
+    def _result_sink(self) -> Any:
+        roots = self.tr.dep.roots[self.i]  # the tree query's (or a partition's copy of it) results, as the query's
+        out = KafkaResultSink(self.out, self.tr.base, self.site, headers=self.headers) if roots else None
+        self.output = OpOutput(self.tr.dep, self.i, _Fanout({b.name: out for b in roots if out is not None}))
+        if self.op.node == self.site:
+            ensure_topics(self.admin, [derived_topic(r.name, r.query.stream(slot).pos)
+                                       for r, slot in self.output.readers])
+        return _OpSink(self.output, out)
+
+    def _checkpoints(self, factory: Any) -> None:
+        return None
+
+    def _assign(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
+        super()._assign(offsets, resumed)
+        self.others = []  # the naive baseline is the tree query's, not an operator's
+
+    def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
+        if b.stream != stream.name:
+            return None
+        route = self.tr.router.get(stream.name) if not self.op.is_derived(stream.name) else None
+        return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.part]
+
+    def _step(self, now: float) -> None:
+        super()._step(now)
+        if self.op.node != self.site:
+            return
+        tau = self.output.tau
+        for e, feeds in self.output.handover(results_through(self.op, [self.host])):
+            for reader, slot, tups in feeds:
+                batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
+                topic = derived_topic(reader.name, reader.query.stream(slot).pos)
+                self.out.produce(topic, wire.encode_source_batch(batch), slot.encode(), self.headers)
+
+
+class _OpThread(threading.Thread):
+    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int, admin: Any,
+                 ctl: ControlLog) -> None:
+        super().__init__(name=f"op-{tr.dep.ops[i].name}", daemon=True)
+        self.svc, self.rec, self.tr, self.i, self.admin, self.ctl = svc, rec, tr, i, admin, ctl
+        self.run_: Optional[_OpRun] = None
+        self.error: Optional[BaseException] = None
+        self.started_ = threading.Event()
+
+    def run(self) -> None:
+        consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.run_ = _OpRun(self.svc, self.rec, self.tr, self.i, consumer, self.admin, self.ctl)
+            self.started_.set()
+            self.run_.execute()
+        except BaseException as e:  # reported by run_tree_plan
+            self.error = e
+        finally:
+            self.started_.set()
+            consumer.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.run_ is not None and self.run_.ready.is_set()
+
+
+def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> dict[str, Any]:
+    """Run this site's operators of a tree plan message to their end; returns the ``done`` published."""
+    tr = tree_deployment(rec)
+    dep = tr.dep
+    p = rec.payload if isinstance(rec.payload, dict) else {}
+    run_id, site = p.get("run"), svc.site
+    mine = [i for i in range(len(dep.ops)) if site in _sites(dep, i)]
+    out = Producing(make_producer(svc.bootstrap))
+    threads = [_OpThread(svc, rec, tr, i, admin, ctl.copy()) for i in mine]
+    svc.log(f"{rec.query}: running {len(mine)} operator(s) of the tree here: "
+            + ", ".join(dep.ops[i].name for i in mine))
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.start()
+    next_status = 0.0
+    while any(t.is_alive() for t in threads):
+        failed = next((t for t in threads if t.error is not None), None)
+        if failed is not None:
+            svc.stop.set()
+            raise ClusterError(f"operator {dep.ops[failed.i].name}: {type(failed.error).__name__}: {failed.error}")
+        if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
+            next_status = time.monotonic() + STATUS_EVERY_S
+            publish_control(out, rec.query, "status", {"site": site, "run": run_id, "operators": len(mine)})
+        time.sleep(0.05)
+    failed = next((t for t in threads if t.error is not None), None)
+    if failed is not None:
+        raise ClusterError(f"operator {dep.ops[failed.i].name}: {type(failed.error).__name__}: {failed.error}")
+    if svc.stop.is_set():
+        return {}
+    done = merge_done(site, run_id, [t.run_.finished for t in threads if t.run_ is not None and t.run_.finished],
+                      time.perf_counter() - t0, time.process_time() - cpu0)
+    publish_control(out, rec.query, "done", done)
+    ctl.done.add((run_id, site))
+    svc.log(f"{rec.query}: done: {done['results']} results, "
+            f"{sum(ln['bytes'] for ln in done['links'])} bytes sent in {done['wall_s']:.2f}s")
+    return done
+
+
+def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:
+    """One ``done`` for a site of a tree run: its operators' counts added up (links and received per
+    (src, dst, kind))."""
+    def links(key: str) -> list[dict[str, Any]]:
+        acc: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for d in parts:
+            for ln in d.get(key, []):
+                k = (ln["src"], ln["dst"], ln["kind"])
+                cur = acc.setdefault(k, {"src": k[0], "dst": k[1], "kind": k[2]})
+                for f, v in ln.items():
+                    if f not in ("src", "dst", "kind") and isinstance(v, (int, float)):
+                        cur[f] = cur.get(f, 0) + v
+        return [acc[k] for k in sorted(acc)]
+    processing: defaultdict[str, float] = defaultdict(float)
+    for d in parts:
+        for op, secs in d.get("processing_s", {}).items():
+            processing[op] += secs
+    return {
+        "site": site, "run": run_id, "results": sum(d["results"] for d in parts),
+        "links": links("links"), "received": links("received"), "naive": [],
+        "input_tuples": sum(d.get("input_tuples", 0) for d in parts),
+        "processing_s": {op: round(v, 6) for op, v in processing.items()},
+        "late_messages": sum(d.get("late_messages", 0) for d in parts),
+        "last_epoch": max((d["last_epoch"] for d in parts if d.get("last_epoch") is not None), default=None),
+        "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "resumed_from": None, "resumed_from_epoch": None,
+        "checkpoints": 0, "generations": [0], "operators": len(parts),
+    }

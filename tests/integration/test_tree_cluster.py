@@ -1,0 +1,86 @@
+"""MJoin trees (seed 002's STREAMJOINOPT plans) on the real broker: every MJoin an operator query run by the
+node services, derived streams handed over on Kafka at their producer's site; the output is exactly the
+reference join and the bytes per link and kind are the embedded tree run's (issue 14)."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from joinlib.adapters.cluster import run_cluster
+from joinlib.derived import deploy, lower_tree
+from joinlib.errors import ClusterError, PlanError
+from joinlib.pmjoin.tree import Leaf, MJoin
+from joinlib.runtime.sink import CollectingSink, CountingSink
+from joinlib.tree_engine import run_deployment, run_tree
+from joinlib.tree_plans import PartitionedTrees, plan_partitioned_trees
+from tests.integration.test_cluster import TIMEOUT_S, _links, routers, routers_dc  # noqa: F401  (module fixtures)
+
+S1, S2, S3 = Leaf("S1", "r1"), Leaf("S2", "r2"), Leaf("S3", "r3")
+TREES = {
+    "left-deep at r3": MJoin((MJoin((S1, S2), "r2"), S3), "r3"),
+    "right-deep at r1": MJoin((S1, MJoin((S2, S3), "r3")), "r1"),
+    "one MJoin of three at r2": MJoin((S1, S2, S3), "r2"),
+}
+
+
+def _tree_check(dataset, program, bootstrap, **kw) -> dict:
+    """Run ``program`` (a lowered tree, or partitioned trees) on Kafka: exact, and the embedded bytes."""
+    query, _, streams, want = dataset
+    sink = CollectingSink(query)
+    report = run_cluster(query, streams, program, sink, bootstrap=bootstrap, timeout_s=TIMEOUT_S, **kw)
+    got = Counter((ids, ts) for ids, ts, _ in sink.results)
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (
+        f"tree {program.to_json()}: {sum(missing.values())} missing, {sum(extra.values())} extra or duplicated")
+    assert report["results"] == sum(want.values()) > 0
+    if isinstance(program, PartitionedTrees):
+        progs = list(program.programs)
+        embedded = run_deployment(deploy(progs, share=False),
+                                  {p.base.name: s for p, s in zip(progs, program.split.split(query, streams),
+                                                                  strict=True)},
+                                  {p.base.name: CountingSink() for p in progs}).to_dict()
+    else:
+        embedded = run_tree(program, streams, CountingSink()).to_dict()
+    assert _links(report) == _links(embedded), "per-link message/byte counts differ from the embedded tree run's"
+    assert report["bytes"] == embedded["bytes"] > 0
+    for ln in report["links"]:  # every message sent was received
+        assert ln["received_messages"] == ln["messages"], ln
+    assert report["plan"] == program.to_json()
+    return report
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_mjoin_tree_on_kafka_is_exact_and_ships_the_embedded_bytes(routers, kafka_bootstrap, name):  # noqa: F811
+    report = _tree_check(routers, lower_tree(routers[0], TREES[name]), kafka_bootstrap, mode="thread")
+    kinds = {ln["kind"] for ln in report["links"]}
+    assert kinds == {"full"}  # each operator ships its inputs to its node
+
+
+def test_mjoin_tree_with_a_processing_only_node_as_node_processes(routers_dc, kafka_bootstrap):  # noqa: F811
+    """Both MJoins at the processing-only node dc, as ``python -m services.node`` processes; the derived
+    stream S1+S2 is born at dc and read there, so no link carries it."""
+    tree = MJoin((MJoin((S1, S2), "dc"), S3), "dc")
+    report = _tree_check(routers_dc, lower_tree(routers_dc[0], tree), kafka_bootstrap, mode="process")
+    assert {(ln["src"], ln["dst"]) for ln in report["links"]} == {("r1", "dc"), ("r2", "dc"), ("r3", "dc")}
+    assert set(report["sites"]) == {"r1", "r2", "r3", "dc"}
+
+
+@pytest.mark.parametrize("spec", ["pmjoin:hash:2:mjoin", "pmjoin:rate:3:mjoin"])
+def test_partitioned_mjoin_trees_on_kafka(routers, kafka_bootstrap, spec):  # noqa: F811
+    """PMJoin as the paper runs it: each node routes its source tuples by the partition function to the
+    operators of their partition's tree; exact, and the embedded run's bytes per link."""
+    query, _, streams, _ = routers
+    plan, _ = plan_partitioned_trees(query, streams, spec)
+    assert len(plan.programs) == int(spec.split(":")[2])
+    _tree_check(routers, plan, kafka_bootstrap, mode="thread")
+
+
+def test_tree_runs_refuse_what_they_do_not_support(routers, kafka_bootstrap):  # noqa: F811
+    query, _, streams, _ = routers
+    program = lower_tree(query, TREES["left-deep at r3"])
+    with pytest.raises(ClusterError, match="without --kill"):
+        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, faults=[("r1", 1.0)],
+                    redis_url="redis://unused")
+    with pytest.raises(PlanError, match="no node"):
+        lower_tree(query, MJoin((S1, S2, S3), "nowhere"))
