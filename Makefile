@@ -61,8 +61,8 @@ bench-bytes: deps ## Bytes of every planner's plan vs the best central and the f
 bench-adaptive-cluster: deps cluster-install ## Adaptive re-planning embedded and on Kafka + Redis (results/adaptive-cluster; docs/adaptive.md table)
 	$(PYTHON) bench/adaptive_cluster.py --out results/adaptive-cluster
 
-bench-mjoin: deps ## MJoin trees (mjoin, pmjoin:...:mjoin) against seed 002's model, and two queries sharing an operator (results/mjoin)
-	$(PYTHON) bench/mjoin_bench.py --out results/mjoin
+bench-mjoin: deps cluster-install ## MJoin trees (mjoin, pmjoin:...:mjoin) against seed 002's model, and two queries sharing an operator, embedded and on Kafka (results/mjoin)
+	$(PYTHON) bench/mjoin_bench.py --cluster --out results/mjoin
 
 bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
 	$(PYTHON) bench/latency_bench.py

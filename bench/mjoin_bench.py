@@ -12,7 +12,10 @@ Q1 = S1 x S2 x S3 and Q2 = S1 x S2 x S4, both as ((S1 x S2)@r2 x S_k)@r_k. Run a
 r2 twice; deployed together (joinlib.derived.deploy), the S1 x S2 operator runs once and its derived
 stream feeds both queries' roots.
 
-    python bench/mjoin_bench.py [--out results/mjoin] [--seconds 20]
+    python bench/mjoin_bench.py [--out results/mjoin] [--seconds 20] [--cluster [HOST:PORT]]
+
+With --cluster, every plan of part 1 and the shared deployment of part 2 also run on Kafka (node threads;
+$KAFKA_BOOTSTRAP_SERVERS, else a throw-away local broker): bytes on Kafka, and the output checked there too.
 
 Writes OUT/mjoin.json and OUT/mjoin.png, and prints both tables (markdown).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 from collections import Counter
@@ -53,7 +57,8 @@ def _row(name: str, report: Any, got: Counter, want: Counter, model: Any = None)
             "exact": got == want, "model_bytes": model}
 
 
-def example1(seconds: int) -> list[dict[str, Any]]:
+def example1(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
+    """Part 1; with ``bootstrap`` each plan runs on that Kafka too (node threads, unpaced replay)."""
     from joinlib.data import load_streams
     from joinlib.derived import deploy
     from joinlib.engine import run_embedded
@@ -77,10 +82,11 @@ def example1(seconds: int) -> list[dict[str, Any]]:
         sink = Collect()
         if is_tree(name):
             if name.startswith("pmjoin"):
-                whole, inputs = plan_partitioned_trees(query, streams, name)
-                programs = list(whole.programs)
+                plan, inputs = plan_partitioned_trees(query, streams, name)
+                programs = list(plan.programs)
             else:
-                programs, inputs = [plan_tree(query, name, streams)], [streams]
+                plan = plan_tree(query, name, streams)
+                programs, inputs = [plan], [streams]
             rep = run_deployment(deploy(programs, share=False),
                                  {p.base.name: s for p, s in zip(programs, inputs, strict=True)},
                                  {p.base.name: sink for p in programs})
@@ -89,8 +95,17 @@ def example1(seconds: int) -> list[dict[str, Any]]:
                     if is_partitioned(name) else resolve_plan(query, name, streams=streams))
             rep = run_embedded(query, streams, plan, sink)
         model = MODEL.get(name)
-        rows.append(_row(name, rep, sink.got, want, round(model * seconds, 1) if model is not None else None))
-        print(f"  {name}: {rep.bytes} bytes", file=sys.stderr)
+        row = _row(name, rep, sink.got, want, round(model * seconds, 1) if model is not None else None)
+        if bootstrap is not None:
+            from joinlib.adapters.cluster import run_cluster
+            on_kafka = Collect()
+            d = run_cluster(query, streams, plan, on_kafka, bootstrap=bootstrap, mode="thread", timeout_s=600)
+            row.update(kafka_bytes=d["bytes"], kafka_messages=d["messages"], kafka_exact=on_kafka.got == want,
+                       kafka_wall_s=d["wall_s"])
+            row["exact"] = row["exact"] and row["kafka_exact"]
+        rows.append(row)
+        print(f"  {name}: {rep.bytes} bytes" + (f", on Kafka {row['kafka_bytes']}" if bootstrap else ""),
+              file=sys.stderr)
     return rows
 
 
@@ -104,7 +119,18 @@ CATALOGUE = {
 }
 
 
-def sharing(seconds: int) -> list[dict[str, Any]]:
+class Route:
+    """Each query's results to its own :class:`Collect` (the instance key names the query)."""
+
+    def __init__(self, names: Any) -> None:
+        self.sinks = {n: Collect() for n in names}
+
+    def emit(self, inst: Any, head_pos: int, pos: int, groups: list, now: float) -> None:
+        self.sinks[inst[0]].emit(inst, head_pos, pos, groups, now)
+
+
+def sharing(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
+    """Part 2; with ``bootstrap`` the shared deployment runs on that Kafka too."""
     from joinlib.data import load_streams
     from joinlib.derived import deploy, lower_tree
     from joinlib.gen import generate
@@ -112,9 +138,11 @@ def sharing(seconds: int) -> list[dict[str, Any]]:
     from joinlib.query import parse_query
     from joinlib.reference import reference_join
     from joinlib.tree_engine import run_deployment
+    from joinlib.tree_plans import SharedTrees, union_query
     cat = parse_query(CATALOGUE, "catalogue")
     with tempfile.TemporaryDirectory() as tmp:
         generate(cat, tmp, seconds * 1000, 1)
+        all_streams = load_streams(cat, tmp)
         data = {}
         queries = {}
         for name, other in (("Q1", "S3"), ("Q2", "S4")):
@@ -139,16 +167,45 @@ def sharing(seconds: int) -> list[dict[str, Any]]:
     row = _row(f"Q1 + Q2 sharing S1 x S2 ({len(dep.ops)} operators)", rep, Counter(), Counter())
     row["results"] = sum(sum(s.got.values()) for s in sinks.values())
     row["exact"] = all(sinks[n].got == want[n] for n in programs)
+    if bootstrap is not None:
+        from joinlib.adapters.cluster import run_cluster
+        base = union_query("catalogue", list(queries.values()))
+        route = Route(programs)
+        d = run_cluster(base, {n: all_streams[n] for n in base.names}, SharedTrees(base, tuple(programs.values())),
+                        route, bootstrap=bootstrap, mode="thread", timeout_s=600)
+        row.update(kafka_bytes=d["bytes"], kafka_messages=d["messages"], kafka_wall_s=d["wall_s"],
+                   kafka_exact=all(route.sinks[n].got == want[n] for n in programs))
+        row["exact"] = row["exact"] and row["kafka_exact"]
+        print(f"  shared on Kafka: {d['bytes']} bytes", file=sys.stderr)
     rows.append(row)
     return rows
 
 
+def _on_kafka(seconds: int, bootstrap: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    cluster = None
+    if not bootstrap:
+        from infra.local_cluster import LocalCluster
+        print("starting a local broker", file=sys.stderr)
+        cluster = LocalCluster.start(kafka=True, redis=False)
+        bootstrap = cluster.kafka_bootstrap
+    try:
+        part1 = example1(seconds, bootstrap)
+        print("part 2: a shared operator", file=sys.stderr)
+        return part1, sharing(seconds, bootstrap)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| plan | bytes | messages | model bytes | results | exact |", "|---|---:|---:|---:|---:|---|"]
+    kafka = any("kafka_bytes" in r for r in rows)
+    lines = ["| plan | bytes | messages | model bytes | results | exact |" + (" bytes on Kafka |" if kafka else ""),
+             "|---|---:|---:|---:|---:|---|" + ("---:|" if kafka else "")]
     for r in rows:
         model = f"{r['model_bytes']:,}" if r["model_bytes"] is not None else ""
+        on_kafka = f" {r['kafka_bytes']:,} |" if "kafka_bytes" in r else (" |" if kafka else "")
         lines.append(f"| {r['plan']} | {r['bytes']:,} | {r['messages']:,} | {model} | {r['results']:,} | "
-                     f"{'yes' if r['exact'] else 'NO'} |")
+                     f"{'yes' if r['exact'] else 'NO'} |" + on_kafka)
     return "\n".join(lines)
 
 
@@ -175,15 +232,20 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("results/mjoin"))
     p.add_argument("--seconds", type=int, default=20, help="seconds of data (default 20)")
+    p.add_argument("--cluster", nargs="?", const="", metavar="HOST:PORT",
+                   help="also run part 1 on Kafka (default: $KAFKA_BOOTSTRAP_SERVERS, else a throw-away local broker)")
     args = p.parse_args(argv)
     if args.seconds < 1:
         print("error: --seconds must be at least 1", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     print("part 1: Example 1 x 10", file=sys.stderr)
-    part1 = example1(args.seconds)
-    print("part 2: a shared operator", file=sys.stderr)
-    part2 = sharing(args.seconds)
+    if args.cluster is None:
+        part1 = example1(args.seconds)
+        print("part 2: a shared operator", file=sys.stderr)
+        part2 = sharing(args.seconds)
+    else:
+        part1, part2 = _on_kafka(args.seconds, args.cluster or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
     (args.out / "mjoin.json").write_text(json.dumps({"seconds": args.seconds, "example1": part1,
                                                      "sharing": part2}, indent=2) + "\n")
     _plot(part1, part2, args.out / "mjoin.png")

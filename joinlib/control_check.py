@@ -190,17 +190,18 @@ def plan_payload(q: Any, p: dict[str, Any]) -> Any:
 
 
 def is_tree_json(plan: Any) -> bool:
-    return type(plan) is dict and ("mjoin_tree" in plan or "mjoin_trees" in plan)
+    return type(plan) is dict and any(k in plan for k in ("mjoin_tree", "mjoin_trees", "mjoin_trees_of"))
 
 
 def tree_payload(q: Any, p: dict[str, Any]) -> Any:
-    """The :class:`~joinlib.derived.TreeProgram` of a plan message whose plan is ``{"mjoin_tree": ...}``, or
-    the :class:`~joinlib.tree_plans.PartitionedTrees` of ``{"mjoin_trees": [...], "by": ..., "function": ...}``:
+    """The :class:`~joinlib.derived.TreeProgram` of a plan message whose plan is ``{"mjoin_tree": ...}``, the
+    :class:`~joinlib.tree_plans.PartitionedTrees` of ``{"mjoin_trees": [...], "by": ..., "function": ...}``, or the
+    :class:`~joinlib.tree_plans.SharedTrees` of ``{"mjoin_trees_of": [{"query": ..., "mjoin_tree": ...}, ...]}``:
     no switches, not adaptive, replayed sources only (a live tree is not supported yet)."""
     from .derived import lower_tree
     from .errors import PlanError
     from .pmjoin.tree import from_json
-    from .tree_plans import PartitionedTrees
+    from .tree_plans import PartitionedTrees, SharedTrees
     if p.get("switches") or p.get("adaptive") is not None or p.get("live") is not None:
         raise PlanError("an MJoin tree plan has no 'switches', is not adaptive and not live")
     live = [s.name for s in q.streams if s.source is not None and s.source.live]
@@ -209,6 +210,8 @@ def tree_payload(q: Any, p: dict[str, Any]) -> Any:
                         "(run the tree embedded, or pick a plan of the six algorithms)")
     if "mjoin_trees" in p["plan"]:
         return PartitionedTrees.from_json(q, p["plan"])
+    if "mjoin_trees_of" in p["plan"]:
+        return SharedTrees.from_json(q, p["plan"])
     return lower_tree(q, from_json(p["plan"]["mjoin_tree"]))
 
 

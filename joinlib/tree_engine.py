@@ -65,11 +65,14 @@ class OpOutput:
         if self.readers:
             for comps in results:
                 self.buffer[max(c.ts for _, c in comps) // self.tau].append(comps)
-        for q in self.roots:
+        for q in self.roots:  # one emit per head stream (a node service writes a result batch per emit)
+            by_head: defaultdict[int, list[Group]] = defaultdict(list)
             for comps in results:
                 row = base_row(q, comps)
                 head = max(row, key=lambda c: c.ts)
-                self.out.emit((q.name, 0, 0), head.pos, head.pos, [(row, [head])], now)
+                by_head[head.pos].append((row, [head]))
+            for pos_, groups_ in sorted(by_head.items()):
+                self.out.emit((q.name, 0, 0), pos_, pos_, groups_, now)
 
     def handover(self, done: int) -> list[tuple[int, list[tuple[Operator, str, list[Tup]]]]]:
         """The head epochs up to ``done`` not handed over yet (every sequence has made all their results):

@@ -128,6 +128,55 @@ class PartitionedTrees:
                                              for p, t in enumerate(trees)))
 
 
+@dataclass(frozen=True)
+class SharedTrees:
+    """Several queries' trees deployed together (seed 001's reuse, :func:`joinlib.derived.deploy`): an operator
+    their trees share runs once. ``base`` has every stream of theirs once (a stream name is one stream: the same
+    site, window and tuples in every query) and their predicates: on Kafka the sources are replayed to its
+    topics, and each query's results go to its own ``out.<query>``."""
+
+    base: Query
+    programs: tuple[TreeProgram, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        from .query import query_to_dict
+        return {"mjoin_trees_of": [{"query": query_to_dict(p.base), "mjoin_tree": to_json(p.tree)}
+                                   for p in self.programs]}
+
+    @staticmethod
+    def from_json(base: Query, obj: Any) -> "SharedTrees":
+        """The inverse of :meth:`to_json` against ``base`` (:func:`union_query` of the queries)."""
+        from .query import parse_query
+        items = obj.get("mjoin_trees_of") if isinstance(obj, dict) else None
+        if not isinstance(items, list) or not items or not all(isinstance(x, dict) for x in items):
+            raise PlanError('shared MJoin trees are {"mjoin_trees_of": [{"query": ..., "mjoin_tree": ...}, ...]}')
+        programs = tuple(lower_tree(parse_query(x.get("query"), "mjoin_trees_of"), from_json(x.get("mjoin_tree")))
+                         for x in items)
+        want = union_query(base.name, [p.base for p in programs])
+        if want != base:
+            raise PlanError(f"the query of shared MJoin trees must be the union of their queries' streams and "
+                            f"predicates ({', '.join(p.base.name for p in programs)})")
+        return SharedTrees(base, programs)
+
+
+def union_query(name: str, queries: list[Query]) -> Query:
+    """One query with every stream of ``queries`` once and all their predicates (the first one's network and
+    execution); streams of one name must agree on site, window and join attributes."""
+    streams: dict[str, Any] = {}
+    preds: dict[Any, None] = {}
+    for q in queries:
+        for st in q.streams:
+            old = streams.setdefault(st.name, st)
+            if (old.site, old.window, old.join_attrs) != (st.site, st.window, st.join_attrs):
+                raise PlanError(f"stream {st.name} differs between the queries (site, window or join attributes); "
+                                "queries deployed together must mean one stream by one name")
+        preds.update(dict.fromkeys(q.predicates))
+    first = queries[0]
+    nodes = tuple(dict.fromkeys(n for q in queries for n in q.nodes if n not in {s.site for s in streams.values()}))
+    return Query(name, tuple(replace(st, pos=i) for i, st in enumerate(streams.values())), tuple(preds),
+                 replace(first.network, nodes=nodes), first.execution)
+
+
 def part_query(query: Query, p: int) -> Query:
     """Partition ``p``'s copy of ``query`` (its operators are named after it)."""
     return replace(query, name=f"{query.name}.p{p}")

@@ -103,8 +103,9 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         specs, msg, sites = _plan_of(query, plan, tree, run, offsets, adaptive)
         plan_offset = produce_control_sync(producer, query.name, "plan", msg)
         from confluent_kafka import TopicPartition
-        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1),
-                         TopicPartition(out_topic(query.name), 0, offsets[out_topic(query.name)])])
+        outputs = _outputs(query, tree)
+        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1)]
+                        + [TopicPartition(out_topic(q.name), 0, offsets[out_topic(q.name)]) for q in outputs])
         own_logs = log_dir is None
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
 
@@ -120,7 +121,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
         chaos = _Faults(faults, start_node, nodes)
         res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos,
-                       adaptive is not None)
+                       adaptive is not None, outputs)
         replayer.join(5)
     except BaseException:
         for h in nodes.values():
@@ -161,8 +162,8 @@ def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Re
 def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[str, float]], adaptive: Any) -> Any:
     """The deployment of an MJoin tree plan (a :class:`~joinlib.derived.TreeProgram`), else None."""
     from ..derived import TreeProgram
-    from ..tree_plans import PartitionedTrees
-    if not isinstance(plan, (TreeProgram, PartitionedTrees)):
+    from ..tree_plans import PartitionedTrees, SharedTrees
+    if not isinstance(plan, (TreeProgram, PartitionedTrees, SharedTrees)):
         return None
     if faults or adaptive is not None:
         raise ClusterError("an MJoin tree runs on the cluster without --kill and not adaptive (its operators keep "
@@ -183,8 +184,14 @@ def _plan_of(query: Query, plan: Plans, tree: Any, run: str, offsets: dict[str, 
 def _tree_topics(tree: Any) -> list[str]:
     if tree is None:
         return []
+    from .kafka import out_topic
     from .tree_service import tree_topics
-    return tree_topics(tree)
+    return tree_topics(tree) + [out_topic(q.name) for q in _outputs(tree.base, tree)]
+
+
+def _outputs(query: Query, tree: Any) -> list[Query]:
+    """The queries whose ``out`` topics a run writes: ``query``'s, or the results queries of a tree run."""
+    return [query] if tree is None else list({q.name: q for q in tree.results.values()}.values())
 
 
 def tree_message(query: Query, plan: Any, tree: Any, run: str, offsets: dict[str, int]) -> dict[str, Any]:
@@ -434,11 +441,12 @@ class _Results:
 
 
 def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandle], replayer: _Replayer,
-             timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults, adaptive: bool = False) -> _Results:
-    """Consume ``control`` and ``out.<query>`` until every node is done and every result it
-    announced has arrived (adaptive: and the nodes have ended the protocol); start the replay once
-    every node runs, kill nodes on schedule."""
-    c = _Collector(query, sink, nodes, run, wire, adaptive)
+             timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults, adaptive: bool = False,
+             outputs: Sequence[Query] = ()) -> _Results:
+    """Consume ``control`` and ``out.<query>`` (of each of ``outputs`` if given) until every node is done
+    and every result it announced has arrived (adaptive: and the nodes have ended the protocol); start the
+    replay once every node runs, kill nodes on schedule."""
+    c = _Collector(query, sink, nodes, run, wire, adaptive, outputs)
     deadline = time.monotonic() + timeout_s
     t_replay: Optional[float] = None
     while True:
@@ -465,13 +473,13 @@ class _Collector:
     """What the cluster runner reads: nodes' status and done messages, result batches."""
 
     def __init__(self, query: Query, sink: Any, nodes: dict[str, _NodeHandle], run: str, wire: Any,
-                 adaptive: bool = False) -> None:
+                 adaptive: bool = False, outputs: Sequence[Query] = ()) -> None:
         from .kafka import CONTROL_TOPIC
         self.adaptive = adaptive
         self.control_topic, self.query, self.sink, self.nodes, self.run, self.wire = (
             CONTROL_TOPIC, query, sink, nodes, run, wire)
         self.res = _Results()
-        self.pos_of = {n: i for i, n in enumerate(query.names)}
+        self.pos_of = {q.name: {n: i for i, n in enumerate(q.names)} for q in (outputs or [query])}
         self.pending: list[Any] = []   # results before the replay start time is known
 
     def take(self, msg: Any) -> None:
@@ -513,7 +521,7 @@ class _Collector:
     def flush(self, info: Any) -> None:
         """Results kept until the replay's start time was known go to the sink."""
         if self.sink is not None and self.pending and info is not None:
-            _to_sink(self.sink, self.pending, self.pos_of, len(self.pos_of), info)
+            _to_sink(self.sink, self.pending, self.pos_of, info)
             self.pending = []
 
     def check(self, replayer: _Replayer, query: Query) -> None:
@@ -540,12 +548,14 @@ class _Collector:
         return True
 
 
-def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
+def _to_sink(sink, batches: list, pos_of_query: dict, info) -> None:
     """Result batches -> ``sink.emit`` groups (tuples carry only ids; the head its ts), emit
     times on the event-time axis of the replay."""
     t0, scale = info.t0_ms, info.rate_scale or 1.0
     for b in batches:
         now = (b.emit_ms - t0) * scale
+        pos_of = pos_of_query[b.query]
+        m = len(pos_of)
         for g in b.groups:
             row: list = [None] * m
             head_pos = pos_of[g.head]
@@ -553,8 +563,9 @@ def _to_sink(sink, batches: list, pos_of: dict, m: int, info) -> None:
                 p = pos_of[name]
                 row[p] = Tup(p, tid, g.head_ts if p == head_pos else 0, 0, ())
             last = pos_of[g.last]
+            ts = g.head_ts if last == head_pos else 0   # a tree's results: the head is the last stream
             sink.emit((b.query, b.part, b.gen), head_pos, last,
-                      [(tuple(row), [Tup(last, i, 0, 0, ()) for i in g.last_ids])], now)
+                      [(tuple(row), [Tup(last, i, ts, 0, ()) for i in g.last_ids])], now)
 
 
 def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> str:

@@ -7,11 +7,12 @@ has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun
 producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
 
 * its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
-  to their position in the operator query) and, for a derived stream, from ``src.<reader>.in<pos>``;
+  to their position in the operator query) and, for a derived stream, from its producer's
+  ``src.<producer>.out``;
 * at the operator's node its results go through :class:`~joinlib.tree_engine.OpOutput`: checked on
   the exact window condition, a root's as rows of the tree query to ``out.<query>``, the others'
   handed over per head epoch, once every sequence has finished it, as ``SourceBatch`` messages on
-  the reader's ``src.<reader>.in<pos>`` with the epoch's end as the watermark. A derived stream is
+  ``src.<operator>.out`` with the epoch's end as the watermark. A derived stream is
   born at its producer's node, so that topic is read at the same site: a derived tuple crosses the
   network only as the reader's plan ships it, as in the simulator;
 * the tree query's ``end`` applies to it, and it keeps no checkpoints (a tree run that loses a node
@@ -41,6 +42,7 @@ from ..query import parse_query
 from ..runtime.sink import Group, Sink
 from ..source_spec import SourceSpec
 from ..tree_engine import OpOutput, _Fanout, results_through
+from ..tree_plans import SharedTrees
 from .control import ControlLog, ControlRecord
 from .kafka import (
     KafkaResultSink,
@@ -59,23 +61,27 @@ __all__ = ["is_tree_json", "tree_run", "tree_deployment", "derived_topic", "oper
 
 @dataclass(frozen=True)
 class TreeRun:
-    """What the nodes of a tree run share: the tree query ``base``, the operators of its tree (or of the
-    tree of each partition), each operator's partition, and per base stream how its tuples are routed to
-    partitions (None: to every one; empty: no partitions)."""
+    """What the nodes of a tree run share: the query ``base`` whose source topics feed it, the operators
+    of its tree (of the tree of each partition; of several queries' trees, shared), each operator's
+    partition, per base stream how its tuples are routed to partitions (None: to every one; empty: no
+    partitions), and per root's query the query whose ``out`` topic takes its results."""
 
     base: Query
     dep: Deployment
     part: Mapping[str, int]
     router: Mapping[str, Optional[Callable[[Tup], int]]]
+    results: Mapping[str, Query]
 
 
 def tree_run(query: Query, plan: Any) -> TreeRun:
-    """The :class:`TreeRun` of ``plan``: a :class:`~joinlib.derived.TreeProgram` or
-    :class:`~joinlib.tree_plans.PartitionedTrees` over ``query``."""
+    """The :class:`TreeRun` of ``plan``: a :class:`~joinlib.derived.TreeProgram`,
+    :class:`~joinlib.tree_plans.PartitionedTrees` or :class:`~joinlib.tree_plans.SharedTrees` over ``query``."""
     programs = list(getattr(plan, "programs", [plan]))
     split = getattr(plan, "split", None)
-    part = {op.name: p for p, prog in enumerate(programs) for op in prog.ops}
-    return TreeRun(query, deploy(programs, share=False), part, split.router(query) if split is not None else {})
+    shared = isinstance(plan, SharedTrees)
+    part = {op.name: p for p, prog in enumerate(programs) for op in prog.ops} if split is not None else {}
+    return TreeRun(query, deploy(programs, share=shared), part, split.router(query) if split is not None else {},
+                   {p.base.name: p.base if shared else query for p in programs})
 
 
 def tree_deployment(rec: ControlRecord) -> TreeRun:
@@ -88,15 +94,17 @@ def tree_deployment(rec: ControlRecord) -> TreeRun:
         raise PlanError(f"control@{rec.offset}: {e}") from None
 
 
-def derived_topic(reader: str, pos: int) -> str:
-    """Where the derived stream read as input ``pos`` of operator query ``reader`` is published."""
-    return f"src.{reader}.in{pos}"
+def derived_topic(producer: str) -> str:
+    """Where operator query ``producer`` publishes its derived stream: one topic, whoever reads it (each
+    reader moves the tuples to its own position), so a shared operator publishes once."""
+    return f"src.{producer}.out"
 
 
 def operator_query(tr: TreeRun, i: int) -> Query:
     """Operator ``i``'s query with the topic of each input as its (``sourcebatch``) source."""
     op, base = tr.dep.ops[i], tr.base
-    streams = tuple(replace(s, source=SourceSpec(derived_topic(op.name, s.pos) if op.is_derived(s.name)
+    producers = {slot: tr.dep.ops[j].name for j, cons in enumerate(tr.dep.consumers) for p, slot in cons if p == i}
+    streams = tuple(replace(s, source=SourceSpec(derived_topic(producers[s.name]) if op.is_derived(s.name)
                                                  else source_topic(base, s.name), format="sourcebatch"))
                     for s in op.query.streams)
     return replace(op.query, streams=streams)
@@ -106,8 +114,7 @@ def tree_topics(tr: TreeRun) -> list[str]:
     """Every topic a tree run uses besides its query's own (``src``, ``out``, ``control``)."""
     out: list[str] = []
     for i, op in enumerate(tr.dep.ops):
-        q = operator_query(tr, i)
-        out += [s.source.topic for s in q.streams if s.source is not None and op.is_derived(s.name)]
+        out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
         out += [f"node.{op.name}.{site}" for site in _sites(tr.dep, i)]
     return out
 
@@ -129,13 +136,13 @@ def tree_nodes(dep: Deployment) -> list[str]:
 class _OpSink(Sink):
     """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``."""
 
-    def __init__(self, output: OpOutput, out: Optional[KafkaResultSink]) -> None:
-        self.output, self.out = output, out
+    def __init__(self, output: OpOutput, outs: list[KafkaResultSink]) -> None:
+        self.output, self.outs = output, outs
         self.skip: dict[tuple[int, int, int], int] = {}
 
     @property
     def count(self) -> int:
-        return self.out.count if self.out is not None else 0
+        return sum(s.count for s in self.outs)
 
     def emit(self, inst: Any, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
         self.output.emit(pos, groups, now)
@@ -149,17 +156,17 @@ class _OpRun(PlanRun):
         q, op = operator_query(tr, i), tr.dep.ops[i]
         super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
         self.tr, self.i, self.op = tr, i, op
-        self.part = tr.part[op.name]
+        self.part = tr.part.get(op.name, 0)
         self.ctl_query = rec.query
 
     def _result_sink(self) -> Any:
-        roots = self.tr.dep.roots[self.i]  # the tree query's (or a partition's copy of it) results, as the query's
-        out = KafkaResultSink(self.out, self.tr.base, self.site, headers=self.headers) if roots else None
-        self.output = OpOutput(self.tr.dep, self.i, _Fanout({b.name: out for b in roots if out is not None}))
+        # the results of each query whose root this is, to its out topic (a partition's: the tree query's)
+        results = {b.name: self.tr.results[b.name] for b in self.tr.dep.roots[self.i]}
+        outs = {q.name: KafkaResultSink(self.out, q, self.site, headers=self.headers) for q in results.values()}
+        self.output = OpOutput(self.tr.dep, self.i, _Fanout({n: outs[q.name] for n, q in results.items()}))
         if self.op.node == self.site:
-            ensure_topics(self.admin, [derived_topic(r.name, r.query.stream(slot).pos)
-                                       for r, slot in self.output.readers])
-        return _OpSink(self.output, out)
+            ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.readers else [])
+        return _OpSink(self.output, list(outs.values()))
 
     def _checkpoints(self, factory: Any) -> None:
         return None
@@ -180,10 +187,9 @@ class _OpRun(PlanRun):
             return
         tau = self.output.tau
         for e, feeds in self.output.handover(results_through(self.op, [self.host])):
-            for reader, slot, tups in feeds:
-                batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
-                topic = derived_topic(reader.name, reader.query.stream(slot).pos)
-                self.out.produce(topic, wire.encode_source_batch(batch), slot.encode(), self.headers)
+            _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
+            batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
+            self.out.produce(derived_topic(self.op.name), wire.encode_source_batch(batch), slot.encode(), self.headers)
 
 
 class _OpThread(threading.Thread):

@@ -57,11 +57,13 @@ def test_mjoin_tree_on_kafka_is_exact_and_ships_the_embedded_bytes(routers, kafk
     assert kinds == {"full"}  # each operator ships its inputs to its node
 
 
-def test_mjoin_tree_with_a_processing_only_node_as_node_processes(routers_dc, kafka_bootstrap):  # noqa: F811
-    """Both MJoins at the processing-only node dc, as ``python -m services.node`` processes; the derived
-    stream S1+S2 is born at dc and read there, so no link carries it."""
+def test_mjoin_tree_with_a_processing_only_node_as_node_processes(routers_dc, kafka_bootstrap,  # noqa: F811
+                                                                   redis_url):
+    """Both MJoins at the processing-only node dc, as ``python -m services.node`` processes with their windows
+    in Redis (derived tuples too); the derived stream S1+S2 is born at dc and read there, so no link carries it."""
     tree = MJoin((MJoin((S1, S2), "dc"), S3), "dc")
-    report = _tree_check(routers_dc, lower_tree(routers_dc[0], tree), kafka_bootstrap, mode="process")
+    report = _tree_check(routers_dc, lower_tree(routers_dc[0], tree), kafka_bootstrap, mode="process",
+                         redis_url=redis_url)
     assert {(ln["src"], ln["dst"]) for ln in report["links"]} == {("r1", "dc"), ("r2", "dc"), ("r3", "dc")}
     assert set(report["sites"]) == {"r1", "r2", "r3", "dc"}
 
@@ -74,6 +76,72 @@ def test_partitioned_mjoin_trees_on_kafka(routers, kafka_bootstrap, spec):  # no
     plan, _ = plan_partitioned_trees(query, streams, spec)
     assert len(plan.programs) == int(spec.split(":")[2])
     _tree_check(routers, plan, kafka_bootstrap, mode="thread")
+
+
+CATALOGUE = {
+    "streams": {f"S{i}": {"site": f"r{i}", "window": "1s", "rate": 60, "attributes": 25, "tuple_bytes": 200,
+                          "selectivity": 0.04} for i in range(1, 5)},
+    "join": ["S1.dest = S2.dest", "S2.dest = S3.dest", "S2.dest = S4.dest"],
+    "network": {"latency": "25ms", "bandwidth": "1024kbps"},
+    "execution": {"interval": "100ms", "max_delay": "80ms"},
+}
+
+
+class _ByQuery(CountingSink):
+    """Each query's results to its own collecting sink (the instance key names the query)."""
+
+    def __init__(self, queries) -> None:
+        super().__init__()
+        self.sinks = {q.name: CollectingSink(q) for q in queries}
+
+    def emit(self, inst, head_pos, pos, groups, now) -> None:
+        self.sinks[inst[0]].emit(inst, head_pos, pos, groups, now)
+
+
+def test_two_queries_share_an_operator_on_kafka(tmp_path, kafka_bootstrap):
+    """Seed 001's reuse on the real broker: Q1 = S1 x S2 x S3 and Q2 = S1 x S2 x S4, both as
+    ((S1 x S2)@r2 x S_k)@r_k, deployed together: the S1 x S2 operator runs once and its derived stream feeds
+    both roots. Each query's output is its reference join, the bytes per link are the embedded deployment's,
+    and fewer than the two queries run apart ship."""
+    import json
+
+    from joinlib.data import load_streams
+    from joinlib.gen import generate
+    from joinlib.query import parse_query
+    from joinlib.reference import reference_join
+    from joinlib.tree_plans import SharedTrees, union_query
+    queries = {}
+    for name, other in (("it_share_q1", "S3"), ("it_share_q2", "S4")):
+        d = json.loads(json.dumps(CATALOGUE))
+        d["name"] = name
+        d["streams"] = {k: v for k, v in d["streams"].items() if k in ("S1", "S2", other)}
+        d["join"] = ["S1.dest = S2.dest", f"S2.dest = {other}.dest"]
+        queries[name] = parse_query(d, name)
+    base = union_query("it_share", list(queries.values()))
+    generate(base, tmp_path, 2500, 3)
+    data = {n: load_streams(q, tmp_path) for n, q in queries.items()}
+    s12 = MJoin((S1, Leaf("S2", "r2")), "r2")
+    programs = tuple(lower_tree(q, MJoin((s12, Leaf(o, f"r{o[1]}")), f"r{o[1]}"))
+                     for q, o in zip(queries.values(), ("S3", "S4"), strict=True))
+    shared = SharedTrees(base, programs)
+    assert SharedTrees.from_json(base, json.loads(json.dumps(shared.to_json()))) == shared
+    sink = _ByQuery(queries.values())
+    report = run_cluster(base, load_streams(base, tmp_path), shared, sink, bootstrap=kafka_bootstrap,
+                         timeout_s=TIMEOUT_S, mode="thread")
+    for n, q in queries.items():
+        want = Counter(reference_join(q, data[n]))
+        got = Counter((ids, ts) for ids, ts, _ in sink.sinks[n].results)
+        assert got == want and sum(want.values()) > 0, n
+    dep = deploy(list(programs))
+    assert len(dep.ops) == 3  # S1 x S2 once, and the two roots
+    embedded = run_deployment(dep, data, {n: CountingSink() for n in queries}).to_dict()
+    assert _links(report) == _links(embedded)
+    alone = [run_tree(p, data[p.base.name], CountingSink()).to_dict() for p in programs]
+    assert report["bytes"] < sum(r["bytes"] for r in alone)
+
+    def s1_to_r2(rep: dict) -> int:  # S1 shipped to the shared operator: once, not once per query
+        return sum(ln["bytes"] for ln in rep["links"] if (ln["src"], ln["dst"]) == ("r1", "r2"))
+    assert s1_to_r2(report) == s1_to_r2(alone[0]) == s1_to_r2(alone[1]) > 0
 
 
 def test_tree_runs_refuse_what_they_do_not_support(routers, kafka_bootstrap):  # noqa: F811

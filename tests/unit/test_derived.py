@@ -289,3 +289,65 @@ def test_an_unwritable_out_file_is_one_line(wan, capsys):
     assert main(["run", WAN, "--data", str(wan), "--plan", "mjoin", "--out", "/no/such/dir/out.jsonl"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------- plan messages
+
+def _message(q: Query, plan: dict, **extra) -> dict:
+    from joinlib.query import query_to_dict
+    return {"query": query_to_dict(q), "plan": plan, "run": "r", "offsets": {}, **extra}
+
+
+def test_tree_plan_messages_check_and_round_trip(example1):
+    """The three tree shapes of a plan message (docs/contracts.md) compile on a node as they were sent."""
+    from joinlib.control_check import check_control, tree_payload
+    from joinlib.data import load_streams
+    from joinlib.tree_plans import PartitionedTrees, SharedTrees, plan_partitioned_trees, union_query
+    q = load_query(Path(PMJ))
+    one = lower_tree(q, NESTED_PMJ)
+    assert check_control(q.name, "plan", _message(q, one.to_json())) is None
+    assert tree_payload(q, _message(q, one.to_json())) == one
+    split, _ = plan_partitioned_trees(q, load_streams(q, example1), "pmjoin:hash:2:mjoin")
+    sent = json.loads(json.dumps(split.to_json()))
+    assert check_control(q.name, "plan", _message(q, sent)) is None
+    assert PartitionedTrees.from_json(q, sent) == split and [p.base.name for p in split.programs] == [
+        "pmjoin_routers.p0", "pmjoin_routers.p1"]
+    four = _four()
+    q1, q2 = _sub(four, ("S0", "S1", "S2"), "Q1"), _sub(four, ("S0", "S1", "S3"), "Q2")
+    base = union_query("both", [q1, q2])
+    assert base.names == ("S0", "S1", "S2", "S3") and set(base.predicates) == set(four.predicates)
+    shared = SharedTrees(base, (lower_tree(q1, MJoin((S01, Leaf("S2", "n2")), "n2")),
+                                lower_tree(q2, MJoin((S01, Leaf("S3", "n3")), "n3"))))
+    assert SharedTrees.from_json(base, json.loads(json.dumps(shared.to_json()))) == shared
+
+
+NESTED_PMJ = MJoin((MJoin((Leaf("S1", "n1"), Leaf("S2", "n2")), "n2"), Leaf("S3", "n3")), "n3")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"switches": [{"from_epoch": 3, "plan": {}}]}, "no 'switches'"),
+    ({"plan": {"mjoin_trees": [], "by": [], "function": {}}}, "partitioned MJoin trees are"),
+    ({"plan": {"mjoin_trees_of": [{"query": {}, "mjoin_tree": {}}]}}, "plan does not compile"),
+    ({"plan": {"mjoin_tree": {"mjoin": "n9", "inputs": []}}}, "plan does not compile"),
+])
+def test_malformed_tree_plan_messages_are_refused_with_a_reason(change, message):
+    from joinlib.control_check import check_control
+    q = load_query(Path(PMJ))
+    msg = _message(q, lower_tree(q, NESTED_PMJ).to_json())
+    msg.update(change)
+    why = check_control(q.name, "plan", msg)
+    assert why is not None and message in why
+
+
+def test_queries_deployed_together_must_mean_one_stream_by_one_name():
+    from joinlib.tree_plans import SharedTrees, union_query
+    four = _four()
+    q1 = _sub(four, ("S0", "S1", "S2"), "Q1")
+    moved = Query("Q2", tuple(Stream(s.name, s.pos, "elsewhere" if s.name == "S1" else s.site, s.window, s.join_attrs)
+                              for s in q1.streams), q1.predicates)
+    with pytest.raises(PlanError, match="stream S1 differs"):
+        union_query("both", [q1, moved])
+    tree = MJoin((S01, Leaf("S2", "n2")), "n2")
+    obj = SharedTrees(union_query("both", [q1]), (lower_tree(q1, tree),)).to_json()
+    with pytest.raises(PlanError, match="must be the union"):
+        SharedTrees.from_json(union_query("both", [four]), obj)
