@@ -199,18 +199,15 @@ class _OpThread(threading.Thread):
         self.svc, self.rec, self.tr, self.i, self.admin, self.ctl = svc, rec, tr, i, admin, ctl
         self.run_: Optional[_OpRun] = None
         self.error: Optional[BaseException] = None
-        self.started_ = threading.Event()
 
     def run(self) -> None:
         consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
         try:
             self.run_ = _OpRun(self.svc, self.rec, self.tr, self.i, consumer, self.admin, self.ctl)
-            self.started_.set()
             self.run_.execute()
         except BaseException as e:  # reported by run_tree_plan
             self.error = e
         finally:
-            self.started_.set()
             consumer.close()
 
     @property
@@ -234,10 +231,13 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
         t.start()
     next_status = 0.0
     while any(t.is_alive() for t in threads):
-        failed = next((t for t in threads if t.error is not None), None)
-        if failed is not None:
-            svc.stop.set()
-            raise ClusterError(f"operator {dep.ops[failed.i].name}: {type(failed.error).__name__}: {failed.error}")
+        if any(t.error is not None for t in threads):
+            for t in threads:  # end this tree's other operators here (not the node's other queries)
+                if t.run_ is not None:
+                    t.run_.stopped = True
+            for t in threads:
+                t.join(10)
+            break
         if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
             next_status = time.monotonic() + STATUS_EVERY_S
             publish_control(out, rec.query, "status", {"site": site, "run": run_id, "operators": len(mine)})
