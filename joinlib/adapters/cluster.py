@@ -66,6 +66,10 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     ``adaptive``: an :class:`~joinlib.adaptive.config.AdaptiveConfig` -- the nodes re-plan and migrate
     while running (seed 003, docs/adaptive.md); ``plan`` is then the initial plan (Algorithm 1's), and the
     report has an ``adaptive`` section.
+    ``plan`` may be an MJoin tree instead (:class:`~joinlib.derived.TreeProgram`,
+    :class:`~joinlib.tree_plans.PartitionedTrees`, or :class:`~joinlib.tree_plans.SharedTrees` with ``query``
+    their union: ``sink`` then gets each query's results, named in the instance key); see
+    :mod:`joinlib.adapters.tree_service`.
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     _check_options(query, mode, faults, redis_url)
     tree = _tree_of(query, plan, faults, adaptive)
@@ -160,7 +164,8 @@ def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Re
 
 
 def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[str, float]], adaptive: Any) -> Any:
-    """The deployment of an MJoin tree plan (a :class:`~joinlib.derived.TreeProgram`), else None."""
+    """The :class:`~joinlib.adapters.tree_service.TreeRun` of an MJoin tree plan (a tree program, partitioned or
+    shared trees), else None."""
     from ..derived import TreeProgram
     from ..tree_plans import PartitionedTrees, SharedTrees
     if not isinstance(plan, (TreeProgram, PartitionedTrees, SharedTrees)):
@@ -196,7 +201,7 @@ def _outputs(query: Query, tree: Any) -> list[Query]:
 
 def tree_message(query: Query, plan: Any, tree: Any, run: str, offsets: dict[str, int]) -> dict[str, Any]:
     """The ``plan`` control message of an MJoin tree run (:mod:`joinlib.adapters.tree_service`): ``plan``
-    is a tree program or partitioned trees."""
+    is a tree program, partitioned trees or shared trees (``query`` then their union)."""
     from ..query import query_to_dict
     return {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
             "nodes": tree_nodes(tree), "switches": []}

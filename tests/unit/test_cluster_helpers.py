@@ -29,3 +29,24 @@ def test_percentiles_of_nothing_are_empty():
     rng = random.Random(3)
     xs = [rng.random() for _ in range(101)]
     assert cluster._percentiles(xs)["p50"] == round(sorted(xs)[50], 3)
+
+
+def test_a_tree_sites_done_adds_its_operators_counts_and_is_a_valid_control_message():
+    """One ``done`` per site of an MJoin tree run (joinlib.adapters.tree_service): links and received summed per
+    (src, dst, kind), results and inputs added up; it passes the control checks every reader applies."""
+    from joinlib.adapters.tree_service import merge_done
+    from joinlib.control_check import check_control
+    op = {"site": "a", "run": "r", "results": 3, "input_tuples": 4, "late_messages": 1, "last_epoch": 5,
+          "links": [{"src": "a", "dst": "b", "kind": "full", "messages": 2, "bytes": 10, "transfer_ms": 1.5}],
+          "received": [{"src": "b", "dst": "a", "kind": "full", "messages": 1, "bytes": 5, "transfer_ms": 0.5}],
+          "processing_s": {"join": 0.25}}
+    other = {**op, "results": 0, "last_epoch": 7,
+             "links": [{"src": "a", "dst": "c", "kind": "full", "messages": 1, "bytes": 4, "transfer_ms": 0.0}]}
+    done = merge_done("a", "r", [op, other], 1.0, 0.5)
+    assert done["results"] == 3 and done["input_tuples"] == 8 and done["late_messages"] == 2
+    assert done["last_epoch"] == 7 and done["processing_s"] == {"join": 0.5} and done["operators"] == 2
+    assert [(ln["dst"], ln["messages"], ln["bytes"]) for ln in done["links"]] == [("b", 2, 10), ("c", 1, 4)]
+    assert done["received"] == [{"src": "b", "dst": "a", "kind": "full", "messages": 2, "bytes": 10,
+                                 "transfer_ms": 1.0}]
+    assert check_control("Q", "done", done) is None
+    assert check_control("Q", "status", {"site": "a", "run": "r", "operators": 2}) is None
