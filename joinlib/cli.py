@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--cluster", nargs="?", const="", metavar="HOST:PORT",
                    help="run on Kafka, one node service per site (default broker: $KAFKA_BOOTSTRAP_SERVERS; "
                         "windows in Redis when $REDIS_URL is set)")
+    r.add_argument("--nodes", choices=("process", "thread", "serving"), default="process",
+                   help="with --cluster: start one node service per site as a process (default) or a thread of "
+                        "this one, or use the node services already serving the sites (python -m services.node "
+                        "--serve, e.g. docker compose up)")
     r.add_argument("--rate-scale", type=float,
                    help="with --cluster: replay X times faster than event time (default: as fast as possible)")
     r.add_argument("--switch", action="append", default=[], metavar="AT:PLAN",
@@ -227,6 +231,7 @@ def _run_plans(args: argparse.Namespace) -> int:
     if args.cluster is not None:  # an adaptive run's configuration goes to the nodes in the plan message
         from .adapters.cluster import cluster_runner
         runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query),
+                                mode=args.nodes,
                                 adaptive=adaptive.config if adaptive is not None else None)
     if args.out:
         _writable(args.out)
@@ -291,8 +296,8 @@ def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: di
     progress = not args.no_progress and sys.stderr.isatty()
     if args.cluster is not None:
         from .adapters.cluster import cluster_runner
-        return cluster_runner(args.cluster, rate_scale=args.rate_scale)(query, streams, whole, sink,
-                                                                        progress=progress)
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, mode=args.nodes)
+        return runner(query, streams, whole, sink, progress=progress)
     programs = list(getattr(whole, "programs", [whole]))
     return run_deployment(deploy(programs, share=False),
                           {p.base.name: s for p, s in zip(programs, inputs, strict=True)},

@@ -8,7 +8,9 @@
    so earlier runs of the same query on the same broker are not re-read);
 3. starts one node service per site -- ``python -m services.node --site X --query Q --run R``
    subprocesses (``mode="process"``, the real deployment) or :class:`NodeService` threads in
-   this process (``mode="thread"``, faster to start; same code path from Kafka on);
+   this process (``mode="thread"``, faster to start; same code path from Kafka on) -- or none:
+   ``mode="serving"`` uses node services already running with ``--serve`` (``docker compose up``),
+   which take the plan from ``control`` like any other;
 4. once every node has reported (``status``) that it runs the plan, replays the streams into
    the source topics (the source service's code, in a thread) and publishes ``end``;
 5. consumes ``out.<q>`` into ``sink`` until every node has published ``done`` and every
@@ -44,7 +46,7 @@ from ..model import Query, Tup
 from ..partitioned import Partitioned
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-MODES = ("process", "thread")
+MODES = ("process", "thread", "serving")
 
 
 def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink=None, *, bootstrap: str,
@@ -114,8 +116,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
 
         def start_node(site: str) -> _NodeHandle:
-            h = (_start_process if mode == "process" else _start_thread)(
-                site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python, log_dir)
+            h = _STARTERS[mode](site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python,
+                                log_dir)
             if registries is not None and isinstance(h, _ThreadNode):
                 registries[site] = h.svc.registry
             return h
@@ -218,6 +220,8 @@ def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]],
     for site, _ in faults:
         if site not in query.nodes:
             raise ClusterError(f"cannot kill site {site!r}: the query's nodes are {', '.join(query.nodes)}")
+    if faults and mode == "serving":
+        raise ClusterError("killing nodes needs nodes this run starts (mode process or thread), not serving ones")
     if faults and not redis_url:
         raise ClusterError("killing nodes needs Redis windows (REDIS_URL): a node resumes from its checkpoint there")
 
@@ -384,6 +388,33 @@ def _start_thread(site, query, run, bootstrap, redis_url, port, python, log_dir)
     svc = NodeService(site, bootstrap, query=query, run=run, redis_url=redis_url, metrics_port=port,
                       registry=CollectorRegistry(), stop=stop, plan_timeout_s=60, quiet=True)
     return _ThreadNode(site, svc, stop)
+
+
+class _ServingNode(_NodeHandle):
+    """A node service this run did not start (``--serve``): nothing to watch, stop or wait for but its
+    messages; a site none serves shows in the timeout message as one that never reported."""
+
+    def __init__(self, site: str) -> None:
+        self.site = site
+
+    def failure(self) -> Optional[str]:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        raise ClusterError(f"cannot kill the serving node of {self.site}: this run did not start it")
+
+    def finish(self, grace: float) -> None:
+        pass
+
+
+def _serving(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ServingNode:
+    return _ServingNode(site)
+
+
+_STARTERS = {"process": _start_process, "thread": _start_thread, "serving": _serving}
 
 
 def _tail(path: Optional[Path], lines: int = 15) -> str:

@@ -144,6 +144,44 @@ def test_two_queries_share_an_operator_on_kafka(tmp_path, kafka_bootstrap):
     assert s1_to_r2(report) == s1_to_r2(alone[0]) == s1_to_r2(alone[1]) > 0
 
 
+def test_serving_nodes_take_a_tree_and_then_a_plain_plan(routers, kafka_bootstrap):  # noqa: F811
+    """Node services already serving their sites (``--serve``, as docker compose runs them) take a tree plan
+    from control, and the next plan of the query (a plain one) once it has ended: ``--nodes serving``."""
+    import threading
+    import uuid
+
+    from prometheus_client import CollectorRegistry
+
+    from joinlib.adapters.node_service import NodeService
+    from joinlib.data import load_streams
+    from joinlib.plan import central
+    from joinlib.query import parse_query, query_to_dict
+    from tests.integration.test_cluster import _run_and_check
+    query, out, _, want = routers
+    tag = uuid.uuid4().hex[:6]
+    d = query_to_dict(query)
+    d["name"] = f"it_serving_{tag}"
+    for spec in d["streams"].values():
+        spec["site"] = f"{spec['site']}{tag}"
+    q = parse_query(d, "routers on serving nodes")
+    dataset = (q, out, load_streams(q, out), want)
+    s1, s2, s3 = (q.stream(n).site for n in ("S1", "S2", "S3"))
+    stop = threading.Event()
+    threads = []
+    for site in q.sites:
+        svc = NodeService(site, kafka_bootstrap, registry=CollectorRegistry(), stop=stop, serve=True, quiet=True)
+        threads.append(threading.Thread(target=svc.run, daemon=True, name=f"serving-{site}"))
+        threads[-1].start()
+    try:
+        tree = MJoin((MJoin((Leaf("S1", s1), Leaf("S2", s2)), s2), Leaf("S3", s3)), s3)
+        _tree_check(dataset, lower_tree(q, tree), kafka_bootstrap, mode="serving")
+        _run_and_check(dataset, central(q, s2), kafka_bootstrap, mode="serving")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(20)
+
+
 def test_tree_runs_refuse_what_they_do_not_support(routers, kafka_bootstrap):  # noqa: F811
     query, _, streams, _ = routers
     program = lower_tree(query, TREES["left-deep at r3"])

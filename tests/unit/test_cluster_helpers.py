@@ -50,3 +50,18 @@ def test_a_tree_sites_done_adds_its_operators_counts_and_is_a_valid_control_mess
                                  "transfer_ms": 1.0}]
     assert check_control("Q", "done", done) is None
     assert check_control("Q", "status", {"site": "a", "run": "r", "operators": 2}) is None
+
+
+def test_serving_nodes_are_not_killed_by_a_run():
+    """``mode="serving"`` uses node services the run did not start: a --kill drill is refused before any I/O."""
+    import pytest
+
+    from joinlib.errors import ClusterError
+    from joinlib.plan import central
+    from joinlib.query import load_query
+    q = load_query(cluster.REPO_ROOT / "examples" / "routers.yaml")
+    with pytest.raises(ClusterError, match="not serving ones"):
+        cluster.run_cluster(q, {}, central(q, "r1"), bootstrap="127.0.0.1:1", mode="serving", faults=[("r1", 1.0)])
+    with pytest.raises(ClusterError, match="unknown cluster mode"):
+        cluster.run_cluster(q, {}, central(q, "r1"), bootstrap="127.0.0.1:1", mode="docker")
+    assert cluster._ServingNode("r1").failure() is None
