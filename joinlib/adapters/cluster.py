@@ -116,8 +116,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
 
         def start_node(site: str) -> _NodeHandle:
-            h = _STARTERS[mode](site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python,
-                                log_dir)
+            h = _starter(mode)(site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python,
+                               log_dir)
             if registries is not None and isinstance(h, _ThreadNode):
                 registries[site] = h.svc.registry
             return h
@@ -414,7 +414,9 @@ def _serving(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _
     return _ServingNode(site)
 
 
-_STARTERS = {"process": _start_process, "thread": _start_thread, "serving": _serving}
+def _starter(mode: str) -> Any:
+    """What starts a node in ``mode`` (looked up at each call, so a test may replace one)."""
+    return {"process": _start_process, "thread": _start_thread, "serving": _serving}[mode]
 
 
 def _tail(path: Optional[Path], lines: int = 15) -> str:
