@@ -85,6 +85,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --cluster and $REDIS_URL: SIGKILL the node of SITE that many seconds into the "
                         "replay and start a new one, which resumes from its last checkpoint (repeatable; "
                         "a recovery drill: the output must still be exact)")
+    r.add_argument("--scale-out", nargs="?", const="", metavar="SITE=N,...",
+                   help="with --cluster, $REDIS_URL and --plan pmjoin...: source and node topics get a Kafka "
+                        "partition per plan partition, and the node instances of a site share the site's "
+                        "partitions as a consumer group; run N instances of SITE (default 1 per site); a "
+                        "partition moves between instances with its windows (docs/pmjoin.md 'Scale-out')")
+    r.add_argument("--join", action="append", default=[], metavar="SITE@SECONDS",
+                   help="with --scale-out: start one more instance of SITE that many seconds into the replay "
+                        "(the group hands it some partitions; repeatable). With --scale-out, --kill kills one "
+                        "instance and the others take its partitions")
     add_adaptive_options(r)  # --plan adaptive[:cnu|:dnu] (seed 003, joinlib.adaptive)
     r.set_defaults(func=_cmd_run)
 
@@ -159,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------- commands
 
-def parse_kills(specs: list[str], query: Query) -> list[tuple[str, float]]:
+def parse_kills(specs: list[str], query: Query, flag: str = "--kill") -> list[tuple[str, float]]:
     """``SITE@SECONDS`` -> (site, seconds), checked against the query's sites."""
     out = []
     for spec in specs:
@@ -169,11 +178,36 @@ def parse_kills(specs: list[str], query: Query) -> list[tuple[str, float]]:
         except ValueError:
             t = -1.0
         if not site or t < 0:
-            raise JoinlibError(f"--kill {spec!r}: expected SITE@SECONDS, e.g. --kill {query.sites[0]}@2.5")
-        if site not in query.sites:
-            raise JoinlibError(f"--kill {spec!r}: no site {site!r} in {query.name} (sites: {', '.join(query.sites)})")
+            raise JoinlibError(f"{flag} {spec!r}: expected SITE@SECONDS, e.g. {flag} {query.sites[0]}@2.5")
+        if site not in query.nodes:
+            raise JoinlibError(f"{flag} {spec!r}: no site {site!r} in {query.name} (sites: {', '.join(query.nodes)})")
         out.append((site, t))
     return out
+
+
+def parse_instances(spec: Optional[str], query: Query) -> Optional[dict[str, int]]:
+    """``--scale-out [SITE=N,...]`` -> instances per site (None: not scaled out)."""
+    if spec is None:
+        return None
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        site, sep, n = item.partition("=")
+        if not sep or not n.isdigit() or int(n) < 1:
+            raise JoinlibError(f"--scale-out {spec!r}: expected SITE=N,... with N >= 1, e.g. --scale-out "
+                               f"{query.sites[0]}=2")
+        if site not in query.nodes:
+            raise JoinlibError(f"--scale-out {spec!r}: no site {site!r} in {query.name} "
+                               f"(sites: {', '.join(query.nodes)})")
+        out[site] = int(n)
+    return out
+
+
+def _faults(args: argparse.Namespace, query: Query) -> list[tuple[Any, ...]]:
+    """``--kill`` and ``--join`` as :func:`joinlib.adapters.cluster.run_cluster`'s faults."""
+    if args.join and args.scale_out is None:
+        raise JoinlibError("--join needs --scale-out (it starts one more instance of a site)")
+    return ([(site, t, "kill") for site, t in parse_kills(args.kill, query)]
+            + [(site, t, "join") for site, t in parse_kills(args.join, query, "--join")])
 
 
 def parse_switches(specs: list[str], query: Query) -> list[tuple[int, str]]:
@@ -225,14 +259,7 @@ def _run_plans(args: argparse.Namespace) -> int:
         gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
                 for at, spec in specs]
         plan = adaptive.initial if adaptive is not None else gens if switches else gens[0][1]
-    runner: Runner = adaptive or run_embedded
-    if args.kill and args.cluster is None:
-        raise JoinlibError("--kill needs --cluster (it kills node services)")
-    if args.cluster is not None:  # an adaptive run's configuration goes to the nodes in the plan message
-        from .adapters.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=parse_kills(args.kill, query),
-                                mode=args.nodes,
-                                adaptive=adaptive.config if adaptive is not None else None)
+    runner: Runner = _cluster_runner(args, query, adaptive) or adaptive or run_embedded
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:
@@ -252,13 +279,30 @@ def _run_plans(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Optional[Runner]:
+    """``--cluster``'s runner (None without it); an adaptive run's configuration goes to the nodes in the plan
+    message."""
+    if args.cluster is None:
+        if args.kill:
+            raise JoinlibError("--kill needs --cluster (it kills node services)")
+        if args.scale_out is not None or args.join:
+            raise JoinlibError("--scale-out and --join need --cluster (node instances on Kafka)")
+        return None
+    from .adapters.cluster import cluster_runner
+    runner: Runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=_faults(args, query),
+                                    mode=args.nodes, instances=parse_instances(args.scale_out, query),
+                                    adaptive=adaptive.config if adaptive is not None else None)
+    return runner
+
+
 def _run_tree(args: argparse.Namespace) -> int:
     """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query,
     embedded or (one tree) on Kafka."""
     from .query import load_query
     from .runtime.sink import CountingSink
     query = load_query(args.query)
-    for flag, given in (("--switch", args.switch), ("--kill", args.kill)):
+    for flag, given in (("--switch", args.switch), ("--kill", args.kill), ("--scale-out", args.scale_out is not None),
+                        ("--join", args.join)):
         if given:
             raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, and "
                                "its operators keep no checkpoints yet)")

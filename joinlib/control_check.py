@@ -96,7 +96,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "naive": (False, _list_of(_naive_row)), "live": (False, lambda v: type(v) is bool),
         "dead_letters": (False, _dict_of(_COUNTS)), "watermarks_ms": (False, _dict_of(is_num)),
         "latency_ms": (False, _opt(_latency)), "adaptive": (False, lambda v: type(v) is dict),
-        "values": (False, _values),
+        "values": (False, _values), "part": (False, is_count), "instance": (False, is_str),
     },
     "done": {
         "site": (True, is_str), "run": (True, _RUN), "results": (True, is_count),
@@ -105,6 +105,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "late_messages": (False, is_count), "last_epoch": (False, _opt(is_int)),
         "stopped": (False, lambda v: type(v) is bool), "inputs": (False, _COUNTS),
         "dead_letters": (False, _dict_of(_COUNTS)), "adaptive": (False, _adaptive_done),
+        "part": (False, is_count), "instance": (False, is_str),
     },
     "plan": {
         "query": (True, lambda v: type(v) is dict), "plan": (True, lambda v: type(v) is dict),
@@ -112,6 +113,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "nodes": (False, _list_of(is_str)), "switches": (False, lambda v: type(v) is list),
         "last_epoch": (False, _opt(is_int)), "live": (False, lambda v: type(v) is dict),
         "adaptive": (False, _opt(lambda v: type(v) is dict)),
+        "scale_out": (False, lambda v: type(v) is bool), "part_offsets": (False, _dict_of(_list_of(is_count))),
     },
 }
 
@@ -174,7 +176,12 @@ def plan_payload(q: Any, p: dict[str, Any]) -> Any:
     if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
         if p.get("switches") or p.get("adaptive") is not None:
             raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
+        if p.get("scale_out") and p.get("live") is not None:
+            raise PlanError("a scaled-out plan reads replayed sources (src.<query>.<stream>, a partition per "
+                            "plan partition); live sources are not split by the partition function")
         return Partitioned.from_json(q, p["plan"])
+    if p.get("scale_out"):
+        raise PlanError("scale_out needs a partitioned plan (pmjoin): its partitions are what the instances share")
     gens = [(0, from_json(q, p["plan"]))]
     for sw in p.get("switches") or []:
         if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1:

@@ -54,8 +54,8 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
                 rate_scale: Optional[float] = None, progress: bool = False,
                 metrics_ports: Optional[dict] = None, run_id: Optional[str] = None,
                 python: str = sys.executable, log_dir: Optional[Path] = None,
-                registries: Optional[dict] = None, faults: Sequence[tuple[str, float]] = (),
-                adaptive: Any = None) -> dict:
+                registries: Optional[dict] = None, faults: Sequence[tuple[Any, ...]] = (),
+                adaptive: Any = None, instances: Optional[dict[str, int]] = None) -> dict:
     """Run ``plan`` over ``streams`` (a data directory or loaded streams) on the Kafka at
     ``bootstrap``; results go to ``sink`` (a :class:`~joinlib.runtime.sink.Sink`, or None to
     only count).  ``rate_scale``: replay X times faster than event time (None: unpaced).
@@ -72,9 +72,14 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     :class:`~joinlib.tree_plans.PartitionedTrees`, or :class:`~joinlib.tree_plans.SharedTrees` with ``query``
     their union: ``sink`` then gets each query's results, named in the instance key); see
     :mod:`joinlib.adapters.tree_service`.
+    ``instances``: scale a partitioned ``plan`` out (:mod:`joinlib.adapters.scale_out`): its source and node
+    topics get a partition per plan partition, and each site runs ``instances.get(site, 1)`` node instances
+    that share the site's plan partitions as a consumer group (needs ``redis_url``).
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     _check_options(query, mode, faults, redis_url)
     tree = _tree_of(query, plan, faults, adaptive)
+    from .scale_out import naive_of, per_site, scale_message, scaled_topics, split_of, wanted
+    split = split_of(plan, instances, redis_url, adaptive, faults)
     from .. import wire
     from .kafka import (
         CONTROL_TOPIC,
@@ -99,6 +104,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     check_reachable(bootstrap)
     admin = make_admin(bootstrap)
     topics = query_topics(query) + _tree_topics(tree)
+    partitioned_topics = scaled_topics(query, plan, admin, split)
     ensure_topics(admin, topics)
     run = run_id or uuid.uuid4().hex[:12]
     consumer = make_consumer(bootstrap, f"joinlib-cluster-{run}")
@@ -107,6 +113,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         producer = make_producer(bootstrap)
         specs, msg, sites = _plan_of(query, plan, tree, run, offsets, adaptive)
+        scale_message(msg, consumer, split, partitioned_topics)
         plan_offset = produce_control_sync(producer, query.name, "plan", msg)
         from confluent_kafka import TopicPartition
         outputs = _outputs(query, tree)
@@ -115,19 +122,20 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         own_logs = log_dir is None
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / f"joinlib-nodes-{run}"
 
-        def start_node(site: str) -> _NodeHandle:
-            h = _starter(mode)(site, query.name, run, bootstrap, redis_url, (metrics_ports or {}).get(site), python,
-                               log_dir)
-            if registries is not None and isinstance(h, _ThreadNode):
+        def start_node(site: str, instance: int = 0) -> _NodeHandle:
+            extra = {"instance": instance} if instance else {}
+            port = None if instance else (metrics_ports or {}).get(site)   # one metrics port per site
+            h = _starter(mode)(site, query.name, run, bootstrap, redis_url, port, python, log_dir, **extra)
+            if registries is not None and isinstance(h, _ThreadNode) and not instance:
                 registries[site] = h.svc.registry
             return h
-        for site in sites:
-            nodes[site] = start_node(site)
+        _start_nodes(nodes, sites, instances if split is not None else None, start_node)
         warm_up(producer, [source_topic(query, s.name) for s in query.streams])
-        replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress)
+        replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress, split)
         chaos = _Faults(faults, start_node, nodes)
         res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos,
-                       adaptive is not None, outputs)
+                       adaptive is not None, outputs, wanted(specs, split),
+                       (lambda done: per_site(done, naive_of(query, streams))) if split is not None else None)
         replayer.join(5)
     except BaseException:
         for h in nodes.values():
@@ -165,7 +173,15 @@ def _adaptive_report(report: dict, query: Query, specs: Sequence[Any], res: "_Re
                               for i, g in enumerate(gens)]
 
 
-def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[str, float]], adaptive: Any) -> Any:
+def _start_nodes(nodes: dict[str, _NodeHandle], sites: Sequence[str], instances: Optional[dict[str, int]],
+                 start_node: Any) -> None:
+    """A node per site; a scaled-out plan's (``instances``) extra instances of a site are ``r1#2``, ``r1#3``..."""
+    for site in sites:
+        for k in range((instances or {}).get(site, 1)):
+            nodes[site if k == 0 else f"{site}#{k + 1}"] = start_node(site, k)
+
+
+def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[Any, ...]], adaptive: Any) -> Any:
     """The :class:`~joinlib.adapters.tree_service.TreeRun` of an MJoin tree plan (a tree program, partitioned or
     shared trees), else None."""
     from ..derived import TreeProgram
@@ -214,12 +230,14 @@ def tree_nodes(tr: Any) -> list[str]:
     return nodes(tr.dep)
 
 
-def _check_options(query: Query, mode: str, faults: Sequence[tuple[str, float]], redis_url: Optional[str]) -> None:
+def _check_options(query: Query, mode: str, faults: Sequence[tuple[Any, ...]], redis_url: Optional[str]) -> None:
     if mode not in MODES:
         raise ClusterError(f"unknown cluster mode {mode!r} (choose from {', '.join(MODES)})")
-    for site, _ in faults:
+    for site, *rest in faults:
         if site not in query.nodes:
             raise ClusterError(f"cannot kill site {site!r}: the query's nodes are {', '.join(query.nodes)}")
+        if rest[1:] and rest[1] not in ("kill", "join"):
+            raise ClusterError(f"unknown fault {rest[1]!r} (kill or join)")
     if faults and mode == "serving":
         raise ClusterError("killing nodes needs nodes this run starts (mode process or thread), not serving ones")
     if faults and not redis_url:
@@ -329,7 +347,7 @@ def _die_with_parent() -> None:  # in the child, between fork and exec
         pass
 
 
-def _start_process(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ProcessNode:
+def _start_process(site, query, run, bootstrap, redis_url, port, python, log_dir, instance=0) -> _ProcessNode:
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(KAFKA_BOOTSTRAP_SERVERS=bootstrap, JOINLIB_SITE=site, METRICS_PORT=str(port or 0),
@@ -339,7 +357,7 @@ def _start_process(site, query, run, bootstrap, redis_url, port, python, log_dir
     else:
         env.pop("REDIS_URL", None)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    log = log_dir / f"node-{site}.log"
+    log = log_dir / (f"node-{site}.log" if not instance else f"node-{site}-{instance + 1}.log")
     with open(log, "wb") as fh:
         proc = subprocess.Popen([python, "-m", "services.node", "--site", site, "--query", query, "--run", run,
                                  "--plan-timeout", "60"],
@@ -380,7 +398,7 @@ class _ThreadNode(_NodeHandle):
             self.stop()
 
 
-def _start_thread(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ThreadNode:
+def _start_thread(site, query, run, bootstrap, redis_url, port, python, log_dir, instance=0) -> _ThreadNode:
     from prometheus_client import CollectorRegistry
 
     from .node_service import NodeService
@@ -410,7 +428,7 @@ class _ServingNode(_NodeHandle):
         pass
 
 
-def _serving(site, query, run, bootstrap, redis_url, port, python, log_dir) -> _ServingNode:
+def _serving(site, query, run, bootstrap, redis_url, port, python, log_dir, instance=0) -> _ServingNode:
     return _ServingNode(site)
 
 
@@ -430,28 +448,43 @@ def _tail(path: Optional[Path], lines: int = 15) -> str:
 
 
 class _Faults:
-    """Kills nodes on schedule (seconds after the replay starts) and starts their successors."""
+    """Kills nodes on schedule (seconds after the replay starts) and starts their successors.  A fault is
+    ``(site, seconds)`` or ``(site, seconds, action)``: ``kill`` (the default) SIGKILLs the site's oldest
+    instance and starts a successor unless another instance serves the site (a scaled-out plan: the others
+    take its partitions); ``join`` starts one more instance of the site."""
 
     def __init__(self, faults, start_node, nodes: dict) -> None:
         self.todo = sorted(faults, key=lambda f: f[1])
         self.start_node, self.nodes = start_node, nodes
         self.done: list[dict] = []
+        self.gone: list[_NodeHandle] = []   # killed instances without a successor (their logs)
 
     def tick(self, t0: Optional[float]) -> None:
         while self.todo and t0 is not None and time.monotonic() - t0 >= self.todo[0][1]:
-            site, after = self.todo.pop(0)
-            old = self.nodes[site]
+            site, after, *action = self.todo.pop(0)
+            keys = [k for k in self.nodes if k == site or k.startswith(site + "#")]
+            if action and action[0] == "join":
+                n = 1 + max((int(k.rpartition("#")[2]) for k in keys if "#" in k), default=1)
+                self.nodes[f"{site}#{n}"] = self.start_node(site, n - 1)
+                self.done.append({"site": site, "after_s": after, "action": "join"})
+                continue
+            old = self.nodes[keys[0]]
             old.kill()
-            self.nodes[site] = self.start_node(site)
-            self.done.append({"site": site, "after_s": after, "log": str(old.log) if old.log else None})
+            if len(keys) > 1:
+                self.gone.append(self.nodes.pop(keys[0]))
+            else:
+                self.nodes[keys[0]] = self.start_node(site)
+            self.done.append({"site": site, "after_s": after, "action": "kill", "successor": len(keys) == 1,
+                              "log": str(old.log) if old.log else None})
 
 
 # --------------------------------------------------------------------------- sources
 
 class _Replayer(threading.Thread):
-    def __init__(self, out, query, streams, rate_scale, run, progress) -> None:
+    def __init__(self, out, query, streams, rate_scale, run, progress, split=None) -> None:
         super().__init__(name="replay", daemon=True)
         self.args = (out, query, streams, rate_scale, run, progress)
+        self.split = split
         self.info: Optional[Any] = None  # a replay.ReplayInfo once the replay is done
         self.error: Optional[BaseException] = None
         self.t0_ms: Optional[float] = None
@@ -460,7 +493,8 @@ class _Replayer(threading.Thread):
         from .replay import replay
         out, query, streams, rate_scale, run, progress = self.args
         try:
-            self.info = replay(out, query, streams, rate_scale=rate_scale, run=run, progress=progress)
+            self.info = replay(out, query, streams, rate_scale=rate_scale, run=run, progress=progress,
+                               split=self.split)
         except BaseException as e:
             self.error = e
 
@@ -480,15 +514,17 @@ class _Results:
 
 def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandle], replayer: _Replayer,
              timeout_s: float, run: str, wire: Any, consume: Any, chaos: _Faults, adaptive: bool = False,
-             outputs: Sequence[Query] = ()) -> _Results:
+             outputs: Sequence[Query] = (), wanted: Optional[set[str]] = None,
+             merge: Any = None) -> _Results:
     """Consume ``control`` and ``out.<query>`` (of each of ``outputs`` if given) until every node is done
     and every result it announced has arrived (adaptive: and the nodes have ended the protocol); start the
-    replay once every node runs, kill nodes on schedule."""
-    c = _Collector(query, sink, nodes, run, wire, adaptive, outputs)
+    replay once every node runs, kill nodes on schedule.  ``wanted``: whose ``done`` to wait for (default:
+    every site of ``nodes``; a scaled-out plan: every (site, partition), whose dones ``merge`` adds up)."""
+    c = _Collector(query, sink, nodes, run, wire, adaptive, outputs, wanted)
     deadline = time.monotonic() + timeout_s
     t_replay: Optional[float] = None
     while True:
-        if replayer.ident is None and len(set(c.res.status) | set(c.res.done)) == len(nodes):
+        if replayer.ident is None and c.wanted <= set(c.res.status) | set(c.res.done):
             replayer.start()  # every node is up and consuming: start the clock
             t_replay = time.monotonic()
         chaos.tick(t_replay)
@@ -499,11 +535,13 @@ def _collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, _NodeHandl
         if c.complete() and replayer.info is not None:
             break
         if time.monotonic() > deadline:
-            raise ClusterError(_timeout_message(query, run, timeout_s, nodes, c.res, c.expected()))
+            raise ClusterError(_timeout_message(query, run, timeout_s, nodes, c.res, c.expected(), c.wanted))
     c.flush(replayer.info)
     c.res.restarts = chaos.done
     if c.res.count != c.expected():
         raise ClusterError(f"{query.name}: received {c.res.count} results, nodes announced {c.expected()}")
+    if merge is not None:
+        c.res.done = merge(c.res.done)
     return c.res
 
 
@@ -511,8 +549,9 @@ class _Collector:
     """What the cluster runner reads: nodes' status and done messages, result batches."""
 
     def __init__(self, query: Query, sink: Any, nodes: dict[str, _NodeHandle], run: str, wire: Any,
-                 adaptive: bool = False, outputs: Sequence[Query] = ()) -> None:
+                 adaptive: bool = False, outputs: Sequence[Query] = (), wanted: Optional[set[str]] = None) -> None:
         from .kafka import CONTROL_TOPIC
+        self.wanted = set(nodes) if wanted is None else wanted
         self.adaptive = adaptive
         self.control_topic, self.query, self.sink, self.nodes, self.run, self.wire = (
             CONTROL_TOPIC, query, sink, nodes, run, wire)
@@ -534,13 +573,16 @@ class _Collector:
         p = c.payload if isinstance(c.payload, dict) else {}
         if c.query != self.query.name or p.get("run") != self.run:
             return
+        if c.kind not in ("done", "status"):
+            return
+        key = p["site"] if p.get("part") is None else f"{p['site']}/p{p['part']}"   # scale_out.done_key
         if c.kind == "done":
-            self.res.done[p["site"]] = p
-            h = self.nodes.get(p["site"])
+            self.res.done[key] = p
+            h = self.nodes.get(key)
             if h is not None and hasattr(h, "done"):
                 h.done = True
         elif c.kind == "status":
-            self.res.status[p["site"]] = (time.monotonic(), p)
+            self.res.status[key] = (time.monotonic(), p)
 
     def _results(self, msg: Any) -> None:
         res = self.res
@@ -572,7 +614,7 @@ class _Collector:
 
     def expected(self) -> Optional[int]:
         """Results the nodes announced, once every node is done."""
-        if len(self.res.done) < len(self.nodes):
+        if not self.wanted <= set(self.res.done):
             return None
         return sum(d["results"] for d in self.res.done.values())
 
@@ -606,20 +648,22 @@ def _to_sink(sink, batches: list, pos_of_query: dict, info) -> None:
                       [(tuple(row), [Tup(last, i, ts, 0, ()) for i in g.last_ids])], now)
 
 
-def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected) -> str:
+def _timeout_message(query, run, timeout_s, nodes, res: _Results, expected, wanted=None) -> str:
     parts = []
     now = time.monotonic()
-    for site, h in nodes.items():
-        if site in res.done:
+    for key in sorted(wanted) if wanted is not None else nodes:   # sites, or (site, partition) when scaled out
+        if key in res.done:
             continue
-        st = res.status.get(site)
+        st = res.status.get(key)
         if st is None:
             where = "no status message: did the node start?"
         else:
             at, p = st
             where = f"at epoch {p.get('epoch')} of {p.get('last_epoch')}, last status {now - at:.1f}s ago"
-        log = f"; log {h.log}" if h.log else ""
-        parts.append(f"site {site} did not finish ({where}{log})")
+        h = nodes.get(key)
+        log = f"; log {h.log}" if h is not None and h.log else ""
+        what = f"site {key}" if "/p" not in key else "partition {1} of site {0}".format(*key.split("/p"))
+        parts.append(f"{what} did not finish ({where}{log})")
     if not parts:
         parts.append(f"every node finished but only {res.count} of {expected} results arrived")
     return f"cluster run of {query.name} (run {run}) timed out after {timeout_s:.0f}s: " + "; ".join(parts)
@@ -696,7 +740,10 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
                          "cpu_s": d.get("cpu_s"),
                          "resumed_from_epoch": d.get("resumed_from_epoch"), "resumed_from": d.get("resumed_from"),
                          "checkpoints": d.get("checkpoints", 0), "generations": d.get("generations"),
-                         "log": str(nodes[site].log) if nodes[site].log else None}
+                         "log": str(nodes[site].log) if site in nodes and nodes[site].log else None,
+                         **({"parts": [{k: x.get(k) for k in ("part", "instance", "results", "resumed_from_epoch",
+                                                              "checkpoints")} for x in d["parts"]]}
+                            if "parts" in d else {})}
                   for site, d in sorted(res.done.items())},
         "replay": info.to_dict() if info is not None else None,
         "restarts": res.restarts,
@@ -738,6 +785,13 @@ def cluster_runner(bootstrap: Optional[str] = None, **options):
     def runner(query, streams, plan, sink, *, progress: bool = False, **_ignored):
         d = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, progress=progress, **options)
         for r in d["restarts"]:
+            if r.get("action") == "join":
+                print(f"started another instance of {r['site']} {r['after_s']:g} s into the replay", file=sys.stderr)
+                continue
+            if not r.get("successor", True):
+                print(f"killed an instance of {r['site']} {r['after_s']:g} s into the replay; the others took its "
+                      "partitions", file=sys.stderr)
+                continue
             epoch = d["sites"][r["site"]]["resumed_from_epoch"]
             where = (f"from its checkpoint of epoch {epoch}" if epoch is not None
                      else "from the start (no checkpoint yet)")

@@ -48,6 +48,7 @@ class ControlLog:
     stopped: set[tuple[str, Any]] = field(default_factory=set)  # (query, run)
     position: int = 0                               # next offset to read
     started: set[tuple[Any, Any]] = field(default_factory=set)  # (run, site) with a status: a node ran it
+    parts_done: set[tuple[Any, Any, Any]] = field(default_factory=set)  # (run, site, partition): scale-out
 
     def add(self, rec: ControlRecord) -> None:
         p = rec.payload if isinstance(rec.payload, dict) else {}
@@ -55,6 +56,8 @@ class ControlLog:
             self.plans.append(rec)
         elif rec.kind == "end":
             self.ends.append(rec)
+        elif rec.kind == "done" and "part" in p:   # one partition of a scaled-out plan, not the site's run
+            self.parts_done.add((p.get("run"), p.get("site"), p.get("part")))
         elif rec.kind == "done":
             self.done.add((p.get("run"), p.get("site")))
         elif rec.kind == "stop":
@@ -83,7 +86,7 @@ class ControlLog:
 
     def copy(self) -> ControlLog:
         return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position,
-                          set(self.started))
+                          set(self.started), set(self.parts_done))
 
 
 #: ``reject(offset, reason, detail)``: called for a control message that is rejected

@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Callable, Iterable, Optional, Sequence, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from .. import wire
 from ..errors import ClusterError
@@ -213,6 +213,25 @@ def ensure_topics(admin: AdminClient, names: Iterable[str], *, partitions: int =
     return created
 
 
+def ensure_partitions(admin: AdminClient, names: Iterable[str], partitions: int, timeout_s: float = 30.0) -> None:
+    """Make each topic of ``names`` exist with at least ``partitions`` partitions (a scaled-out plan:
+    partition p of a source or node topic carries plan partition p).  A topic with fewer is grown: the
+    new partitions are empty, and what the old ones hold predates the plan's start offsets."""
+    names = list(names)
+    ensure_topics(admin, names, partitions=partitions, timeout_s=timeout_s)
+    md = admin.list_topics(timeout=timeout_s)
+    short = [n for n in names if len(md.topics[n].partitions) < partitions]
+    if short:
+        futures = admin.create_partitions([NewPartitions(n, partitions) for n in short],
+                                          operation_timeout=timeout_s, request_timeout=timeout_s)
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=timeout_s)
+            except KafkaException as e:
+                raise KafkaUnavailable(f"cannot grow topic {name} to {partitions} partitions: {e}") from None
+        ensure_topics(admin, short, timeout_s=timeout_s)   # every partition has a leader
+
+
 def warm_up(client, topics: Iterable[str], timeout_s: float = 10.0) -> None:
     """Fetch the metadata of ``topics`` now, so that the first message produced to (or
     fetched from) each does not wait for a metadata round trip."""
@@ -226,23 +245,30 @@ def warm_up(client, topics: Iterable[str], timeout_s: float = 10.0) -> None:
 def end_offsets(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> dict[str, int]:
     """High watermark of partition 0 of each topic (the offset the next message will get).
     Retries while the client's metadata lags behind (e.g. right after creating the topics)."""
-    out = {}
     deadline = time.monotonic() + timeout_s
-    for t in topics:
-        while True:
-            try:
-                out[t] = consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=timeout_s)[1]
-                break
-            except KafkaException as e:
-                err = e.args[0] if e.args else None
-                retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
-                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    KafkaError.LEADER_NOT_AVAILABLE))
-                if not retriable or time.monotonic() > deadline:
-                    raise KafkaUnavailable(f"cannot read the end offset of {t}: "
-                                           f"{err.str() if isinstance(err, KafkaError) else e}") from None
-                time.sleep(0.1)
-    return out
+    return {t: _high_watermark(consumer, TopicPartition(t, 0), deadline, timeout_s) for t in topics}
+
+
+def partition_ends(consumer: Consumer, topic: str, partitions: int, timeout_s: float = 10.0) -> list[int]:
+    """High watermark of partitions 0 .. ``partitions``-1 of ``topic`` (retried as :func:`end_offsets`)."""
+    deadline = time.monotonic() + timeout_s
+    return [_high_watermark(consumer, TopicPartition(topic, p), deadline, timeout_s) for p in range(partitions)]
+
+
+def _high_watermark(consumer: Consumer, tp: TopicPartition, deadline: float, timeout_s: float) -> int:
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=timeout_s)[1])
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
+                KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError.LEADER_NOT_AVAILABLE))
+            if not retriable or time.monotonic() > deadline:
+                where = tp.topic if tp.partition == 0 else f"{tp.topic}[{tp.partition}]"
+                raise KafkaUnavailable(f"cannot read the end offset of {where}: "
+                                       f"{err.str() if isinstance(err, KafkaError) else e}") from None
+            time.sleep(0.1)
 
 
 def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1) -> list[Message]:
@@ -308,11 +334,15 @@ class Producing:
         if err is not None:
             self.errors.append(f"{msg.topic()}: {err.str()}")
 
-    def produce(self, topic: str, value: bytes, key: Optional[bytes] = None, headers=None) -> None:
+    def produce(self, topic: str, value: bytes, key: Optional[bytes] = None, headers=None,
+                partition: int = 0) -> None:
+        """To ``partition`` of ``topic`` (not by key): joinlib reads its own topics at partition 0, except a
+        scaled-out plan's source and node topics (:mod:`joinlib.adapters.scale_out`), whose partition p
+        carries plan partition p -- so a topic grown for such a run still works for a plain run."""
         p = self.producer
         while True:
             try:
-                p.produce(topic, value, key, on_delivery=self._on_delivery, headers=headers)
+                p.produce(topic, value, key, partition, on_delivery=self._on_delivery, headers=headers)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -377,10 +407,13 @@ class KafkaTransport:
     ``stats[(src, dst, kind)]`` counts messages and value bytes as the simulator does;
     ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``; ``run`` (optional) goes in a
     ``run`` header so that a receiver can drop messages of another run of the same query.
+    ``by_part``: a message of plan partition p goes to Kafka partition p (a scaled-out plan,
+    :mod:`joinlib.adapters.scale_out`: the instance that owns p reads only that partition).
     """
 
     def __init__(self, producer, query: str, *, sensor=None, clock: Callable[[], float] = now_ms,
-                 run: Optional[str] = None) -> None:
+                 run: Optional[str] = None, by_part: bool = False) -> None:
+        self.by_part = by_part
         self.out = producer if isinstance(producer, Producing) else Producing(producer)
         self.query = query
         self.sensor = sensor
@@ -406,7 +439,7 @@ class KafkaTransport:
         if key is None:
             key = self._keys[env.src] = env.src.encode()
         headers = [("sent_ms", repr(self.clock()).encode()), ("kind", kind.encode()), *self._run]
-        self.out.produce(self.topic(env.dst), value, key, headers)
+        self.out.produce(self.topic(env.dst), value, key, headers, env.part if self.by_part else 0)
         if self.sensor is not None:
             self.sensor.on_ship(env.src, env.dst, kind, len(value))
 

@@ -37,6 +37,7 @@ from .kafka import (
     LinkStats,
     Producing,
     consume,
+    ensure_partitions,
     ensure_topics,
     links_to_list,
     make_producer,
@@ -202,6 +203,12 @@ class PlanRun:
         self.stopped = False
         self.resumed_from: Optional[dict[str, int]] = None
         self.sensor = QuerySensor(svc.sensor, self.q.name)
+        # a scaled-out plan's run of one partition (joinlib.adapters.scale_out) sets these four
+        self.part: Optional[int] = None     # the plan partition run here (None: every partition)
+        self.topic_parts = 1                # partitions of the source and node topics
+        self.halt = svc.stop                # set: checkpoint (if save_on_halt) and return
+        self.save_on_halt = True
+        self.labels: dict[str, Any] = {}    # added to status and done
         self._flows: dict[int, InboundFlows] = {}   # per plan instance: its flows to this site
         # a live query's per-value rates, reported for re-partitioning (docs/pmjoin.md "Live statistics")
         self.values = ValueMonitor.of(self.q, self.site) if isinstance(live, dict) else None
@@ -219,17 +226,17 @@ class PlanRun:
         # batches are skipped by number after a restart, which needs the producer's order in out.<query>)
         self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True,
                                                               "enable.idempotence": True, "acks": "all"}))
-        self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id)
+        self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id,
+                                        by_part=self.part is not None)
         self.sink = self._result_sink()
         self.tap = LatencyTap(self.sink, self.origin)
-        factory = svc.store_factory or default_store_factory(
-            svc.redis_url, f"joinlib:{q.name}:{self.run_id or 'norun'}", svc.log)
+        factory = svc.store_factory or default_store_factory(svc.redis_url, self._namespace(), svc.log)
         self.factory = factory
         self.ckpt = self._checkpoints(factory)
         saved = self.ckpt.load() if self.ckpt else None  # before the host adds its indexes to the stores
         self.host = self._host(factory)
         self.live = self._live()
-        offsets = _positions(self.p.get("offsets") or {})
+        offsets = _positions(self.p.get("offsets") or {}, self.p.get("part_offsets"))
         resumed = self.ckpt.resume(saved, self) if self.ckpt and saved else None
         if resumed is not None:
             offsets = resumed
@@ -243,6 +250,11 @@ class PlanRun:
         finally:
             if self.live is not None:
                 self.live.close()
+
+    def _namespace(self) -> str:
+        """The Redis namespace of this run's windows and checkpoints."""
+        part = "" if self.part is None else f":p{self.part}"
+        return f"joinlib:{self.q.name}:{self.run_id or 'norun'}{part}"
 
     def _result_sink(self) -> Any:
         """Where results go: ``out.<query>`` (a tree's operator: see :mod:`.tree_service`)."""
@@ -261,9 +273,11 @@ class PlanRun:
             host = Host(self.site, self.transport, self.tap, store_factory=store_factory if factory else None,
                         sensor=sensor)
             for spec in self.specs:
+                if self.part is not None and spec.part != self.part:
+                    continue
                 if self.site in spec.ir.nodes or any(s.site == self.site for s in spec.ir.query.streams):
                     host.install(spec)
-            if self.partitioned is not None:  # source tuples to their partitions' windows
+            if self.partitioned is not None and self.part is None:  # source tuples to their partitions' windows
                 self.partitioned.route(self.q, host)
         self._ends(host)
         return host
@@ -294,15 +308,16 @@ class PlanRun:
         live = {s.name for s in live_streams(q, site)}
         self.src_topics = {source_topic(q, s.name): s.name for s in q.streams if s.site == site and s.name not in live}
         extra = [dlq_topic(q.name), marks_topic(q.name)] if self.live is not None else []
-        ensure_topics(self.admin, [self.my_topic, out_topic(q.name), *extra,
-                                   *self.src_topics])
+        ensure_topics(self.admin, [out_topic(q.name), *extra])
+        ensure_partitions(self.admin, [self.my_topic, *self.src_topics], self.topic_parts)
+        part = self.part or 0   # the partition of the source and node topics read here
 
         def start(topic: str) -> int:
-            off = offsets.get((topic, 0))
+            off = offsets.get((topic, part))
             return OFFSET_BEGINNING if off is None else int(off)
         self.tps = ([TopicPartition(CONTROL_TOPIC, 0, max(self.rec.offset + 1, self.ctl.position))]
-                    + [TopicPartition(t, 0, start(t)) for t in self.src_topics]
-                    + [TopicPartition(self.my_topic, 0, start(self.my_topic))]
+                    + [TopicPartition(t, part, start(t)) for t in self.src_topics]
+                    + [TopicPartition(self.my_topic, part, start(self.my_topic))]
                     + (self.live.topic_partitions() if self.live is not None else []))
         self.consumer.assign(self.tps)
         self.gate = InboundGate(site, q.execution.interval_ms)
@@ -328,9 +343,12 @@ class PlanRun:
                         f"result batches already delivered: {self.sink.skip}")
         lanes = sum(len(i.lanes) for i in self.host.instances.values())
         kind = "live" if self.live is not None else "replayed"
-        svc.log(f"running query {q.name} (run {self.run_id}, {kind}): {len(self.homes)} home stream(s), "
+        svc.log(f"running query {q.name}{self._label()} (run {self.run_id}, {kind}): {len(self.homes)} home stream(s), "
                 f"{len(self.host.instances)} plan generation(s), {lanes} lane(s) here")
         self.ready.set()
+
+    def _label(self) -> str:
+        return "" if self.part is None else f" partition {self.part}"
 
     def _epochs(self) -> dict[str, int]:
         """The first epoch each generation here has not finished (for logs and ``done``)."""
@@ -356,7 +374,7 @@ class PlanRun:
             self.adaptive.step(now)
         else:
             self.host.run(now)
-            apply(self.gate.decide(self.host), self.consumer, TopicPartition(self.my_topic, 0))
+            apply(self.gate.decide(self.host), self.consumer, TopicPartition(self.my_topic, self.part or 0))
             changes = self.src_gate.decide(self.host, self.q.name)
             if changes:
                 self._pause_sources(changes)
@@ -379,10 +397,11 @@ class PlanRun:
         every = svc.checkpoint_every_s
         next_ckpt = next_status + every if self.ckpt and every > 0 else float("inf")
         while not self.stopped and not self._ended():
-            if svc.stop.is_set():
-                if self.ckpt:
+            if self.halt.is_set():
+                if self.ckpt and self.save_on_halt:
                     self._checkpoint()
-                svc.log(f"{self.q.name}: stopped before finishing" + (" (checkpoint saved)" if self.ckpt else ""))
+                saved = " (checkpoint saved)" if self.ckpt and self.save_on_halt else ""
+                svc.log(f"{self.q.name}{self._label()}: stopped before finishing{saved}")
                 self.out.flush(5)
                 return
             now = now_ms()
@@ -414,6 +433,7 @@ class PlanRun:
             "results": self.sink.count, "sent_bytes": sum(st.bytes for st in self.transport.stats.values()),
             "inputs": {s: n for (_, s), n in self.counters.totals.inputs.items()},
             "naive": [[src, dst, n] for (src, dst), n in sorted(self.counters.naive.items())],
+            **self.labels,
         }
         if self.live is not None:
             payload["live"] = True
@@ -524,7 +544,7 @@ class PlanRun:
         if self.adaptive is not None:  # the node holds the watermark at its fence during a migration
             self.adaptive.on_source(stream.name, tuples, b.watermark)
         else:
-            self.host.feed(self.q.name, stream.name, tuples, b.watermark)
+            self.host.feed(self.q.name, stream.name, tuples, b.watermark, self.part)
 
     def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
         """A SourceBatch's tuples as tuples of ``stream``, or None if it is not a batch of that stream."""
@@ -573,7 +593,7 @@ class PlanRun:
         self.ctl.done.add((self.run_id, site))
         svc.finished_runs.append(done)
         sent = sum(ln["bytes"] for ln in self.transport.links())
-        svc.log(f"{q.name}: {'stopped' if self.stopped else 'done'}: {self.sink.count} results, "
+        svc.log(f"{q.name}{self._label()}: {'stopped' if self.stopped else 'done'}: {self.sink.count} results, "
                 f"{sent} bytes sent in {wall:.2f}s")
 
     def _done(self, wall: float, cpu: float) -> dict[str, Any]:
@@ -598,6 +618,7 @@ class PlanRun:
             "resumed_from_epoch": min(self.resumed_from.values()) if self.resumed_from else None,
             "checkpoints": self.ckpt.saved if self.ckpt else 0,
             "generations": sorted(k[2] for k in self.host.instances),
+            **self.labels,
         }
         if self.live is not None:
             done.update(stopped=self.stopped, **self.live.stats())
@@ -682,6 +703,10 @@ def end_applies(rec: ControlRecord, run: Optional[str]) -> bool:
     return "last_epoch" in p and (p.get("run") is None or p.get("run") == run)
 
 
-def _positions(offsets: dict[str, Any]) -> dict[tuple[str, int], int]:
-    """A plan message's ``offsets`` (topic -> offset of partition 0) as (topic, partition) -> offset."""
-    return {(t, 0): int(o) for t, o in offsets.items() if o is not None}
+def _positions(offsets: dict[str, Any], parts: Optional[dict[str, Any]] = None) -> dict[tuple[str, int], int]:
+    """A plan message's ``offsets`` (topic -> offset of partition 0) and ``part_offsets`` (topic -> the
+    offset of each partition: a scaled-out plan's topics) as (topic, partition) -> offset."""
+    out = {(t, 0): int(o) for t, o in offsets.items() if o is not None}
+    for t, offs in (parts or {}).items():
+        out.update({(t, i): int(o) for i, o in enumerate(offs) if o is not None})
+    return out

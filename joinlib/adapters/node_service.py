@@ -29,6 +29,8 @@ and a result's ``emit_ms`` is the wall-clock time it was produced.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 import uuid
@@ -66,14 +68,15 @@ class NodeService:
 
     ``registry``: a prometheus CollectorRegistry (one per node when several share a process);
     ``metrics_port``: serve it over HTTP (None: don't); ``stop``: an Event that ends the service;
-    ``store_factory``: overrides the Redis/memory choice (a ``name -> WindowStore`` callable).
+    ``store_factory``: overrides the Redis/memory choice (a ``name -> WindowStore`` callable);
+    ``shared``: one of several instances of the site, which runs only scaled-out plans (:mod:`.scale_out`).
     """
 
     def __init__(self, site: str, bootstrap: str, *, query: Optional[str] = None, run: Optional[str] = None,
                  redis_url: Optional[str] = None, metrics_port: Optional[int] = None, serve: bool = False,
                  registry: Any = None, stop: Optional[threading.Event] = None, plan_timeout_s: Optional[float] = None,
                  connect_timeout_s: float = 15.0, store_factory: Any = None, quiet: bool = False,
-                 checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
+                 checkpoint_every_s: float = CHECKPOINT_EVERY_S, shared: bool = False) -> None:
         self.site, self.bootstrap, self.query_name, self.run_id = site, bootstrap, query, run
         self.redis_url, self.metrics_port, self.serve = redis_url, metrics_port, serve
         self.registry = registry
@@ -82,9 +85,12 @@ class NodeService:
         self.store_factory = store_factory
         self.quiet = quiet
         self.checkpoint_every_s = checkpoint_every_s
+        self.shared = shared   # one of several instances of the site: scaled-out plans only
         self.resumed_from: Optional[dict[str, Any]] = None  # where the last run resumed (epochs per lane)
         self.sensor: Any = None
         self.finished_runs: list[dict[str, Any]] = []   # the done payloads published
+        # which instance of the site this is (a scaled-out plan's partitions say who ran them)
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:4]}"
 
     def log(self, msg: str) -> None:
         if not self.quiet:
@@ -132,12 +138,20 @@ class NodeService:
             consumer.close()
 
     def execute_plan(self, rec: ControlRecord, admin: Any, ctl: ControlLog) -> None:
-        """Run the plan of ``rec`` here to its end: an MJoin tree's operators (:mod:`.tree_service`), or
-        the plan and its generations; a plan that does not compile is a QueryError or PlanError."""
+        """Run the plan of ``rec`` here to its end: an MJoin tree's operators (:mod:`.tree_service`), the
+        partitions of a scaled-out plan this instance owns (:mod:`.scale_out`), or the plan and its
+        generations; a plan that does not compile is a QueryError or PlanError."""
         p = rec.payload if isinstance(rec.payload, dict) else {}
+        if self.shared and not p.get("scale_out"):
+            raise PlanError(f"this node is one of several instances of {self.site} (--shared): it runs only "
+                            f"scaled-out plans (joinlib run ... --plan pmjoin... --scale-out), not plan {rec.query} "
+                            "(each instance would run it whole)")
         if is_tree_json(p.get("plan")):
             from .tree_service import run_tree_plan
             run_tree_plan(self, rec, admin, ctl)
+        elif p.get("scale_out"):   # the site's partitions shared by its instances (joinlib.adapters.scale_out)
+            from .scale_out import run_scaled_plan
+            run_scaled_plan(self, rec, admin, ctl)
         else:
             self._execute(rec, compile_plan_message(rec), admin, ctl)
 

@@ -7,6 +7,11 @@ stream (empty batches included, so watermarks advance).  Afterwards a ``control`
 ``end {"last_epoch": E}`` with ``E = max ts // tau`` over all streams tells the nodes where
 to stop.
 
+A scaled-out partitioned plan (``split``: its :class:`~joinlib.partitioned.Partitioned`, D
+partitions; :mod:`joinlib.adapters.scale_out`) has D partitions per source topic: batch ``e`` of a
+stream the plan partitions is split by the partition function, partition p's tuples (perhaps none)
+to Kafka partition p; a stream it does not partition goes whole to every partition.
+
 Pacing: ``rate_scale=None`` sends as fast as possible; ``rate_scale=X`` releases batch ``e``
 at wall time ``t0 + (e+1)*tau/X`` (when its interval has ended, X times faster than
 event time), so a result's latency is ``emit_ms - (t0 + head_ts/X)``.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from .. import wire
 from ..model import Query, Tup
@@ -46,8 +51,9 @@ def last_epoch_of(query: Query, streams: dict[str, list[Tup]]) -> int:
 
 def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_scale: Optional[float] = None,
            run: Optional[str] = None, progress: bool = False, end: bool = True,
-           lead_ms: float = 50.0) -> ReplayInfo:
-    """Produce every stream of ``query`` to ``src.<query>.<stream>``; then ``end`` (if ``end``)."""
+           lead_ms: float = 50.0, split: Any = None) -> ReplayInfo:
+    """Produce every stream of ``query`` to ``src.<query>.<stream>``; then ``end`` (if ``end``).
+    ``split``: a scaled-out plan's :class:`~joinlib.partitioned.Partitioned` (see above)."""
     tau = query.execution.interval_ms
     last = last_epoch_of(query, streams)
     names = [s.name for s in query.streams]
@@ -65,6 +71,7 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
     n_tuples = n_msgs = n_bytes = 0
     behind = 0.0
     cursor = {n: 0 for n in names}
+    d, routes = (split.function.d, split.router(query)) if split is not None else (0, {})
     try:
         for e in range(last + 1):
             end_ts = (e + 1) * tau
@@ -74,11 +81,12 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
                 i = cursor[n]
                 j = bisect_left(ts[n], end_ts, i)
                 cursor[n] = j
-                value = wire.encode_source_batch(wire.SourceBatch(n, data[n][i:j], end_ts))
-                out.produce(topics[n], value, keys[n], headers)
+                for part, tups in _parts(data[n][i:j], d, routes.get(n)):
+                    value = wire.encode_source_batch(wire.SourceBatch(n, tups, end_ts))
+                    out.produce(topics[n], value, keys[n], headers, part)
+                    n_msgs += 1
+                    n_bytes += len(value)
                 n_tuples += j - i
-                n_msgs += 1
-                n_bytes += len(value)
             if rate_scale:
                 out.poll()
             if bar is not None:
@@ -90,6 +98,19 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
         if bar is not None:
             bar.close()
     return ReplayInfo(last, t0, rate_scale, n_tuples, n_msgs, n_bytes, time.perf_counter() - t_wall, behind)
+
+
+def _parts(tups: list[Tup], d: int, route: Optional[Callable[[Tup], int]]) -> list[tuple[int, list[Tup]]]:
+    """(Kafka partition, tuples) to produce: all to partition 0 (``d`` 0: not scaled out), all to every
+    partition (no ``route``: a stream the plan does not partition), or each to its partition."""
+    if d == 0:
+        return [(0, tups)]
+    if route is None:
+        return [(p, tups) for p in range(d)]
+    split: list[list[Tup]] = [[] for _ in range(d)]
+    for t in tups:
+        split[route(t)].append(t)
+    return list(enumerate(split))
 
 
 def _pace(out: Producing, due_ms: float) -> float:

@@ -156,7 +156,7 @@ class _OpRun(PlanRun):
         q, op = operator_query(tr, i), tr.dep.ops[i]
         super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
         self.tr, self.i, self.op = tr, i, op
-        self.part = tr.part.get(op.name, 0)
+        self.tree_part = tr.part.get(op.name, 0)   # the partition of a partitioned tree
         self.ctl_query = rec.query
 
     def _result_sink(self) -> Any:
@@ -179,7 +179,7 @@ class _OpRun(PlanRun):
         if b.stream != stream.name:
             return None
         route = self.tr.router.get(stream.name) if not self.op.is_derived(stream.name) else None
-        return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.part]
+        return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.tree_part]
 
     def _step(self, now: float) -> None:
         super()._step(now)
@@ -257,8 +257,8 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
 
 
 def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:
-    """One ``done`` for a site of a tree run: its operators' counts added up (links and received per
-    (src, dst, kind))."""
+    """One ``done`` for a site of a tree run (its operators') or of a scaled-out plan (its partitions'):
+    their counts added up (links and received per (src, dst, kind), naive per (src, dst))."""
     def links(key: str) -> list[dict[str, Any]]:
         acc: dict[tuple[str, str, str], dict[str, Any]] = {}
         for d in parts:
@@ -270,16 +270,22 @@ def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float,
                         cur[f] = cur.get(f, 0) + v
         return [acc[k] for k in sorted(acc)]
     processing: defaultdict[str, float] = defaultdict(float)
+    naive: defaultdict[tuple[str, str], int] = defaultdict(int)
     for d in parts:
         for op, secs in d.get("processing_s", {}).items():
             processing[op] += secs
+        for n in d.get("naive", []):
+            naive[(n["src"], n["dst"])] += n["bytes"]
+    resumed = [d["resumed_from_epoch"] for d in parts if d.get("resumed_from_epoch") is not None]
     return {
         "site": site, "run": run_id, "results": sum(d["results"] for d in parts),
-        "links": links("links"), "received": links("received"), "naive": [],
+        "links": links("links"), "received": links("received"),
+        "naive": [{"src": s, "dst": t, "bytes": n} for (s, t), n in sorted(naive.items())],
         "input_tuples": sum(d.get("input_tuples", 0) for d in parts),
         "processing_s": {op: round(v, 6) for op, v in processing.items()},
         "late_messages": sum(d.get("late_messages", 0) for d in parts),
         "last_epoch": max((d["last_epoch"] for d in parts if d.get("last_epoch") is not None), default=None),
-        "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "resumed_from": None, "resumed_from_epoch": None,
-        "checkpoints": 0, "generations": [0], "operators": len(parts),
+        "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "resumed_from": None,
+        "resumed_from_epoch": min(resumed, default=None), "checkpoints": sum(d.get("checkpoints", 0) for d in parts),
+        "generations": [0], "operators": len(parts),
     }

@@ -2,8 +2,8 @@
 
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (required), ``REDIS_URL`` (windows in Redis if set),
 ``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server),
-``JOINLIB_CHECKPOINT_EVERY_S`` (default for --checkpoint-every).  With ``REDIS_URL``, a node that
-is restarted resumes from its last checkpoint (services/node/recovery.py).
+``JOINLIB_CHECKPOINT_EVERY_S`` (default for --checkpoint-every), ``JOINLIB_SHARED`` (``1``: --shared).
+With ``REDIS_URL``, a node that is restarted resumes from its last checkpoint (joinlib/adapters/recovery.py).
 Errors (Kafka unreachable, bad plan) print one ``error:`` line and exit with status 2.
 """
 from __future__ import annotations
@@ -34,6 +34,10 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
                     help="with REDIS_URL: save a checkpoint (windows + state + offsets) this often, so that a "
                          "restarted node resumes where it was; 0 = never (default: $JOINLIB_CHECKPOINT_EVERY_S or 1)")
+    ap.add_argument("--shared", action="store_true", default=env("JOINLIB_SHARED", "") in ("1", "true", "yes"),
+                    help="one of several instances of this site (e.g. Helm replicas): run only scaled-out plans, "
+                         "whose partitions the instances share as a consumer group; skip other plans with an "
+                         "error line, since each instance would run them whole (default: $JOINLIB_SHARED=1)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if not args.site:
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
     svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=env("REDIS_URL"),
                       metrics_port=port or None, serve=args.serve, stop=stop,
                       plan_timeout_s=args.plan_timeout, connect_timeout_s=args.connect_timeout, quiet=args.quiet,
-                      checkpoint_every_s=every)
+                      checkpoint_every_s=every, shared=args.shared)
     try:
         return svc.run()
     except JoinlibError as e:

@@ -2,7 +2,8 @@
 
 Replays every stream of the query into ``src.<query>.<stream>`` (one SourceBatch per batch
 interval, event time preserved; real time by default, X times faster with --rate-scale,
-unpaced with --fast), then publishes ``end {"last_epoch": E}`` on ``control``.
+unpaced with --fast), then publishes ``end {"last_epoch": E}`` on ``control``.  If that plan is
+scaled out (``joinlib run ... --scale-out``), partition p of each source topic gets plan partition p's tuples.
 Env: ``KAFKA_BOOTSTRAP_SERVERS``.  The run id of ``end`` defaults to the latest plan of the
 query on ``control``.
 """
@@ -56,6 +57,7 @@ def _run(args) -> int:
         make_consumer,
         make_producer,
         query_topics,
+        source_topic,
     )
     from joinlib.adapters.replay import replay
     from joinlib.data import load_streams
@@ -64,22 +66,32 @@ def _run(args) -> int:
     streams = load_streams(query, args.data)
     check_reachable(args.bootstrap)
     ensure_topics(make_admin(args.bootstrap), query_topics(query))
-    run = args.run
-    if run is None:
-        consumer = make_consumer(args.bootstrap, f"joinlib-source-{uuid.uuid4().hex[:8]}")
-        try:
-            ctl = read_control_to_end(consumer, ControlLog())
-        finally:
-            consumer.close()
-        rec = ctl.latest_plan(lambda r: r.query == query.name)
-        if rec is None:
-            info_line("source", f"no plan of query {query.name} on 'control' yet: nodes started later read "
-                                f"the source topics from the beginning")
-        else:
-            run = rec.payload.get("run") if isinstance(rec.payload, dict) else None
+    consumer = make_consumer(args.bootstrap, f"joinlib-source-{uuid.uuid4().hex[:8]}")
+    try:
+        ctl = read_control_to_end(consumer, ControlLog())
+    finally:
+        consumer.close()
+    def ours(r) -> bool:
+        return r.query == query.name and (args.run is None or isinstance(r.payload, dict)
+                                          and r.payload.get("run") == args.run)
+    rec = ctl.latest_plan(ours)
+    plan = rec.payload if rec is not None and isinstance(rec.payload, dict) else {}
+    run = args.run or plan.get("run")
+    if rec is None and args.run is None:
+        info_line("source", f"no plan of query {query.name} on 'control' yet: nodes started later read "
+                            f"the source topics from the beginning")
+    split = None
+    if plan.get("scale_out"):  # a partition of each source topic per plan partition (joinlib.adapters.scale_out)
+        from joinlib.adapters.kafka import ensure_partitions
+        from joinlib.partitioned import Partitioned
+        split = Partitioned.from_json(query, plan["plan"])
+        ensure_partitions(make_admin(args.bootstrap), [source_topic(query, s.name) for s in query.streams],
+                          split.function.d)
+        info_line("source", f"the plan of run {run} is scaled out: each stream split into "
+                            f"{split.function.d} partitions")
     out = Producing(make_producer(args.bootstrap))
     info = replay(out, query, streams, rate_scale=None if args.fast else args.rate_scale, run=run,
-                  progress=not args.no_progress and sys.stderr.isatty(), end=not args.no_end)
+                  progress=not args.no_progress and sys.stderr.isatty(), end=not args.no_end, split=split)
     info_line("source", f"{query.name}: {info.tuples} tuples in {info.messages} batches ({info.bytes:,} bytes) "
                         f"in {info.wall_s:.2f}s; last epoch {info.last_epoch}"
                         + (f"; worst lag behind schedule {info.behind_ms:.0f} ms" if info.rate_scale else ""))

@@ -21,6 +21,7 @@ FIVE_SITES = {
 }
 EVERYTHING = {
     **FIVE_SITES,
+    "sites": ["s1", {"name": "s2", "replicas": 3}, *FIVE_SITES["sites"][2:]],   # scale-out: 3 instances of s2
     "redis": {"url": "redis://unused:6379/0", "urlSecret": {"name": "redis-auth", "key": "url"}},
     "query": {"file": "examples/star4.yaml", "inline": "name: q\nstreams: {}\n"},
     "metrics": {"port": 9200, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
@@ -174,6 +175,10 @@ def test_everything_variant(helm_runner):
         assert any(p["name"] == sm["spec"]["endpoints"][0]["port"] for p in s["spec"]["ports"])
     spark = pod_spec(dep["demo-joinlib-spark"])["containers"][0]
     assert spark["livenessProbe"]["initialDelaySeconds"] == 120
+    s2, s1 = dep["demo-joinlib-node-s2"], dep["demo-joinlib-node-s1"]   # replicas share scaled-out plans only
+    assert s2["spec"]["replicas"] == 3 and s2["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert pod_spec(s2)["containers"][0]["command"][-2:] == ["--serve", "--shared"]
+    assert s1["spec"]["replicas"] == 1 and pod_spec(s1)["containers"][0]["command"][-1] == "--serve"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -200,6 +205,7 @@ def test_selectors_match_pod_labels(helm_runner, variant):
     (["--set", "source.kind=CronJob"], "source kind"),
     (["--set", "metrics.port=70000"], "port range"),
     (["--set", "redis.url=http://x"], "redis URL scheme"),
+    (["--set", "sites[0].name=r1", "--set", "sites[0].replicas=0"], "zero replicas"),
 ])
 def test_values_schema_rejects(helm_runner, bad, why):
     res = helm_runner.template_raw(*bad)

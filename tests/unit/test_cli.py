@@ -90,6 +90,12 @@ def test_user_mistakes_give_one_line_and_status_2(argv, message, capsys):
     (["--cluster", "127.0.0.1:1", "--kill", "r1"], "expected SITE@SECONDS"),
     (["--cluster", "127.0.0.1:1", "--kill", "mars@1"], "no site 'mars'"),
     (["--cluster", "127.0.0.1:1", "--kill", "r1@-3"], "expected SITE@SECONDS"),
+    (["--scale-out"], "--scale-out and --join need --cluster"),
+    (["--cluster", "127.0.0.1:1", "--scale-out", "r1=0"], "expected SITE=N,... with N >= 1"),
+    (["--cluster", "127.0.0.1:1", "--scale-out", "mars=2"], "no site 'mars'"),
+    (["--cluster", "127.0.0.1:1", "--scale-out", "r1=2"], "scaling out needs a partitioned plan"),
+    (["--cluster", "127.0.0.1:1", "--join", "r1@2"], "--join needs --scale-out"),
+    (["--cluster", "127.0.0.1:1", "--scale-out", "--join", "r1"], "--join 'r1': expected SITE@SECONDS"),
 ])
 def test_bad_kill_options_give_one_line(data, extra, message, capsys, monkeypatch):
     monkeypatch.delenv("REDIS_URL", raising=False)
