@@ -301,11 +301,12 @@ def _run_tree(args: argparse.Namespace) -> int:
     from .query import load_query
     from .runtime.sink import CountingSink
     query = load_query(args.query)
-    for flag, given in (("--switch", args.switch), ("--kill", args.kill), ("--scale-out", args.scale_out is not None),
-                        ("--join", args.join)):
+    for flag, given in (("--switch", args.switch), ("--scale-out", args.scale_out is not None), ("--join", args.join),
+                        ("--kill", args.kill and args.cluster is None)):
         if given:
-            raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, and "
-                               "its operators keep no checkpoints yet)")
+            raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, its "
+                               "partitions are not shared by node instances, and --kill needs --cluster)")
+    parse_kills(args.kill, query)   # a mistake in --kill before the data are read
     streams, whole, inputs = _tree_programs(args, query)
     programs = list(getattr(whole, "programs", [whole]))
     if args.out:
@@ -340,7 +341,8 @@ def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: di
     progress = not args.no_progress and sys.stderr.isatty()
     if args.cluster is not None:
         from .adapters.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, mode=args.nodes)
+        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, mode=args.nodes,
+                                faults=[(site, t, "kill") for site, t in parse_kills(args.kill, query)])
         return runner(query, streams, whole, sink, progress=progress)
     programs = list(getattr(whole, "programs", [whole]))
     return run_deployment(deploy(programs, share=False),

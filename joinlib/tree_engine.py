@@ -46,8 +46,9 @@ class OpOutput:
     the readers' hosts (:class:`TreeSink`); node services publish them on Kafka
     (:mod:`joinlib.adapters.tree_service`)."""
 
-    def __init__(self, dep: Deployment, i: int, out: Sink) -> None:
+    def __init__(self, dep: Deployment, i: int, out: Sink, part: int = 0) -> None:
         self.op, self.windows, self.out = dep.ops[i], dep.windows[i], out
+        self.part = part   # a partitioned tree's partition: names the root's results (batches numbered per part)
         self.roots = dep.roots[i]
         self.readers = [(dep.ops[p], slot) for p, slot in dep.consumers[i]]
         self.tau = self.op.query.execution.interval_ms
@@ -72,25 +73,44 @@ class OpOutput:
                 head = max(row, key=lambda c: c.ts)
                 by_head[head.pos].append((row, [head]))
             for pos_, groups_ in sorted(by_head.items()):
-                self.out.emit((q.name, 0, 0), pos_, pos_, groups_, now)
+                self.out.emit((q.name, self.part, 0), pos_, pos_, groups_, now)
 
-    def handover(self, done: int) -> list[tuple[int, list[tuple[Operator, str, list[Tup]]]]]:
+    def handover(self, done: int, every_reader: bool = True) -> list[tuple[int, list[tuple[Operator, str, list[Tup]]]]]:
         """The head epochs up to ``done`` not handed over yet (every sequence has made all their results):
-        per epoch, the derived tuples for each (reading operator, input stream), in time order."""
+        per epoch, the derived tuples for each (reading operator, input stream), in time order.  Each derived
+        tuple is made (and its components encoded) once and moved to each reader's input position; without
+        ``every_reader`` only the first reader's (a node service publishes one batch that every reader moves)."""
         out: list[tuple[int, list[tuple[Operator, str, list[Tup]]]]] = []
         if not self.readers:
             return out
+        readers = self.readers if every_reader else self.readers[:1]
         for e in range(self.next_epoch, done + 1):
             batch = sorted(self.buffer.pop(e, []),
                            key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))
-            feeds = []
-            for reader, slot in self.readers:
-                pos = reader.query.stream(slot).pos
-                feeds.append((reader, slot, [derived_tuple(cs, pos, self.seq + k) for k, cs in enumerate(batch)]))
+            made = [derived_tuple(cs, 0, self.seq + k) for k, cs in enumerate(batch)]
+            feeds = [(reader, slot, [leaf_tuple(t, reader.query.stream(slot).pos) for t in made])
+                     for reader, slot in readers]
             out.append((e, feeds))
             self.seq += len(batch)
         self.next_epoch = max(self.next_epoch, done + 1)
         return out
+
+
+    def state(self) -> dict[str, Any]:
+        """What a node checkpoints of it (plain data): the results not handed over yet and the numbering."""
+        return {"next": self.next_epoch, "seq": self.seq,
+                "buffer": [(e, [[(n, _plain(t)) for n, t in comps] for comps in results])
+                           for e, results in sorted(self.buffer.items())]}
+
+    def load(self, st: dict[str, Any]) -> None:
+        """The inverse of :meth:`state` (a node resuming from its checkpoint)."""
+        self.next_epoch, self.seq = int(st["next"]), int(st["seq"])
+        self.buffer = defaultdict(list, {int(e): [[(n, Tup(*t)) for n, t in comps] for comps in results]
+                                         for e, results in st["buffer"]})
+
+
+def _plain(t: Tup) -> tuple[Any, ...]:
+    return (t.pos, t.id, t.ts, t.seq, tuple(t.key), t.rest)
 
 
 class TreeSink(Sink):

@@ -77,7 +77,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
     that share the site's plan partitions as a consumer group (needs ``redis_url``).
     Raises :class:`~joinlib.errors.ClusterError` naming the sites that did not finish."""
     _check_options(query, mode, faults, redis_url)
-    tree = _tree_of(query, plan, faults, adaptive)
+    tree = _tree_of(query, plan, adaptive)
     from .scale_out import naive_of, per_site, scale_message, scaled_topics, split_of, wanted
     split = split_of(plan, instances, redis_url, adaptive, faults)
     from .. import wire
@@ -181,16 +181,15 @@ def _start_nodes(nodes: dict[str, _NodeHandle], sites: Sequence[str], instances:
             nodes[site if k == 0 else f"{site}#{k + 1}"] = start_node(site, k)
 
 
-def _tree_of(query: Query, plan: Any, faults: Sequence[tuple[Any, ...]], adaptive: Any) -> Any:
+def _tree_of(query: Query, plan: Any, adaptive: Any) -> Any:
     """The :class:`~joinlib.adapters.tree_service.TreeRun` of an MJoin tree plan (a tree program, partitioned or
     shared trees), else None."""
     from ..derived import TreeProgram
     from ..tree_plans import PartitionedTrees, SharedTrees
     if not isinstance(plan, (TreeProgram, PartitionedTrees, SharedTrees)):
         return None
-    if faults or adaptive is not None:
-        raise ClusterError("an MJoin tree runs on the cluster without --kill and not adaptive (its operators keep "
-                           "no checkpoints yet)")
+    if adaptive is not None:
+        raise ClusterError("an MJoin tree is not adaptive")
     from .tree_service import tree_run
     return tree_run(query, plan)
 

@@ -192,6 +192,7 @@ class PlanRun:
         self.run_id: Optional[str] = self.p.get("run")
         self.headers = [("run", self.run_id.encode())] if self.run_id else None
         self.ctl_query = self.q.name   # the query whose end and stop messages apply
+        self.out_query = self.q        # the query whose out topic the results go to
         self.ready = threading.Event()   # set once its inputs are assigned
         self.finished: Optional[dict[str, Any]] = None   # the done payload, once published
         live = self.p.get("live")
@@ -329,10 +330,10 @@ class PlanRun:
             svc.sensor.on_resume(site, q.name)
         if self.ckpt:
             if not resumed:  # from the start; a predecessor may still have delivered results
-                self.ckpt.out_offset = offsets.get((out_topic(q.name), 0))
+                self.ckpt.out_offset = offsets.get((out_topic(self.out_query.name), 0))
                 self.ckpt.dlq_offset = offsets.get((dlq_topic(q.name), 0))
                 self.ckpt.marks_offset = offsets.get((marks_topic(q.name), 0))
-            self.sink.skip = self.ckpt.delivered(svc.bootstrap, q, self.run_id)
+            self.sink.skip = self.ckpt.delivered(svc.bootstrap, self.out_query, self.run_id)
             if self.live is not None:
                 n_adv = self.live.replay_marks(self.ckpt.marks_offset)
                 n_dead = self.live.scan_dead(self.ckpt.dlq_offset)
@@ -642,6 +643,14 @@ class PlanRun:
             self.factory.close()
 
     # ------------------------------------------------------------------ checkpoints, gauges
+    def extra_state(self) -> Any:
+        """What a checkpoint keeps of this run besides the host, sources and counters (plain data; a tree
+        operator's: its results not handed over yet)."""
+        return None
+
+    def restore_extra(self, st: Any) -> None:
+        """The inverse of :meth:`extra_state`, on resuming."""
+
     def _checkpoint(self) -> None:
         assert self.ckpt is not None
         t0 = time.perf_counter()

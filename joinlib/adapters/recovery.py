@@ -50,6 +50,7 @@ class Run(Protocol):
     """What a checkpoint saves and restores of a node service's run (``node_service._Run``)."""
 
     q: Query
+    out_query: Query   # whose out topic the results go to (a tree operator's: its tree query's)
     host: Host
     consumer: Any
     tps: list[TopicPartition]
@@ -58,6 +59,10 @@ class Run(Protocol):
     counters: Any
     live: Any
     adaptive: Any   # an adaptive plan's node around the host (joinlib.adapters.adaptive_service), or None
+
+    def extra_state(self) -> Any: ...
+
+    def restore_extra(self, st: Any) -> None: ...
 
 FORMAT = 2
 
@@ -104,7 +109,7 @@ class NodeCheckpoints:
             off = tp.offset if tp.offset >= 0 else next(
                 x.offset for x in tps if (x.topic, x.partition) == (tp.topic, tp.partition))
             positions.append([tp.topic, tp.partition, off])
-        self.out_offset = _end(consumer, out_topic(run.q.name), self.out_offset)
+        self.out_offset = _end(consumer, out_topic(run.out_query.name), self.out_offset)
         if run.live is not None:
             self.dlq_offset = _end(consumer, dlq_topic(run.q.name), self.dlq_offset)
             self.marks_offset = _end(consumer, marks_topic(run.q.name), self.marks_offset)
@@ -124,7 +129,7 @@ class NodeCheckpoints:
                        "processing": [(list(k), s) for k, s in totals.processing.items()],
                        "emitted": list(totals.emitted.items()),
                        "late": [(list(k), n) for k, n in totals.late.items()]},
-            "saved_ms": time.time() * 1000.0,
+            "saved_ms": time.time() * 1000.0, "extra": run.extra_state(),
         })
         if self.pause is not None and self.saved + 1 == self.pause[0]:
             self.log(f"checkpoint hook: pausing {self.pause[1]:g} s in checkpoint {self.pause[0]} "
@@ -155,6 +160,7 @@ class NodeCheckpoints:
                 raise CheckpointError("the checkpoint and the plan disagree on live sources")
             if run.live is not None:
                 run.live.restore(c["live"], time.time() * 1000.0)
+            run.restore_extra(c.get("extra"))
         except (CheckpointError, KeyError, TypeError, ValueError) as e:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None

@@ -15,8 +15,15 @@ producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three dif
   ``src.<operator>.out`` with the epoch's end as the watermark. A derived stream is
   born at its producer's node, so that topic is read at the same site: a derived tuple crosses the
   network only as the reader's plan ships it, as in the simulator;
-* the tree query's ``end`` applies to it, and it keeps no checkpoints (a tree run that loses a node
-  is started again).
+* the tree query's ``end`` applies to it.
+
+With Redis windows each operator run checkpoints like any run (its own namespace), and its checkpoint
+also keeps its :class:`~joinlib.tree_engine.OpOutput` (results not handed over yet, the numbering). A
+killed node's successor resumes every operator from its checkpoint: the root's result batches already in
+``out.<query>`` are skipped (numbered per head stream and tree partition), and a reader drops a derived
+batch at or below its window's watermark -- one its producer handed over again after resuming from an
+earlier checkpoint than the reader's. An operator that is the root of several queries' trees (one
+operator for identical trees) keeps no checkpoints.
 
 The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
 one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
@@ -134,15 +141,39 @@ def tree_nodes(dep: Deployment) -> list[str]:
 
 
 class _OpSink(Sink):
-    """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``."""
+    """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``.  A
+    checkpoint keeps (and a resumed run restores) ``count`` and ``batches``, and ``skip`` says which result
+    batches were delivered: those of the one query whose root this operator is (none for an inner one)."""
 
     def __init__(self, output: OpOutput, outs: list[KafkaResultSink]) -> None:
         self.output, self.outs = output, outs
-        self.skip: dict[tuple[int, int, int], int] = {}
 
     @property
     def count(self) -> int:
         return sum(s.count for s in self.outs)
+
+    @count.setter
+    def count(self, n: int) -> None:
+        for s in self.outs[:1]:
+            s.count = n
+
+    @property
+    def batches(self) -> dict[tuple[int, int, int], int]:
+        return self.outs[0].batches if self.outs else {}
+
+    @batches.setter
+    def batches(self, b: dict[tuple[int, int, int], int]) -> None:
+        for s in self.outs[:1]:
+            s.batches = b
+
+    @property
+    def skip(self) -> dict[tuple[int, int, int], int]:
+        return self.outs[0].skip if self.outs else {}
+
+    @skip.setter
+    def skip(self, b: dict[tuple[int, int, int], int]) -> None:
+        for s in self.outs[:1]:
+            s.skip = b
 
     def emit(self, inst: Any, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
         self.output.emit(pos, groups, now)
@@ -157,19 +188,34 @@ class _OpRun(PlanRun):
         super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
         self.tr, self.i, self.op = tr, i, op
         self.tree_part = tr.part.get(op.name, 0)   # the partition of a partitioned tree
+        # the query of each tree whose root this is, by tree name (its results go to that query's out topic)
+        self.results = {b.name: tr.results[b.name] for b in tr.dep.roots[i]}
         self.ctl_query = rec.query
 
     def _result_sink(self) -> Any:
         # the results of each query whose root this is, to its out topic (a partition's: the tree query's)
-        results = {b.name: self.tr.results[b.name] for b in self.tr.dep.roots[self.i]}
+        results = self.results
         outs = {q.name: KafkaResultSink(self.out, q, self.site, headers=self.headers) for q in results.values()}
-        self.output = OpOutput(self.tr.dep, self.i, _Fanout({n: outs[q.name] for n, q in results.items()}))
+        self.output = OpOutput(self.tr.dep, self.i, _Fanout({n: outs[q.name] for n, q in results.items()}),
+                               self.tree_part)
+        if len(outs) == 1:
+            self.out_query = next(iter(results.values()))
         if self.op.node == self.site:
             ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.readers else [])
         return _OpSink(self.output, list(outs.values()))
 
-    def _checkpoints(self, factory: Any) -> None:
-        return None
+    def _checkpoints(self, factory: Any) -> Any:
+        """Checkpoints as any run's (Redis windows), unless this operator is the root of several queries'
+        trees: a checkpoint follows the delivered results of one out topic."""
+        if len({q.name for q in self.results.values()}) > 1:
+            return None
+        return super()._checkpoints(factory)
+
+    def extra_state(self) -> Any:
+        return self.output.state()
+
+    def restore_extra(self, st: Any) -> None:
+        self.output.load(st)
 
     def _assign(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
         super()._assign(offsets, resumed)
@@ -178,7 +224,10 @@ class _OpRun(PlanRun):
     def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
         if b.stream != stream.name:
             return None
-        route = self.tr.router.get(stream.name) if not self.op.is_derived(stream.name) else None
+        derived = self.op.is_derived(stream.name)
+        if derived and b.watermark <= self.host.windows[(self.q.name, 0, stream.name)].watermark:
+            return []   # an epoch its producer handed over again, resumed from an earlier checkpoint than ours
+        route = self.tr.router.get(stream.name) if not derived else None
         return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.tree_part]
 
     def _step(self, now: float) -> None:
@@ -186,7 +235,7 @@ class _OpRun(PlanRun):
         if self.op.node != self.site:
             return
         tau = self.output.tau
-        for e, feeds in self.output.handover(results_through(self.op, [self.host])):
+        for e, feeds in self.output.handover(results_through(self.op, [self.host]), every_reader=False):
             _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
             batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
             self.out.produce(derived_topic(self.op.name), wire.encode_source_batch(batch), slot.encode(), self.headers)

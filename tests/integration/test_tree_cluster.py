@@ -78,6 +78,31 @@ def test_partitioned_mjoin_trees_on_kafka(routers, kafka_bootstrap, spec):  # no
     _tree_check(routers, plan, kafka_bootstrap, mode="thread")
 
 
+def test_tree_operators_resume_from_checkpoints_after_their_nodes_are_killed(routers, kafka_bootstrap,  # noqa: F811
+                                                                             redis_url, redis_client, monkeypatch):
+    """Node processes with Redis windows run the left-deep tree; r2 (the inner MJoin, and the reader of its
+    derived stream S1+S2 for the root's input) is SIGKILLed 0.6 s into a paced replay and r3 (the root) at
+    1.2 s.  Each successor resumes every operator from its checkpoint, with the results not handed over yet:
+    the output is still exactly the reference join, the bytes the embedded run's, and no Redis key is left."""
+    monkeypatch.setenv("JOINLIB_CHECKPOINT_EVERY_S", "0.25")
+    query = routers[0]
+    report = _tree_check(routers, lower_tree(query, TREES["left-deep at r3"]), kafka_bootstrap, mode="process",
+                         redis_url=redis_url, rate_scale=1.0, faults=[("r2", 0.6), ("r3", 1.2)])
+    assert [r["site"] for r in report["restarts"]] == ["r2", "r3"]
+    assert report["sites"]["r2"]["resumed_from_epoch"] is not None, report["sites"]["r2"]
+    assert report["sites"]["r3"]["checkpoints"] > 0
+    assert not list(redis_client.scan_iter(match="{joinlib:%s*:%s/*" % (query.name, report["run"]), count=1000))
+
+
+def test_partitioned_trees_with_a_killed_root_node(routers, kafka_bootstrap, redis_url, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("JOINLIB_CHECKPOINT_EVERY_S", "0.25")
+    query, _, streams, _ = routers
+    plan, _ = plan_partitioned_trees(query, streams, "pmjoin:rate:3:mjoin")
+    report = _tree_check(routers, plan, kafka_bootstrap, mode="process", redis_url=redis_url, rate_scale=1.0,
+                         faults=[("r3", 0.8)])
+    assert [r["site"] for r in report["restarts"]] == ["r3"]
+
+
 CATALOGUE = {
     "streams": {f"S{i}": {"site": f"r{i}", "window": "1s", "rate": 60, "attributes": 25, "tuple_bytes": 200,
                           "selectivity": 0.04} for i in range(1, 5)},
@@ -185,8 +210,9 @@ def test_serving_nodes_take_a_tree_and_then_a_plain_plan(routers, kafka_bootstra
 def test_tree_runs_refuse_what_they_do_not_support(routers, kafka_bootstrap):  # noqa: F811
     query, _, streams, _ = routers
     program = lower_tree(query, TREES["left-deep at r3"])
-    with pytest.raises(ClusterError, match="without --kill"):
-        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, faults=[("r1", 1.0)],
-                    redis_url="redis://unused")
+    with pytest.raises(ClusterError, match="an MJoin tree is not adaptive"):
+        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, adaptive=object())
+    with pytest.raises(ClusterError, match="scaling out needs a partitioned plan"):
+        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, instances={}, redis_url="redis://unused")
     with pytest.raises(PlanError, match="no node"):
         lower_tree(query, MJoin((S1, S2, S3), "nowhere"))

@@ -88,6 +88,33 @@ def test_a_derived_tuple_carries_its_components_and_flattens_back():
     assert [(t.pos, t.id) for t in base_row(q, got)] == [(0, 7), (1, 9), (2, 3)]
 
 
+def test_an_operators_pending_results_survive_a_checkpoint():
+    """A tree operator's node checkpoints its :class:`OpOutput` (results of head epochs not handed over yet,
+    the derived tuples' numbering) as plain data; the resumed one hands over exactly what the old one would."""
+    from joinlib.runtime import checkpoint
+    from joinlib.runtime.sink import CountingSink
+    from joinlib.tree_engine import OpOutput
+    q = chain()
+    dep = deploy([lower_tree(q, NESTED)])
+    child = dep.ops[0]
+    old, new = OpOutput(dep, 0, CountingSink()), OpOutput(dep, 0, CountingSink())
+    tau = child.query.execution.interval_ms
+    s0, s1 = Tup(0, 7, 5, 0, ("a",), b"p"), Tup(1, 9, 8, 2, ("a", "b"), b"")
+    s0b, s1b = Tup(0, 11, 3 * tau + 1, 1, ("c",), b"q"), Tup(1, 12, 3 * tau + 2, 3, ("c", "d"), b"")
+    old.emit(1, [((leaf_tuple(s0, 0), None), [leaf_tuple(s1, 1)]), ((leaf_tuple(s0b, 0), None), [leaf_tuple(s1b, 1)])],
+             0.0)
+    old.handover(0)   # epoch 0 handed over: the numbering moves on, epoch 3 waits
+    blob = checkpoint.dumps({"format": checkpoint.FORMAT, "out": old.state()})
+    new.load(checkpoint.loads(blob)["out"])
+    assert (new.next_epoch, new.seq) == (old.next_epoch, old.seq) == (1, 1)
+    got, want = new.handover(3), old.handover(3)
+    assert [(e, [(r.name, slot, [(t.id, t.ts, t.key, t.rest) for t in ts]) for r, slot, ts in feeds])
+            for e, feeds in got] == \
+           [(e, [(r.name, slot, [(t.id, t.ts, t.key, t.rest) for t in ts]) for r, slot, ts in feeds])
+            for e, feeds in want]
+    assert [len(feeds[0][2]) for _, feeds in got] == [0, 0, 1]
+
+
 @pytest.fixture(scope="module")
 def wan(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("wan")
@@ -122,7 +149,10 @@ def test_run_with_streamjoinopt_measures_statistics_from_the_data(wan, tmp_path,
 @pytest.mark.parametrize("argv, message", [
     (["run", WAN, "--data", ".", "--plan", "mjoin:/no/such.json"], "cannot read /no/such.json"),
     (["run", WAN, "--data", ".", "--plan", "mjoin", "--switch", "1s:SP-S"], "without --switch"),
-    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1", "--kill", "r1:1"], "without --kill"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--kill", "r1@1"], "without --kill"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1", "--kill", "r1:1"],
+     "--kill 'r1:1': expected SITE@SECONDS"),
+    (["run", WAN, "--data", ".", "--plan", "mjoin", "--cluster", "127.0.0.1:1", "--scale-out"], "without --scale-out"),
     (["run", STAR, "--data", ".", "--plan", "mjoin"], "MJoin trees need time windows"),
 ])
 def test_tree_mistakes_give_one_line_and_status_2(argv, message, capsys):
