@@ -94,14 +94,17 @@ def run(seconds: int, rate: float, bootstrap: str, redis_url: str) -> dict[str, 
 
 
 def table(res: dict[str, Any]) -> str:
-    lines = ["| run | wall s | results | exact | bytes (simulator) | p50 / p99 latency ms | CPU s per site |",
-             "|---|---:|---:|---|---:|---:|---|"]
+    lines = ["| run | wall s | results | exact | bytes (simulator) | p50 / p99 latency ms | CPU s per site | "
+             "resumes: startup s |",
+             "|---|---:|---:|---|---:|---:|---|---|"]
     for r in res["runs"]:
         lat = (f"{r['p50_latency_ms']:,.0f} / {r['p99_latency_ms']:,.0f}" if r["p50_latency_ms"] is not None
                else "")
         cpu = ", ".join(f"{s} {v:.1f}" for s, v in sorted(r["cpu_s"].items()))
+        resumed = [p for parts in r["parts"].values() for p in parts if p.get("resumed_from_epoch")]
+        res_s = ", ".join(f"p{p['part']} {p['startup_s']:.2f}" for p in resumed if p.get("startup_s") is not None)
         lines.append(f"| {r['run']} | {r['wall_s']:.1f} | {r['results']:,} | {'yes' if r['exact'] else 'NO'} | "
-                     f"{r['bytes']:,} ({r['simulator_bytes']:,}) | {lat} | {cpu} |")
+                     f"{r['bytes']:,} ({r['simulator_bytes']:,}) | {lat} | {cpu} | {res_s} |")
     return "\n".join(lines)
 
 

@@ -741,7 +741,7 @@ def _report(query: Query, specs, streams: dict, res: _Results, replayer: _Replay
                          "checkpoints": d.get("checkpoints", 0), "generations": d.get("generations"),
                          "log": str(nodes[site].log) if site in nodes and nodes[site].log else None,
                          **({"parts": [{k: x.get(k) for k in ("part", "instance", "results", "resumed_from_epoch",
-                                                              "checkpoints")} for x in d["parts"]]}
+                                                              "checkpoints", "startup_s")} for x in d["parts"]]}
                             if "parts" in d else {})}
                   for site, d in sorted(res.done.items())},
         "replay": info.to_dict() if info is not None else None,

@@ -203,6 +203,7 @@ class PlanRun:
         self.live: Optional[LiveInputs] = None
         self.stopped = False
         self.resumed_from: Optional[dict[str, int]] = None
+        self.startup_s: Optional[float] = None   # execute() to inputs assigned (a resume: restoring the checkpoint)
         self.sensor = QuerySensor(svc.sensor, self.q.name)
         # a scaled-out plan's run of one partition (joinlib.adapters.scale_out) sets these four
         self.part: Optional[int] = None     # the plan partition run here (None: every partition)
@@ -222,6 +223,7 @@ class PlanRun:
     # ------------------------------------------------------------------ setup
     def execute(self) -> None:
         svc, q = self.svc, self.q
+        self._t_exec = time.monotonic()
         svc.sensor.set_plan(q.name, self.partitioned or self.specs[-1].ir.plan)
         # idempotent: a send retried across a broker restart is neither duplicated nor reordered (result
         # batches are skipped by number after a restart, which needs the producer's order in out.<query>)
@@ -344,6 +346,7 @@ class PlanRun:
                         f"result batches already delivered: {self.sink.skip}")
         lanes = sum(len(i.lanes) for i in self.host.instances.values())
         kind = "live" if self.live is not None else "replayed"
+        self.startup_s = round(time.monotonic() - self._t_exec, 3)
         svc.log(f"running query {q.name}{self._label()} (run {self.run_id}, {kind}): {len(self.homes)} home stream(s), "
                 f"{len(self.host.instances)} plan generation(s), {lanes} lane(s) here")
         self.ready.set()
@@ -617,6 +620,7 @@ class PlanRun:
             "cpu_s": round(cpu, 4),
             "resumed_from": self.resumed_from,
             "resumed_from_epoch": min(self.resumed_from.values()) if self.resumed_from else None,
+            "startup_s": self.startup_s,
             "checkpoints": self.ckpt.saved if self.ckpt else 0,
             "generations": sorted(k[2] for k in self.host.instances),
             **self.labels,

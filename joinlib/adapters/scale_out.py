@@ -21,10 +21,10 @@ message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
   the old owner stops the partition's run and checkpoints it (windows, host state, input positions,
   delivered result batches); the new owner's run resumes from that checkpoint, as a restarted node
   does (docs/contracts.md "Restart recovery");
-* an instance that dies loses its partitions when its group session expires (``session.timeout.ms``,
-  6 s); their new owners resume from the last periodic checkpoint and redo the work since: receivers
-  drop the messages sent again, result batches already in ``out.<query>`` are skipped.  So no result is
-  lost or duplicated.
+* an instance that dies loses its partitions when its group session expires (``session.timeout.ms``:
+  6 s, or ``$JOINLIB_SESSION_TIMEOUT_MS``); their new owners resume from the last periodic checkpoint
+  and redo the work since: receivers drop the messages sent again, result batches already in
+  ``out.<query>`` are skipped.  So no result is lost or duplicated.
 
 Each partition's run publishes its own ``status`` and ``done`` (with ``part``); the cluster runner
 waits for a ``done`` of every (site, partition) and adds them up per site.  An instance leaves the
@@ -33,6 +33,7 @@ window state only through its checkpoint.
 """
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from typing import Any, Optional, Sequence
@@ -45,8 +46,19 @@ from .control import ControlLog, ControlRecord, decode_control_message, read_con
 from .kafka import CONTROL_TOPIC, consume, ensure_partitions, make_consumer, partition_ends
 from .node_run import Compiled, PlanRun, compile_plan_message
 
-#: how long a silent instance keeps its partitions (the broker's group.min.session.timeout.ms default)
+#: how long a silent instance keeps its partitions: $JOINLIB_SESSION_TIMEOUT_MS, default 6000 (the broker's
+#: default group.min.session.timeout.ms: a lower value needs that broker setting lowered too)
+SESSION_TIMEOUT_ENV = "JOINLIB_SESSION_TIMEOUT_MS"
 SESSION_TIMEOUT_MS = 6000
+
+
+def session_timeout_ms() -> int:
+    raw = os.environ.get(SESSION_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return SESSION_TIMEOUT_MS
+    if not raw.isdigit() or int(raw) < 1000:
+        raise ClusterError(f"{SESSION_TIMEOUT_ENV}={raw!r}: expected milliseconds, at least 1000")
+    return int(raw)
 
 
 def parts_topic(query: str, site: str) -> str:
@@ -212,6 +224,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -
     if not svc.redis_url and getattr(svc.store_factory, "client", None) is None:
         raise ClusterError(f"node {svc.site}: a scaled-out plan needs Redis (REDIS_URL): a partition moves to "
                            "another instance with its windows through its checkpoint")
+    session = session_timeout_ms()
     run_id = _run_of(rec)
     topic = parts_topic(q.name, svc.site)
     ensure_partitions(admin, [topic], partitioned.function.d)
@@ -222,7 +235,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
     control.assign([TopicPartition(CONTROL_TOPIC, 0, seen.position)])
     group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
-        "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": SESSION_TIMEOUT_MS,
+        "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": session,
         "heartbeat.interval.ms": 500, "enable.auto.commit": False})
     group.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
     svc.log(f"{q.name}: serving partitions of {svc.site} with the other instances of group "

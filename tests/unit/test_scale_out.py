@@ -144,3 +144,16 @@ def test_a_shared_node_runs_only_scaled_out_plans():
     plain = {"query": query_to_dict(query), "plan": uniform(query, "SP-S").to_json()}
     with pytest.raises(PlanError, match=r"runs only scaled-out plans .*\(each instance would run it whole\)"):
         svc.execute_plan(ControlRecord(7, query.name, "plan", plain), None, ControlLog())
+
+
+def test_the_session_timeout_is_configurable_and_checked(monkeypatch):
+    from joinlib.adapters.scale_out import SESSION_TIMEOUT_ENV, session_timeout_ms
+    from joinlib.errors import ClusterError
+    monkeypatch.delenv(SESSION_TIMEOUT_ENV, raising=False)
+    assert session_timeout_ms() == 6000
+    monkeypatch.setenv(SESSION_TIMEOUT_ENV, "3000")
+    assert session_timeout_ms() == 3000
+    for bad in ("3s", "500"):
+        monkeypatch.setenv(SESSION_TIMEOUT_ENV, bad)
+        with pytest.raises(ClusterError, match="expected milliseconds, at least 1000"):
+            session_timeout_ms()
