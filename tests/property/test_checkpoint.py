@@ -80,13 +80,13 @@ class Harness:
     """Every site's node, driven one input at a time, deterministically from ``seed``."""
 
     def __init__(self, query: Query, data: dict[str, list[Tup]], plan, seed: int) -> None:
-        self.query, self.specs = query, generations(query, plan)
+        self.query, self.specs, self.plan = query, generations(query, plan), plan
         self.rng = random.Random(seed)
         tau = query.execution.interval_ms
         all_ts = [t.ts for tups in data.values() for t in tups]
         last = max(all_ts) // tau if all_ts else 0
-        self.sites = list(dict.fromkeys(n for spec in self.specs for n in spec.ir.nodes))
-        self.net = _Queues(self.sites)
+        self.sites = self._sites()
+        self.net = self._queues()
         self.sinks = {s: CollectingSink(query) for s in self.sites}
         self.stores: dict[str, dict[str, MemoryWindowStore]] = {}
         self.nodes = {s: self._node(s) for s in self.sites}
@@ -95,18 +95,32 @@ class Harness:
         # with the end marker put at a random place among them
         self.src: dict[str, list[tuple]] = {}
         for site in self.sites:
-            items = []
-            for x in range(last + 1):
-                for s in query.streams:
-                    if s.site == site:
-                        tups = [t for t in data.get(s.name, []) if x * tau <= t.ts < (x + 1) * tau]
-                        items.append(("feed", s.name, tups, (x + 1) * tau))
+            items = [("feed", s.name, self._tuples(site, s.name, data, x * tau, (x + 1) * tau), (x + 1) * tau)
+                     for x in range(last + 1) for s in query.streams if s.site == self._site_of(site)]
             items.insert(self.rng.randint(0, len(items)), ("end", last))
             self.src[site] = items
         self.src_pos = {s: 0 for s in self.sites}
         self.steps = 0
         self.lost = self.resent = 0  # results thrown away, messages sent again (statistics)
         self.doomed: list[tuple[str, int, list]] = []  # (site, sends before the snapshot, doomed sends)
+
+    # what a subclass may change (tests/property/test_scale_out_handover.py: a host per site and partition)
+    def _sites(self) -> list[str]:
+        """The hosts, by name."""
+        return list(dict.fromkeys(n for spec in self.specs for n in spec.ir.nodes))
+
+    def _queues(self) -> _Queues:
+        return _Queues(self.sites)
+
+    def _site_of(self, name: str) -> str:
+        return name
+
+    def _tuples(self, name: str, stream: str, data: dict[str, list[Tup]], lo: int, hi: int) -> list[Tup]:
+        """The tuples of ``stream`` with lo <= ts < hi that host ``name`` is fed."""
+        return [t for t in data.get(stream, []) if lo <= t.ts < hi]
+
+    def _make_host(self, name: str, factory: Any) -> Host:
+        return make_host(self.specs, name, self.net, self.sinks[name], factory)
 
     def _node(self, site: str, stores: Optional[dict] = None) -> Host:
         if stores is None:
@@ -120,7 +134,7 @@ class Harness:
             def factory(name: str) -> MemoryWindowStore:
                 return stores[name]
         self.stores[site] = stores
-        return make_host(self.specs, site, self.net, self.sinks[site], factory)
+        return self._make_host(site, factory)
 
     # ------------------------------------------------------------------ inputs
     def give(self, site: str, inp: tuple) -> None:

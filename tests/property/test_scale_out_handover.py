@@ -7,18 +7,14 @@ doomed work in between lost).  The output must stay exactly the reference join, 
 from __future__ import annotations
 
 import copy
-import random
-from typing import Optional
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joinlib.engine import generations
-from joinlib.model import Query, Tup
+from joinlib.model import Tup
 from joinlib.reference import reference_join
 from joinlib.runtime.host import Host
-from joinlib.runtime.sink import CollectingSink
-from joinlib.state.memory import MemoryWindowStore
 from tests.property.test_checkpoint import FEWER, Harness, _Queues, assert_same
 from tests.property.test_partitioned_exactness import partitioned, time_windows
 from tests.strategies import queries, stream_data
@@ -44,52 +40,26 @@ class _UnitQueues(_Queues):
 class PartHarness(Harness):
     """A host per (site, plan partition): what a scaled-out plan's instances run, wherever they run it."""
 
-    def __init__(self, query: Query, data: dict[str, list[Tup]], plan, seed: int) -> None:
-        self.query, self.specs = query, generations(query, plan)
-        self.rng = random.Random(seed)
-        tau = query.execution.interval_ms
-        all_ts = [t.ts for tups in data.values() for t in tups]
-        last = max(all_ts) // tau if all_ts else 0
-        routes = plan.router(query)
+    def _sites(self) -> list[str]:
         self.units: dict[str, tuple[str, int]] = {}
         for spec in self.specs:
-            for site in dict.fromkeys([s.site for s in query.streams] + list(spec.ir.nodes)):
+            for site in dict.fromkeys([s.site for s in self.query.streams] + list(spec.ir.nodes)):
                 self.units[_unit(site, spec.part)] = (site, spec.part)
-        self.sites = list(self.units)
-        self.net = _UnitQueues(self.sites)
-        self.sinks = {u: CollectingSink(query) for u in self.sites}
-        self.stores: dict[str, dict[str, MemoryWindowStore]] = {}
-        self.nodes = {u: self._node(u) for u in self.sites}
-        self.log: dict[str, list[tuple]] = {u: [] for u in self.sites}
-        self.src: dict[str, list[tuple]] = {}
-        for u, (site, part) in self.units.items():
-            items = []
-            for x in range(last + 1):
-                for s in query.streams:
-                    if s.site == site:
-                        route = routes[s.name]
-                        tups = [t for t in data.get(s.name, []) if x * tau <= t.ts < (x + 1) * tau
-                                and (route is None or route(t) == part)]
-                        items.append(("feed", s.name, tups, (x + 1) * tau))
-            items.insert(self.rng.randint(0, len(items)), ("end", last))
-            self.src[u] = items
-        self.src_pos = {u: 0 for u in self.sites}
-        self.steps = 0
-        self.lost = self.resent = 0
-        self.doomed: list[tuple[str, int, list]] = []
+        self.routes = self.plan.router(self.query)
+        return list(self.units)
 
-    def _node(self, unit: str, stores: Optional[dict] = None) -> Host:
+    def _queues(self) -> _Queues:
+        return _UnitQueues(self.sites)
+
+    def _site_of(self, unit: str) -> str:
+        return self.units[unit][0]
+
+    def _tuples(self, unit: str, stream: str, data: dict[str, list[Tup]], lo: int, hi: int) -> list[Tup]:
+        route, part = self.routes[stream], self.units[unit][1]
+        return [t for t in super()._tuples(unit, stream, data, lo, hi) if route is None or route(t) == part]
+
+    def _make_host(self, unit: str, factory: Any) -> Host:
         site, part = self.units[unit]
-        if stores is None:
-            stores = {}
-
-            def factory(name: str) -> MemoryWindowStore:
-                stores[name] = MemoryWindowStore()
-                return stores[name]
-        else:
-            def factory(name: str) -> MemoryWindowStore:
-                return stores[name]
-        self.stores[unit] = stores
         host = Host(site, self.net, self.sinks[unit], store_factory=factory)
         for spec in self.specs:
             if spec.part == part:
