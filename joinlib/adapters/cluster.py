@@ -456,7 +456,6 @@ class _Faults:
         self.todo = sorted(faults, key=lambda f: f[1])
         self.start_node, self.nodes = start_node, nodes
         self.done: list[dict] = []
-        self.gone: list[_NodeHandle] = []   # killed instances without a successor (their logs)
 
     def tick(self, t0: Optional[float]) -> None:
         while self.todo and t0 is not None and time.monotonic() - t0 >= self.todo[0][1]:
@@ -469,8 +468,8 @@ class _Faults:
                 continue
             old = self.nodes[keys[0]]
             old.kill()
-            if len(keys) > 1:
-                self.gone.append(self.nodes.pop(keys[0]))
+            if len(keys) > 1:   # the others take its partitions (its log stays named in self.done)
+                del self.nodes[keys[0]]
             else:
                 self.nodes[keys[0]] = self.start_node(site)
             self.done.append({"site": site, "after_s": after, "action": "kill", "successor": len(keys) == 1,
@@ -574,7 +573,8 @@ class _Collector:
             return
         if c.kind not in ("done", "status"):
             return
-        key = p["site"] if p.get("part") is None else f"{p['site']}/p{p['part']}"   # scale_out.done_key
+        from .scale_out import done_key
+        key = done_key(p["site"], p.get("part"))
         if c.kind == "done":
             self.res.done[key] = p
             h = self.nodes.get(key)

@@ -219,6 +219,8 @@ def ensure_partitions(admin: AdminClient, names: Iterable[str], partitions: int,
     new partitions are empty, and what the old ones hold predates the plan's start offsets."""
     names = list(names)
     ensure_topics(admin, names, partitions=partitions, timeout_s=timeout_s)
+    if partitions <= 1:   # every topic has one partition at least: nothing to grow
+        return
     md = admin.list_topics(timeout=timeout_s)
     short = [n for n in names if len(md.topics[n].partitions) < partitions]
     if short:
