@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out bench-shared-ops clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ bench-mjoin: deps cluster-install ## MJoin trees (mjoin, pmjoin:...:mjoin) again
 
 bench-scale-out: deps cluster-install ## A site's partitions shared by node instances (scale-out, issue 14): exact runs, bytes, and the latency of a hand-over and a take-over (results/scale-out)
 	$(PYTHON) bench/scale_out_bench.py --out results/scale-out
+
+bench-shared-ops: deps cluster-install ## Live queries sharing an MJoin operator vs each deploying its own, on Kafka: bytes and equal results (results/shared-ops)
+	$(PYTHON) bench/shared_ops_bench.py --seconds 60 --out results/shared-ops
 
 bench-latency: deps ## Simulated result latency of every algorithm and the demo: p50/p99 against tau + delta + 2 x hops
 	$(PYTHON) bench/latency_bench.py

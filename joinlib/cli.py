@@ -133,8 +133,12 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("query", type=Path)
     sm.add_argument("--plan", "--planner", dest="planner",
                     help="any plan name of the registry, e.g. auto | greedy | central[:SITE] | an algorithm, or "
-                         "adaptive[:cnu|:dnu] (re-planned while running, docs/adaptive.md) "
+                         "adaptive[:cnu|:dnu] (re-planned while running, docs/adaptive.md), or mjoin[:TREE.json] "
+                         "(an MJoin tree whose inner operators other live queries can share, docs/multiquery.md) "
                          "(default: the registry's default planner; --planner is the old spelling)")
+    sm.add_argument("--no-reuse", action="store_true",
+                    help="--plan mjoin: deploy the whole tree for this query, neither reusing running operators "
+                         "nor offering its own to later queries")
     sm.add_argument("--model", help="cost model of the planner (default: the registry's)")
     sm.add_argument("--since", help="live queries: records with an earlier event time are late: now (default, "
                                     "less 2 s), now-5min, an ISO-8601 time, or ms since the Unix epoch (0 for "
@@ -474,8 +478,16 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from .query import load_query, query_to_dict
     query = load_query(args.query)  # mistakes are reported here, with the file's name; schema files inlined
     params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
-    url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
     doc = query_to_dict(query)
+    if args.planner and args.planner.startswith("mjoin:"):  # the tree goes with the query, the planner checks it
+        params["plan"], tree = "mjoin", args.planner.partition(":")[2]
+        try:
+            doc["mjoin_tree"] = json.loads(Path(tree).read_text())
+        except (OSError, ValueError) as e:
+            raise JoinlibError(f"--plan mjoin:{tree}: not a readable JSON file ({e})") from None
+    if args.no_reuse:
+        params["reuse"] = "0"
+    url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
     if args.values is not None:  # per-value rates for a partitioned plan, sent with the query
         try:
             doc["partition_values"] = json.loads(args.values.read_text())
@@ -484,6 +496,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     out = _http(url, yaml.safe_dump(doc, sort_keys=False).encode())
     print(f"query {out['query']} planned, run {out['run']}:")
     print(json.dumps(out["plan"], indent=2))
+    for key, what in (("reused", "reuses the running operator"), ("deployed", "deployed the operator")):
+        for op in out.get(key) or []:
+            print(f"{what} {op}")
     if "origin_ms" in out:
         print(f"live: reading its sources until 'joinlib stop {out['query']}'; event times from "
               f"{out['origin_ms']} ms on; results: 'joinlib results {out['query']} --follow'")

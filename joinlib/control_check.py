@@ -204,22 +204,62 @@ def tree_payload(q: Any, p: dict[str, Any]) -> Any:
     """The :class:`~joinlib.derived.TreeProgram` of a plan message whose plan is ``{"mjoin_tree": ...}``, the
     :class:`~joinlib.tree_plans.PartitionedTrees` of ``{"mjoin_trees": [...], "by": ..., "function": ...}``, or the
     :class:`~joinlib.tree_plans.SharedTrees` of ``{"mjoin_trees_of": [{"query": ..., "mjoin_tree": ...}, ...]}``:
-    no switches, not adaptive, replayed sources only (a live tree is not supported yet)."""
+    no switches, not adaptive.  A single tree may have live sources (each base stream is read by one operator,
+    so one ingest decides its records) and may run one operator only (:func:`tree_scope`)."""
     from .derived import lower_tree
     from .errors import PlanError
     from .pmjoin.tree import from_json
     from .tree_plans import PartitionedTrees, SharedTrees
-    if p.get("switches") or p.get("adaptive") is not None or p.get("live") is not None:
-        raise PlanError("an MJoin tree plan has no 'switches', is not adaptive and not live")
+    if p.get("switches") or p.get("adaptive") is not None:
+        raise PlanError("an MJoin tree plan has no 'switches' and is not adaptive")
     live = [s.name for s in q.streams if s.source is not None and s.source.live]
-    if live:
-        raise PlanError(f"an MJoin tree runs on replayed streams; {', '.join(live)} have live sources "
-                        "(run the tree embedded, or pick a plan of the six algorithms)")
+    several = "mjoin_trees" in p["plan"] or "mjoin_trees_of" in p["plan"]
+    if several and (live or p.get("live") is not None):
+        raise PlanError(f"partitioned or shared-at-once MJoin trees run on replayed streams; {', '.join(live)} "
+                        "have live sources (a stream read by several operators would need one ingest for all; "
+                        "submit the trees one by one to share operators: docs/multiquery.md)")
+    if live and p.get("live") is None:
+        raise PlanError(f"{', '.join(live)} have live sources: the plan message needs 'live' (origin and start "
+                        "offsets), as 'joinlib submit' writes it")
     if "mjoin_trees" in p["plan"]:
         return PartitionedTrees.from_json(q, p["plan"])
     if "mjoin_trees_of" in p["plan"]:
         return SharedTrees.from_json(q, p["plan"])
-    return lower_tree(q, from_json(p["plan"]["mjoin_tree"]))
+    prog = lower_tree(q, from_json(p["plan"]["mjoin_tree"]))
+    tree_scope(prog, p["plan"])
+    return prog
+
+
+def tree_scope(prog: Any, plan: dict[str, Any]) -> tuple[Optional[int], dict[str, dict[str, Any]]]:
+    """Which operator of ``prog`` a plan message with ``only`` runs, and where its derived inputs come from.
+
+    ``{"mjoin_tree": T, "only": "S1+S2", "external": {"S1+S2": {"op": P, "run": R, "origin_ms": O}}}``: with
+    ``only`` (a derived stream's name) the message runs that operator alone and publishes its results as the
+    derived stream, for any later reader (docs/multiquery.md "Shared operators"); without it, with
+    ``external``, the root alone.  ``external`` names, per derived input, the operator query ``P`` (run
+    ``R``, origin ``O``) already publishing it on ``src.P.out``.  Returns (index of the operator run alone,
+    or None for the whole tree; the external inputs)."""
+    from .derived import derived_name
+    from .errors import PlanError
+    only, ext = plan.get("only"), plan.get("external")
+    if only is None and ext is None:
+        return None, {}
+    ext = {} if ext is None else ext
+    if type(ext) is not dict or not all(type(v) is dict and type(v.get("op")) is str and type(v.get("run")) is str
+                                        and is_int(v.get("origin_ms")) for v in ext.values()):
+        raise PlanError("plan.external is {derived stream: {'op': operator query, 'run': its run, "
+                        "'origin_ms': its origin}}")
+    names = {derived_name(sorted(n for part in op.parts for n in part)): i for i, op in enumerate(prog.ops)}
+    if only is not None and (type(only) is not str or only not in names or names[only] == len(prog.ops) - 1):
+        raise PlanError(f"plan.only: {_short(only)} is not an inner operator's derived stream "
+                        f"(one of {sorted(n for n, i in names.items() if i < len(prog.ops) - 1)})")
+    i = names[only] if only is not None else len(prog.ops) - 1
+    op = prog.ops[i]
+    derived = {s.name for s in op.query.streams if op.is_derived(s.name)}
+    if set(ext) != derived:
+        raise PlanError(f"plan.external must name the producer of each derived input of {op.name} "
+                        f"({sorted(derived)}), not {sorted(ext)}")
+    return i, ext
 
 
 def _short(value: Any, n: int = 80) -> str:

@@ -66,7 +66,8 @@ def add_commands(sub: Any) -> None:
                        description="Every query the planner service knows, with its state (running, stopping, "
                                    "stopped, done), input events/s per stream, results/s, bytes shipped between "
                                    "sites against what 'central' would ship, dead letters and the latest p50/p99 "
-                                   "event-to-result latency.")
+                                   "event-to-result latency; the operators MJoin trees share (op-...), with the "
+                                   "queries that use each, and per query the operators it reads.")
     q.add_argument("name", nargs="?", help="one query (default: all)")
     q.add_argument("--json", action="store_true", help="print the planner's JSON")
     q.add_argument("--url", default=planner_url())
@@ -118,6 +119,7 @@ def format_query(q: dict[str, Any]) -> str:
     changes = _plan_changes(q.get("sites") or {})
     if changes:
         lines.append(changes)
+    lines += _sharing(q)
     st = q.get("stats")
     if not st:
         return "\n".join(lines)
@@ -149,6 +151,17 @@ def _plan_changes(sites: dict[str, Any]) -> str:
     return (f"  adaptive   {str(cur.get('mode', '')).upper()}: {cur.get('plan_changes', 0)} plan change(s), "
             f"{cur.get('triggers', 0)} trigger(s) at {site}; generation per node: {gens}\n"
             f"  plan       {plan}")
+
+
+def _sharing(q: dict[str, Any]) -> list[str]:
+    """A shared operator's line (what it joins where, and the queries holding it: its reference count), or
+    a query's line naming the operator deployments it reads (docs/multiquery.md "Shared operators")."""
+    op = q.get("operator")
+    if isinstance(op, dict):
+        users = q.get("used_by") or []
+        return [f"  operator   {'+'.join(op.get('streams') or [])} at {op.get('node')}; used by "
+                f"{', '.join(users) if users else 'no running query'} ({len(users)} reference(s))"]
+    return [f"  reads      {', '.join(q['uses'])}"] if q.get("uses") else []
 
 
 def _num(v: Optional[float]) -> str:

@@ -24,6 +24,7 @@ from .derived import (
     base_row,
     components,
     deploy,
+    derived_name,
     derived_tuple,
     leaf_tuple,
 )
@@ -46,8 +47,11 @@ class OpOutput:
     the readers' hosts (:class:`TreeSink`); node services publish them on Kafka
     (:mod:`joinlib.adapters.tree_service`)."""
 
-    def __init__(self, dep: Deployment, i: int, out: Sink, part: int = 0) -> None:
+    def __init__(self, dep: Deployment, i: int, out: Sink, part: int = 0, publish: bool = False,
+                 floor: Optional[int] = None) -> None:
         self.op, self.windows, self.out = dep.ops[i], dep.windows[i], out
+        self.floor = floor   # results whose latest tuple is older are not ours (a reader of a shared operator)
+        self.publish = publish   # hand over every epoch as the derived stream, whoever reads it (a shared operator)
         self.part = part   # a partitioned tree's partition: names the root's results (batches numbered per part)
         self.roots = dep.roots[i]
         self.readers = [(dep.ops[p], slot) for p, slot in dep.consumers[i]]
@@ -61,9 +65,9 @@ class OpOutput:
         for row, tups in groups:
             for t in tups:
                 comps = components(self.op, row[:pos] + (t,) + row[pos + 1:])
-                if alive(self.windows, comps):  # else a derived window's min-size over-approximation let it through
-                    results.append(comps)
-        if self.readers:
+                if alive(self.windows, comps) and (self.floor is None or max(c.ts for _, c in comps) >= self.floor):
+                    results.append(comps)  # else a derived window's min-size over-approximation let it through
+        if self.publishes:
             for comps in results:
                 self.buffer[max(c.ts for _, c in comps) // self.tau].append(comps)
         for q in self.roots:  # one emit per head stream (a node service writes a result batch per emit)
@@ -81,20 +85,27 @@ class OpOutput:
         tuple is made (and its components encoded) once and moved to each reader's input position; without
         ``every_reader`` only the first reader's (a node service publishes one batch that every reader moves)."""
         out: list[tuple[int, list[tuple[Operator, str, list[Tup]]]]] = []
-        if not self.readers:
+        if not self.publishes:
             return out
         readers = self.readers if every_reader else self.readers[:1]
+        if not readers:   # published for readers deployed apart: the derived stream's own name, input 0
+            readers = [(self.op, derived_name(sorted(n for part in self.op.parts for n in part)))]
         for e in range(self.next_epoch, done + 1):
             batch = sorted(self.buffer.pop(e, []),
                            key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))
             made = [derived_tuple(cs, 0, self.seq + k) for k, cs in enumerate(batch)]
-            feeds = [(reader, slot, [leaf_tuple(t, reader.query.stream(slot).pos) for t in made])
-                     for reader, slot in readers]
+            feeds = [(reader, slot, [leaf_tuple(t, reader.query.stream(slot).pos if reader is not self.op else 0)
+                                     for t in made]) for reader, slot in readers]
             out.append((e, feeds))
             self.seq += len(batch)
         self.next_epoch = max(self.next_epoch, done + 1)
         return out
 
+
+    @property
+    def publishes(self) -> bool:
+        """Does it hand its results over as a derived stream (to readers in its deployment, or published)?"""
+        return bool(self.readers) or self.publish
 
     def state(self) -> dict[str, Any]:
         """What a node checkpoints of it (plain data): the results not handed over yet and the numbering."""

@@ -192,6 +192,8 @@ class PlanRun:
         self.run_id: Optional[str] = self.p.get("run")
         self.headers = [("run", self.run_id.encode())] if self.run_id else None
         self.ctl_query = self.q.name   # the query whose end and stop messages apply
+        self.live_name = self.q.name   # the query whose dead letters and idle advances its live ingest writes
+        self.topic_runs: dict[str, str] = {}   # input topics written by another run (a shared operator's)
         self.out_query = self.q        # the query whose out topic the results go to
         self.ready = threading.Event()   # set once its inputs are assigned
         self.finished: Optional[dict[str, Any]] = None   # the done payload, once published
@@ -299,7 +301,8 @@ class PlanRun:
             return None
         starts = (self.p.get("live") or {}).get("sources") or {}
         parts = {name: {int(k): int(v) for k, v in (d or {}).items()} for name, d in starts.items()}
-        return LiveInputs(self.q, self.site, self.origin, parts, bootstrap=self.svc.bootstrap, out=self.out,
+        return LiveInputs(self.q, self.site, self.origin, parts, name=self.live_name, bootstrap=self.svc.bootstrap,
+                          out=self.out,
                           run_id=self.run_id, sensor=self.svc.sensor, log=self.svc.log, on_naive=self._naive,
                           now=now_ms())
 
@@ -310,7 +313,7 @@ class PlanRun:
         self.my_topic = node_topic(q.name, site)
         live = {s.name for s in live_streams(q, site)}
         self.src_topics = {source_topic(q, s.name): s.name for s in q.streams if s.site == site and s.name not in live}
-        extra = [dlq_topic(q.name), marks_topic(q.name)] if self.live is not None else []
+        extra = [dlq_topic(self.live_name), marks_topic(self.live_name)] if self.live is not None else []
         ensure_topics(self.admin, [out_topic(q.name), *extra])
         ensure_partitions(self.admin, [self.my_topic, *self.src_topics], self.topic_parts)
         part = self.part or 0   # the partition of the source and node topics read here
@@ -333,8 +336,8 @@ class PlanRun:
         if self.ckpt:
             if not resumed:  # from the start; a predecessor may still have delivered results
                 self.ckpt.out_offset = offsets.get((out_topic(self.out_query.name), 0))
-                self.ckpt.dlq_offset = offsets.get((dlq_topic(q.name), 0))
-                self.ckpt.marks_offset = offsets.get((marks_topic(q.name), 0))
+                self.ckpt.dlq_offset = offsets.get((dlq_topic(self.live_name), 0))
+                self.ckpt.marks_offset = offsets.get((marks_topic(self.live_name), 0))
             self.sink.skip = self.ckpt.delivered(svc.bootstrap, self.out_query, self.run_id)
             if self.live is not None:
                 n_adv = self.live.replay_marks(self.ckpt.marks_offset)
@@ -473,7 +476,7 @@ class PlanRun:
                 if not math.isfinite(sent):
                     self._reject(m, BAD_HEADER, f"sent_ms header {sent} is not finite")
                     return
-            elif k == "run" and self.run_id is not None and v != self.run_id.encode():
+            elif k == "run" and self.run_id is not None and v != self.topic_runs.get(topic, self.run_id).encode():
                 return  # a message of another run of this query
         if topic == self.my_topic:
             self._inbound(m, now, sent if sent is not None else float(m.timestamp()[1]), proto)
@@ -545,16 +548,21 @@ class PlanRun:
             return
         if self.others and tuples:
             self._naive_all(tuples[0].ts // self.q.execution.interval_ms, tuples)
+        wm = self._watermark(b, stream)
         if self.adaptive is not None:  # the node holds the watermark at its fence during a migration
-            self.adaptive.on_source(stream.name, tuples, b.watermark)
+            self.adaptive.on_source(stream.name, tuples, wm)
         else:
-            self.host.feed(self.q.name, stream.name, tuples, b.watermark, self.part)
+            self.host.feed(self.q.name, stream.name, tuples, wm, self.part)
 
     def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
         """A SourceBatch's tuples as tuples of ``stream``, or None if it is not a batch of that stream."""
         if b.stream != stream.name or any(t.pos != stream.pos for t in b.tuples):
             return None
         return list(b.tuples)
+
+    def _watermark(self, b: Any, stream: Any) -> int:
+        """A SourceBatch's watermark in this run's event time (a shared operator's reader moves it)."""
+        return int(b.watermark)
 
     def _naive_all(self, epoch: int, tups: list[Any]) -> None:
         for dst in self.others:

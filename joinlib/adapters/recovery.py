@@ -58,6 +58,7 @@ class Run(Protocol):
     transport: KafkaTransport
     counters: Any
     live: Any
+    live_name: str   # whose dlq and wm topics the live ingest writes (a tree operator's: its deployment's)
     adaptive: Any   # an adaptive plan's node around the host (joinlib.adapters.adaptive_service), or None
 
     def extra_state(self) -> Any: ...
@@ -111,8 +112,8 @@ class NodeCheckpoints:
             positions.append([tp.topic, tp.partition, off])
         self.out_offset = _end(consumer, out_topic(run.out_query.name), self.out_offset)
         if run.live is not None:
-            self.dlq_offset = _end(consumer, dlq_topic(run.q.name), self.dlq_offset)
-            self.marks_offset = _end(consumer, marks_topic(run.q.name), self.marks_offset)
+            self.dlq_offset = _end(consumer, dlq_topic(run.live_name), self.dlq_offset)
+            self.marks_offset = _end(consumer, marks_topic(run.live_name), self.marks_offset)
         c, totals = run.counters, run.counters.totals
         adaptive = getattr(run, "adaptive", None)
         tag = adaptive.new_tag() if adaptive is not None else None

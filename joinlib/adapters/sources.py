@@ -127,11 +127,12 @@ class LiveInputs:
     def __init__(self, query: Query, site: str, origin_ms: int, starts: dict[str, dict[int, int]], *,
                  bootstrap: str, out: Producing, run_id: Optional[str], sensor: Any,
                  log: Callable[[str], None], on_naive: Callable[[str, int, list[Tup]], None],
-                 now: float) -> None:
+                 now: float, name: Optional[str] = None) -> None:
         self.q, self.site, self.origin, self.run_id = query, site, origin_ms, run_id
+        name = name or query.name   # the query whose dlq and wm topics these are (an MJoin tree's, not an operator's)
         self.out, self.sensor, self.log, self.on_naive = out, sensor, log, on_naive
         self.bootstrap = bootstrap
-        self.dlq, self.marks = dlq_topic(query.name), marks_topic(query.name)
+        self.dlq, self.marks = dlq_topic(name), marks_topic(name)
         self.others = [x for x in query.sites if x != site]
         ex = query.execution
         self.sources: dict[str, _Source] = {}

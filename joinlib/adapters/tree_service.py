@@ -7,7 +7,9 @@ has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun
 producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
 
 * its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
-  to their position in the operator query) and, for a derived stream, from its producer's
+  to their position in the operator query) or, for a live stream, its own topic (one operator reads
+  each base stream, so one ingest decides its records; dead letters and idle advances go to the tree
+  query's ``dlq`` and ``wm`` topics) and, for a derived stream, from its producer's
   ``src.<producer>.out``;
 * at the operator's node its results go through :class:`~joinlib.tree_engine.OpOutput`: checked on
   the exact window condition, a root's as rows of the tree query to ``out.<query>``, the others'
@@ -25,6 +27,11 @@ batch at or below its window's watermark -- one its producer handed over again a
 earlier checkpoint than the reader's. An operator that is the root of several queries' trees (one
 operator for identical trees) keeps no checkpoints.
 
+A plan message may run one operator of its tree (``only`` / ``external``,
+:func:`joinlib.control_check.tree_scope`): an inner operator whose results are published for readers
+deployed apart, or a root reading derived streams that other deployments publish -- with their run ids,
+each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").
+
 The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
 one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
 """
@@ -35,12 +42,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .. import wire
-from ..control_check import is_tree_json, tree_payload
-from ..derived import Deployment, deploy, leaf_tuple
+from ..control_check import is_tree_json, tree_payload, tree_scope
+from ..derived import Deployment, TreeProgram, deploy, leaf_tuple
 from ..engine import generations
 from ..errors import ClusterError, PlanError
 from ..model import Query, Tup
@@ -78,6 +85,8 @@ class TreeRun:
     part: Mapping[str, int]
     router: Mapping[str, Optional[Callable[[Tup], int]]]
     results: Mapping[str, Query]
+    external: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    publish: bool = False
 
 
 def tree_run(query: Query, plan: Any) -> TreeRun:
@@ -96,9 +105,23 @@ def tree_deployment(rec: ControlRecord) -> TreeRun:
     p = rec.payload if isinstance(rec.payload, dict) else {}
     q = parse_query(p.get("query"), f"control@{rec.offset}")
     try:
-        return tree_run(q, tree_payload(q, p))
+        plan = tree_payload(q, p)
+        if not isinstance(plan, TreeProgram):
+            return tree_run(q, plan)
+        i, external = tree_scope(plan, p["plan"])
+        return tree_run(q, plan) if i is None else one_operator(q, plan, i, external)
     except PlanError as e:
         raise PlanError(f"control@{rec.offset}: {e}") from None
+
+
+def one_operator(query: Query, prog: TreeProgram, i: int, external: Mapping[str, Mapping[str, Any]]) -> TreeRun:
+    """Operator ``i`` of ``prog`` run on its own, its derived inputs read from the operators ``external``
+    names: the root (its results are the query's), or an inner operator whose results are published as its
+    derived stream for whoever reads it (docs/multiquery.md "Shared operators")."""
+    full = deploy([prog])
+    root = i == len(prog.ops) - 1
+    dep = Deployment((full.ops[i],), ((),), ((query,) if root else (),), (full.windows[i],), (query,))
+    return TreeRun(query, dep, {}, {}, {query.name: query}, external, publish=not root)
 
 
 def derived_topic(producer: str) -> str:
@@ -108,13 +131,19 @@ def derived_topic(producer: str) -> str:
 
 
 def operator_query(tr: TreeRun, i: int) -> Query:
-    """Operator ``i``'s query with the topic of each input as its (``sourcebatch``) source."""
+    """Operator ``i``'s query with the topic of each input as its source: a derived stream's producer's
+    ``src.<producer>.out`` (``sourcebatch``), a base stream's live source, or the tree query's replayed
+    ``src.<query>.<stream>``."""
     op, base = tr.dep.ops[i], tr.base
     producers = {slot: tr.dep.ops[j].name for j, cons in enumerate(tr.dep.consumers) for p, slot in cons if p == i}
-    streams = tuple(replace(s, source=SourceSpec(derived_topic(producers[s.name]) if op.is_derived(s.name)
-                                                 else source_topic(base, s.name), format="sourcebatch"))
-                    for s in op.query.streams)
-    return replace(op.query, streams=streams)
+    producers.update({slot: str(e["op"]) for slot, e in tr.external.items()})
+
+    def source(s: Any) -> SourceSpec:
+        if op.is_derived(s.name):
+            return SourceSpec(derived_topic(producers[s.name]), format="sourcebatch")
+        src = base.stream(s.name).source
+        return src if src is not None and src.live else SourceSpec(source_topic(base, s.name), format="sourcebatch")
+    return replace(op.query, streams=tuple(replace(s, source=source(s)) for s in op.query.streams))
 
 
 def tree_topics(tr: TreeRun) -> list[str]:
@@ -190,18 +219,21 @@ class _OpRun(PlanRun):
         self.tree_part = tr.part.get(op.name, 0)   # the partition of a partitioned tree
         # the query of each tree whose root this is, by tree name (its results go to that query's out topic)
         self.results = {b.name: tr.results[b.name] for b in tr.dep.roots[i]}
-        self.ctl_query = rec.query
+        self.ctl_query = self.live_name = rec.query
+        # a shared operator's derived stream, read from its run, moved from its origin to ours (docs/multiquery.md)
+        self.topic_runs = {derived_topic(str(e["op"])): str(e["run"]) for e in tr.external.values()}
+        self.shift = {slot: int(e["origin_ms"]) - self.origin for slot, e in tr.external.items()}
 
     def _result_sink(self) -> Any:
         # the results of each query whose root this is, to its out topic (a partition's: the tree query's)
         results = self.results
         outs = {q.name: KafkaResultSink(self.out, q, self.site, headers=self.headers) for q in results.values()}
         self.output = OpOutput(self.tr.dep, self.i, _Fanout({n: outs[q.name] for n, q in results.items()}),
-                               self.tree_part)
+                               self.tree_part, publish=self.tr.publish, floor=0 if self.tr.external else None)
         if len(outs) == 1:
             self.out_query = next(iter(results.values()))
         if self.op.node == self.site:
-            ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.readers else [])
+            ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.publishes else [])
         return _OpSink(self.output, list(outs.values()))
 
     def _checkpoints(self, factory: Any) -> Any:
@@ -225,10 +257,30 @@ class _OpRun(PlanRun):
         if b.stream != stream.name:
             return None
         derived = self.op.is_derived(stream.name)
-        if derived and b.watermark <= self.host.windows[(self.q.name, 0, stream.name)].watermark:
+        if derived and self._watermark(b, stream) <= self.host.windows[(self.q.name, 0, stream.name)].watermark:
             return []   # an epoch its producer handed over again, resumed from an earlier checkpoint than ours
+        if stream.name in self.shift:
+            return self._moved(b, stream)
         route = self.tr.router.get(stream.name) if not derived else None
         return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.tree_part]
+
+    def _watermark(self, b: Any, stream: Any) -> int:
+        return int(b.watermark) + self.shift.get(stream.name, 0)
+
+    def _moved(self, b: Any, stream: Any) -> list[Any]:
+        """A shared operator's derived tuples in this run's event time; those too old to meet any tuple of
+        ours (older than our origin by more than their components' largest window) are dropped here, at the
+        producer's node, so they never ship."""
+        d = self.shift[stream.name]
+        horizon = -max(self.tr.dep.windows[self.i].values())
+        out = []
+        for t in b.tuples:
+            if t.ts + d < horizon:
+                continue
+            rest = t.rest if d == 0 else wire.encode_tuple_list([Tup(c.pos, c.id, c.ts + d, c.seq, c.key, c.rest)
+                                                                 for c in wire.decode_tuple_list(t.rest)])
+            out.append(Tup(stream.pos, t.id, t.ts + d, t.seq, t.key, rest))
+        return out
 
     def _step(self, now: float) -> None:
         super()._step(now)
@@ -289,7 +341,7 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
             break
         if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
             next_status = time.monotonic() + STATUS_EVERY_S
-            publish_control(out, rec.query, "status", {"site": site, "run": run_id, "operators": len(mine)})
+            publish_control(out, rec.query, "status", tree_status(site, run_id, [t.run_ for t in threads]))
         time.sleep(0.05)
     failed = next((t for t in threads if t.error is not None), None)
     if failed is not None:
@@ -303,6 +355,29 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
     svc.log(f"{rec.query}: done: {done['results']} results, "
             f"{sum(ln['bytes'] for ln in done['links'])} bytes sent in {done['wall_s']:.2f}s")
     return done
+
+
+def tree_status(site: str, run_id: Any, runs: list[Optional[_OpRun]]) -> dict[str, Any]:
+    """A site's ``status`` of a tree run: its operators' results so far (those delivered to an out topic),
+    bytes sent, inputs and, live, dead letters and source watermarks, added up."""
+    live = [r for r in runs if r is not None and r.ready.is_set()]
+    inputs: defaultdict[str, int] = defaultdict(int)
+    dead: dict[str, dict[str, int]] = {}
+    marks: dict[str, int] = {}
+    for r in live:
+        for (_, s), n in list(r.counters.totals.inputs.items()):   # (another thread's: copied at once)
+            inputs[s] += n
+        if r.live is not None:
+            for stream, per in r.live.stats()["dead_letters"].items():
+                dead[stream] = {**dead.get(stream, {}), **per}
+            marks.update(r.live.watermarks_ms())
+    out: dict[str, Any] = {
+        "site": site, "run": run_id, "operators": len(runs), "t_ms": round(time.time() * 1000),
+        "results": sum(r.sink.count for r in live),
+        "sent_bytes": sum(st.bytes for r in live for st in list(r.transport.stats.values())), "inputs": dict(inputs)}
+    if marks or dead:
+        out.update(live=True, dead_letters=dead, watermarks_ms=marks)
+    return out
 
 
 def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:

@@ -14,7 +14,10 @@ the experiment's output.  Modules, bottom to top:
 - :mod:`.cost`        plans, deployments, advertisements and network usage (marginal and total);
 - :mod:`.search`      Lemma 1, tree enumeration, tree DP placement, the subset DP, brute force;
 - :mod:`.planners`    exhaustive / optimal, Top-Down, Bottom-Up, NPC (reconstructions), plan-then-deploy;
-- :mod:`.experiment`  ``joinlib experiment iflow``; :mod:`.cli` registers it.
+- :mod:`.experiment`  ``joinlib experiment iflow``; :mod:`.cli` registers it;
+- :mod:`.execute`     a planner's plans as MJoin trees the runtime runs;
+- :mod:`.deployed`    the running system's side: continuous queries' trees split into operator deployments,
+  reused by key and kept while referenced (the planner service publishes them).
 
 Nothing is imported here on purpose: the modules import each other, never the package.
 docs/multiquery.md says what is the paper's and what is reconstructed.

@@ -72,6 +72,7 @@ from joinlib.partitioned import Partitioned, build_from_stats, is_partitioned
 from joinlib.plan import Plan, central, from_json
 from joinlib.planner.registry import lookup, resolve_plan
 from joinlib.query import parse_query, query_to_dict
+from joinlib.tree_plans import is_tree
 from joinlib.value_monitor import VALUES_EVERY_S
 
 
@@ -125,6 +126,8 @@ class QueryStatus:
     out_start: int = 0
     stopping: bool = False
     stats: Optional[QueryStats] = None
+    uses: list = field(default_factory=list)      # the operator deployments it reads (docs/multiquery.md)
+    operator: Optional[dict] = None               # an operator deployment's key, producer, node, streams
 
     def state(self) -> str:
         nodes = self.nodes or list(self.sites)
@@ -136,6 +139,10 @@ class QueryStatus:
     def to_json(self) -> dict:
         out = {"query": self.name, "run": self.run, "planner": self.planner, "plan": self.plan,
                "state": self.state(), "live": self.live, "sites": self.sites}
+        if self.uses:
+            out["uses"] = self.uses
+        if self.operator is not None:
+            out["operator"] = self.operator
         if self.live:
             out["origin_ms"] = self.origin_ms
         if self.stats is not None:
@@ -150,6 +157,8 @@ def _status_of(name: str, p: dict, planner: str, submitted_ms: float = 0.0) -> Q
     live = p.get("live") if isinstance(p.get("live"), dict) else None
     st.live, st.origin_ms = live is not None, int((live or {}).get("origin_ms") or 0)
     st.out_start = int((p.get("offsets") or {}).get(f"out.{name}") or 0)
+    st.uses = [str(u) for u in p.get("uses") or []]
+    st.operator = p["operator"] if isinstance(p.get("operator"), dict) else None
     try:
         st.query = parse_query(p["query"], name)
         st.stats = QueryStats(st.query, central(st.query).sequences[0].start or st.query.sites[0])
@@ -184,15 +193,17 @@ class PlannerService:
 
     # ------------------------------------------------------------------ submission
     def submit(self, text: str, planner: Optional[str] = None, model: Optional[str] = None,
-               since: Optional[str] = None) -> dict:
+               since: Optional[str] = None, reuse: bool = True) -> dict:
         """Plan a query file's text (``planner``: any plan name of the registry, default
-        :func:`default_plan`; ``model``: its cost model, default the registry's) and publish the
-        plan; JoinlibError for user mistakes."""
+        :func:`default_plan`; ``model``: its cost model, default the registry's; ``mjoin`` or a tree sent as
+        the file's ``mjoin_tree``: an MJoin tree whose inner operators are shared with other queries unless
+        not ``reuse``, :mod:`.trees`) and publish the plan; JoinlibError for user mistakes."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise JoinlibError(f"the submitted query is not valid YAML: {e}") from None
         values = data.pop("partition_values", None) if isinstance(data, dict) else None
+        tree = data.pop("mjoin_tree", None) if isinstance(data, dict) else None
         query = parse_query(data, "<submitted query>")
         with self.lock:
             cur = self.queries.get(query.name)
@@ -200,28 +211,14 @@ class PlannerService:
             raise Conflict(f"query {query.name} is running (run {cur.run}); stop it first with "
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
+        if tree is not None or is_tree(planner):
+            from .trees import submit_tree
+            return submit_tree(self, query, planner, tree, since, reuse)
         plan, extra = plan_of(query, planner, model, values)
-        topics = query_topics(query)
-        ensure_topics(self.admin, topics)
-        live = None
-        if live_streams(query):
-            live = {"origin_ms": origin_for(since, time.time() * 1000, query.execution.interval_ms),
-                    "sources": source_starts(self.bootstrap, self.admin, query)}
-        consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
-        try:
-            offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
-        finally:
-            consumer.close()
-        run = uuid.uuid4().hex[:12]
+        live = self.live_of(query, since)
         nodes = list(lower(query, plan).nodes) if isinstance(plan, Plan) else []
-        payload = {"query": query_to_dict(query), "plan": plan.to_json(), "run": run, "offsets": offsets,
-                   "nodes": nodes, **extra}
-        if live is not None:
-            payload["live"] = live
-        produce_control_sync(self.producer, query.name, "plan", payload)
-        status = _status_of(query.name, payload, planner, time.time() * 1000)
-        with self.lock:
-            self.queries[query.name] = status
+        run = uuid.uuid4().hex[:12]
+        self.publish(query, plan.to_json(), run, planner, live, {"nodes": nodes, **extra})
         if self.sensor is not None:
             self.sensor.set_plan(query.name, plan)
         out: dict[str, object] = {"query": query.name, "run": run, "plan": plan.to_json()}
@@ -229,17 +226,50 @@ class PlannerService:
             out["origin_ms"] = live["origin_ms"]
         return out
 
+    def live_of(self, query: Query, since: Optional[str]) -> Optional[dict]:
+        """A live query's origin and the offsets its sources start at (None for a replayed query)."""
+        if not live_streams(query):
+            return None
+        return {"origin_ms": origin_for(since, time.time() * 1000, query.execution.interval_ms),
+                "sources": source_starts(self.bootstrap, self.admin, query)}
+
+    def publish(self, query: Query, plan: dict, run: str, planner: str, live: Optional[dict],
+                extra: dict) -> dict:
+        """Create ``query``'s topics and publish its plan message (``extra`` added to it); returns it."""
+        topics = query_topics(query)
+        ensure_topics(self.admin, topics)
+        consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
+        try:
+            offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
+        finally:
+            consumer.close()
+        payload = {"query": query_to_dict(query), "plan": plan, "run": run, "offsets": offsets, **extra}
+        if live is not None:
+            payload["live"] = live
+        produce_control_sync(self.producer, query.name, "plan", payload)
+        status = _status_of(query.name, payload, planner, time.time() * 1000)
+        with self.lock:
+            self.queries[query.name] = status
+        return payload
+
     def stop(self, name: str) -> dict:
-        """Publish ``stop`` for the current run of ``name``."""
+        """Publish ``stop`` for the current run of ``name``, then for each operator deployment it used
+        that no other running query uses (docs/multiquery.md "Shared operators")."""
         with self.lock:
             cur = self.queries.get(name)
         if cur is None:
             raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
         if cur.state() in ("done", "stopped"):
             raise Conflict(f"query {name} is not running ({cur.state()})")
+        from .trees import released, used_by
+        if cur.operator is not None and used_by(self, name):
+            raise Conflict(f"{name} is a shared operator that {', '.join(used_by(self, name))} still use(s); it "
+                           "stops with the last of them")
         produce_control_sync(self.producer, name, "stop", {"run": cur.run})
         with self.lock:
             cur.stopping = True
+        for op in released(self, cur):
+            self.stop(op)
         return {"query": name, "run": cur.run, "state": cur.state()}
 
     def results(self, name: str, start: str = "beginning", max_results: int = 10_000, wait_s: float = 0.0) -> dict:
@@ -273,11 +303,12 @@ class PlannerService:
         return stats
 
     def status(self, name: Optional[str] = None):
+        from .trees import status_json
         with self.lock:
             if name is None:
-                return [q.to_json() for q in self.queries.values()]
+                return [status_json(self, q) for q in self.queries.values()]
             q = self.queries.get(name)
-            return None if q is None else q.to_json()
+            return None if q is None else status_json(self, q)
 
     # ------------------------------------------------------------------ control log
     def _watch(self) -> None:
@@ -367,7 +398,7 @@ def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str
     if not root or name is not None:
         return 404, {"error": "POST /queries with the query file as the body, or POST /queries/NAME/stop"}
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
-                               args.get("since"))
+                               args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"))
 
 
 def _delete(service: PlannerService, path: str) -> tuple[int, object]:

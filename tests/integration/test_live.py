@@ -167,9 +167,10 @@ def read_topic(bootstrap: str, topic: str, run: str) -> list[Any]:
         c.close()
 
 
-def advances(bootstrap: str, query: Query, run: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
+def advances(bootstrap: str, query: Any, run: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """The idle advances logged for a query (or a deployment, by name) in ``wm.<name>``."""
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for m in read_topic(bootstrap, f"wm.{query.name}", run):
+    for m in read_topic(bootstrap, f"wm.{getattr(query, 'name', query)}", run):
         d = json.loads(m.value())
         out.setdefault((d["stream"], d["part"]), []).append((d["at"], d["wm"]))
     return out
@@ -404,6 +405,30 @@ def _node_process(site: str, bootstrap: str, redis_url: str, log: Path) -> subpr
                                 env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+def stop_processes(procs: Any) -> None:
+    """Terminate node processes, then kill those that do not end within 15 s."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def kill_and_restart(procs: dict[str, subprocess.Popen], site: str, log: Path, running: str, after_s: float,
+                     bootstrap: str, redis_url: str) -> None:
+    """SIGKILL ``site``'s node process once its log says ``running`` and ``after_s`` more have passed (long
+    enough to checkpoint, every 0.5 s; a loaded machine may take seconds to start a node), then start it again."""
+    _wait_for_text(log, running, timeout_s=60)
+    time.sleep(after_s)
+    procs[site].send_signal(signal.SIGKILL)
+    procs[site].wait(10)
+    procs[site] = _node_process(site, bootstrap, redis_url, log)
+
+
 def _wait_for_text(path: Path, text: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -428,23 +453,10 @@ def test_killing_a_node_mid_stream_keeps_the_output_exact(services, make_topic, 
         t = threading.Thread(target=gen.run, args=(6.0,))
         t.start()
         victim = sites[1]
-        # kill it mid-stream, after it has run the query long enough to checkpoint (every 0.5 s);
-        # a loaded machine may take seconds to start a node
-        _wait_for_text(logs[victim], f"running query {q.name}", timeout_s=60)
-        time.sleep(2.0)
-        procs[victim].send_signal(signal.SIGKILL)
-        procs[victim].wait(10)
-        procs[victim] = _node_process(victim, kafka_bootstrap, redis_url, logs[victim])
+        kill_and_restart(procs, victim, logs[victim], f"running query {q.name}", 2.0, kafka_bootstrap, redis_url)
         t.join()
         wait_exact(services, q, out["run"], 0, rec, tmp_path, timeout_s=60, min_results=300)
         assert "resumed from the checkpoint" in logs[victim].read_text(), logs[victim].read_text()[-2000:]
         assert cli(["stop", q.name, "--url", services.url]) == 0
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs.values())
