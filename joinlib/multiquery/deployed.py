@@ -26,8 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..derived import TreeProgram, derived_name, signatures
-from ..pmjoin.tree import to_json
+from ..derived import TreeProgram, derived_name, lower_tree, signatures
+from ..errors import PlanError
+from ..model import Query
+from ..pmjoin.rates import RateModel
+from ..pmjoin.tree import Leaf, MJoin, Tree, from_json, members, operators, to_json
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class RunningOp:
     uses: tuple[str, ...]
     node: str = ""
     streams: tuple[str, ...] = ()
+    tree: Optional[dict[str, Any]] = None   # its subtree (JSON of joinlib.pmjoin.tree): a later tree can be built on it
 
     def external(self) -> dict[str, Any]:
         """How a reader's plan names it (``plan.external``, :func:`joinlib.control_check.tree_scope`)."""
@@ -51,13 +55,14 @@ class RunningOp:
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "producer": self.producer, "uses": list(self.uses), "node": self.node,
-                "streams": list(self.streams)}
+                "streams": list(self.streams), "tree": self.tree}
 
     @staticmethod
     def from_json(name: str, run: str, origin_ms: int, obj: Mapping[str, Any]) -> "RunningOp":
         return RunningOp(name, str(obj["producer"]), run, origin_ms, str(obj["key"]),
                          tuple(str(u) for u in obj.get("uses") or ()), str(obj.get("node") or ""),
-                         tuple(str(s) for s in obj.get("streams") or ()))
+                         tuple(str(s) for s in obj.get("streams") or ()),
+                         obj["tree"] if isinstance(obj.get("tree"), dict) else None)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ def split(prog: TreeProgram, running: Mapping[str, RunningOp], new_run: Callable
     new: list[NewOp] = []
     reused: dict[str, None] = {}
     tree = to_json(prog.tree)
+    subtrees = list(operators(prog.tree))   # in the order of prog.ops (lower_tree's)
     children = {i: [j for j, o in enumerate(prog.ops) if o.parent == i] for i in range(len(prog.ops))}
 
     def resolve(i: int) -> RunningOp:
@@ -115,7 +121,7 @@ def split(prog: TreeProgram, running: Mapping[str, RunningOp], new_run: Callable
         op = prog.ops[i]
         uses = tuple(dict.fromkeys([name, *(u for b in below for u in b.uses)]))
         ref = RunningOp(name, f"{name}.mj{i}", run, origin_ms, key, uses, op.node, tuple(sorted(
-            n for part in op.parts for n in part)))
+            n for part in op.parts for n in part)), to_json(subtrees[i]))
         ext = {slot_of(prog, j): b.external() for j, b in zip(children[i], below, strict=True)}
         new.append(NewOp(ref, {"mjoin_tree": tree, "only": slot_of(prog, i), "external": ext}))
         return ref
@@ -125,6 +131,51 @@ def split(prog: TreeProgram, running: Mapping[str, RunningOp], new_run: Callable
     uses = tuple(dict.fromkeys(u for _, r in inputs for u in r.uses))
     plan = {"mjoin_tree": tree, "external": {slot_of(prog, j): r.external() for j, r in inputs}}
     return Split(tuple(new), plan, tuple(reused), uses)
+
+
+def marginal_cost(query: Query, tree: Tree, keys: frozenset[str], model: RateModel) -> float:
+    """Bytes/s ``tree`` would ship that no running operator (by key) already ships: every shipped input
+    (:func:`joinlib.pmjoin.tree.plan_cost`) but those below a reused operator.  Seed 001's marginal cost,
+    on the rate model of seed 002's trees."""
+    prog = lower_tree(query, tree)
+    key_of = {id(t): operator_key(prog, i) for i, t in enumerate(operators(tree))}
+
+    def walk(t: Tree) -> float:
+        if isinstance(t, Leaf) or key_of[id(t)] in keys and t is not tree:
+            return 0.0   # a reused operator's output ships from its node, counted by its reader
+        return sum(walk(c) + (model.cost(members(c, model)) if c.node != t.node else 0.0) for c in t.inputs)
+    return walk(tree)
+
+
+def candidates(query: Query, base: Tree, running: Iterable[RunningOp]) -> list[Tree]:
+    """``base`` and, per running operator over some of ``query``'s streams, trees built on it: its subtree
+    joined with the other streams at one node (its own, or a stream's site), where lowered over ``query``
+    it is the same operator (same key)."""
+    out = [base]
+    sites = {s.name: s.site for s in query.streams}
+    for r in running:
+        if r.tree is None or not set(r.streams) < set(sites):
+            continue
+        sub = from_json(r.tree)
+        rest = [Leaf(n, sites[n]) for n in query.names if n not in r.streams]
+        for node in dict.fromkeys([r.node, *(leaf.node for leaf in rest)]):
+            cand = MJoin((sub, *rest), node)
+            try:
+                prog = lower_tree(query, cand)
+            except PlanError:
+                continue   # its streams are not where the operator read them, or not joined as it joined them
+            if operator_key(prog, len(prog.ops) - 2) == r.key and cand not in out:
+                out.append(cand)
+    return out
+
+
+def choose_tree(query: Query, base: Tree, running: Iterable[RunningOp], model: RateModel) -> tuple[Tree, float]:
+    """The candidate (:func:`candidates`) with the least :func:`marginal_cost` (``base`` on a tie), and its cost."""
+    ops = list(running)
+    keys = frozenset(r.key for r in ops)
+    scored = [(marginal_cost(query, t, keys, model), k, t) for k, t in enumerate(candidates(query, base, ops))]
+    cost, _, tree = min(scored, key=lambda x: (x[0], x[1]))
+    return tree, cost
 
 
 def users(op: str, queries: Iterable[tuple[str, Iterable[str]]], leaving: Optional[str] = None) -> list[str]:

@@ -1,7 +1,8 @@
 """MJoin trees submitted to the planner service, with their inner operators shared between queries.
 
-``joinlib submit Q.yaml --plan mjoin[:TREE.json]``: the tree (STREAMJOINOPT's from the query file's
-statistics, or the one sent as the file's ``mjoin_tree``) is split by
+``joinlib submit Q.yaml --plan mjoin[:TREE.json]``: the tree (the one sent as the file's ``mjoin_tree``,
+or STREAMJOINOPT's from the query file's statistics -- unless a tree built on a running operator ships
+fewer new bytes per second, :func:`joinlib.multiquery.deployed.choose_tree`) is split by
 :func:`joinlib.multiquery.deployed.split`: every inner operator whose key matches a running operator
 deployment is reused (the query reads its derived stream, moved to its own origin), every other one is
 published as a deployment of its own (``op-<key>-<run>``, a query in the control log with an
@@ -21,7 +22,8 @@ from typing import Any, Optional
 from joinlib.derived import TreeProgram, lower_tree
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
-from joinlib.multiquery.deployed import RunningOp, slot_of, split, users
+from joinlib.multiquery.deployed import RunningOp, choose_tree, slot_of, split, users
+from joinlib.pmjoin.stats import selectivity_model
 from joinlib.pmjoin.tree import from_json
 from joinlib.tree_plans import plan_tree
 
@@ -84,13 +86,17 @@ def submit_tree(service: Any, query: Query, planner: str, tree: Any, since: Opti
     live = service.live_of(query, since)
     origin = int(live["origin_ms"]) if live is not None else 0
     run = uuid.uuid4().hex[:12]
-    root = len(prog.ops) - 1
-    if not reuse or root == 0 or live is None:  # a replayed query reads its own src topics: nothing to share
+    if not reuse or live is None:  # a replayed query reads its own src topics: nothing to share
         nodes = sites_of(prog, list(range(len(prog.ops))))
         plan = prog.to_json()
         service.publish(query, plan, run, "mjoin", live, {"nodes": nodes})
         return _answer(query, run, plan, live, [], [])
-    sp = split(prog, running_ops(service), lambda: uuid.uuid4().hex[:12], origin)
+    running = running_ops(service)
+    if tree is None:   # STREAMJOINOPT's tree, or one built on a running operator if that ships less
+        best, _ = choose_tree(query, prog.tree, running.values(), selectivity_model(query))
+        prog = lower_tree(query, best)
+    root = len(prog.ops) - 1
+    sp = split(prog, running, lambda: uuid.uuid4().hex[:12], origin)
     for new in sp.new:
         i = next(k for k in range(root) if slot_of(prog, k) == new.plan["only"])
         service.publish(replace(query, name=new.op.name), new.plan, new.op.run, "mjoin", live,

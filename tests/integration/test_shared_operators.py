@@ -1,10 +1,11 @@
 """Two continuous queries sharing a two-way join on the real broker (issue 15, docs/multiquery.md "Shared
 operators").
 
-Q1 = S1 ⋈ S2 ⋈ S3 and Q2 = S1 ⋈ S2 ⋈ S4 over live JSON topics, each submitted as the tree
-((S1 ⋈ S2)@y ⋈ S_k)@site_k.  Q1's submission deploys the inner join as an operator of its own; Q2,
-submitted later with another origin, reuses it (it reads its derived stream, moved to its own origin),
-while Q2b, the same query with ``--no-reuse``, deploys its own.  Each output must equal the contract's:
+Q1 = S1 ⋈ S2 ⋈ S3 and Q2 = S1 ⋈ S2 ⋈ S4 over live JSON topics.  Q1 is submitted as the tree
+((S1 ⋈ S2)@y ⋈ S3)@z, which deploys the inner join as an operator of its own; Q2, submitted later with
+another origin and ``--plan mjoin``, gets a tree built on the running join (S4 ships to y: fewer new
+bytes than STREAMJOINOPT's own tree) and reads its derived stream, moved to its own origin; Q2b, Q2 as
+((S1 ⋈ S2)@y ⋈ S4)@w with ``--no-reuse``, deploys its own.  Each output must equal the contract's:
 the reference join over the records on time for whoever ingests them (the shared operator for S1 and
 S2 from its start; each query for its own stream from its start), results from the query's origin on.
 Q2 ships fewer bytes than Q2b (no S1 from x to y); stopping Q1 leaves the operator running for Q2, which
@@ -41,9 +42,12 @@ def services(kafka_bootstrap):
     svc.close()
 
 
-def _query(name: str, sites: dict[str, str], topics: dict[str, str]) -> Query:
+def _query(name: str, sites: dict[str, str], topics: dict[str, str], stats: bool = False) -> Query:
+    """A star on ``dest`` around S2 over live JSON topics; with ``stats``, rates and selectivities for
+    ``--plan mjoin`` (the generator's: 100 events/s, 40 values)."""
     streams = {s: {"site": sites[s], "window": "1s",
-                   "source": {"topic": topics[s], "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id"}}
+                   "source": {"topic": topics[s], "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id"},
+                   **({"rate": 100, "selectivity": 0.025, "tuple_bytes": 60} if stats else {})}
                for s in sites}
     join = [f"S2.dest = {s}.dest" for s in sites if s != "S2"]
     doc = {"name": name, "streams": streams, "join": join,
@@ -59,9 +63,11 @@ def _tree(top: str, site: str, shared: str) -> dict:
 _SITE: dict[str, str] = {}
 
 
-def _submit(services: Services, q: Query, tree: dict, since: str, reuse: bool = True) -> dict:
+def _submit(services: Services, q: Query, tree: Optional[dict], since: str, reuse: bool = True) -> dict:
+    """Submit ``q`` as an MJoin tree: ``tree``, or (None) the planner's choice."""
     doc = query_to_dict(q)
-    doc["mjoin_tree"] = tree
+    if tree is not None:
+        doc["mjoin_tree"] = tree
     return services.planner.submit(yaml.safe_dump(doc), "mjoin", None, since, reuse)
 
 
@@ -140,7 +146,7 @@ def test_two_continuous_queries_share_a_two_way_join(services, make_topic, tmp_p
     topics = {s: make_topic(f"events-{s}", partitions=2) for s in sites}
     everything = _query(f"all{tag}", sites, topics)
     q1 = _query(f"sq1{tag}", {s: sites[s] for s in ("S1", "S2", "S3")}, topics)
-    q2 = _query(f"sq2{tag}", {s: sites[s] for s in ("S1", "S2", "S4")}, topics)
+    q2 = _query(f"sq2{tag}", {s: sites[s] for s in ("S1", "S2", "S4")}, topics, stats=True)
     q2b = _query(f"sq2b{tag}", {s: sites[s] for s in ("S1", "S2", "S4")}, topics)
     bs, y = services.bootstrap, sites["S2"]
     rec = Recorder()
@@ -156,13 +162,14 @@ def test_two_continuous_queries_share_a_two_way_join(services, make_topic, tmp_p
 
     # Q2 and Q2b start later, with another origin (60 s): Q2 reuses the running join, Q2b deploys its own
     starts = _starts(bs, everything, ["S1", "S2", "S4"])
-    r2 = _submit(services, q2, _tree("S4", sites["S4"], y), "60000")
+    r2 = _submit(services, q2, None, "60000")   # the planner's tree: built on the running join, at y
     (tmp_path / "q2b.yaml").write_text(yaml.safe_dump(query_to_dict(q2b)))
     (tmp_path / "tree.json").write_text(json.dumps(_tree("S4", sites["S4"], y)))
     assert cli(["submit", str(tmp_path / "q2b.yaml"), "--plan", f"mjoin:{tmp_path / 'tree.json'}", "--no-reuse",
                 "--since", "60000", "--url", services.url]) == 0
     r2b = services.planner.status(q2b.name)
     assert r2["reused"] == [op] and r2["deployed"] == [] and "operator" not in capsys.readouterr().out
+    assert r2["plan"]["mjoin_tree"]["mjoin"] == y   # S4 ships to the running join, not S1 and S2 to S4's site
     assert services.planner.status(op)["used_by"] == sorted([q1.name, q2.name])
     generator(bs, everything, rec, time_base_ms=60_000, id_base=10_000, seed=2).burst(150)
     ing2 = [shared, Ingest(q2.name, r2["run"], 60_000, ["S4"], starts)]

@@ -149,3 +149,38 @@ def test_a_published_operator_hands_every_epoch_over_and_a_reader_keeps_its_own_
     floored = OpOutput(alone, 0, CollectingSink(prog.base), publish=True, floor=200)
     floored.emit(1, [(row, [row[1]])], 0.0)
     assert [t for _, feeds in floored.handover(1, every_reader=False) for _, _, t in feeds] == [[], []]
+
+
+def _with_rates(third: str, site: str, rates: tuple[float, float, float]):
+    streams = {n: {"site": s, "window": "1s", "source": _src("e" + n), "rate": r, "selectivity": 0.01,
+                   "tuple_bytes": 100} for n, s, r in zip(("S1", "S2", third), ("x", "y", site), rates, strict=True)}
+    return parse_query({"name": f"R{third}", "streams": streams,
+                        "join": ["S1.dest = S2.dest", f"S2.dest = {third}.dest"]}, f"R{third}")
+
+
+def test_a_new_query_is_built_on_a_running_operator_when_that_ships_less():
+    """Seed 001's marginal cost on the live system: STREAMJOINOPT alone would ship S1 and S2 to w (2 x 100
+    tuples/s x 100 B); on the running S1+S2 join at y only S4 ships (100 x 100 B).  Without it, or when the
+    query joins S1 and S2 otherwise, the base tree stays."""
+    from joinlib.multiquery.deployed import candidates, choose_tree, marginal_cost
+    from joinlib.pmjoin.stats import selectivity_model
+    from joinlib.pmjoin.tree import describe
+    from joinlib.tree_plans import streamjoinopt
+    q1 = _with_rates("S3", "z", (100, 100, 10))
+    op = split(program(q1, tree("S3", "z")), {}, runs(), 0).new[0].op
+    q2 = _with_rates("S4", "w", (100, 100, 100))
+    base, model = streamjoinopt(q2), selectivity_model(q2)
+    assert describe(base) == "MJoin@w(S1@x -> w, S2@y -> w, S4)"
+    keys = frozenset({op.key})
+    costs = {describe(t): marginal_cost(q2, t, keys, model) for t in candidates(q2, base, [op])}
+    assert costs == {"MJoin@w(S1@x -> w, S2@y -> w, S4)": 20_000.0,
+                     "MJoin@y(MJoin@y(S1@x -> y, S2), S4@w -> y)": 10_000.0,
+                     "MJoin@w(MJoin@y(S1@x -> y, S2) -> w, S4)": 40_000.0}
+    best, cost = choose_tree(q2, base, [op], model)
+    assert (describe(best), cost) == ("MJoin@y(MJoin@y(S1@x -> y, S2), S4@w -> y)", 10_000.0)
+    assert split(lower_tree(q2, best), {op.key: op}, runs(), 0).reused == (op.name,)
+    assert choose_tree(q2, base, [], model) == (base, 20_000.0)
+    doc = query_to_dict(q2)
+    doc["streams"]["S1"]["window"] = "2s"   # another S1 window: another operator
+    other = parse_query(doc, "other")
+    assert choose_tree(other, streamjoinopt(other), [op], selectivity_model(other))[0] == streamjoinopt(other)
