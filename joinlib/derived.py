@@ -320,3 +320,19 @@ def base_row(query: Query, comps: Named) -> tuple[Tup, ...]:
 def leaf_tuple(t: Tup, pos: int) -> Tup:
     """A base tuple as input ``pos`` of an operator query."""
     return Tup(pos, t.id, t.ts, t.seq, t.key, t.rest)
+
+
+def moved(tups: Sequence[Tup], pos: int, delta: int, horizon: int) -> list[Tup]:
+    """Derived tuples of a shared operator moved ``delta`` ms (from its origin to a reader's) as input
+    ``pos`` of the reader, their components too; those older than ``horizon`` after the move are dropped
+    (they can meet no tuple of the reader's: docs/multiquery.md "Shared operators")."""
+    from .wire import decode_tuple_list, encode_tuple_list
+    out = []
+    for t in tups:
+        if t.ts + delta < horizon:
+            continue
+        rest = t.rest if delta == 0 else encode_tuple_list([Tup(c.pos, c.id, c.ts + delta, c.seq, c.key, c.rest)
+                                                            for c in decode_tuple_list(t.rest)])
+        out.append(Tup(pos, t.id, t.ts + delta, t.seq, t.key, rest))
+    return out
+

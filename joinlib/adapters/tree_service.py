@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 
 from .. import wire
 from ..control_check import is_tree_json, tree_payload, tree_scope
-from ..derived import Deployment, TreeProgram, deploy, leaf_tuple
+from ..derived import Deployment, TreeProgram, deploy, leaf_tuple, moved
 from ..engine import generations
 from ..errors import ClusterError, PlanError
 from ..model import Query, Tup
@@ -268,19 +268,10 @@ class _OpRun(PlanRun):
         return int(b.watermark) + self.shift.get(stream.name, 0)
 
     def _moved(self, b: Any, stream: Any) -> list[Any]:
-        """A shared operator's derived tuples in this run's event time; those too old to meet any tuple of
-        ours (older than our origin by more than their components' largest window) are dropped here, at the
-        producer's node, so they never ship."""
-        d = self.shift[stream.name]
-        horizon = -max(self.tr.dep.windows[self.i].values())
-        out = []
-        for t in b.tuples:
-            if t.ts + d < horizon:
-                continue
-            rest = t.rest if d == 0 else wire.encode_tuple_list([Tup(c.pos, c.id, c.ts + d, c.seq, c.key, c.rest)
-                                                                 for c in wire.decode_tuple_list(t.rest)])
-            out.append(Tup(stream.pos, t.id, t.ts + d, t.seq, t.key, rest))
-        return out
+        """A shared operator's derived tuples in this run's event time, those too old to meet any tuple of
+        ours (older than our origin by more than their components' largest window) dropped here, at the
+        producer's node, so that they never ship."""
+        return moved(b.tuples, stream.pos, self.shift[stream.name], -max(self.tr.dep.windows[self.i].values()))
 
     def _step(self, now: float) -> None:
         super()._step(now)
