@@ -10,11 +10,14 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   node operator set); for a live query (json/avro sources) also its origin (``since``,
   :func:`joinlib.ingest.lifecycle.origin_for`) and where each source partition starts; 201
   ``{"query", "run", "plan"}``; 400 ``{"error"}`` for a bad query or plan; 409 if a live query of that
-  name is still running;
+  name is still running.  ``plan=mjoin`` (a tree in the file's ``mjoin_tree``, or STREAMJOINOPT's): a live
+  query's inner MJoins are operator deployments shared with other queries (:mod:`.trees`), unless
+  ``reuse=0``; the answer adds ``deployed`` and ``reused`` (operator deployments);
 * ``GET /queries``: every known query with its state and figures (input rates, results/s, bytes
   shipped against ``central``'s, dead letters, p50/p99 latency);
 * ``GET /queries/<name>``: the same for one query, plus its plan and per-site progress;
-* ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run;
+* ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run, then for
+  each operator deployment it used that no running query still uses; 409 for an operator still in use;
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
   in the OUT format, ``{"results": [...], "next": OFFSET, "end": OFFSET}``;
 * ``GET /queries/<name>/values``: a live query's per-value rates over the last minute of event time
