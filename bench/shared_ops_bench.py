@@ -6,9 +6,9 @@ K live queries Q_k = S1 ⋈ S2 ⋈ T_k (T_k at its own site z_k), each the MJoin
 T_k)@z_k, submitted to the planner service twice over the same JSON topics: once with reuse (the first
 deploys the S1 ⋈ S2 operator, the others read its derived stream) and once with ``--no-reuse`` (each
 deploys its own).  Node services for every site run in this process (threads) on a local broker
-(``KAFKA_BOOTSTRAP_SERVERS``, else one started here).  The generator writes wall-clock events at
-``--rate`` per stream for ``--seconds``; then every query is stopped and the bytes each deployment's
-nodes sent (their ``done`` messages) are added up.  Both runs of a query read the same records from
+(``KAFKA_BOOTSTRAP_SERVERS``, the ``make up`` cluster, else one started here).  The generator writes
+wall-clock events at ``--rate`` per stream for ``--seconds``; then every query is stopped and the bytes
+each deployment's nodes sent (their ``done`` messages) are added up.  Both runs of a query read the same records from
 the same start, so their results must be the same set: the bench checks it.  Writes
 ``shared_ops.json`` and ``shared_ops.png`` (bytes per deployment, stacked per configuration).
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import yaml  # noqa: E402
 
@@ -221,12 +221,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.queries < 2 or args.seconds < 2 or args.rate <= 0 or args.payload < 0 or args.distinct < 1:
         ap.error("--queries >= 2, --seconds >= 2, --rate > 0, --payload >= 0 and --distinct >= 1")
-    bootstrap, cluster = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), None
-    if not bootstrap:
-        from infra.local_cluster import LocalCluster
-        print("starting a local broker", file=sys.stderr)
-        cluster = LocalCluster.start(kafka=True, redis=False)
-        bootstrap = cluster.kafka_bootstrap
+    from live_common import kafka
+    bootstrap, cluster = kafka(None)   # $KAFKA_BOOTSTRAP_SERVERS, the 'make up' cluster, else one started here
     try:
         res = run(bootstrap, args.queries, args.seconds, args.rate, args.payload, args.distinct)
     finally:

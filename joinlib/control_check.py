@@ -239,7 +239,6 @@ def tree_scope(prog: Any, plan: dict[str, Any]) -> tuple[Optional[int], dict[str
     ``external``, the root alone.  ``external`` names, per derived input, the operator query ``P`` (run
     ``R``, origin ``O``) already publishing it on ``src.P.out``.  Returns (index of the operator run alone,
     or None for the whole tree; the external inputs)."""
-    from .derived import derived_name
     from .errors import PlanError
     only, ext = plan.get("only"), plan.get("external")
     if only is None and ext is None:
@@ -249,7 +248,7 @@ def tree_scope(prog: Any, plan: dict[str, Any]) -> tuple[Optional[int], dict[str
                                         and is_int(v.get("origin_ms")) for v in ext.values()):
         raise PlanError("plan.external is {derived stream: {'op': operator query, 'run': its run, "
                         "'origin_ms': its origin}}")
-    names = {derived_name(sorted(n for part in op.parts for n in part)): i for i, op in enumerate(prog.ops)}
+    names = {op.output: i for i, op in enumerate(prog.ops)}
     if only is not None and (type(only) is not str or only not in names or names[only] == len(prog.ops) - 1):
         raise PlanError(f"plan.only: {_short(only)} is not an inner operator's derived stream "
                         f"(one of {sorted(n for n, i in names.items() if i < len(prog.ops) - 1)})")

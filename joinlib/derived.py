@@ -53,6 +53,21 @@ class Operator:
     def is_derived(self, stream: str) -> bool:
         return len(self.parts[self.query.stream(stream).pos]) > 1
 
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """The base streams below it, sorted by name."""
+        return tuple(sorted(n for part in self.parts for n in part))
+
+    @property
+    def output(self) -> str:
+        """The name of its derived stream (its readers' input)."""
+        return derived_name(self.bases)
+
+    @property
+    def sites(self) -> list[str]:
+        """The sites that run it: its inputs' and its own."""
+        return list(dict.fromkeys([*(s.site for s in self.query.streams), self.node]))
+
 
 @dataclass(frozen=True)
 class TreeProgram:
@@ -223,7 +238,7 @@ def signatures(prog: TreeProgram) -> list[tuple[object, ...]]:
         for a, b in pairs:
             for x in (a, b):
                 classes.setdefault(find(x), []).append(x)
-        names = sorted(n for p in op.parts for n in p)
+        names = op.bases
         base = prog.base
         streams = tuple((n, base.stream(n).site, base.stream(n).window.size, base.stream(n).join_attrs) for n in names)
         out.append((streams, tuple(sorted(tuple(sorted(set(c))) for c in classes.values()))))

@@ -24,7 +24,6 @@ from .derived import (
     base_row,
     components,
     deploy,
-    derived_name,
     derived_tuple,
     leaf_tuple,
 )
@@ -89,7 +88,7 @@ class OpOutput:
             return out
         readers = self.readers if every_reader else self.readers[:1]
         if not readers:   # published for readers deployed apart: the derived stream's own name, input 0
-            readers = [(self.op, derived_name(sorted(n for part in self.op.parts for n in part)))]
+            readers = [(self.op, self.op.output)]
         for e in range(self.next_epoch, done + 1):
             batch = sorted(self.buffer.pop(e, []),
                            key=lambda cs: (max(c.ts for _, c in cs), [(n, c.id) for n, c in cs]))

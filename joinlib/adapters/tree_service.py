@@ -151,21 +151,15 @@ def tree_topics(tr: TreeRun) -> list[str]:
     out: list[str] = []
     for i, op in enumerate(tr.dep.ops):
         out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
-        out += [f"node.{op.name}.{site}" for site in _sites(tr.dep, i)]
+        out += [f"node.{op.name}.{site}" for site in op.sites]
     return out
-
-
-def _sites(dep: Deployment, i: int) -> list[str]:
-    """The sites that run operator ``i``: its inputs' and its own."""
-    op = dep.ops[i]
-    return list(dict.fromkeys([*(s.site for s in op.query.streams), op.node]))
 
 
 def tree_nodes(dep: Deployment) -> list[str]:
     """Every site of a tree run (stream sites first)."""
     out: dict[str, None] = {}
-    for i in range(len(dep.ops)):
-        out.update(dict.fromkeys(_sites(dep, i)))
+    for op in dep.ops:
+        out.update(dict.fromkeys(op.sites))
     return list(out)
 
 
@@ -313,7 +307,7 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
     dep = tr.dep
     p = rec.payload if isinstance(rec.payload, dict) else {}
     run_id, site = p.get("run"), svc.site
-    mine = [i for i in range(len(dep.ops)) if site in _sites(dep, i)]
+    mine = [i for i in range(len(dep.ops)) if site in dep.ops[i].sites]
     out = Producing(make_producer(svc.bootstrap))
     threads = [_OpThread(svc, rec, tr, i, admin, ctl.copy()) for i in mine]
     svc.log(f"{rec.query}: running {len(mine)} operator(s) of the tree here: "

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..derived import TreeProgram, derived_name, lower_tree, signatures
+from ..derived import TreeProgram, lower_tree, signatures
 from ..errors import PlanError
 from ..model import Query
 from ..pmjoin.rates import RateModel
@@ -67,10 +67,12 @@ class RunningOp:
 
 @dataclass(frozen=True)
 class NewOp:
-    """An operator deployment to publish: its :class:`RunningOp` and its plan (``only`` its operator)."""
+    """An operator deployment to publish: its :class:`RunningOp`, its plan (``only`` its operator) and the
+    operator's index in the tree program."""
 
     op: RunningOp
     plan: dict[str, Any]
+    index: int
 
 
 @dataclass(frozen=True)
@@ -88,16 +90,10 @@ def operator_key(prog: TreeProgram, i: int) -> str:
     """What makes operator ``i`` of ``prog`` the same as another query's (see the module docstring)."""
     op, base = prog.ops[i], prog.base
     sig = signatures(prog)[i]
-    names = sorted(n for part in op.parts for n in part)
-    sources = [repr(base.stream(n).source) for n in names]
+    sources = [repr(base.stream(n).source) for n in op.bases]
     ex = base.execution
     doc = [repr(sig), op.node, sorted(op.parts), sources, [ex.interval_ms, ex.max_delay_ms, ex.idle_timeout_ms]]
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=repr).encode()).hexdigest()[:16]
-
-
-def slot_of(prog: TreeProgram, i: int) -> str:
-    """The name of operator ``i``'s derived stream (its readers' input)."""
-    return derived_name(sorted(n for part in prog.ops[i].parts for n in part))
 
 
 def split(prog: TreeProgram, running: Mapping[str, RunningOp], new_run: Callable[[], str],
@@ -120,16 +116,15 @@ def split(prog: TreeProgram, running: Mapping[str, RunningOp], new_run: Callable
         name = f"op-{key[:10]}-{run[:6]}"
         op = prog.ops[i]
         uses = tuple(dict.fromkeys([name, *(u for b in below for u in b.uses)]))
-        ref = RunningOp(name, f"{name}.mj{i}", run, origin_ms, key, uses, op.node, tuple(sorted(
-            n for part in op.parts for n in part)), to_json(subtrees[i]))
-        ext = {slot_of(prog, j): b.external() for j, b in zip(children[i], below, strict=True)}
-        new.append(NewOp(ref, {"mjoin_tree": tree, "only": slot_of(prog, i), "external": ext}))
+        ref = RunningOp(name, f"{name}.mj{i}", run, origin_ms, key, uses, op.node, op.bases, to_json(subtrees[i]))
+        ext = {prog.ops[j].output: b.external() for j, b in zip(children[i], below, strict=True)}
+        new.append(NewOp(ref, {"mjoin_tree": tree, "only": op.output, "external": ext}, i))
         return ref
 
     root = len(prog.ops) - 1
     inputs = [(j, resolve(j)) for j in children[root]]
     uses = tuple(dict.fromkeys(u for _, r in inputs for u in r.uses))
-    plan = {"mjoin_tree": tree, "external": {slot_of(prog, j): r.external() for j, r in inputs}}
+    plan = {"mjoin_tree": tree, "external": {prog.ops[j].output: r.external() for j, r in inputs}}
     return Split(tuple(new), plan, tuple(reused), uses)
 
 

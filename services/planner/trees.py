@@ -22,7 +22,7 @@ from typing import Any, Optional
 from joinlib.derived import TreeProgram, lower_tree
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
-from joinlib.multiquery.deployed import RunningOp, choose_tree, slot_of, split, users
+from joinlib.multiquery.deployed import RunningOp, choose_tree, split, users
 from joinlib.pmjoin.stats import selectivity_model
 from joinlib.pmjoin.tree import from_json
 from joinlib.tree_plans import plan_tree
@@ -39,15 +39,6 @@ def tree_of(query: Query, planner: str, tree: Any) -> TreeProgram:
                            "sent with 'joinlib submit --plan mjoin:TREE.json'); partitioned trees run with "
                            "'joinlib run --cluster'")
     return plan_tree(query, "mjoin")
-
-
-def sites_of(prog: TreeProgram, ops: list[int]) -> list[str]:
-    """The sites that run operators ``ops`` of ``prog``: their inputs' and their own."""
-    out: dict[str, None] = {}
-    for i in ops:
-        op = prog.ops[i]
-        out.update(dict.fromkeys([*(s.site for s in op.query.streams), op.node]))
-    return list(out)
 
 
 def running_ops(service: Any) -> dict[str, RunningOp]:
@@ -87,7 +78,7 @@ def submit_tree(service: Any, query: Query, planner: str, tree: Any, since: Opti
     origin = int(live["origin_ms"]) if live is not None else 0
     run = uuid.uuid4().hex[:12]
     if not reuse or live is None:  # a replayed query reads its own src topics: nothing to share
-        nodes = sites_of(prog, list(range(len(prog.ops))))
+        nodes = list(dict.fromkeys(site for op in prog.ops for site in op.sites))
         plan = prog.to_json()
         service.publish(query, plan, run, "mjoin", live, {"nodes": nodes})
         return _answer(query, run, plan, live, [], [])
@@ -98,10 +89,9 @@ def submit_tree(service: Any, query: Query, planner: str, tree: Any, since: Opti
     root = len(prog.ops) - 1
     sp = split(prog, running, lambda: uuid.uuid4().hex[:12], origin)
     for new in sp.new:
-        i = next(k for k in range(root) if slot_of(prog, k) == new.plan["only"])
         service.publish(replace(query, name=new.op.name), new.plan, new.op.run, "mjoin", live,
-                        {"nodes": sites_of(prog, [i]), "operator": new.op.to_json()})
-    service.publish(query, sp.plan, run, "mjoin", live, {"nodes": sites_of(prog, [root]), "uses": list(sp.uses)})
+                        {"nodes": prog.ops[new.index].sites, "operator": new.op.to_json()})
+    service.publish(query, sp.plan, run, "mjoin", live, {"nodes": prog.ops[root].sites, "uses": list(sp.uses)})
     return _answer(query, run, sp.plan, live, [n.op.name for n in sp.new], list(sp.reused))
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from joinlib.control_check import tree_scope
 from joinlib.derived import lower_tree, moved
 from joinlib.model import Tup
-from joinlib.multiquery.deployed import operator_key, slot_of, split
+from joinlib.multiquery.deployed import operator_key, split
 from joinlib.pmjoin.tree import MJoin, operators
 from joinlib.wire import decode_tuple_list, encode_tuple_list
 from tests.property.test_mjoin_trees import trees, with_dc
@@ -49,7 +49,7 @@ def test_splits_of_random_trees_are_valid_and_reuse_whole_subtrees(data):
     for prog, sp in ((p1, first), (p2, second)):
         for n in sp.new:   # an operator deployment's message: its operator, reading what it names
             i, ext = tree_scope(prog, n.plan)
-            assert i is not None and slot_of(prog, i) == n.plan["only"] and n.op.producer.endswith(f".mj{i}")
+            assert i is not None and prog.ops[i].output == n.plan["only"] and n.op.producer.endswith(f".mj{i}")
             assert all(e["op"] in {m.op.producer for m in first.new + second.new} for e in ext.values())
         i, ext = tree_scope(prog, sp.plan)
         assert i == len(prog.ops) - 1
