@@ -32,7 +32,7 @@ DURATION_MS = 5500
 
 def _workload() -> tuple[Any, dict, Counter]:
     from joinlib.adaptive.workload import Toggle, write_toggle
-    from joinlib.data import load_streams
+    from joinlib.data.files import load_streams
     from joinlib.query import load_query, parse_query, query_to_dict
     from joinlib.reference import reference_join
     d = query_to_dict(load_query(ROOT / "examples" / "toggle4.yaml"))
@@ -53,13 +53,13 @@ def _row(name: str, results: Counter, want: Counter, bytes_: int, wall: float, a
 
 
 def measure(bootstrap: str, redis_url: str) -> list[dict[str, Any]]:
-    from joinlib.adapters.cluster import run_cluster
     from joinlib.adaptive.config import AdaptiveConfig
     from joinlib.adaptive.embedded import run_adaptive
     from joinlib.adaptive.planner import algorithm1
     from joinlib.adaptive.stats import with_stats
-    from joinlib.engine import run_embedded
+    from joinlib.node.cluster import run_cluster
     from joinlib.runtime.sink import CollectingSink
+    from joinlib.sim.engine import run_embedded
     query, streams, want = _workload()
     rows = []
     for mode in ("cnu", "dnu"):

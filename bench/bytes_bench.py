@@ -10,7 +10,7 @@ key per edge; selectivity f from 0.1 to 0.0001; tuples of 50 B and 1250 B; windo
 every window fills.  Workloads whose expected result count exceeds ``--max-results`` are listed
 as skipped (the engine enumerates every result).
 
-Per workload it generates the data (``joinlib.gen``, seed 1), computes the floor and floor + keys
+Per workload it generates the data (``joinlib.data.gen``, seed 1), computes the floor and floor + keys
 exactly (``joinlib.costs.floor``), runs ``central`` at every site, ``auto``, ``greedy`` /
 ``exhaustive`` / ``beam`` under the byte model, ``greedy`` under the paper model (the old default)
 and, with ``--sampled``, ``sampled``; checks that every plan gives the same result count; and
@@ -34,8 +34,8 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from joinlib.data.synthetic import build_query, topology_edges  # noqa: E402
 from joinlib.model import Execution, Network  # noqa: E402
-from joinlib.synthetic import build_query, topology_edges  # noqa: E402
 
 GRAPHS = (  # (name, streams, topology, one key per edge)
     ("2way", 2, "chain", False),
@@ -79,8 +79,8 @@ class Workload:
 
     def expected_results(self) -> float:
         """Results over the run by the paper's rate arithmetic (r_new = r_old × w × ρ)."""
-        from joinlib.cost import SeqState
-        from joinlib.plan import bfs_order
+        from joinlib.costs.unit_time import SeqState
+        from joinlib.plan.logical import bfs_order
         q = self.query()
         total = 0.0
         for s in q.streams:
@@ -110,13 +110,13 @@ def grid(quick: bool, duration_ms: int) -> list[Workload]:
 def run_workload(w: Workload, out_dir: Path, sampled: bool = False) -> dict[str, Any]:
     from joinlib.costs import WireModel, from_data
     from joinlib.costs.floor import floor
-    from joinlib.data import load_streams
-    from joinlib.engine import run_embedded
-    from joinlib.gen import generate
-    from joinlib.plan import central
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
+    from joinlib.plan.logical import central
     from joinlib.planner.auto import auto_ranked
     from joinlib.planner.registry import resolve_plan
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     q = w.query()
     with tempfile.TemporaryDirectory() as tmp:
         generate(q, tmp, w.duration_ms, seed=1)

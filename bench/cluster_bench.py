@@ -46,7 +46,7 @@ BEHIND_P50_MS = 1000.0
 
 
 def one(query, streams, plan, bootstrap: str, scale: float, mode: str, redis_url, faults=()) -> dict:
-    from joinlib.adapters.cluster import run_cluster
+    from joinlib.node.cluster import run_cluster
     span_s = max((t[-1].ts for t in streams.values() if t), default=0) / 1000.0
     rep = run_cluster(query, streams, plan, None, bootstrap=bootstrap, rate_scale=scale, mode=mode,
                       redis_url=redis_url, timeout_s=120.0 + 10 * span_s / scale, faults=faults)
@@ -105,8 +105,8 @@ def main() -> int:
     ap.add_argument("--name", default="cluster", help="output file stem (default cluster: cluster.json/.png)")
     args = ap.parse_args()
 
-    from joinlib.data import load_streams
-    from joinlib.gen import generate
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
     from joinlib.planner.registry import resolve_plan
     from joinlib.query import load_query
     from joinlib.units import parse_duration
@@ -128,7 +128,7 @@ def main() -> int:
         print(f"generating {duration / 1000:.0f}s of {query.name} data in {data}", file=sys.stderr)
         generate(query, data, duration, seed=1)
     all_streams = load_streams(query, data)
-    from joinlib.cli import parse_kills
+    from joinlib.cli.main import parse_kills
     faults = parse_kills(args.kill, query)
     cluster = None
     need_redis = bool(faults) and not args.redis

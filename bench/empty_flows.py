@@ -30,15 +30,15 @@ DEFAULT = ["2way-f0.0001-50B-w500", "chain3-f0.001-50B-w500", "star4-f0.0001-50B
 def measure(name: str) -> dict[str, Any]:
     import bytes_bench as bb
 
-    from joinlib import wire
     from joinlib.costs import from_data
-    from joinlib.data import load_streams
-    from joinlib.engine import run_embedded
-    from joinlib.gen import generate
-    from joinlib.messages import KeyFilter
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
     from joinlib.planner.auto import auto_ranked
+    from joinlib.protocol import wire
+    from joinlib.protocol.messages import KeyFilter
     from joinlib.runtime import host
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     w = next((x for x in bb.grid(False, 15_000) if x.name == name), None)
     if w is None:
         raise SystemExit(f"no workload {name!r} in the bytes bench's grid (see docs/bytes.md)")

@@ -28,11 +28,11 @@ RUNS = [("fig7", p) for p in ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2"
 
 def one(query_file: str, data: str, plan: str) -> dict:
     """Run in this process and return measurements (called in a subprocess)."""
-    from joinlib.data import load_streams
-    from joinlib.engine import run_embedded
+    from joinlib.data.files import load_streams
     from joinlib.planner.registry import resolve_plan
     from joinlib.query import load_query
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     q = load_query(query_file)
     t0 = time.perf_counter()
     streams = load_streams(q, data)
@@ -60,7 +60,7 @@ def main() -> None:
         return
     from tqdm import tqdm
 
-    from joinlib.gen import generate
+    from joinlib.data.gen import generate
     from joinlib.query import load_query
     from joinlib.units import parse_duration
     args.out.mkdir(parents=True, exist_ok=True)

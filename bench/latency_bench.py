@@ -38,10 +38,10 @@ ALGORITHMS = ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2")
 
 
 def measure(query: Any, streams: dict, plan_spec: str, label: str) -> dict[str, Any]:
-    from joinlib.engine import run_embedded
-    from joinlib.ir import FlowOp, lower
+    from joinlib.plan.ir import FlowOp, lower
     from joinlib.planner.registry import resolve_plan
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     plan = resolve_plan(query, plan_spec, "paper", streams)
     rep = run_embedded(query, streams, plan, CountingSink())
     net = query.network
@@ -71,8 +71,8 @@ def measure(query: Any, streams: dict, plan_spec: str, label: str) -> dict[str, 
 
 
 def workloads(args: argparse.Namespace) -> list[tuple[Any, dict, str, str]]:
-    from joinlib.data import load_streams
-    from joinlib.gen import generate
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
     from joinlib.query import load_query, parse_query, query_to_dict
     from joinlib.units import parse_duration
     out = []

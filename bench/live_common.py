@@ -183,8 +183,8 @@ class OutReader:
         self.last_emit = 0
 
     def poll(self, seconds: float = 0.5) -> None:
-        from joinlib import wire
         from joinlib.adapters.kafka import consume
+        from joinlib.protocol import wire
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for m in consume(self.c, 5000, 0.1):

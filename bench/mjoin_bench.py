@@ -9,7 +9,7 @@ bytes the model predicts for 20 s where it has a figure, and whether the output 
 Part 2, operator reuse (seed 001): four routers, 1250-byte packets, 100/s each, 3 s windows, 5000
 destinations.
 Q1 = S1 x S2 x S3 and Q2 = S1 x S2 x S4, both as ((S1 x S2)@r2 x S_k)@r_k. Run apart, S1 is shipped to
-r2 twice; deployed together (joinlib.derived.deploy), the S1 x S2 operator runs once and its derived
+r2 twice; deployed together (joinlib.mjoin.derived.deploy), the S1 x S2 operator runs once and its derived
 stream feeds both queries' roots.
 
     python bench/mjoin_bench.py [--out results/mjoin] [--seconds 20] [--cluster [HOST:PORT]]
@@ -59,15 +59,16 @@ def _row(name: str, report: Any, got: Counter, want: Counter, model: Any = None)
 
 def example1(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
     """Part 1; with ``bootstrap`` each plan runs on that Kafka too (node threads, unpaced replay)."""
-    from joinlib.data import load_streams
-    from joinlib.derived import deploy
-    from joinlib.engine import run_embedded
-    from joinlib.partitioned import build, is_partitioned
+    from joinlib.data.files import load_streams
+    from joinlib.mjoin.derived import deploy
+    from joinlib.mjoin.tree_plans import is_tree, plan_partitioned_trees, plan_tree
+    from joinlib.plan.partitioned import is_partitioned
     from joinlib.planner.registry import resolve_plan
+    from joinlib.pmjoin.partitioned import build
     from joinlib.query import load_query
     from joinlib.reference import reference_join
-    from joinlib.tree_engine import run_deployment
-    from joinlib.tree_plans import is_tree, plan_partitioned_trees, plan_tree
+    from joinlib.sim.engine import run_embedded
+    from joinlib.sim.tree_engine import run_deployment
     spec = importlib.util.spec_from_file_location("pmjoin_plan", ROOT / "examples" / "pmjoin_plan.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -97,7 +98,7 @@ def example1(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
         model = MODEL.get(name)
         row = _row(name, rep, sink.got, want, round(model * seconds, 1) if model is not None else None)
         if bootstrap is not None:
-            from joinlib.adapters.cluster import run_cluster
+            from joinlib.node.cluster import run_cluster
             on_kafka = Collect()
             d = run_cluster(query, streams, plan, on_kafka, bootstrap=bootstrap, mode="thread", timeout_s=600)
             row.update(kafka_bytes=d["bytes"], kafka_messages=d["messages"], kafka_exact=on_kafka.got == want,
@@ -131,14 +132,14 @@ class Route:
 
 def sharing(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
     """Part 2; with ``bootstrap`` the shared deployment runs on that Kafka too."""
-    from joinlib.data import load_streams
-    from joinlib.derived import deploy, lower_tree
-    from joinlib.gen import generate
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
+    from joinlib.mjoin.derived import deploy, lower_tree
+    from joinlib.mjoin.tree_plans import SharedTrees, union_query
     from joinlib.pmjoin.tree import Leaf, MJoin
     from joinlib.query import parse_query
     from joinlib.reference import reference_join
-    from joinlib.tree_engine import run_deployment
-    from joinlib.tree_plans import SharedTrees, union_query
+    from joinlib.sim.tree_engine import run_deployment
     cat = parse_query(CATALOGUE, "catalogue")
     with tempfile.TemporaryDirectory() as tmp:
         generate(cat, tmp, seconds * 1000, 1)
@@ -168,7 +169,7 @@ def sharing(seconds: int, bootstrap: Any = None) -> list[dict[str, Any]]:
     row["results"] = sum(sum(s.got.values()) for s in sinks.values())
     row["exact"] = all(sinks[n].got == want[n] for n in programs)
     if bootstrap is not None:
-        from joinlib.adapters.cluster import run_cluster
+        from joinlib.node.cluster import run_cluster
         base = union_query("catalogue", list(queries.values()))
         route = Route(programs)
         d = run_cluster(base, {n: all_streams[n] for n in base.names}, SharedTrees(base, tuple(programs.values())),

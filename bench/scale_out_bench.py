@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _dataset(seconds: int, rate: float, out: Path) -> tuple[Any, dict, Counter]:
-    from joinlib.data import load_streams
-    from joinlib.gen import generate
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
     from joinlib.query import load_query, parse_query, query_to_dict
     from joinlib.reference import reference_join
     doc = query_to_dict(load_query(ROOT / "examples" / "routers.yaml"))
@@ -50,7 +50,7 @@ def _dataset(seconds: int, rate: float, out: Path) -> tuple[Any, dict, Counter]:
 
 def _run(name: str, query: Any, streams: dict, plan: Any, want: Counter, embedded: dict, bootstrap: str,
          redis_url: str, **kw: Any) -> dict[str, Any]:
-    from joinlib.adapters.cluster import run_cluster
+    from joinlib.node.cluster import run_cluster
     from joinlib.runtime.sink import CollectingSink
     sink = CollectingSink(query)
     d = run_cluster(query, streams, plan, sink, bootstrap=bootstrap, redis_url=redis_url, mode="process",
@@ -67,14 +67,14 @@ def _run(name: str, query: Any, streams: dict, plan: Any, want: Counter, embedde
 
 
 def run(seconds: int, rate: float, bootstrap: str, redis_url: str) -> dict[str, Any]:
-    from joinlib import partitioned
-    from joinlib.engine import run_embedded
     from joinlib.planner import resolve_plan
+    from joinlib.pmjoin import partitioned as choose_pm
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     os.environ.setdefault("JOINLIB_CHECKPOINT_EVERY_S", "0.5")
     with tempfile.TemporaryDirectory() as tmp:
         query, streams, want = _dataset(seconds, rate, Path(tmp))
-    plan = partitioned.build(query, streams, "pmjoin:hash:4", lambda q, s: resolve_plan(q, "auto", streams=s))
+    plan = choose_pm.build(query, streams, "pmjoin:hash:4", lambda q, s: resolve_plan(q, "auto", streams=s))
     embedded = run_embedded(query, streams, plan, CountingSink()).to_dict()
     print(f"{query.name}: {sum(len(t) for t in streams.values())} tuples, {sum(want.values())} results",
           file=sys.stderr)

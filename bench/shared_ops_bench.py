@@ -61,7 +61,7 @@ class Services:
     def __init__(self, bootstrap: str, sites: list[str]) -> None:
         from prometheus_client import CollectorRegistry
 
-        from joinlib.adapters.node_service import NodeService
+        from joinlib.node.node_service import NodeService
         from services.planner.service import PlannerService
         self.planner = PlannerService(bootstrap)
         self.stop = threading.Event()
@@ -88,7 +88,7 @@ class Services:
 
 
 def _results(bootstrap: str, st: Any) -> set[tuple[tuple[tuple[str, int], ...], int]]:
-    from joinlib.adapters.live_queries import read_results
+    from joinlib.node.live_queries import read_results
     out: set[tuple[tuple[tuple[str, int], ...], int]] = set()
     start = st.out_start
     while True:

@@ -158,8 +158,8 @@ class LatencyReader(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from joinlib import wire
         from joinlib.adapters.kafka import consume
+        from joinlib.protocol import wire
         try:
             while not self.stop.is_set():
                 for m in consume(self.c, 5000, 0.2):

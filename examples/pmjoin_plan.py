@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from joinlib.data import write_stream
+from joinlib.data.files import write_stream
 from joinlib.errors import JoinlibError
 from joinlib.pmjoin import (
     HashPartition,

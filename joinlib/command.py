@@ -1,8 +1,8 @@
 """What every joinlib command line shares: run the chosen command with one error handling.
 
 A user mistake (:class:`~joinlib.errors.JoinlibError`) prints one ``error: ...`` line and
-exits with status 2; a traceback means a bug in joinlib.  Used by ``joinlib`` (:mod:`joinlib.cli`)
-and ``python -m joinlib.experiments`` (:mod:`joinlib.experiments.cli`).
+exits with status 2; a traceback means a bug in joinlib.  Used by ``joinlib`` (:mod:`joinlib.cli.main`)
+and ``python -m joinlib.experiments`` (:mod:`joinlib.cli.experiments`).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from .errors import JoinlibError
+from joinlib.errors import JoinlibError
 
 Command = Callable[[argparse.Namespace], Optional[int]]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from .source_spec import SourceSpec
+from joinlib.source_spec import SourceSpec
 
 Value = Any  # a join-attribute value: str, int, float, bool or None
 
@@ -231,7 +231,7 @@ class Tup:
     stream (0-based, in (ts, id) order), ``key`` the values of the stream's
     ``join_attrs`` and ``rest`` the other attributes, already encoded (opaque bytes)
     so that shipping a tuple never re-encodes its payload.  A Tup is never changed
-    after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.wire`) so a tuple
+    after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.protocol.wire`) so a tuple
     shipped to several sites, or in many intermediate results, is encoded once, and ``idb``
     its id's (a window tuple is in many results).
     """

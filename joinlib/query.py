@@ -21,9 +21,9 @@ from typing import Any, Literal, Optional, Union, overload
 
 import yaml
 
-from .errors import QueryError
-from .model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
-from .source_spec import parse_source, source_to_dict
+from joinlib.errors import QueryError
+from joinlib.model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
+from joinlib.source_spec import parse_source, source_to_dict
 
 TOP_KEYS = ("name", "streams", "join", "network", "execution")
 STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from .model import Query, Tup
+from joinlib.model import Query, Tup
 
 Result = tuple[tuple[int, ...], int]  # (tuple ids by stream position, head ts)
 

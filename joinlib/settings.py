@@ -3,7 +3,7 @@
 
 This module only reads variables and files and builds plain dicts; the adapters hand them to the
 clients (``joinlib.adapters.kafka``, ``joinlib.adapters.redis_store``, ``services.spark.common``)
-and the CLI (``joinlib.live_cli``) sends the token. It lives in the core because the CLI, which
+and the CLI (``joinlib.cli.live``) sends the token. It lives in the core because the CLI, which
 may not import adapters, needs the token too.
 
 Every secret ``NAME`` is taken from ``$NAME`` or, when that is unset, from the file named by
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import JoinlibError
+from joinlib.errors import JoinlibError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")

@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional
 
 import fastavro
 
-from .errors import QueryError
+from joinlib.errors import QueryError
 
 FORMATS = ("json", "avro", "sourcebatch")
 LIVE_FORMATS = ("json", "avro")

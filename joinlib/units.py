@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import JoinlibError
+from joinlib.errors import JoinlibError
 
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|h)?\s*")
 _MS_PER_UNIT = {"ms": 1, "s": 1000, "min": 60000, "h": 3600000, None: 1}

@@ -15,9 +15,10 @@ Two kinds of cycle are reported:
   ``joinlib.planner.improved`` and the child importing ``from . import X`` is a cycle);
 * **package cycles**: sibling parts of one package (or the top-level packages
   ``joinlib`` and ``services``) that depend on each other, each part taken with
-  everything below it, e.g. ``joinlib.cli`` → ``joinlib.experiments.cli`` and
-  ``joinlib.experiments.common`` → ``joinlib.cli``. Layers are only layers if this
-  graph is acyclic.
+  everything below it, e.g. ``joinlib.cli.main`` → ``joinlib.cli.experiments`` and
+  ``joinlib.experiments.common`` → ``joinlib.cli.main``. Layers are only layers if this
+  graph is acyclic. A ``__main__`` module is an entry point (``python -m``), imported by
+  nothing, so its imports do not count between parts.
 
 For each cycle it prints the import statements that close it (file:line), so the fix is
 visible. Exit status 1 if there is any cycle, 0 otherwise.
@@ -107,6 +108,8 @@ def package_edges(edges: Graph, package: str | None, modules: Iterable[str]) -> 
     inside = [m for m in modules if m.startswith(prefix)]
     out: dict[str, set[str]] = {}
     for m in inside:
+        if m.endswith(".__main__"):
+            continue   # an entry point: nothing imports it, so it cannot close a cycle between layers
         a = part_of(m, package)
         for t in edges.get(m, ()):
             if t.startswith(prefix) and (b := part_of(t, package)) != a:

@@ -106,7 +106,7 @@ class Demo:
                                  "--distinct", str(a.distinct)])
         print(f"planner {self.url}, nodes {', '.join(q.sites)}, generator: {a.rate:g} events/s per site")
         self._stop_earlier_run()
-        from joinlib.cli import main as cli
+        from joinlib.cli.main import main as cli
         argv = ["submit", str(self.query_file), "--url", self.url] + (["--plan", a.plan] if a.plan else [])
         if cli(argv) != 0:
             return 2

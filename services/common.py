@@ -1,5 +1,5 @@
 """What the services share: environment and error lines; reading the ``control`` topic lives in
-:mod:`joinlib.adapters.control` (re-exported here).
+:mod:`joinlib.node.control` (re-exported here).
 
 Control messages (``wire.Control``, topic ``control``, key = query name):
 
@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Optional, overload
 
-from joinlib.adapters.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
+from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 
 __all__ = ["env", "error_line", "info_line", "ControlLog", "ControlRecord", "decode_control_message",
            "read_control_to_end"]

@@ -13,7 +13,7 @@ Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 * ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
 
 :class:`KafkaTransport` is what a :class:`~joinlib.runtime.host.Host` sends through:
-``send(env)`` encodes the envelope once with :func:`joinlib.wire.encode_envelope` and
+``send(env)`` encodes the envelope once with :func:`joinlib.protocol.wire.encode_envelope` and
 counts ``len(value)`` per (src, dst, kind) -- exactly what the simulator charges, so the
 byte counts of a cluster run and of an embedded run of the same plan are comparable
 (Kafka's record framing is outside the value and not counted).
@@ -28,10 +28,10 @@ from typing import Callable, Iterable, Optional, Sequence, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
-from .. import wire
-from ..errors import ClusterError
-from ..messages import Envelope
-from ..wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
+from joinlib.errors import ClusterError
+from joinlib.protocol import wire
+from joinlib.protocol.messages import Envelope
+from joinlib.protocol.wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 
 CONTROL_TOPIC = "control"
 
@@ -128,7 +128,7 @@ class _ErrorTrap:
 def security_conf() -> dict:
     """SASL/TLS settings every client gets, from the environment (:class:`joinlib.settings.KafkaSecurity`,
     docs/security.md); empty for a PLAINTEXT broker."""
-    from ..settings import KafkaSecurity
+    from joinlib.settings import KafkaSecurity
     return KafkaSecurity.from_env().librdkafka()
 
 
@@ -339,7 +339,7 @@ class Producing:
     def produce(self, topic: str, value: bytes, key: Optional[bytes] = None, headers=None,
                 partition: int = 0) -> None:
         """To ``partition`` of ``topic`` (not by key): joinlib reads its own topics at partition 0, except a
-        scaled-out plan's source and node topics (:mod:`joinlib.adapters.scale_out`), whose partition p
+        scaled-out plan's source and node topics (:mod:`joinlib.node.scale_out`), whose partition p
         carries plan partition p -- so a topic grown for such a run still works for a plain run."""
         p = self.producer
         while True:
@@ -410,7 +410,7 @@ class KafkaTransport:
     ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``; ``run`` (optional) goes in a
     ``run`` header so that a receiver can drop messages of another run of the same query.
     ``by_part``: a message of plan partition p goes to Kafka partition p (a scaled-out plan,
-    :mod:`joinlib.adapters.scale_out`: the instance that owns p reads only that partition).
+    :mod:`joinlib.node.scale_out`: the instance that owns p reads only that partition).
     """
 
     def __init__(self, producer, query: str, *, sensor=None, clock: Callable[[], float] = now_ms,

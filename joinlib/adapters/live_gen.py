@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
-from ..ingest.events import EventGen, EventProfile, Record
-from ..model import Query
-from .kafka import Producing, ensure_topics, make_admin, make_producer
+from joinlib.adapters.kafka import Producing, ensure_topics, make_admin, make_producer
+from joinlib.ingest.events import EventGen, EventProfile, Record
+from joinlib.model import Query
 
 Delivered = Callable[[str, Record, int, int], None]
 

@@ -5,7 +5,7 @@
   Each message value is one JSON row ``{"id": ..., <attr>: ...}`` (the key is ignored); it
   yields the decoded objects, the join validates them (``joinlib.progressive.sources``).
 * :class:`ResultTopicWriter` writes the results to ``out.<name>`` as ``joinlib.ResultBatch``
-  Avro values (``joinlib.wire.encode_result_batch``), what the Spark jobs in
+  Avro values (``joinlib.protocol.wire.encode_result_batch``), what the Spark jobs in
   ``services/spark/`` read: ``query`` = the join's name, ``site`` = ``"progressive"``,
   ``part`` = ``gen`` = 0 (one plan instance), ``batch`` counting from 0, one
   group per run of consecutive results with the same left tuple and logical time
@@ -24,9 +24,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # where it is defined (the admin module re-exports it untyped)
 
-from ..errors import ClusterError, DataError
-from ..wire import ResultBatch, ResultGroup, encode_result_batch
-from .kafka import security_conf
+from joinlib.adapters.kafka import security_conf
+from joinlib.errors import ClusterError, DataError
+from joinlib.protocol.wire import ResultBatch, ResultGroup, encode_result_batch
 
 BATCH_RESULTS = 1000
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import redis
 
-from ..errors import ClusterError
-from ..settings import redact_url
-from .redis_store import redis_client
+from joinlib.adapters.redis_store import redis_client
+from joinlib.errors import ClusterError
+from joinlib.settings import redact_url
 
 READ_PAGES = 32
 

@@ -23,10 +23,10 @@ from typing import Callable, Optional
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ..adaptive.config import AdaptiveSensor, LogSensor
-from ..adaptive.jep import JEP
-from ..adaptive.stats import StreamStatistics
-from ..plan import Plan
+from joinlib.adaptive.config import AdaptiveSensor, LogSensor
+from joinlib.adaptive.jep import JEP
+from joinlib.adaptive.stats import StreamStatistics
+from joinlib.plan.logical import Plan
 
 TRANSMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PROCESSING_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -214,7 +214,7 @@ class PrometheusSensor(AdaptiveSensor):
         self._child(self.rejected, site, topic, reason).inc()
 
     def set_plan(self, query: str, plan) -> None:
-        """``plan``: a :class:`~joinlib.plan.Plan`; one series per head, ``sequence`` = its join
+        """``plan``: a :class:`~joinlib.plan.logical.Plan`; one series per head, ``sequence`` = its join
         sequence as text (``S2:SM-S1,S3:SP-D``; ``@site/`` prefix if it starts elsewhere); the series
         of an earlier plan of the query are removed.  A partitioned plan (PMJoin): the series of every
         partition's plan, ``head`` as ``S1/p2`` (partition 2)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .redis_store import _glob_escape, _unlink_matching
+from joinlib.adapters.redis_store import _glob_escape, _unlink_matching
 
 _SAVE = r"""
 local tag = KEYS[1]

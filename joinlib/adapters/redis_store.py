@@ -51,8 +51,8 @@ import marshal
 import struct
 from typing import Iterable, Optional, Sequence, cast
 
-from ..model import Tup
-from ..state.base import Index, KeyList
+from joinlib.model import Tup
+from joinlib.state.base import Index, KeyList
 
 __all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisStoreFactory", "redis_store_factory",
            "clear_namespace", "canonical_key", "store_prefix"]
@@ -499,7 +499,7 @@ class MirroredRedisWindowStore:
     """
 
     def __init__(self, client, prefix: str, **kw) -> None:
-        from ..state.memory import MemoryWindowStore
+        from joinlib.state.memory import MemoryWindowStore
         self.redis = RedisWindowStore(client, prefix, **kw)
         self.prefix, self.base = self.redis.prefix, self.redis.base
         self.mem = MemoryWindowStore()
@@ -549,7 +549,7 @@ class MirroredRedisWindowStore:
         return len(self.mem)
 
     def clear(self) -> int:
-        from ..state.memory import MemoryWindowStore
+        from joinlib.state.memory import MemoryWindowStore
         self.mem = MemoryWindowStore()
         return self.redis.clear()
 
@@ -606,7 +606,7 @@ def redis_client(url: str, **client_kwargs):
     (:class:`joinlib.settings.RedisSecurity`, docs/security.md); explicit keyword arguments win."""
     import redis
 
-    from ..settings import RedisSecurity
+    from joinlib.settings import RedisSecurity
 
     for k, v in RedisSecurity.from_env().client_kwargs(url).items():
         client_kwargs.setdefault(k, v)

@@ -2,7 +2,7 @@
 counted in ``joinlib_rejected_messages_total{site, topic, reason}``, logged as an error, and ignored.
 
 (Bad records of the users' live source topics are not rejected here: they go to ``dlq.<query>`` with
-their reason, :mod:`joinlib.adapters.sources`.)
+their reason, :mod:`joinlib.node.sources`.)
 
 Logging is bounded: the first :data:`LOG_FIRST` rejections of each (topic, reason) are logged one
 by one, then every :data:`LOG_EVERY`-th with the running count, so a flood of garbage cannot flood
@@ -52,6 +52,6 @@ class Rejections:
             self.log(f"error: rejected a message of {topic}{at} ({reason}): {detail[:300]}{more}")
 
     def control(self, topic: str) -> Callable[[int, str, str], None]:
-        """The ``reject(offset, reason, detail)`` callback :func:`joinlib.adapters.control.decode_control_message`
+        """The ``reject(offset, reason, detail)`` callback :func:`joinlib.node.control.decode_control_message`
         takes, for the control topic ``topic``."""
         return lambda offset, reason, detail: self.reject(topic, reason, detail, 0, offset)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..ir import lower
-from ..model import Query
-from .jep import JEP, nos_changes
-from .planner import Eq12, algorithm1
-from .protocol import Message, PlanUpdate, StatsReport, WindowRequest
-from .stats import StreamStatistics, declared, stats_data, stats_of, with_stats
+from joinlib.adaptive.jep import JEP, nos_changes
+from joinlib.adaptive.planner import Eq12, algorithm1
+from joinlib.adaptive.protocol import Message, PlanUpdate, StatsReport, WindowRequest
+from joinlib.adaptive.stats import StreamStatistics, declared, stats_data, stats_of, with_stats
+from joinlib.model import Query
+from joinlib.plan.ir import lower
 
 
 class CnuPlanner:

@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import JoinlibError
-from ..runtime.sensor import Sensor
-from .jep import JEP
-from .planner import Eq12, PlanLevel
-from .stats import MonitorConfig, StreamStatistics
+from joinlib.adaptive.jep import JEP
+from joinlib.adaptive.planner import Eq12, PlanLevel
+from joinlib.adaptive.stats import MonitorConfig, StreamStatistics
+from joinlib.errors import JoinlibError
+from joinlib.runtime.sensor import Sensor
 
 MODES = ("cnu", "dnu")
 PLAN_NAME = "adaptive"

@@ -49,12 +49,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ..cost import SeqState
-from ..model import Query, StreamStats
-from .jep import JEP, SEP
-from .planner import Choice, Eq12, PlanLevel, advance, better, choose, eq4_plan, plan_level
-from .protocol import Message, Relay
-from .stats import StreamStatistics, declared, stats_data, stats_of, with_stats
+from joinlib.adaptive.jep import JEP, SEP
+from joinlib.adaptive.planner import Choice, Eq12, PlanLevel, advance, better, choose, eq4_plan, plan_level
+from joinlib.adaptive.protocol import Message, Relay
+from joinlib.adaptive.stats import StreamStatistics, declared, stats_data, stats_of, with_stats
+from joinlib.costs.unit_time import SeqState
+from joinlib.model import Query, StreamStats
 
 POISON = StreamStats(rate=1e12, tuple_bytes=10**9, selectivity=())
 
@@ -329,7 +329,7 @@ class DnuNode:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
-        from .protocol import _state
+        from joinlib.adaptive.protocol import _state
         return {
             "stats": {n: stats_data(s) for n, s in self.stats.items()},
             "heads": {h: {"sep": [list(x.sep.order), list(x.sep.placement)],
@@ -341,7 +341,7 @@ class DnuNode:
         }
 
     def restore(self, data: dict[str, Any]) -> None:
-        from .protocol import _unstate
+        from joinlib.adaptive.protocol import _unstate
         self.stats = {n: stats_of(s) for n, s in data["stats"].items()}
         for h, x in data["heads"].items():
             head = self.heads[h]

@@ -1,6 +1,6 @@
 """Adaptive runs in embedded mode: every node in one process, on the simulated network.
 
-:func:`run_adaptive` is :func:`joinlib.engine.run_embedded` with seed 003 around it: the nodes
+:func:`run_adaptive` is :func:`joinlib.sim.engine.run_embedded` with seed 003 around it: the nodes
 measure their streams, re-plan (CNU or DNU) and migrate while the data flows; the protocol's
 messages share the simulated links with the data (their encoded bytes, latency, bandwidth and
 queueing).  The report adds what changed and what it cost:
@@ -24,22 +24,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union, cast
 
-from .. import wire
-from ..engine import Report, StuckError
-from ..messages import Envelope, InstanceKey
-from ..model import Query, Tup
-from ..runtime.host import Host
-from ..runtime.sensor import Sensor, TotalsSensor
-from ..runtime.sink import Group, LatencyTap, Sink
-from ..sim.network import SimNetwork
-from ..state.base import WindowStore
-from .config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
-from .jep import JEP
-from .node import AdaptiveNode, SnapshotFilter
-from .planner import algorithm1
-from .protocol import MIGRATION, MODIFICATION, SYNC, Message, PlanUpdate, Ready, Relay, StatsReport
-from .protocol import size as message_size
-from .stats import StreamStatistics, with_stats
+from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
+from joinlib.adaptive.jep import JEP
+from joinlib.adaptive.node import AdaptiveNode, SnapshotFilter
+from joinlib.adaptive.planner import algorithm1
+from joinlib.adaptive.protocol import MIGRATION, MODIFICATION, SYNC, Message, PlanUpdate, Ready, Relay, StatsReport
+from joinlib.adaptive.protocol import size as message_size
+from joinlib.adaptive.stats import StreamStatistics, with_stats
+from joinlib.model import Query, Tup
+from joinlib.protocol import wire
+from joinlib.protocol.messages import Envelope, InstanceKey
+from joinlib.runtime.host import Host
+from joinlib.runtime.report import Report
+from joinlib.runtime.sensor import Sensor, TotalsSensor
+from joinlib.runtime.sink import Group, LatencyTap, Sink
+from joinlib.sim.engine import StuckError
+from joinlib.sim.network import SimNetwork
+from joinlib.state.base import WindowStore
 
 Wire = Union[Envelope, Message]
 
@@ -175,7 +176,7 @@ class Meter:
 
 @dataclass
 class AdaptiveReport(Report):
-    """A run's :class:`~joinlib.engine.Report` plus what adaptation did and cost."""
+    """A run's :class:`~joinlib.runtime.report.Report` plus what adaptation did and cost."""
 
     mode: str = "cnu"
     initial: Optional[JEP] = None

@@ -5,13 +5,13 @@ which the other streams are joined and, per position, the *join placement* p ∈
 the one-way join where the intermediate stream is (the *source*: the next stream's tuples are
 shipped there and its window kept there, joinlib's SP-S), 1 runs it at the next stream's node (the
 *destination*: the intermediate's tuples are shipped there, SP-D).  So a JEP is a joinlib
-:class:`~joinlib.plan.Plan` whose steps are all SP-S or SP-D (:meth:`JEP.to_plan`,
+:class:`~joinlib.plan.logical.Plan` whose steps are all SP-S or SP-D (:meth:`JEP.to_plan`,
 :func:`from_plan`), and it lowers into the runtime's IR like any plan.
 
 The paper's NOS_k -- ``join(S_a, S_b)``, ``update(S_b)``, ``ship(S_a, N_k)`` at node N_k -- is not
-built a second time here: :func:`paper_nos` *reads* it off the IR (:class:`~joinlib.ir.PlanIR`),
-whose per-node operator sets (:meth:`~joinlib.ir.PlanIR.nos`) and diffs
-(:meth:`~joinlib.ir.PlanIR.diff`) are what the runtime migrates.  The paper's names are only a
+built a second time here: :func:`paper_nos` *reads* it off the IR (:class:`~joinlib.plan.ir.PlanIR`),
+whose per-node operator sets (:meth:`~joinlib.plan.ir.PlanIR.nos`) and diffs
+(:meth:`~joinlib.plan.ir.PlanIR.diff`) are what the runtime migrates.  The paper's names are only a
 rendering: a derived stream is S^i_k, "head S_i after the join to S_k" -- ambiguous across plans
 (S^1_2 is S1⋈S2 in one order and S1⋈S3⋈S2 in another), which is why the IR names derived streams
 by content (``S1(S2,S3)``) and the migration compares IR signatures, never paper labels.
@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional
 
-from ..errors import PlanError
-from ..ir import PlanIR, StepOp
-from ..model import Query
-from ..plan import Plan, Sequence, Step, validate
+from joinlib.errors import PlanError
+from joinlib.model import Query
+from joinlib.plan.ir import PlanIR, StepOp
+from joinlib.plan.logical import Plan, Sequence, Step, validate
 
 #: the placement values of the paper and the algorithm each one is in joinlib
 SOURCE, DESTINATION = 0, 1

@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .jep import JEP, SEP
-from .protocol import Ready
-from .shadow import ShadowWindow
+from joinlib.adaptive.jep import JEP, SEP
+from joinlib.adaptive.protocol import Ready
+from joinlib.adaptive.shadow import ShadowWindow
 
 
 @dataclass

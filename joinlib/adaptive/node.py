@@ -19,23 +19,32 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Optional
 
-from ..ir import PlanIR, lower
-from ..messages import Envelope, WindowSnapshot
-from ..model import Query
-from ..runtime.algorithms.simple import FullReplica
-from ..runtime.host import Host, Transport
-from ..runtime.instance import InstanceSpec
-from ..runtime.window import HomeWindow
-from .cnu import CnuPlanner
-from .config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
-from .dnu import DnuNode
-from .jep import JEP, SEP, nos_changes
-from .migration import Generation, Migration
-from .protocol import Message, PlanUpdate, Ready, Relay, StatsReport, WindowData, WindowRequest, trigger_id
-from .protocol import decode as decode_message
-from .protocol import encode as encode_message
-from .shadow import Feed, ShadowWindow, replica_snapshot, tap
-from .stats import StreamMonitor, StreamStatistics
+from joinlib.adaptive.cnu import CnuPlanner
+from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
+from joinlib.adaptive.dnu import DnuNode
+from joinlib.adaptive.jep import JEP, SEP, nos_changes
+from joinlib.adaptive.migration import Generation, Migration
+from joinlib.adaptive.protocol import (
+    Message,
+    PlanUpdate,
+    Ready,
+    Relay,
+    StatsReport,
+    WindowData,
+    WindowRequest,
+    trigger_id,
+)
+from joinlib.adaptive.protocol import decode as decode_message
+from joinlib.adaptive.protocol import encode as encode_message
+from joinlib.adaptive.shadow import Feed, ShadowWindow, replica_snapshot, tap
+from joinlib.adaptive.stats import StreamMonitor, StreamStatistics
+from joinlib.model import Query
+from joinlib.plan.ir import PlanIR, lower
+from joinlib.protocol.messages import Envelope, WindowSnapshot
+from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.host import Host, Transport
+from joinlib.runtime.instance import InstanceSpec
+from joinlib.runtime.window import HomeWindow
 
 Send = Callable[[Message], None]
 
@@ -371,7 +380,7 @@ class AdaptiveNode:
     def state(self, with_stores: bool = True) -> dict[str, Any]:
         """Plain data: the host's state (with its stores' contents unless ``with_stores`` is False: a node
         service's Redis checkpoint copies them itself), and the node's own."""
-        from ..runtime.checkpoint import state_of
+        from joinlib.runtime.checkpoint import state_of
         return {
             "host": state_of(self.host, with_stores=with_stores),
             "gens": [g.data() for g in self.gens],

@@ -8,7 +8,7 @@ The unit-time cost of joining the intermediate stream S^i_{k-1} of SEP_i to S_k 
 
 with the link's latency c_l and rate c_r between the intermediate's node and S_k's (0 when both
 are on one node), r^i_k = r^i_{k-1}·min(f^i_{k-1}, f_k)·w_k, f^i_k = max(f^i_{k-1}, f_k) and
-t^i_k = t^i_{k-1} + t_k: exactly the recurrences of :class:`joinlib.cost.SeqState`, which this
+t^i_k = t^i_{k-1} + t_k: exactly the recurrences of :class:`joinlib.costs.unit_time.SeqState`, which this
 module reuses.  t_k is the tuple size *as the runtime encodes it* (what the monitor measures,
 :mod:`.stats`), so the transmission part of the cost is the project's byte cost.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from ..cost import SeqState, full_bytes, interval_s, stream_rate, transfer_s, window_tuples
-from ..model import Query
-from .jep import ALGORITHM, DESTINATION, JEP, SEP, SOURCE
+from joinlib.adaptive.jep import ALGORITHM, DESTINATION, JEP, SEP, SOURCE
+from joinlib.costs.unit_time import SeqState, full_bytes, interval_s, stream_rate, transfer_s, window_tuples
+from joinlib.model import Query
 
 
 @dataclass(frozen=True)

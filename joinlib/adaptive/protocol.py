@@ -22,11 +22,11 @@ from typing import Any, Optional, Union
 
 import fastavro
 
-from .. import wire
-from ..cost import KeyClass, SeqState
-from ..model import Tup
-from .jep import JEP, SEP
-from .stats import StreamStatistics
+from joinlib.adaptive.jep import JEP, SEP
+from joinlib.adaptive.stats import StreamStatistics
+from joinlib.costs.unit_time import KeyClass, SeqState
+from joinlib.model import Tup
+from joinlib.protocol import wire
 
 MODIFICATION, MIGRATION, SYNC = "modification", "migration", "sync"
 

@@ -22,16 +22,16 @@ import dataclasses
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Optional
 
-from ..errors import PlanError
-from ..model import Query
-from ..plan import from_json
-from . import planner as planner_module
-from .config import AdaptiveConfig
-from .embedded import Meter
-from .jep import JEP, from_plan
-from .planner import Eq12
-from .protocol import Message
-from .stats import MonitorConfig
+from joinlib.adaptive import planner as planner_module
+from joinlib.adaptive.config import AdaptiveConfig
+from joinlib.adaptive.embedded import Meter
+from joinlib.adaptive.jep import JEP, from_plan
+from joinlib.adaptive.planner import Eq12
+from joinlib.adaptive.protocol import Message
+from joinlib.adaptive.stats import MonitorConfig
+from joinlib.errors import PlanError
+from joinlib.model import Query
+from joinlib.plan.logical import from_json
 
 KEYS = ("mode", "monitor", "margin", "planner", "model")
 

@@ -12,7 +12,7 @@ moved there).  Waiting for it to fill from live tuples would take a whole window
   tuple id: a snapshot sent again after a restart, or one taken later than the subscription);
 * at the switch epoch E the holder hands the runtime's new replica the window as E finds it
   (:meth:`ShadowWindow.snapshot_for`), in the form the runtime's own jump start has
-  (:class:`~joinlib.messages.WindowSnapshot`), so the new generation's join operators start with
+  (:class:`~joinlib.protocol.messages.WindowSnapshot`), so the new generation's join operators start with
   a full window, and the feed ends with epoch E - 1.
 
 A window kept in both plans needs no copy: the node's old replica has it
@@ -23,14 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .. import wire
-from ..messages import WindowSnapshot
-from ..model import Stream, Tup
-from ..runtime.algorithms.simple import FullReplica
-from ..runtime.lanes import Lane
-from ..runtime.window import HomeWindow
-from ..runtime.windowing import Progress, below, expiry_bound
-from .protocol import WindowData
+from joinlib.adaptive.protocol import WindowData
+from joinlib.model import Stream, Tup
+from joinlib.protocol import wire
+from joinlib.protocol.messages import WindowSnapshot
+from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.lanes import Lane
+from joinlib.runtime.window import HomeWindow
+from joinlib.runtime.windowing import Progress, below, expiry_bound
 
 
 def tap(home: HomeWindow, name: str, epoch: int) -> Lane:

@@ -43,10 +43,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
-from .. import wire
-from ..cost import full_bytes, selectivity, stream_rate, window_tuples
-from ..errors import JoinlibError
-from ..model import Query, Stream, StreamStats, Tup
+from joinlib.costs.unit_time import full_bytes, selectivity, stream_rate, window_tuples
+from joinlib.errors import JoinlibError
+from joinlib.model import Query, Stream, StreamStats, Tup
+from joinlib.protocol import wire
 
 
 @dataclass(frozen=True)

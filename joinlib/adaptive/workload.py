@@ -1,6 +1,6 @@
 """Streams whose rate changes over time: the workload of seed 003's experiment.
 
-:func:`toggle_rows` is the project's generator (:func:`joinlib.gen.stream_rows`: Poisson arrivals,
+:func:`toggle_rows` is the project's generator (:func:`joinlib.data.gen.stream_rows`: Poisson arrivals,
 uniform join values, payload attributes) run phase by phase: one stream switches between a low
 and a high rate every ``period_ms`` from ``first_ms`` on (the paper: 50 ↔ 200 tuples/s every 2 s
 from 1.5 s); the others keep their declared rate.
@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Union
 
-from ..data import stream_path, write_stream
-from ..errors import JoinlibError
-from ..gen import GenRow, stream_rows
-from ..model import Query, Stream
+from joinlib.data.files import stream_path, write_stream
+from joinlib.data.gen import GenRow, stream_rows
+from joinlib.errors import JoinlibError
+from joinlib.model import Query, Stream
 
 
 @dataclass(frozen=True)

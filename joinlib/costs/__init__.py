@@ -7,18 +7,18 @@
 * :mod:`.inputs` — statistics from the query file or measured from data;
 * :mod:`.floor` — the floor: the bytes of the tuples that take part in a result.
 
-``docs/cost-model.md`` describes the model; the paper's per-step model stays in :mod:`joinlib.cost`.
+``docs/cost-model.md`` describes the model; the paper's per-step model stays in :mod:`joinlib.costs.unit_time`.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..cost import MODELS as PAPER_MODELS
-from ..cost import CostModel
-from ..cost import get_model as _paper_model
-from ..errors import JoinlibError
-from .inputs import Inputs, from_data, from_query, inputs_for
-from .model import FlowCost, PlanEstimate, WireModel, estimate
+from joinlib.costs.inputs import Inputs, from_data, from_query, inputs_for
+from joinlib.costs.model import FlowCost, PlanEstimate, WireModel, estimate
+from joinlib.costs.unit_time import MODELS as PAPER_MODELS
+from joinlib.costs.unit_time import CostModel
+from joinlib.costs.unit_time import get_model as _paper_model
+from joinlib.errors import JoinlibError
 
 #: every cost model name; ``wire`` (this package) is the default
 MODELS = ("wire",) + PAPER_MODELS
@@ -27,7 +27,7 @@ DEFAULT_MODEL = "wire"
 
 def get_model(name: str = DEFAULT_MODEL, inputs: Optional[Inputs] = None, **params: Any) -> CostModel:
     """A cost model by name: ``wire`` (the plan-level byte model, optionally over measured
-    ``inputs``), or one of :mod:`joinlib.cost`'s (``paper``, ``bytes``, ``calibrated``)."""
+    ``inputs``), or one of :mod:`joinlib.costs.unit_time`'s (``paper``, ``bytes``, ``calibrated``)."""
     if name == "wire":
         if params:
             raise JoinlibError(f"the wire model takes no parameters (got {', '.join(params)})")

@@ -1,16 +1,16 @@
 """What a message costs on the wire, as the runtime encodes it.
 
-Every size here comes from :func:`joinlib.wire.envelope_size` applied to a *representative*
-message: an :class:`~joinlib.messages.Envelope` on the flow's own link whose body holds synthetic
+Every size here comes from :func:`joinlib.protocol.wire.envelope_size` applied to a *representative*
+message: an :class:`~joinlib.protocol.messages.Envelope` on the flow's own link whose body holds synthetic
 tuples (their payload padded to the stream's tuple size), join keys shaped like the stream's and
 counts of the expected magnitude.  No byte constant is written by hand, so when the runtime's
 encodings change (a smaller envelope, Bloom-filter key batches, delta updates) the model follows
 by construction: each message kind is one method of :class:`Encoding` to point at the new body.
 
 Key sets (the key requests of SM-S1 / SM-S2 / SM-D2, SM-D2's match answer, a reduction's
-:class:`~joinlib.messages.KeyFilter`) are built by the runtime's own rule: the keys, or a Bloom
+:class:`~joinlib.protocol.messages.KeyFilter`) are built by the runtime's own rule: the keys, or a Bloom
 filter when that plus the expected cost of its false positives is shorter
-(:func:`joinlib.runtime.algorithms.base.key_message`, :meth:`joinlib.bloom.KeySet.of`), over
+(:func:`joinlib.runtime.algorithms.base.key_message`, :meth:`joinlib.protocol.bloom.KeySet.of`), over
 distinct keys shaped like the stream's, with the runtime's ``fp_cost`` (the receiver's *declared*
 window bytes).  :meth:`Encoding.request_fp` and friends give the false-positive rate of the set
 so built, which the flows turn into extra tuples.
@@ -25,12 +25,22 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from ..bloom import KeySet
-from ..bloom import rate as bloom_rate
-from ..messages import Body, DjaUpdate, Envelope, ExpiryUpdate, Key, KeyBatch, KeyFilter, ShippedBatch, TupleBatch
-from ..model import Query, Stream, Tup, Value
-from ..runtime.algorithms.base import key_message, keys_bytes, row_bytes_of, window_bytes
-from ..wire import encode_tuple, envelope_size
+from joinlib.model import Query, Stream, Tup, Value
+from joinlib.protocol.bloom import KeySet
+from joinlib.protocol.bloom import rate as bloom_rate
+from joinlib.protocol.messages import (
+    Body,
+    DjaUpdate,
+    Envelope,
+    ExpiryUpdate,
+    Key,
+    KeyBatch,
+    KeyFilter,
+    ShippedBatch,
+    TupleBatch,
+)
+from joinlib.protocol.wire import encode_tuple, envelope_size
+from joinlib.runtime.algorithms.base import key_message, keys_bytes, row_bytes_of, window_bytes
 
 #: item counts up to which bodies are built exactly
 EXACT = 64
@@ -165,7 +175,7 @@ class Encoding:
     def key_filter(self, src: str, dst: str, stream: str, index: tuple[int, ...], n: float,
                    fp_cost: Optional[float]) -> float:
         """A reduction's key set of ``n`` distinct keys of ``stream`` on ``index`` (the edge's
-        attributes), as the reducer builds it (:meth:`joinlib.bloom.KeySet.of`)."""
+        attributes), as the reducer builds it (:meth:`joinlib.protocol.bloom.KeySet.of`)."""
         return self._poisson(("filter", src, dst, stream, index, fp_cost), n,
                               lambda k: self.size(src, dst, self._filter(stream, index, k, fp_cost)))
 
@@ -299,7 +309,7 @@ def _round2(k: int) -> int:
 
 def tuple_bytes_of(query: Query, measured: Optional[dict[str, float]] = None) -> dict[str, float]:
     """F per stream: measured, else the query's ``tuple_bytes``, else the cost model's default."""
-    from ..cost import full_bytes
+    from joinlib.costs.unit_time import full_bytes
     out = {}
     for s in query.streams:
         m = (measured or {}).get(s.name)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..model import Query, Tup
-from ..plan import Plan
-from .inputs import inputs_for
-from .model import WireModel
+from joinlib.costs.inputs import inputs_for
+from joinlib.costs.model import WireModel
+from joinlib.model import Query, Tup
+from joinlib.plan.logical import Plan
 
 
 def format_estimate(query: Query, plan: Plan, streams: Optional[dict[str, list[Tup]]] = None,

@@ -20,9 +20,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from ..messages import KeyBatch
-from ..model import Query, Tup, Value
-from ..wire import encode_body, encode_tuple
+from joinlib.model import Query, Tup, Value
+from joinlib.protocol.messages import KeyBatch
+from joinlib.protocol.wire import encode_body, encode_tuple
 
 Edge = tuple[int, int, int, int]  # (stream a, attr index in a, stream b, attr index in b)
 
@@ -216,8 +216,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     import json
     from pathlib import Path
 
-    from ..data import load_streams
-    from ..query import load_query
+    from joinlib.data.files import load_streams
+    from joinlib.query import load_query
     ap = argparse.ArgumentParser(prog="python -m joinlib.costs.floor",
                                  description="The floor (bytes of the tuples that take part in a result and are "
                                              "not at the result site, best site) and floor + keys of a data set.")

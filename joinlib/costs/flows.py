@@ -54,9 +54,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
-from ..cost import SeqState, interval_s, selectivity, stream_rate, window_tuples
-from ..ir import ReducerOp
-from ..model import Query
+from joinlib.costs.unit_time import SeqState, interval_s, selectivity, stream_rate, window_tuples
+from joinlib.model import Query
+from joinlib.plan.ir import ReducerOp
 
 #: flows of each algorithm across sites: (name, direction, kind); fwd = intermediate's site -> N's site
 ALG_FLOWS = {

@@ -4,7 +4,7 @@
 and a representative value of every join attribute, and the query as declared: the runtime sizes
 its Bloom filters by the *declared* statistics, so the model does too.  :func:`from_query` takes the declared
 statistics (defaults as in ``docs/cost-model.md``); :func:`from_data` measures them first
-(:mod:`joinlib.stats`: rate, tuple bytes as the wire encodes them, f = 1 / distinct values) and
+(:mod:`joinlib.data.stats`: rate, tuple bytes as the wire encodes them, f = 1 / distinct values) and
 takes the key values from the data.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..cost import full_bytes, selectivity
-from ..model import Query, Tup, Value
-from .encoding import Encoding, default_key_value
+from joinlib.costs.encoding import Encoding, default_key_value
+from joinlib.costs.unit_time import full_bytes, selectivity
+from joinlib.model import Query, Tup, Value
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def domain_size(n: int, seen: int) -> float:
 def from_data(query: Query, streams: dict[str, list[Tup]]) -> Inputs:
     """Statistics measured on ``streams`` (declared ones where a stream has no data); the key
     selectivity is 1 / :func:`domain_size` of each join attribute."""
-    from ..stats import stream_stats, with_measured
+    from joinlib.data.stats import stream_stats, with_measured
     measured = [stream_stats(s, streams.get(s.name, [])) for s in query.streams]
     for m in measured:
         n = m["tuples"]

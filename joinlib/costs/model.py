@@ -1,6 +1,6 @@
 """The plan-level byte model: expected bytes per second on every link, by flow.
 
-A plan is priced from its IR (:func:`joinlib.ir.lower`), where every shipment is an operator
+A plan is priced from its IR (:func:`joinlib.plan.ir.lower`), where every shipment is an operator
 named by content: a replica (a copy of a stream's window kept at another site, shared by every
 step probing it there) and the flows of cross-site steps.  So a stream shipped to a site is
 charged once however many sequences use it, ``central`` costs its m − 1 streams shipped once,
@@ -9,7 +9,7 @@ start replica, shared with any SP-S step probing the head there).
 
 Each flow carries one message per epoch; its expected content comes from :mod:`.flows`, its size
 from :class:`~joinlib.costs.encoding.Encoding` (the runtime's own encoder on representative
-bodies).  :class:`WireModel` is also a step-level :class:`~joinlib.cost.CostModel` (the same
+bodies).  :class:`WireModel` is also a step-level :class:`~joinlib.costs.unit_time.CostModel` (the same
 flows, each step with its own replica) for the per-head searches of ``greedy``, ``exhaustive``
 and ``beam``; its :meth:`WireModel.plan_cost` is the plan-level estimate.
 
@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..cost import SeqState, interval_s, stream_rate, window_tuples
-from ..ir import PlanIR, StepOp, lower
-from ..model import Query
-from ..plan import Plan, Sequence, validate
-from .encoding import Encoding
-from .flows import REPLICA, Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
-from .inputs import Inputs, from_query
+from joinlib.costs.encoding import Encoding
+from joinlib.costs.flows import REPLICA, Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
+from joinlib.costs.inputs import Inputs, from_query
+from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
+from joinlib.model import Query
+from joinlib.plan.ir import PlanIR, StepOp, lower
+from joinlib.plan.logical import Plan, Sequence, validate
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def estimate(query: Query, plan: Plan, inputs: Optional[Inputs] = None) -> PlanE
 class WireModel:
     """Bytes per second as the runtime encodes them (see the module docstring).
 
-    As a step-level :class:`~joinlib.cost.CostModel` (``step_cost``): the flows of one step and
+    As a step-level :class:`~joinlib.costs.unit_time.CostModel` (``step_cost``): the flows of one step and
     of a replica of its own, without sharing; :meth:`plan_cost`: the plan-level estimate, each
     shipment once.  ``inputs``: statistics (default: the query's declared ones).
     """
@@ -246,7 +246,7 @@ class WireModel:
         return total / tau
 
     def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
-        from ..plan import ALGORITHMS
+        from joinlib.plan.logical import ALGORITHMS
         return {a: self.step_cost(query, state, stream, a) for a in ALGORITHMS}
 
     def start_cost(self, query: Query, head: str, site: str) -> float:

@@ -12,6 +12,6 @@ Commands (``joinlib experiment fig7|table3|fig9|accuracy``, ``joinlib stats``,
 ``joinlib calibrate``) are registered by :func:`.cli.add_commands`; see
 ``docs/experiments.md``.
 """
-from .common import Measurement, measure, pearson, spearman, summarize
+from joinlib.experiments.common import Measurement, measure, pearson, spearman, summarize
 
 __all__ = ["Measurement", "measure", "pearson", "spearman", "summarize"]

@@ -1,6 +1,6 @@
 """``python -m joinlib.experiments ...``: the experiment, stats and calibrate commands alone."""
 import sys
 
-from .cli import main
+from joinlib.cli.experiments import main
 
 sys.exit(main())

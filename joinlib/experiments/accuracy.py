@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Optional, TypedDict
 
-from ..errors import JoinlibError
-from .common import Accuracy, Record, accuracy, accuracy_pairs, format_accuracy, write_json
+from joinlib.errors import JoinlibError
+from joinlib.experiments.common import Accuracy, Record, accuracy, accuracy_pairs, format_accuracy, write_json
 
 FILES = {"fig7.json": "fig7", "table3_runs.json": "table3", "fig9.json": "fig9"}
 
@@ -26,13 +26,13 @@ def records_of(doc: Record) -> list[Record]:
     """The (label, estimated, measured) run records of one experiment document."""
     kind = doc.get("experiment")
     if kind == "fig7":
-        from .fig7 import all_runs
+        from joinlib.experiments.fig7 import all_runs
         return all_runs(doc)
     if kind == "table3":
-        from .table3 import run_records as table3_records
+        from joinlib.experiments.table3 import run_records as table3_records
         return table3_records(doc)
     if kind == "fig9":
-        from .fig9 import run_records as fig9_records
+        from joinlib.experiments.fig9 import run_records as fig9_records
         return fig9_records(doc)
     raise JoinlibError(f"not an experiment output (experiment = {kind!r})")
 

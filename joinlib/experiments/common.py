@@ -4,14 +4,14 @@ Measurement (:func:`measure`)
 -----------------------------
 The paper's metric is the execution time per unit time of tuple arrival: processing
 time plus transmission time Σ S(x) (latency + bytes / bandwidth of every message),
-per second of stream time.  :meth:`joinlib.engine.Report.execution_s_per_s` is that
+per second of stream time.  :meth:`joinlib.runtime.report.Report.execution_s_per_s` is that
 metric over a whole run.  The cost models, however, describe the *steady state*: full
 windows (w_i = r_i·T_i) and intermediate streams at their full rates.  A run from
 empty windows spends its first T_max milliseconds below that, so every measurement
 here runs ``warmup + duration`` ms of data and counts only the ``duration`` part:
 
 * bytes, messages and transmission time: every message is sized by a wrapper of
-  :func:`joinlib.wire.envelope_size` (the engine's ``size_of`` hook), which also
+  :func:`joinlib.protocol.wire.envelope_size` (the engine's ``size_of`` hook), which also
   records it by flow and epoch; messages of epochs ``< warmup / τ`` are not counted.
   This is exact and deterministic;
 * processing time: the node sensor does not record epochs, so the warm-up part is
@@ -27,7 +27,7 @@ The span of the measured part is (number of epochs after the warm-up) × τ.
 
 Per-sequence share
 ------------------
-Flows of the lowered plan (:func:`joinlib.ir.lower`, deterministic, so
+Flows of the lowered plan (:func:`joinlib.plan.ir.lower`, deterministic, so
 the ids equal the engine's) belong to the steps that use them: a step's own flows to
 its head, a window replica's update flow to every head whose steps probe the replica
 (split evenly when shared).  :attr:`Measurement.by_head` gives, per head stream, the
@@ -46,21 +46,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, ParamSpec, Sequence, TypedDict, TypeVar
 
-from .. import units
-from ..errors import JoinlibError
-from ..model import Query, Stream, Tup, Window
-from ..plan import Plan
-from ..synthetic import TOPOLOGIES as TOPOLOGIES  # re-exported for the experiments
-from ..synthetic import build_query as build_query
-from ..synthetic import topology_edges as topology_edges
+from joinlib import units
+from joinlib.data.synthetic import TOPOLOGIES as TOPOLOGIES  # re-exported for the experiments
+from joinlib.data.synthetic import build_query as build_query
+from joinlib.data.synthetic import topology_edges as topology_edges
+from joinlib.errors import JoinlibError
+from joinlib.model import Query, Stream, Tup, Window
+from joinlib.plan.logical import Plan
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from tqdm import tqdm
 
-    from ..cost import CostModel
-    from ..engine import Report
-    from ..messages import Envelope
+    from joinlib.costs.unit_time import CostModel
+    from joinlib.protocol.messages import Envelope
+    from joinlib.runtime.report import Report
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -129,7 +129,7 @@ class DataCache:
     """Generated streams, loaded as tuples, cached per (stream spec, duration, seed).
 
     A stream's data depends only on its own statistics and the seed
-    (:func:`joinlib.gen.stream_rows`), so sweeps that change one stream, or only the
+    (:func:`joinlib.data.gen.stream_rows`), so sweeps that change one stream, or only the
     network, reuse the others' data.  Files go to a temporary directory removed by
     :meth:`close`.
     """
@@ -144,8 +144,8 @@ class DataCache:
         self._n = 0
 
     def streams(self, query: Query, total_ms: int, seed: int) -> dict[str, list[Tup]]:
-        from ..data import load_stream, write_stream
-        from ..gen import stream_rows
+        from joinlib.data.files import load_stream, write_stream
+        from joinlib.data.gen import stream_rows
         out = {}
         for s in query.streams:
             key = _gen_key(s, total_ms, seed)
@@ -255,7 +255,7 @@ class _Meter:
     """The engine's ``size_of`` hook: sizes every envelope and records it by flow."""
 
     def __init__(self, query: Query, warm_epochs: int) -> None:
-        from .. import wire
+        from joinlib.protocol import wire
         self.size = wire.envelope_size
         self.net = query.network
         self.warm = warm_epochs
@@ -280,7 +280,7 @@ class _Meter:
 
 def flow_owners(query: Query, plan: Plan) -> dict[int, list[str]]:
     """Flow id -> head streams whose sequences use it (see the module docstring)."""
-    from ..ir import lower
+    from joinlib.plan.ir import lower
     ir = lower(query, plan)
     ids = ir.flow_ids
     owners: dict[int, list[str]] = {ids[f.sig]: [] for f in ir.flows}
@@ -336,8 +336,8 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan: Plan, *, warmup_m
     ``streams`` must cover ``warmup_ms`` plus the measured duration; ``warmup_ms`` must
     be a multiple of τ (see :func:`warmup_for`).
     """
-    from ..engine import run_embedded
-    from ..runtime.sink import CountingSink
+    from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     tau = query.execution.interval_ms
     if warmup_ms % tau:
         raise ValueError("warmup_ms must be a multiple of the interval")
@@ -395,7 +395,7 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan: Plan, *, warmup_m
 
 def cost_models(calibration: Optional[Path] = None) -> dict[str, CostModel]:
     """The models every experiment reports: paper, bytes, and calibrated if a file is given."""
-    from ..cost import get_model
+    from joinlib.costs.unit_time import get_model
     models = {"paper": get_model("paper"), "bytes": get_model("bytes")}
     if calibration is not None:
         models["calibrated"] = get_model("calibrated", path=calibration)
@@ -403,7 +403,7 @@ def cost_models(calibration: Optional[Path] = None) -> dict[str, CostModel]:
 
 
 def planning_model(name: str, calibration: Optional[Path] = None) -> CostModel:
-    from ..cost import get_model
+    from joinlib.costs.unit_time import get_model
     if name == "calibrated":
         if calibration is None:
             raise JoinlibError("--model calibrated needs --calibration FILE.json (see 'joinlib calibrate')")
@@ -418,7 +418,7 @@ class Estimate(TypedDict):
 
 def estimate(query: Query, plan: Plan, models: Mapping[str, CostModel]) -> Estimate:
     """{"plan": {model: cost}, "by_head": {head: {model: cost}}} (s/s, bytes model in B/s)."""
-    from ..cost import plan_cost, sequence_cost
+    from joinlib.costs.unit_time import plan_cost, sequence_cost
     out: Estimate = {"plan": {}, "by_head": {}}
     for name, model in models.items():
         out["plan"][name] = _round(plan_cost(query, plan, model), 9)

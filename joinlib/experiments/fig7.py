@@ -1,7 +1,7 @@
 """Fig. 7: the six one-way join algorithms on a 2-way join S1@n1 ⋈ S2@n2.
 
 Every run executes the plan where *both* join sequences use the algorithm
-(:func:`joinlib.plan.uniform`): S1 → S2 and S2 → S1.  The measured execution time is
+(:func:`joinlib.plan.logical.uniform`): S1 → S2 and S2 → S1.  The measured execution time is
 the whole 2-way join's (:func:`~.common.measure`); ``one_way`` is the share of the
 S1 sequence (the one-way join S1 → S2) in bytes and transmission time, by link and
 message kind, with the models' estimate of that sequence.  Processing time is
@@ -18,10 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..model import Execution, Network, Query
-from ..plan import ALGORITHMS, uniform
-from ..synthetic import StreamSpec
-from .common import (
+from joinlib.data.synthetic import StreamSpec
+from joinlib.experiments.common import (
     DataCache,
     Record,
     accuracy,
@@ -40,6 +38,8 @@ from .common import (
     with_stream_stats,
     write_json,
 )
+from joinlib.model import Execution, Network, Query
+from joinlib.plan.logical import ALGORITHMS, uniform
 
 DEFAULTS: dict[str, float] = {"attributes": 250, "selectivity": 0.1, "rate": 300, "window_ms": 3000,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}

@@ -17,10 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from ..model import Execution, Network, Query
-from ..query import query_to_dict
-from ..synthetic import StreamSpec
-from .common import (
+from joinlib.data.synthetic import StreamSpec
+from joinlib.experiments.common import (
     TOPOLOGIES,
     TOPOLOGY_LABELS,
     DataCache,
@@ -43,6 +41,8 @@ from .common import (
     warmup_for,
     write_json,
 )
+from joinlib.model import Execution, Network, Query
+from joinlib.query import query_to_dict
 
 DEFAULTS: dict[str, float] = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}
@@ -72,7 +72,7 @@ def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> 
 def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: int = 3,
         sweeps: Optional[list[str]] = None, topologies: Sequence[str] = TOPOLOGIES, model: str = "paper",
         calibration: Optional[Path] = None, warmup: str = "auto", progress: bool = False) -> Record:
-    from ..planner import plan_for
+    from joinlib.planner import plan_for
     sweeps = sweeps or list(SWEEPS)
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)

@@ -28,10 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from ..model import Execution, Network, Query
-from ..plan import Plan
-from ..synthetic import TABLE2, StreamSpec, table2_stream
-from .common import (
+from joinlib.data.synthetic import TABLE2, StreamSpec, table2_stream
+from joinlib.experiments.common import (
     TOPOLOGIES,
     TOPOLOGY_LABELS,
     DataCache,
@@ -55,6 +53,8 @@ from .common import (
     warmup_for,
     write_json,
 )
+from joinlib.model import Execution, Network, Query
+from joinlib.plan.logical import Plan
 
 PAPER_TABLE3 = {  # Tran & Lee 2010, Table 3: T_G / T_E
     "star": {"mean": 1.02, "median": 1.00, "sd": 0.11, "max": 1.39},
@@ -92,7 +92,7 @@ def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
 def sharing(query: Query, plan: Plan) -> dict[str, int]:
     """Window replicas of the compiled plan: steps probing one (``replica_uses``), distinct
     ones (``replicas``) and flows; Eq. 1 charges every use, the engine ships each replica once."""
-    from ..ir import lower
+    from joinlib.plan.ir import lower
     ir = lower(query, plan)
     return {"replica_uses": sum(1 for st in ir.steps if st.replica is not None),
             "replicas": len(ir.replicas), "flows": len(ir.flows)}
@@ -109,7 +109,7 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
         topologies: Sequence[str] = TOPOLOGIES, planners: Sequence[str] = PLANNERS, per_edge_attrs: bool = False,
         progress: bool = False) -> tuple[Record, Record]:
     """Return (table3.json document, table3_runs.json document)."""
-    from ..planner import plan_for
+    from joinlib.planner import plan_for
     planners = ["exhaustive", *(p for p in planners if p != "exhaustive")]
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)

@@ -6,10 +6,10 @@
   watermark in (ts, id) order with their ranks (``Tup.seq``), idle advances, checkpoints;
 * :mod:`.status`: what ``joinlib queries`` shows, from the nodes' status messages.
 
-Kafka, dead-letter topics and the advance log are the adapter's (:mod:`joinlib.adapters.sources`);
+Kafka, dead-letter topics and the advance log are the adapter's (:mod:`joinlib.node.sources`);
 docs/live.md states the rules.
 """
-from .records import REASONS, Bad, Decoder, Event, derived_id
-from .stream import Advance, StreamIngest
+from joinlib.ingest.records import REASONS, Bad, Decoder, Event, derived_id
+from joinlib.ingest.stream import Advance, StreamIngest
 
 __all__ = ["REASONS", "Advance", "Bad", "Decoder", "Event", "StreamIngest", "derived_id"]

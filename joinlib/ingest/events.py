@@ -20,7 +20,7 @@ from typing import Iterator, NamedTuple, Optional
 
 import orjson
 
-from ..model import Stream
+from joinlib.model import Stream
 
 OK, LATE_INTENDED, MALFORMED = "ok", "late", "malformed"
 

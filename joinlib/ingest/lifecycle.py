@@ -16,8 +16,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from ..errors import JoinlibError
-from ..model import Query
+from joinlib.errors import JoinlibError
+from joinlib.model import Query
 
 DEFAULT_LOOKBACK_MS = 2000
 _RELATIVE = re.compile(r"now\s*-\s*([0-9]+)\s*(ms|s|min|h)\Z")
@@ -68,8 +68,8 @@ class QueryStats:
             self.values[site] = payload["values"]
 
     def value_stats(self) -> Optional[dict[str, Any]]:
-        """The live per-value rates (:func:`joinlib.value_monitor.merge_reports`), None before any report."""
-        from ..value_monitor import merge_reports
+        """The live per-value rates (:func:`joinlib.pmjoin.value_monitor.merge_reports`), None before any report."""
+        from joinlib.pmjoin.value_monitor import merge_reports
         return merge_reports(self.query, self.values.values()) if self.values else None
 
     def on_done(self, payload: dict[str, Any]) -> None:

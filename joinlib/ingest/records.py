@@ -18,9 +18,9 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import fastavro
 import orjson
 
-from ..model import Stream, Value
-from ..source_spec import SourceSpec
-from ..values import encode_values
+from joinlib.model import Stream, Value
+from joinlib.protocol.values import encode_values
+from joinlib.source_spec import SourceSpec
 
 #: dead-letter reasons (``dlq.reason`` header of docs/live.md)
 BAD_JSON, BAD_AVRO, NO_VALUE = "bad_json", "bad_avro", "no_value"

@@ -33,8 +33,8 @@ import heapq
 from collections import deque
 from typing import Any, Callable, NamedTuple, Optional
 
-from ..model import Stream, Tup
-from .records import DUPLICATE_ID, LATE, TOO_FAR_AHEAD, Bad, Event
+from joinlib.ingest.records import DUPLICATE_ID, LATE, TOO_FAR_AHEAD, Bad, Event
+from joinlib.model import Stream, Tup
 
 TUPLE_WINDOW_HORIZON_MS = 10_000
 MAX_AHEAD_MS = 86_400_000

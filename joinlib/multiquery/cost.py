@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from .streams import Bound, Signature
-from .topology import Topology
+from joinlib.multiquery.streams import Bound, Signature
+from joinlib.multiquery.topology import Topology
 
 Kind = Literal["source", "join", "reuse"]
 

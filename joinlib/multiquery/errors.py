@@ -5,7 +5,7 @@ they are :class:`~joinlib.errors.JoinlibError` subclasses, so the CLI's handling
 """
 from __future__ import annotations
 
-from ..errors import JoinlibError
+from joinlib.errors import JoinlibError
 
 
 class MultiQueryError(JoinlibError):

@@ -4,7 +4,7 @@ A :class:`~joinlib.multiquery.cost.Plan` is a binary tree of joins placed at top
 *reuses* of streams that earlier queries advertised. :func:`to_tree` turns it into a
 :mod:`joinlib.pmjoin.tree` tree (one two-input MJoin per join, at its node). A reuse becomes the
 advertising plan's subtree: the join of the same streams at the same node. Given to
-:func:`joinlib.derived.deploy` together with that plan's tree, it is one operator that runs once,
+:func:`joinlib.mjoin.derived.deploy` together with that plan's tree, it is one operator that runs once,
 because reuse requires equal signatures (the same streams and predicates). Selections would make two
 operators of one signature compute different streams in the runtime, which does not execute them:
 :func:`runtime_query` refuses queries that have any.
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import PlanError
-from ..model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
-from ..pmjoin.tree import Leaf, MJoin, Tree
-from .cost import Plan, PlanNode
-from .streams import Catalogue, JoinPredicate
-from .streams import Query as MQuery
-from .topology import Topology
+from joinlib.errors import PlanError
+from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
+from joinlib.multiquery.cost import Plan, PlanNode
+from joinlib.multiquery.streams import Catalogue, JoinPredicate
+from joinlib.multiquery.streams import Query as MQuery
+from joinlib.multiquery.topology import Topology
+from joinlib.pmjoin.tree import Leaf, MJoin, Tree
 
 
 def to_tree(plan: Plan, top: Topology, deployed: Sequence[Plan] = ()) -> Tree:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import TopologyError
-from .topology import Topology
+from joinlib.multiquery.errors import TopologyError
+from joinlib.multiquery.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
 
-from .cost import Deployments, Plan, PlanNode
-from .errors import MultiQueryError
-from .hierarchy import Cluster, Hierarchy
-from .search import Atom, Problem, Result, Reuse, Tree, TreeDP, exhaustive, lemma1, solve, tree_mask
-from .streams import Bound
-from .topology import Topology
+from joinlib.multiquery.cost import Deployments, Plan, PlanNode
+from joinlib.multiquery.errors import MultiQueryError
+from joinlib.multiquery.hierarchy import Cluster, Hierarchy
+from joinlib.multiquery.search import Atom, Problem, Result, Reuse, Tree, TreeDP, exhaustive, lemma1, solve, tree_mask
+from joinlib.multiquery.streams import Bound
+from joinlib.multiquery.topology import Topology
 
 Snap = Callable[[int], int]
 

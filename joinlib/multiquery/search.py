@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from .cost import PlanNode
+from joinlib.multiquery.cost import PlanNode
 
 INF = float("inf")
 Tree = Union[int, tuple["Tree", "Tree"]]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
 
-from .errors import WorkloadError
+from joinlib.multiquery.errors import WorkloadError
 
 _OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .errors import TopologyError
+from joinlib.multiquery.errors import TopologyError
 
 INF = float("inf")
 

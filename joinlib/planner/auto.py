@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from .. import plan as plans
-from ..costs import Inputs, WireModel, inputs_for
-from ..model import Query, Tup
-from ..plan import ALGORITHMS, Plan, Sequence, Step, validate
-from .exhaustive import exhaustive_sequence
-from .measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
+from joinlib.costs import Inputs, WireModel, inputs_for
+from joinlib.model import Query, Tup
+from joinlib.plan import logical as plans
+from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, validate
+from joinlib.planner.exhaustive import exhaustive_sequence
+from joinlib.planner.measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
 
 Streams = dict[str, list[Tup]]
 #: a candidate generator: named plans for a query under a model

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ..cost import CostModel, MemoKey, SeqState, StepCache, frontier
-from ..model import Query
-from ..plan import Plan, Sequence, Step, validate
-from .exhaustive import Layers, _better, best_algorithms
-from .greedy import greedy_sequence
+from joinlib.costs.unit_time import CostModel, MemoKey, SeqState, StepCache, frontier
+from joinlib.model import Query
+from joinlib.plan.logical import Plan, Sequence, Step, validate
+from joinlib.planner.exhaustive import Layers, _better, best_algorithms
+from joinlib.planner.greedy import greedy_sequence
 
 DEFAULT_WIDTH = 8
 

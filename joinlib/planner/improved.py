@@ -13,13 +13,21 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Optional, TypedDict, Unpack
 
-from ..cost import CostModel, get_model, plan_cost
-from ..model import Query
-from ..synthetic import TABLE2, TOPOLOGIES, QueryOptions, StreamSpec, build_query, table2_stream, topology_edges
-from .beamsearch import DEFAULT_WIDTH, beam
-from .exhaustive import exhaustive
-from .greedy import greedy
-from .registry import COST_PLANNERS
+from joinlib.costs.unit_time import CostModel, get_model, plan_cost
+from joinlib.data.synthetic import (
+    TABLE2,
+    TOPOLOGIES,
+    QueryOptions,
+    StreamSpec,
+    build_query,
+    table2_stream,
+    topology_edges,
+)
+from joinlib.model import Query
+from joinlib.planner.beamsearch import DEFAULT_WIDTH, beam
+from joinlib.planner.exhaustive import exhaustive
+from joinlib.planner.greedy import greedy
+from joinlib.planner.registry import COST_PLANNERS
 
 improved = beam  # the brief's name for the polynomial planner; registered as "beam"
 
@@ -29,7 +37,7 @@ __all__ = ["TABLE2", "TOPOLOGIES", "DEFAULT_WIDTH", "beam", "improved", "make_qu
 # --- random queries after the paper's Table 2, and the gap study -------------------------
 def make_query(stats: Sequence[StreamSpec], edges: Sequence[tuple[int, int]], *, name: str = "q",
                **kw: Unpack[QueryOptions]) -> Query:
-    """:func:`joinlib.synthetic.build_query` with the name last (the planner studies' form)."""
+    """:func:`joinlib.data.synthetic.build_query` with the name last (the planner studies' form)."""
     return build_query(name, stats, edges, **kw)
 
 

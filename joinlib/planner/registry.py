@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from .. import plan as plans
-from ..cost import CostModel
-from ..costs import DEFAULT_MODEL, get_model
-from ..errors import PlanError
-from ..model import Query, Tup
-from ..plan import Plan
-from .auto import auto, auto_ranked
-from .beamsearch import beam
-from .exhaustive import exhaustive
-from .greedy import greedy
-from .sampled import sampled
+from joinlib.costs import DEFAULT_MODEL, get_model
+from joinlib.costs.unit_time import CostModel
+from joinlib.errors import PlanError
+from joinlib.model import Query, Tup
+from joinlib.plan import logical as plans
+from joinlib.plan.logical import Plan
+from joinlib.planner.auto import auto, auto_ranked
+from joinlib.planner.beamsearch import beam
+from joinlib.planner.exhaustive import exhaustive
+from joinlib.planner.greedy import greedy
+from joinlib.planner.sampled import sampled
 
 CostPlanner = Callable[[Query, CostModel], Plan]
 Streams = dict[str, list[Tup]]
@@ -147,7 +147,7 @@ def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: O
 
 def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None) -> Plan:
     """Run the cost-based planner ``name`` (greedy | exhaustive | beam) with ``model`` — a
-    :class:`~joinlib.cost.CostModel`, a model name for :func:`~joinlib.costs.get_model`,
+    :class:`~joinlib.costs.unit_time.CostModel`, a model name for :func:`~joinlib.costs.get_model`,
     or None for the default, the plan-level byte model (``wire``)."""
     fn = COST_PLANNERS.get(name)
     if fn is None:

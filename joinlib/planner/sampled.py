@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import PlanError
-from ..model import Query
-from ..plan import Plan
-from .measure import Streams, sample_ms, sample_of, steady_bytes
+from joinlib.errors import PlanError
+from joinlib.model import Query
+from joinlib.plan.logical import Plan
+from joinlib.planner.measure import Streams, sample_ms, sample_of, steady_bytes
 
 OBJECTIVES = ("bytes", "time")
 

@@ -3,7 +3,7 @@
 When join values are distributed differently at different sites, one plan for the whole stream is
 far from optimal; PMJoin splits every stream by join value into D partition groups and optimises a
 plan per group. This package is the model and the planning (docs/pmjoin.md). The runtime
-(``joinlib.partitioned``) routes tuples with these partition functions, but does not execute the
+(``joinlib.plan.partitioned``) routes tuples with these partition functions, but does not execute the
 MJoin trees planned here.
 
 * :mod:`.rates` - the rate model (Eqs. 2-3, the closed form for a set, implied equality edges);
@@ -14,15 +14,15 @@ MJoin trees planned here.
 * :mod:`.plan` - :class:`PMJoinPlan`; :mod:`.stats` - per-value rates from data, models from queries;
 * :mod:`.workload`, :mod:`.experiment`, :mod:`.figures`, :mod:`.cli` - ``joinlib experiment pmjoin``.
 """
-from .exhaustive import central, optimal, simple
-from .findpartition import PMJoinCandidate, find_partitions, select_pmjoins
-from .partition import HashPartition, MapPartition, PartitionFunction, RangePartition
-from .plan import GroupPlan, PMJoinPlan, plan_pmjoin
-from .ratepart import rate_partition
-from .rates import JoinClass, RateModel, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
-from .stats import selectivity_model, value_model, value_rates
-from .streamjoinopt import stream_join_opt
-from .tree import Leaf, MJoin, Tree, plan_cost
+from joinlib.plan.partition import HashPartition, MapPartition, PartitionFunction, RangePartition
+from joinlib.pmjoin.exhaustive import central, optimal, simple
+from joinlib.pmjoin.findpartition import PMJoinCandidate, find_partitions, select_pmjoins
+from joinlib.pmjoin.plan import GroupPlan, PMJoinPlan, plan_pmjoin
+from joinlib.pmjoin.ratepart import rate_partition
+from joinlib.pmjoin.rates import JoinClass, RateModel, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
+from joinlib.pmjoin.stats import selectivity_model, value_model, value_rates
+from joinlib.pmjoin.streamjoinopt import stream_join_opt
+from joinlib.pmjoin.tree import Leaf, MJoin, Tree, plan_cost
 
 __all__ = ["GroupPlan", "HashPartition", "JoinClass", "Leaf", "MJoin", "MapPartition", "PMJoinCandidate",
            "PMJoinPlan", "PartitionFunction", "RangePartition", "RateModel", "SelectivityModel", "StreamSpec",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import PlanError
-from .rates import RateModel
-from .tree import Leaf, MJoin, Tree, join
+from joinlib.errors import PlanError
+from joinlib.pmjoin.rates import RateModel
+from joinlib.pmjoin.tree import Leaf, MJoin, Tree, join
 
 MAX_STREAMS = 16
 

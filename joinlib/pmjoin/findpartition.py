@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .rates import SelectivityModel
-from .tree import MJoin, Tree, members
+from joinlib.pmjoin.rates import SelectivityModel
+from joinlib.pmjoin.tree import MJoin, Tree, members
 
 Path = tuple[int, ...]  # child indices from the root of the plan
 

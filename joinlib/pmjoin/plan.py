@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PlanError
-from .partition import PartitionFunction
-from .partition import from_json as partition_from_json
-from .rates import RateModel, ValueRateModel
-from .streamjoinopt import stream_join_opt
-from .tree import Tree, describe, plan_cost
-from .tree import from_json as tree_from_json
-from .tree import to_json as tree_to_json
+from joinlib.errors import PlanError
+from joinlib.plan.partition import PartitionFunction
+from joinlib.plan.partition import from_json as partition_from_json
+from joinlib.pmjoin.rates import RateModel, ValueRateModel
+from joinlib.pmjoin.streamjoinopt import stream_join_opt
+from joinlib.pmjoin.tree import Tree, describe, plan_cost
+from joinlib.pmjoin.tree import from_json as tree_from_json
+from joinlib.pmjoin.tree import to_json as tree_to_json
 
 Optimizer = Callable[[RateModel], Tree]
 FORMAT = 1

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from .partition import HashPartition, MapPartition, Value, order_key
-from .rates import FloatArray, ValueRates
+from joinlib.plan.partition import HashPartition, MapPartition, Value, order_key
+from joinlib.pmjoin.rates import FloatArray, ValueRates
 
 MAX_ITERATIONS = 100
 RESTARTS = 4

@@ -36,7 +36,7 @@ from typing import Optional
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import PlanError
+from joinlib.errors import PlanError
 
 Members = frozenset[int]  # indices into RateModel.streams
 FloatArray = npt.NDArray[np.float64]

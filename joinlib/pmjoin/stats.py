@@ -1,7 +1,7 @@
 """Per-value rate statistics (FStream rates) from a joinlib data directory, and the rate models
 of a query file.
 
-``value_rates`` reads ``DIR/<stream>.jsonl`` the way ``joinlib run`` does (:func:`joinlib.data.load_streams`)
+``value_rates`` reads ``DIR/<stream>.jsonl`` the way ``joinlib run`` does (:func:`joinlib.data.files.load_streams`)
 and counts, per stream, the tuples of every value of the PMJoin's join attribute class over the stream's
 observation period (last ts - first ts, as ``joinlib stats`` measures ``rate``: (n - 1) / span, so the
 per-value rates are scaled by (n - 1) / n to sum to that rate). ``value_model`` and ``selectivity_model``
@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from ..errors import DataError, PlanError
-from ..model import Query, Stream
-from .partition import canonical, order_key
-from .rates import JoinClass, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
+from joinlib.errors import DataError, PlanError
+from joinlib.model import Query, Stream
+from joinlib.plan.partition import canonical, order_key
+from joinlib.pmjoin.rates import JoinClass, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
 
 
 def join_classes(query: Query) -> list[list[tuple[str, str]]]:
@@ -67,7 +67,7 @@ def _spec(s: Stream, rate: Optional[float] = None) -> StreamSpec:
 
 def value_rates(query: Query, data_dir: Path) -> ValueRates:
     """Per-value rates of every stream on the query's single join attribute class, from data."""
-    from ..data import load_streams
+    from joinlib.data.files import load_streams
     members = dict(single_class(query))
     if not Path(data_dir).is_dir():
         raise DataError(f"--data {data_dir}: no such directory (expected one <stream>.jsonl per stream)")

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import PlanError
-from .rates import Members, RateModel
-from .tree import Leaf, Tree, join
+from joinlib.errors import PlanError
+from joinlib.pmjoin.rates import Members, RateModel
+from joinlib.pmjoin.tree import Leaf, Tree, join
 
 
 @dataclass(frozen=True)

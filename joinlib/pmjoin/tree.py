@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..errors import PlanError
-from .rates import Members, RateModel
+from joinlib.errors import PlanError
+from joinlib.pmjoin.rates import Members, RateModel
 
 
 @dataclass(frozen=True)

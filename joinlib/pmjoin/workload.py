@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .rates import FloatArray, StreamSpec, ValueRateModel
+from joinlib.pmjoin.rates import FloatArray, StreamSpec, ValueRateModel
 
 FAMILIES = ("uniform", "normal", "zipf", "selfsimilar")
 

@@ -15,11 +15,11 @@ each exactly once.  Layout:
 No module here imports a Kafka or Redis client (see ``joinlib.adapters.progressive_*``).
 docs/progressive.md explains the algorithms and the measured figures.
 """
-from .base import ProgressiveJoin
-from .model import CostModel, DiskTuple, JoinSpec, MemTuple, Sink, SpecError, VirtualClock
-from .registry import ALGORITHMS, make_join
-from .runs import FileRunStore, MemoryRunStore, RunStore
-from .sim import Network, Recorder, Workload, schedule, simulate
+from joinlib.progressive.base import ProgressiveJoin
+from joinlib.progressive.model import CostModel, DiskTuple, JoinSpec, MemTuple, Sink, SpecError, VirtualClock
+from joinlib.progressive.registry import ALGORITHMS, make_join
+from joinlib.progressive.runs import FileRunStore, MemoryRunStore, RunStore
+from joinlib.progressive.sim import Network, Recorder, Workload, schedule, simulate
 
 __all__ = ["ALGORITHMS", "CostModel", "DiskTuple", "FileRunStore", "JoinSpec", "MemTuple", "MemoryRunStore",
            "Network", "ProgressiveJoin", "Recorder", "RunStore", "Sink", "SpecError", "VirtualClock", "Workload",

@@ -17,12 +17,12 @@ from __future__ import annotations
 import abc
 from typing import ClassVar, Optional
 
-from .disk import Disk, Slot
-from .memory import Memory
-from .model import DiskTuple, Id, JoinSpec, Key, MemTuple, Sink, VirtualClock, partition_of
-from .runs import RunStore
-from .stats import ArrivalStats
-from .tasks import TaskContext, dd_task
+from joinlib.progressive.disk import Disk, Slot
+from joinlib.progressive.memory import Memory
+from joinlib.progressive.model import DiskTuple, Id, JoinSpec, Key, MemTuple, Sink, VirtualClock, partition_of
+from joinlib.progressive.runs import RunStore
+from joinlib.progressive.stats import ArrivalStats
+from joinlib.progressive.tasks import TaskContext, dd_task
 
 FlushRequest = tuple[int, int, Optional[int]]
 """(relation, partition, how many oldest tuples; None = the whole partition)."""

@@ -25,8 +25,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Optional
 
-from .model import CostModel, DiskTuple, Key
-from .runs import RunStore
+from joinlib.progressive.model import CostModel, DiskTuple, Key
+from joinlib.progressive.runs import RunStore
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional
 
-from .base import FlushRequest, ProgressiveJoin
-from .disk import Slot
-from .model import JoinSpec, Sink, SpecError, VirtualClock
-from .runs import RunStore
-from .tasks import dd_task
+from joinlib.progressive.base import FlushRequest, ProgressiveJoin
+from joinlib.progressive.disk import Slot
+from joinlib.progressive.model import JoinSpec, Sink, SpecError, VirtualClock
+from joinlib.progressive.runs import RunStore
+from joinlib.progressive.tasks import dd_task
 
 POLICIES = ("adaptive", "all", "largest", "smallest")
 

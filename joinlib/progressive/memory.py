@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .model import Key, MemTuple
+from joinlib.progressive.model import Key, MemTuple
 
 
 class MemPartition:

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Optional, Protocol
 
-from ..errors import JoinlibError
+from joinlib.errors import JoinlibError
 
 Key = int | str
 """A join-attribute value: all ints or all strings within one join (runs are sorted on it)."""

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import ProgressiveJoin
-from .hmj import HMJ, POLICIES
-from .model import JoinSpec, Sink, SpecError, VirtualClock
-from .rpj import RPJ, RPJdd, RPJmd
-from .runs import RunStore
-from .xjoin import XJoin
+from joinlib.progressive.base import ProgressiveJoin
+from joinlib.progressive.hmj import HMJ, POLICIES
+from joinlib.progressive.model import JoinSpec, Sink, SpecError, VirtualClock
+from joinlib.progressive.rpj import RPJ, RPJdd, RPJmd
+from joinlib.progressive.runs import RunStore
+from joinlib.progressive.xjoin import XJoin
 
 ALGORITHMS: dict[str, type[ProgressiveJoin]] = {
     "rpj": RPJ, "rpj-md": RPJmd, "rpj-dd": RPJdd, "xjoin": XJoin, "hmj": HMJ,

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Optional
 
-from .base import FlushRequest, ProgressiveJoin
-from .model import JoinSpec, MemTuple, Sink, VirtualClock
-from .runs import RunStore
-from .stats import plan_optimal_flush
-from .tasks import dd_task, md_task
+from joinlib.progressive.base import FlushRequest, ProgressiveJoin
+from joinlib.progressive.model import JoinSpec, MemTuple, Sink, VirtualClock
+from joinlib.progressive.runs import RunStore
+from joinlib.progressive.stats import plan_optimal_flush
+from joinlib.progressive.tasks import dd_task, md_task
 
 Task = tuple[str, int, int]
 """("md", relation of the memory side, partition) or ("dd", -1, partition)."""

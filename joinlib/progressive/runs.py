@@ -24,8 +24,8 @@ from typing import IO, Any, Optional, Protocol
 
 import orjson
 
-from ..errors import JoinlibError
-from .model import DiskTuple
+from joinlib.errors import JoinlibError
+from joinlib.progressive.model import DiskTuple
 
 
 class RunOrderError(ValueError):

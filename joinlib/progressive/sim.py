@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Optional
 
-from .base import ProgressiveJoin
-from .model import PHASES, Id, Key, Phase, SpecError, VirtualClock
+from joinlib.progressive.base import ProgressiveJoin
+from joinlib.progressive.model import PHASES, Id, Key, Phase, SpecError, VirtualClock
 
 
 class Event(NamedTuple):

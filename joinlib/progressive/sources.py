@@ -14,9 +14,9 @@ from typing import Any, Optional, Protocol
 
 import orjson
 
-from ..errors import DataError
-from .model import Id, Key
-from .sim import Event, end_of
+from joinlib.errors import DataError
+from joinlib.progressive.model import Id, Key
+from joinlib.progressive.sim import Event, end_of
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 

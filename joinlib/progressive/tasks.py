@@ -26,10 +26,10 @@ from itertools import chain, groupby
 from operator import itemgetter
 from typing import Optional
 
-from .disk import Disk, RunRef, Slot
-from .memory import MemPartition
-from .model import DiskTuple, Id, Key, MemTuple, Phase, Sink, VirtualClock
-from .runs import RunWriter
+from joinlib.progressive.disk import Disk, RunRef, Slot
+from joinlib.progressive.memory import MemPartition
+from joinlib.progressive.model import DiskTuple, Id, Key, MemTuple, Phase, Sink, VirtualClock
+from joinlib.progressive.runs import RunWriter
 
 Found = tuple[Key, int, int, Id, Id]
 """A result before emission: (key, R1 ATS, R2 ATS, R1 id, R2 id) - sorts canonically."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional
 
-from .base import FlushRequest, ProgressiveJoin
-from .model import JoinSpec, Sink, VirtualClock
-from .runs import RunStore
-from .tasks import hash_join_task, md_task
+from joinlib.progressive.base import FlushRequest, ProgressiveJoin
+from joinlib.progressive.model import JoinSpec, Sink, VirtualClock
+from joinlib.progressive.runs import RunStore
+from joinlib.progressive.tasks import hash_join_task, md_task
 
 
 class XJoin(ProgressiveJoin):

@@ -24,7 +24,7 @@ import io
 import pickle
 from typing import Any, Protocol
 
-from ..errors import CheckpointError
+from joinlib.errors import CheckpointError
 
 FORMAT = 2
 

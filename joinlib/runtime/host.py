@@ -23,18 +23,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Container, Iterable, Optional, Protocol
 
-from .. import wire
-from ..errors import CheckpointError
-from ..messages import Body, Envelope, InstanceKey
-from ..model import Tup
-from ..state.base import WindowStore
-from ..state.memory import MemoryWindowStore
-from .algorithms.simple import FullReplica
-from .instance import InboxKey, Instance, InstanceSpec
-from .lanes import Lane
-from .sensor import Sensor
-from .sink import Sink
-from .window import HomeWindow
+from joinlib.errors import CheckpointError
+from joinlib.model import Tup
+from joinlib.protocol import wire
+from joinlib.protocol.messages import Body, Envelope, InstanceKey
+from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.instance import InboxKey, Instance, InstanceSpec
+from joinlib.runtime.lanes import Lane
+from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.sink import Sink
+from joinlib.runtime.window import HomeWindow
+from joinlib.state.base import WindowStore
+from joinlib.state.memory import MemoryWindowStore
 
 
 class Transport(Protocol):
@@ -108,7 +108,7 @@ class Host:
     # ------------------------------------------------------------------ inputs
     def set_routes(self, query: str, parts: int, routes: dict[str, Optional[Callable[[Tup], int]]]) -> None:
         """Route the source tuples :meth:`feed` gets for ``query`` to its ``parts`` partitions (a partitioned
-        plan, :class:`joinlib.partitioned.Partitioned`): per stream tuple -> partition, or None: to every one."""
+        plan, :class:`joinlib.plan.partitioned.Partitioned`): per stream tuple -> partition, or None: to every one."""
         self.routes[query] = (parts, routes)
 
     def feed(self, query: str, stream: str, tups: Iterable[Tup], watermark: Optional[int] = None,

@@ -21,18 +21,26 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Optional, Protocol
 
-from ..errors import CheckpointError
-from ..ir import PlanIR, ReducerOp, ReplicaOp, StepOp
-from ..messages import Body, Envelope, InstanceKey, Row
-from ..model import Tup
-from ..state.base import KeyList, WindowStore
-from .algorithms import AnyReplica, AnySender, Reducer, make_replica, make_sender, reducer_phases, step_phases
-from .algorithms.base import Decode, Encode, Placed, window_bytes
-from .algorithms.simple import FullReplica
-from .lanes import Lane, Phase
-from .sensor import Sensor
-from .sink import Group, Sink
-from .window import HomeWindow
+from joinlib.errors import CheckpointError
+from joinlib.model import Tup
+from joinlib.plan.ir import PlanIR, ReducerOp, ReplicaOp, StepOp
+from joinlib.protocol.messages import Body, Envelope, InstanceKey, Row
+from joinlib.runtime.algorithms import (
+    AnyReplica,
+    AnySender,
+    Reducer,
+    make_replica,
+    make_sender,
+    reducer_phases,
+    step_phases,
+)
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, window_bytes
+from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.sink import Group, Sink
+from joinlib.runtime.window import HomeWindow
+from joinlib.state.base import KeyList, WindowStore
 
 InboxKey = tuple[str, int, int, int, int]  # (query, part, gen, flow, epoch)
 _second = itemgetter(1)
@@ -138,7 +146,7 @@ class Instance:
 
     def results_through(self) -> dict[int, int]:
         """Per sequence, the last head epoch whose results its last step has all handed on here
-        (-1: none, or the step runs elsewhere): a derived stream's producer (:mod:`joinlib.tree_engine`)."""
+        (-1: none, or the step runs elsewhere): a derived stream's producer (:mod:`joinlib.sim.tree_engine`)."""
         done = self.step_done
         return {st.seq_index: done.get((st.seq_index, st.j), -1) for st in self.ir.steps if st.last}
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .sensor import Sensor
+from joinlib.runtime.sensor import Sensor
 
 PhaseFn = Callable[[int], bool]
 _perf = time.perf_counter

@@ -9,8 +9,8 @@ from itertools import accumulate
 from operator import itemgetter, mul
 from typing import Any, Protocol, Sequence
 
-from ..messages import InstanceKey
-from ..model import Query, Tup
+from joinlib.model import Query, Tup
+from joinlib.protocol.messages import InstanceKey
 
 Group = tuple[tuple[Any, ...], Sequence[Tup]]  # (row without the last stream, matching tuples)
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable, Optional
 
-from ..messages import Key
-from ..model import Stream, Tup
-from ..state.base import Index, WindowStore
-from .lanes import Lane, Phase
-from .sensor import Sensor
-from .windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
+from joinlib.model import Stream, Tup
+from joinlib.protocol.messages import Key
+from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
+from joinlib.state.base import Index, WindowStore
 
 
 class HomeWindow:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any, Optional
 
-from ..model import Stream, Tup
-from ..state.base import KeyList
+from joinlib.model import Stream, Tup
+from joinlib.state.base import KeyList
 
 Bound = tuple[str, int]  # ("ts", x): drop ts < x;  ("seq", y): drop seq < y
 

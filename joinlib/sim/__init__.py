@@ -1,4 +1,4 @@
 """Deterministic simulated network: the embedded mode's transport."""
-from .network import LinkStats, SimNetwork
+from joinlib.sim.network import LinkStats, SimNetwork
 
 __all__ = ["LinkStats", "SimNetwork"]

@@ -2,7 +2,7 @@
 
 Virtual time only: a message sent at time t on link (a, b) departs when the link is
 free, occupies it for bytes / bandwidth, and arrives ``latency`` later.  Every message
-is Avro-encoded (:mod:`joinlib.wire`) so the bytes charged are the bytes Kafka would
+is Avro-encoded (:mod:`joinlib.protocol.wire`) so the bytes charged are the bytes Kafka would
 carry.  Node processing time is measured (wall clock) but does not move virtual time,
 so a run is reproducible bit for bit.
 """
@@ -12,8 +12,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..messages import Envelope
-from ..model import Network
+from joinlib.model import Network
+from joinlib.protocol.messages import Envelope
 
 #: a scheduled event, (kind, payload): ("msg", (envelope, time sent)) or ("tick", batch number).
 #: The payload's type follows the kind, which a consumer's ``kind, x = payload`` unpacking cannot

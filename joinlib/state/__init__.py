@@ -1,5 +1,5 @@
 """Window stores: where a node keeps window tuples (memory here, Redis in adapters)."""
-from .base import KeyList, WindowStore
-from .memory import MemoryWindowStore
+from joinlib.state.base import KeyList, WindowStore
+from joinlib.state.memory import MemoryWindowStore
 
 __all__ = ["KeyList", "WindowStore", "MemoryWindowStore"]

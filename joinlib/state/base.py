@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Protocol, Sequence
 
-from ..model import Tup, Value
+from joinlib.model import Tup, Value
 
 Index = tuple[int, ...]  # positions in the stream's join_attrs that form a key
-Key = tuple[Value, ...]  # the values of a tuple's key at an Index (as joinlib.messages.Key)
+Key = tuple[Value, ...]  # the values of a tuple's key at an Index (as joinlib.protocol.messages.Key)
 
 
 class KeyList:

@@ -5,8 +5,8 @@ from bisect import bisect_left
 from operator import itemgetter, lt
 from typing import Callable, Iterable, Optional, Sequence
 
-from ..model import Tup
-from .base import Index, Key, KeyList
+from joinlib.model import Tup
+from joinlib.state.base import Index, Key, KeyList
 
 Projector = Callable[[Key], Key]  # a tuple's key -> its key at one Index
 

@@ -16,8 +16,7 @@ import threading
 from pathlib import Path
 
 from joinlib.errors import JoinlibError
-
-from ..common import env, error_line, info_line
+from services.common import env, error_line, info_line
 
 
 def main(argv=None) -> int:

@@ -3,7 +3,7 @@
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (required), ``REDIS_URL`` (windows in Redis if set),
 ``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server),
 ``JOINLIB_CHECKPOINT_EVERY_S`` (default for --checkpoint-every), ``JOINLIB_SHARED`` (``1``: --shared).
-With ``REDIS_URL``, a node that is restarted resumes from its last checkpoint (joinlib/adapters/recovery.py).
+With ``REDIS_URL``, a node that is restarted resumes from its last checkpoint (joinlib/node/recovery.py).
 Errors (Kafka unreachable, bad plan) print one ``error:`` line and exit with status 2.
 """
 from __future__ import annotations
@@ -13,10 +13,9 @@ import signal
 import sys
 import threading
 
-from joinlib.adapters.node_service import CHECKPOINT_EVERY_S, NodeService
 from joinlib.errors import JoinlibError
-
-from ..common import env, error_line
+from joinlib.node.node_service import CHECKPOINT_EVERY_S, NodeService
+from services.common import env, error_line
 
 
 def main(argv=None) -> int:

@@ -25,8 +25,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from joinlib.adapters.prometheus import PrometheusSensor
     from joinlib.errors import JoinlibError
     from joinlib.settings import KafkaSecurity, planner_token
-
-    from .service import PlannerService, serve
+    from services.planner.service import PlannerService, serve
     try:
         token = planner_token()
         check_reachable(args.bootstrap)

@@ -21,7 +21,7 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
   in the OUT format, ``{"results": [...], "next": OFFSET, "end": OFFSET}``;
 * ``GET /queries/<name>/values``: a live query's per-value rates over the last minute of event time
-  (:mod:`joinlib.value_monitor`; the JSON of ``joinlib stats --values``, for ``--plan pmjoin:rate``);
+  (:mod:`joinlib.pmjoin.value_monitor`; the JSON of ``joinlib stats --values``, for ``--plan pmjoin:rate``);
   409 before its nodes have reported any.
 
 State comes from the ``control`` topic (plans, ``status`` / ``done`` of the nodes, ``stop``), read
@@ -45,8 +45,6 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from joinlib.adapters.cluster import nodes_of
-from joinlib.adapters.control import decode_control_message
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     consume,
@@ -58,25 +56,28 @@ from joinlib.adapters.kafka import (
     produce_control_sync,
     query_topics,
 )
-from joinlib.adapters.live_queries import read_results, source_starts
 from joinlib.adapters.rejections import Rejections
-from joinlib.adapters.sources import live_streams
 from joinlib.adaptive.config import is_adaptive, parse_plan
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.service import config_json
 from joinlib.adaptive.stats import with_stats
-from joinlib.control_check import INVALID
-from joinlib.engine import generations
+from joinlib.control.check import INVALID
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
-from joinlib.ir import lower
+from joinlib.mjoin.tree_plans import is_tree
 from joinlib.model import Query
-from joinlib.partitioned import Partitioned, build_from_stats, is_partitioned
-from joinlib.plan import Plan, central, from_json
+from joinlib.node.cluster import nodes_of
+from joinlib.node.control import decode_control_message
+from joinlib.node.live_queries import read_results, source_starts
+from joinlib.node.sources import live_streams
+from joinlib.plan.ir import lower
+from joinlib.plan.logical import Plan, central, from_json
+from joinlib.plan.partitioned import Partitioned, is_partitioned
 from joinlib.planner.registry import lookup, resolve_plan
+from joinlib.pmjoin.partitioned import build_from_stats
+from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query, query_to_dict
-from joinlib.tree_plans import is_tree
-from joinlib.value_monitor import VALUES_EVERY_S
+from joinlib.runtime.deploy import generations
 
 
 def default_plan() -> str:
@@ -215,7 +216,7 @@ class PlannerService:
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
         if tree is not None or is_tree(planner):
-            from .trees import submit_tree
+            from services.planner.trees import submit_tree
             return submit_tree(self, query, planner, tree, since, reuse)
         plan, extra = plan_of(query, planner, model, values)
         live = self.live_of(query, since)
@@ -264,7 +265,7 @@ class PlannerService:
             raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
         if cur.state() in ("done", "stopped"):
             raise Conflict(f"query {name} is not running ({cur.state()})")
-        from .trees import released, used_by
+        from services.planner.trees import released, used_by
         if cur.operator is not None and used_by(self, name):
             raise Conflict(f"{name} is a shared operator that {', '.join(used_by(self, name))} still use(s); it "
                            "stops with the last of them")
@@ -306,7 +307,7 @@ class PlannerService:
         return stats
 
     def status(self, name: Optional[str] = None):
-        from .trees import status_json
+        from services.planner.trees import status_json
         with self.lock:
             if name is None:
                 return [status_json(self, q) for q in self.queries.values()]

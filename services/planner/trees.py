@@ -2,8 +2,8 @@
 
 ``joinlib submit Q.yaml --plan mjoin[:TREE.json]``: the tree (the one sent as the file's ``mjoin_tree``,
 or STREAMJOINOPT's from the query file's statistics -- unless a tree built on a running operator ships
-fewer new bytes per second, :func:`joinlib.multiquery.deployed.choose_tree`) is split by
-:func:`joinlib.multiquery.deployed.split`: every inner operator whose key matches a running operator
+fewer new bytes per second, :func:`joinlib.mjoin.deployed.choose_tree`) is split by
+:func:`joinlib.mjoin.deployed.split`: every inner operator whose key matches a running operator
 deployment is reused (the query reads its derived stream, moved to its own origin), every other one is
 published as a deployment of its own (``op-<key>-<run>``, a query in the control log with an
 ``operator`` object), and the query's own plan runs the root.  The table of deployed operators is the
@@ -19,13 +19,13 @@ import uuid
 from dataclasses import replace
 from typing import Any, Optional
 
-from joinlib.derived import TreeProgram, lower_tree
 from joinlib.errors import JoinlibError
+from joinlib.mjoin.deployed import RunningOp, choose_tree, split, users
+from joinlib.mjoin.derived import TreeProgram, lower_tree
+from joinlib.mjoin.tree_plans import plan_tree
 from joinlib.model import Query
-from joinlib.multiquery.deployed import RunningOp, choose_tree, split, users
 from joinlib.pmjoin.stats import selectivity_model
 from joinlib.pmjoin.tree import from_json
-from joinlib.tree_plans import plan_tree
 
 
 def tree_of(query: Query, planner: str, tree: Any) -> TreeProgram:

@@ -15,8 +15,7 @@ import uuid
 from pathlib import Path
 
 from joinlib.errors import JoinlibError
-
-from ..common import ControlLog, env, error_line, info_line, read_control_to_end
+from services.common import ControlLog, env, error_line, info_line, read_control_to_end
 
 
 def main(argv=None) -> int:
@@ -59,8 +58,8 @@ def _run(args) -> int:
         query_topics,
         source_topic,
     )
-    from joinlib.adapters.replay import replay
-    from joinlib.data import load_streams
+    from joinlib.data.files import load_streams
+    from joinlib.node.replay import replay
     from joinlib.query import load_query
     query = load_query(args.query)
     streams = load_streams(query, args.data)
@@ -81,9 +80,9 @@ def _run(args) -> int:
         info_line("source", f"no plan of query {query.name} on 'control' yet: nodes started later read "
                             f"the source topics from the beginning")
     split = None
-    if plan.get("scale_out"):  # a partition of each source topic per plan partition (joinlib.adapters.scale_out)
+    if plan.get("scale_out"):  # a partition of each source topic per plan partition (joinlib.node.scale_out)
         from joinlib.adapters.kafka import ensure_partitions
-        from joinlib.partitioned import Partitioned
+        from joinlib.plan.partitioned import Partitioned
         split = Partitioned.from_json(query, plan["plan"])
         ensure_partitions(make_admin(args.bootstrap), [source_topic(query, s.name) for s in query.streams],
                           split.function.d)

@@ -36,13 +36,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from joinlib import wire
 from joinlib.model import Query, Tup
+from joinlib.protocol import wire
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-from .common import (
+from services.spark.common import (
     SparkSetupError,
     bootstrap_servers,
     build_session,

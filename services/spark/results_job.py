@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from joinlib.errors import JoinlibError
-
-from .common import (
+from services.spark.common import (
     SparkSetupError,
     bootstrap_servers,
     build_session,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import COMPOSE_FILE, REPO, find_tool, load_yaml, run
+from tests.deploy.conftest import COMPOSE_FILE, REPO, find_tool, load_yaml, run
 
 NODE_PREFIX = "node-"
 # compose service -> row of the service table in docs/contracts.md

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from .conftest import COMPOSE_FILE, REPO, find_tool, load_yaml, run
-from .test_compose import env_of
+from tests.deploy.conftest import COMPOSE_FILE, REPO, find_tool, load_yaml, run
+from tests.deploy.test_compose import env_of
 
 OVERLAY = REPO / "docker-compose.secure.yml"
 SECRET_DIR = "/run/secrets/"

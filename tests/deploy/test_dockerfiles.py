@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from tests.deploy.conftest import REPO
 
 SERVICES_DOCKERFILE = REPO / "services" / "Dockerfile"
 SPARK_DOCKERFILE = REPO / "services" / "spark" / "Dockerfile"

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from .conftest import CHART, K8S_VERSION, load_yaml, require_module
+from tests.deploy.conftest import CHART, K8S_VERSION, load_yaml, require_module
 
 FIVE_SITES = {
     "sites": ["s1", "s2", {"name": "s3", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},

@@ -8,8 +8,8 @@ import base64
 
 import pytest
 
-from .conftest import CHART, K8S_VERSION, load_yaml, require_module
-from .test_helm import by_kind, container_env, pod_spec
+from tests.deploy.conftest import CHART, K8S_VERSION, load_yaml, require_module
+from tests.deploy.test_helm import by_kind, container_env, pod_spec
 
 PRODUCTION = CHART / "values-production.yaml"
 SECRET_DIR = "/etc/joinlib/secrets"

@@ -11,7 +11,15 @@ import sys
 
 import pytest
 
-from .conftest import MONITORING, REPO, base_metric_name, grafana_to_promql, iter_panels, load_yaml, metric_names
+from tests.deploy.conftest import (
+    MONITORING,
+    REPO,
+    base_metric_name,
+    grafana_to_promql,
+    iter_panels,
+    load_yaml,
+    metric_names,
+)
 
 DS = {"type": "prometheus", "uid": "prometheus"}
 DASHBOARDS = sorted((MONITORING / "grafana" / "dashboards").glob("*.json"))

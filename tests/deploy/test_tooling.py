@@ -5,7 +5,7 @@ import os
 import re
 import subprocess
 
-from .conftest import REPO, find_helm, run
+from tests.deploy.conftest import REPO, find_helm, run
 
 SCRIPT = REPO / "scripts" / "install-helm.sh"
 

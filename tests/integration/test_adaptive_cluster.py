@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.adapters.cluster import run_cluster
 from joinlib.adaptive.config import AdaptiveConfig
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.stats import with_stats
 from joinlib.adaptive.workload import Toggle, write_toggle
-from joinlib.data import load_streams
+from joinlib.data.files import load_streams
 from joinlib.errors import ClusterError
+from joinlib.node.cluster import run_cluster
 from joinlib.query import load_query, parse_query, query_to_dict
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
@@ -115,10 +115,10 @@ def test_a_node_started_again_refuses_an_adaptive_run_it_already_ran(toggle4, ka
 
     from prometheus_client import CollectorRegistry
 
-    from joinlib.adapters.cluster import plan_message
     from joinlib.adapters.kafka import ensure_topics, make_admin, make_producer, produce_control_sync, query_topics
-    from joinlib.adapters.node_service import NodeService
-    from joinlib.engine import generations
+    from joinlib.node.cluster import plan_message
+    from joinlib.node.node_service import NodeService
+    from joinlib.runtime.deploy import generations
     query = toggle4[0]
     cfg = AdaptiveConfig("cnu")
     plan = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
@@ -179,7 +179,7 @@ def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, redis
     import time
     import uuid
 
-    from joinlib.cli import main as cli
+    from joinlib.cli.main import main as cli
     from tests.integration.test_live import Recorder, Services, submit, wait_exact
     tag = uuid.uuid4().hex[:6]
     sites = [f"n{i}{tag}" for i in range(1, 5)]

@@ -2,7 +2,7 @@
 
 For every plan: the results written to ``out.<query>`` are exactly the reference join's
 (multiset of (ids by stream position, head ts)), and the messages and bytes per link and
-kind equal those of :func:`joinlib.engine.run_embedded` on the simulated network (the node
+kind equal those of :func:`joinlib.sim.engine.run_embedded` on the simulated network (the node
 is deterministic, and both count the Avro value bytes of each envelope).
 
 Most runs use node threads (``mode="thread"``: same service code from Kafka on, no
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import plan as plans
-from joinlib.adapters.cluster import run_cluster
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
-from joinlib.gen import generate
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.node.cluster import run_cluster
+from joinlib.plan import logical as plans
 from joinlib.query import load_query, parse_query, query_to_dict
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink, CountingSink
+from joinlib.sim.engine import run_embedded
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 90
@@ -264,7 +264,7 @@ def test_timeout_names_the_sites_that_did_not_finish(routers, kafka_bootstrap):
 
     query, _, streams, _ = routers
     # drop the plan of one site by running a query copy whose r3 node is never started
-    import joinlib.adapters.cluster as cluster
+    import joinlib.node.cluster as cluster
 
     real = cluster._start_thread
 

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import plan as plans
 from joinlib.adapters.redis_store import (
     MirroredRedisWindowStore,
     RedisWindowStore,
     clear_namespace,
     redis_store_factory,
 )
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
-from joinlib.gen import generate
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.plan import logical as plans
 from joinlib.query import load_query
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
+from joinlib.sim.engine import run_embedded
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CASES = {"routers": ("routers.yaml", 2500, 11), "star4": ("star4.yaml", 1000, 5)}

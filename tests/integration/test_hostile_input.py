@@ -34,10 +34,11 @@ from typing import Any, Optional
 
 import pytest
 
-from joinlib import wire
 from joinlib.ingest.contract import expected_output
 from joinlib.ingest.events import EventGen, EventProfile
-from joinlib.messages import (
+from joinlib.model import Query, Tup
+from joinlib.protocol import wire
+from joinlib.protocol.messages import (
     DjaUpdate,
     Envelope,
     ExpiryUpdate,
@@ -47,10 +48,16 @@ from joinlib.messages import (
     TupleBatch,
     WindowSnapshot,
 )
-from joinlib.model import Query, Tup
 from joinlib.query import parse_query, query_to_dict
-
-from .test_live import AVRO_SCHEMA, Recorder, _free_port, _Registry, advances, dead_letters, results_via_cli
+from tests.integration.test_live import (
+    AVRO_SCHEMA,
+    Recorder,
+    _free_port,
+    _Registry,
+    advances,
+    dead_letters,
+    results_via_cli,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60
@@ -446,7 +453,7 @@ def wait_exact(stack: Stack, q: Query, run: str, rec: Recorder, schemas: dict, t
 
 
 def schemas_for(q: Query, registry_url: str) -> dict:
-    from joinlib.adapters.sources import RegistrySchemas
+    from joinlib.node.sources import RegistrySchemas
     return {"S2": RegistrySchemas(registry_url, None, print)}
 
 
@@ -616,10 +623,10 @@ def test_forged_envelopes_on_real_flows_are_rejected_and_crash_nothing(stack, ma
     (tuples of a stream position the query lacks or with a join value too many, keys of mixed lengths --
     before the check, such a message failed the query's run with an IndexError in a DJA replica): each is
     rejected as invalid, and the nodes and the query keep running."""
-    from joinlib import plan as plans
     from joinlib.adapters.kafka import make_producer, node_topic
-    from joinlib.control_check import InboundFlows
-    from joinlib.engine import generations
+    from joinlib.control.check import InboundFlows
+    from joinlib.plan import logical as plans
+    from joinlib.runtime.deploy import generations
     q = hostile_query(f"hf{uuid.uuid4().hex[:6]}", stack.sites,
                       [make_topic(f"hostile-src-{i}", partitions=2) for i in range(3)], registry.url)
     out = stack.submit(q, "SM-S2")

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import pytest
 
-from joinlib.cli import main as cli
+from joinlib.cli.main import main as cli
 from joinlib.ingest.contract import Expected, Written, expected_output
 from joinlib.ingest.events import EventProfile
 from joinlib.model import Query
@@ -62,7 +62,7 @@ class Services:
         """Node services (threads) serving ``sites``; with ``redis_url`` their windows live in Redis."""
         from prometheus_client import CollectorRegistry
 
-        from joinlib.adapters.node_service import NodeService
+        from joinlib.node.node_service import NodeService
         for site in sites:
             n = NodeService(site, self.bootstrap, registry=CollectorRegistry(), stop=self.stop, serve=True, quiet=True,
                             redis_url=redis_url)
@@ -379,7 +379,7 @@ def test_avro_with_a_schema_registry(services, make_topic, tmp_path):
             value = b"not avro"
         p.produce(topics[0], value, r.key, on_delivery=delivered(value))
     p.flush(30)
-    from joinlib.adapters.sources import RegistrySchemas
+    from joinlib.node.sources import RegistrySchemas
     schemas = {"S1": RegistrySchemas(reg.url, None, print)}
     deadline = time.monotonic() + WAIT_S
     while True:

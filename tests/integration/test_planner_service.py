@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import wire
-from joinlib.cli import main as cli
-from joinlib.data import load_streams
-from joinlib.gen import generate
+from joinlib.cli.main import main as cli
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.protocol import wire
 from joinlib.query import load_query
 from joinlib.reference import reference_join
 
@@ -44,7 +44,7 @@ def planner(kafka_bootstrap):
 def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from joinlib.adapters.node_service import NodeService
+    from joinlib.node.node_service import NodeService
     from services.source.__main__ import main as source_main
     url, svc, registry = planner
     text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: plsvc{int(time.time())}")

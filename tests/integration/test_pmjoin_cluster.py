@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from joinlib import partitioned
+from joinlib.plan import partitioned
 from joinlib.planner import resolve_plan
+from joinlib.pmjoin import partitioned as choose_pm
 from tests.integration.test_cluster import _run_and_check, routers  # noqa: F401  (a module fixture)
 from tests.integration.test_live import (
     Recorder,
@@ -24,7 +25,7 @@ from tests.integration.test_live import (
 
 def _pmjoin(dataset, spec: str) -> partitioned.Partitioned:
     query, _, streams, _ = dataset
-    return partitioned.build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", streams=s))
+    return choose_pm.build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", streams=s))
 
 
 @pytest.mark.parametrize("spec", ["pmjoin:hash:3", "pmjoin:range:2", "pmjoin:rate:5"])

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from joinlib.cli import main
-from joinlib.wire import decode_result_batch
+from joinlib.cli.main import main
+from joinlib.protocol.wire import decode_result_batch
 
 
 def produce_rows(bootstrap: str, topic: str, rows: list[dict]) -> None:

@@ -34,8 +34,8 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from .test_hostile_input import Garbage, Stack
-from .test_live import Recorder, _free_port, generator, live_query, make_topics
+from tests.integration.test_hostile_input import Garbage, Stack
+from tests.integration.test_live import Recorder, _free_port, generator, live_query, make_topics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "monitoring"

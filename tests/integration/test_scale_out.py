@@ -14,9 +14,6 @@ import yaml
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from joinlib import partitioned, wire
-from joinlib import plan as plans
-from joinlib.adapters.cluster import plan_message, run_cluster
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     consume,
@@ -27,11 +24,15 @@ from joinlib.adapters.kafka import (
     produce_control_sync,
     query_topics,
 )
-from joinlib.adapters.node_service import NodeService
-from joinlib.adapters.scale_out import scale_message, scaled_topics, wanted
-from joinlib.engine import generations
 from joinlib.errors import ClusterError
+from joinlib.node.cluster import plan_message, run_cluster
+from joinlib.node.node_service import NodeService
+from joinlib.node.scale_out import scale_message, scaled_topics, wanted
+from joinlib.plan import logical as plans
+from joinlib.plan import partitioned
+from joinlib.protocol import wire
 from joinlib.query import parse_query, query_to_dict
+from joinlib.runtime.deploy import generations
 from services.source.__main__ import main as source_main
 from tests.integration.test_cluster import (  # noqa: F401  (module fixtures)
     REPO,
@@ -79,7 +80,7 @@ def test_broadcast_streams_and_a_processing_only_node_scale_out(triangle, router
                                                                 redis_url):
     """A stream outside the partition class goes whole to every partition (the triangle's S3), and a
     processing-only node serves only the partitions whose plan uses it (dc, partition 0 here)."""
-    from joinlib.pmjoin.partition import HashPartition
+    from joinlib.plan.partition import HashPartition
     plan = _pmjoin(triangle, "pmjoin:hash:3")
     assert len(plan.by) < len(triangle[0].streams)   # a broadcast stream
     _run_and_check(triangle, plan, kafka_bootstrap, mode="thread", redis_url=redis_url, instances={"r1": 2, "r3": 2})

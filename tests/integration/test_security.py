@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import wire
-from joinlib.cli import main as cli
-from joinlib.data import load_streams
+from joinlib.cli.main import main as cli
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
 from joinlib.errors import JoinlibError
-from joinlib.gen import generate
+from joinlib.protocol import wire
 from joinlib.query import load_query
 from joinlib.reference import reference_join
 
@@ -173,7 +173,7 @@ def test_planner_api_needs_the_bearer_token(planner, secure_cluster, client_env,
     assert "unauthorized; set JOINLIB_PLANNER_TOKEN" in capsys.readouterr().err
     client_env({"JOINLIB_PLANNER_TOKEN_FILE": None, "JOINLIB_PLANNER_TOKEN": "wrong"})
     with pytest.raises(JoinlibError, match="the one set was refused"):
-        from joinlib.live_cli import http_json
+        from joinlib.cli.live import http_json
         http_json(f"{url}/queries")
 
 
@@ -183,7 +183,7 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     import redis
     from prometheus_client import CollectorRegistry
 
-    from joinlib.adapters.node_service import NodeService
+    from joinlib.node.node_service import NodeService
     from services.source.__main__ import main as source_main
     url, svc = planner
     bootstrap = secure_cluster.kafka_bootstrap

@@ -23,14 +23,13 @@ import pytest
 import yaml
 
 from joinlib.adapters.kafka import make_admin
-from joinlib.adapters.live_queries import source_starts
-from joinlib.cli import main as cli
+from joinlib.cli.main import main as cli
 from joinlib.ingest.contract import Written, exact_join, expected_output
 from joinlib.model import Query, Tup
+from joinlib.node.live_queries import source_starts
 from joinlib.query import parse_query, query_to_dict
 from services.planner.service import Conflict
-
-from .test_live import Recorder, Services, advances, generator, results_via_cli
+from tests.integration.test_live import Recorder, Services, advances, generator, results_via_cli
 
 WAIT_S = 60
 
@@ -215,7 +214,7 @@ def test_killing_the_shared_operators_node_keeps_both_queries_exact(services, ma
     import threading
     import uuid
 
-    from .test_live import _node_process, kill_and_restart, stop_processes
+    from tests.integration.test_live import _node_process, kill_and_restart, stop_processes
     tag = uuid.uuid4().hex[:6]
     sites = {"S1": f"x{tag}", "S2": f"y{tag}", "S3": f"z{tag}", "S4": f"w{tag}"}
     _SITE.update(sites)

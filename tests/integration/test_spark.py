@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import wire
 from joinlib.adapters.kafka import ensure_topics, out_topic, src_topic
-from joinlib.data import load_streams
-from joinlib.gen import generate
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.protocol import wire
 from joinlib.query import dump_query, load_query, parse_query, query_to_dict
 from joinlib.reference import reference_join
 
@@ -298,10 +298,10 @@ def test_missing_connectors_fail_with_the_setup_command(tmp_path):
 def test_spark_jobs_on_the_output_of_a_real_cluster_run(spark_ready, kafka_bootstrap, tmp_path):
     """The deployed pipeline: node services on Kafka produce out.<query>; the Spark streaming
     job's per-window counts equal the reference join, and the audit job agrees."""
-    from joinlib.adapters.cluster import run_cluster
-    from joinlib.data import load_streams
-    from joinlib.gen import generate
-    from joinlib.plan import uniform
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
+    from joinlib.node.cluster import run_cluster
+    from joinlib.plan.logical import uniform
     from joinlib.query import load_query
     from joinlib.reference import reference_join
     from services.spark.results_job import read_window_stats

@@ -7,13 +7,13 @@ from collections import Counter
 
 import pytest
 
-from joinlib.adapters.cluster import run_cluster
-from joinlib.derived import deploy, lower_tree
 from joinlib.errors import ClusterError, PlanError
+from joinlib.mjoin.derived import deploy, lower_tree
+from joinlib.mjoin.tree_plans import PartitionedTrees, plan_partitioned_trees
+from joinlib.node.cluster import run_cluster
 from joinlib.pmjoin.tree import Leaf, MJoin
 from joinlib.runtime.sink import CollectingSink, CountingSink
-from joinlib.tree_engine import run_deployment, run_tree
-from joinlib.tree_plans import PartitionedTrees, plan_partitioned_trees
+from joinlib.sim.tree_engine import run_deployment, run_tree
 from tests.integration.test_cluster import TIMEOUT_S, _links, _run_and_check, routers, routers_dc  # noqa: F401  (module fixtures)
 
 S1, S2, S3 = Leaf("S1", "r1"), Leaf("S2", "r2"), Leaf("S3", "r3")
@@ -121,11 +121,11 @@ def test_two_queries_share_an_operator_on_kafka(tmp_path, kafka_bootstrap):
     and fewer than the two queries run apart ship."""
     import json
 
-    from joinlib.data import load_streams
-    from joinlib.gen import generate
+    from joinlib.data.files import load_streams
+    from joinlib.data.gen import generate
+    from joinlib.mjoin.tree_plans import SharedTrees, union_query
     from joinlib.query import parse_query
     from joinlib.reference import reference_join
-    from joinlib.tree_plans import SharedTrees, union_query
     queries = {}
     for name, other in (("it_share_q1", "S3"), ("it_share_q2", "S4")):
         d = json.loads(json.dumps(CATALOGUE))
@@ -168,9 +168,9 @@ def test_serving_nodes_take_a_tree_and_then_a_plain_plan(routers, kafka_bootstra
 
     from prometheus_client import CollectorRegistry
 
-    from joinlib.adapters.node_service import NodeService
-    from joinlib.data import load_streams
-    from joinlib.plan import central
+    from joinlib.data.files import load_streams
+    from joinlib.node.node_service import NodeService
+    from joinlib.plan.logical import central
     from joinlib.query import parse_query, query_to_dict
     from tests.integration.test_cluster import _run_and_check
     query, out, _, want = routers

@@ -18,8 +18,8 @@ from joinlib.adaptive.jep import JEP
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.protocol import Message, PlanUpdate, StatsReport
 from joinlib.adaptive.stats import StreamStatistics, with_stats
+from joinlib.data.synthetic import build_query, topology_edges
 from joinlib.model import Network
-from joinlib.synthetic import build_query, topology_edges
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

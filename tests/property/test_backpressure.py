@@ -1,4 +1,4 @@
-"""The node service's back-pressure (joinlib.adapters.backpressure: InboundGate, SourceGate) never stalls
+"""The node service's back-pressure (joinlib.node.backpressure: InboundGate, SourceGate) never stalls
 a run and keeps it exact.
 
 The harness of the checkpoint suite drives every site's host; here each site's inbound messages are
@@ -15,9 +15,9 @@ import random
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from joinlib import plan as plans_mod
-from joinlib.adapters.backpressure import InboundGate, SourceGate
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
+from joinlib.node.backpressure import InboundGate, SourceGate
+from joinlib.plan import logical as plans_mod
 from joinlib.reference import reference_join
 from tests.property.test_checkpoint import SETTINGS, Harness, _describe, assert_same, runs
 

@@ -25,13 +25,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from joinlib import plan as plans_mod
-from joinlib import wire
-from joinlib.engine import generations
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
+from joinlib.plan import logical as plans_mod
+from joinlib.protocol import wire
 from joinlib.reference import reference_join
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError, restore, snapshot
+from joinlib.runtime.deploy import generations
 from joinlib.runtime.host import Host
 from joinlib.runtime.instance import InstanceSpec
 from joinlib.runtime.sink import CollectingSink

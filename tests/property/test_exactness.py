@@ -6,10 +6,10 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib import plan as plans_mod
-from joinlib.engine import run_embedded
+from joinlib.plan import logical as plans_mod
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
+from joinlib.sim.engine import run_embedded
 from tests.strategies import plans, queries, reductions, stream_data
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

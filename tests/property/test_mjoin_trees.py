@@ -1,5 +1,5 @@
 """MJoin trees with windows on derived (intermediate) streams: any tree of connected MJoins placed on
-any nodes gives exactly the reference join's output, each result once (joinlib/derived.py)."""
+any nodes gives exactly the reference join's output, each result once (joinlib/mjoin/derived.py)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,12 +8,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib.derived import deploy, lower_tree
+from joinlib.mjoin.derived import deploy, lower_tree
 from joinlib.model import Predicate, Query, Tup, equality_classes
 from joinlib.pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import Sink
-from joinlib.tree_engine import run_deployment, run_tree
+from joinlib.sim.tree_engine import run_deployment, run_tree
 from tests.property.test_partitioned_exactness import time_windows
 from tests.strategies import queries, stream_data
 
@@ -90,7 +90,7 @@ def subquery(query: Query, names: list[str], name: str) -> Query:
     keep = [s for s in query.streams if s.name in names]
     streams = tuple(replace(s, pos=i) for i, s in enumerate(keep))
     # what the query implies among the kept streams (equality is transitive): a shared operator computes
-    # the same thing for both queries only if they agree on it (joinlib.derived.signatures)
+    # the same thing for both queries only if they agree on it (joinlib.mjoin.derived.signatures)
     find = equality_classes(query.predicates)
     attrs = [(s.name, a) for s in keep for a in s.join_attrs]
     preds = tuple(Predicate(*x, *y) for i, x in enumerate(attrs) for y in attrs[i + 1:]

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib import partitioned as pm
-from joinlib import plan as plans_mod
 from joinlib.errors import PlanError
 from joinlib.model import Query, Window
+from joinlib.plan import logical as plans_mod
+from joinlib.plan import partitioned as pm
+from joinlib.pmjoin import partitioned as choose_pm
 from tests.property.test_exactness import assert_exact
 from tests.strategies import plans, queries, reductions, stream_data
 
@@ -28,7 +29,7 @@ def time_windows(query: Query, size: int) -> Query:
 def partitioned(draw, query: Query, streams) -> pm.Partitioned:
     by = pm.attribute_class(query)
     parts = draw(st.sampled_from([1, 2, 5]))
-    fn = pm.function_for(query, streams, by, draw(st.sampled_from(pm.SCHEMES)), parts)
+    fn = choose_pm.function_for(query, streams, by, draw(st.sampled_from(pm.SCHEMES)), parts)
     each = [draw(st.one_of(plans(query), reductions(query),
                            st.sampled_from(query.nodes).map(lambda n: plans_mod.central(query, n))))
             for _ in range(fn.d)]
@@ -60,7 +61,7 @@ def test_pmjoin_with_auto_per_partition_is_exact(data):
     query = time_windows(data.draw(queries(max_streams=3)), data.draw(st.integers(5, 80)))
     streams = data.draw(stream_data(query))
     spec = f"pmjoin:{data.draw(st.sampled_from(pm.SCHEMES))}:{data.draw(st.sampled_from([1, 2, 5]))}"
-    plan = pm.build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", streams=s))
+    plan = choose_pm.build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", streams=s))
     assert_exact(query, streams, plan)
 
 

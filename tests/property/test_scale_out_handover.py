@@ -1,4 +1,4 @@
-"""Scale-out within a site (joinlib.adapters.scale_out) moves one plan partition of a site at a time: its
+"""Scale-out within a site (joinlib.node.scale_out) moves one plan partition of a site at a time: its
 host -- one plan instance, the partition's windows -- is snapshotted and restored elsewhere, and reads its
 inputs again from the snapshot's positions.  Here every (site, partition) is a host of its own, driven as
 tests/property/test_checkpoint.py drives sites; at random points partitions are handed over (the new host

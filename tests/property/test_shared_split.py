@@ -1,4 +1,4 @@
-"""Live queries' trees split into operator deployments (joinlib.multiquery.deployed.split), over random
+"""Live queries' trees split into operator deployments (joinlib.mjoin.deployed.split), over random
 queries and random trees: every plan message it makes is one a node accepts, a reader names the producer
 of each derived input, nothing below a reused operator is deployed again, the references held cover
 everything a query reads, and a query submitted twice deploys nothing the second time."""
@@ -10,12 +10,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib.control_check import tree_scope
-from joinlib.derived import lower_tree, moved
+from joinlib.control.check import tree_scope
+from joinlib.mjoin.deployed import operator_key, split
+from joinlib.mjoin.derived import lower_tree, moved
 from joinlib.model import Tup
-from joinlib.multiquery.deployed import operator_key, split
 from joinlib.pmjoin.tree import MJoin, operators
-from joinlib.wire import decode_tuple_list, encode_tuple_list
+from joinlib.protocol.wire import decode_tuple_list, encode_tuple_list
 from tests.property.test_mjoin_trees import trees, with_dc
 from tests.property.test_partitioned_exactness import time_windows
 from tests.strategies import queries

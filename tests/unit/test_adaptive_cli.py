@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from joinlib.adaptive.workload import Toggle, write_toggle
-from joinlib.cli import main
+from joinlib.cli.main import main
 from joinlib.query import load_query
 
 ROOT = Path(__file__).resolve().parents[2]

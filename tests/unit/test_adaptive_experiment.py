@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from joinlib.cli import main
+from joinlib.cli.main import main
 
 
 def test_quick_adaptive_experiment_writes_json_png_and_passes_its_checks(tmp_path, capsys):

@@ -16,7 +16,7 @@ from joinlib.adapters.prometheus import PrometheusSensor  # noqa: E402
 from joinlib.adaptive.config import AdaptiveConfig, LogSensor  # noqa: E402
 from joinlib.adaptive.embedded import run_adaptive  # noqa: E402
 from joinlib.adaptive.workload import Toggle, write_toggle  # noqa: E402
-from joinlib.data import load_streams  # noqa: E402
+from joinlib.data.files import load_streams  # noqa: E402
 from joinlib.query import load_query  # noqa: E402
 from joinlib.runtime.sink import CountingSink  # noqa: E402
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib import plan as plans
 from joinlib.adaptive.jep import JEP, SEP, Op, from_plan, node_nos, nos_changes, paper_nos
+from joinlib.data.synthetic import build_query, topology_edges
 from joinlib.errors import PlanError
-from joinlib.ir import lower
 from joinlib.model import Network
-from joinlib.synthetic import build_query, topology_edges
+from joinlib.plan import logical as plans
+from joinlib.plan.ir import lower
 
 
 def query(m: int = 3):

@@ -12,11 +12,11 @@ from joinlib.adaptive.planner import Eq12, algorithm1, jep_cost
 from joinlib.adaptive.protocol import Message, PlanUpdate, Ready, Relay, StatsReport, WindowData, WindowRequest
 from joinlib.adaptive.shadow import ShadowWindow, view_at
 from joinlib.adaptive.stats import MonitorConfig, StreamMonitor, StreamStatistics, collision_selectivity, declared
-from joinlib.cost import SeqState
+from joinlib.costs.unit_time import SeqState
+from joinlib.data.synthetic import build_query, topology_edges
 from joinlib.errors import JoinlibError
 from joinlib.model import Execution, Network, Stream, Tup, Window
 from joinlib.runtime.windowing import Progress
-from joinlib.synthetic import build_query, topology_edges
 
 
 def toggle_query(m: int, rate: float):

@@ -68,7 +68,7 @@ def test_a_replica_is_charged_once_per_plan():
 
 def _processing(q, jep, m):
     from joinlib.adaptive.planner import advance
-    from joinlib.cost import SeqState, stream_rate, window_tuples
+    from joinlib.costs.unit_time import SeqState, stream_rate, window_tuples
     total = 0.0
     for sep in jep.seps:
         state = SeqState.start(q, sep.head)

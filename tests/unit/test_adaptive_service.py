@@ -12,7 +12,7 @@ from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.protocol import Message, PlanUpdate, Ready
 from joinlib.adaptive.service import Tally, config_json, config_of, initial_jep, merge, quiescent
 from joinlib.adaptive.stats import MonitorConfig, with_stats
-from joinlib.control_check import check_control
+from joinlib.control.check import check_control
 from joinlib.errors import JoinlibError, PlanError
 from joinlib.query import load_query, query_to_dict
 
@@ -105,7 +105,7 @@ def test_merge_sums_the_nodes_rounds_and_keeps_each_change_once(q):
 def test_cli_kill_with_adaptive_cluster_runs_needs_redis(tmp_path, capsys, monkeypatch):
     """``--kill`` works with ``--plan adaptive --cluster`` as with any plan: it needs Redis windows (checkpoints)."""
     from joinlib.adaptive.workload import Toggle, write_toggle
-    from joinlib.cli import main
+    from joinlib.cli.main import main
     monkeypatch.delenv("REDIS_URL", raising=False)
     toggle4 = ROOT / "examples" / "toggle4.yaml"
     write_toggle(load_query(toggle4), Toggle("S4"), tmp_path, 500, 1)

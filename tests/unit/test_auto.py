@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from joinlib.costs import WireModel
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
-from joinlib.gen import generate
-from joinlib.plan import central, validate
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.plan.logical import central, validate
 from joinlib.planner.auto import auto, auto_ranked, rank, short_list
 from joinlib.planner.measure import fill_ms, sample_ms
 from joinlib.planner.registry import PLANNERS, resolve_plan
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
+from joinlib.sim.engine import run_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def selective(tmp_path_factory):
 
 def test_auto_is_registered_and_the_default():
     assert "auto" in PLANNERS
-    from joinlib.cli import _parser
+    from joinlib.cli.main import _parser
     p = _parser()
     assert p.parse_args(["run", "q.yaml", "--data", "d"]).plan == "auto"
     assert p.parse_args(["plan", "q.yaml"]).planner == "auto"

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import pytest
 
-from joinlib.engine import run_embedded
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
-from joinlib.plan import uniform
+from joinlib.plan.logical import uniform
 from joinlib.runtime.sink import CollectingSink
+from joinlib.sim.engine import run_embedded
 
 FULL, KEYS, EXPIRY, DJA = 20, 13, 7, 19
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.cli import main
+from joinlib.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTERS = str(ROOT / "examples" / "routers.yaml")

@@ -6,7 +6,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib.adapters import cluster
+from joinlib.node import cluster
 
 
 def test_repo_root_is_where_the_services_are():
@@ -32,10 +32,10 @@ def test_percentiles_of_nothing_are_empty():
 
 
 def test_a_tree_sites_done_adds_its_operators_counts_and_is_a_valid_control_message():
-    """One ``done`` per site of an MJoin tree run (joinlib.adapters.tree_service): links and received summed per
+    """One ``done`` per site of an MJoin tree run (joinlib.node.tree_service): links and received summed per
     (src, dst, kind), results and inputs added up; it passes the control checks every reader applies."""
-    from joinlib.adapters.tree_service import merge_done
-    from joinlib.control_check import check_control
+    from joinlib.control.check import check_control
+    from joinlib.node.tree_service import merge_done
     op = {"site": "a", "run": "r", "results": 3, "input_tuples": 4, "late_messages": 1, "last_epoch": 5,
           "links": [{"src": "a", "dst": "b", "kind": "full", "messages": 2, "bytes": 10, "transfer_ms": 1.5}],
           "received": [{"src": "b", "dst": "a", "kind": "full", "messages": 1, "bytes": 5, "transfer_ms": 0.5}],
@@ -57,7 +57,7 @@ def test_serving_nodes_are_not_killed_by_a_run():
     import pytest
 
     from joinlib.errors import ClusterError
-    from joinlib.plan import central
+    from joinlib.plan.logical import central
     from joinlib.query import load_query
     q = load_query(cluster.REPO_ROOT / "examples" / "routers.yaml")
     with pytest.raises(ClusterError, match="not serving ones"):

@@ -1,4 +1,4 @@
-"""joinlib.control_check: what nodes and the planner accept from topics anyone can write.
+"""joinlib.control.check: what nodes and the planner accept from topics anyone can write.
 
 Every message joinlib itself writes must pass (plans of every kind, status and done payloads, every
 envelope of every algorithm, reductions and plan switches on the simulator); garbage must not, and
@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib import plan as plans
-from joinlib.control_check import CONTROL_KINDS, InboundFlows, check_control
-from joinlib.data import load_streams
-from joinlib.engine import generations, run_embedded
-from joinlib.gen import generate
+from joinlib.control.check import CONTROL_KINDS, InboundFlows, check_control
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.plan import logical as plans
 from joinlib.query import load_query, query_to_dict
+from joinlib.runtime.deploy import generations
 from joinlib.runtime.host import Host
 from joinlib.runtime.sink import CountingSink
+from joinlib.sim.engine import run_embedded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,7 +123,7 @@ def test_every_envelope_of_a_run_passes_the_inbound_check(routers, plan, monkeyp
 
 
 def test_inbound_check_rejects_wrong_flows_and_bodies(routers):
-    from joinlib.messages import ExpiryUpdate, KeyBatch, TupleBatch
+    from joinlib.protocol.messages import ExpiryUpdate, KeyBatch, TupleBatch
     q, _ = routers
     spec = generations(q, plans.uniform(q, "SM-S1"))[0]
     site = q.sites[1]

@@ -22,7 +22,7 @@ import math
 
 import pytest
 
-from joinlib.cost import (
+from joinlib.costs.unit_time import (
     BytesModel,
     CalibratedModel,
     PaperModel,
@@ -46,7 +46,7 @@ from joinlib.model import (
     StreamStats,
     Window,
 )
-from joinlib.plan import ALGORITHMS, Plan, Sequence, Step, central, uniform
+from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, central, uniform
 
 C = dict(c_p=1e-6, c_u=2e-6, c_h=3e-6, c_i=4e-6)
 

@@ -8,15 +8,15 @@ import pytest
 
 from joinlib.costs import WireModel, estimate, from_data, from_query, get_model
 from joinlib.costs.flows import distinct, presence
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
-from joinlib.gen import generate
-from joinlib.messages import Envelope, KeyBatch, TupleBatch
-from joinlib.plan import central, uniform
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.plan.logical import central, uniform
 from joinlib.planner.measure import central_bytes
+from joinlib.protocol.messages import Envelope, KeyBatch, TupleBatch
+from joinlib.protocol.wire import envelope_size
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
-from joinlib.wire import envelope_size
+from joinlib.sim.engine import run_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib.data import encode_rest, iter_rows, load_rows, load_stream, load_streams, write_stream
+from joinlib.data.files import encode_rest, iter_rows, load_rows, load_stream, load_streams, write_stream
 from joinlib.errors import DataError
+from joinlib.protocol.values import _encode_slow, decode_values, encode_values
 from joinlib.query import parse_query
-from joinlib.values import _encode_slow, decode_values, encode_values
 
 QUERY = parse_query({
     "name": "t",

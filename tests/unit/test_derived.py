@@ -1,4 +1,4 @@
-"""MJoin trees as operator queries over derived streams (joinlib/derived.py, joinlib/tree_engine.py):
+"""MJoin trees as operator queries over derived streams (joinlib/mjoin/derived.py, joinlib/sim/tree_engine.py):
 the lowering, its mistakes, the window condition, the tuples, and ``joinlib run --plan mjoin``."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.cli import main
-from joinlib.derived import alive, base_row, components, deploy, derived_tuple, leaf_tuple, lower_tree, windows_of
+from joinlib.cli.main import main
 from joinlib.errors import PlanError
+from joinlib.mjoin.derived import alive, base_row, components, deploy, derived_tuple, leaf_tuple, lower_tree, windows_of
 from joinlib.model import Network, Predicate, Query, Stream, Tup, Window
 from joinlib.pmjoin.tree import Leaf, MJoin, from_json, operators
 from joinlib.query import load_query
@@ -91,9 +91,9 @@ def test_a_derived_tuple_carries_its_components_and_flattens_back():
 def test_an_operators_pending_results_survive_a_checkpoint():
     """A tree operator's node checkpoints its :class:`OpOutput` (results of head epochs not handed over yet,
     the derived tuples' numbering) as plain data; the resumed one hands over exactly what the old one would."""
+    from joinlib.mjoin.output import OpOutput
     from joinlib.runtime import checkpoint
     from joinlib.runtime.sink import CountingSink
-    from joinlib.tree_engine import OpOutput
     q = chain()
     dep = deploy([lower_tree(q, NESTED)])
     child = dep.ops[0]
@@ -287,7 +287,7 @@ def test_queries_deployed_together_must_share_one_network():
     q1 = _sub(_four(), ("S0", "S1", "S2"), "Q1")
     q2 = _sub(_four(), ("S0", "S1", "S3"), "Q2")
     q2 = Query(q2.name, q2.streams, q2.predicates, Network(latency_ms=5.0, nodes=q2.network.nodes))
-    from joinlib.tree_engine import run_deployment
+    from joinlib.sim.tree_engine import run_deployment
     dep = deploy([lower_tree(q1, MJoin((S01, Leaf("S2", "n2")), "n2")),
                   lower_tree(q2, MJoin((S01, Leaf("S3", "n3")), "n3"))])
     with pytest.raises(PlanError, match="network .* must agree"):
@@ -330,9 +330,9 @@ def _message(q: Query, plan: dict, **extra) -> dict:
 
 def test_tree_plan_messages_check_and_round_trip(example1):
     """The three tree shapes of a plan message (docs/contracts.md) compile on a node as they were sent."""
-    from joinlib.control_check import check_control, tree_payload
-    from joinlib.data import load_streams
-    from joinlib.tree_plans import PartitionedTrees, SharedTrees, plan_partitioned_trees, union_query
+    from joinlib.control.check import check_control, tree_payload
+    from joinlib.data.files import load_streams
+    from joinlib.mjoin.tree_plans import PartitionedTrees, SharedTrees, plan_partitioned_trees, union_query
     q = load_query(Path(PMJ))
     one = lower_tree(q, NESTED_PMJ)
     assert check_control(q.name, "plan", _message(q, one.to_json())) is None
@@ -361,7 +361,7 @@ NESTED_PMJ = MJoin((MJoin((Leaf("S1", "n1"), Leaf("S2", "n2")), "n2"), Leaf("S3"
     ({"plan": {"mjoin_tree": {"mjoin": "n9", "inputs": []}}}, "plan does not compile"),
 ])
 def test_malformed_tree_plan_messages_are_refused_with_a_reason(change, message):
-    from joinlib.control_check import check_control
+    from joinlib.control.check import check_control
     q = load_query(Path(PMJ))
     msg = _message(q, lower_tree(q, NESTED_PMJ).to_json())
     msg.update(change)
@@ -370,7 +370,7 @@ def test_malformed_tree_plan_messages_are_refused_with_a_reason(change, message)
 
 
 def test_queries_deployed_together_must_mean_one_stream_by_one_name():
-    from joinlib.tree_plans import SharedTrees, union_query
+    from joinlib.mjoin.tree_plans import SharedTrees, union_query
     four = _four()
     q1 = _sub(four, ("S0", "S1", "S2"), "Q1")
     moved = Query("Q2", tuple(Stream(s.name, s.pos, "elsewhere" if s.name == "S1" else s.site, s.window, s.join_attrs)

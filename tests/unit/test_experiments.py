@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.cost import get_model, plan_cost
-from joinlib.experiments.cli import main
+from joinlib.cli.experiments import main
+from joinlib.costs.unit_time import get_model, plan_cost
 from joinlib.experiments.common import (
     DataCache,
     accuracy,
@@ -22,7 +22,7 @@ from joinlib.experiments.common import (
 )
 from joinlib.experiments.table3 import query_of
 from joinlib.model import Execution, Network
-from joinlib.plan import ALGORITHMS, from_json, uniform
+from joinlib.plan.logical import ALGORITHMS, from_json, uniform
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,8 +181,8 @@ def _two_way(rate=200, attrs=20, window_ms=500):
 
 
 def test_measure_without_warmup_equals_the_engine_report():
-    from joinlib.engine import run_embedded
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     q = _two_way()
     with DataCache() as data:
         streams = data.streams(q, 1500, 3)
@@ -202,11 +202,11 @@ def test_measure_without_warmup_equals_the_engine_report():
 # ----------------------------------------------------------------------------- stats
 
 def test_stats_recovers_the_generators_parameters(tmp_path, capsys):
-    from joinlib.cli import main as joinlib_main
-    from joinlib.data import load_streams
-    from joinlib.engine import run_embedded
+    from joinlib.cli.main import main as joinlib_main
+    from joinlib.data.files import load_streams
     from joinlib.query import dump_query, load_query
     from joinlib.runtime.sink import CountingSink
+    from joinlib.sim.engine import run_embedded
     q = build_query("s", [{"rate": 250, "attributes": 40, "selectivity": 0.05, "window_ms": 800},
                           {"rate": 80, "attributes": 120, "selectivity": 0.125, "window_ms": 2000}],
                     [(0, 1)], sites=["n1", "n2"])
@@ -299,10 +299,10 @@ def test_help_explains(argv, words, capsys):
 
 
 def test_registered_in_the_main_cli(capsys):
-    from joinlib import cli
+    from joinlib.cli.main import main as cli
     try:
         cli.main(["experiment", "accuracy", "--help"])
     except SystemExit as e:
         if e.code != 0:
-            pytest.skip("joinlib.cli does not register the experiment commands yet")
+            pytest.skip("joinlib.cli.main does not register the experiment commands yet")
     assert "--from" in capsys.readouterr().out

@@ -7,8 +7,8 @@ import pytest
 
 from joinlib.costs.floor import contributors, floor
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
+from joinlib.protocol.wire import encode_tuple
 from joinlib.reference import reference_join
-from joinlib.wire import encode_tuple
 
 PAIRS = {"chain": lambda m: [(i, i + 1) for i in range(m - 1)],
          "star": lambda m: [(0, i) for i in range(1, m)],

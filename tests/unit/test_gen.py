@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.data import iter_rows, load_rows, load_streams
+from joinlib.data.files import iter_rows, load_rows, load_streams
+from joinlib.data.gen import generate, payload_attributes
 from joinlib.errors import JoinlibError
-from joinlib.gen import generate, payload_attributes
+from joinlib.protocol.values import decode_values
 from joinlib.query import load_query, parse_query
-from joinlib.values import decode_values
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,11 +1,11 @@
-"""The plan IR (joinlib/ir.py): content-derived names, node operator sets, diffs, topology."""
+"""The plan IR (joinlib/plan/ir.py): content-derived names, node operator sets, diffs, topology."""
 from __future__ import annotations
 
 import pytest
 
-from joinlib import plan as plans
 from joinlib.errors import PlanError, QueryError
-from joinlib.ir import Base, Derived, Part, Topology, lower
+from joinlib.plan import logical as plans
+from joinlib.plan.ir import Base, Derived, Part, Topology, lower
 from joinlib.query import parse_query
 
 ROUTERS = {

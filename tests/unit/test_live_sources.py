@@ -13,13 +13,13 @@ import orjson
 import pytest
 import yaml
 
-from joinlib.cli import main as cli
+from joinlib.cli.live import format_query
+from joinlib.cli.main import main as cli
 from joinlib.errors import JoinlibError, QueryError
 from joinlib.ingest import Bad, Decoder, Event, StreamIngest, derived_id
 from joinlib.ingest.contract import Written, classify_partition, expected_output
 from joinlib.ingest.events import EventGen, EventProfile
 from joinlib.ingest.lifecycle import DEFAULT_LOOKBACK_MS, QueryStats, origin_for
-from joinlib.live_cli import format_query
 from joinlib.query import load_query, parse_query, query_to_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

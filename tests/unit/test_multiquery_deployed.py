@@ -1,4 +1,4 @@
-"""Continuous queries' trees split into operator deployments (joinlib.multiquery.deployed), the plan
+"""Continuous queries' trees split into operator deployments (joinlib.mjoin.deployed), the plan
 messages that run one operator (control_check.tree_scope), and an operator that publishes its results."""
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import Optional
 
 import pytest
 
-from joinlib.control_check import plan_payload, tree_scope
-from joinlib.derived import TreeProgram, deploy, lower_tree
+from joinlib.control.check import plan_payload, tree_scope
 from joinlib.errors import PlanError
+from joinlib.mjoin.deployed import RunningOp, operator_key, split, users
+from joinlib.mjoin.derived import TreeProgram, deploy, lower_tree
+from joinlib.mjoin.output import OpOutput
 from joinlib.model import Tup
-from joinlib.multiquery.deployed import RunningOp, operator_key, split, users
 from joinlib.pmjoin.tree import from_json
 from joinlib.query import parse_query, query_to_dict
 from joinlib.runtime.sink import CollectingSink
-from joinlib.tree_engine import OpOutput
 
 
 def _src(topic: str) -> dict:
@@ -162,10 +162,10 @@ def test_a_new_query_is_built_on_a_running_operator_when_that_ships_less():
     """Seed 001's marginal cost on the live system: STREAMJOINOPT alone would ship S1 and S2 to w (2 x 100
     tuples/s x 100 B); on the running S1+S2 join at y only S4 ships (100 x 100 B).  Without it, or when the
     query joins S1 and S2 otherwise, the base tree stays."""
-    from joinlib.multiquery.deployed import candidates, choose_tree, marginal_cost
+    from joinlib.mjoin.deployed import candidates, choose_tree, marginal_cost
+    from joinlib.mjoin.tree_plans import streamjoinopt
     from joinlib.pmjoin.stats import selectivity_model
     from joinlib.pmjoin.tree import describe
-    from joinlib.tree_plans import streamjoinopt
     q1 = _with_rates("S3", "z", (100, 100, 10))
     op = split(program(q1, tree("S3", "z")), {}, runs(), 0).new[0].op
     q2 = _with_rates("S4", "w", (100, 100, 100))

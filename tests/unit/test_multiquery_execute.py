@@ -7,10 +7,11 @@ from collections import Counter
 
 import pytest
 
-from joinlib.data import load_streams
-from joinlib.derived import deploy, lower_tree
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
 from joinlib.errors import PlanError
-from joinlib.gen import generate
+from joinlib.mjoin.derived import deploy, lower_tree
+from joinlib.mjoin.tree_plans import union_query
 from joinlib.multiquery.cost import Deployments, Plan, PlanNode
 from joinlib.multiquery.execute import runtime_query, to_tree
 from joinlib.multiquery.planners import Context, plan_optimal
@@ -20,8 +21,7 @@ from joinlib.multiquery.topology import transit_stub
 from joinlib.pmjoin.tree import Leaf, MJoin
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
-from joinlib.tree_engine import run_deployment
-from joinlib.tree_plans import union_query
+from joinlib.sim.tree_engine import run_deployment
 
 TOP = transit_stub(stubs=2, per_stub=3, seed=4)
 HOMES = {"S1": "s0n1", "S2": "s0n2", "S3": "s1n1", "S4": "s1n2"}

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from joinlib.cli import main
+from joinlib.cli.main import main
+from joinlib.experiments.iflow import QUICK, Scale, run_sequence
 from joinlib.multiquery.cost import Deployments
-from joinlib.multiquery.experiment import QUICK, Scale, run_sequence
 from joinlib.multiquery.hierarchy import build_hierarchy
 from joinlib.multiquery.planners import PLANNERS, get_planner
 from joinlib.multiquery.streams import generate

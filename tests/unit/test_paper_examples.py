@@ -11,8 +11,8 @@ here c, a, d, f -- e is unchanged -- so [0,0, 0,2, 1,1, 0,1]; expanded over V it
 """
 from __future__ import annotations
 
-from joinlib.messages import TupleBatch
 from joinlib.model import Stream, Tup, Window
+from joinlib.protocol.messages import TupleBatch
 from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender
 from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender
 from joinlib.runtime.sensor import Sensor

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import partitioned as pm
-from joinlib.cli import main
-from joinlib.data import load_streams
+from joinlib.cli.main import main
+from joinlib.data.files import load_streams
 from joinlib.errors import PlanError
+from joinlib.plan import partitioned as pm
+from joinlib.pmjoin import partitioned as choose_pm
 from joinlib.query import load_query
 from tests.unit.test_pmjoin_stats import write_data
 
@@ -24,15 +25,15 @@ def test_values_file_gives_the_function_the_data_gives(tmp_path: Path, capsys, s
     stats = json.loads(out.read_text())
     assert stats["values"] == ["a", "b", "c"] and stats["streams"] == ["S1", "S2", "S3"]
     query = load_query(qpath)
-    from_data = pm.function_for(query, load_streams(query, data), pm.attribute_class(query), scheme, parts)
-    assert pm.function_from_stats(query, stats, scheme, parts).to_json() == from_data.to_json()
+    from_data = choose_pm.function_for(query, load_streams(query, data), pm.attribute_class(query), scheme, parts)
+    assert choose_pm.function_from_stats(query, stats, scheme, parts).to_json() == from_data.to_json()
 
 
 def test_rate_partition_of_the_values_file_separates_the_hot_sites(tmp_path: Path) -> None:
     """S1 is mostly c, S2 mostly b, S3 mostly a: three partitions, one value each."""
     qpath, data = write_data(tmp_path)
     query = load_query(qpath)
-    fn = pm.function_from_stats(query, pm.value_stats(query, load_streams(query, data)), "rate", 3)
+    fn = choose_pm.function_from_stats(query, choose_pm.value_stats(query, load_streams(query, data)), "rate", 3)
     assert sorted(fn(v) for v in "abc") == [0, 1, 2]
 
 
@@ -45,7 +46,7 @@ def test_rate_partition_of_the_values_file_separates_the_hot_sites(tmp_path: Pat
 def test_bad_values_files_are_plan_errors(tmp_path: Path, stats, message: str) -> None:
     qpath, _ = write_data(tmp_path)
     with pytest.raises(PlanError, match=message.replace("[", r"\[")):
-        pm.function_from_stats(load_query(qpath), stats, "rate", 2)
+        choose_pm.function_from_stats(load_query(qpath), stats, "rate", 2)
 
 
 @pytest.mark.parametrize("spec", ["pmjoin:0", "pmjoin:hash:5000", "pmjoin:rate:x"])

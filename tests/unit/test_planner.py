@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib.cost import BytesModel, PaperModel, SeqState, frontier, plan_cost, sequence_cost
+from joinlib.costs.unit_time import BytesModel, PaperModel, SeqState, frontier, plan_cost, sequence_cost
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Link, Network
-from joinlib.plan import ALGORITHMS, validate
+from joinlib.plan.logical import ALGORITHMS, validate
 from joinlib.planner import COST_PLANNERS, beam, brute_force, exhaustive, greedy, plan_for
 from joinlib.planner.exhaustive import (
     best_algorithms,
@@ -167,7 +167,7 @@ def test_best_algorithms_for_fixed_order_is_optimal():
 def _order_costs(q, model, head, order):
     from itertools import product
 
-    from joinlib.plan import Sequence, Step
+    from joinlib.plan.logical import Sequence, Step
     for algs in product(ALGORITHMS, repeat=len(order)):
         yield sequence_cost(q, Sequence(head, tuple(Step(n, a) for n, a in zip(order, algs, strict=True))), model)
 

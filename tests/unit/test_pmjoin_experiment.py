@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.experiments.cli import main
-from joinlib.pmjoin import experiment
+from joinlib.cli.experiments import main
+from joinlib.experiments import pmjoin as experiment
 
 TINY = replace(experiment.QUICK, streams=4, seeds=1, ds=(1, 2, 5), data_range=20, ranges=(10, 1000))
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from joinlib.plan.partition import from_json, order_key
 from joinlib.pmjoin import (
     HashPartition,
     JoinClass,
@@ -31,7 +32,6 @@ from joinlib.pmjoin import (
     simple,
     stream_join_opt,
 )
-from joinlib.pmjoin.partition import from_json, order_key
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.data import write_stream
+from joinlib.data.files import write_stream
+from joinlib.data.stats import measure_query
 from joinlib.errors import DataError, PlanError
 from joinlib.pmjoin import (
     JoinClass,
@@ -24,7 +25,6 @@ from joinlib.pmjoin import (
 )
 from joinlib.pmjoin.tree import describe
 from joinlib.query import load_query
-from joinlib.stats import measure_query
 
 QUERY = """
 name: routers3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.cli import main
+from joinlib.cli.main import main
 
 
 def write_rows(path: Path, rows: list[dict]) -> Path:

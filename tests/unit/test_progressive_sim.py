@@ -8,7 +8,7 @@ from itertools import islice
 
 import pytest
 
-from joinlib.cli import main
+from joinlib.cli.main import main
 from joinlib.progressive.model import JoinSpec, VirtualClock, partition_of
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import MemoryRunStore

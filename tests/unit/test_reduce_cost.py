@@ -8,25 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.bloom import KeySet
 from joinlib.costs import WireModel, estimate, from_data, from_query
 from joinlib.costs.explain import format_estimate
 from joinlib.costs.flows import reduction_flows
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.data.synthetic import build_query, topology_edges
 from joinlib.errors import PlanError
-from joinlib.gen import generate
-from joinlib.ir import lower
-from joinlib.messages import Envelope, KeyBatch, KeyFilter, ShippedBatch
 from joinlib.model import Execution, Network, StreamStats
-from joinlib.plan import central, reduction, uniform
+from joinlib.plan.ir import lower
+from joinlib.plan.logical import central, reduction, uniform
 from joinlib.planner.auto import auto_ranked, rank, short_list
 from joinlib.planner.registry import PLAN_HELP, resolve_plan
+from joinlib.protocol.bloom import KeySet
+from joinlib.protocol.messages import Envelope, KeyBatch, KeyFilter, ShippedBatch
+from joinlib.protocol.wire import envelope_size
 from joinlib.query import load_query
 from joinlib.runtime.algorithms.base import key_message
 from joinlib.runtime.sink import CountingSink
-from joinlib.synthetic import build_query, topology_edges
-from joinlib.wire import envelope_size
+from joinlib.sim.engine import run_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 SELECTIVE = ROOT / "examples" / "routers_selective.yaml"

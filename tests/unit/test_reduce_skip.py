@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from joinlib import plan as plans
 from joinlib.costs import WireModel, estimate, from_data
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
+from joinlib.data.synthetic import build_query, topology_edges
 from joinlib.errors import PlanError
-from joinlib.gen import generate
-from joinlib.ir import lower
 from joinlib.model import Execution, Network
+from joinlib.plan import logical as plans
+from joinlib.plan.ir import lower
 from joinlib.planner.auto import rank, skip_directions
 from joinlib.query import load_query
 from joinlib.runtime.sink import CollectingSink, CountingSink
-from joinlib.synthetic import build_query, topology_edges
+from joinlib.sim.engine import run_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 SELECTIVE = ROOT / "examples" / "routers_selective.yaml"   # S1@r1 - S2@r2 - S3@r3, a chain

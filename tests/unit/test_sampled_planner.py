@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from joinlib.data import load_streams
-from joinlib.engine import run_embedded
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
 from joinlib.errors import PlanError
-from joinlib.gen import generate
 from joinlib.planner.measure import sample_ms
 from joinlib.planner.registry import candidates
 from joinlib.planner.sampled import measure, sample_of, sampled
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
+from joinlib.sim.engine import run_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 

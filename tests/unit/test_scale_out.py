@@ -1,4 +1,4 @@
-"""The pieces of scale-out within a site that need no broker (joinlib.adapters.scale_out; the runs themselves:
+"""The pieces of scale-out within a site that need no broker (joinlib.node.scale_out; the runs themselves:
 tests/integration/test_scale_out.py): the replayer's split per Kafka partition, whose ``done`` a run waits
 for, the per-site report, the control messages, and the drill's join and kill actions."""
 from __future__ import annotations
@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib import partitioned
-from joinlib.adapters import cluster
-from joinlib.adapters.control import ControlLog, ControlRecord
-from joinlib.adapters.replay import _parts
-from joinlib.adapters.scale_out import done_key, naive_of, part_sites, per_site, split_of, wanted
-from joinlib.control_check import check_control
-from joinlib.engine import generations
+from joinlib.control.check import check_control
 from joinlib.model import Tup
-from joinlib.plan import central, uniform
-from joinlib.pmjoin.partition import HashPartition
+from joinlib.node import cluster
+from joinlib.node.control import ControlLog, ControlRecord
+from joinlib.node.replay import _parts
+from joinlib.node.scale_out import done_key, naive_of, part_sites, per_site, split_of, wanted
+from joinlib.plan import partitioned
+from joinlib.plan.logical import central, uniform
+from joinlib.plan.partition import HashPartition
 from joinlib.query import load_query, query_to_dict
+from joinlib.runtime.deploy import generations
 
 ROUTERS = Path(__file__).resolve().parents[2] / "examples" / "routers.yaml"
 
@@ -71,7 +71,7 @@ def test_partition_dones_add_up_per_site_and_are_valid_control_messages():
 
 def test_the_naive_baseline_prices_each_replayed_batch_whole():
     """A partition sees only its share of a batch; the runner prices the batches as a plain run's nodes do."""
-    from joinlib import wire
+    from joinlib.protocol import wire
     query = load_query(ROUTERS)
     tau = query.execution.interval_ms
     s1 = [Tup(0, i, i * 37, i, (i % 5,)) for i in range(40)]
@@ -137,8 +137,8 @@ def test_bad_instance_counts_and_actions_are_refused():
 
 def test_a_shared_node_runs_only_scaled_out_plans():
     """``services.node --shared`` (Helm replicas > 1): a plain plan would run whole at every instance."""
-    from joinlib.adapters.node_service import NodeService
     from joinlib.errors import PlanError
+    from joinlib.node.node_service import NodeService
     query = load_query(ROUTERS)
     svc = NodeService("r1", "127.0.0.1:1", shared=True, quiet=True)
     plain = {"query": query_to_dict(query), "plan": uniform(query, "SP-S").to_json()}
@@ -147,8 +147,8 @@ def test_a_shared_node_runs_only_scaled_out_plans():
 
 
 def test_the_session_timeout_is_configurable_and_checked(monkeypatch):
-    from joinlib.adapters.scale_out import SESSION_TIMEOUT_ENV, session_timeout_ms
     from joinlib.errors import ClusterError
+    from joinlib.node.scale_out import SESSION_TIMEOUT_ENV, session_timeout_ms
     monkeypatch.delenv(SESSION_TIMEOUT_ENV, raising=False)
     assert session_timeout_ms() == 6000
     monkeypatch.setenv(SESSION_TIMEOUT_ENV, "3000")

@@ -1,4 +1,4 @@
-"""The live monitor of per-value rates (joinlib/value_monitor.py): the nodes' reports, merged, give the
+"""The live monitor of per-value rates (joinlib/pmjoin/value_monitor.py): the nodes' reports, merged, give the
 rates and the partition functions a data directory gives; the horizon and the cap hold; status messages
 with malformed reports are refused."""
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib import partitioned as pm
-from joinlib.control_check import check_control
-from joinlib.data import load_streams
+from joinlib.control.check import check_control
+from joinlib.data.files import load_streams
 from joinlib.model import Tup
+from joinlib.pmjoin import partitioned as choose_pm
+from joinlib.pmjoin.value_monitor import BUCKET_MS, ValueMonitor, is_report, merge_reports
 from joinlib.query import load_query
-from joinlib.value_monitor import BUCKET_MS, ValueMonitor, is_report, merge_reports
 from tests.unit.test_pmjoin_stats import write_data
 
 
@@ -39,14 +39,14 @@ def test_merged_reports_are_the_data_directory_s_value_stats(tmp_path: Path) -> 
     query = load_query(qpath)
     streams = load_streams(query, data)
     merged = merge_reports(query, _reports(query, streams))
-    expected = pm.value_stats(query, streams)
+    expected = choose_pm.value_stats(query, streams)
     for key in ("by", "streams", "values"):
         assert merged[key] == expected[key]
     for got, want in zip(merged["rates"], expected["rates"], strict=True):
         assert got == pytest.approx(want)
     for scheme, parts in (("rate", 3), ("range", 2)):
-        assert pm.function_from_stats(query, merged, scheme, parts).to_json() == \
-            pm.function_from_stats(query, expected, scheme, parts).to_json()
+        assert choose_pm.function_from_stats(query, merged, scheme, parts).to_json() == \
+            choose_pm.function_from_stats(query, expected, scheme, parts).to_json()
 
 
 def test_the_cap_keeps_the_most_frequent_values(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_status_messages_with_malformed_reports_are_refused(values, ok: bool) ->
     (["--live", "--values", "v.json", "--url", "http://127.0.0.1:9"], "cannot reach the planner service"),
 ])
 def test_stats_command_mistakes_are_one_clear_line(tmp_path: Path, capsys, args: list[str], message: str) -> None:
-    from joinlib.cli import main
+    from joinlib.cli.main import main
     qpath, _ = write_data(tmp_path)
     assert main(["stats", str(qpath), *[str(tmp_path / a) if a.endswith((".json", ".yaml")) else a for a in args]]) != 0
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Avro wire encoding (joinlib.wire, schemas/*.avsc)."""
+"""Avro wire encoding (joinlib.protocol.wire, schemas/*.avsc)."""
 from __future__ import annotations
 
 import io
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib import values, wire
-from joinlib.messages import (
+from joinlib.model import Tup
+from joinlib.protocol import values, wire
+from joinlib.protocol.messages import (
     DjaUpdate,
     Envelope,
     ExpiryUpdate,
@@ -23,7 +24,6 @@ from joinlib.messages import (
     TupleBatch,
     WindowSnapshot,
 )
-from joinlib.model import Tup
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1

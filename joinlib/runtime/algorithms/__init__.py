@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Callable, Union
 
-from ...ir import ReplicaOp, StepOp
-from ...model import Stream
-from ...state.base import WindowStore
-from .base import Placed, Replica, Sender, StepContext
-from .dja import DjaReplica, DjaSender, MixedReplica, MixedSender, smd1_phases, sms2_phases
-from .reduce import ReducedReplica, Reducer, reducer_phases
-from .semijoin import FifoReplica, FifoSender, smd2_phases, sms1_phases
-from .simple import FullReplica, FullSender, local_phases, spd_phases, sps_phases
+from joinlib.model import Stream
+from joinlib.plan.ir import ReplicaOp, StepOp
+from joinlib.runtime.algorithms.base import Placed, Replica, Sender, StepContext
+from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender, smd1_phases, sms2_phases
+from joinlib.runtime.algorithms.reduce import ReducedReplica, Reducer, reducer_phases
+from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender, smd2_phases, sms1_phases
+from joinlib.runtime.algorithms.simple import FullReplica, FullSender, local_phases, spd_phases, sps_phases
+from joinlib.state.base import WindowStore
 
 FAMILIES: dict[str, Callable[[StepContext, StepOp], list[Placed]]] = {
     "SP-S": sps_phases,

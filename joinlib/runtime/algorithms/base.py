@@ -13,15 +13,15 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
-from ...bloom import Bloom, KeySet, Matcher
-from ...ir import StepOp
-from ...messages import Body, Key, KeyBatch, KeyFilter, Row, WindowSnapshot
-from ...model import Query, Stream, Tup
-from ...state.base import KeyList, WindowStore
-from ..lanes import Phase
-from ..sink import Group
-from ..window import HomeWindow
-from ..windowing import Bound, Progress, valid_range
+from joinlib.model import Query, Stream, Tup
+from joinlib.plan.ir import StepOp
+from joinlib.protocol.bloom import Bloom, KeySet, Matcher
+from joinlib.protocol.messages import Body, Key, KeyBatch, KeyFilter, Row, WindowSnapshot
+from joinlib.runtime.lanes import Phase
+from joinlib.runtime.sink import Group
+from joinlib.runtime.window import HomeWindow
+from joinlib.runtime.windowing import Bound, Progress, valid_range
+from joinlib.state.base import KeyList, WindowStore
 
 Encode = Callable[[Tup], bytes]
 Decode = Callable[[bytes], Tup]

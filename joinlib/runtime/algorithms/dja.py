@@ -24,16 +24,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable, Optional, Sequence
 
-from ...ir import StepOp
-from ...messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
-from ...model import Stream, Tup
-from ...state.base import WindowStore
-from ..lanes import Phase
-from ..window import HomeWindow
-from ..windowing import Bound, Progress
-from .base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
-from .semijoin import answer, arrivals_of, finish
-from .simple import probe_shipped
+from joinlib.model import Stream, Tup
+from joinlib.plan.ir import StepOp
+from joinlib.protocol.messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
+from joinlib.runtime.algorithms.semijoin import answer, arrivals_of, finish
+from joinlib.runtime.algorithms.simple import probe_shipped
+from joinlib.runtime.lanes import Phase
+from joinlib.runtime.window import HomeWindow
+from joinlib.runtime.windowing import Bound, Progress
+from joinlib.state.base import WindowStore
 
 
 def project(t: Tup, index: tuple[int, ...]) -> Key:

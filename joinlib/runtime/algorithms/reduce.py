@@ -13,7 +13,7 @@ Why it is exact: a tuple that takes part in a result with head h has, in every n
 a partner that precedes h and so is in that stream's window at h's epoch; by induction from the
 leaves, every tuple of the result passes by that epoch and is at R when R joins it.  A head that
 does not pass in its own epoch has no partners, and filters may only err on the side of letting
-a tuple through (Bloom filters' false positives: ``joinlib.bloom``).
+a tuple through (Bloom filters' false positives: ``joinlib.protocol.bloom``).
 
 A direction of a tree edge may be skipped (``Reduce.skip``): its sender sends nothing that way,
 and the receiver leaves the sender out of every test (as if its sets held every key).  That only
@@ -36,14 +36,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Optional, Sequence
 
-from ...bloom import Bloom, Hashes, KeySet, Matcher, key_hash
-from ...ir import ReducerOp
-from ...messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
-from ...model import Stream, Tup
-from ..lanes import Phase
-from ..window import HomeWindow
-from .base import Decode, Encode, Placed, StepContext, keys_bytes
-from .simple import FullReplica
+from joinlib.model import Stream, Tup
+from joinlib.plan.ir import ReducerOp
+from joinlib.protocol.bloom import Bloom, Hashes, KeySet, Matcher, key_hash
+from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, keys_bytes
+from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.lanes import Phase
+from joinlib.runtime.window import HomeWindow
 
 
 class _Entry:

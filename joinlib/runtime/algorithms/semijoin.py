@@ -20,14 +20,10 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Sequence
 
-from ...ir import StepOp
-from ...messages import Body, ExpiryUpdate, Key, TupleBatch, WindowSnapshot
-from ...model import Stream, Tup
-from ...state.base import KeyList, WindowStore
-from ..lanes import Phase
-from ..window import HomeWindow
-from ..windowing import Bound, Progress, view_slice
-from .base import (
+from joinlib.model import Stream, Tup
+from joinlib.plan.ir import StepOp
+from joinlib.protocol.messages import Body, ExpiryUpdate, Key, TupleBatch, WindowSnapshot
+from joinlib.runtime.algorithms.base import (
     Decode,
     Encode,
     Placed,
@@ -42,6 +38,10 @@ from .base import (
     row_maker,
     store_join,
 )
+from joinlib.runtime.lanes import Phase
+from joinlib.runtime.window import HomeWindow
+from joinlib.runtime.windowing import Bound, Progress, view_slice
+from joinlib.state.base import KeyList, WindowStore
 
 
 def arrivals_of(stream: Stream, batch: Sequence[Tup]) -> list[int]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ...ir import StepOp
-from ...messages import Body, TupleBatch, WindowSnapshot
-from ...model import Stream, Tup
-from ...state.base import WindowStore
-from ..lanes import Lane, Phase
-from ..window import HomeWindow
-from ..windowing import Bound, Progress, purge_bound
-from .base import Decode, Encode, Placed, StepContext, own_lane, row_maker, store_join
+from joinlib.model import Stream, Tup
+from joinlib.plan.ir import StepOp
+from joinlib.protocol.messages import Body, TupleBatch, WindowSnapshot
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, own_lane, row_maker, store_join
+from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.window import HomeWindow
+from joinlib.runtime.windowing import Bound, Progress, purge_bound
+from joinlib.state.base import WindowStore
 
 
 class FullSender:

@@ -1,0 +1,803 @@
+"""Unit-time cost model of join plans (Appendix B of Tran & Lee 2010).
+
+The cost of a plan is the sum of the costs of its join sequences, and the cost of
+a sequence is the sum of the costs of its one-way joins (Eq. 1).  A one-way join is
+costed from the state of the *intermediate stream* it reads (:class:`SeqState`:
+rate r_1, tuple size F_1, key selectivities, the site where it lives) and the
+statistics of the next stream.  Costs are *unit-time* costs: seconds of processing
+plus transmission time per second of stream time.
+
+Three models implement the :class:`CostModel` protocol:
+
+* :class:`PaperModel` — the six Appendix B formulas with the paper's constants
+  c_p, c_u, c_h, c_i and S(x) = latency + x / bandwidth;
+* :class:`BytesModel` — bytes per second crossing the network (no latency, no CPU);
+* :class:`CalibratedModel` — the paper's formulas with measured constants, a
+  per-byte encoding cost and optionally hash-indexed probes, loaded from JSON.
+
+``docs/cost-model.md`` gives the formulas and the readings chosen where the paper
+is garbled or silent.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
+
+from joinlib.errors import JoinlibError
+from joinlib.model import Query, Stream
+from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, at_source, validate
+
+# --- defaults for missing statistics (documented in docs/cost-model.md) -------------
+DEFAULT_RATE = 100.0          # tuples per second
+DEFAULT_SELECTIVITY = 0.1     # f = 1 / distinct values
+DEFAULT_ATTRIBUTES = 100      # payload attributes (the paper's Fig. 9 tuple: 500 bytes)
+BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
+KEY_BYTES = 8                 # one join-attribute value on the wire
+TUPLE_OVERHEAD = 16           # timestamp + id of a full tuple
+COUNT_BYTES = 8               # SM-S1's expiry count message (the paper's "c")
+
+
+# --- statistics of a base stream ----------------------------------------------------
+def stream_rate(s: Stream) -> float:
+    """r_i in tuples per second (default :data:`DEFAULT_RATE`)."""
+    r = s.stats.rate
+    return DEFAULT_RATE if r is None else max(0.0, float(r))
+
+
+def window_tuples(s: Stream) -> float:
+    """w_i: tuples in the window (r_i × T_i for a time window, the count otherwise)."""
+    if s.window.is_time:
+        return stream_rate(s) * s.window.size / 1000.0
+    return float(s.window.size)
+
+
+def full_bytes(s: Stream) -> float:
+    """F_Si: ``tuple_bytes``, else attributes × 5 + 16 (ts, id) + 8 per join attribute."""
+    if s.stats.tuple_bytes is not None:
+        return float(s.stats.tuple_bytes)
+    attrs = DEFAULT_ATTRIBUTES if s.stats.attributes is None else s.stats.attributes
+    return float(attrs * BYTES_PER_ATTRIBUTE + TUPLE_OVERHEAD + KEY_BYTES * len(s.join_attrs))
+
+
+def selectivity(s: Stream, attr: str) -> float:
+    """f of ``s.attr`` (default :data:`DEFAULT_SELECTIVITY`), clamped to (0, 1]."""
+    f = s.stats.selectivity_of(attr)
+    if f is None or f <= 0:
+        return DEFAULT_SELECTIVITY
+    return min(1.0, float(f))
+
+
+def interval_s(query: Query) -> float:
+    """τ in seconds."""
+    return query.execution.interval_ms / 1000.0
+
+
+def transfer_s(query: Query, src: str, dst: str, nbytes: float) -> float:
+    """S(x) in seconds: latency + x / bandwidth of the link src -> dst; 0 on one site."""
+    if src == dst:
+        return 0.0
+    lat_ms, bw_kbps = query.network.link(src, dst)
+    return lat_ms / 1000.0 + nbytes * 8.0 / (bw_kbps * 1000.0)
+
+
+# --- the state of a join sequence -----------------------------------------------------
+MemoKey = tuple[str, frozenset[str], str]  # (head, joined streams, location)
+_Node = tuple[str, Union[int, str]]  # ("c", index of a key class) or ("a", attribute of the next stream)
+
+@dataclass(frozen=True)
+class KeyClass:
+    """Join attributes forced equal by the predicates applied so far, and the
+    selectivity f of their common value in the intermediate stream.
+
+    Under the paper's containment assumption (the smaller domain of two joined
+    attributes is a subset of the larger, Table 4's f_ij) equal attributes share
+    the smallest domain, so f = max of the members' f.
+    """
+
+    attrs: frozenset[tuple[str, str]]  # of (stream, attr)
+    f: float
+
+
+@dataclass(frozen=True)
+class KeyLink:
+    """One join attribute class of the intermediate stream tied to ``attr`` of the next stream."""
+
+    cls: KeyClass
+    attr: str
+
+
+class _Graph:
+    """The join graph of a query, precomputed: per stream, its predicates as
+    (own attr, other stream, other attr) and its neighbours."""
+
+    def __init__(self, query: Query) -> None:
+        self.query = query
+        self.preds: dict[str, list[tuple[str, str, str]]] = {n: [] for n in query.names}
+        for p in query.predicates:
+            self.preds[p.left].append((p.left_attr, p.right, p.right_attr))
+            self.preds[p.right].append((p.right_attr, p.left, p.left_attr))
+        self.adj = {n: frozenset(o for _, o, _ in ps) for n, ps in self.preds.items()}
+
+
+_GRAPHS: dict[int, _Graph] = {}
+
+
+def _graph(query: Query) -> _Graph:
+    g = _GRAPHS.get(id(query))
+    if g is None or g.query is not query:
+        if len(_GRAPHS) > 64:
+            _GRAPHS.clear()
+        g = _GRAPHS[id(query)] = _Graph(query)
+    return g
+
+
+@dataclass(frozen=True)
+class _StepInfo:
+    """What joining ``stream`` to a state gives, whatever the algorithm."""
+
+    links: tuple[KeyLink, ...]
+    key_attrs: tuple[str, ...]
+    f1: float
+    rho: float
+    classes: tuple[KeyClass, ...]
+    rate: float
+    full_bytes: float
+
+
+@dataclass(frozen=True)
+class SeqState:
+    """The intermediate stream after a prefix of a join sequence.
+
+    ``joined`` lists the streams joined so far, head first; ``rate`` is r_1 (tuples/s),
+    ``full_bytes`` F_1 (sum of the components' full sizes), ``classes`` the
+    selectivity per join key (equivalence classes of joined attributes) and
+    ``location`` the site where the intermediate stream is produced.  The partial
+    size P_1 and the key selectivity f_1 depend on the next stream as well, so they
+    are methods (:meth:`partial_bytes`, :meth:`key_selectivity`).
+
+    Everything but ``joined``'s order is a function of the set of joined streams and
+    the location (see docs/cost-model.md): the exhaustive planner relies on it.
+    """
+
+    head: str
+    joined: tuple[str, ...]
+    rate: float
+    full_bytes: float
+    classes: tuple[KeyClass, ...]
+    location: str
+    _cache: dict[tuple[int, str], tuple[Query, _StepInfo]] = field(default_factory=dict, compare=False, hash=False,
+                                                                   repr=False)
+
+    @classmethod
+    def start(cls, query: Query, head: str, site: Optional[str] = None) -> "SeqState":
+        s = query.stream(head)
+        classes = tuple(KeyClass(frozenset({(head, a)}), selectivity(s, a)) for a in s.join_attrs)
+        return cls(head, (head,), stream_rate(s), full_bytes(s), classes, site or s.site)
+
+    @property
+    def joined_set(self) -> frozenset[str]:
+        return frozenset(self.joined)
+
+    def memo_key(self) -> MemoKey:
+        """(head, set of joined streams, location): determines the rest of the state."""
+        return (self.head, frozenset(self.joined), self.location)
+
+    def class_of(self, stream: str, attr: str) -> KeyClass:
+        for c in self.classes:
+            if (stream, attr) in c.attrs:
+                return c
+        raise KeyError((stream, attr))
+
+    def can_join(self, query: Query, stream: str) -> bool:
+        """``stream`` is not joined yet and shares a predicate with a joined stream."""
+        return stream not in self.joined and not _graph(query).adj[stream].isdisjoint(self.joined)
+
+    def info(self, query: Query, stream: str) -> _StepInfo:
+        """Links, ρ and the next key classes of joining ``stream`` (cached per state)."""
+        key = (id(query), stream)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is query:
+            return hit[1]
+        if not self.can_join(query, stream):
+            raise ValueError(f"{stream} cannot be joined after {', '.join(self.joined)}")
+        nxt = query.stream(stream)
+        links: list[KeyLink] = []
+        for attr, other, oattr in _graph(query).preds[stream]:
+            if other in self.joined:
+                link = KeyLink(self.class_of(other, oattr), attr)
+                if link not in links:
+                    links.append(link)
+        used = {ln.attr for ln in links}
+        key_attrs = tuple(a for a in nxt.join_attrs if a in used)
+        f1 = math.prod({ln.cls: ln.cls.f for ln in links}.values())
+        rho, classes = _merge(self, nxt, links)
+        out = _StepInfo(tuple(links), key_attrs, f1, rho, classes,
+                        self.rate * window_tuples(nxt) * rho, self.full_bytes + full_bytes(nxt))
+        self._cache[key] = (query, out)
+        return out
+
+    def links(self, query: Query, stream: str) -> list[KeyLink]:
+        """Predicates between the joined streams and ``stream``, as (class, next attr), deduplicated."""
+        return list(self.info(query, stream).links)
+
+    def key_attrs(self, query: Query, stream: str) -> tuple[str, ...]:
+        """Attributes of ``stream`` probed by the step (in ``join_attrs`` order)."""
+        return self.info(query, stream).key_attrs
+
+    def partial_bytes(self, query: Query, stream: str) -> float:
+        """P_S1 = P_S2: the size of a partial tuple (the probed key) of the step."""
+        return float(KEY_BYTES * max(1, len(self.key_attrs(query, stream))))
+
+    def key_selectivity(self, query: Query, stream: str) -> float:
+        """f_1: product of the f of the intermediate's key classes involved."""
+        return self.info(query, stream).f1
+
+    def join_selectivity(self, query: Query, stream: str) -> float:
+        """ρ: probability that an intermediate tuple and a ``stream`` tuple match."""
+        return self.info(query, stream).rho
+
+    def advance(self, query: Query, stream: str, algorithm: str) -> "SeqState":
+        """The state after joining ``stream`` with ``algorithm``: r_new = r_old × w_next × ρ."""
+        if algorithm not in FORMULAS:
+            raise JoinlibError(f"unknown algorithm {algorithm!r} (choose from {', '.join(FORMULAS)})")
+        i = self.info(query, stream)
+        loc = self.location if at_source(algorithm) else query.stream(stream).site
+        return SeqState(self.head, self.joined + (stream,), i.rate, i.full_bytes, i.classes, loc)
+
+
+def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, tuple[KeyClass, ...]]:
+    """ρ of joining ``nxt`` and the key classes afterwards.
+
+    Each group of attributes made equal by the step (old classes and attributes of
+    ``nxt`` connected by the step's predicates) matches with probability
+    Π f / max f over its members (independent uniform values on nested domains);
+    the group becomes one class with f = max.  Groups are independent: ρ = Π.
+    """
+    parent: dict[_Node, _Node] = {}
+
+    def find(x: _Node) -> _Node:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    index = {c: i for i, c in enumerate(state.classes)}
+    for ln in links:
+        parent[find(("c", index[ln.cls]))] = find(("a", ln.attr))
+    groups: dict[_Node, set[_Node]] = {}
+    for ln in links:
+        groups.setdefault(find(("a", ln.attr)), set()).update({("c", index[ln.cls]), ("a", ln.attr)})
+    rho = 1.0
+    merged: set[int] = set()
+    new: list[KeyClass] = []
+    for members in groups.values():
+        fs: list[float] = []
+        attrs: set[tuple[str, str]] = set()
+        for kind, v in sorted(members):
+            if kind == "c":
+                cls = state.classes[int(v)]
+                fs.append(cls.f)
+                attrs |= cls.attrs
+                merged.add(int(v))
+            else:
+                fs.append(selectivity(nxt, str(v)))
+                attrs.add((nxt.name, str(v)))
+        rho *= math.prod(fs) / max(fs)
+        new.append(KeyClass(frozenset(attrs), max(fs)))
+    linked = {ln.attr for ln in links}
+    kept = [c for i, c in enumerate(state.classes) if i not in merged]
+    fresh = [KeyClass(frozenset({(nxt.name, a)}), selectivity(nxt, a))
+             for a in nxt.join_attrs if a not in linked]
+    classes = tuple(sorted(kept + new + fresh, key=lambda c: min(c.attrs)))
+    return rho, classes
+
+
+# --- the parameters of one step, with the paper's symbols ----------------------------
+@dataclass(frozen=True)
+class StepParams:
+    """Symbols of Table 4 for the one-way join (intermediate "1") -> (next stream "2")."""
+
+    r1: float
+    r2: float
+    w2: float
+    wp1: float
+    wp2: float
+    f1: float
+    f2: float
+    f12: float
+    f21: float
+    F1: float
+    F2: float
+    P1: float
+    P2: float
+    k2: float
+    m1: float
+    m2: float
+    tau: float
+    rho: float
+    src: str  # N_1: where the intermediate lives
+    dst: str  # N_2: the next stream's site
+
+    @classmethod
+    def of(cls, query: Query, state: SeqState, stream: str) -> "StepParams":
+        nxt = query.stream(stream)
+        info = state.info(query, stream)
+        tau = interval_s(query)
+        r1, r2 = state.rate, stream_rate(nxt)
+        f1 = info.f1
+        f2 = math.prod(selectivity(nxt, a) for a in info.key_attrs)
+        wp1, wp2, w2 = r1 * tau, r2 * tau, window_tuples(nxt)
+        P = float(KEY_BYTES * max(1, len(info.key_attrs)))
+        return cls(r1=r1, r2=r2, w2=w2, wp1=wp1, wp2=wp2, f1=f1, f2=f2,
+                   f12=min(1.0, f1 / f2), f21=min(1.0, f2 / f1),
+                   F1=state.full_bytes, F2=full_bytes(nxt), P1=P, P2=P,
+                   k2=min(1.0 / f2, w2), m1=min(1.0 / f1, wp1), m2=min(1.0 / f2, wp2),
+                   tau=tau, rho=info.rho, src=state.location, dst=nxt.site)
+
+
+# --- cost terms -------------------------------------------------------------------------
+class Term(NamedTuple):
+    """One term of a formula.
+
+    kind ``cpu``:   ``qty`` operations per second, each costing constant ``arg`` (name);
+    kind ``probe``: ``qty`` probes per second into a structure of ``arg`` entries,
+                    each finding ``arg2`` matches (nested loop: qty × arg × c_p);
+    kind ``ship``:  ``qty`` messages per second in direction ``arg`` ("fwd" = N_1 -> N_2,
+                    "back" = N_2 -> N_1) of ``arg2`` bytes each.
+    """
+
+    label: str
+    kind: str
+    qty: float
+    arg: Union[str, float]
+    arg2: float = 0.0
+
+
+# Terms are built as plain tuples (label, kind, qty, arg, arg2) — several times faster
+# than NamedTuple construction on the planners' hot path; ``terms()`` wraps them.
+RawTerm = tuple[str, str, float, Union[str, float], float]
+
+
+def _cpu(label: str, qty: float, const: str) -> RawTerm:
+    return (label, "cpu", qty, const, 0.0)
+
+
+def _probe(label: str, qty: float, size: float, matches: float) -> RawTerm:
+    return (label, "probe", qty, size, matches)
+
+
+def _ship(label: str, qty: float, direction: str, nbytes: float) -> RawTerm:
+    return (label, "ship", qty, direction, nbytes)
+
+
+def terms_sp_s(p: StepParams) -> list[RawTerm]:
+    n2 = 1.0 / p.tau  # r_2 / wp_2
+    return [
+        _cpu("update W1", p.r1, "c_u"),
+        _probe("probe W2@N1 with B1", p.r1, p.w2, p.w2 * p.rho),
+        _ship("ship B2 to N1", n2, "back", p.wp2 * p.F2),
+        _cpu("update W2@N1", p.r2, "c_u"),
+    ]
+
+
+def terms_sp_d(p: StepParams) -> list[RawTerm]:
+    n1 = 1.0 / p.tau  # r_1 / wp_1
+    return [
+        _cpu("update W1", p.r1, "c_i"),
+        _ship("ship B1 to N2", n1, "fwd", p.wp1 * p.F1),
+        _probe("probe W2 with B1", p.r1, p.w2, p.w2 * p.rho),
+        _cpu("update W2", p.r2, "c_u"),
+    ]
+
+
+def terms_sm_s1(p: StepParams) -> list[RawTerm]:
+    n1 = n2 = 1.0 / p.tau
+    return [
+        _cpu("update W1", p.r1, "c_i"),
+        _ship("ship K1", n1, "fwd", p.m1 * p.P1),
+        _probe("probe W2 with K1", n1 * p.m1, p.w2, p.w2 * p.f2),
+        _ship("ship dW'2", n1, "back", p.wp2 * p.f21 * p.F2),
+        _cpu("insert dW'2 into W'2", n1 * p.wp2 * p.f21, "c_i"),
+        _cpu("update W2", p.r2, "c_i"),
+        _probe("probe W'2 with B1", p.r1, p.w2 * p.f21, p.w2 * p.rho),
+        _ship("ship expiry count", n2, "back", COUNT_BYTES),
+    ]
+
+
+def terms_sm_s2(p: StepParams) -> list[RawTerm]:
+    n1 = n2 = 1.0 / p.tau
+    dv = p.k2 * (1.0 - p.f12)       # |dV'2| per batch
+    dj = p.m2 * (1.0 - p.f21)       # DJA vector entries per batch
+    return [
+        _cpu("update W1", p.r1, "c_i"),
+        _cpu("probe M2 (semijoin)", p.r1, "c_h"),
+        _ship("ship dV'2", n1, "fwd", dv * p.P2),
+        _probe("probe W2 with dV'2", n1 * dv, p.w2, p.w2 * p.f2),
+        _ship("ship dW'2", n1, "back", dv * p.F2),
+        _probe("probe V2 with B2", p.r2, p.k2, 1.0),
+        _cpu("probe M2 (join)", p.r1, "c_h"),
+        _cpu("update W2", p.r2, "c_i"),
+        _cpu("update V2", n2 * dj, "c_i"),
+        _ship("ship vJ, vC, sF", n2, "back", dj * p.P2 + p.wp2 * p.f21 * p.F2),
+        _cpu("update M2", n2 * dj, "c_u"),
+    ]
+
+
+def terms_sm_d1(p: StepParams) -> list[RawTerm]:
+    n1 = n2 = 1.0 / p.tau
+    dj = p.m2 * (1.0 - p.f21)
+    return [
+        _cpu("update W1", p.r1, "c_i"),
+        _probe("probe V2@N1 with B1", p.r1, p.k2, 1.0),
+        _ship("ship B'1", n1, "fwd", p.wp1 * p.f12 * p.F1),
+        _probe("probe W2 with B'1", p.r1 * p.f12, p.w2, p.w2 * p.rho),
+        _probe("probe V2 with B2", p.r2, p.k2, 1.0),
+        _cpu("update W2", p.r2, "c_i"),
+        _cpu("update V2 and V2@N1", 2.0 * n2 * dj, "c_i"),
+        _ship("ship vJ, vC", n2, "back", dj * p.P2),
+    ]
+
+
+def terms_sm_d2(p: StepParams) -> list[RawTerm]:
+    n1 = 1.0 / p.tau
+    return [
+        _cpu("update W1", p.r1, "c_i"),
+        _ship("ship K1", n1, "fwd", p.m1 * p.P1),
+        _probe("probe W2 with K1", n1 * p.m1, p.w2, p.w2 * p.f2),
+        _ship("ship K'1", n1, "back", p.m1 * p.f12 * p.P1),
+        _probe("probe B1 with K'1", n1 * p.m1 * p.f12, p.wp1, p.wp1 * p.f1),
+        _ship("ship B'1", n1, "fwd", p.wp1 * p.f12 * p.F1),
+        _probe("probe Temp with B'1", n1 * p.wp1 * p.f12, p.w2, p.w2 * p.rho),
+        _cpu("update W2", p.r2, "c_u"),
+    ]
+
+
+FORMULAS: dict[str, Callable[[StepParams], list[RawTerm]]] = {
+    "SP-S": terms_sp_s, "SP-D": terms_sp_d, "SM-S1": terms_sm_s1,
+    "SM-S2": terms_sm_s2, "SM-D1": terms_sm_d1, "SM-D2": terms_sm_d2,
+}
+
+
+# --- models ------------------------------------------------------------------------------
+@runtime_checkable
+class CostModel(Protocol):
+    """Estimates the unit-time cost of one one-way join of a join sequence.
+
+    Costs must be non-negative and depend on ``state`` only through its
+    order-independent content (joined set, rate, sizes, key classes, location):
+    the exhaustive planner's dynamic programme relies on both.
+    """
+
+    name: str
+
+    def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float: ...
+
+
+class _TermModel:
+    """A model that evaluates the Appendix B terms; subclasses price each term kind."""
+
+    name = "terms"
+
+    def terms(self, query: Query, state: SeqState, stream: str, algorithm: str) -> list[tuple[Term, float]]:
+        """Every term of the step's formula with its priced value."""
+        try:
+            formula = FORMULAS[algorithm]
+        except KeyError:
+            raise JoinlibError(f"unknown algorithm {algorithm!r} (choose from {', '.join(FORMULAS)})") from None
+        p = StepParams.of(query, state, stream)
+        return [(Term._make(t), self.price(query, p, t)) for t in formula(p)]
+
+    def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
+        return sum(v for _, v in self.terms(query, state, stream, algorithm))
+
+    def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
+        """All six algorithms at once (the parameters are computed once)."""
+        p = StepParams.of(query, state, stream)
+        return {a: sum(self.price(query, p, t) for t in f(p)) for a, f in FORMULAS.items()}
+
+    def start_cost(self, query: Query, head: str, site: str) -> float:
+        """Cost of shipping the head's batches to a ``start`` site other than its own."""
+        s = query.stream(head)
+        if site == s.site:
+            return 0.0
+        t = _ship("ship head batches to start", 1.0 / interval_s(query), "fwd",
+                  stream_rate(s) * interval_s(query) * full_bytes(s))
+        p = _start_params(query, s, site)
+        return self.price(query, p, t)
+
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:  # pragma: no cover
+        """The value of one term tuple (label, kind, qty, arg, arg2); see :class:`Term`."""
+        raise NotImplementedError
+
+
+def _start_params(query: Query, s: Stream, site: str) -> StepParams:
+    r, tau = stream_rate(s), interval_s(query)
+    return StepParams(r1=r, r2=0, w2=0, wp1=r * tau, wp2=0, f1=1, f2=1, f12=1, f21=1,
+                      F1=full_bytes(s), F2=0, P1=0, P2=0, k2=0, m1=0, m2=0, tau=tau, rho=1,
+                      src=s.site, dst=site)
+
+
+class PaperModel(_TermModel):
+    """The six Appendix B formulas (seconds of processing + transmission per second).
+
+    ``c_p`` per probe comparison (nested loop), ``c_u`` per window update, ``c_h`` per
+    hash of a tuple, ``c_i`` per tuple insert, all in seconds.  The defaults are
+    placeholders of the right order for a 2010 Java nested-loop engine, not
+    measurements: calibrate (:class:`CalibratedModel`) before trusting absolute values.
+    """
+
+    name = "paper"
+
+    def __init__(self, c_p: float = 1e-6, c_u: float = 5e-6, c_h: float = 1e-6, c_i: float = 5e-6) -> None:
+        for k, v in (("c_p", c_p), ("c_u", c_u), ("c_h", c_h), ("c_i", c_i)):
+            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise JoinlibError(f"cost constant {k} must be a non-negative number, not {v!r}")
+        self.c_p, self.c_u, self.c_h, self.c_i = float(c_p), float(c_u), float(c_h), float(c_i)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i})"
+
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
+        _, kind, qty, arg, arg2 = t
+        if kind == "cpu":  # arg: the name of the constant
+            const: float = getattr(self, str(arg))
+            return qty * const
+        if kind == "probe":  # arg: the size of the probed structure
+            return qty * float(arg) * self.c_p
+        src, dst = (p.src, p.dst) if arg == "fwd" else (p.dst, p.src)
+        return qty * transfer_s(query, src, dst, arg2)
+
+
+class BytesModel(_TermModel):
+    """Expected bytes per second over the network (same-site shipments are free)."""
+
+    name = "bytes"
+
+    def __repr__(self) -> str:
+        return "BytesModel()"
+
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
+        if t[1] != "ship" or p.src == p.dst:
+            return 0.0
+        return t[2] * t[4]
+
+
+CALIBRATION_KEYS = {"c_p", "c_u", "c_h", "c_i", "c_byte", "probe", "c_match"}
+
+
+class CalibratedModel(PaperModel):
+    """The Appendix B formulas with constants measured on this implementation.
+
+    Adds to :class:`PaperModel`:
+
+    * ``c_byte`` — seconds per shipped byte spent encoding + decoding (added to S(x));
+    * ``probe`` — ``"nested"`` (the paper: a probe scans the structure, qty × size × c_p)
+      or ``"hash"`` (a hash-indexed structure: qty × (c_p + c_match × matches));
+    * ``c_match`` — seconds per produced match with hash probes (default c_p).
+
+    :meth:`from_json` reads a JSON object with exactly these keys (see
+    docs/cost-model.md); a ``"meta"`` object (machine, date, command) is kept as-is.
+    """
+
+    name = "calibrated"
+
+    def __init__(self, c_p: float = 1e-6, c_u: float = 5e-6, c_h: float = 1e-6, c_i: float = 5e-6,
+                 c_byte: float = 0.0, probe: str = "nested", c_match: Optional[float] = None,
+                 meta: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(c_p, c_u, c_h, c_i)
+        if probe not in ("nested", "hash"):
+            raise JoinlibError(f"calibration: probe must be 'nested' or 'hash', not {probe!r}")
+        if not (isinstance(c_byte, (int, float)) and c_byte >= 0):
+            raise JoinlibError(f"calibration: c_byte must be a non-negative number, not {c_byte!r}")
+        self.c_byte = float(c_byte)
+        self.probe = probe
+        self.c_match = self.c_p if c_match is None else float(c_match)
+        self.meta = dict(meta or {})
+
+    @classmethod
+    def from_json(cls, path: Union[str, Path]) -> "CalibratedModel":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise JoinlibError(f"calibration file {path} not found") from None
+        except json.JSONDecodeError as e:
+            raise JoinlibError(f"calibration file {path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise JoinlibError(f"calibration file {path}: expected a JSON object")
+        unknown = set(data) - CALIBRATION_KEYS - {"meta"}
+        if unknown:
+            raise JoinlibError(f"calibration file {path}: unknown keys {', '.join(sorted(unknown))} "
+                               f"(expected {', '.join(sorted(CALIBRATION_KEYS))}, meta)")
+        return cls(**data)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"c_p": self.c_p, "c_u": self.c_u, "c_h": self.c_h, "c_i": self.c_i,
+                "c_byte": self.c_byte, "probe": self.probe, "c_match": self.c_match, "meta": self.meta}
+
+    def __repr__(self) -> str:
+        return (f"CalibratedModel(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i}, "
+                f"c_byte={self.c_byte}, probe={self.probe!r}, c_match={self.c_match})")
+
+    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
+        _, kind, qty, arg, arg2 = t
+        if kind == "probe" and self.probe == "hash":
+            return qty * (self.c_p + self.c_match * arg2)
+        value = super().price(query, p, t)
+        if kind == "ship" and p.src != p.dst:
+            value += qty * arg2 * self.c_byte
+        return value
+
+
+MODELS = ("paper", "bytes", "calibrated")
+
+
+def get_model(name: str = "paper", **params: Any) -> CostModel:
+    """A cost model by name: ``paper`` (c_p, c_u, c_h, c_i), ``bytes``, or
+    ``calibrated`` (``path=`` a calibration JSON file, or the constants themselves)."""
+    if name == "paper":
+        return PaperModel(**params)
+    if name == "bytes":
+        if params:
+            raise JoinlibError(f"the bytes model takes no parameters (got {', '.join(params)})")
+        return BytesModel()
+    if name == "calibrated":
+        if "path" in params:
+            if len(params) > 1:
+                raise JoinlibError("calibrated model: give either path= or the constants, not both")
+            return CalibratedModel.from_json(params["path"])
+        return CalibratedModel(**params)
+    raise JoinlibError(f"unknown cost model {name!r} (choose from {', '.join(MODELS)})")
+
+
+# --- costs of sequences and plans ----------------------------------------------------------
+def _start_cost(model: CostModel, query: Query, seq: Sequence) -> float:
+    if seq.start is None:
+        return 0.0
+    fn: Optional[Callable[[Query, str, str], float]] = getattr(model, "start_cost", None)
+    return fn(query, seq.head, seq.start) if fn else 0.0
+
+
+def sequence_cost(query: Query, seq: Sequence, model: CostModel) -> float:
+    """C_Pi: the sum of the step costs of one join sequence."""
+    state = SeqState.start(query, seq.head, seq.start)
+    total = _start_cost(model, query, seq)
+    for st in seq.steps:
+        total += model.step_cost(query, state, st.stream, st.algorithm)
+        state = state.advance(query, st.stream, st.algorithm)
+    return total
+
+
+def plan_cost(query: Query, plan: Plan, model: CostModel) -> float:
+    """C_JEP (Eq. 1): the sum of the sequence costs; a model that prices whole plans (its own
+    ``plan_cost``, e.g. the plan-level byte model of :mod:`joinlib.costs`) prices it itself."""
+    whole: Optional[Callable[[Query, Plan], float]] = getattr(model, "plan_cost", None)
+    if whole is not None:
+        return whole(query, plan)
+    return sum(sequence_cost(query, seq, model) for seq in plan.sequences)
+
+
+class ExplainRow(TypedDict):
+    """One step of :func:`explain`."""
+
+    head: str
+    step: int
+    stream: str
+    algorithm: str
+    cost: float
+    rho: float
+    rate: float
+    site: str
+    rate_out: float
+    site_out: str
+    bytes_out: float
+    transmission: NotRequired[float]
+    processing: NotRequired[float]
+
+
+def explain(query: Query, plan: Plan, model: CostModel) -> list[ExplainRow]:
+    """One row per step, in plan order.
+
+    Keys: ``head``, ``step`` (1-based; 0 for the shipping of the head's batches to a
+    ``start`` site), ``stream``, ``algorithm``, ``cost`` (s/s, or B/s for the bytes
+    model), ``rho``, ``rate`` / ``site`` (the intermediate stream entering the step:
+    rate r_1 and where it lives), ``rate_out`` / ``site_out`` / ``bytes_out`` (after
+    the step); with the term models also ``transmission`` and ``processing``.
+    """
+    validate(query, plan)
+    rows: list[ExplainRow] = []
+    for seq in plan.sequences:
+        state = SeqState.start(query, seq.head, seq.start)
+        start = _start_cost(model, query, seq)
+        if start:
+            rows.append({"head": seq.head, "step": 0, "stream": seq.head, "algorithm": "start",
+                         "cost": start, "rho": 1.0, "rate": state.rate,
+                         "site": query.stream(seq.head).site, "rate_out": state.rate,
+                         "site_out": state.location, "bytes_out": state.full_bytes})
+        for i, st in enumerate(seq.steps, 1):
+            cost = model.step_cost(query, state, st.stream, st.algorithm)
+            nxt = state.advance(query, st.stream, st.algorithm)
+            row: ExplainRow = {"head": seq.head, "step": i, "stream": st.stream, "algorithm": st.algorithm,
+                               "cost": cost, "rho": state.join_selectivity(query, st.stream),
+                               "rate": state.rate, "site": state.location, "rate_out": nxt.rate,
+                               "site_out": nxt.location, "bytes_out": nxt.full_bytes}
+            if isinstance(model, _TermModel):
+                terms = model.terms(query, state, st.stream, st.algorithm)
+                row["transmission"] = sum(v for t, v in terms if t.kind == "ship")
+                row["processing"] = cost - row["transmission"]
+            rows.append(row)
+            state = nxt
+    return rows
+
+
+def frontier(query: Query, state: SeqState) -> list[str]:
+    """Streams that may be appended next (adjacent to a joined one), in query order."""
+    return [n for n in query.names if state.can_join(query, n)]
+
+
+def all_step_costs(model: CostModel, query: Query, state: SeqState, stream: str) -> dict[str, float]:
+    """The six step costs, using the model's batched form when it has one."""
+    fn: Optional[Callable[[Query, SeqState, str], dict[str, float]]] = getattr(model, "step_costs", None)
+    if fn is not None:
+        return fn(query, state, stream)
+    return {a: model.step_cost(query, state, stream, a) for a in ALGORITHMS}
+
+
+class StepCache:
+    """Step costs and successor states of one (query, model), shared across a planner run.
+
+    Keyed on :meth:`SeqState.memo_key` (head, joined set, location), which determines the
+    rest of the state; successor states are canonical instances so their own
+    caches are shared too.
+    """
+
+    def __init__(self, query: Query, model: "CostModel") -> None:
+        self.query, self.model = query, model
+        self._costs: dict[tuple[MemoKey, str], dict[str, float]] = {}
+        self._options: dict[tuple[MemoKey, str], list[tuple[str, float, SeqState]]] = {}
+        self._states: dict[MemoKey, SeqState] = {}
+
+    def canonical(self, state: SeqState) -> SeqState:
+        return self._states.setdefault(state.memo_key(), state)
+
+    def costs(self, state: SeqState, stream: str) -> dict[str, float]:
+        key = (state.memo_key(), stream)
+        hit = self._costs.get(key)
+        if hit is None:
+            hit = self._costs[key] = all_step_costs(self.model, self.query, state, stream)
+        return hit
+
+    def options(self, state: SeqState, stream: str) -> list[tuple[str, float, SeqState]]:
+        """The distinct successors of joining ``stream``: per resulting location the
+        cheapest algorithm (first in ``ALGORITHMS`` order on ties), its cost and the
+        next state, ordered by that algorithm's position.  Algorithms reaching the
+        same location reach the same state, so only the cheapest matters."""
+        key = (state.memo_key(), stream)
+        hit = self._options.get(key)
+        if hit is None:
+            costs = self.costs(state, stream)
+            by_loc: dict[str, tuple[int, float, str]] = {}
+            for i, alg in enumerate(ALGORITHMS):
+                loc = state.location if at_source(alg) else self.query.stream(stream).site
+                if loc not in by_loc or costs[alg] < by_loc[loc][1]:
+                    by_loc[loc] = (i, costs[alg], alg)
+            hit = [(alg, c, self.advance(state, stream, alg)) for _, c, alg in sorted(by_loc.values())]
+            self._options[key] = hit
+        return hit
+
+    def advance(self, state: SeqState, stream: str, algorithm: str) -> SeqState:
+        loc = state.location if at_source(algorithm) else self.query.stream(stream).site
+        hit = self._states.get((state.head, state.joined_set | {stream}, loc))
+        if hit is not None and algorithm in FORMULAS:
+            return hit
+        return self.canonical(state.advance(self.query, stream, algorithm))
+
+
+__all__ = [
+    "CostModel", "SeqState", "KeyClass", "StepParams", "Term", "FORMULAS",
+    "PaperModel", "BytesModel", "CalibratedModel", "get_model", "MODELS",
+    "sequence_cost", "plan_cost", "explain", "ExplainRow", "frontier", "all_step_costs", "StepCache",
+    "stream_rate", "window_tuples", "full_bytes", "selectivity", "transfer_s",
+]

@@ -1,0 +1,1 @@
+"""Stream data: data files, synthetic generators and measured statistics."""

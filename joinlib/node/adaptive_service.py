@@ -1,0 +1,360 @@
+"""A node service's run of an adaptive plan (``--plan adaptive[:cnu|:dnu] --cluster``, docs/adaptive.md).
+
+The node service (:mod:`.node_service`, ``_Run``) hands a plan message with an ``adaptive`` object to
+an :class:`AdaptivePart`, which
+
+* builds the host on :class:`~joinlib.adaptive.node.SnapshotFilter` (a new generation's replicas are
+  started by the node, not by the home's snapshot) and wraps it in an
+  :class:`~joinlib.adaptive.node.AdaptiveNode`, which installs generation 0 (Algorithm 1's plan, the
+  plan message's ``plan``);
+* sends the protocol's messages on the same topics as the envelopes (``node.<query>.<dst>``, key the
+  sending site, headers ``run``, ``sent_ms``, ``kind`` and ``adaptive: 1``): one consumer and one
+  producer per node, so every link keeps its order;
+* feeds the home streams' tuples *without* their watermark and advances the node with the least
+  watermark of its home streams: the node holds its inserts at its fence during a migration;
+* accepts envelopes of the generation a round is installing once the node knows the round's plan
+  (a node that switched first may send them before this one switched), checked against that plan;
+* decides when the node may stop (:func:`joinlib.adaptive.service.quiescent`): it publishes ``done``
+  when its host has finished and it is idle, and serves the protocol on until every node is idle
+  with no message in flight.
+
+**Restarts** (windows in Redis, replayed sources): the node's checkpoint holds
+:meth:`~joinlib.adaptive.node.AdaptiveNode.state` (its stores copied in Redis as for any node), and between
+checkpoints the node logs the *order* in which it took its inputs (:class:`OrderLog`: per loop iteration the
+(topic, offset) of every message, in Redis, before it handles them).  A successor consumes from the checkpoint's
+positions but hands the logged messages over in the logged order, a step after each iteration as before: the
+node is deterministic in the order of its inputs, so it makes the same decisions (the fence its GLOBAL_READY
+announced, the relays it sent) and sends the same messages again, which the receivers drop as copies.  Live
+sources are not logged: a live adaptive run takes no checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Callable, Optional
+
+from joinlib.adapters.kafka import CONTROL_TOPIC, node_topic, now_ms
+from joinlib.adaptive import protocol
+from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, LogSensor, adaptive_sensor
+from joinlib.adaptive.embedded import AdaptiveTotals
+from joinlib.adaptive.jep import JEP
+from joinlib.adaptive.node import AdaptiveNode, SnapshotFilter
+from joinlib.adaptive.protocol import Message, Relay, StatsReport
+from joinlib.adaptive.service import Tally, quiescent
+from joinlib.adaptive.stats import StreamStatistics
+from joinlib.control.check import INVALID, UNDECODABLE, InboundFlows
+from joinlib.errors import ClusterError
+from joinlib.model import Query, Tup
+from joinlib.plan.ir import lower
+from joinlib.runtime.host import Host
+from joinlib.runtime.sensor import Sensor
+
+ADAPTIVE_HEADER = "adaptive"
+REPLAY_WAIT_S = 60.0
+
+
+class OrderLog:
+    """The order in which a node took its inputs since its last checkpoint, in a Redis list next to the
+    checkpoint (``{<ns>/<site>}#order``): one entry per loop iteration, tagged with the checkpoint it follows
+    (a crash between a checkpoint and the trimming of the list leaves entries of the old tag: ignored)."""
+
+    def __init__(self, client: Any, tag: str) -> None:
+        self.client, self.key = client, tag + "#order"
+        self.tag = "start"   # before the first checkpoint
+
+    def append(self, msgs: list[Any]) -> None:
+        """Log an iteration's messages, but those of ``control``: a restarted node reads ``control`` from its
+        end (it knows the run's ``end`` from the start), and its other control messages (``done``, ``stop``)
+        only end the run."""
+        items = [[m.topic(), m.offset()] for m in msgs if m.topic() != CONTROL_TOPIC]
+        if items:
+            self.client.rpush(self.key, json.dumps([self.tag, items]))
+
+    def entries(self, tag: str) -> list[list[tuple[str, int]]]:
+        out = []
+        for raw in self.client.lrange(self.key, 0, -1):
+            t, items = json.loads(raw)
+            if t == tag:
+                out.append([(str(topic), int(off)) for topic, off in items])
+        return out
+
+    def checkpointed(self, tag: str) -> None:
+        """A checkpoint with ``tag`` is saved: later entries follow it, earlier ones are done with."""
+        self.tag = tag
+        self.client.delete(self.key)
+
+    def clear(self) -> None:
+        self.client.delete(self.key)
+
+
+class AdaptiveHostSensor(AdaptiveSensor):
+    """The host's sensor in an adaptive run: the runtime's hooks go to the run's sensor (Prometheus and
+    the totals of ``done``), the adaptive hooks to the service's Prometheus sensor, the service log and
+    ``record`` (the triggers and plan changes ``done`` carries)."""
+
+    def __init__(self, base: Sensor, prom: Any, log: Callable[[str], None]) -> None:
+        self.base = base
+        self.record = AdaptiveTotals()
+        self.others: list[AdaptiveSensor] = [adaptive_sensor(prom), LogSensor(log), self.record]
+
+    def on_input(self, site: str, stream: str, n: int) -> None:
+        self.base.on_input(site, stream, n)
+
+    def on_phase(self, site: str, operator: str, seconds: float) -> None:
+        self.base.on_phase(site, operator, seconds)
+
+    def on_emit(self, site: str, n: int) -> None:
+        self.base.on_emit(site, n)
+
+    def on_late(self, site: str, kind: str) -> None:
+        self.base.on_late(site, kind)
+
+    def on_window(self, site: str, stream: str, store: str, size: int) -> None:
+        self.base.on_window(site, stream, store, size)
+
+    def on_stream_stats(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        for s in self.others:
+            s.on_stream_stats(site, query, epoch, stats)
+
+    def on_trigger(self, site: str, query: str, epoch: int, stats: StreamStatistics) -> None:
+        for s in self.others:
+            s.on_trigger(site, query, epoch, stats)
+
+    def on_plan_change(self, site: str, query: str, gen: int, epoch: int, jep: JEP,
+                       triggers: tuple[int, ...]) -> None:
+        for s in self.others:
+            s.on_plan_change(site, query, gen, epoch, jep, triggers)
+
+    def on_protocol(self, site: str, kind: str, category: str) -> None:
+        for s in self.others:
+            s.on_protocol(site, kind, category)
+
+
+class AdaptivePart:
+    """The adaptive side of one node service run (``run``: the service's ``_Run``; see the module
+    docstring)."""
+
+    def __init__(self, run: Any, config: AdaptiveConfig, initial: JEP) -> None:
+        self.run, self.cfg, self.initial = run, config, initial
+        self.q: Query = run.q
+        self.site: str = run.site
+        self.participants = self.q.sites
+        self.homes = tuple(s.name for s in self.q.streams if s.site == self.site)
+        self.tally = Tally(self.q, config.monitor.interval_ms)
+        self.marks: dict[str, int] = {}
+        self.flows: dict[int, InboundFlows] = {}      # per generation a round is installing
+        self.dones: dict[str, dict[str, Any]] = {}    # every participant's latest done of this run
+        self.published: Optional[tuple[Any, ...]] = None
+        self.node: Optional[AdaptiveNode] = None
+        self.sensor: Optional[AdaptiveHostSensor] = None
+        self.parts: tuple[Any, ...] = ()
+        self.order: Optional[OrderLog] = None           # with checkpoints (Redis)
+        self.replay: list[list[tuple[str, int]]] = []   # logged iterations still to hand over again
+        self.buffer: dict[tuple[str, int], Any] = {}    # messages consumed during the replay
+        self.leftover: list[Any] = []                   # consumed during the replay, in no logged iteration
+
+    # ------------------------------------------------------------------ setup
+    def host(self, base: Sensor, sink: Any, store_factory: Any) -> Host:
+        """The run's host, with the adaptive node around it (generation 0 installed)."""
+        svc = self.run.svc
+        self.sensor = AdaptiveHostSensor(base, svc.sensor, svc.log)
+        self.parts = (sink, store_factory)
+        host = self._new_host()
+        self.node = AdaptiveNode(self.site, self.q, self.cfg, host, self.send, self.initial)
+        return host
+
+    def _new_host(self) -> Host:
+        sink, store_factory = self.parts
+        return Host(self.site, SnapshotFilter(self.run.transport), sink, store_factory=store_factory,
+                    sensor=self.sensor)
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, tag: str) -> dict[str, Any]:
+        """What a checkpoint (``tag``) keeps besides the host's: the node (without the stores' contents), the
+        protocol counts, the watermarks, the dones seen, the triggers and changes for ``done``."""
+        assert self.node is not None and self.sensor is not None
+        rec = self.sensor.record
+        return {"tag": tag, "node": self.node.state(with_stores=False), "tally": self.tally.state(),
+                "marks": dict(self.marks), "dones": dict(self.dones), "triggers": list(rec.triggers),
+                "changes": [[g, c] for g, c in rec.changes.items()]}
+
+    def restore(self, data: dict[str, Any]) -> Host:
+        """A fresh host and node from :meth:`snapshot` (the stores rolled back in Redis already); the
+        iterations logged after that checkpoint are handed over again first."""
+        assert self.sensor is not None
+        host = self._new_host()
+        self.node = AdaptiveNode.restored(self.site, self.q, self.cfg, host, self.send, self.initial, data["node"])
+        self.tally = Tally.restored(self.q, self.cfg.monitor.interval_ms, data["tally"])
+        self.marks, self.dones = dict(data["marks"]), dict(data["dones"])
+        self.sensor.record.triggers = list(data["triggers"])
+        self.sensor.record.changes = {int(g): c for g, c in data["changes"]}
+        self.flows = {}
+        self.resume_log(data["tag"])
+        return host
+
+    def resume_log(self, tag: str) -> None:
+        """Hand the iterations logged after checkpoint ``tag`` (``start``: none yet) over again first."""
+        if self.order is not None:
+            self.replay = self.order.entries(tag)
+            self.order.tag = tag
+
+    def inputs(self, more: Callable[[], list[Any]]) -> list[Any]:
+        """The next iteration's messages: a logged one while replaying, else what ``more`` consumes (logged
+        before the node sees it)."""
+        if self.replay:
+            return self._replayed(more)
+        got = self.leftover + more()
+        self.leftover = []
+        if got and self.order is not None:
+            self.order.append(got)
+        return got
+
+    def _replayed(self, more: Callable[[], list[Any]]) -> list[Any]:
+        entry = self.replay[0]
+        deadline = time.monotonic() + REPLAY_WAIT_S
+        control: list[Any] = []   # not logged: handed over as it comes
+        while any(k not in self.buffer for k in entry):
+            for m in more():
+                if m.topic() == CONTROL_TOPIC:
+                    control.append(m)
+                else:
+                    self.buffer[(m.topic(), m.offset())] = m
+            if time.monotonic() > deadline:
+                lost = [k for k in entry if k not in self.buffer][:3]
+                raise ClusterError(f"node {self.site}: the logged inputs {lost} of run {self.run.run_id} did not "
+                                   f"come back within {REPLAY_WAIT_S:.0f} s; start the run again")
+        self.replay.pop(0)
+        out = control + [self.buffer.pop(k) for k in entry]
+        if not self.replay:
+            self.leftover, self.buffer = list(self.buffer.values()), {}
+        return out
+
+    @staticmethod
+    def new_tag() -> str:
+        return uuid.uuid4().hex
+
+    # ------------------------------------------------------------------ protocol messages
+    def send(self, msg: Message) -> None:
+        run = self.run
+        value = protocol.encode(msg)
+        kind = msg.kind
+        st = run.transport.stats[(msg.src, msg.dst, kind)]
+        st.messages += 1
+        st.bytes += len(value)
+        headers = [("sent_ms", repr(now_ms()).encode()), ("kind", kind.encode()), (ADAPTIVE_HEADER, b"1")]
+        if run.run_id:
+            headers.append(("run", run.run_id.encode()))
+        run.out.produce(node_topic(self.q.name, msg.dst), value, self.site.encode(), headers)
+        run.svc.sensor.on_ship(msg.src, msg.dst, kind, len(value))
+        self.tally.on_send(msg, len(value))
+
+    def on_kafka(self, m: Any, now: float, sent: float) -> None:
+        """A protocol message from ``node.<query>.<site>``: checked, counted, handed to the node."""
+        run = self.run
+        try:
+            msg = protocol.decode(m.value())
+        except Exception as e:  # garbage may trip the decoder in several ways
+            run._reject(m, UNDECODABLE, f"not an AdaptiveMessage: {type(e).__name__}: {str(e)[:200]}")
+            return
+        why = self._invalid(msg, (m.key() or b"").decode(errors="replace"))
+        if why is not None:
+            run._reject(m, INVALID, why)
+            return
+        assert self.node is not None
+        if msg.dedup() in self.node.seen:
+            self.node.on_message(msg)   # a copy (a restarted sender's): dropped, not counted
+            return
+        st = run.counters.received[(msg.src, msg.dst, msg.kind)]
+        st.messages += 1
+        st.bytes += len(m.value())
+        st.transfer_ms += max(0.0, now - sent)
+        run.svc.sensor.on_transmission(msg.src, msg.dst, msg.kind, (now - sent) / 1000.0)
+        self.tally.on_receive(msg.src)
+        self.node.on_message(msg)
+
+    def _invalid(self, msg: Message, key: str) -> Optional[str]:
+        """Why the node must not take ``msg`` (it would fail on it), or None."""
+        if msg.query != self.q.name or msg.dst != self.site:
+            return f"a protocol message for {msg.query[:40]}/{msg.dst[:40]} on the topic of {self.q.name}/{self.site}"
+        if msg.src not in self.participants or msg.src != key:
+            return f"a protocol message from {msg.src[:40]!r} keyed {key[:40]!r}: not a node of {self.q.name}"
+        node = self.node
+        assert node is not None
+        if isinstance(msg.body, StatsReport) and node.cnu is None:
+            return "a statistics report at a node that does not re-plan"
+        if isinstance(msg.body, Relay) and node.dnu is None:
+            return "a DNU relay in a CNU run"
+        return None
+
+    # ------------------------------------------------------------------ inputs
+    def flows_for(self, gen: int) -> Optional[InboundFlows]:
+        """The inbound flows of generation ``gen`` when a round here is installing it, else None."""
+        got = self.flows.get(gen)
+        if got is not None:
+            return got
+        assert self.node is not None
+        for mig in self.node.migs.values():
+            if mig.gen == gen and mig.jep is not None:
+                got = self.flows[gen] = InboundFlows(lower(self.q, mig.jep.to_plan(self.q)), self.site)
+                return got
+        return None
+
+    def on_source(self, stream: str, tups: list[Tup], watermark: Optional[int]) -> None:
+        """A home stream's batch: its tuples to the home window, its watermark to the node's fence."""
+        assert self.node is not None
+        self.node.host.feed(self.q.name, stream, tups)
+        if watermark is None:
+            return
+        self.marks[stream] = max(watermark, self.marks.get(stream, watermark))
+        if len(self.marks) == len(self.homes):
+            self.node.advance(min(self.marks.values()))
+
+    def feed(self, query: str, stream: str, tups: Any, watermark: Optional[int] = None) -> None:
+        """``Host.feed`` for the live sources (:meth:`joinlib.node.sources.LiveInputs.drain`)."""
+        self.on_source(stream, list(tups), watermark)
+
+    def step(self, now: float) -> None:
+        assert self.node is not None
+        self.node.step(now)
+
+    # ------------------------------------------------------------------ the end
+    @property
+    def idle(self) -> bool:
+        node = self.node
+        return node is not None and node.host.finished and node.settled
+
+    def on_done(self, payload: dict[str, Any]) -> None:
+        """A ``done`` of this run (any node's, this one's too) read from ``control``."""
+        site = payload.get("site")
+        if isinstance(site, str) and site in self.participants:
+            self.dones[site] = payload
+
+    def over(self, publish: Callable[[], dict[str, Any]]) -> bool:
+        """True when the node may stop; publishes ``done`` (``publish``) each time it becomes idle
+        with protocol counts it has not published yet."""
+        if not self.idle:
+            return False
+        counts = self.tally.counts()
+        if counts != self.published:
+            self.published = counts
+            self.dones[self.site] = publish()
+        return quiescent(self.dones, self.participants)
+
+    def status(self) -> dict[str, Any]:
+        """What a ``status`` message says about adaptation (``joinlib queries`` shows it)."""
+        node = self.node
+        rec = self.sensor.record if self.sensor is not None else AdaptiveTotals()
+        return {"generation": node.gen if node is not None else 0, "plan_changes": len(rec.changes),
+                "triggers": len(rec.triggers), "mode": self.cfg.mode,
+                "plan": (node.jep if node is not None else self.initial).to_json()}
+
+    def done_extra(self) -> dict[str, Any]:
+        """What ``done`` carries about adaptation (:func:`joinlib.adaptive.service.merge` merges them)."""
+        sent, received = self.tally.counts()
+        rec = self.sensor.record if self.sensor is not None else AdaptiveTotals()
+        node = self.node
+        return {"idle": self.idle, "sent": sent, "received": received, "mode": self.cfg.mode,
+                "interval_ms": self.cfg.monitor.interval_ms, "triggers": rec.triggers,
+                "changes": [rec.changes[g] for g in sorted(rec.changes)], "tally": self.tally.data(),
+                "generation": node.gen if node is not None else 0}

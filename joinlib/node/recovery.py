@@ -1,0 +1,246 @@
+"""Restart recovery of a node service: checkpoints in Redis, delivered results from Kafka.
+
+Every ``CHECKPOINT_EVERY_S`` (and when stopped) the service flushes its producer -- a message
+the checkpoint counts as sent must be in Kafka, since a replay from the checkpoint will not send
+it again -- and saves, in one atomic Redis script (``joinlib.adapters.redis_checkpoint``), a copy
+of its window stores and
+
+* the host's state (``joinlib.runtime.checkpoint``, without the stores' contents: they are the
+  copies),
+* the consumer positions of its source topics (every partition of a user's topic) and inbound
+  topic: every message before them was handed to the host (or the live sources), none after,
+* its counters (results and result batches per plan instance and head, bytes per link,
+  received, naive, totals),
+* the state of its live sources (:class:`joinlib.node.sources.LiveInputs`: watermarks, recent
+  ids, on-time records not yet handed to the host, ranks),
+* the end offsets of ``out.<query>``, ``dlq.<query>`` and ``wm.<query>`` at that instant.
+
+A restarted node of the same run rolls its stores back to the copy, restores the state and
+counters, and reads its inputs again from the saved positions.  It redoes the same phases
+(the host is deterministic): messages it sends again are dropped by their receivers
+(``Host.taken``), and result batches it had delivered before it stopped are skipped -- the
+service reads ``out.<query>`` from the saved end offset and skips, per plan instance and head
+stream, every batch number already there (batches of one head are numbered in epoch order and
+Kafka keeps a producer's order within the partition).  So the output has each result once.
+Live sources replay the idle advances logged after the checkpoint at the positions they were
+applied at, and skip the dead letters already written (docs/live.md).
+
+The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads``: no objects).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional, Protocol
+
+from confluent_kafka import TopicPartition
+
+from joinlib.adapters.kafka import KafkaResultSink, KafkaTransport, consume, end_offsets, make_consumer, out_topic
+from joinlib.adapters.redis_checkpoint import RedisCheckpoints
+from joinlib.errors import ClusterError
+from joinlib.model import Query
+from joinlib.node.sources import dlq_topic, marks_topic
+from joinlib.protocol import wire
+from joinlib.runtime import checkpoint
+from joinlib.runtime.checkpoint import CheckpointError
+from joinlib.runtime.host import Host
+
+
+class Run(Protocol):
+    """What a checkpoint saves and restores of a node service's run (``node_service._Run``)."""
+
+    q: Query
+    out_query: Query   # whose out topic the results go to (a tree operator's: its tree query's)
+    host: Host
+    consumer: Any
+    tps: list[TopicPartition]
+    sink: KafkaResultSink
+    transport: KafkaTransport
+    counters: Any
+    live: Any
+    live_name: str   # whose dlq and wm topics the live ingest writes (a tree operator's: its deployment's)
+    adaptive: Any   # an adaptive plan's node around the host (joinlib.node.adaptive_service), or None
+
+    def extra_state(self) -> Any: ...
+
+    def restore_extra(self, st: Any) -> None: ...
+
+FORMAT = 2
+
+# A test hook (tests/integration/test_drills.py): "N:S" pauses the N-th checkpoint of a run for S seconds
+# after the producer flush and the state snapshot, before the Redis save -- a window in which a drill
+# kills the node "during a checkpoint".  Unset (always, outside tests): no effect.
+PAUSE_HOOK_ENV = "JOINLIB_TEST_CHECKPOINT_PAUSE"
+
+
+def _pause_hook(value: str) -> Optional[tuple[int, float]]:
+    try:
+        n, s = value.split(":")
+        return int(n), float(s)
+    except ValueError:
+        return None
+
+
+def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
+    return [(list(k), st.messages, st.bytes, st.transfer_ms) for k, st in stats.items()]
+
+
+def _unlinks(rows: list[Any], into: dict[tuple[str, str, str], Any]) -> None:
+    for k, msgs, nbytes, ms in rows:
+        st = into[tuple(k)]
+        st.messages, st.bytes, st.transfer_ms = msgs, nbytes, ms
+
+
+class NodeCheckpoints:
+    def __init__(self, client: Any, namespace: str, site: str, log: Callable[[str], None]) -> None:
+        self.store = RedisCheckpoints(client, namespace, site)
+        self.site = site
+        self.log = log
+        self.out_offset: Optional[int] = None
+        self.dlq_offset: Optional[int] = None
+        self.marks_offset: Optional[int] = None
+        self.saved = 0
+        self.pause = _pause_hook(os.environ.get(PAUSE_HOOK_ENV, ""))
+
+    def save(self, run: Run) -> None:
+        consumer, tps = run.consumer, run.tps
+        positions = []
+        for tp in consumer.position([TopicPartition(tp.topic, tp.partition) for tp in tps]):
+            # nothing consumed yet from a partition: its assigned start
+            off = tp.offset if tp.offset >= 0 else next(
+                x.offset for x in tps if (x.topic, x.partition) == (tp.topic, tp.partition))
+            positions.append([tp.topic, tp.partition, off])
+        self.out_offset = _end(consumer, out_topic(run.out_query.name), self.out_offset)
+        if run.live is not None:
+            self.dlq_offset = _end(consumer, dlq_topic(run.live_name), self.dlq_offset)
+            self.marks_offset = _end(consumer, marks_topic(run.live_name), self.marks_offset)
+        c, totals = run.counters, run.counters.totals
+        adaptive = getattr(run, "adaptive", None)
+        tag = adaptive.new_tag() if adaptive is not None else None
+        data = checkpoint.dumps({
+            "adaptive": adaptive.snapshot(tag) if adaptive is not None else None,
+            "format": checkpoint.FORMAT, "service": FORMAT,
+            "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": self.out_offset,
+            "dlq_offset": self.dlq_offset, "marks_offset": self.marks_offset,
+            "live": run.live.snapshot() if run.live is not None else None,
+            "sink": {"count": run.sink.count, "batches": [(list(k), n) for k, n in run.sink.batches.items()]},
+            "links": _links(run.transport.stats), "received": _links(c.received),
+            "naive": [(list(k), n) for k, n in c.naive.items()],
+            "totals": {"inputs": [(list(k), n) for k, n in totals.inputs.items()],
+                       "processing": [(list(k), s) for k, s in totals.processing.items()],
+                       "emitted": list(totals.emitted.items()),
+                       "late": [(list(k), n) for k, n in totals.late.items()]},
+            "saved_ms": time.time() * 1000.0, "extra": run.extra_state(),
+        })
+        if self.pause is not None and self.saved + 1 == self.pause[0]:
+            self.log(f"checkpoint hook: pausing {self.pause[1]:g} s in checkpoint {self.pause[0]} "
+                     f"(producer flushed, Redis not saved; {PAUSE_HOOK_ENV})")
+            time.sleep(self.pause[1])
+        self.store.save(data)
+        self.saved += 1
+        if adaptive is not None and adaptive.order is not None:
+            adaptive.order.checkpointed(tag)   # the input order is logged from this checkpoint on
+
+    def load(self) -> Optional[bytes]:
+        """Roll the Redis stores back to the last checkpoint and return it; with none, empty
+        the stores (a predecessor may have filled them before its first checkpoint)."""
+        data = self.store.load()
+        if data is None:
+            self.store.reset()
+        return data
+
+    def resume(self, data: bytes, run: Run) -> dict[tuple[str, int], int]:
+        """Put a checkpoint (:meth:`load`) into the fresh host, live sources and counters; returns
+        the input positions to read from, per (topic, partition)."""
+        try:
+            c = checkpoint.loads(data)
+            if c.get("service") != FORMAT:
+                raise CheckpointError(f"node checkpoint format {c.get('service')} is not {FORMAT}")
+            _restore_host(run, c)
+            if (c["live"] is None) != (run.live is None):
+                raise CheckpointError("the checkpoint and the plan disagree on live sources")
+            if run.live is not None:
+                run.live.restore(c["live"], time.time() * 1000.0)
+            run.restore_extra(c.get("extra"))
+        except (CheckpointError, KeyError, TypeError, ValueError) as e:
+            raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
+                               f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
+        run.sink.count = c["sink"]["count"]
+        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}
+        _unlinks(c["links"], run.transport.stats)
+        _unlinks(c["received"], run.counters.received)
+        for k, n in c["naive"]:
+            run.counters.naive[tuple(k)] = n
+        t, saved = run.counters.totals, c["totals"]
+        for k, n in saved["inputs"]:
+            t.inputs[tuple(k)] = n
+        for k, s in saved["processing"]:
+            t.processing[tuple(k)] = s
+        for site, n in saved["emitted"]:
+            t.emitted[site] = n
+        for k, n in saved["late"]:
+            t.late[tuple(k)] = n
+        self.out_offset, self.dlq_offset, self.marks_offset = c["out_offset"], c["dlq_offset"], c["marks_offset"]
+        return {(t, p): off for t, p, off in c["positions"]}
+
+    def delivered(self, bootstrap: str, query: Query, run: Optional[str],
+                  timeout_s: float = 30.0) -> dict[tuple[int, int, int], int]:
+        """Per (partition, generation, head stream position): 1 + the highest batch number this site
+        delivered to ``out.<query>`` after the checkpoint's end offset (absent: none)."""
+        topic = out_topic(query.name)
+        pos = {n: i for i, n in enumerate(query.names)}
+        skip: dict[tuple[int, int, int], int] = {}
+        c = make_consumer(bootstrap, f"joinlib-recover-{self.site}")
+        try:
+            # retried while the client's metadata lags (a topic just created, a broker just restarted)
+            end = end_offsets(c, [topic], timeout_s)[topic]
+            start = self.out_offset if self.out_offset is not None and self.out_offset >= 0 else 0
+            if start >= end:
+                return skip
+            c.assign([TopicPartition(topic, 0, start)])
+            key, run_b = self.site.encode(), run.encode() if run else None
+            deadline = time.monotonic() + timeout_s
+            last = start - 1
+            while last < end - 1:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading {topic} from {start} to {end} took over {timeout_s:.0f}s")
+                for m in consume(c, 5000, 0.5):
+                    last = m.offset() or 0
+                    value = m.value()
+                    if m.key() != key or value is None or (
+                            run_b is not None and dict(m.headers() or ()).get("run") != run_b):
+                        continue
+                    b = wire.decode_result_batch(value)
+                    if b.groups:
+                        h = (b.part, b.gen, pos[b.groups[0].head])
+                        skip[h] = max(skip.get(h, 0), b.batch + 1)
+            return skip
+        finally:
+            c.close()
+
+    def clear(self) -> None:
+        try:
+            self.store.clear()
+        except Exception as e:  # the run's result stands; stale keys are only a leak
+            self.log(f"could not clear the checkpoint: {e}")
+
+
+def _restore_host(run: Run, c: dict[str, Any]) -> None:
+    """The checkpoint's host state into ``run.host`` -- for an adaptive plan, a fresh host and node from the
+    node's state (``joinlib.node.adaptive_service``)."""
+    adaptive = getattr(run, "adaptive", None)
+    if (c.get("adaptive") is None) != (adaptive is None):
+        raise CheckpointError("the checkpoint and the plan disagree on adaptive re-planning")
+    if adaptive is not None:
+        run.host = adaptive.restore(c["adaptive"])
+    else:
+        checkpoint.restore(run.host, c["host"])
+
+
+def _end(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:
+    """The end offset of partition 0 of ``topic`` now; the previous bound if it cannot be read (a
+    scan after a restart from an earlier offset only reads more)."""
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+    except Exception:
+        return previous

@@ -1,0 +1,349 @@
+"""Scale-out within a site: the partitions of a PMJoin plan shared by a site's node instances.
+
+A partitioned plan (:class:`joinlib.plan.partitioned.Partitioned`, D partitions) runs a plan instance per
+partition, and the instances of different partitions share nothing: partition p's windows hold only
+the tuples the partition function sends to p, and its messages name p.  So partition p of a site is a
+unit of work that can live in any process of that site.  With ``"scale_out": true`` in the plan
+message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
+
+* the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>`` have D Kafka
+  partitions; the replayer writes partition p's tuples to partition p (a stream the plan does not
+  partition, to every one), and a node sends partition p's messages to partition p;
+* every node instance of a site joins the consumer group ``joinlib-parts.<query>.<site>.<run>`` on
+  the topic ``parts.<query>.<site>`` (D partitions, never written): the group's assignment says which
+  plan partitions the instance runs.  Any number of instances may serve a site (``python -m
+  services.node --site S`` several times, or the Helm chart's ``replicas``);
+* an instance runs each plan partition it owns as its own :class:`PartRun` -- a
+  :class:`~.node_run.PlanRun` with one plan instance, its own consumer of partition p of its topics,
+  and its own checkpoints in Redis (namespace ``joinlib:<query>:<run>:p<p>``);
+* **hand-over** (the cooperative-sticky assignor moves only the partitions that change owner, and
+  gives a revoked partition to its new owner only after the old owner's revoke callback returned):
+  the old owner stops the partition's run and checkpoints it (windows, host state, input positions,
+  delivered result batches); the new owner's run resumes from that checkpoint, as a restarted node
+  does (docs/contracts.md "Restart recovery");
+* an instance that dies loses its partitions when its group session expires (``session.timeout.ms``:
+  6 s, or ``$JOINLIB_SESSION_TIMEOUT_MS``); their new owners resume from the last periodic checkpoint
+  and redo the work since: receivers drop the messages sent again, result batches already in
+  ``out.<query>`` are skipped.  So no result is lost or duplicated.
+
+Each partition's run publishes its own ``status`` and ``done`` (with ``part``); the cluster runner
+waits for a ``done`` of every (site, partition) and adds them up per site.  An instance leaves the
+group once every partition of its site is done.  Redis is required: a partition moves with its
+window state only through its checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from typing import Any, Optional, Sequence
+
+from confluent_kafka import TopicPartition
+
+from joinlib.adapters.kafka import CONTROL_TOPIC, consume, ensure_partitions, make_consumer, partition_ends
+from joinlib.errors import ClusterError, PlanError
+from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
+from joinlib.node.node_run import Compiled, PlanRun, compile_plan_message
+from joinlib.plan.partitioned import Partitioned
+
+#: how long a silent instance keeps its partitions: $JOINLIB_SESSION_TIMEOUT_MS, default 6000 (the broker's
+#: default group.min.session.timeout.ms: a lower value needs that broker setting lowered too)
+SESSION_TIMEOUT_ENV = "JOINLIB_SESSION_TIMEOUT_MS"
+SESSION_TIMEOUT_MS = 6000
+
+
+def session_timeout_ms() -> int:
+    raw = os.environ.get(SESSION_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return SESSION_TIMEOUT_MS
+    if not raw.isdigit() or int(raw) < 1000:
+        raise ClusterError(f"{SESSION_TIMEOUT_ENV}={raw!r}: expected milliseconds, at least 1000")
+    return int(raw)
+
+
+def parts_topic(query: str, site: str) -> str:
+    """The topic whose partitions stand for the plan partitions of ``site`` (the group's subscription)."""
+    return f"parts.{query}.{site}"
+
+
+def group_of(query: str, site: str, run: Optional[str]) -> str:
+    return f"joinlib-parts.{query}.{site}.{run or 'norun'}"
+
+
+def _run_of(rec: ControlRecord) -> Optional[str]:
+    p = rec.payload if isinstance(rec.payload, dict) else {}
+    run = p.get("run")
+    return run if isinstance(run, str) else None
+
+
+def part_sites(specs: Sequence[Any]) -> dict[int, list[str]]:
+    """Per plan partition, the sites that run something of it (its stream sites and plan nodes)."""
+    out: dict[int, list[str]] = {}
+    for spec in specs:
+        sites = dict.fromkeys(s.site for s in spec.ir.query.streams)
+        sites.update(dict.fromkeys(spec.ir.nodes))
+        out[spec.part] = list(sites)
+    return out
+
+
+def done_key(site: str, part: Optional[int]) -> str:
+    """What a ``status`` or ``done`` stands for: a site, or one partition of it (``r1/p2``)."""
+    return site if part is None else f"{site}/p{part}"
+
+
+class PartRun(PlanRun):
+    """Plan partition ``part`` of a scaled-out plan at this site (see the module docstring)."""
+
+    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, consumer: Any, admin: Any,
+                 ctl: ControlLog, part: int, halt: threading.Event) -> None:
+        super().__init__(svc, rec, compiled, consumer, admin, ctl)
+        assert self.partitioned is not None
+        self.part, self.topic_parts, self.halt = part, self.partitioned.function.d, halt
+        self.labels = {"part": part, "instance": getattr(svc, "instance", "")}
+        self.router = self.partitioned.router(self.q)
+
+    def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
+        """A batch of partition ``part`` (a tuple the partition function sends elsewhere: not ours)."""
+        tups = super()._tuples(b, stream)
+        route = self.router.get(stream.name)
+        if tups is None or route is None or all(route(t) == self.part for t in tups):
+            return tups
+        return None
+
+    def _naive_all(self, epoch: int, tups: list[Any]) -> None:
+        """Not counted here: the naive baseline prices each source batch whole, and a partition sees only its
+        share (the cluster runner prices the batches it replays: :func:`naive_of`)."""
+
+
+class _PartThread(threading.Thread):
+    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog,
+                 part: int) -> None:
+        super().__init__(name=f"node-{svc.site}-p{part}", daemon=True)
+        self.svc, self.rec, self.compiled, self.admin, self.ctl, self.part = svc, rec, compiled, admin, ctl, part
+        self.halt = threading.Event()
+        self.run_: Optional[PartRun] = None
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.run_ = PartRun(self.svc, self.rec, self.compiled, consumer, self.admin, self.ctl.copy(),
+                                self.part, self.halt)
+            self.run_.execute()
+        except BaseException as e:  # reported by the owner
+            self.error = e
+        finally:
+            consumer.close()
+
+    def finished(self) -> bool:
+        return self.run_ is not None and self.run_.finished is not None
+
+    def stop(self, save: bool) -> None:
+        """Halt the run (checkpointed if ``save``: a hand-over) and wait for it."""
+        if self.run_ is not None:
+            self.run_.save_on_halt = save
+        self.halt.set()
+        self.join()
+
+
+class _Owner:
+    """The plan partitions this instance owns, as the group assigns them; the rebalance callbacks run in
+    the group consumer's poll, on the coordinating thread."""
+
+    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog) -> None:
+        self.svc, self.rec, self.compiled, self.admin, self.ctl = svc, rec, compiled, admin, ctl
+        q, specs, _ = compiled
+        self.query, self.run_id = q.name, _run_of(rec)
+        self.mine = {p for p, sites in part_sites(specs).items() if svc.site in sites}
+        self.done: set[int] = set()
+        self.runs: dict[int, _PartThread] = {}
+
+    def assigned(self, _consumer: Any, tps: list[TopicPartition]) -> None:
+        new = [tp.partition for tp in tps if tp.partition in self.mine and tp.partition not in self.done
+               and tp.partition not in self.runs]
+        for p in new:
+            self.runs[p] = t = _PartThread(self.svc, self.rec, self.compiled, self.admin, self.ctl, p)
+            t.start()
+        if new:
+            self.svc.log(f"{self.query}: partitions {new} of {self.svc.site} start here (running "
+                         f"{sorted(self.runs)})")
+
+    def revoked(self, _consumer: Any, tps: list[TopicPartition]) -> None:
+        self._release(tps, save=True)
+
+    def lost(self, _consumer: Any, tps: list[TopicPartition]) -> None:
+        """Our session expired: another instance may already run these; stop without a checkpoint."""
+        self._release(tps, save=False)
+
+    def _release(self, tps: list[TopicPartition], save: bool) -> None:
+        gone = [tp.partition for tp in tps if tp.partition in self.runs]
+        for p in gone:
+            t = self.runs.pop(p)
+            if t.finished():
+                self.done.add(p)
+            t.stop(save)
+        if gone:
+            self.svc.log(f"{self.query}: partitions {sorted(gone)} of {self.svc.site} handed over"
+                         + (" (checkpointed)" if save else " (session lost: no checkpoint)"))
+
+    def on_control(self, rec: ControlRecord) -> None:
+        p = rec.payload if isinstance(rec.payload, dict) else {}
+        if (rec.kind == "done" and rec.query == self.query and p.get("run") == self.run_id
+                and p.get("site") == self.svc.site and p.get("part") in self.mine):
+            part = int(p["part"])
+            self.done.add(part)
+            t = self.runs.get(part)
+            if t is not None and not t.finished():  # another instance finished it: ours redoes nothing new
+                del self.runs[part]
+                t.stop(save=False)
+
+    def check(self) -> None:
+        for p, t in list(self.runs.items()):
+            if t.finished():
+                self.done.add(p)
+            elif t.error is not None:
+                raise ClusterError(f"node {self.svc.site}: partition {p} of {self.query} failed: "
+                                   f"{type(t.error).__name__}: {t.error}") from t.error
+
+    def over(self) -> bool:
+        return self.mine <= self.done
+
+    def stop_all(self) -> None:
+        for t in self.runs.values():
+            t.stop(save=True)
+        self.runs.clear()
+
+
+def run_scaled_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> None:
+    """Run the partitions of a scaled-out plan that the site's group gives this instance, until every
+    partition of the site is done (or the service is stopped: the runs checkpoint and end)."""
+    compiled = compile_plan_message(rec)
+    q, _, partitioned = compiled
+    if not isinstance(partitioned, Partitioned):
+        raise PlanError("scale_out needs a partitioned plan (pmjoin)")
+    if not svc.redis_url and getattr(svc.store_factory, "client", None) is None:
+        raise ClusterError(f"node {svc.site}: a scaled-out plan needs Redis (REDIS_URL): a partition moves to "
+                           "another instance with its windows through its checkpoint")
+    session = session_timeout_ms()
+    run_id = _run_of(rec)
+    topic = parts_topic(q.name, svc.site)
+    ensure_partitions(admin, [topic], partitioned.function.d)
+    owner = _Owner(svc, rec, compiled, admin, ctl)
+    control = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
+    # the partitions already done (an instance that joins late, or a restarted one) are not run again
+    seen = read_control_to_end(control, ControlLog(position=rec.offset + 1), reject=svc.reject_control)
+    owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
+    control.assign([TopicPartition(CONTROL_TOPIC, 0, seen.position)])
+    group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
+        "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": session,
+        "heartbeat.interval.ms": 500, "enable.auto.commit": False})
+    group.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
+    svc.log(f"{q.name}: serving partitions of {svc.site} with the other instances of group "
+            f"{group_of(q.name, svc.site, run_id)}")
+    try:
+        while not owner.over() and not svc.stop.is_set():
+            for m in consume(control, 1000, 0.05):   # dones first: a finished partition is not run again
+                r = decode_control_message(m, svc.reject_control)
+                if r is not None:
+                    owner.on_control(r)
+            group.poll(0.1)   # heartbeats; rebalance callbacks
+            owner.check()
+    finally:
+        owner.stop_all()
+        group.close()   # leave the group: the others take our partitions now, not a session later
+        control.close()
+    svc.log(f"{q.name}: every partition of {svc.site} is done")
+
+
+# --------------------------------------------------------------------------- the cluster runner's side
+
+def split_of(plan: Any, instances: Optional[dict[str, int]], redis_url: Optional[str], adaptive: Any,
+             faults: Sequence[tuple[Any, ...]] = ()) -> Optional[Partitioned]:
+    """The partitioned plan of a scaled-out run (``instances`` given), else None; ClusterError for what
+    cannot scale out."""
+    if instances is None:
+        if any(f[2:3] == ("join",) for f in faults):
+            raise ClusterError("starting another instance of a site needs a scaled-out plan (--scale-out)")
+        return None
+    if not isinstance(plan, Partitioned):
+        raise ClusterError("scaling out needs a partitioned plan (--plan pmjoin[:hash|range|rate][:D]): its "
+                           "partitions are what a site's instances share")
+    if adaptive is not None:
+        raise ClusterError("a partitioned plan is not adaptive")
+    if not redis_url:
+        raise ClusterError("scaling out needs Redis windows (REDIS_URL): a partition moves to another instance "
+                           "with its windows through its checkpoint")
+    for site, n in instances.items():
+        if not isinstance(n, int) or n < 1:
+            raise ClusterError(f"instances of {site}: {n!r} is not a positive number")
+    return plan
+
+
+def scaled_topics(query: Any, plan: Any, admin: Any, split: Optional[Partitioned]) -> list[str]:
+    """A scaled-out run's source and node topics, made to have a partition per plan partition."""
+    if split is None:
+        return []
+    from joinlib.adapters.kafka import node_topic, source_topic
+    from joinlib.runtime.deploy import generations
+    nodes = dict.fromkeys(site for at in part_sites(generations(query, plan)).values() for site in at)
+    topics = [source_topic(query, s.name) for s in query.streams] + [node_topic(query.name, n) for n in nodes]
+    ensure_partitions(admin, topics, split.function.d)
+    return topics
+
+
+def scale_message(msg: dict[str, Any], consumer: Any, split: Optional[Partitioned], topics: list[str]) -> None:
+    """Make ``msg`` (a plan message) scaled out, with the start offset of every partition of ``topics`` (if
+    ``split``: else leave it)."""
+    if split is None:
+        return
+    msg.update(scale_out=True, part_offsets={t: partition_ends(consumer, t, split.function.d) for t in topics})
+
+
+def wanted(specs: Sequence[Any], split: Optional[Partitioned]) -> Optional[set[str]]:
+    """Whose ``done`` a run waits for: None (every node), or every (site, partition) of a scaled-out plan."""
+    if split is None:
+        return None
+    return {done_key(site, p) for p, at in part_sites(specs).items() for site in at}
+
+
+def naive_of(query: Any, streams: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per site, the naive baseline of its source batches (every batch to every other site, priced as a node
+    prices the batches it reads: :func:`joinlib.protocol.wire.naive_batch_size`) -- a scaled-out run's ``naive``."""
+    from joinlib.protocol import wire
+    tau = query.execution.interval_ms
+    out: dict[str, dict[str, int]] = {}
+    for s in query.streams:
+        by_epoch: dict[int, list[Any]] = {}
+        for t in streams.get(s.name, []):
+            by_epoch.setdefault(t.ts // tau, []).append(t)
+        cost = sum(wire.naive_batch_size(e, tups) for e, tups in by_epoch.items())
+        for dst in query.sites:
+            if dst != s.site and cost:
+                row = out.setdefault(s.site, {})
+                row[dst] = row.get(dst, 0) + cost
+    return {site: [{"src": site, "dst": d, "bytes": n} for d, n in sorted(rows.items())] for site, rows in out.items()}
+
+
+def per_site(done: dict[str, dict[str, Any]], naive: Optional[dict[str, list[dict[str, Any]]]] = None,
+             ) -> dict[str, dict[str, Any]]:
+    """The ``done`` messages per site: a scaled-out plan's per partition added up (``parts`` kept), with the
+    naive baseline ``naive`` (:func:`naive_of`)."""
+    if not any("part" in d for d in done.values()):
+        return done
+    from joinlib.node.tree_service import merge_done
+    by_site: dict[str, list[dict[str, Any]]] = {}
+    for d in done.values():
+        by_site.setdefault(d["site"], []).append(d)
+    out = {}
+    for site, parts in by_site.items():
+        parts.sort(key=lambda d: d.get("part", 0))
+        # a partition's cpu_s is its process's: count each instance once, at its latest figure
+        cpu: dict[str, float] = {}
+        for d in parts:
+            key = d.get("instance") or f"part{d.get('part')}"
+            cpu[key] = max(cpu.get(key, 0.0), d.get("cpu_s", 0.0))
+        out[site] = merge_done(site, parts[0].get("run"), parts, max(d.get("wall_s", 0.0) for d in parts),
+                               sum(cpu.values()))
+        out[site]["parts"] = parts
+        out[site]["naive"] = (naive or {}).get(site, [])
+    return out

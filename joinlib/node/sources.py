@@ -1,0 +1,406 @@
+"""Live sources of a node service: the users' topics in, tuples and watermarks to the host, bad
+records to ``dlq.<query>``, idle advances to ``wm.<query>``.
+
+One :class:`LiveInputs` per run at a node, for the streams born at its site whose ``source`` is
+``json`` or ``avro`` (``sourcebatch`` sources are read like the replayer's topics).  Per record it
+decodes (:class:`joinlib.ingest.Decoder`), classifies (:class:`joinlib.ingest.StreamIngest`) and
+either keeps it or writes it to the dead-letter topic; per loop it logs and applies the idle advances
+due, and hands the released tuples with the stream's watermark to ``Host.feed``.
+
+Exactly once across restarts (docs/live.md):
+
+* the checkpoint holds each stream's ingest state (positions, watermarks, recent ids, pending
+  records, ranks) with the consumer positions of the user's partitions;
+* idle advances are produced to ``wm.<query>`` and flushed *before* they are applied; a restarted
+  node reads its advances after the checkpoint's offset of that topic and applies each at the
+  position it was logged at, so every record is classified as before;
+* dead letters already in ``dlq.<query>`` after the checkpoint's offset are not written again.
+
+``dlq.<query>`` records: the original key and value (bytes as read), headers ``dlq.reason``
+(:data:`joinlib.ingest.REASONS`), ``dlq.detail``, ``dlq.stream``, ``dlq.topic``, ``dlq.partition``,
+``dlq.offset``, ``dlq.site`` and ``run``.  ``wm.<query>`` records: JSON ``{"site", "run", "stream",
+"part", "at", "wm"}`` (``at``: the partition's next offset when applied; ``wm``: ms from the origin),
+key = site.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from typing import Any, Callable, Optional
+
+import fastavro
+from confluent_kafka import TopicPartition
+
+from joinlib.adapters.kafka import Producing, consume, make_consumer, make_producer
+from joinlib.errors import ClusterError
+from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
+from joinlib.ingest.records import LATE
+from joinlib.model import Query, Stream, Tup
+from joinlib.protocol import wire
+
+MARKS_FLUSH_TIMEOUT_S = 10.0
+PROBE_EVERY_MS = 500.0   # how often an unreachable broker is asked again (LiveInputs.tick)
+STALL_MS = 1000.0        # a node loop this long without a tick restarts the idle clock (LiveInputs.tick)
+
+
+def dlq_topic(query: str) -> str:
+    return f"dlq.{query}"
+
+
+def marks_topic(query: str) -> str:
+    return f"wm.{query}"
+
+
+def live_streams(query: Query, site: Optional[str] = None) -> list[Stream]:
+    """The streams (of ``site``) whose source is a user's topic of json or avro records."""
+    return [s for s in query.streams if s.source is not None and s.source.live and (site is None or s.site == site)]
+
+
+# --------------------------------------------------------------------------- schema registry
+
+class RegistrySchemas:
+    """Writer schemas by id from a Confluent schema registry (``GET /schemas/ids/<id>``), cached;
+    the query's schema file where the registry cannot be reached (None: unknown id)."""
+
+    def __init__(self, url: Optional[str], fallback: Optional[str], log: Callable[[str], None],
+                 timeout_s: float = 5.0, retry_s: float = 30.0) -> None:
+        self.url = url.rstrip("/") if url else None
+        self.fallback = None if fallback is None else fastavro.parse_schema(json.loads(fallback))
+        self.log, self.timeout_s, self.retry_s = log, timeout_s, retry_s
+        self.cache: dict[int, Any] = {}
+        self._warned = False
+
+    def __call__(self, schema_id: int) -> Any:
+        if schema_id in self.cache:
+            return self.cache[schema_id]
+        if self.url is None:
+            return self.fallback
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/schemas/ids/{schema_id}", timeout=self.timeout_s) as r:
+                    schema = fastavro.parse_schema(json.loads(json.loads(r.read())["schema"]))
+                self.cache[schema_id] = schema
+                return schema
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None  # not a schema of this registry: the record is malformed
+                why = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+                why = str(getattr(e, "reason", e))
+            if self.fallback is not None:
+                if not self._warned:
+                    self.log(f"schema registry {self.url} unreachable ({why}); using the query's schema file")
+                    self._warned = True
+                return self.fallback
+            if time.monotonic() > deadline:
+                raise ClusterError(f"schema registry {self.url}: cannot fetch schema {schema_id} ({why}); "
+                                   "check the source's 'registry' URL or give a 'schema' file")
+            time.sleep(1.0)
+
+
+# --------------------------------------------------------------------------- one stream
+
+class _Source:
+    """One live stream at this node: its decoder, ingest state and counters."""
+
+    def __init__(self, stream: Stream, decoder: Decoder, ingest: StreamIngest) -> None:
+        self.stream, self.decoder, self.ingest = stream, decoder, ingest
+        assert stream.source is not None
+        self.topic = stream.source.topic
+        self.open: list[Tup] = []          # released tuples of the epoch not yet closed (naive bytes)
+        self.inputs = 0                    # released (on-time) tuples
+        self.dead: dict[str, int] = defaultdict(int)
+
+
+class LiveInputs:
+    """The live sources of one run at one node (see the module docstring).
+
+    ``starts``: stream -> {partition: first offset} (the plan message's, or the checkpoint's);
+    ``out``: the run's producer (dead letters); ``sensor``: the service's Prometheus sensor
+    (``on_dead_letter``, ``on_source_watermark``); ``on_naive(dst, epoch, tuples)``: an epoch of
+    a home stream is complete (what shipping it naively would cost)."""
+
+    def __init__(self, query: Query, site: str, origin_ms: int, starts: dict[str, dict[int, int]], *,
+                 bootstrap: str, out: Producing, run_id: Optional[str], sensor: Any,
+                 log: Callable[[str], None], on_naive: Callable[[str, int, list[Tup]], None],
+                 now: float, name: Optional[str] = None) -> None:
+        self.q, self.site, self.origin, self.run_id = query, site, origin_ms, run_id
+        name = name or query.name   # the query whose dlq and wm topics these are (an MJoin tree's, not an operator's)
+        self.out, self.sensor, self.log, self.on_naive = out, sensor, log, on_naive
+        self.bootstrap = bootstrap
+        self.dlq, self.marks = dlq_topic(name), marks_topic(name)
+        self.others = [x for x in query.sites if x != site]
+        ex = query.execution
+        self.sources: dict[str, _Source] = {}
+        self.by_topic: dict[str, list[_Source]] = defaultdict(list)
+        for s in live_streams(query, site):
+            assert s.source is not None
+            parts = starts.get(s.name)
+            if not parts:
+                raise ClusterError(f"query {query.name}: no start offsets for the partitions of {s.source.topic} "
+                                   f"(stream {s.name}); submit the query again")
+            schemas = None
+            if s.source.format == "avro" and s.source.registry:
+                schemas = RegistrySchemas(s.source.registry, s.source.schema, log)
+            src = _Source(s, Decoder(s, s.source, origin_ms, schemas),
+                          StreamIngest(s, parts, tau=ex.interval_ms, delta=ex.max_delay_ms,
+                                       idle_timeout=ex.idle_timeout_ms, now=now))
+            self.sources[s.name] = src
+            self.by_topic[s.source.topic].append(src)
+        self._headers = [("run", run_id.encode())] if run_id else []
+        self._marks_out: Optional[Producing] = None
+        self._contact_from = now   # see tick
+        self._unreachable = False
+        self._probed = 0.0
+        self._last_tick = now
+        self.skip_dead: set[tuple[str, int, int]] = set()   # (topic, partition, offset) already in the DLQ
+        self.dead_total = 0
+
+    # ------------------------------------------------------------------ assignment
+    def topic_partitions(self) -> list[TopicPartition]:
+        """Every partition of the sources, at the position each stream reads next (a topic feeding
+        two streams is read once, from the lower position)."""
+        at: dict[tuple[str, int], int] = {}
+        for src in self.sources.values():
+            for part, p in src.ingest.parts.items():
+                key = (src.topic, part)
+                at[key] = min(at.get(key, p.next), p.next)
+        return [TopicPartition(t, part, off) for (t, part), off in sorted(at.items())]
+
+    def topics(self) -> list[str]:
+        return list(self.by_topic)
+
+    # ------------------------------------------------------------------ records
+    def handle(self, m: Any, now: float) -> None:
+        topic, part, offset, value = m.topic(), m.partition(), m.offset(), m.value()
+        for src in self.by_topic[topic]:
+            p = src.ingest.parts.get(part)
+            if p is None or offset < p.next:
+                continue  # a partition added after submission, or already read by this stream
+            ev = src.decoder.decode(value, part, offset)
+            if isinstance(ev, Bad):
+                src.ingest.skip(part, offset)
+                self._dead(src, m, ev)
+                continue
+            bad = src.ingest.offer(part, offset, ev, now)
+            if bad is not None:
+                self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+
+    def _dead(self, src: _Source, m: Any, bad: Bad, event_ts: Optional[int] = None) -> None:
+        src.dead[bad.reason] += 1
+        self.dead_total += 1
+        self.sensor.on_dead_letter(self.site, self.q.name, src.stream.name, bad.reason)
+        where = (m.topic(), m.partition(), m.offset())
+        if where in self.skip_dead:
+            return  # written before a restart
+        headers = [("dlq.reason", bad.reason.encode()), ("dlq.detail", bad.detail.encode()),
+                   ("dlq.stream", src.stream.name.encode()), ("dlq.topic", where[0].encode()),
+                   ("dlq.partition", str(where[1]).encode()), ("dlq.offset", str(where[2]).encode()),
+                   ("dlq.site", self.site.encode()), *self._headers]
+        if event_ts is not None:
+            headers.append(("dlq.event_time_ms", str(event_ts + self.origin).encode()))
+        self.out.produce(self.dlq, m.value(), m.key(), headers)
+
+    # ------------------------------------------------------------------ idle advances
+    def tick(self, now: float, consumer: Any) -> int:
+        """Log, then apply, the idle advances due; returns how many.
+
+        An advance is decided on fresh end offsets from the broker, not on the consumer's cached ones (stale
+        while the broker is down or this node was paused).  After a look at them failed (the broker down), the
+        node probes the broker (every ``PROBE_EVERY_MS``) until it answers, and no partition advances before a
+        whole idle timeout has passed *since it answered again* -- the sources' producers get that long to
+        reconnect and deliver what they buffered meanwhile (issue 16, drill (a)).  The same after any stall
+        of the node's loop longer than ``STALL_MS``: a node blocked in a checkpoint's flush for the whole
+        outage never looked, and advanced right after the broker came back, before the generator had
+        reconnected -- its buffered records turned late (drill (a), about one run in three)."""
+        if now - self._last_tick > STALL_MS:
+            # the node did not tick for a while (blocked waiting for the broker in a checkpoint's flush,
+            # stopped, overloaded): it saw nothing meanwhile, so the idle clock starts again
+            self._contact_from = now
+        self._last_tick = now
+        if self._unreachable:
+            self._probe(now, consumer)
+            return 0
+        if now - self._contact_from < self.q.execution.idle_timeout_ms:
+            return 0
+        due: list[tuple[_Source, Advance]] = []
+        for src in self.sources.values():
+            def caught_up(part: int, topic: str = src.topic, ingest: StreamIngest = src.ingest) -> bool:
+                try:
+                    _, hi = consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
+                except Exception:
+                    return False
+                return 0 <= hi <= ingest.parts[part].next
+            due.extend((src, adv) for adv in src.ingest.idle_advances(now, caught_up))
+        due = self._confirmed(due, consumer) if due else due
+        if not due:
+            return 0
+        out = self._marks_producer()
+        for src, adv in due:
+            doc = {"site": self.site, "run": self.run_id, "stream": src.stream.name, "part": adv.part,
+                   "at": adv.at, "wm": adv.wm}
+            out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
+                        self._headers)
+        out.drain(self.log)  # logged before it has any effect (a broker outage is waited out)
+        for src, adv in due:
+            src.ingest.advance(adv, now)
+        return len(due)
+
+    def _confirmed(self, due: list[tuple[_Source, Advance]], consumer: Any) -> list[tuple[_Source, Advance]]:
+        """The advances whose partitions the broker, asked now, confirms read to the end; none if it does
+        not answer (then the idle clock starts again: see :meth:`tick`)."""
+        fresh: dict[tuple[str, int], int] = {}
+        try:
+            for src, adv in due:
+                key = (src.topic, adv.part)
+                if key not in fresh:
+                    fresh[key] = consumer.get_watermark_offsets(TopicPartition(*key), timeout=1.0, cached=False)[1]
+        except Exception:
+            self._contact_from = time.time() * 1000.0  # the broker does not answer: not idle, unreachable
+            self._unreachable = True
+            return []
+        return [(src, adv) for src, adv in due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+
+    def _probe(self, now: float, consumer: Any) -> None:
+        """While the broker is unreachable: ask it for an end offset now and then; the idle clock starts
+        again when it answers."""
+        if now - self._probed < PROBE_EVERY_MS:
+            return
+        self._probed = now
+        src = next(iter(self.sources.values()))
+        part = next(iter(src.ingest.parts), 0)
+        try:
+            consumer.get_watermark_offsets(TopicPartition(src.topic, part), timeout=0.2, cached=False)
+        except Exception:
+            return
+        self._unreachable = False
+        self._contact_from = time.time() * 1000.0
+
+    def _marks_producer(self) -> Producing:
+        if self._marks_out is None:
+            self._marks_out = Producing(make_producer(self.bootstrap, **{"enable.idempotence": True, "acks": "all"}))
+        return self._marks_out
+
+    def replay_marks(self, start: Optional[int], timeout_s: float = 30.0) -> int:
+        """After a restart: read this node's advances logged from ``start`` (the checkpoint's offset
+        of ``wm.<query>``) to the end, to be applied at their positions; returns how many."""
+        entries = read_topic_from(self.bootstrap, self.marks, start, self.site, self.run_id, timeout_s)
+        per: dict[str, list[Advance]] = defaultdict(list)
+        for _, value in entries:
+            try:
+                d = json.loads(value)
+                per[d["stream"]].append(Advance(int(d["part"]), int(d["at"]), int(d["wm"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        for name, advs in per.items():
+            if name in self.sources:
+                self.sources[name].ingest.replay(advs)
+        return sum(len(v) for v in per.values())
+
+    def scan_dead(self, start: Optional[int], timeout_s: float = 30.0) -> int:
+        """After a restart: the dead letters this node wrote from ``start`` on (not written again)."""
+        for headers, _ in read_topic_from(self.bootstrap, self.dlq, start, self.site, self.run_id, timeout_s,
+                                          site_header="dlq.site"):
+            h = headers
+            try:
+                self.skip_dead.add((h["dlq.topic"].decode(), int(h["dlq.partition"]), int(h["dlq.offset"])))
+            except (KeyError, ValueError):
+                continue
+        return len(self.skip_dead)
+
+    # ------------------------------------------------------------------ to the host
+    def drain(self, host: Any, observe: Optional[Callable[[str, list[Tup]], None]] = None) -> None:
+        """Released tuples and watermarks of every live stream -> ``host.feed``; the tuples also to
+        ``observe(stream, tuples)`` (the per-value monitor, :mod:`joinlib.pmjoin.value_monitor`)."""
+        tau = self.q.execution.interval_ms
+        for name, src in self.sources.items():
+            tups = src.ingest.release()
+            w = src.ingest.watermark
+            host.feed(self.q.name, name, tups, w)
+            if tups:
+                if observe is not None:
+                    observe(name, tups)
+                src.inputs += len(tups)
+                src.open.extend(tups)
+            if src.open and src.open[0].ts < w // tau * tau:
+                self._close_epochs(src, w // tau)
+
+    def _close_epochs(self, src: _Source, below: int) -> None:
+        """Naive bytes of every complete epoch (< ``below``) of a stream's released tuples."""
+        tau, tups, i = self.q.execution.interval_ms, src.open, 0
+        while i < len(tups) and tups[i].ts // tau < below:
+            e, j = tups[i].ts // tau, i
+            while j < len(tups) and tups[j].ts // tau == e:
+                j += 1
+            for dst in self.others:
+                self.on_naive(dst, e, tups[i:j])
+            i = j
+        del tups[:i]
+
+    def watermarks_ms(self) -> dict[str, int]:
+        """Each live stream's watermark as an absolute event time (ms since the Unix epoch)."""
+        return {name: src.ingest.watermark + self.origin for name, src in self.sources.items()}
+
+    def stats(self) -> dict[str, Any]:
+        return {"inputs": {n: s.inputs for n, s in self.sources.items()},
+                "dead_letters": {n: dict(s.dead) for n, s in self.sources.items() if s.dead}}
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> dict[str, Any]:
+        return {name: {"ingest": src.ingest.snapshot(), "inputs": src.inputs, "dead": dict(src.dead),
+                       "open": [wire.encode_tuple(t) for t in src.open]}
+                for name, src in self.sources.items()}
+
+    def restore(self, data: dict[str, Any], now: float) -> None:
+        for name, d in data.items():
+            src = self.sources.get(name)
+            if src is None:
+                raise ClusterError(f"the checkpoint has live stream {name}, this node {sorted(self.sources)}")
+            src.ingest.restore(d["ingest"], now)
+            src.inputs = d["inputs"]
+            src.dead = defaultdict(int, d["dead"])
+            src.open = [wire.decode_tuple(b) for b in d["open"]]
+        self.dead_total = sum(sum(s.dead.values()) for s in self.sources.values())
+
+    def close(self) -> None:
+        if self._marks_out is not None:
+            self._marks_out.flush(MARKS_FLUSH_TIMEOUT_S)
+
+
+# --------------------------------------------------------------------------- reading our own logs
+
+def read_topic_from(bootstrap: str, topic: str, start: Optional[int], site: str, run: Optional[str],
+                    timeout_s: float = 30.0, site_header: Optional[str] = None) -> list[tuple[Any, Any]]:
+    """(key, value) of the records of partition 0 of ``topic`` from ``start`` (None: the beginning)
+    to its current end whose key is ``site`` and whose ``run`` header is ``run``; with ``site_header``,
+    (headers, value) of those whose header of that name is ``site``."""
+    c = make_consumer(bootstrap, f"joinlib-reread-{site}")
+    out: list[tuple[Any, Any]] = []
+    try:
+        try:
+            lo, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        except Exception:
+            return out  # no such topic yet: nothing was written
+        first = lo if start is None else max(start, lo)
+        if first >= end:
+            return out
+        c.assign([TopicPartition(topic, 0, first)])
+        key, run_b = site.encode(), run.encode() if run else None
+        deadline, last = time.monotonic() + timeout_s, first - 1
+        while last < end - 1:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"reading {topic} from {first} to {end} took over {timeout_s:.0f}s")
+            for m in consume(c, 5000, 0.5):
+                last = m.offset() or 0
+                hs = dict(m.headers() or [])
+                mine = hs.get(site_header) == key if site_header else m.key() == key
+                if not mine or (run_b is not None and hs.get("run") != run_b):
+                    continue
+                out.append((hs if site_header else m.key(), m.value()))
+        return out
+    finally:
+        c.close()

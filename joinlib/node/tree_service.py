@@ -1,0 +1,401 @@
+"""MJoin trees on Kafka: the embedded tree runs (:mod:`joinlib.sim.tree_engine`) as node services.
+
+A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.check.tree_payload`) is
+lowered by every node the same way (:func:`joinlib.mjoin.derived.lower_tree`). Each node then runs, in a
+thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
+has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
+producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
+
+* its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
+  to their position in the operator query) or, for a live stream, its own topic (one operator reads
+  each base stream, so one ingest decides its records; dead letters and idle advances go to the tree
+  query's ``dlq`` and ``wm`` topics) and, for a derived stream, from its producer's
+  ``src.<producer>.out``;
+* at the operator's node its results go through :class:`~joinlib.mjoin.output.OpOutput`: checked on
+  the exact window condition, a root's as rows of the tree query to ``out.<query>``, the others'
+  handed over per head epoch, once every sequence has finished it, as ``SourceBatch`` messages on
+  ``src.<operator>.out`` with the epoch's end as the watermark. A derived stream is
+  born at its producer's node, so that topic is read at the same site: a derived tuple crosses the
+  network only as the reader's plan ships it, as in the simulator;
+* the tree query's ``end`` applies to it.
+
+With Redis windows each operator run checkpoints like any run (its own namespace), and its checkpoint
+also keeps its :class:`~joinlib.mjoin.output.OpOutput` (results not handed over yet, the numbering). A
+killed node's successor resumes every operator from its checkpoint: the root's result batches already in
+``out.<query>`` are skipped (numbered per head stream and tree partition), and a reader drops a derived
+batch at or below its window's watermark -- one its producer handed over again after resuming from an
+earlier checkpoint than the reader's. An operator that is the root of several queries' trees (one
+operator for identical trees) keeps no checkpoints.
+
+A plan message may run one operator of its tree (``only`` / ``external``,
+:func:`joinlib.control.check.tree_scope`): an inner operator whose results are published for readers
+deployed apart, or a root reading derived streams that other deployments publish -- with their run ids,
+each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").
+
+The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
+one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+from joinlib.adapters.kafka import (
+    KafkaResultSink,
+    Producing,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    publish_control,
+    source_topic,
+)
+from joinlib.control.check import is_tree_json, tree_payload, tree_scope
+from joinlib.errors import ClusterError, PlanError
+from joinlib.mjoin.derived import Deployment, TreeProgram, deploy, leaf_tuple, moved
+from joinlib.mjoin.output import Fanout, OpOutput, results_through
+from joinlib.mjoin.tree_plans import SharedTrees
+from joinlib.model import Query, Tup
+from joinlib.node.control import ControlLog, ControlRecord
+from joinlib.node.node_run import STATUS_EVERY_S, PlanRun
+from joinlib.plan.logical import central
+from joinlib.protocol import wire
+from joinlib.query import parse_query
+from joinlib.runtime.deploy import generations
+from joinlib.runtime.sink import Group, Sink
+from joinlib.source_spec import SourceSpec
+
+__all__ = ["is_tree_json", "tree_run", "tree_deployment", "derived_topic", "operator_query", "tree_topics",
+           "tree_nodes", "run_tree_plan"]
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    """What the nodes of a tree run share: the query ``base`` whose source topics feed it, the operators
+    of its tree (of the tree of each partition; of several queries' trees, shared), each operator's
+    partition, per base stream how its tuples are routed to partitions (None: to every one; empty: no
+    partitions), and per root's query the query whose ``out`` topic takes its results."""
+
+    base: Query
+    dep: Deployment
+    part: Mapping[str, int]
+    router: Mapping[str, Optional[Callable[[Tup], int]]]
+    results: Mapping[str, Query]
+    external: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    publish: bool = False
+
+
+def tree_run(query: Query, plan: Any) -> TreeRun:
+    """The :class:`TreeRun` of ``plan``: a :class:`~joinlib.mjoin.derived.TreeProgram`,
+    :class:`~joinlib.mjoin.tree_plans.PartitionedTrees` or :class:`~joinlib.mjoin.tree_plans.SharedTrees`
+    over ``query``."""
+    programs = list(getattr(plan, "programs", [plan]))
+    split = getattr(plan, "split", None)
+    shared = isinstance(plan, SharedTrees)
+    part = {op.name: p for p, prog in enumerate(programs) for op in prog.ops} if split is not None else {}
+    return TreeRun(query, deploy(programs, share=shared), part, split.router(query) if split is not None else {},
+                   {p.base.name: p.base if shared else query for p in programs})
+
+
+def tree_deployment(rec: ControlRecord) -> TreeRun:
+    """The tree run of a tree plan message; a tree that does not fit its query is a :class:`PlanError`."""
+    p = rec.payload if isinstance(rec.payload, dict) else {}
+    q = parse_query(p.get("query"), f"control@{rec.offset}")
+    try:
+        plan = tree_payload(q, p)
+        if not isinstance(plan, TreeProgram):
+            return tree_run(q, plan)
+        i, external = tree_scope(plan, p["plan"])
+        return tree_run(q, plan) if i is None else one_operator(q, plan, i, external)
+    except PlanError as e:
+        raise PlanError(f"control@{rec.offset}: {e}") from None
+
+
+def one_operator(query: Query, prog: TreeProgram, i: int, external: Mapping[str, Mapping[str, Any]]) -> TreeRun:
+    """Operator ``i`` of ``prog`` run on its own, its derived inputs read from the operators ``external``
+    names: the root (its results are the query's), or an inner operator whose results are published as its
+    derived stream for whoever reads it (docs/multiquery.md "Shared operators")."""
+    full = deploy([prog])
+    root = i == len(prog.ops) - 1
+    dep = Deployment((full.ops[i],), ((),), ((query,) if root else (),), (full.windows[i],), (query,))
+    return TreeRun(query, dep, {}, {}, {query.name: query}, external, publish=not root)
+
+
+def derived_topic(producer: str) -> str:
+    """Where operator query ``producer`` publishes its derived stream: one topic, whoever reads it (each
+    reader moves the tuples to its own position), so a shared operator publishes once."""
+    return f"src.{producer}.out"
+
+
+def operator_query(tr: TreeRun, i: int) -> Query:
+    """Operator ``i``'s query with the topic of each input as its source: a derived stream's producer's
+    ``src.<producer>.out`` (``sourcebatch``), a base stream's live source, or the tree query's replayed
+    ``src.<query>.<stream>``."""
+    op, base = tr.dep.ops[i], tr.base
+    producers = {slot: tr.dep.ops[j].name for j, cons in enumerate(tr.dep.consumers) for p, slot in cons if p == i}
+    producers.update({slot: str(e["op"]) for slot, e in tr.external.items()})
+
+    def source(s: Any) -> SourceSpec:
+        if op.is_derived(s.name):
+            return SourceSpec(derived_topic(producers[s.name]), format="sourcebatch")
+        src = base.stream(s.name).source
+        return src if src is not None and src.live else SourceSpec(source_topic(base, s.name), format="sourcebatch")
+    return replace(op.query, streams=tuple(replace(s, source=source(s)) for s in op.query.streams))
+
+
+def tree_topics(tr: TreeRun) -> list[str]:
+    """Every topic a tree run uses besides its query's own (``src``, ``out``, ``control``)."""
+    out: list[str] = []
+    for i, op in enumerate(tr.dep.ops):
+        out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
+        out += [f"node.{op.name}.{site}" for site in op.sites]
+    return out
+
+
+def tree_nodes(dep: Deployment) -> list[str]:
+    """Every site of a tree run (stream sites first)."""
+    out: dict[str, None] = {}
+    for op in dep.ops:
+        out.update(dict.fromkeys(op.sites))
+    return list(out)
+
+
+class _OpSink(Sink):
+    """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``.  A
+    checkpoint keeps (and a resumed run restores) ``count`` and ``batches``, and ``skip`` says which result
+    batches were delivered: those of the one query whose root this operator is (none for an inner one)."""
+
+    def __init__(self, output: OpOutput, outs: list[KafkaResultSink]) -> None:
+        self.output, self.outs = output, outs
+
+    @property
+    def count(self) -> int:
+        return sum(s.count for s in self.outs)
+
+    @count.setter
+    def count(self, n: int) -> None:
+        for s in self.outs[:1]:
+            s.count = n
+
+    @property
+    def batches(self) -> dict[tuple[int, int, int], int]:
+        return self.outs[0].batches if self.outs else {}
+
+    @batches.setter
+    def batches(self, b: dict[tuple[int, int, int], int]) -> None:
+        for s in self.outs[:1]:
+            s.batches = b
+
+    @property
+    def skip(self) -> dict[tuple[int, int, int], int]:
+        return self.outs[0].skip if self.outs else {}
+
+    @skip.setter
+    def skip(self, b: dict[tuple[int, int, int], int]) -> None:
+        for s in self.outs[:1]:
+            s.skip = b
+
+    def emit(self, inst: Any, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
+        self.output.emit(pos, groups, now)
+
+
+class _OpRun(PlanRun):
+    """One operator query of a tree, at one site (see the module docstring)."""
+
+    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int,
+                 consumer: Any, admin: Any, ctl: ControlLog) -> None:
+        q, op = operator_query(tr, i), tr.dep.ops[i]
+        super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
+        self.tr, self.i, self.op = tr, i, op
+        self.tree_part = tr.part.get(op.name, 0)   # the partition of a partitioned tree
+        # the query of each tree whose root this is, by tree name (its results go to that query's out topic)
+        self.results = {b.name: tr.results[b.name] for b in tr.dep.roots[i]}
+        self.ctl_query = self.live_name = rec.query
+        # a shared operator's derived stream, read from its run, moved from its origin to ours (docs/multiquery.md)
+        self.topic_runs = {derived_topic(str(e["op"])): str(e["run"]) for e in tr.external.values()}
+        self.shift = {slot: int(e["origin_ms"]) - self.origin for slot, e in tr.external.items()}
+
+    def _result_sink(self) -> Any:
+        # the results of each query whose root this is, to its out topic (a partition's: the tree query's)
+        results = self.results
+        outs = {q.name: KafkaResultSink(self.out, q, self.site, headers=self.headers) for q in results.values()}
+        self.output = OpOutput(self.tr.dep, self.i, Fanout({n: outs[q.name] for n, q in results.items()}),
+                               self.tree_part, publish=self.tr.publish, floor=0 if self.tr.external else None)
+        if len(outs) == 1:
+            self.out_query = next(iter(results.values()))
+        if self.op.node == self.site:
+            ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.publishes else [])
+        return _OpSink(self.output, list(outs.values()))
+
+    def _checkpoints(self, factory: Any) -> Any:
+        """Checkpoints as any run's (Redis windows), unless this operator is the root of several queries'
+        trees: a checkpoint follows the delivered results of one out topic."""
+        if len({q.name for q in self.results.values()}) > 1:
+            return None
+        return super()._checkpoints(factory)
+
+    def extra_state(self) -> Any:
+        return self.output.state()
+
+    def restore_extra(self, st: Any) -> None:
+        self.output.load(st)
+
+    def _assign(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
+        super()._assign(offsets, resumed)
+        self.others = []  # the naive baseline is the tree query's, not an operator's
+
+    def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
+        if b.stream != stream.name:
+            return None
+        derived = self.op.is_derived(stream.name)
+        if derived and self._watermark(b, stream) <= self.host.windows[(self.q.name, 0, stream.name)].watermark:
+            return []   # an epoch its producer handed over again, resumed from an earlier checkpoint than ours
+        if stream.name in self.shift:
+            return self._moved(b, stream)
+        route = self.tr.router.get(stream.name) if not derived else None
+        return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.tree_part]
+
+    def _watermark(self, b: Any, stream: Any) -> int:
+        return int(b.watermark) + self.shift.get(stream.name, 0)
+
+    def _moved(self, b: Any, stream: Any) -> list[Any]:
+        """A shared operator's derived tuples in this run's event time, those too old to meet any tuple of
+        ours (older than our origin by more than their components' largest window) dropped here, at the
+        producer's node, so that they never ship."""
+        return moved(b.tuples, stream.pos, self.shift[stream.name], -max(self.tr.dep.windows[self.i].values()))
+
+    def _step(self, now: float) -> None:
+        super()._step(now)
+        if self.op.node != self.site:
+            return
+        tau = self.output.tau
+        for e, feeds in self.output.handover(results_through(self.op, [self.host]), every_reader=False):
+            _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
+            batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
+            self.out.produce(derived_topic(self.op.name), wire.encode_source_batch(batch), slot.encode(), self.headers)
+
+
+class _OpThread(threading.Thread):
+    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int, admin: Any,
+                 ctl: ControlLog) -> None:
+        super().__init__(name=f"op-{tr.dep.ops[i].name}", daemon=True)
+        self.svc, self.rec, self.tr, self.i, self.admin, self.ctl = svc, rec, tr, i, admin, ctl
+        self.run_: Optional[_OpRun] = None
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.run_ = _OpRun(self.svc, self.rec, self.tr, self.i, consumer, self.admin, self.ctl)
+            self.run_.execute()
+        except BaseException as e:  # reported by run_tree_plan
+            self.error = e
+        finally:
+            consumer.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.run_ is not None and self.run_.ready.is_set()
+
+
+def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> dict[str, Any]:
+    """Run this site's operators of a tree plan message to their end; returns the ``done`` published."""
+    tr = tree_deployment(rec)
+    dep = tr.dep
+    p = rec.payload if isinstance(rec.payload, dict) else {}
+    run_id, site = p.get("run"), svc.site
+    mine = [i for i in range(len(dep.ops)) if site in dep.ops[i].sites]
+    out = Producing(make_producer(svc.bootstrap))
+    threads = [_OpThread(svc, rec, tr, i, admin, ctl.copy()) for i in mine]
+    svc.log(f"{rec.query}: running {len(mine)} operator(s) of the tree here: "
+            + ", ".join(dep.ops[i].name for i in mine))
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.start()
+    next_status = 0.0
+    while any(t.is_alive() for t in threads):
+        if any(t.error is not None for t in threads):
+            for t in threads:  # end this tree's other operators here (not the node's other queries)
+                if t.run_ is not None:
+                    t.run_.stopped = True
+            for t in threads:
+                t.join(10)
+            break
+        if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
+            next_status = time.monotonic() + STATUS_EVERY_S
+            publish_control(out, rec.query, "status", tree_status(site, run_id, [t.run_ for t in threads]))
+        time.sleep(0.05)
+    failed = next((t for t in threads if t.error is not None), None)
+    if failed is not None:
+        raise ClusterError(f"operator {dep.ops[failed.i].name}: {type(failed.error).__name__}: {failed.error}")
+    if svc.stop.is_set():
+        return {}
+    done = merge_done(site, run_id, [t.run_.finished for t in threads if t.run_ is not None and t.run_.finished],
+                      time.perf_counter() - t0, time.process_time() - cpu0)
+    publish_control(out, rec.query, "done", done)
+    ctl.done.add((run_id, site))
+    svc.log(f"{rec.query}: done: {done['results']} results, "
+            f"{sum(ln['bytes'] for ln in done['links'])} bytes sent in {done['wall_s']:.2f}s")
+    return done
+
+
+def tree_status(site: str, run_id: Any, runs: list[Optional[_OpRun]]) -> dict[str, Any]:
+    """A site's ``status`` of a tree run: its operators' results so far (those delivered to an out topic),
+    bytes sent, inputs and, live, dead letters and source watermarks, added up."""
+    live = [r for r in runs if r is not None and r.ready.is_set()]
+    inputs: defaultdict[str, int] = defaultdict(int)
+    dead: dict[str, dict[str, int]] = {}
+    marks: dict[str, int] = {}
+    for r in live:
+        for (_, s), n in list(r.counters.totals.inputs.items()):   # (another thread's: copied at once)
+            inputs[s] += n
+        if r.live is not None:
+            for stream, per in r.live.stats()["dead_letters"].items():
+                dead[stream] = {**dead.get(stream, {}), **per}
+            marks.update(r.live.watermarks_ms())
+    out: dict[str, Any] = {
+        "site": site, "run": run_id, "operators": len(runs), "t_ms": round(time.time() * 1000),
+        "results": sum(r.sink.count for r in live),
+        "sent_bytes": sum(st.bytes for r in live for st in list(r.transport.stats.values())), "inputs": dict(inputs)}
+    if marks or dead:
+        out.update(live=True, dead_letters=dead, watermarks_ms=marks)
+    return out
+
+
+def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:
+    """One ``done`` for a site of a tree run (its operators') or of a scaled-out plan (its partitions'):
+    their counts added up (links and received per (src, dst, kind), naive per (src, dst))."""
+    def links(key: str) -> list[dict[str, Any]]:
+        acc: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for d in parts:
+            for ln in d.get(key, []):
+                k = (ln["src"], ln["dst"], ln["kind"])
+                cur = acc.setdefault(k, {"src": k[0], "dst": k[1], "kind": k[2]})
+                for f, v in ln.items():
+                    if f not in ("src", "dst", "kind") and isinstance(v, (int, float)):
+                        cur[f] = cur.get(f, 0) + v
+        return [acc[k] for k in sorted(acc)]
+    processing: defaultdict[str, float] = defaultdict(float)
+    naive: defaultdict[tuple[str, str], int] = defaultdict(int)
+    for d in parts:
+        for op, secs in d.get("processing_s", {}).items():
+            processing[op] += secs
+        for n in d.get("naive", []):
+            naive[(n["src"], n["dst"])] += n["bytes"]
+    resumed = [d["resumed_from_epoch"] for d in parts if d.get("resumed_from_epoch") is not None]
+    return {
+        "site": site, "run": run_id, "results": sum(d["results"] for d in parts),
+        "links": links("links"), "received": links("received"),
+        "naive": [{"src": s, "dst": t, "bytes": n} for (s, t), n in sorted(naive.items())],
+        "input_tuples": sum(d.get("input_tuples", 0) for d in parts),
+        "processing_s": {op: round(v, 6) for op, v in processing.items()},
+        "late_messages": sum(d.get("late_messages", 0) for d in parts),
+        "last_epoch": max((d["last_epoch"] for d in parts if d.get("last_epoch") is not None), default=None),
+        "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "resumed_from": None,
+        "resumed_from_epoch": min(resumed, default=None), "checkpoints": sum(d.get("checkpoints", 0) for d in parts),
+        "generations": [0], "operators": len(parts),
+    }

@@ -1,0 +1,1 @@
+"""Join plans: logical plans (Definition 1) and the plan IR that says what runs where."""

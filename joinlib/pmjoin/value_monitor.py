@@ -1,0 +1,147 @@
+"""The live monitor of per-value rates: what a partitioned plan (PMJoin, seed 002) needs to choose its
+partition function, measured on a running query instead of a data directory.
+
+Each node counts, for every stream of the query's partition attribute class born at its site, the
+tuples of each join value over the last ``horizon_ms`` of event time (in one-second buckets), and
+reports the counts in its ``status`` messages (:meth:`ValueMonitor.report`, every
+``VALUES_EVERY_S``).  The planner service merges the sites' latest reports (:func:`merge_reports`)
+into the JSON of :func:`joinlib.pmjoin.partitioned.value_stats`: ``GET /queries/NAME/values``, ``joinlib
+stats NAME --live --values FILE``, then ``joinlib submit QUERY --plan pmjoin:rate --values FILE``.
+
+Why a horizon and not totals since the start: a re-partitioning should follow the values' *current*
+spread, and a node restarted from a checkpoint needs nothing restored (its report fills again within
+one horizon).  A report keeps the ``cap`` most frequent values of each stream, so that a status
+message stays small; the others go to the partition function's default (hash) partition, as values
+never seen do.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Optional
+
+from joinlib.errors import PlanError
+from joinlib.model import Query, Tup, Value
+from joinlib.plan.partition import canonical, order_key
+from joinlib.plan.partitioned import attribute_class, check_partitionable
+
+BUCKET_MS = 1000
+HORIZON_MS = 60_000
+CAP = 200
+VALUES_EVERY_S = 10.0
+
+
+class ValueMonitor:
+    """Per-value tuple counts of the class's streams born at ``site`` over the last ``horizon_ms``."""
+
+    def __init__(self, query: Query, site: str, horizon_ms: int = HORIZON_MS, cap: int = CAP) -> None:
+        if horizon_ms < BUCKET_MS or cap < 1:
+            raise ValueError(f"horizon_ms must be >= {BUCKET_MS} and cap >= 1")
+        self.attrs = {s: query.stream(s).attr_index(a) for s, a in attribute_class(query)
+                      if query.stream(s).site == site}
+        self.horizon, self.cap = horizon_ms, cap
+        self.buckets: dict[int, dict[str, Counter[bytes]]] = {}   # ts // BUCKET_MS -> stream -> counts
+        self.seen: dict[bytes, Value] = {}
+        self.first: Optional[int] = None   # the earliest ts counted, the latest
+        self.last: Optional[int] = None
+        self._prune_at = 4 * cap * max(1, len(self.attrs))   # len(seen) that triggers forgetting values
+
+    @classmethod
+    def of(cls, query: Query, site: str) -> Optional["ValueMonitor"]:
+        """A monitor if the query can be partitioned and a stream of its class is born here, else None."""
+        try:
+            check_partitionable(query)
+            mon = cls(query, site)
+        except PlanError:
+            return None
+        return mon if mon.attrs else None
+
+    def add(self, stream: str, tups: Iterable[Tup]) -> None:
+        """Count released source tuples of ``stream`` (any order; tuples older than the horizon are not)."""
+        i = self.attrs.get(stream)
+        if i is None:
+            return
+        seen = self.seen
+        for t in tups:
+            if self.first is None or t.ts < self.first:   # observed since then, even if too old to count
+                self.first = t.ts
+            if self.last is not None and t.ts <= self.last - self.horizon:
+                continue
+            v = t.key[i]
+            k = canonical(v)
+            if k not in seen:
+                seen[k] = v
+            self.buckets.setdefault(t.ts // BUCKET_MS, {}).setdefault(stream, Counter())[k] += 1
+            if self.last is None or t.ts > self.last:
+                self.last = t.ts
+        self._expire()
+
+    def _expire(self) -> None:
+        if self.last is None:
+            return
+        lo = (self.last - self.horizon) // BUCKET_MS + 1   # the oldest bucket kept
+        for b in [b for b in self.buckets if b < lo]:
+            del self.buckets[b]
+        if self.first is not None:
+            self.first = max(self.first, lo * BUCKET_MS)
+        if len(self.seen) > self._prune_at:   # forget values no bucket holds (amortised: at most per doubling)
+            live = {k for per in self.buckets.values() for c in per.values() for k in c}
+            self.seen = {k: v for k, v in self.seen.items() if k in live}
+            self._prune_at = max(self._prune_at, 2 * len(self.seen))
+
+    def report(self) -> Optional[dict[str, Any]]:
+        """``{"span_ms", "streams": {stream: [[value, count], ...]}}`` (the ``cap`` most frequent values
+        per stream), or None before the first tuple."""
+        if self.first is None or self.last is None:
+            return None
+        totals: dict[str, Counter[bytes]] = {s: Counter() for s in self.attrs}
+        for per in self.buckets.values():
+            for s, c in per.items():
+                totals[s].update(c)
+        seen = self.seen
+        streams = {}
+        for s, c in totals.items():
+            top = sorted(c.items(), key=lambda kv: (-kv[1], order_key(seen[kv[0]])))[: self.cap]
+            streams[s] = [[seen[k], n] for k, n in top]
+        return {"span_ms": self.last - self.first + 1, "streams": streams}
+
+
+def merge_reports(query: Query, reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The sites' :meth:`ValueMonitor.report` as :func:`joinlib.pmjoin.partitioned.value_stats` JSON (rates in
+    tuples/s over each report's own span, given per stream as ``span_ms``); a stream without a report has
+    rate 0 for every value."""
+    by = attribute_class(query)
+    names = list(dict.fromkeys(s for s, _ in by))
+    rates: dict[str, Counter[bytes]] = {s: Counter() for s in names}
+    seen: dict[bytes, Value] = {}
+    spans: dict[str, int] = {}
+    for rep in reports:
+        span_s = max(1, int(rep["span_ms"])) / 1000.0
+        for s, pairs in rep["streams"].items():
+            if s not in rates:
+                continue
+            spans[s] = int(rep["span_ms"])
+            for v, n in pairs:
+                k = canonical(v)
+                seen.setdefault(k, v)
+                rates[s][k] += n / span_s
+    keys = sorted(seen, key=lambda k: order_key(seen[k]))
+    return {"by": [list(x) for x in by], "streams": names, "values": [seen[k] for k in keys],
+            "rates": [[rates[s][k] for k in keys] for s in names], "span_ms": spans}
+
+
+def is_report(v: Any) -> bool:
+    """Is ``v`` a well-formed :meth:`ValueMonitor.report` (a status message's ``values``)?"""
+    if type(v) is not dict or type(v.get("span_ms")) is not int or v["span_ms"] < 1:
+        return False
+    streams = v.get("streams")
+    if type(streams) is not dict:
+        return False
+    for pairs in streams.values():
+        if type(pairs) is not list:
+            return False
+        for p in pairs:
+            if type(p) is not list or len(p) != 2 or type(p[1]) is not int or p[1] < 0:
+                return False
+            if p[0] is not None and type(p[0]) not in (str, int, float, bool):
+                return False
+    return True
