@@ -299,7 +299,7 @@ def test_help_explains(argv, words, capsys):
 
 
 def test_registered_in_the_main_cli(capsys):
-    from joinlib.cli.main import main as cli
+    from joinlib.cli import main as cli
     try:
         cli.main(["experiment", "accuracy", "--help"])
     except SystemExit as e:
