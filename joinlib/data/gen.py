@@ -97,7 +97,7 @@ def _payload_names(stream: Stream) -> list[str]:
 def stream_rows(stream: Stream, duration_ms: int, seed: int, bursts: bool = False,
                 advance: Optional[Advance] = None) -> Iterator[GenRow]:
     """The rows of one stream, lazily, in (ts, id) order."""
-    rng = random.Random(f"joinlib.data.gen:{seed}:{stream.name}")
+    rng = random.Random(f"joinlib.gen:{seed}:{stream.name}")
     per_ms = (stream.stats.rate or DEFAULT_RATE) / 1000.0
     if bursts:  # keep the mean tuple rate: fewer arrival events, some of several tuples
         per_ms /= 1 + BURST_PROBABILITY * ((BURST_SIZES[0] + BURST_SIZES[1]) / 2 - 1)
