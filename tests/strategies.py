@@ -5,8 +5,9 @@ import itertools
 
 from hypothesis import strategies as st
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamStats, Tup, Window
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, off_tree, reduction
+from joinlib.plan.logical import Plan, Sequence, Step, off_tree, reduction
 
 TOPOLOGIES = ("chain", "star", "cycle", "complete")
 

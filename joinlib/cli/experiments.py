@@ -239,7 +239,7 @@ def _cmd_fig9(args: argparse.Namespace) -> int:
 
 
 def _check_model(name: str) -> None:
-    from joinlib.costs.unit_time import MODELS
+    from joinlib.costs import TERM_MODELS as MODELS
     if name not in MODELS:
         raise JoinlibError(f"--model {name!r}: unknown cost model (choose from {', '.join(MODELS)})")
 

@@ -1,4 +1,4 @@
-"""Measure the cost constants of :class:`joinlib.costs.unit_time.CalibratedModel` on this machine.
+"""Measure the cost constants of :class:`joinlib.costs.term_models.CalibratedModel` on this machine.
 
 ``joinlib calibrate --out FILE.json`` times micro-runs of the code the engine runs
 (the in-memory window store :class:`joinlib.state.memory.MemoryWindowStore`, the
@@ -40,9 +40,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tqdm import tqdm
+
+from joinlib.costs.term_models import CalibratedModel
 from joinlib.errors import JoinlibError
 from joinlib.model import Stream, Tup, Window
+from joinlib.plan.ir import KeySpec
+from joinlib.protocol.messages import Envelope, TupleBatch
 from joinlib.protocol.values import encode_values
+from joinlib.protocol.wire import decode_envelope, encode_envelope
+from joinlib.runtime.windowing import valid_range
+from joinlib.state.memory import MemoryWindowStore
 
 BATCH = 32
 
@@ -73,7 +81,6 @@ def _median_time(fn: Callable[[], object], repeat: int) -> float:
 
 
 def time_insert(n: int, repeat: int) -> float:
-    from joinlib.state.memory import MemoryWindowStore
     tups = _tuples(n, 100, 0)
     batches = [tups[i:i + BATCH] for i in range(0, n, BATCH)]
 
@@ -87,7 +94,6 @@ def time_insert(n: int, repeat: int) -> float:
 
 def time_update(n: int, window: int, repeat: int) -> float:
     """Insert + expire per tuple on a full window of ``window`` tuples."""
-    from joinlib.state.memory import MemoryWindowStore
     tups = _tuples(window + n, 100, 0)
     head, tail = tups[:window], tups[window:]
     batches = [tail[i:i + BATCH] for i in range(0, n, BATCH)]
@@ -109,7 +115,6 @@ def time_update(n: int, window: int, repeat: int) -> float:
 
 
 def time_hash(n: int, repeat: int) -> float:
-    from joinlib.plan.ir import KeySpec
     spec = KeySpec(index=(0,), sources=((0, 0),))
     rows = [(t, None) for t in _tuples(n, 100, 0, pos=0)]
     pk = spec.probe_key
@@ -125,8 +130,6 @@ def time_hash(n: int, repeat: int) -> float:
 
 def time_probe(per_key: int, probes: int, repeat: int) -> tuple[float, float]:
     """(seconds per probe, matches per probe) on a window with ``per_key`` tuples per key."""
-    from joinlib.runtime.windowing import valid_range
-    from joinlib.state.memory import MemoryWindowStore
     keys = 200
     stream = Stream("S2", 1, "b", Window("time", 10 ** 9), ("J",))
     store = MemoryWindowStore()
@@ -157,8 +160,6 @@ def time_probe(per_key: int, probes: int, repeat: int) -> tuple[float, float]:
 
 def time_codec(n: int, attrs: int, repeat: int) -> tuple[float, float, int]:
     """(encode s/byte, decode s/byte, bytes) of a full-tuple message of n tuples."""
-    from joinlib.protocol.messages import Envelope, TupleBatch
-    from joinlib.protocol.wire import decode_envelope, encode_envelope
     tups = _tuples(n, 100, attrs)
     env = Envelope("a", "b", 0, 0, TupleBatch(rows=[(t,) for t in tups]))
 
@@ -187,7 +188,6 @@ def calibrate(quick: bool = False, repeat: int = 5, progress: bool = False) -> d
         raise JoinlibError("--repeat must be at least 1")
     n = 4000 if quick else 40000
     steps = ["insert", "update", "hash", "probe 1", "probe 4", "probe 16", "probe 64", "codec"]
-    from tqdm import tqdm
     bar = tqdm(total=len(steps), desc="calibrate", unit="step", disable=not progress, file=sys.stderr, leave=False)
     c_i = time_insert(n, repeat)
     bar.update(1)
@@ -221,7 +221,6 @@ def calibrate(quick: bool = False, repeat: int = 5, progress: bool = False) -> d
 
 
 def main(out: Path, quick: bool = False, repeat: int = 5, progress: bool = False) -> dict[str, Any]:
-    from joinlib.costs.unit_time import CalibratedModel
     out = Path(out)
     if out.is_dir():
         raise JoinlibError(f"--out {out} is a directory; give a file name such as calibration.json")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from joinlib.costs.unit_time import full_bytes
 from joinlib.model import Query, Stream, Tup, Value
 from joinlib.protocol.bloom import KeySet
 from joinlib.protocol.bloom import rate as bloom_rate
@@ -309,7 +310,6 @@ def _round2(k: int) -> int:
 
 def tuple_bytes_of(query: Query, measured: Optional[dict[str, float]] = None) -> dict[str, float]:
     """F per stream: measured, else the query's ``tuple_bytes``, else the cost model's default."""
-    from joinlib.costs.unit_time import full_bytes
     out = {}
     for s in query.streams:
         m = (measured or {}).get(s.name)

@@ -16,13 +16,18 @@ against :func:`joinlib.reference.reference_join` (tests/unit/test_floor.py).
 """
 from __future__ import annotations
 
+import argparse
+import json
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
+from joinlib.data.files import load_streams
 from joinlib.model import Query, Tup, Value
 from joinlib.protocol.messages import KeyBatch
 from joinlib.protocol.wire import encode_body, encode_tuple
+from joinlib.query import load_query
 
 Edge = tuple[int, int, int, int]  # (stream a, attr index in a, stream b, attr index in b)
 
@@ -212,12 +217,6 @@ def floor(query: Query, streams: dict[str, list[Tup]], sites: Optional[tuple[str
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``python -m joinlib.costs.floor QUERY DATA [--json OUT]``: the floor of a data set."""
-    import argparse
-    import json
-    from pathlib import Path
-
-    from joinlib.data.files import load_streams
-    from joinlib.query import load_query
     ap = argparse.ArgumentParser(prog="python -m joinlib.costs.floor",
                                  description="The floor (bytes of the tuples that take part in a result and are "
                                              "not at the result site, best site) and floor + keys of a data set.")

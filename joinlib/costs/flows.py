@@ -54,21 +54,13 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
+from joinlib.algorithms.dja import DJA, MIXED, SM_D1, SM_S2
+from joinlib.algorithms.record import Flow
+from joinlib.algorithms.semijoin import FIFO, SM_D2, SM_S1
+from joinlib.algorithms.simple import FULL, SP_D
 from joinlib.costs.unit_time import SeqState, interval_s, selectivity, stream_rate, window_tuples
 from joinlib.model import Query
 from joinlib.plan.ir import ReducerOp
-
-#: flows of each algorithm across sites: (name, direction, kind); fwd = intermediate's site -> N's site
-ALG_FLOWS = {
-    "SP-S": (),
-    "SP-D": (("data", "fwd", "full"),),
-    "SM-S1": (("req", "fwd", "partial"), ("resp", "back", "full")),
-    "SM-S2": (("req", "fwd", "partial"), ("resp", "back", "full")),
-    "SM-D1": (("data", "fwd", "full"),),
-    "SM-D2": (("keys", "fwd", "partial"), ("match", "back", "partial"), ("data", "fwd", "full")),
-}
-#: the replica an algorithm keeps at the intermediate's site when it crosses sites
-REPLICA = {"SP-S": "SP-S", "SM-S1": "SM-S1", "SM-S2": "SM-S2", "SM-D1": "SM-D1"}
 
 
 class KeySets(Protocol):
@@ -169,6 +161,12 @@ class Msg:
     extra: tuple[float, ...] = ()
     fp_cost: Optional[float] = None
 
+    @classmethod
+    def on(cls, flow: Flow, what: str, n: float, stream: str = "", index: tuple[int, ...] = (),
+           parts: tuple[str, ...] = (), extra: tuple[float, ...] = (), fp_cost: Optional[float] = None) -> "Msg":
+        """The message of an algorithm's ``flow`` (its name, direction and kind from the algorithm's record)."""
+        return cls(flow.name, flow.direction, flow.kind, what, n, stream, index, parts, extra, fp_cost)
+
 
 def step_flows(query: Query, algorithm: str, pr: Probe, share: float, ks: Optional[KeySets] = None) -> list[Msg]:
     """The messages of a cross-site step per epoch; ``share``: this step's part of what its
@@ -176,29 +174,35 @@ def step_flows(query: Query, algorithm: str, pr: Probe, share: float, ks: Option
     sets are sent (None: keys written out, no false positives)."""
     n = pr.stream
     fc = ks.window_fp_cost(n) if ks is not None else None
-    if algorithm == "SP-D":
-        return [Msg("data", "fwd", "full", "rows", pr.rows, parts=pr.parts)]
-    if algorithm == "SM-S1":
-        return [Msg("req", "fwd", "partial", "request", pr.keys, n, pr.index, fp_cost=fc),
-                Msg("resp", "back", "full", "rows", share, parts=(n,))]
-    if algorithm == "SM-S2":  # share: the keys this step requests
+    if algorithm == SP_D.name:
+        return [Msg.on(SP_D.flow("data"), "rows", pr.rows, parts=pr.parts)]
+    if algorithm == SM_S1.name:
+        return [Msg.on(SM_S1.flow("req"), "request", pr.keys, n, pr.index, fp_cost=fc),
+                Msg.on(SM_S1.flow("resp"), "rows", share, parts=(n,))]
+    if algorithm == SM_S2.name:  # share: the keys this step requests
         entries, count, _ = _window_keys(query, n, pr.index)
         p = ks.request_fp(n, pr.index, share, fc) if ks is not None else 0.0
-        return [Msg("req", "fwd", "partial", "request", share, n, pr.index, fp_cost=fc),
-                Msg("resp", "back", "full", "rows", (share + p * max(0.0, entries - share)) * count, parts=(n,))]
-    if algorithm == "SM-D1":
-        return [Msg("data", "fwd", "full", "rows", pr.rows * pr.p, parts=pr.parts)]
-    if algorithm == "SM-D2":
-        p1 = ks.request_fp(n, pr.index, pr.keys, fc) if ks is not None else 0.0
-        entries = _window_keys(query, n, pr.index)[0]
-        hits = pr.keys * pr.p
-        found = hits + p1 * max(0.0, entries - hits)
-        fc2 = ks.row_fp_cost(pr.parts, pr.keys) if ks is not None else None
-        p2 = ks.request_fp(n, pr.index, found, fc2) if ks is not None else 0.0
-        return [Msg("keys", "fwd", "partial", "request", pr.keys, n, pr.index, fp_cost=fc),
-                Msg("match", "back", "partial", "request", found, n, pr.index, fp_cost=fc2),
-                Msg("data", "fwd", "full", "rows", pr.rows * (pr.p + (1.0 - pr.p) * p2), parts=pr.parts)]
+        return [Msg.on(SM_S2.flow("req"), "request", share, n, pr.index, fp_cost=fc),
+                Msg.on(SM_S2.flow("resp"), "rows", (share + p * max(0.0, entries - share)) * count, parts=(n,))]
+    if algorithm == SM_D1.name:
+        return [Msg.on(SM_D1.flow("data"), "rows", pr.rows * pr.p, parts=pr.parts)]
+    if algorithm == SM_D2.name:
+        return _smd2_flows(query, pr, ks, fc)
     return []
+
+
+def _smd2_flows(query: Query, pr: Probe, ks: Optional[KeySets], fc: Optional[float]) -> list[Msg]:
+    """SM-D2's keys, the matching keys back (with the false positives of both filters), then the rows."""
+    n = pr.stream
+    p1 = ks.request_fp(n, pr.index, pr.keys, fc) if ks is not None else 0.0
+    entries = _window_keys(query, n, pr.index)[0]
+    hits = pr.keys * pr.p
+    found = hits + p1 * max(0.0, entries - hits)
+    fc2 = ks.row_fp_cost(pr.parts, pr.keys) if ks is not None else None
+    p2 = ks.request_fp(n, pr.index, found, fc2) if ks is not None else 0.0
+    return [Msg.on(SM_D2.flow("keys"), "request", pr.keys, n, pr.index, fp_cost=fc),
+            Msg.on(SM_D2.flow("match"), "request", found, n, pr.index, fp_cost=fc2),
+            Msg.on(SM_D2.flow("data"), "rows", pr.rows * (pr.p + (1.0 - pr.p) * p2), parts=pr.parts)]
 
 
 def _key_f(query: Query, stream: str, index: tuple[int, ...]) -> float:
@@ -259,24 +263,24 @@ def replica_flows(query: Query, kind: str, stream: str, index: tuple[int, ...],
     weights = [pr.draws * pr.rho for pr in probes]
     total_w = sum(weights)
     shares = [w / total_w if total_w > 0 else 1.0 / max(1, len(probes)) for w in weights]
-    if kind == "SP-S":
-        return Msg("update", "back", "full", "rows", b, parts=(stream,)), [0.0] * len(probes)
-    if kind == "SM-S1":
+    if kind == FULL.name:
+        return Msg.on(FULL.update_flow, "rows", b, parts=(stream,)), [0.0] * len(probes)
+    if kind == FIFO.name:
         fps = None
         if ks is not None:
             fc = ks.window_fp_cost(stream)
             fps = [ks.request_fp(stream, pr.index, pr.keys, fc) for pr in probes]
         shipped = b * requested(query, stream, probes, fps)
-        return Msg("update", "back", "update", "expiry", shipped, extra=(arrivals,)), [shipped * x for x in shares]
+        return Msg.on(FIFO.update_flow, "expiry", shipped, extra=(arrivals,)), [shipped * x for x in shares]
     q = requested(query, stream, probes)
     _, _, new = _window_keys(query, stream, index)
     touched, gap, count = _count_changes(query, stream, index)
-    if kind == "SM-S2":
+    if kind == MIXED.name:
         full = b * q * presence(_key_f(query, stream, index), window_tuples(s))
         req = new * q
-        msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(touched, gap, count, full, arrivals))
+        msg = Msg.on(MIXED.update_flow, "dja", new, stream, index, extra=(touched, gap, count, full, arrivals))
         return msg, [req * x for x in shares]
-    msg = Msg("update", "back", "update", "dja", new, stream, index, extra=(touched, gap, count, 0.0, arrivals))
+    msg = Msg.on(DJA.update_flow, "dja", new, stream, index, extra=(touched, gap, count, 0.0, arrivals))
     return msg, [0.0] * len(probes)
 
 

@@ -15,6 +15,7 @@ from typing import Optional
 
 from joinlib.costs.encoding import Encoding, default_key_value
 from joinlib.costs.unit_time import full_bytes, selectivity
+from joinlib.data.stats import stream_stats, with_measured
 from joinlib.model import Query, Tup, Value
 
 
@@ -63,7 +64,6 @@ def domain_size(n: int, seen: int) -> float:
 def from_data(query: Query, streams: dict[str, list[Tup]]) -> Inputs:
     """Statistics measured on ``streams`` (declared ones where a stream has no data); the key
     selectivity is 1 / :func:`domain_size` of each join attribute."""
-    from joinlib.data.stats import stream_stats, with_measured
     measured = [stream_stats(s, streams.get(s.name, [])) for s in query.streams]
     for m in measured:
         n = m["tuples"]

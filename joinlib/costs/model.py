@@ -24,8 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from joinlib.algorithms import ALGORITHMS, REGISTRY
+from joinlib.algorithms.reduce import KEY_SETS, REDUCED
+from joinlib.algorithms.simple import SP_S
 from joinlib.costs.encoding import Encoding
-from joinlib.costs.flows import REPLICA, Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
+from joinlib.costs.flows import Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
 from joinlib.costs.inputs import Inputs, from_query
 from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
 from joinlib.model import Query
@@ -115,7 +118,7 @@ def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None) -> P
     shares: dict[str, float] = {}
     est = PlanEstimate()
     for rep in ir.replicas:
-        if rep.kind == "RF":  # a reduction's replica: its reducer's ShippedBatch, below
+        if rep.kind == REDUCED.name:  # a reduction's replica: its reducer's ShippedBatch, below
             continue
         mine = users.get(rep.sig, [])
         msg, parts = replica_flows(query, rep.kind, rep.stream, rep.index, [steps[s][1] for s in mine], enc)
@@ -144,7 +147,7 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
             if f.src == f.dst:  # two streams of one site: no network
                 continue
             t = edges[(op.stream, e.stream)]
-            m = Msg(f.name, "fwd", "partial", "filter", t.keys, op.stream, t.index,
+            m = Msg(f.name, KEY_SETS.direction, KEY_SETS.kind, "filter", t.keys, op.stream, t.index,
                     fp_cost=enc.window_fp_cost(e.stream))
             est.flows.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys,
                                       price(enc, f.src, f.dst, m) / tau))
@@ -152,7 +155,7 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
             f = ir.update_flow(ir.replica(op.replica))
             s = query.stream(op.stream)
             arrivals = 0.0 if s.window.is_time else stream_rate(s) * tau
-            m = Msg("update", "fwd", "full", "shipped", shipped[op.stream], op.stream, extra=(arrivals,))
+            m = Msg.on(REDUCED.update_flow, "shipped", shipped[op.stream], op.stream, extra=(arrivals,))
             est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
                                       price(enc, f.src, f.dst, m) / tau))
 
@@ -221,7 +224,7 @@ class WireModel:
         if heads is None:
             it = Inter.start(q, state.head)
             for n in _canonical_order(q, state.head, state.joined_set):
-                it = advance(q, it, n, "SP-S")
+                it = advance(q, it, n, SP_S.name)
             heads = self._heads[key] = it.heads
         rows = state.rate * interval_s(query)
         return Inter(state, rows, min(heads, rows))
@@ -236,9 +239,10 @@ class WireModel:
         tau = interval_s(q)
         total = 0.0
         shares = [0.0]
-        if algorithm in REPLICA:
-            idx = pr.index if algorithm in ("SM-S2", "SM-D1") else ()
-            msg, shares = replica_flows(q, REPLICA[algorithm], stream, idx, [pr], enc)
+        rec = REGISTRY.get(algorithm)
+        if rec is not None and rec.replica is not None:
+            idx = pr.index if rec.replica.keyed else ()
+            msg, shares = replica_flows(q, rec.replica.name, stream, idx, [pr], enc)
             total += price(enc, dst, src, msg)
         for m in step_flows(q, algorithm, pr, shares[0], enc):
             a, b = (src, dst) if m.direction == "fwd" else (dst, src)
@@ -246,7 +250,6 @@ class WireModel:
         return total / tau
 
     def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
-        from joinlib.plan.logical import ALGORITHMS
         return {a: self.step_cost(query, state, stream, a) for a in ALGORITHMS}
 
     def start_cost(self, query: Query, head: str, site: str) -> float:

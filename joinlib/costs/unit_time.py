@@ -7,28 +7,28 @@ rate r_1, tuple size F_1, key selectivities, the site where it lives) and the
 statistics of the next stream.  Costs are *unit-time* costs: seconds of processing
 plus transmission time per second of stream time.
 
-Three models implement the :class:`CostModel` protocol:
+A step's formula is its algorithm's (the record's ``terms``, :mod:`joinlib.algorithms`), in the
+symbols of :class:`~joinlib.algorithms.terms.StepParams` (computed here by :func:`step_params`).
+A :class:`TermModel` prices those terms; :mod:`joinlib.costs.term_models` has the three that do:
 
-* :class:`PaperModel` — the six Appendix B formulas with the paper's constants
-  c_p, c_u, c_h, c_i and S(x) = latency + x / bandwidth;
-* :class:`BytesModel` — bytes per second crossing the network (no latency, no CPU);
-* :class:`CalibratedModel` — the paper's formulas with measured constants, a
-  per-byte encoding cost and optionally hash-indexed probes, loaded from JSON.
+* :class:`~joinlib.costs.term_models.PaperModel` — the paper's constants c_p, c_u, c_h, c_i and
+  S(x) = latency + x / bandwidth;
+* :class:`~joinlib.costs.term_models.BytesModel` — bytes per second crossing the network;
+* :class:`~joinlib.costs.term_models.CalibratedModel` — the paper's formulas with measured constants.
 
-``docs/cost-model.md`` gives the formulas and the readings chosen where the paper
-is garbled or silent.
+:func:`joinlib.costs.get_model` builds any cost model by name.  ``docs/cost-model.md`` gives the
+formulas and the readings chosen where the paper is garbled or silent.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, NamedTuple, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
+from typing import Callable, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
 
-from joinlib.errors import JoinlibError
+from joinlib.algorithms import ALGORITHMS, REGISTRY, at_source, get_algorithm
+from joinlib.algorithms.terms import RawTerm, StepParams, Term, ship_term
 from joinlib.model import Query, Stream
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, at_source, validate
+from joinlib.plan.logical import Plan, Sequence, validate
 
 # --- defaults for missing statistics (documented in docs/cost-model.md) -------------
 DEFAULT_RATE = 100.0          # tuples per second
@@ -37,7 +37,6 @@ DEFAULT_ATTRIBUTES = 100      # payload attributes (the paper's Fig. 9 tuple: 50
 BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
 KEY_BYTES = 8                 # one join-attribute value on the wire
 TUPLE_OVERHEAD = 16           # timestamp + id of a full tuple
-COUNT_BYTES = 8               # SM-S1's expiry count message (the paper's "c")
 
 
 # --- statistics of a base stream ----------------------------------------------------
@@ -241,8 +240,7 @@ class SeqState:
 
     def advance(self, query: Query, stream: str, algorithm: str) -> "SeqState":
         """The state after joining ``stream`` with ``algorithm``: r_new = r_old × w_next × ρ."""
-        if algorithm not in FORMULAS:
-            raise JoinlibError(f"unknown algorithm {algorithm!r} (choose from {', '.join(FORMULAS)})")
+        get_algorithm(algorithm)
         i = self.info(query, stream)
         loc = self.location if at_source(algorithm) else query.stream(stream).site
         return SeqState(self.head, self.joined + (stream,), i.rate, i.full_bytes, i.classes, loc)
@@ -295,169 +293,21 @@ def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, t
 
 
 # --- the parameters of one step, with the paper's symbols ----------------------------
-@dataclass(frozen=True)
-class StepParams:
-    """Symbols of Table 4 for the one-way join (intermediate "1") -> (next stream "2")."""
-
-    r1: float
-    r2: float
-    w2: float
-    wp1: float
-    wp2: float
-    f1: float
-    f2: float
-    f12: float
-    f21: float
-    F1: float
-    F2: float
-    P1: float
-    P2: float
-    k2: float
-    m1: float
-    m2: float
-    tau: float
-    rho: float
-    src: str  # N_1: where the intermediate lives
-    dst: str  # N_2: the next stream's site
-
-    @classmethod
-    def of(cls, query: Query, state: SeqState, stream: str) -> "StepParams":
-        nxt = query.stream(stream)
-        info = state.info(query, stream)
-        tau = interval_s(query)
-        r1, r2 = state.rate, stream_rate(nxt)
-        f1 = info.f1
-        f2 = math.prod(selectivity(nxt, a) for a in info.key_attrs)
-        wp1, wp2, w2 = r1 * tau, r2 * tau, window_tuples(nxt)
-        P = float(KEY_BYTES * max(1, len(info.key_attrs)))
-        return cls(r1=r1, r2=r2, w2=w2, wp1=wp1, wp2=wp2, f1=f1, f2=f2,
-                   f12=min(1.0, f1 / f2), f21=min(1.0, f2 / f1),
-                   F1=state.full_bytes, F2=full_bytes(nxt), P1=P, P2=P,
-                   k2=min(1.0 / f2, w2), m1=min(1.0 / f1, wp1), m2=min(1.0 / f2, wp2),
-                   tau=tau, rho=info.rho, src=state.location, dst=nxt.site)
-
-
-# --- cost terms -------------------------------------------------------------------------
-class Term(NamedTuple):
-    """One term of a formula.
-
-    kind ``cpu``:   ``qty`` operations per second, each costing constant ``arg`` (name);
-    kind ``probe``: ``qty`` probes per second into a structure of ``arg`` entries,
-                    each finding ``arg2`` matches (nested loop: qty × arg × c_p);
-    kind ``ship``:  ``qty`` messages per second in direction ``arg`` ("fwd" = N_1 -> N_2,
-                    "back" = N_2 -> N_1) of ``arg2`` bytes each.
-    """
-
-    label: str
-    kind: str
-    qty: float
-    arg: Union[str, float]
-    arg2: float = 0.0
-
-
-# Terms are built as plain tuples (label, kind, qty, arg, arg2) — several times faster
-# than NamedTuple construction on the planners' hot path; ``terms()`` wraps them.
-RawTerm = tuple[str, str, float, Union[str, float], float]
-
-
-def _cpu(label: str, qty: float, const: str) -> RawTerm:
-    return (label, "cpu", qty, const, 0.0)
-
-
-def _probe(label: str, qty: float, size: float, matches: float) -> RawTerm:
-    return (label, "probe", qty, size, matches)
-
-
-def _ship(label: str, qty: float, direction: str, nbytes: float) -> RawTerm:
-    return (label, "ship", qty, direction, nbytes)
-
-
-def terms_sp_s(p: StepParams) -> list[RawTerm]:
-    n2 = 1.0 / p.tau  # r_2 / wp_2
-    return [
-        _cpu("update W1", p.r1, "c_u"),
-        _probe("probe W2@N1 with B1", p.r1, p.w2, p.w2 * p.rho),
-        _ship("ship B2 to N1", n2, "back", p.wp2 * p.F2),
-        _cpu("update W2@N1", p.r2, "c_u"),
-    ]
-
-
-def terms_sp_d(p: StepParams) -> list[RawTerm]:
-    n1 = 1.0 / p.tau  # r_1 / wp_1
-    return [
-        _cpu("update W1", p.r1, "c_i"),
-        _ship("ship B1 to N2", n1, "fwd", p.wp1 * p.F1),
-        _probe("probe W2 with B1", p.r1, p.w2, p.w2 * p.rho),
-        _cpu("update W2", p.r2, "c_u"),
-    ]
-
-
-def terms_sm_s1(p: StepParams) -> list[RawTerm]:
-    n1 = n2 = 1.0 / p.tau
-    return [
-        _cpu("update W1", p.r1, "c_i"),
-        _ship("ship K1", n1, "fwd", p.m1 * p.P1),
-        _probe("probe W2 with K1", n1 * p.m1, p.w2, p.w2 * p.f2),
-        _ship("ship dW'2", n1, "back", p.wp2 * p.f21 * p.F2),
-        _cpu("insert dW'2 into W'2", n1 * p.wp2 * p.f21, "c_i"),
-        _cpu("update W2", p.r2, "c_i"),
-        _probe("probe W'2 with B1", p.r1, p.w2 * p.f21, p.w2 * p.rho),
-        _ship("ship expiry count", n2, "back", COUNT_BYTES),
-    ]
-
-
-def terms_sm_s2(p: StepParams) -> list[RawTerm]:
-    n1 = n2 = 1.0 / p.tau
-    dv = p.k2 * (1.0 - p.f12)       # |dV'2| per batch
-    dj = p.m2 * (1.0 - p.f21)       # DJA vector entries per batch
-    return [
-        _cpu("update W1", p.r1, "c_i"),
-        _cpu("probe M2 (semijoin)", p.r1, "c_h"),
-        _ship("ship dV'2", n1, "fwd", dv * p.P2),
-        _probe("probe W2 with dV'2", n1 * dv, p.w2, p.w2 * p.f2),
-        _ship("ship dW'2", n1, "back", dv * p.F2),
-        _probe("probe V2 with B2", p.r2, p.k2, 1.0),
-        _cpu("probe M2 (join)", p.r1, "c_h"),
-        _cpu("update W2", p.r2, "c_i"),
-        _cpu("update V2", n2 * dj, "c_i"),
-        _ship("ship vJ, vC, sF", n2, "back", dj * p.P2 + p.wp2 * p.f21 * p.F2),
-        _cpu("update M2", n2 * dj, "c_u"),
-    ]
-
-
-def terms_sm_d1(p: StepParams) -> list[RawTerm]:
-    n1 = n2 = 1.0 / p.tau
-    dj = p.m2 * (1.0 - p.f21)
-    return [
-        _cpu("update W1", p.r1, "c_i"),
-        _probe("probe V2@N1 with B1", p.r1, p.k2, 1.0),
-        _ship("ship B'1", n1, "fwd", p.wp1 * p.f12 * p.F1),
-        _probe("probe W2 with B'1", p.r1 * p.f12, p.w2, p.w2 * p.rho),
-        _probe("probe V2 with B2", p.r2, p.k2, 1.0),
-        _cpu("update W2", p.r2, "c_i"),
-        _cpu("update V2 and V2@N1", 2.0 * n2 * dj, "c_i"),
-        _ship("ship vJ, vC", n2, "back", dj * p.P2),
-    ]
-
-
-def terms_sm_d2(p: StepParams) -> list[RawTerm]:
-    n1 = 1.0 / p.tau
-    return [
-        _cpu("update W1", p.r1, "c_i"),
-        _ship("ship K1", n1, "fwd", p.m1 * p.P1),
-        _probe("probe W2 with K1", n1 * p.m1, p.w2, p.w2 * p.f2),
-        _ship("ship K'1", n1, "back", p.m1 * p.f12 * p.P1),
-        _probe("probe B1 with K'1", n1 * p.m1 * p.f12, p.wp1, p.wp1 * p.f1),
-        _ship("ship B'1", n1, "fwd", p.wp1 * p.f12 * p.F1),
-        _probe("probe Temp with B'1", n1 * p.wp1 * p.f12, p.w2, p.w2 * p.rho),
-        _cpu("update W2", p.r2, "c_u"),
-    ]
-
-
-FORMULAS: dict[str, Callable[[StepParams], list[RawTerm]]] = {
-    "SP-S": terms_sp_s, "SP-D": terms_sp_d, "SM-S1": terms_sm_s1,
-    "SM-S2": terms_sm_s2, "SM-D1": terms_sm_d1, "SM-D2": terms_sm_d2,
-}
+def step_params(query: Query, state: SeqState, stream: str) -> StepParams:
+    """Table 4's symbols for joining ``stream`` to the intermediate stream ``state``."""
+    nxt = query.stream(stream)
+    info = state.info(query, stream)
+    tau = interval_s(query)
+    r1, r2 = state.rate, stream_rate(nxt)
+    f1 = info.f1
+    f2 = math.prod(selectivity(nxt, a) for a in info.key_attrs)
+    wp1, wp2, w2 = r1 * tau, r2 * tau, window_tuples(nxt)
+    P = float(KEY_BYTES * max(1, len(info.key_attrs)))
+    return StepParams(r1=r1, r2=r2, w2=w2, wp1=wp1, wp2=wp2, f1=f1, f2=f2,
+                      f12=min(1.0, f1 / f2), f21=min(1.0, f2 / f1),
+                      F1=state.full_bytes, F2=full_bytes(nxt), P1=P, P2=P,
+                      k2=min(1.0 / f2, w2), m1=min(1.0 / f1, wp1), m2=min(1.0 / f2, wp2),
+                      tau=tau, rho=info.rho, src=state.location, dst=nxt.site)
 
 
 # --- models ------------------------------------------------------------------------------
@@ -475,18 +325,16 @@ class CostModel(Protocol):
     def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float: ...
 
 
-class _TermModel:
-    """A model that evaluates the Appendix B terms; subclasses price each term kind."""
+class TermModel:
+    """A model that evaluates the Appendix B terms of each step's algorithm; subclasses price each term kind
+    (:mod:`joinlib.costs.term_models`)."""
 
     name = "terms"
 
     def terms(self, query: Query, state: SeqState, stream: str, algorithm: str) -> list[tuple[Term, float]]:
         """Every term of the step's formula with its priced value."""
-        try:
-            formula = FORMULAS[algorithm]
-        except KeyError:
-            raise JoinlibError(f"unknown algorithm {algorithm!r} (choose from {', '.join(FORMULAS)})") from None
-        p = StepParams.of(query, state, stream)
+        formula = get_algorithm(algorithm).terms
+        p = step_params(query, state, stream)
         return [(Term._make(t), self.price(query, p, t)) for t in formula(p)]
 
     def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
@@ -494,21 +342,21 @@ class _TermModel:
 
     def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
         """All six algorithms at once (the parameters are computed once)."""
-        p = StepParams.of(query, state, stream)
-        return {a: sum(self.price(query, p, t) for t in f(p)) for a, f in FORMULAS.items()}
+        p = step_params(query, state, stream)
+        return {a: sum(self.price(query, p, t) for t in rec.terms(p)) for a, rec in REGISTRY.items()}
 
     def start_cost(self, query: Query, head: str, site: str) -> float:
         """Cost of shipping the head's batches to a ``start`` site other than its own."""
         s = query.stream(head)
         if site == s.site:
             return 0.0
-        t = _ship("ship head batches to start", 1.0 / interval_s(query), "fwd",
-                  stream_rate(s) * interval_s(query) * full_bytes(s))
+        t = ship_term("ship head batches to start", 1.0 / interval_s(query), "fwd",
+                      stream_rate(s) * interval_s(query) * full_bytes(s))
         p = _start_params(query, s, site)
         return self.price(query, p, t)
 
     def price(self, query: Query, p: StepParams, t: RawTerm) -> float:  # pragma: no cover
-        """The value of one term tuple (label, kind, qty, arg, arg2); see :class:`Term`."""
+        """The value of one term tuple (label, kind, qty, arg, arg2); see :class:`~joinlib.algorithms.terms.Term`."""
         raise NotImplementedError
 
 
@@ -517,139 +365,6 @@ def _start_params(query: Query, s: Stream, site: str) -> StepParams:
     return StepParams(r1=r, r2=0, w2=0, wp1=r * tau, wp2=0, f1=1, f2=1, f12=1, f21=1,
                       F1=full_bytes(s), F2=0, P1=0, P2=0, k2=0, m1=0, m2=0, tau=tau, rho=1,
                       src=s.site, dst=site)
-
-
-class PaperModel(_TermModel):
-    """The six Appendix B formulas (seconds of processing + transmission per second).
-
-    ``c_p`` per probe comparison (nested loop), ``c_u`` per window update, ``c_h`` per
-    hash of a tuple, ``c_i`` per tuple insert, all in seconds.  The defaults are
-    placeholders of the right order for a 2010 Java nested-loop engine, not
-    measurements: calibrate (:class:`CalibratedModel`) before trusting absolute values.
-    """
-
-    name = "paper"
-
-    def __init__(self, c_p: float = 1e-6, c_u: float = 5e-6, c_h: float = 1e-6, c_i: float = 5e-6) -> None:
-        for k, v in (("c_p", c_p), ("c_u", c_u), ("c_h", c_h), ("c_i", c_i)):
-            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
-                raise JoinlibError(f"cost constant {k} must be a non-negative number, not {v!r}")
-        self.c_p, self.c_u, self.c_h, self.c_i = float(c_p), float(c_u), float(c_h), float(c_i)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i})"
-
-    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
-        _, kind, qty, arg, arg2 = t
-        if kind == "cpu":  # arg: the name of the constant
-            const: float = getattr(self, str(arg))
-            return qty * const
-        if kind == "probe":  # arg: the size of the probed structure
-            return qty * float(arg) * self.c_p
-        src, dst = (p.src, p.dst) if arg == "fwd" else (p.dst, p.src)
-        return qty * transfer_s(query, src, dst, arg2)
-
-
-class BytesModel(_TermModel):
-    """Expected bytes per second over the network (same-site shipments are free)."""
-
-    name = "bytes"
-
-    def __repr__(self) -> str:
-        return "BytesModel()"
-
-    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
-        if t[1] != "ship" or p.src == p.dst:
-            return 0.0
-        return t[2] * t[4]
-
-
-CALIBRATION_KEYS = {"c_p", "c_u", "c_h", "c_i", "c_byte", "probe", "c_match"}
-
-
-class CalibratedModel(PaperModel):
-    """The Appendix B formulas with constants measured on this implementation.
-
-    Adds to :class:`PaperModel`:
-
-    * ``c_byte`` — seconds per shipped byte spent encoding + decoding (added to S(x));
-    * ``probe`` — ``"nested"`` (the paper: a probe scans the structure, qty × size × c_p)
-      or ``"hash"`` (a hash-indexed structure: qty × (c_p + c_match × matches));
-    * ``c_match`` — seconds per produced match with hash probes (default c_p).
-
-    :meth:`from_json` reads a JSON object with exactly these keys (see
-    docs/cost-model.md); a ``"meta"`` object (machine, date, command) is kept as-is.
-    """
-
-    name = "calibrated"
-
-    def __init__(self, c_p: float = 1e-6, c_u: float = 5e-6, c_h: float = 1e-6, c_i: float = 5e-6,
-                 c_byte: float = 0.0, probe: str = "nested", c_match: Optional[float] = None,
-                 meta: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(c_p, c_u, c_h, c_i)
-        if probe not in ("nested", "hash"):
-            raise JoinlibError(f"calibration: probe must be 'nested' or 'hash', not {probe!r}")
-        if not (isinstance(c_byte, (int, float)) and c_byte >= 0):
-            raise JoinlibError(f"calibration: c_byte must be a non-negative number, not {c_byte!r}")
-        self.c_byte = float(c_byte)
-        self.probe = probe
-        self.c_match = self.c_p if c_match is None else float(c_match)
-        self.meta = dict(meta or {})
-
-    @classmethod
-    def from_json(cls, path: Union[str, Path]) -> "CalibratedModel":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise JoinlibError(f"calibration file {path} not found") from None
-        except json.JSONDecodeError as e:
-            raise JoinlibError(f"calibration file {path} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise JoinlibError(f"calibration file {path}: expected a JSON object")
-        unknown = set(data) - CALIBRATION_KEYS - {"meta"}
-        if unknown:
-            raise JoinlibError(f"calibration file {path}: unknown keys {', '.join(sorted(unknown))} "
-                               f"(expected {', '.join(sorted(CALIBRATION_KEYS))}, meta)")
-        return cls(**data)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"c_p": self.c_p, "c_u": self.c_u, "c_h": self.c_h, "c_i": self.c_i,
-                "c_byte": self.c_byte, "probe": self.probe, "c_match": self.c_match, "meta": self.meta}
-
-    def __repr__(self) -> str:
-        return (f"CalibratedModel(c_p={self.c_p}, c_u={self.c_u}, c_h={self.c_h}, c_i={self.c_i}, "
-                f"c_byte={self.c_byte}, probe={self.probe!r}, c_match={self.c_match})")
-
-    def price(self, query: Query, p: StepParams, t: RawTerm) -> float:
-        _, kind, qty, arg, arg2 = t
-        if kind == "probe" and self.probe == "hash":
-            return qty * (self.c_p + self.c_match * arg2)
-        value = super().price(query, p, t)
-        if kind == "ship" and p.src != p.dst:
-            value += qty * arg2 * self.c_byte
-        return value
-
-
-MODELS = ("paper", "bytes", "calibrated")
-
-
-def get_model(name: str = "paper", **params: Any) -> CostModel:
-    """A cost model by name: ``paper`` (c_p, c_u, c_h, c_i), ``bytes``, or
-    ``calibrated`` (``path=`` a calibration JSON file, or the constants themselves)."""
-    if name == "paper":
-        return PaperModel(**params)
-    if name == "bytes":
-        if params:
-            raise JoinlibError(f"the bytes model takes no parameters (got {', '.join(params)})")
-        return BytesModel()
-    if name == "calibrated":
-        if "path" in params:
-            if len(params) > 1:
-                raise JoinlibError("calibrated model: give either path= or the constants, not both")
-            return CalibratedModel.from_json(params["path"])
-        return CalibratedModel(**params)
-    raise JoinlibError(f"unknown cost model {name!r} (choose from {', '.join(MODELS)})")
 
 
 # --- costs of sequences and plans ----------------------------------------------------------
@@ -723,7 +438,7 @@ def explain(query: Query, plan: Plan, model: CostModel) -> list[ExplainRow]:
                                "cost": cost, "rho": state.join_selectivity(query, st.stream),
                                "rate": state.rate, "site": state.location, "rate_out": nxt.rate,
                                "site_out": nxt.location, "bytes_out": nxt.full_bytes}
-            if isinstance(model, _TermModel):
+            if isinstance(model, TermModel):
                 terms = model.terms(query, state, st.stream, st.algorithm)
                 row["transmission"] = sum(v for t, v in terms if t.kind == "ship")
                 row["processing"] = cost - row["transmission"]
@@ -790,14 +505,13 @@ class StepCache:
     def advance(self, state: SeqState, stream: str, algorithm: str) -> SeqState:
         loc = state.location if at_source(algorithm) else self.query.stream(stream).site
         hit = self._states.get((state.head, state.joined_set | {stream}, loc))
-        if hit is not None and algorithm in FORMULAS:
+        if hit is not None and algorithm in REGISTRY:
             return hit
         return self.canonical(state.advance(self.query, stream, algorithm))
 
 
 __all__ = [
-    "CostModel", "SeqState", "KeyClass", "StepParams", "Term", "FORMULAS",
-    "PaperModel", "BytesModel", "CalibratedModel", "get_model", "MODELS",
+    "CostModel", "TermModel", "SeqState", "KeyClass", "step_params",
     "sequence_cost", "plan_cost", "explain", "ExplainRow", "frontier", "all_step_costs", "StepCache",
     "stream_rate", "window_tuples", "full_bytes", "selectivity", "transfer_s",
 ]

@@ -395,7 +395,7 @@ def measure(query: Query, streams: dict[str, list[Tup]], plan: Plan, *, warmup_m
 
 def cost_models(calibration: Optional[Path] = None) -> dict[str, CostModel]:
     """The models every experiment reports: paper, bytes, and calibrated if a file is given."""
-    from joinlib.costs.unit_time import get_model
+    from joinlib.costs import get_model
     models = {"paper": get_model("paper"), "bytes": get_model("bytes")}
     if calibration is not None:
         models["calibrated"] = get_model("calibrated", path=calibration)
@@ -403,7 +403,7 @@ def cost_models(calibration: Optional[Path] = None) -> dict[str, CostModel]:
 
 
 def planning_model(name: str, calibration: Optional[Path] = None) -> CostModel:
-    from joinlib.costs.unit_time import get_model
+    from joinlib.costs import get_model
     if name == "calibrated":
         if calibration is None:
             raise JoinlibError("--model calibrated needs --calibration FILE.json (see 'joinlib calibrate')")

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.data.synthetic import StreamSpec
 from joinlib.experiments.common import (
     DataCache,
@@ -39,7 +40,7 @@ from joinlib.experiments.common import (
     write_json,
 )
 from joinlib.model import Execution, Network, Query
-from joinlib.plan.logical import ALGORITHMS, uniform
+from joinlib.plan.logical import uniform
 
 DEFAULTS: dict[str, float] = {"attributes": 250, "selectivity": 0.1, "rate": 300, "window_ms": 3000,
             "latency_ms": 25.0, "bandwidth_kbps": 1024.0, "interval_ms": 100, "max_delay_ms": 80}

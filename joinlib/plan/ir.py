@@ -27,25 +27,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
+from joinlib.algorithms import REGISTRY
+from joinlib.algorithms.record import ReplicaKind
+from joinlib.algorithms.reduce import KEY_SETS, REDUCE, key_set_flow
+from joinlib.algorithms.simple import FULL
 from joinlib.errors import PlanError
 from joinlib.model import Network, Query
-from joinlib.plan.logical import Plan, Sequence, at_source
+from joinlib.plan.logical import Plan, Sequence
 
 Slot = tuple[int, int]  # (stream position in a result row, index into that stream's key)
-
-#: the replica each algorithm keeps at the probing node when it crosses sites
-REPLICA_KIND = {"SP-S": "SP-S", "SM-S1": "SM-S1", "SM-S2": "SM-S2", "SM-D1": "SM-D1"}
-#: the kind of message on a replica's update flow ("RF": a reduction's filtered replica at its result site)
-UPDATE_KIND = {"SP-S": "full", "SM-S1": "update", "SM-S2": "update", "SM-D1": "update", "RF": "full"}
-#: flows of a step that crosses sites: (name, direction, kind); fwd = loc -> home
-STEP_FLOWS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "SP-S": (),
-    "SP-D": (("data", "fwd", "full"),),
-    "SM-S1": (("req", "fwd", "partial"), ("resp", "back", "full")),
-    "SM-S2": (("req", "fwd", "partial"), ("resp", "back", "full")),
-    "SM-D1": (("data", "fwd", "full"),),
-    "SM-D2": (("keys", "fwd", "partial"), ("match", "back", "partial"), ("data", "fwd", "full")),
-}
 
 
 # ----------------------------------------------------------------------------- topology
@@ -211,8 +201,8 @@ class StepOp:
     @property
     def sites(self) -> tuple[str, ...]:
         """Where the step has a phase: its input's site, and the probed stream's site unless the step
-        only probes a replica there (SP-S across sites)."""
-        if self.local or self.algorithm == "SP-S":
+        only probes a replica there (SP-S across sites: :attr:`~joinlib.algorithms.record.Algorithm.at_home`)."""
+        if self.local or not REGISTRY[self.algorithm].at_home:
             return (self.loc,)
         return (self.loc, self.home)
 
@@ -425,7 +415,7 @@ class PlanIR:
         for head, at in self.starts:
             t = 0.0
             if at != self.query.stream(head).site:
-                t = cost(self.update_flow(self.replica(f"SP-S:{head}@{self.query.stream(head).site}>{at}")))
+                t = cost(self.update_flow(self.replica(f"{FULL.name}:{head}@{self.query.stream(head).site}>{at}")))
             for st in self.steps_of(head):
                 if st.replica is not None:
                     t = max(t, cost(self.update_flow(self.replica(st.replica))))
@@ -441,31 +431,32 @@ class _Lowering:
 
     def __init__(self, query: Query, plan: Plan) -> None:
         self.query = query
-        self.full = "RF" if plan.reduce is not None else "SP-S"
+        self.full = REDUCE.replica if plan.reduce is not None else FULL   # a reduction's copies: what passed
         self.replicas: dict[str, ReplicaOp] = {}
         self.flows: dict[str, FlowOp] = {}
         self.steps: list[StepOp] = []
 
-    def replica(self, kind: str, stream: str, loc: str, index: tuple[int, ...]) -> str:
-        if kind == "SP-S":
+    def replica(self, kind: ReplicaKind, stream: str, loc: str, index: tuple[int, ...]) -> str:
+        if kind == FULL:
             kind = self.full
         s = self.query.stream(stream)
-        r = ReplicaOp(kind, stream, s.pos, s.site, loc, index)
+        r = ReplicaOp(kind.name, stream, s.pos, s.site, loc, index)
         if r.sig not in self.replicas:
             self.replicas[r.sig] = r
-            f = FlowOp(r.sig, "update", s.site, loc, UPDATE_KIND[kind])
+            update = kind.update_flow
+            f = FlowOp(r.sig, update.name, s.site, loc, update.kind)
             self.flows[f.sig] = f
         return r.sig
 
     def sequence(self, seq_index: int, seq: Sequence, start: str) -> None:
         query, head = self.query, self.query.stream(seq.head)
         if start != head.site:
-            self.replica("SP-S", seq.head, start, ())
+            self.replica(FULL, seq.head, start, ())
         loc, joined = start, [seq.head]
         for j, st in enumerate(seq.steps):
             s = query.stream(st.stream)
             key = key_spec(query, st.stream, joined)
-            proc = loc if (at_source(st.algorithm) or loc == s.site) else s.site
+            proc = loc if (REGISTRY[st.algorithm].at_source or loc == s.site) else s.site
             inp = Derived(seq.head, frozenset(joined))
             out = Derived(seq.head, frozenset(joined + [st.stream]))
             rep, flows = self._crossing(st.algorithm, st.stream, key, inp, loc) if loc != s.site else (None, ())
@@ -477,17 +468,16 @@ class _Lowering:
     def _crossing(self, algorithm: str, stream: str, key: KeySpec, inp: Derived,
                   loc: str) -> tuple[Optional[str], tuple[tuple[str, str], ...]]:
         """The replica and the flows of a step whose input is not at the probed stream's site."""
-        home = self.query.stream(stream).site
+        home, rec = self.query.stream(stream).site, REGISTRY[algorithm]
         rep = None
-        if algorithm in REPLICA_KIND:
-            idx = key.index if algorithm in ("SM-S2", "SM-D1") else ()
-            rep = self.replica(REPLICA_KIND[algorithm], stream, loc, idx)
+        if rec.replica is not None:
+            rep = self.replica(rec.replica, stream, loc, key.index if rec.replica.keyed else ())
         owner, out = f"{algorithm}:{inp.sig}@{loc}+{stream}", []
-        for name, direction, kind in STEP_FLOWS[algorithm]:
-            src, dst = (loc, home) if direction == "fwd" else (home, loc)
-            f = FlowOp(owner, name, src, dst, kind)
+        for flow in rec.flows:
+            src, dst = (loc, home) if flow.direction == "fwd" else (home, loc)
+            f = FlowOp(owner, flow.name, src, dst, flow.kind)
             self.flows[f.sig] = f
-            out.append((name, f.sig))
+            out.append((flow.name, f.sig))
         return rep, tuple(out)
 
 
@@ -530,12 +520,13 @@ def _reducers(query: Query, plan: Plan, replicas: dict[str, ReplicaOp], flows: d
             theirs = tuple(other.attr_index(p.side(other.name) or "") for p in preds)
             fout: Optional[str] = None
             if (s.name, other.name) not in skip:
-                fo = FlowOp(sig, f"to:{other.name}", s.site, other.site, "partial")
+                fo = FlowOp(sig, key_set_flow(other.name), s.site, other.site, KEY_SETS.kind)
                 flows[fo.sig] = fo
                 fout = fo.sig
-            fin = None if (other.name, s.name) in skip else f"reduce:{other.name}@{other.site}>{red.site}/to:{s.name}"
+            fin = None if (other.name, s.name) in skip else \
+                f"reduce:{other.name}@{other.site}>{red.site}/{key_set_flow(s.name)}"
             edges.append(Edge(other.name, other.site, mine, theirs, fout, fin, i >= n_tree))
-        rep = f"RF:{s.name}@{s.site}>{red.site}"
+        rep = f"{REDUCE.replica.name}:{s.name}@{s.site}>{red.site}"
         out.append(ReducerOp(s.name, s.pos, s.site, red.site, tuple(edges), parent.get(s.name),
                              rep if rep in replicas else None))
     return tuple(out)

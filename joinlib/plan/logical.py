@@ -32,20 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from joinlib.algorithms import ALGORITHMS
+from joinlib.algorithms.simple import CENTRAL
 from joinlib.errors import PlanError
 from joinlib.model import Query, equality_classes
-
-ALGORITHMS = ("SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2")
-SOURCE_ALGORITHMS = frozenset({"SP-S", "SM-S1", "SM-S2"})
 
 StepsJSON = list[list[str]]  # [[stream, algorithm], ...]
 #: the JSON form of a plan: head stream -> its steps, or {"start": site, "steps": steps}
 PlanJSON = dict[str, Union[StepsJSON, dict[str, Union[str, StepsJSON]]]]
-
-
-def at_source(algorithm: str) -> bool:
-    """True if the algorithm produces its output at the source (intermediate) node."""
-    return algorithm in SOURCE_ALGORITHMS
 
 
 @dataclass(frozen=True)
@@ -354,7 +348,7 @@ def central(query: Query, site: Optional[str] = None) -> Plan:
     seqs = []
     for s in query.streams:
         order = bfs_order(query, s.name)
-        seqs.append(Sequence(s.name, tuple(Step(o, "SP-S") for o in order), site))
+        seqs.append(Sequence(s.name, tuple(Step(o, CENTRAL.step.name) for o in order), site))
     return validate(query, Plan(tuple(seqs)))
 
 

@@ -37,10 +37,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.costs import Inputs, WireModel, inputs_for
 from joinlib.model import Query, Tup
 from joinlib.plan import logical as plans
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, validate
+from joinlib.plan.logical import Plan, Sequence, Step, validate
 from joinlib.planner.exhaustive import exhaustive_sequence
 from joinlib.planner.measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
 

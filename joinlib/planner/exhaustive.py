@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 from typing import Iterator, Optional
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.costs.unit_time import CostModel, MemoKey, SeqState, StepCache, frontier
 from joinlib.model import Query
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, validate
+from joinlib.plan.logical import Plan, Sequence, Step, validate
 
 _REL_TIE = 1e-12  # relative tolerance under which two totals count as a tie
 

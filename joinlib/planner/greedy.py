@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.costs.unit_time import CostModel, SeqState, all_step_costs, frontier
 from joinlib.model import Query
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, validate
+from joinlib.plan.logical import Plan, Sequence, Step, validate
 
 
 def greedy_step(query: Query, model: CostModel, state: SeqState) -> tuple[str, str, float]:

@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Optional, TypedDict, Unpack
 
-from joinlib.costs.unit_time import CostModel, get_model, plan_cost
+from joinlib.costs import get_model
+from joinlib.costs.unit_time import CostModel, plan_cost
 from joinlib.data.synthetic import (
     TABLE2,
     TOPOLOGIES,

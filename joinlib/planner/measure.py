@@ -13,6 +13,10 @@ from typing import Optional
 
 from joinlib.model import Query, Tup
 from joinlib.plan.logical import Plan
+from joinlib.protocol.messages import Envelope, TupleBatch
+from joinlib.protocol.wire import envelope_size
+from joinlib.runtime.sink import CountingSink
+from joinlib.sim.engine import run_embedded
 
 Streams = dict[str, list[Tup]]
 MIN_SAMPLE_EPOCHS = 20  # epochs measured after the windows are full
@@ -64,10 +68,6 @@ class Sample:
 
 def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> Sample:
     """Run ``plan`` on the first ``length_ms`` of ``streams`` (see :class:`Sample`)."""
-    from joinlib.protocol.messages import Envelope
-    from joinlib.protocol.wire import envelope_size
-    from joinlib.runtime.sink import CountingSink
-    from joinlib.sim.engine import run_embedded
     sample = sample_of(streams, length_ms)
     tau = query.execution.interval_ms
     first = min((ts[0].ts for ts in sample.values() if ts), default=0)
@@ -92,8 +92,6 @@ def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> 
 def central_bytes(query: Query, streams: Streams, node: str) -> int:
     """The bytes ``central:node`` ships over ``streams``, computed without running it: every other
     stream's batch of every epoch in one full-tuple message to ``node``."""
-    from joinlib.protocol.messages import Envelope, TupleBatch
-    from joinlib.protocol.wire import envelope_size
     tau = query.execution.interval_ms
     last = max((t.ts for ts in streams.values() for t in ts), default=0) // tau
     total = 0

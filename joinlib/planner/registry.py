@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.costs import DEFAULT_MODEL, get_model
 from joinlib.costs.unit_time import CostModel
 from joinlib.errors import PlanError
@@ -111,7 +112,7 @@ PLANNERS: dict[str, Planner] = {
     "sampled": Planner(_sampled, takes_arg=True, needs_data=True),
     "central": Planner(_central, takes_arg=True),
     "reduce": Planner(_reduce, takes_arg=True),
-    **{algorithm: _uniform(algorithm) for algorithm in plans.ALGORITHMS},
+    **{algorithm: _uniform(algorithm) for algorithm in ALGORITHMS},
 }
 
 #: the cost-based planners, ``(query, model) -> Plan``
@@ -171,7 +172,7 @@ def candidates(query: Query, streams: Optional[Streams] = None) -> dict[str, Pla
     for site in query.nodes:
         out[f"central:{site}"] = plans.central(query, site)
         out[f"reduce:{site}"] = plans.reduction(query, site)
-    for algorithm in plans.ALGORITHMS:
+    for algorithm in ALGORITHMS:
         out[algorithm] = plans.uniform(query, algorithm)
     for r in auto_ranked(query, streams)[0]:
         out.setdefault(f"auto/{r.name}", r.plan)

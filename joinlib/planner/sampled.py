@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from tqdm import tqdm
+
 from joinlib.errors import PlanError
 from joinlib.model import Query
 from joinlib.plan.logical import Plan
@@ -43,7 +45,6 @@ def measure(query: Query, streams: Streams, length_ms: Optional[int] = None,
     length = length_ms or sample_ms(query, streams)
     items: Iterable[tuple[str, Plan]] = candidates(query, streams).items()
     if progress:
-        from tqdm import tqdm
         items = tqdm(items, desc="sampling plans", unit="plan", leave=False)
     out = []
     for name, plan in items:

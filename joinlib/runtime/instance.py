@@ -29,6 +29,7 @@ from joinlib.runtime.algorithms import (
     AnyReplica,
     AnySender,
     Reducer,
+    has_sender,
     make_replica,
     make_sender,
     reducer_phases,
@@ -187,7 +188,7 @@ class Instance:
         """The phases of the stateful protocols here: replicas' senders and holders, reducers."""
         site, placed = self.site, []
         for op in self.ir.replicas:
-            if op.home == site and op.kind != "RF":  # a reduction's reducer serves its RF replica
+            if op.home == site and has_sender(op):  # a reduction's reducer serves its RF replica
                 placed.append(self._sender(op))
             if op.loc == site:
                 placed.append(self._replica(op))

@@ -9,6 +9,7 @@ tuples (the FIFO of SM-S1, the per-key lists of SM-S2).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Iterable, Optional, Protocol, Sequence
 
 from joinlib.model import Tup, Value
@@ -45,7 +46,6 @@ class KeyList:
         if not self.seq or self.seq[-1] < t.seq:
             self.append(t)
             return
-        from bisect import bisect_left
         i = bisect_left(self.seq, t.seq, self.lo)
         if i < len(self.seq) and self.seq[i] == t.seq:
             return  # already present
@@ -61,7 +61,6 @@ class KeyList:
 
     def drop_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         """Remove the prefix with ts < ``ts`` (or seq < ``seq``); return it."""
-        from bisect import bisect_left
         if ts is not None:
             arr, bound = self.ts, ts
         elif seq is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
 from joinlib.node.cluster import run_cluster
@@ -100,7 +101,7 @@ def _run_and_check(dataset, plan, bootstrap, embedded=None, **kw) -> dict:
     return report
 
 
-@pytest.mark.parametrize("algorithm", plans.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_uniform_plan_is_exact_and_ships_the_simulated_bytes(routers, kafka_bootstrap, algorithm):
     query = routers[0]
     _run_and_check(routers, plans.uniform(query, algorithm), kafka_bootstrap, mode="thread")

@@ -21,6 +21,7 @@ from joinlib.adapters.redis_store import (
     clear_namespace,
     redis_store_factory,
 )
+from joinlib.algorithms import ALGORITHMS
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
 from joinlib.plan import logical as plans
@@ -44,11 +45,11 @@ def workload(request, tmp_path_factory):
 
 
 def _plans(query):
-    return [(a, plans.uniform(query, a)) for a in plans.ALGORITHMS] + [("central", plans.central(query))]
+    return [(a, plans.uniform(query, a)) for a in ALGORITHMS] + [("central", plans.central(query))]
 
 
 @pytest.mark.parametrize("mirror", [False, True], ids=["redis", "redis-mirror"])
-@pytest.mark.parametrize("which", list(plans.ALGORITHMS) + ["central"])
+@pytest.mark.parametrize("which", list(ALGORITHMS) + ["central"])
 def test_engine_on_redis_is_exact(workload, which, mirror, redis_url):
     """Every read from Redis (mirror=False), or from the memory copy of MirroredRedisWindowStore
     (what node services use): exact either way, and the copy in Redis equals the one in memory."""

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
 from joinlib.plan import logical as plans_mod
 from joinlib.protocol import wire
@@ -282,7 +283,7 @@ def any_plan(draw, query: Query) -> plans_mod.Plan:
     if how == "reduce":
         return draw(reductions(query))
     if how == "uniform":
-        return plans_mod.uniform(query, draw(st.sampled_from(plans_mod.ALGORITHMS)))
+        return plans_mod.uniform(query, draw(st.sampled_from(ALGORITHMS)))
     return plans_mod.central(query, draw(st.sampled_from(query.sites)))
 
 
@@ -474,7 +475,7 @@ def _plan(q: Query, *seqs) -> plans_mod.Plan:
 def _targets():
     """(name, query and data, plan): every algorithm alone, mixed plans, shared replica lanes."""
     q, _ = _chain3()
-    out = [(a, _chain3, plans_mod.uniform(q, a)) for a in plans_mod.ALGORITHMS]
+    out = [(a, _chain3, plans_mod.uniform(q, a)) for a in ALGORITHMS]
     out.append(("mixed", _chain3, _plan(q, ("A", [("B", "SM-S2"), ("C", "SM-D2")]),
                                         ("B", [("C", "SM-S1"), ("A", "SP-D")]),
                                         ("C", [("B", "SM-D1"), ("A", "SM-S2")]))))

@@ -22,17 +22,16 @@ import math
 
 import pytest
 
+from joinlib.algorithms import ALGORITHMS
+from joinlib.costs import get_model
+from joinlib.costs.term_models import BytesModel, CalibratedModel, PaperModel
 from joinlib.costs.unit_time import (
-    BytesModel,
-    CalibratedModel,
-    PaperModel,
     SeqState,
-    StepParams,
     explain,
     full_bytes,
-    get_model,
     plan_cost,
     sequence_cost,
+    step_params,
     window_tuples,
 )
 from joinlib.errors import JoinlibError
@@ -46,7 +45,7 @@ from joinlib.model import (
     StreamStats,
     Window,
 )
-from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, Step, central, uniform
+from joinlib.plan.logical import Plan, Sequence, Step, central, uniform
 
 C = dict(c_p=1e-6, c_u=2e-6, c_h=3e-6, c_i=4e-6)
 
@@ -67,7 +66,7 @@ def _cost(q, alg, model=None):
 
 def test_parameters_case_a():
     q = _two()
-    p = StepParams.of(q, SeqState.start(q, "S1"), "S2")
+    p = step_params(q, SeqState.start(q, "S1"), "S2")
     assert (p.r1, p.r2, p.wp1, p.wp2, p.w2) == pytest.approx((100, 50, 10, 5, 200))
     assert (p.f1, p.f2, p.f12, p.f21) == pytest.approx((0.05, 0.1, 0.5, 1.0))
     assert (p.k2, p.m1, p.m2) == pytest.approx((10, 10, 5))
@@ -214,7 +213,7 @@ def test_two_attribute_step():
     q = Query("q", (A, B, Cs), (Predicate("A", "x", "B", "x"), Predicate("B", "y", "C", "y"),
                                  Predicate("C", "z", "A", "z")))
     ab = SeqState.start(q, "A").advance(q, "B", "SP-D")
-    p = StepParams.of(q, ab, "C")
+    p = step_params(q, ab, "C")
     assert p.rho == pytest.approx(0.05 * 0.05)  # min(0.1, 0.05) per predicate, independent
     assert p.f1 == pytest.approx(0.1 * 0.1) and p.f2 == pytest.approx(0.05 * 0.05)
     assert p.P1 == 16

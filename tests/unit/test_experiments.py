@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from joinlib.algorithms import ALGORITHMS
 from joinlib.cli.experiments import main
-from joinlib.costs.unit_time import get_model, plan_cost
+from joinlib.costs import get_model
+from joinlib.costs.unit_time import plan_cost
 from joinlib.experiments.common import (
     DataCache,
     accuracy,
@@ -22,7 +24,7 @@ from joinlib.experiments.common import (
 )
 from joinlib.experiments.table3 import query_of
 from joinlib.model import Execution, Network
-from joinlib.plan.logical import ALGORITHMS, from_json, uniform
+from joinlib.plan.logical import from_json, uniform
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[2]

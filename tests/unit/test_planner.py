@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joinlib.costs.unit_time import BytesModel, PaperModel, SeqState, frontier, plan_cost, sequence_cost
+from joinlib.algorithms import ALGORITHMS
+from joinlib.costs.term_models import BytesModel, PaperModel
+from joinlib.costs.unit_time import SeqState, frontier, plan_cost, sequence_cost
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Link, Network
-from joinlib.plan.logical import ALGORITHMS, validate
+from joinlib.plan.logical import validate
 from joinlib.planner import COST_PLANNERS, beam, brute_force, exhaustive, greedy, plan_for
 from joinlib.planner.exhaustive import (
     best_algorithms,
