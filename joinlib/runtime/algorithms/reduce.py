@@ -28,8 +28,9 @@ epoch, so its key is in that epoch's crossing set before anything ships.
 Key sets are deltas: a reducer sends the keys of tuples that pass for the first time, tagged with
 the latest arrival epoch among them, and the oldest arrival epoch still in its window (both as
 epochs back from the message's epoch, a byte each); a receiver
-keeps every set whose tag is not below the sender's latest such epoch.  A tuple that did not pass
-is re-tested only against the sets that arrived since, so each epoch costs what changed.
+keeps every set whose tag is not below the sender's latest such epoch.  Each epoch costs what changed:
+a set touches only the pending tuples whose key it holds (a Bloom filter is tested once per distinct
+pending key), and a tuple is tested again for an edge only after one of its keys newly matched.
 """
 from __future__ import annotations
 
@@ -47,22 +48,32 @@ from joinlib.runtime.window import HomeWindow
 
 
 class _Entry:
-    """A tuple of the window not yet sent on every edge or shipped: which edges it went out on,
-    and per neighbour the latest tag of a key set it matched and how many sets were tested."""
+    """A tuple of the window not yet sent on every edge or shipped: which edges it went out on, its
+    key toward each neighbour whose sets it is tested against, and its rank in the window (the
+    order key sets list their keys in)."""
 
-    __slots__ = ("t", "sent", "shipped", "mt", "chk", "hs")
+    __slots__ = ("t", "sent", "shipped", "keys", "rank")
 
-    def __init__(self, t: Tup) -> None:
+    def __init__(self, t: Tup, keys: dict[str, Key], rank: int) -> None:
         self.t = t
         self.sent: set[str] = set()
         self.shipped = False
-        self.mt: dict[str, int] = {}
-        self.chk: dict[str, int] = {}
-        self.hs: dict[str, Hashes] = {}
+        self.keys = keys
+        self.rank = rank
+
+
+#: the channel of :meth:`Reducer.ship` among the dirty sets (the others are named by their neighbour)
+_SHIP = ""
 
 
 class Reducer:
-    """The state of one stream's reducer (see the module docstring)."""
+    """The state of one stream's reducer (see the module docstring).
+
+    Work is proportional to what changed, not to the window: pending tuples are indexed by their key
+    toward each neighbour, and per (neighbour, key) the reducer keeps the latest tag of a live set
+    holding that key.  A set that arrives touches only the keys it names (explicit keys), or tests
+    each distinct pending key once (a Bloom filter); a tuple is re-tested for an edge only when one of
+    its keys newly matched since it was last tested (its seq is then *dirty* for that edge)."""
 
     def __init__(self, op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
                  fp_cost: Optional[dict[str, Optional[float]]] = None) -> None:
@@ -80,66 +91,133 @@ class Reducer:
         self._filters = tuple(e.stream for e in op.filters)
         self._tree_filters = tuple(e.stream for e in op.filters if not e.cross)
         self._sends = len(op.sends)
+        self._rank = 0
+        # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
+        self._by_key: dict[str, dict[Key, set[int]]] = {n: {} for n in self._filters}
+        self._best: dict[str, dict[Key, int]] = {n: {} for n in self._filters}
+        self._hashes: dict[Key, Hashes] = {}
+        self._dirty: dict[str, set[int]] = {n: set() for n in (*(e.stream for e in op.sends), _SHIP)}
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
         """Epoch e: B_e enters the window, tuples below ``lower`` leave it."""
         for t in batch:
             self.window.append((t.ts, t.seq, e))
-            self.pending[t.seq] = _Entry(t)
+            self._add(t)
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
         w = self.window
         while w and w[0][col] < value:
             seq = w.popleft()[1]
-            self.pending.pop(seq, None)
+            x = self.pending.pop(seq, None)
+            if x is not None:
+                self._forget(x)
 
     def start(self, tuples: Sequence[Tup], tau: int) -> None:
         """A generation starting mid-stream: the window as it is at the boundary."""
         for t in tuples:
             self.window.append((t.ts, t.seq, t.ts // tau))
-            self.pending[t.seq] = _Entry(t)
+            self._add(t)
 
     def oldest(self, e: int) -> int:
         """The oldest arrival epoch in the window (e + 1 when it is empty)."""
         return self.window[0][2] if self.window else e + 1
 
+    def _add(self, t: Tup, sent: Sequence[str] = (), shipped: bool = False) -> None:
+        """A pending tuple: indexed by its keys, tested once against the live sets, dirty everywhere."""
+        keys = {n: tuple(t.key[i] for i in self._keys[n]) for n in self._filters}
+        x = self.pending[t.seq] = _Entry(t, keys, self._rank)
+        x.sent, x.shipped = set(sent), shipped
+        self._rank += 1
+        for n, k in keys.items():
+            seqs = self._by_key[n].get(k)
+            if seqs is None:
+                seqs = self._by_key[n][k] = set()
+                self._best[n][k] = self._latest(n, k)
+            seqs.add(t.seq)
+        for d in self._dirty.values():
+            d.add(t.seq)
+
+    def _forget(self, x: _Entry) -> None:
+        seq = x.t.seq
+        for n, k in x.keys.items():
+            seqs = self._by_key[n][k]
+            seqs.discard(seq)
+            if not seqs:
+                del self._by_key[n][k]
+                del self._best[n][k]
+                self._hashes.pop(k, None)
+        for d in self._dirty.values():
+            d.discard(seq)
+
+    def _hash(self, k: Key) -> Hashes:
+        h = self._hashes.get(k)
+        if h is None:
+            h = self._hashes[k] = key_hash(k)
+        return h
+
+    def _latest(self, nbr: str, k: Key) -> int:
+        """The latest tag of a live set of ``nbr`` holding ``k`` (-1: none)."""
+        best, h = -1, None
+        for _, tag, m in self.filters[nbr]:
+            if tag <= best:
+                continue
+            if m._set is not None:
+                if k in m._set:
+                    best = tag
+                continue
+            if h is None:
+                h = self._hash(k)
+            if m._bloom.has(h):  # type: ignore[union-attr]  # a matcher holds a set or a filter
+                best = tag
+        return best
+
     # ------------------------------------------------------------------ filters
     def take(self, nbr: str, e: int, body: KeyFilter) -> None:
         """The key set ``nbr`` sent for epoch e."""
         lf = self.live_from[nbr] = max(self.live_from[nbr], e - body.live)
-        fs = [f for f in self.filters[nbr] if f[1] >= lf]
+        fs = self.filters[nbr] = [f for f in self.filters[nbr] if f[1] >= lf]
         if body.keys or body.n:
             self.received[nbr] += 1
             ks = KeySet(bloom=Bloom(body.bits, body.hashes, body.n)) if body.bits else KeySet(keys=tuple(body.keys))
-            fs.append((self.received[nbr], e - body.back, ks.matcher()))
-        self.filters[nbr] = fs
+            m = ks.matcher()
+            fs.append((self.received[nbr], e - body.back, m))
+            self._matched(nbr, e - body.back, m)
+
+    def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
+        """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
+        match ``nbr`` before are dirty for every other edge and for shipping."""
+        by_key, best, lf = self._by_key[nbr], self._best[nbr], self.live_from[nbr]
+        if m._set is not None:
+            held = [k for k in m._set if k in by_key] if len(m._set) < len(by_key) else \
+                [k for k in by_key if k in m._set]
+        else:
+            bloom = m._bloom
+            assert bloom is not None
+            held = [k for k in by_key if bloom.has(self._hash(k))]
+        dirty = [d for c, d in self._dirty.items() if c != nbr]
+        for k in held:
+            old = best[k]
+            if tag > old:
+                best[k] = tag
+                if old < lf <= tag:
+                    for d in dirty:
+                        d.update(by_key[k])
 
     def _matches(self, x: _Entry, nbr: str) -> bool:
-        lf = self.live_from[nbr]
-        if x.mt.get(nbr, -1) >= lf:
-            return True
-        start, best = x.chk.get(nbr, 0), -1
-        key: Optional[Key] = None
-        for idx, tag, m in self.filters[nbr]:
-            if idx <= start or tag < lf:
-                continue
-            if key is None:
-                key = tuple(x.t.key[i] for i in self._keys[nbr])
-            h = x.hs.get(nbr)
-            if h is None and m._bloom is not None:
-                h = x.hs[nbr] = key_hash(key)
-            if m.has(key, h) and tag > best:
-                best = tag
-        x.chk[nbr] = self.received[nbr]
-        if best >= 0:
-            x.mt[nbr] = best
-            return True
-        return False
+        return self._best[nbr][x.keys[nbr]] >= self.live_from[nbr]
 
     def _passes(self, x: _Entry, but: Optional[str], among: tuple[str, ...]) -> bool:
         """Matched by the sets of every neighbour of ``among`` but ``but`` (a neighbour skipped toward us:
         always)."""
         return all(self._matches(x, n) for n in among if n != but)
+
+    def _candidates(self, channel: str) -> list[_Entry]:
+        """The pending tuples that may have come to pass for ``channel`` since it last looked, in window
+        order; the channel is clean afterwards."""
+        dirty, pending = self._dirty[channel], self.pending
+        out = sorted((pending[seq] for seq in dirty), key=lambda x: x.rank)
+        dirty.clear()
+        return out
 
     # ------------------------------------------------------------------ what goes out
     def out(self, nbr: str, e: int) -> KeyFilter:
@@ -147,7 +225,7 @@ class Reducer:
         crossing edge's set arrives after the tree's rounds, so tree sets never wait for it (and a
         set sent on a crossing edge does not depend on another one: no wait is circular)."""
         tree = self._tree_filters
-        newly = [x for x in self.pending.values() if nbr not in x.sent and self._passes(x, nbr, tree)]
+        newly = [x for x in self._candidates(nbr) if nbr not in x.sent and self._passes(x, nbr, tree)]
         for x in newly:
             x.sent.add(nbr)
         self._settle(newly)
@@ -161,7 +239,7 @@ class Reducer:
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
-        newly = [x for x in self.pending.values() if not x.shipped and self._passes(x, None, self._filters)]
+        newly = [x for x in self._candidates(_SHIP) if not x.shipped and self._passes(x, None, self._filters)]
         for x in newly:
             x.shipped = True
         self._settle(newly)
@@ -175,26 +253,30 @@ class Reducer:
         for x in done:
             if len(x.sent) == n and (x.shipped or not ships):
                 del self.pending[x.t.seq]
+                self._forget(x)
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, encode: Encode) -> dict[str, Any]:
+        """The window, the pending tuples and the live sets; the indexes are rebuilt on restore."""
         return {
-            "v": 1, "window": list(self.window),
-            "pending": [(encode(x.t), sorted(x.sent), x.shipped, sorted(x.mt.items()), sorted(x.chk.items()))
-                        for x in self.pending.values()],
+            "v": 2, "window": list(self.window),
+            "pending": [(encode(x.t), sorted(x.sent), x.shipped) for x in self.pending.values()],
             "filters": {n: [(i, tag, _plain(m)) for i, tag, m in fs] for n, fs in self.filters.items()},
             "received": dict(self.received), "live_from": dict(self.live_from),
         }
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        """The inverse of :meth:`snapshot` (a version 1 snapshot's per-tuple match marks are recomputed
+        from the live sets, which it holds too)."""
         self.window = deque((w[0], w[1], w[2]) for w in data["window"])
-        self.pending = {}
-        for b, sent, shipped, mt, chk in data["pending"]:
-            x = _Entry(decode(b))
-            x.sent, x.shipped, x.mt, x.chk = set(sent), shipped, dict(mt), dict(chk)
-            self.pending[x.t.seq] = x
         self.filters = {n: [(i, tag, _matcher(m)) for i, tag, m in fs] for n, fs in data["filters"].items()}
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
+        self.pending, self._rank, self._hashes = {}, 0, {}
+        self._by_key = {n: {} for n in self._filters}
+        self._best = {n: {} for n in self._filters}
+        self._dirty = {c: set() for c in self._dirty}
+        for b, sent, shipped, *_ in data["pending"]:
+            self._add(decode(b), sent, shipped)
 
 
 def _plain(m: Matcher) -> Any:
