@@ -15,6 +15,7 @@ design rate.  With k capped at 16, rates below ~1e-5 cost a few more bits than t
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -55,6 +56,13 @@ _WORDS = struct.Struct("<16I")
 Hashes = tuple[int, ...]
 
 
+#: distinct keys whose hashes are remembered: join keys repeat epoch after epoch (a window's keys are tested
+#: against every new filter), and a BLAKE2b digest costs ~20x a cache hit.  Equal keys (1 == 1.0 == True)
+#: share an entry, which is right: their canonical encodings, so their hashes, are equal too.
+KEY_HASH_CACHE = 1 << 16
+
+
+@functools.lru_cache(maxsize=KEY_HASH_CACHE)
 def key_hash(key: Key) -> Hashes:
     """Sixteen independent 32-bit hashes of ``key`` (equal keys, equal hashes)."""
     return _WORDS.unpack(blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest())

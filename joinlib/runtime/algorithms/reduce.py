@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
-from joinlib.protocol.bloom import Bloom, Hashes, KeySet, Matcher, key_hash
+from joinlib.protocol.bloom import Bloom, KeySet, Matcher, key_hash
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, keys_bytes
 from joinlib.runtime.algorithms.simple import FullReplica
@@ -95,7 +95,6 @@ class Reducer:
         # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
         self._by_key: dict[str, dict[Key, set[int]]] = {n: {} for n in self._filters}
         self._best: dict[str, dict[Key, int]] = {n: {} for n in self._filters}
-        self._hashes: dict[Key, Hashes] = {}
         self._dirty: dict[str, set[int]] = {n: set() for n in (*(e.stream for e in op.sends), _SHIP)}
 
     # ------------------------------------------------------------------ the window
@@ -145,15 +144,8 @@ class Reducer:
             if not seqs:
                 del self._by_key[n][k]
                 del self._best[n][k]
-                self._hashes.pop(k, None)
         for d in self._dirty.values():
             d.discard(seq)
-
-    def _hash(self, k: Key) -> Hashes:
-        h = self._hashes.get(k)
-        if h is None:
-            h = self._hashes[k] = key_hash(k)
-        return h
 
     def _latest(self, nbr: str, k: Key) -> int:
         """The latest tag of a live set of ``nbr`` holding ``k`` (-1: none)."""
@@ -166,7 +158,7 @@ class Reducer:
                     best = tag
                 continue
             if h is None:
-                h = self._hash(k)
+                h = key_hash(k)
             if m._bloom.has(h):  # type: ignore[union-attr]  # a matcher holds a set or a filter
                 best = tag
         return best
@@ -193,7 +185,7 @@ class Reducer:
         else:
             bloom = m._bloom
             assert bloom is not None
-            held = [k for k in by_key if bloom.has(self._hash(k))]
+            held = [k for k in by_key if bloom.has(key_hash(k))]
         dirty = [d for c, d in self._dirty.items() if c != nbr]
         for k in held:
             old = best[k]
@@ -271,7 +263,7 @@ class Reducer:
         self.window = deque((w[0], w[1], w[2]) for w in data["window"])
         self.filters = {n: [(i, tag, _matcher(m)) for i, tag, m in fs] for n, fs in data["filters"].items()}
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
-        self.pending, self._rank, self._hashes = {}, 0, {}
+        self.pending, self._rank = {}, 0
         self._by_key = {n: {} for n in self._filters}
         self._best = {n: {} for n in self._filters}
         self._dirty = {c: set() for c in self._dirty}
