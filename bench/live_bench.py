@@ -73,12 +73,12 @@ def prepare_backlog(bs: str, seconds: float, f: float, rate: float = RATE, paylo
 
 
 def backlog_run(bs: str, seconds: float, f: float, plan, logs: Path, exact: bool, rate: float = RATE,
-                payload: int = PAYLOAD, data: Optional[dict] = None) -> dict:
+                payload: int = PAYLOAD, data: Optional[dict] = None, redis_url: Optional[str] = None) -> dict:
     data = data or prepare_backlog(bs, seconds, f, rate, payload, exact)
     t, q, rec, want = data["tag"], data["query"], data["rec"], data["want"]
     sites = [s.site for s in q.streams]
     n_events = sum(len(v) for v in rec.written.values())
-    svc = Joinlib(bs, sites, logs / f"backlog-{t}")
+    svc = Joinlib(bs, sites, logs / f"backlog-{t}", redis_url=redis_url)
     try:
         time.sleep(2.0)  # the node processes start and read the control topic
         cpu0 = svc.cpu_s()

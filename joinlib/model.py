@@ -7,6 +7,7 @@ reference join.  Times are integers in milliseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Optional
 
 from joinlib.source_spec import SourceSpec
@@ -192,10 +193,15 @@ class Query:
     execution: Execution = field(default_factory=Execution)
 
     def stream(self, name: str) -> Stream:
-        for s in self.streams:
-            if s.name == name:
-                return s
-        raise KeyError(name)
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    @cached_property
+    def _by_name(self) -> dict[str, Stream]:
+        """Streams by name, built once: results look their streams up per row (an MJoin root's rows)."""
+        return {s.name: s for s in self.streams}
 
     @property
     def names(self) -> tuple[str, ...]:
