@@ -26,7 +26,7 @@ from joinlib.adaptive.jep import JEP, SEP
 from joinlib.adaptive.stats import StreamStatistics
 from joinlib.costs.unit_time import KeyClass, SeqState
 from joinlib.model import Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro, schemas
 
 MODIFICATION, MIGRATION, SYNC = "modification", "migration", "sync"
 
@@ -36,7 +36,7 @@ def trigger_id(epoch: int, pos: int) -> int:
     ordered by epoch then stream (the order in which simultaneous triggers are taken)."""
     return (epoch + 1) * 1024 + pos
 CATEGORIES = (MODIFICATION, MIGRATION, SYNC)
-_SCHEMA = wire.SCHEMAS["joinlib.AdaptiveMessage"]
+_SCHEMA = schemas.SCHEMAS["joinlib.AdaptiveMessage"]
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def _body(b: Body) -> tuple[str, dict[str, Any]]:
         return "joinlib.WindowRequest", {"stream": b.stream, "holder": b.holder}
     if isinstance(b, WindowData):
         return "joinlib.WindowData", {"stream": b.stream, "epoch": b.epoch, "snapshot": b.snapshot, "base": b.base,
-                                      "tuples": [wire.encode_tuple(t) for t in b.tuples]}
+                                      "tuples": [avro.encode_tuple(t) for t in b.tuples]}
     if isinstance(b, Ready):
         return "joinlib.Ready", {"global": b.glob, "epoch": b.epoch, "digest": b.digest, "seps": _seps(b.seps),
                                  "versions": list(b.versions), "triggers": list(b.triggers)}
@@ -236,7 +236,7 @@ def _unbody(name: str, d: dict[str, Any]) -> Body:
         return WindowRequest(d["stream"], d["holder"])
     if name == "joinlib.WindowData":
         return WindowData(d["stream"], d["epoch"], d["snapshot"], d["base"],
-                          tuple(wire.decode_tuple(x) for x in d["tuples"]))
+                          tuple(avro.decode_tuple(x) for x in d["tuples"]))
     if name == "joinlib.Ready":
         return Ready(d["global"], d["epoch"], d["digest"], _unseps(d["seps"]), tuple(d["versions"]),
                      tuple(d["triggers"]))

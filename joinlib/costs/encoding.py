@@ -26,6 +26,7 @@ import math
 from typing import Callable, Optional
 
 from joinlib.model import Query, Stream, Tup, Value
+from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.bloom import KeySet
 from joinlib.protocol.bloom import rate as bloom_rate
 from joinlib.protocol.messages import (
@@ -39,7 +40,7 @@ from joinlib.protocol.messages import (
     ShippedBatch,
     TupleBatch,
 )
-from joinlib.protocol.wire import encode_tuple, envelope_size
+from joinlib.protocol.wire import envelope_size
 from joinlib.runtime.algorithms.base import key_message, keys_bytes, row_bytes_of, window_bytes
 
 #: item counts up to which bodies are built exactly

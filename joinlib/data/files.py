@@ -197,8 +197,8 @@ def _sort_by_ts_id(tups: list[Tup]) -> None:
 
 def _encode_at_source(path: Path, tups: list[Tup]) -> None:
     """Encode every tuple once, here at its source, as the source service does for Kafka: the
-    engine then ships these bytes as they are (:func:`joinlib.protocol.wire.encode_tuple`)."""
-    from joinlib.protocol.wire import encode_tuple
+    engine then ships these bytes as they are (:func:`joinlib.protocol.avro.encode_tuple`)."""
+    from joinlib.protocol.avro import encode_tuple
     for t in tups:
         try:
             encode_tuple(t)
