@@ -98,7 +98,7 @@ def test_kafka_wrong_password_is_an_authentication_error(secure_cluster):
 def test_redis_refuses_clients_without_valid_credentials(secure_cluster, client_env):
     import redis
 
-    from joinlib.adapters.redis_store import redis_client
+    from joinlib.adapters.redis_client import redis_client
     url = secure_cluster.redis_url
     plain = url.replace("rediss://", "redis://")
     with pytest.raises(redis.ConnectionError):  # no TLS: the server only speaks TLS
