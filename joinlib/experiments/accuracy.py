@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Optional, TypedDict
 
 from joinlib.errors import JoinlibError
-from joinlib.experiments.common import Accuracy, Record, accuracy, accuracy_pairs, format_accuracy, write_json
+from joinlib.experiments.common import Record
+from joinlib.experiments.estimates import Accuracy, accuracy, accuracy_pairs, format_accuracy
+from joinlib.experiments.output import write_json
 
 FILES = {"fig7.json": "fig7", "table3_runs.json": "table3", "fig9.json": "fig9"}
 

@@ -2,7 +2,7 @@
 
 Every run executes the plan where *both* join sequences use the algorithm
 (:func:`joinlib.plan.logical.uniform`): S1 → S2 and S2 → S1.  The measured execution time is
-the whole 2-way join's (:func:`~.common.measure`); ``one_way`` is the share of the
+the whole 2-way join's (:func:`~.measure.measure`); ``one_way`` is the share of the
 S1 sequence (the one-way join S1 → S2) in bytes and transmission time, by link and
 message kind, with the models' estimate of that sequence.  Processing time is
 measured per site and cannot be split between the two sequences.
@@ -18,26 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from joinlib.data.synthetic import StreamSpec
-from joinlib.experiments.common import (
-    DataCache,
-    Record,
-    accuracy,
-    accuracy_pairs,
-    build_query,
-    cost_models,
-    estimate,
-    fit,
-    format_accuracy,
-    measure,
-    new_figure,
-    progress_bar,
-    save_png,
-    spearman,
-    warmup_for,
-    with_stream_stats,
-    write_json,
-)
+from joinlib.data.synthetic import StreamSpec, build_query
+from joinlib.experiments.common import DataCache, Record, warmup_for, with_stream_stats
+from joinlib.experiments.estimates import accuracy, accuracy_pairs, cost_models, estimate, format_accuracy, spearman
+from joinlib.experiments.measure import measure
+from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
 from joinlib.model import Execution, Network, Query
 from joinlib.plan.logical import ALGORITHMS, uniform
 

@@ -10,16 +10,10 @@ import pytest
 
 from joinlib.cli.experiments import main
 from joinlib.costs.unit_time import get_model, plan_cost
-from joinlib.experiments.common import (
-    DataCache,
-    accuracy,
-    build_query,
-    measure,
-    pearson,
-    spearman,
-    summarize,
-    warmup_for,
-)
+from joinlib.data.synthetic import build_query
+from joinlib.experiments.common import DataCache, warmup_for
+from joinlib.experiments.estimates import accuracy, pearson, spearman, summarize
+from joinlib.experiments.measure import measure
 from joinlib.experiments.table3 import query_of
 from joinlib.model import Execution, Network
 from joinlib.plan.logical import ALGORITHMS, from_json, uniform
@@ -299,7 +293,7 @@ def test_help_explains(argv, words, capsys):
 
 
 def test_registered_in_the_main_cli(capsys):
-    from joinlib.cli.main import main as cli
+    from joinlib.cli import main as cli
     try:
         cli.main(["experiment", "accuracy", "--help"])
     except SystemExit as e:
