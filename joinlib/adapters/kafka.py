@@ -33,6 +33,7 @@ from joinlib.protocol import records, wire
 from joinlib.protocol.avro import encode_ids as _encode_ids
 from joinlib.protocol.avro import encode_long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 from joinlib.protocol.messages import Envelope
+from joinlib.settings import KafkaSecurity
 
 CONTROL_TOPIC = "control"
 
@@ -129,7 +130,6 @@ class _ErrorTrap:
 def security_conf() -> dict:
     """SASL/TLS settings every client gets, from the environment (:class:`joinlib.settings.KafkaSecurity`,
     docs/security.md); empty for a PLAINTEXT broker."""
-    from joinlib.settings import KafkaSecurity
     return KafkaSecurity.from_env().librdkafka()
 
 

@@ -186,7 +186,8 @@ def _unseps(rows: list[dict[str, Any]]) -> tuple[SEP, ...]:
     return tuple(SEP(r["head"], tuple(r["order"]), tuple(r["placement"])) for r in rows)
 
 
-def _state(s: SeqState) -> dict[str, Any]:
+def seq_state_data(s: SeqState) -> dict[str, Any]:
+    """A join sequence's state as plain data (messages, a DNU node's checkpoint); inverse: :func:`seq_state_of`."""
     return {"joined": list(s.joined), "rate": s.rate, "bytes": s.full_bytes, "location": s.location,
             "classes": [{"attrs": sorted(f"{st}{_SEP}{a}" for st, a in c.attrs), "f": c.f} for c in s.classes]}
 
@@ -199,7 +200,7 @@ def _pair(x: str) -> tuple[str, str]:
     return st, a
 
 
-def _unstate(d: dict[str, Any]) -> SeqState:
+def seq_state_of(d: dict[str, Any]) -> SeqState:
     classes = tuple(KeyClass(frozenset(_pair(x) for x in c["attrs"]), c["f"]) for c in d["classes"])
     joined = tuple(d["joined"])
     return SeqState(joined[0], joined, d["rate"], d["bytes"], classes, d["location"])
@@ -222,7 +223,7 @@ def _body(b: Body) -> tuple[str, dict[str, Any]]:
     return "joinlib.Relay", {
         "op": b.op, "head": b.head, "version": b.version, "position": b.position, "at": b.at, "check": b.check,
         "order": list(b.order),
-        "placement": list(b.placement), "state": None if b.state is None else _state(b.state),
+        "placement": list(b.placement), "state": None if b.state is None else seq_state_data(b.state),
         "best": None if b.best is None else {"stream": b.best[0], "cost": b.best[1], "placement": b.best[2]},
         "stream": b.stream, "stats": None if b.stats is None else _stats(b.stats)}
 
@@ -242,7 +243,7 @@ def _unbody(name: str, d: dict[str, Any]) -> Body:
                      tuple(d["triggers"]))
     best = d["best"]
     return Relay(d["op"], d["head"], d["version"], d["position"], tuple(d["order"]), tuple(d["placement"]),
-                 None if d["state"] is None else _unstate(d["state"]),
+                 None if d["state"] is None else seq_state_of(d["state"]),
                  None if best is None else (best["stream"], best["cost"], best["placement"]),
                  d["stream"], None if d["stats"] is None else _unstats(d["stream"] or "", d["stats"]),
                  d["at"], d["check"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -19,6 +19,7 @@ from joinlib.adaptive.embedded import AdaptiveReport, run_adaptive
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.stats import MonitorConfig, with_stats
 from joinlib.errors import JoinlibError
+from joinlib.experiments import adaptive as experiment
 from joinlib.model import Query, Tup
 from joinlib.plan.logical import Plan
 from joinlib.runtime.sink import Sink
@@ -124,10 +125,7 @@ def add_experiment(subparsers: Any) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from joinlib.experiments.adaptive import QUICK, Scale, format_summary, main
-    scale = QUICK if args.quick else Scale()
+    scale = experiment.QUICK if args.quick else experiment.Scale()
     if args.repeats is not None:
         if args.repeats < 1:
             raise JoinlibError(f"--repeats {args.repeats}: at least 1")
@@ -147,7 +145,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                        + [f"--{k} {shlex.quote(str(v))}" for k, v in (("repeats", args.repeats), ("ways", args.ways),
                                                                    ("seed", args.seed), ("out", args.out))
                           if v is not None and not (k == "seed" and v == 1)])
-    result = main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty(), command=command)
-    print(format_summary(result))
+    result = experiment.main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty(), command=command)
+    print(experiment.format_summary(result))
     print(f"wrote {args.out / 'adaptive.json'}, {args.out / 'adaptive_runs.json'}, {args.out / 'adaptive.png'}")
     return 0

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional, Union
+from typing import Callable, Iterator, NoReturn, Optional, Union
+
+from tqdm import tqdm
 
 from joinlib.data.files import stream_path, write_stream
 from joinlib.errors import JoinlibError
 from joinlib.model import Query, Stream
-
-if TYPE_CHECKING:
-    from tqdm import tqdm
 
 DEFAULT_RATE = 100.0         # tuples per second
 DEFAULT_SELECTIVITY = 0.1
@@ -62,8 +61,6 @@ def generate(query: Query, out_dir: Union[str, Path], duration_ms: int, seed: in
 
 
 def _progress_bar(total_ms: int) -> tqdm[NoReturn]:
-    from tqdm import tqdm  # only needed interactively; keeps the import off the library path
-
     return tqdm(total=total_ms, unit="ms", unit_scale=True, leave=False)
 
 

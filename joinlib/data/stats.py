@@ -29,13 +29,15 @@ import json
 from bisect import bisect_left
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypedDict, TypeVar
+from typing import Callable, Optional, TypedDict, TypeVar
 
+from joinlib.data.files import load_streams
 from joinlib.errors import DataError, JoinlibError
 from joinlib.model import Query, Stream, StreamStats, Tup, Value
-
-if TYPE_CHECKING:
-    from joinlib.protocol.messages import Body
+from joinlib.protocol.messages import Body, Envelope, KeyBatch, TupleBatch
+from joinlib.protocol.values import decode_values
+from joinlib.protocol.wire import encode_envelope
+from joinlib.query import dump_query, load_query
 
 CHUNK = 1000
 T = TypeVar("T")
@@ -76,8 +78,6 @@ class StreamMeasurement(TypedDict):
 
 def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
     """Mean bytes each item adds to a message body (chunks of :data:`CHUNK`)."""
-    from joinlib.protocol.messages import Envelope
-    from joinlib.protocol.wire import encode_envelope
     if not items:
         return 0.0
     empty = len(encode_envelope(Envelope("a", "b", 0, 0, body_of([]))))
@@ -90,20 +90,17 @@ def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
 
 def tuple_bytes(tups: list[Tup]) -> float:
     """F: mean bytes a full tuple adds to a TupleBatch (see the module docstring)."""
-    from joinlib.protocol.messages import TupleBatch
     return _batch_bytes(lambda c: TupleBatch(rows=[(t,) for t in c]), tups)
 
 
 def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     """P: mean bytes a key adds to a KeyBatch."""
-    from joinlib.protocol.messages import KeyBatch
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
 
 
 def payload_attributes(t: Tup) -> Optional[int]:
     """The number of payload values, or None when the payload is not in joinlib's value encoding
     (opaque bytes from another producer: the tuple size still counts)."""
-    from joinlib.protocol.values import decode_values
     try:
         return len(decode_values(t.rest))
     except (EOFError, ValueError, IndexError, StopIteration):
@@ -163,7 +160,6 @@ def stream_stats(stream: Stream, tups: list[Tup]) -> StreamMeasurement:
 
 
 def measure_query(query: Query, data_dir: Path) -> list[StreamMeasurement]:
-    from joinlib.data.files import load_streams
     streams = load_streams(query, data_dir)
     return [stream_stats(s, streams[s.name]) for s in query.streams]
 
@@ -212,7 +208,6 @@ def format_stats(stats: list[StreamMeasurement]) -> str:
 
 def main(query_path: Path, data_dir: Path, write: Optional[Path] = None,
          json_out: Optional[Path] = None) -> list[StreamMeasurement]:
-    from joinlib.query import dump_query, load_query
     query = load_query(query_path)
     if not Path(data_dir).is_dir():
         raise DataError(f"--data {data_dir}: no such directory (expected one <stream>.jsonl per stream)")

@@ -31,6 +31,7 @@ from joinlib.experiments.estimates import (
 from joinlib.experiments.measure import measure
 from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
 from joinlib.model import Execution, Network, Query
+from joinlib.planner import plan_for
 from joinlib.query import query_to_dict
 
 DEFAULTS: dict[str, float] = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
@@ -61,7 +62,6 @@ def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> 
 def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: int = 3,
         sweeps: Optional[list[str]] = None, topologies: Sequence[str] = TOPOLOGIES, model: str = "paper",
         calibration: Optional[Path] = None, warmup: str = "auto", progress: bool = False) -> Record:
-    from joinlib.planner import plan_for
     sweeps = sweeps or list(SWEEPS)
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)

@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm import tqdm
+
+from joinlib.experiments.iflow_figures import write_figures
 from joinlib.multiquery.cost import Deployments
 from joinlib.multiquery.errors import MultiQueryError
 from joinlib.multiquery.hierarchy import Hierarchy, build_hierarchy
@@ -152,7 +155,6 @@ def _sweep_streams(top: Topology, scale: Scale) -> list[int]:
 def _bar(total: int, enabled: bool) -> tuple[Step, Callable[[], None]]:
     if not enabled:
         return (lambda n: None), (lambda: None)
-    from tqdm import tqdm
     t = tqdm(total=total, unit="query", file=sys.stderr, desc="iflow")
 
     def step(n: int) -> None:
@@ -211,7 +213,6 @@ def _checks(runs: list[dict[str, Any]]) -> dict[str, bool]:
 
 def main(out: Path, scale: Scale, topology: Optional[Path] = None, progress: bool = False) -> dict[str, Any]:
     """Run, write ``out/iflow.json``, ``out/iflow_runs.json`` and the PNGs, print the summary."""
-    from joinlib.experiments.iflow_figures import write_figures
     report, records = run(scale, topology, progress)
     (out / "iflow.json").write_text(json.dumps(report, indent=1))
     (out / "iflow_runs.json").write_text(json.dumps(records, separators=(",", ":")))

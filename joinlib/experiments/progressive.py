@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm import tqdm
+
 from joinlib.errors import JoinlibError
 from joinlib.experiments import parallel
 from joinlib.experiments.progressive_figures import DISTRIBUTIONS, LABELS, RATIOS, find, write_figures
@@ -216,7 +218,6 @@ def run_all(cases: list[Case], jobs: int, progress: bool) -> list[dict[str, Any]
 def _bar(total: int, enabled: bool) -> Any:
     if not enabled:
         return lambda n: None
-    from tqdm import tqdm
     t = tqdm(total=total, unit="run", file=sys.stderr, desc="rpj")
     return t.update
 
