@@ -182,7 +182,7 @@ def _source(args: argparse.Namespace, arg: str, parser: RowParser, stack: ExitSt
         topic = arg[len("kafka:"):]
         if not topic:
             raise JoinlibError(f"{arg!r}: expected kafka:TOPIC")
-        from joinlib.adapters.progressive_kafka import TopicSource  # optional dependency: confluent_kafka (kafka:TOPIC inputs only)
+        from joinlib.adapters.progressive_kafka import TopicSource  # optional dependency: confluent_kafka
         topic_source = TopicSource(_broker(args, arg), topic)
         stack.callback(topic_source.close)
         raw = topic_source
@@ -244,7 +244,7 @@ def _sinks(args: argparse.Namespace, name: str, left: str, right: str,
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
             raise JoinlibError(f"--cluster: {name!r} cannot name a Kafka topic (out.<name>); pass --name with "
                                "letters, digits, '.', '_' or '-'")
-        from joinlib.adapters.progressive_kafka import ResultTopicWriter  # optional dependency: confluent_kafka (--cluster only)
+        from joinlib.adapters.progressive_kafka import ResultTopicWriter  # optional dependency: confluent_kafka
         writer = ResultTopicWriter(_broker(args, "--cluster"), name, left, right)
         stack.callback(writer.close)
         sinks.append(writer)
