@@ -33,6 +33,7 @@ from joinlib.protocol import records, wire
 from joinlib.protocol.avro import encode_ids as _encode_ids
 from joinlib.protocol.avro import encode_long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 from joinlib.protocol.messages import Envelope
+from joinlib.runtime.report import LinkStats
 from joinlib.settings import KafkaSecurity
 
 CONTROL_TOPIC = "control"
@@ -388,15 +389,6 @@ class Producing:
 
 
 # --------------------------------------------------------------------------- transport
-
-class LinkStats:
-    __slots__ = ("messages", "bytes", "transfer_ms")
-
-    def __init__(self) -> None:
-        self.messages = 0
-        self.bytes = 0
-        self.transfer_ms = 0.0
-
 
 def links_to_list(stats: dict) -> list[dict]:
     return [{"src": s, "dst": d, "kind": k, "messages": st.messages, "bytes": st.bytes,

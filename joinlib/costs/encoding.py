@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from joinlib.data.stats import DEFAULT_RATE
 from joinlib.model import Query, Stream, Tup, Value
 from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.bloom import KeySet
@@ -111,7 +112,7 @@ class Encoding:
 
     def _rate(self, s: Stream) -> float:
         r = s.stats.rate
-        return 100.0 if r is None else float(r)
+        return DEFAULT_RATE if r is None else float(r)
 
     def key(self, stream: str, index: tuple[int, ...]) -> Key:
         """A representative key of ``stream`` on the join attributes at ``index``."""

@@ -26,15 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
 
+from joinlib.data.stats import BYTES_PER_ATTRIBUTE, DEFAULT_ATTRIBUTES, DEFAULT_RATE, DEFAULT_SELECTIVITY
 from joinlib.errors import JoinlibError
 from joinlib.model import Query, Stream
 from joinlib.plan.logical import ALGORITHMS, Plan, Sequence, at_source, validate
 
-# --- defaults for missing statistics (documented in docs/cost-model.md) -------------
-DEFAULT_RATE = 100.0          # tuples per second
-DEFAULT_SELECTIVITY = 0.1     # f = 1 / distinct values
-DEFAULT_ATTRIBUTES = 100      # payload attributes (the paper's Fig. 9 tuple: 500 bytes)
-BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
+# --- wire sizes of the paper's model (the defaults of missing statistics: joinlib.data.stats, docs/cost-model.md)
 KEY_BYTES = 8                 # one join-attribute value on the wire
 TUPLE_OVERHEAD = 16           # timestamp + id of a full tuple
 COUNT_BYTES = 8               # SM-S1's expiry count message (the paper's "c")

@@ -39,6 +39,13 @@ from joinlib.protocol.values import decode_values
 from joinlib.protocol.wire import encode_envelope
 from joinlib.query import dump_query, load_query
 
+# What a stream is assumed to have where neither its query file nor its data says (docs/cost-model.md): the
+# cost models price it, the generator (joinlib.data.gen) generates it, warm-ups and samples are sized by it.
+DEFAULT_RATE = 100.0          # tuples per second
+DEFAULT_SELECTIVITY = 0.1     # f = 1 / distinct values
+DEFAULT_ATTRIBUTES = 100      # payload attributes the cost models assume (the paper's Fig. 9 tuple: 500 bytes)
+BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
+
 CHUNK = 1000
 T = TypeVar("T")
 
@@ -98,7 +105,7 @@ def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
 
 
-def payload_attributes(t: Tup) -> Optional[int]:
+def measured_attributes(t: Tup) -> Optional[int]:
     """The number of payload values, or None when the payload is not in joinlib's value encoding
     (opaque bytes from another producer: the tuple size still counts)."""
     try:
@@ -107,7 +114,8 @@ def payload_attributes(t: Tup) -> Optional[int]:
         return None
 
 
-def window_tuples(stream: Stream, tups: list[Tup]) -> Optional[float]:
+def measured_window_tuples(stream: Stream, tups: list[Tup]) -> Optional[float]:
+    """Tuples in the window, measured on ``tups`` (see the module docstring); the size of a tuple window."""
     if not stream.window.is_time:
         return float(stream.window.size)
     if not tups:
@@ -152,10 +160,10 @@ def stream_stats(stream: Stream, tups: list[Tup]) -> StreamMeasurement:
             "first_ts": tups[0].ts if n else None, "last_ts": tups[-1].ts if n else None,
             "rate": (n - 1) / span if n > 1 and span > 0 else None,
             "tuple_bytes": tuple_bytes(tups) if n else None,
-            "attributes": payload_attributes(tups[0]) if n else None,
+            "attributes": measured_attributes(tups[0]) if n else None,
             "join_attributes": {a: attribute_stats(stream, tups, i) for i, a in enumerate(stream.join_attrs)},
             "window": str(stream.window),
-            "window_tuples": window_tuples(stream, tups),
+            "window_tuples": measured_window_tuples(stream, tups),
             "declared": {"rate": st.rate, "attributes": st.attributes, "tuple_bytes": st.tuple_bytes}}
 
 

@@ -18,6 +18,7 @@ from joinlib import units
 from joinlib.data.files import load_stream, write_stream
 from joinlib.data.gen import stream_rows
 from joinlib.model import Query, Stream, Tup, Window
+from joinlib.planner.measure import fill_ms
 
 Record = dict[str, Any]  # one JSON object of an experiment's output
 ProgressFn = Callable[[int], None]
@@ -57,14 +58,7 @@ def warmup_for(query: Query, spec: Any = "auto", cap_ms: Optional[int] = None) -
     else a duration; rounded up to a multiple of τ (so epochs split cleanly)."""
     tau = query.execution.interval_ms
     if spec in (None, "auto"):
-        longest = 0.0
-        for s in query.streams:
-            if s.window.is_time:
-                longest = max(longest, s.window.size)
-            else:
-                rate = s.stats.rate or 100.0
-                longest = max(longest, 1000.0 * s.window.size / max(rate, 1e-9))
-        ms = int(math.ceil(longest))
+        ms = fill_ms(query)
         if cap_ms is not None:
             ms = min(ms, cap_ms)
     else:

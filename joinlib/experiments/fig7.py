@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from joinlib.data.synthetic import StreamSpec, build_query
+from joinlib.data.synthetic import SyntheticStats, build_query
 from joinlib.experiments.common import DataCache, Record, warmup_for, with_stream_stats
 from joinlib.experiments.estimates import accuracy, accuracy_pairs, cost_models, estimate, format_accuracy, spearman
 from joinlib.experiments.measure import measure
@@ -49,7 +49,7 @@ COLORS = {"SP-S": "tab:blue", "SM-S1": "tab:cyan", "SM-S2": "tab:purple",
 
 def base_query() -> Query:
     d = DEFAULTS
-    stats: StreamSpec = {"attributes": int(d["attributes"]), "selectivity": d["selectivity"], "rate": d["rate"],
+    stats: SyntheticStats = {"attributes": int(d["attributes"]), "selectivity": d["selectivity"], "rate": d["rate"],
                          "window_ms": int(d["window_ms"])}
     return build_query("fig7", [stats.copy(), stats.copy()], [(0, 1)], sites=["n1", "n2"],
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from joinlib.data.synthetic import TOPOLOGIES, StreamSpec, build_query, topology_edges
+from joinlib.data.synthetic import TOPOLOGIES, SyntheticStats, build_query, topology_edges
 from joinlib.experiments.common import TOPOLOGY_LABELS, DataCache, Record, round_sig, warmup_for
 from joinlib.experiments.estimates import (
     accuracy,
@@ -52,7 +52,7 @@ def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> 
     v = {k: d[k] for k in ("attributes", "rate", "selectivity", "window_ms")}
     if stat is not None:
         v[stat] = value
-    st: StreamSpec = {"attributes": int(v["attributes"]), "rate": v["rate"], "selectivity": v["selectivity"],
+    st: SyntheticStats = {"attributes": int(v["attributes"]), "rate": v["rate"], "selectivity": v["selectivity"],
                       "window_ms": int(v["window_ms"])}
     return build_query(f"fig9-{topology}", [st.copy() for _ in range(4)], topology_edges(4, topology),
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),

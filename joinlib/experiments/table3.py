@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from joinlib.costs.unit_time import CostModel
-from joinlib.data.synthetic import TABLE2, TOPOLOGIES, StreamSpec, build_query, table2_stream, topology_edges
+from joinlib.data.synthetic import TABLE2, TOPOLOGIES, SyntheticStats, build_query, table2_stream, topology_edges
 from joinlib.experiments.common import TOPOLOGY_LABELS, DataCache, Record, round_sig, warmup_for
 from joinlib.experiments.estimates import (
     accuracy,
@@ -59,12 +59,12 @@ RATIOS = ("measured", "estimated", "bytes", "bytes_estimated")
 M = 4
 
 
-def random_stats(rng: random.Random) -> list[StreamSpec]:
+def random_stats(rng: random.Random) -> list[SyntheticStats]:
     """Per-stream parameters drawn uniformly from Table 2."""
     return [table2_stream(rng) for _ in range(M)]
 
 
-def make_query(stats: Sequence[StreamSpec], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+def make_query(stats: Sequence[SyntheticStats], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
     """The 4-way query of ``stats`` over the topology's join graph (sites N1..N4)."""
     return build_query(name, stats, topology_edges(len(stats), topology), per_edge_attrs=per_edge_attrs,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
@@ -161,7 +161,7 @@ def _measure_plans(q: Query, streams: dict[str, list[Tup]], plans: Mapping[str, 
     return measured, same
 
 
-def _query_record(q: Query, topo: str, i: int, stats: list[StreamSpec], plans: Mapping[str, Plan],
+def _query_record(q: Query, topo: str, i: int, stats: list[SyntheticStats], plans: Mapping[str, Plan],
                   measured: Mapping[str, Record], same: Mapping[str, str],
                   models: Mapping[str, CostModel]) -> Record:
     """One query's record of the runs document: its distinct plans, measurements, estimates, ratios."""

@@ -18,7 +18,6 @@ from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     KafkaResultSink,
     KafkaTransport,
-    LinkStats,
     Producing,
     consume,
     ensure_partitions,
@@ -49,6 +48,7 @@ from joinlib.query import parse_query
 from joinlib.runtime.deploy import generations
 from joinlib.runtime.host import Host
 from joinlib.runtime.instance import InstanceSpec
+from joinlib.runtime.report import LinkStats
 from joinlib.runtime.sensor import Sensor, TotalsSensor
 from joinlib.runtime.sink import Group, Sink
 
