@@ -52,7 +52,7 @@ def add_run_options(r: argparse.ArgumentParser) -> None:
                         "raise it where a message takes longer than an epoch)")
 
 
-def config_of(args: argparse.Namespace, query: Query) -> AdaptiveConfig:
+def config_from_args(args: argparse.Namespace, query: Query) -> AdaptiveConfig:
     """The configuration from ``run``'s options; user mistakes as :class:`JoinlibError`."""
     interval = parse_duration(getattr(args, "adaptive_interval", "200ms"))
     planner: Optional[str] = getattr(args, "adaptive_planner", None)
@@ -94,7 +94,7 @@ def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
         args.rate_scale = 1.0
         _stderr("--plan adaptive --cluster: replaying at event-time pace (--rate-scale 1; pass --rate-scale X "
                 "to replay X times faster)")
-    cfg = config_of(args, query)
+    cfg = config_from_args(args, query)
     initial = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
     return AdaptiveRunner(cfg, initial, None if getattr(args, "quiet", False) else _stderr)
 

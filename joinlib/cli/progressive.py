@@ -27,7 +27,7 @@ from joinlib.progressive.hmj import POLICIES
 from joinlib.progressive.model import Id, JoinSpec, Phase, VirtualClock
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import FileRunStore, MemoryRunStore, PagedRunStore, RunStore, SpillError
-from joinlib.progressive.sim import Network, Recorder, RunStats, schedule, simulate
+from joinlib.progressive.sim import ArrivalNetwork, Recorder, RunStats, schedule, simulate
 from joinlib.progressive.sources import JsonlFile, ParsedSource, RawSource, RowParser, Source, interleave
 from joinlib.settings import redact_url
 
@@ -147,7 +147,7 @@ def _cmd_progressive(args: argparse.Namespace) -> int:
         name = args.name or f"{left}-{right}"
         store = _store(args.spill, name, spec, stack)
         sink = _sinks(args, name, left, right, stack)
-        network = Network(kind=args.network, seed=args.seed)
+        network = ArrivalNetwork(kind=args.network, seed=args.seed)
         timed = schedule(interleave(sources, args.seed), network.gaps())
         clock = VirtualClock(spec.costs)
         recorder = Recorder(clock, forward=sink)

@@ -28,7 +28,7 @@ from joinlib.multiquery.errors import MultiQueryError
 from joinlib.multiquery.hierarchy import Hierarchy, build_hierarchy
 from joinlib.multiquery.planners import PLANNERS, Context, PlannerSpec, plan_exhaustive, plan_optimal
 from joinlib.multiquery.search import lemma1
-from joinlib.multiquery.streams import Bound, QueryWorkload, generate
+from joinlib.multiquery.streams import Bound, QueryWorkload, generate_workload
 from joinlib.multiquery.topology import PhysicalNetwork, load_topology, transit_stub
 
 FLAT = ("optimal", "optimal-noreuse", "ptd-optimal", "ptd-optimal+reuse", "ptd-relaxation")
@@ -136,7 +136,7 @@ def _sweep(top: PhysicalNetwork, scale: Scale, step: Step) -> list[dict[str, Any
     out = []
     for variant, (p_filter, p_all) in VARIANTS.items():
         for n in _sweep_streams(top, scale):
-            work = generate(top.nodes, scale.sweep_queries, scale.k, n, seed=scale.seed, p_filter=p_filter,
+            work = generate_workload(top.nodes, scale.sweep_queries, scale.k, n, seed=scale.seed, p_filter=p_filter,
                             p_all_columns=p_all)
             row: dict[str, Any] = {"variant": variant, "streams": n}
             for name in ("optimal", "ptd-optimal", "ptd-relaxation"):
@@ -169,7 +169,7 @@ def run(scale: Scale, topology: Optional[Path] = None, progress: bool = False) -
     top = load_topology(topology) if topology else transit_stub(scale.stubs, scale.per_stub, scale.seed)
     if scale.streams > top.n:
         raise MultiQueryError(f"the topology has {top.n} nodes: too few for {scale.streams} base streams")
-    work = generate(top.nodes, scale.queries, scale.k, scale.streams, seed=scale.seed)
+    work = generate_workload(top.nodes, scale.queries, scale.k, scale.streams, seed=scale.seed)
     hierarchies = {m: build_hierarchy(top, m) for m in scale.maxcs}
     n_sweep = len(_sweep_streams(top, scale)) * len(VARIANTS) * 3 * scale.sweep_queries
     step, close = _bar(scale.queries * (len(FLAT) + len(HIERARCHICAL) * len(scale.maxcs)) + n_sweep, progress)

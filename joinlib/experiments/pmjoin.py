@@ -31,7 +31,7 @@ from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import ValueRates
 from joinlib.pmjoin.streamjoinopt import stream_join_opt
 from joinlib.pmjoin.tree import plan_cost
-from joinlib.pmjoin.workload import Instance, Scenario, instance
+from joinlib.pmjoin.workload import Scenario, WorkloadInstance, instance
 
 METHODS = ("hash", "range", "rate")
 SCENARIOS = tuple(Scenario(similar, contiguous) for contiguous in (True, False) for similar in (True, False))
@@ -62,7 +62,7 @@ QUICK = Scale(streams=8, seeds=2, ds=(1, 2, 10, 100), data_range=200, ranges=(10
               heuristic_seeds=1)
 
 
-def partition_for(method: str, d: int, inst: Instance, seed: int) -> PartitionFunction:
+def partition_for(method: str, d: int, inst: WorkloadInstance, seed: int) -> PartitionFunction:
     if method == "hash":
         return HashPartition(d, seed)
     if method == "range":

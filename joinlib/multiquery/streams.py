@@ -232,7 +232,7 @@ class QueryWorkload:
     queries: tuple[ContinualQuery, ...] = ()
 
 
-def generate(nodes: tuple[str, ...], n_queries: int = 100, k: int = 5, n_streams: int = 12, seed: int = 1,
+def generate_workload(nodes: tuple[str, ...], n_queries: int = 100, k: int = 5, n_streams: int = 12, seed: int = 1,
              extra_edges: int = 6, p_filter: float = 0.15, p_all_columns: float = 0.6) -> QueryWorkload:
     """``n_streams`` base streams at distinct random nodes, rates U[10, 100]/s, joined by a random
     connected predicate graph (a spanning tree + ``extra_edges``), selectivity σ with σ·rate ≈ U[0.25, 2];
