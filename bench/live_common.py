@@ -184,13 +184,13 @@ class OutReader:
 
     def poll(self, seconds: float = 0.5) -> None:
         from joinlib.adapters.kafka import consume
-        from joinlib.protocol import wire
+        from joinlib.protocol import records
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for m in consume(self.c, 5000, 0.1):
                 if dict(m.headers() or ()).get("run") != self.run:
                     continue
-                emit, groups = wire.result_batch_summary(m.value())
+                emit, groups = records.result_batch_summary(m.value())
                 for head_ts, n in groups:
                     self.groups.append((head_ts + self.origin, emit, n))
                     self.count += n

@@ -116,7 +116,8 @@ def main() -> None:
 
     import redis
 
-    from joinlib.adapters.redis_store import RedisWindowStore, clear_namespace
+    from joinlib.adapters.redis_client import clear_namespace
+    from joinlib.adapters.redis_store import RedisWindowStore
 
     proc = None
     url = args.url

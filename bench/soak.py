@@ -159,13 +159,13 @@ class LatencyReader(threading.Thread):
 
     def run(self) -> None:
         from joinlib.adapters.kafka import consume
-        from joinlib.protocol import wire
+        from joinlib.protocol import records
         try:
             while not self.stop.is_set():
                 for m in consume(self.c, 5000, 0.2):
                     if dict(m.headers() or ()).get("run") != self.run_b:
                         continue
-                    emit, groups = wire.result_batch_summary(m.value())
+                    emit, groups = records.result_batch_summary(m.value())
                     with self.lock:
                         for head_ts, n in groups:
                             self.pairs.append((emit - (head_ts + self.origin), n))

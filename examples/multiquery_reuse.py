@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from joinlib.multiquery.cost import Deployments
 from joinlib.multiquery.planners import Context, get_planner
-from joinlib.multiquery.streams import BaseStream, Bound, Catalogue, JoinPredicate, Query, Selection
+from joinlib.multiquery.streams import BaseStream, Bound, Catalogue, ContinualQuery, JoinPredicate, Selection
 from joinlib.multiquery.topology import parse_topology
 
 TOPOLOGY = """
@@ -31,10 +31,11 @@ cat = Catalogue({"FL": BaseStream("FL", "flights", 500.0), "CI": BaseStream("CI"
 atl = Selection("FL.departing = 'ATLANTA'", 0.1)
 fl_ci = JoinPredicate("FL.num = CI.flnum", 0.02)
 fl_wr = JoinPredicate("FL.destn = WR.city", 0.05)
-q2 = Query("Q2", ("FL", "CI"), (fl_ci,), (atl,), ("FL.status", "CI.status", "FL.destn"), "sink3")
+q2 = ContinualQuery("Q2", ("FL", "CI"), (fl_ci,), (atl,), ("FL.status", "CI.status", "FL.destn"), "sink3")
 
 
-q1 = Query("Q1", ("FL", "WR", "CI"), (fl_ci, fl_wr), (atl,), ("FL.status", "WR.forecast", "CI.status"), "sink4")
+q1 = ContinualQuery("Q1", ("FL", "WR", "CI"), (fl_ci, fl_wr), (atl,), ("FL.status", "WR.forecast", "CI.status"),
+                     "sink4")
 
 for name in ("optimal", "optimal-noreuse", "ptd-optimal"):
     d = Deployments()

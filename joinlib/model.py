@@ -237,7 +237,7 @@ class Tup:
     stream (0-based, in (ts, id) order), ``key`` the values of the stream's
     ``join_attrs`` and ``rest`` the other attributes, already encoded (opaque bytes)
     so that shipping a tuple never re-encodes its payload.  A Tup is never changed
-    after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.protocol.wire`) so a tuple
+    after creation; ``wire`` caches its Avro encoding (:mod:`joinlib.protocol.avro`) so a tuple
     shipped to several sites, or in many intermediate results, is encoded once, and ``idb``
     its id's (a window tuple is in many results).
     """
@@ -252,7 +252,7 @@ class Tup:
         self.key = key
         self.rest = rest
         self.wire: "bytes | None" = None
-        self.idb: "bytes | None" = None  # Avro encoding of id, cached by wire.encode_ids
+        self.idb: "bytes | None" = None  # Avro encoding of id, cached by avro.encode_ids
 
     def __reduce__(self) -> tuple[type[Tup], tuple[int, int, int, int, tuple[Value, ...], bytes]]:
         # pickled in node checkpoints: the fields, not the caches

@@ -1,7 +1,7 @@
 """What the services share: environment and error lines; reading the ``control`` topic lives in
 :mod:`joinlib.node.control` (re-exported here).
 
-Control messages (``wire.Control``, topic ``control``, key = query name):
+Control messages (``records.Control``, topic ``control``, key = query name):
 
 * ``plan``, published by the cluster runner or the planner: ``{"query": query_to_dict, "plan":
   plan.to_json(), "run": id, "offsets": {topic: offset}, "last_epoch": E?}``;

@@ -3,14 +3,14 @@ the services share.
 
 Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 
-* ``src.<query>.<stream>`` -- source tuples (``wire.SourceBatch``, one message per stream
+* ``src.<query>.<stream>`` -- source tuples (``records.SourceBatch``, one message per stream
   per batch interval), key = stream name, header ``run`` when the replay knows the run;
 * ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope; the topic names the
   query, the envelope the plan instance's partition and generation), key = sending
   site, headers ``sent_ms`` (wall-clock ms at send, for transmission time), ``kind`` and
   ``run`` (the run id of the plan, when there is one);
-* ``out.<query>`` -- results (``wire.ResultBatch``, many per message), key = producing site;
-* ``control`` -- ``wire.Control`` messages of every query (plan, end, status, done).
+* ``out.<query>`` -- results (``records.ResultBatch``, many per message), key = producing site;
+* ``control`` -- ``records.Control`` messages of every query (plan, end, status, done).
 
 :class:`KafkaTransport` is what a :class:`~joinlib.runtime.host.Host` sends through:
 ``send(env)`` encodes the envelope once with :func:`joinlib.protocol.wire.encode_envelope` and
@@ -29,9 +29,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from joinlib.errors import ClusterError
-from joinlib.protocol import wire
+from joinlib.protocol import records, wire
+from joinlib.protocol.avro import encode_ids as _encode_ids
+from joinlib.protocol.avro import encode_long as _avro_long  # the table-driven zig-zag varint of the wire encoder
 from joinlib.protocol.messages import Envelope
-from joinlib.protocol.wire import _long as _avro_long  # the table-driven zig-zag varint of the wire encoder
+from joinlib.runtime.report import LinkStats
+from joinlib.settings import KafkaSecurity
 
 CONTROL_TOPIC = "control"
 
@@ -128,7 +131,6 @@ class _ErrorTrap:
 def security_conf() -> dict:
     """SASL/TLS settings every client gets, from the environment (:class:`joinlib.settings.KafkaSecurity`,
     docs/security.md); empty for a PLAINTEXT broker."""
-    from joinlib.settings import KafkaSecurity
     return KafkaSecurity.from_env().librdkafka()
 
 
@@ -388,15 +390,6 @@ class Producing:
 
 # --------------------------------------------------------------------------- transport
 
-class LinkStats:
-    __slots__ = ("messages", "bytes", "transfer_ms")
-
-    def __init__(self) -> None:
-        self.messages = 0
-        self.bytes = 0
-        self.transfer_ms = 0.0
-
-
 def links_to_list(stats: dict) -> list[dict]:
     return [{"src": s, "dst": d, "kind": k, "messages": st.messages, "bytes": st.bytes,
              "transfer_ms": round(st.transfer_ms, 3)}
@@ -458,7 +451,7 @@ def _avro_string(s: str) -> bytes:
 
 
 class KafkaResultSink:
-    """A :class:`~joinlib.runtime.sink.Sink` producing ``wire.ResultBatch`` messages to
+    """A :class:`~joinlib.runtime.sink.Sink` producing ``records.ResultBatch`` messages to
     ``out.<query>`` (key = site): one per ``emit`` call (a step's output of an epoch), split
     every ``max_results`` results; ``emit_ms`` is the node's clock (wall ms).
 
@@ -482,8 +475,8 @@ class KafkaResultSink:
         self._names = [_avro_string(n) for n in self.names]
 
     def emit(self, inst, head_pos: int, pos: int, groups, now: float) -> None:
-        # The bytes wire.encode_result_batch writes, assembled per group from cached pieces.
-        L, names, limit, encode_ids = _avro_long, self._names, self.max_results, wire.encode_ids
+        # The bytes records.encode_result_batch writes, assembled per group from cached pieces.
+        L, names, limit, encode_ids = _avro_long, self._names, self.max_results, _encode_ids
         head, last = names[head_pos], names[pos]
         key = (inst[1], inst[2], head_pos)
         parts: list[bytes] = []
@@ -516,7 +509,7 @@ class KafkaResultSink:
 # --------------------------------------------------------------------------- control
 
 def publish_control(out: Producing, query: str, kind: str, payload, *, flush: bool = True) -> None:
-    out.produce(CONTROL_TOPIC, wire.encode_control(wire.Control(query, kind, payload)), query.encode())
+    out.produce(CONTROL_TOPIC, records.encode_control(records.Control(query, kind, payload)), query.encode())
     if flush:
         out.flush()
 
@@ -528,7 +521,7 @@ def produce_control_sync(producer: Producer, query: str, kind: str, payload, tim
     def cb(err, msg):
         box["err"], box["offset"] = err, (msg.offset() if err is None else None)
 
-    producer.produce(CONTROL_TOPIC, wire.encode_control(wire.Control(query, kind, payload)), query.encode(),
+    producer.produce(CONTROL_TOPIC, records.encode_control(records.Control(query, kind, payload)), query.encode(),
                      on_delivery=cb)
     left = producer.flush(timeout_s)
     if left or "err" not in box:

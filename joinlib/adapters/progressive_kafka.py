@@ -5,7 +5,7 @@
   Each message value is one JSON row ``{"id": ..., <attr>: ...}`` (the key is ignored); it
   yields the decoded objects, the join validates them (``joinlib.progressive.sources``).
 * :class:`ResultTopicWriter` writes the results to ``out.<name>`` as ``joinlib.ResultBatch``
-  Avro values (``joinlib.protocol.wire.encode_result_batch``), what the Spark jobs in
+  Avro values (``joinlib.protocol.records.encode_result_batch``), what the Spark jobs in
   ``services/spark/`` read: ``query`` = the join's name, ``site`` = ``"progressive"``,
   ``part`` = ``gen`` = 0 (one plan instance), ``batch`` counting from 0, one
   group per run of consecutive results with the same left tuple and logical time
@@ -26,7 +26,7 @@ from confluent_kafka.cimpl import NewTopic  # where it is defined (the admin mod
 
 from joinlib.adapters.kafka import security_conf
 from joinlib.errors import ClusterError, DataError
-from joinlib.protocol.wire import ResultBatch, ResultGroup, encode_result_batch
+from joinlib.protocol.records import ResultBatch, ResultGroup, encode_result_batch
 
 BATCH_RESULTS = 1000
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import redis
 
-from joinlib.adapters.redis_store import redis_client
+from joinlib.adapters.redis_client import redis_client
 from joinlib.errors import ClusterError
 from joinlib.settings import redact_url
 

@@ -52,6 +52,19 @@ class PrometheusSensor(AdaptiveSensor):
         self.registry = r
         self.query = query
         self.logger: Optional[LogSensor] = LogSensor(log) if log is not None else None
+        # Registered in this order (the order of the exposition), a group per concern.
+        self._node_metrics(r)
+        self._recovery_and_live_metrics(r)
+        self._adaptive_metrics(r)
+        self._reader_metrics(r)
+        self._children: dict = {}
+        self._plans: dict[str, list[tuple[str, str]]] = {}
+        self._adaptive: set[tuple[str, str]] = set()
+        self._generation: dict[tuple[str, str], int] = {}
+        self._triggered: set[tuple[str, str, str, int]] = set()
+
+    def _node_metrics(self, r: CollectorRegistry) -> None:
+        """What every node reports: messages, processing, windows, results, inputs, lag, its plan."""
         self.transmission = Histogram(
             "joinlib_transmission_seconds",
             "Time from sending a message at site src until site dst received it, per message kind.",
@@ -91,6 +104,9 @@ class PrometheusSensor(AdaptiveSensor):
             "Always 1; labels describe the plan currently executed for a query "
             "(head stream, plan sequence number).",
             ["query", "head", "sequence"], registry=r)
+
+    def _recovery_and_live_metrics(self, r: CollectorRegistry) -> None:
+        """Checkpoints and resumes (restart recovery), dead letters and watermarks (live sources)."""
         self.checkpoint = Histogram(
             "joinlib_checkpoint_seconds",
             "Time a node took to save a checkpoint (producer flush + atomic Redis snapshot of its windows and state).",
@@ -107,7 +123,9 @@ class PrometheusSensor(AdaptiveSensor):
             "joinlib_watermark_lag_seconds",
             "Processing time minus the event-time watermark of a live stream at its site.",
             ["site", "query", "stream"], registry=r)
-        # adaptive re-planning (--plan adaptive)
+
+    def _adaptive_metrics(self, r: CollectorRegistry) -> None:
+        """Adaptive re-planning (``--plan adaptive``): plan changes, triggers, measured statistics, protocol."""
         self.plan_changes = Counter(
             "joinlib_plan_changes",
             "Plan switches of the node at site for a query (adaptive re-planning: every node of the query "
@@ -140,6 +158,9 @@ class PrometheusSensor(AdaptiveSensor):
             "Adaptive protocol messages sent by the node at site, per message type and the paper's "
             "category (modification, migration, sync).",
             ["site", "message", "category"], registry=r)
+
+    def _reader_metrics(self, r: CollectorRegistry) -> None:
+        """Rejected messages of every reader (nodes, planner) and the last checkpoint's time."""
         self.rejected = Counter(
             "joinlib_rejected_messages",
             "Messages read from a joinlib topic (control, node.<query>.<site>, src.<query>.<stream>) that were "
@@ -151,11 +172,6 @@ class PrometheusSensor(AdaptiveSensor):
             "Unix time of the last checkpoint a node saved (nodes with REDIS_URL only); time() minus it is the "
             "checkpoint age.",
             ["site"], registry=r)
-        self._children: dict = {}
-        self._plans: dict[str, list[tuple[str, str]]] = {}
-        self._adaptive: set[tuple[str, str]] = set()
-        self._generation: dict[tuple[str, str], int] = {}
-        self._triggered: set[tuple[str, str, str, int]] = set()
 
     def _child(self, metric, *labels):
         key = (id(metric), labels)

@@ -1,6 +1,6 @@
 """Node checkpoints in Redis, atomic with a snapshot of the node's window stores.
 
-A node's stores live under one hash tag ``{namespace/site}`` (``redis_store.store_prefix``):
+A node's stores live under one hash tag ``{namespace/site}`` (``redis_client.store_prefix``):
 ``{ns/site}/home/S1:s``, ``{ns/site}/SP-S/S2/3:i:...``.  :meth:`RedisCheckpoints.save` runs
 one Lua script that copies every such key to ``{ns/site}#/...`` (server-side ``COPY``,
 dropping the previous copies) and stores the checkpoint bytes at ``{ns/site}#meta``; Redis
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from joinlib.adapters.redis_store import _glob_escape, _unlink_matching
+from joinlib.adapters.redis_client import glob_escape, unlink_matching
 
 _SAVE = r"""
 local tag = KEYS[1]
@@ -52,7 +52,7 @@ class RedisCheckpoints:
     def __init__(self, client, namespace: str, site: str) -> None:
         self.client = client
         self.tag = "{" + namespace + "/" + site + "}"
-        esc = _glob_escape(self.tag)
+        esc = glob_escape(self.tag)
         self._live, self._snap = esc + "/*", esc + "#/*"
         self._save = client.register_script(_SAVE)
         self._load = client.register_script(_LOAD)
@@ -68,8 +68,8 @@ class RedisCheckpoints:
 
     def reset(self) -> int:
         """Delete the live stores (a node starting afresh); returns how many keys."""
-        return _unlink_matching(self.client, [self._live])
+        return unlink_matching(self.client, [self._live])
 
     def clear(self) -> int:
         """Drop the checkpoint and its copies (not the live stores)."""
-        return _unlink_matching(self.client, [self._snap]) + int(self.client.unlink(self.tag + "#meta"))
+        return unlink_matching(self.client, [self._snap]) + int(self.client.unlink(self.tag + "#meta"))

@@ -25,8 +25,9 @@ def redis_outage(exc: BaseException) -> Optional[BaseException]:
     ``BusyLoadingError`` (Redis replaying its append-only file) is a ``ConnectionError`` in redis-py.
     """
     try:
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
+        # optional dependency: redis (node_service imports this module whether or not a node has REDIS_URL)
+        from redis.exceptions import ConnectionError as RedisConnectionError  # optional dependency: redis
+        from redis.exceptions import TimeoutError as RedisTimeoutError  # optional dependency: redis
     except ImportError:  # pragma: no cover - redis is a dependency of the node service
         return None
     seen: set[int] = set()
@@ -41,8 +42,8 @@ def redis_outage(exc: BaseException) -> Optional[BaseException]:
 
 def no_retry() -> Any:
     """redis-py's ``Retry`` with no retries: a lost reply surfaces as an error instead of a re-send."""
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
+    from redis.backoff import NoBackoff  # optional dependency: redis (only a node with REDIS_URL calls this)
+    from redis.retry import Retry  # optional dependency: redis
     return Retry(NoBackoff(), 0)
 
 
@@ -52,9 +53,10 @@ def wait_for_redis(client: Any, *, timeout_s: float = REDIS_WAIT_S, stop: Any = 
 
     Returns False if it did not answer in time or ``stop`` (an Event) was set meanwhile.
     """
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+    # optional dependency: redis (node_service imports this module whether or not a node has REDIS_URL)
+    from redis.exceptions import ConnectionError as RedisConnectionError  # optional dependency: redis
+    from redis.exceptions import ResponseError  # optional dependency: redis
+    from redis.exceptions import TimeoutError as RedisTimeoutError  # optional dependency: redis
 
     deadline = time.monotonic() + timeout_s
     delay, told = 0.05, 0.0

@@ -12,8 +12,8 @@ Node services use :class:`MirroredRedisWindowStore` (what :func:`redis_store_fac
 the same store plus a write-through copy in memory that serves every read, so Redis holds the
 durable windows (for restart recovery) while probes run at memory speed.
 
-Every operation is ONE round trip: a Lua script (``register_script`` -> EVALSHA, reloaded
-on NOSCRIPT) for insert / purge / remove_oldest / add_index / first_seq_at_or_after, a
+Every operation is ONE round trip: a Lua script (:mod:`joinlib.adapters.redis_lua`; ``register_script`` ->
+EVALSHA, reloaded on NOSCRIPT) for insert / purge / remove_oldest / add_index / first_seq_at_or_after, a
 pipeline of plain commands (no Lua: tuples never pass through the script engine on the
 hot read path) for lookup_many, one command for ``len`` and :meth:`tuples`.
 
@@ -51,213 +51,20 @@ import marshal
 import struct
 from typing import Iterable, Optional, Sequence, cast
 
+from redis.exceptions import ResponseError
+
+from joinlib.adapters import redis_lua as lua
+from joinlib.adapters.redis_client import clear_namespace, glob_escape, redis_client, store_prefix, unlink_matching
 from joinlib.model import Tup
 from joinlib.state.base import Index, KeyList
+from joinlib.state.memory import MemoryWindowStore
 
 __all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisStoreFactory", "redis_store_factory",
-           "clear_namespace", "canonical_key", "store_prefix"]
+           "canonical_key"]
 
 _TRAILER = struct.Struct(">qqI")   # seq, ts, len(comps)
 _SEP = b"\x1f"
 _MEMO_MAX = 1 << 16
-
-# --------------------------------------------------------------------------- Lua
-
-_PRELUDE = r"""
-local S, X = KEYS[1], KEYS[2]
-local CHUNK = 4000
-
-local function comps_of(b)
-  local L = #b
-  local n = struct.unpack('>I4', b, L - 3)
-  return string.sub(b, L - 19 - n, L - 20)
-end
-
-local function seq_of(b)
-  return (struct.unpack('>i8', b, #b - 19))
-end
-
-local function ts_of(b)
-  return (struct.unpack('>i8', b, #b - 11))
-end
-
-local function parse_specs(list, base)
-  local out = {}
-  for _, sp in ipairs(list) do
-    local pos = {}
-    for p in string.gmatch(sp, '[^,]+') do pos[#pos + 1] = tonumber(p) + 1 end
-    out[#out + 1] = {base .. ':i:' .. sp .. ':', pos}
-  end
-  return out
-end
-
-local function split(c)
-  local parts, start = {}, 1
-  while true do
-    local j = string.find(c, '\31', start, true)
-    if not j then parts[#parts + 1] = string.sub(c, start); return parts end
-    parts[#parts + 1] = string.sub(c, start, j - 1)
-    start = j + 1
-  end
-end
-
--- index key names of a tuple with components c, one per spec, into out
-local function names(c, sps, out)
-  local parts = nil
-  for i = 1, #sps do
-    local sp = sps[i]
-    local pos = sp[2]
-    local name
-    if #pos == 1 and not string.find(c, '\31', 1, true) then
-      name = c  -- a one-attribute key (memory store: projector of one position)
-    else
-      parts = parts or split(c)
-      if #pos == #parts then
-        local same = true
-        for k = 1, #pos do if pos[k] ~= k then same = false; break end end
-        if same then name = c end
-      end
-      if not name then
-        local sel = {}
-        for k = 1, #pos do
-          local v = parts[pos[k]]
-          if v == nil then error('index position out of range of the key') end
-          sel[k] = v
-        end
-        name = table.concat(sel, '\31')
-      end
-    end
-    out[i] = sp[1] .. name
-  end
-end
-
-local function group_add(groups, order, name, a, b)
-  local g = groups[name]
-  if not g then g = {}; groups[name] = g; order[#order + 1] = name end
-  g[#g + 1] = a
-  if b ~= nil then g[#g + 1] = b end
-end
-
-local function chunked(cmd, key, args)
-  for i = 1, #args, CHUNK do
-    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
-  end
-end
-
--- number of stored tuples with ts < bound (bisection over the seq order)
-local function bisect_ts(bound)
-  local lo, hi = 0, redis.call('ZCARD', S)
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if ts_of(redis.call('ZRANGE', S, mid, mid)[1]) < bound then lo = mid + 1 else hi = mid end
-  end
-  return lo
-end
-"""
-
-# ARGV: base, blob...   -> number of tuples added
-_INSERT = _PRELUDE + r"""
-local n = #ARGV - 1
-if n <= 0 then return 0 end
-local seqs, inorder = {}, true
-for i = 1, n do
-  seqs[i] = seq_of(ARGV[i + 1])
-  if i > 1 and seqs[i] <= seqs[i - 1] then inorder = false end
-end
-if inorder then
-  local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
-  if last[2] and tonumber(last[2]) >= seqs[1] then inorder = false end
-end
-local zs, groups, order, nm = {}, {}, {}, {}
-local sps = parse_specs(redis.call('SMEMBERS', X), ARGV[1])
-local seen, added = {}, 0
-for i = 1, n do
-  local q = seqs[i]
-  if inorder or (not seen[q] and redis.call('ZCOUNT', S, q, q) == 0) then
-    seen[q] = true
-    local b = ARGV[i + 1]
-    zs[#zs + 1] = q; zs[#zs + 1] = b
-    if #sps > 0 then
-      names(comps_of(b), sps, nm)
-      for k = 1, #sps do group_add(groups, order, nm[k], q, b) end
-    end
-    added = added + 1
-  end
-end
-if added > 0 then
-  chunked('ZADD', S, zs)
-  for _, name in ipairs(order) do chunked('ZADD', name, groups[name]) end
-end
-return added
-"""
-
-# ARGV: base, 'ts'|'seq', bound [, 'n']  -> purged blobs in seq order (with 'n': their number)
-_PURGE = _PRELUDE + r"""
-local bs
-if ARGV[2] == 'ts' then
-  local r = bisect_ts(tonumber(ARGV[3]))
-  if r == 0 then return ARGV[4] == 'n' and 0 or {} end
-  bs = redis.call('ZRANGE', S, 0, r - 1)
-else
-  bs = redis.call('ZRANGEBYSCORE', S, '-inf', '(' .. ARGV[3])
-  if #bs == 0 then return ARGV[4] == 'n' and 0 or {} end
-end
-local sps = parse_specs(redis.call('SMEMBERS', X), ARGV[1])
-if #sps > 0 then
-  local groups, order, nm = {}, {}, {}
-  for k = 1, #bs do
-    names(comps_of(bs[k]), sps, nm)
-    for i = 1, #sps do group_add(groups, order, nm[i], bs[k]) end
-  end
-  for _, name in ipairs(order) do chunked('ZREM', name, groups[name]) end
-end
-redis.call('ZREMRANGEBYRANK', S, 0, #bs - 1)
-if ARGV[4] == 'n' then return #bs end
-return bs
-"""
-
-# ARGV: base, seq...  -> number removed; errors NOTSTORED i / NOTOLDEST i
-_REMOVE_OLDEST = _PRELUDE + r"""
-local sps = parse_specs(redis.call('SMEMBERS', X), ARGV[1])
-local nm, gone = {}, {}
-for i = 2, #ARGV do
-  local b = redis.call('ZRANGEBYSCORE', S, ARGV[i], ARGV[i])[1]
-  if not b then
-    if #sps > 0 then return redis.error_reply('NOTSTORED ' .. (i - 2)) end
-  else
-    if #sps > 0 then
-      names(comps_of(b), sps, nm)
-      for k = 1, #sps do
-        if redis.call('ZRANGE', nm[k], 0, 0)[1] ~= b then return redis.error_reply('NOTOLDEST ' .. (i - 2)) end
-        redis.call('ZREMRANGEBYRANK', nm[k], 0, 0)
-      end
-    end
-    redis.call('ZREM', S, b)
-    gone[#gone + 1] = b
-  end
-end
-return gone
-"""
-
-# ARGV: base, spec  -> 1 if the index is new
-_ADD_INDEX = _PRELUDE + r"""
-if redis.call('SADD', X, ARGV[2]) == 0 then return 0 end
-local all = redis.call('ZRANGE', S, 0, -1, 'WITHSCORES')
-local sps = parse_specs({ARGV[2]}, ARGV[1])
-local groups, order, nm = {}, {}, {}
-for k = 1, #all, 2 do
-  names(comps_of(all[k]), sps, nm)
-  group_add(groups, order, nm[1], all[k + 1], all[k])
-end
-for _, name in ipairs(order) do chunked('ZADD', name, groups[name]) end
-return 1
-"""
-
-# ARGV: ts  -> the blob of the oldest tuple with ts >= ARGV[1], or nil
-_FIRST = _PRELUDE + r"""
-local r = bisect_ts(tonumber(ARGV[1]))
-return redis.call('ZRANGE', S, r, r)[1]
-"""
 
 
 # --------------------------------------------------------------------------- encoding
@@ -341,11 +148,11 @@ class RedisWindowStore:
         self._cache: dict[bytes, Tup] = {}    # blob -> its Tup (content-addressed: never stale)
         self._cache_size = cache_size
         reg = client.register_script
-        self._insert = reg(_INSERT)
-        self._purge = reg(_PURGE)
-        self._remove = reg(_REMOVE_OLDEST)
-        self._add_index = reg(_ADD_INDEX)
-        self._first = reg(_FIRST)
+        self._insert = reg(lua.INSERT)
+        self._purge = reg(lua.PURGE)
+        self._remove = reg(lua.REMOVE_OLDEST)
+        self._add_index = reg(lua.ADD_INDEX)
+        self._first = reg(lua.FIRST)
 
     def __repr__(self) -> str:
         return f"RedisWindowStore({self.base!r})"
@@ -442,7 +249,6 @@ class RedisWindowStore:
     def remove_oldest(self, tups: Sequence[Tup]) -> None:
         if not tups:
             return
-        from redis.exceptions import ResponseError
         try:
             gone = self._remove(keys=self._keys2, args=[self._base_arg] + [str(int(t.seq)) for t in tups])
         except ResponseError as e:
@@ -472,7 +278,7 @@ class RedisWindowStore:
 
     def clear(self) -> int:
         """Delete every key of this store; return how many."""
-        return _unlink_matching(self.client, [_glob_escape(self.base) + ":*"])
+        return unlink_matching(self.client, [glob_escape(self.base) + ":*"])
 
     def snapshot(self) -> list[Tup]:
         return self.tuples()
@@ -499,7 +305,6 @@ class MirroredRedisWindowStore:
     """
 
     def __init__(self, client, prefix: str, **kw) -> None:
-        from joinlib.state.memory import MemoryWindowStore
         self.redis = RedisWindowStore(client, prefix, **kw)
         self.prefix, self.base = self.redis.prefix, self.redis.base
         self.mem = MemoryWindowStore()
@@ -549,7 +354,6 @@ class MirroredRedisWindowStore:
         return len(self.mem)
 
     def clear(self) -> int:
-        from joinlib.state.memory import MemoryWindowStore
         self.mem = MemoryWindowStore()
         return self.redis.clear()
 
@@ -561,13 +365,7 @@ class MirroredRedisWindowStore:
         self.mem.load(tuples)
 
 
-# --------------------------------------------------------------------------- factory, namespace
-
-def store_prefix(namespace: str, name: str) -> str:
-    """``{namespace/site}/rest`` for a store name ``site/rest`` (all of a node's stores share a slot)."""
-    site, _, rest = name.partition("/")
-    return "{" + namespace + "/" + site + "}" + ("/" + rest if rest else "")
-
+# --------------------------------------------------------------------------- factory
 
 class RedisStoreFactory:
     """``store_factory`` for :class:`joinlib.runtime.host.Host`: name -> a store under the namespace,
@@ -599,42 +397,3 @@ def redis_store_factory(url: str, namespace: str, *, mirror: bool = True, **clie
     """
     client_kwargs.setdefault("decode_responses", False)
     return RedisStoreFactory(redis_client(url, **client_kwargs), namespace, mirror=mirror)
-
-
-def redis_client(url: str, **client_kwargs):
-    """A redis-py client for ``url`` with the ACL user, password and TLS CA of the environment
-    (:class:`joinlib.settings.RedisSecurity`, docs/security.md); explicit keyword arguments win."""
-    import redis
-
-    from joinlib.settings import RedisSecurity
-
-    for k, v in RedisSecurity.from_env().client_kwargs(url).items():
-        client_kwargs.setdefault(k, v)
-    return redis.Redis.from_url(url, **client_kwargs)
-
-
-def _glob_escape(s: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
-
-
-def _unlink_matching(client, patterns: list[str]) -> int:
-    n = 0
-    for pat in patterns:
-        batch = []
-        for k in client.scan_iter(match=pat, count=1000):
-            batch.append(k)
-            if len(batch) >= 500:
-                n += client.unlink(*batch)
-                batch = []
-        if batch:
-            n += client.unlink(*batch)
-    return n
-
-
-def clear_namespace(client, namespace: str) -> int:
-    """Delete every key of every store made by ``redis_store_factory(..., namespace)``; return how many.
-
-    (Also those of a namespace ``namespace/...``: keep namespaces from being such prefixes.)
-    """
-    ns = _glob_escape(namespace)
-    return _unlink_matching(client, ["{" + ns + "/*", "{" + ns + "}*"])

@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 from joinlib.adaptive.jep import JEP, SEP
 from joinlib.adaptive.planner import Choice, Eq12, PlanLevel, advance, better, choose, eq4_plan, plan_level
-from joinlib.adaptive.protocol import Message, Relay
+from joinlib.adaptive.protocol import Message, Relay, seq_state_data, seq_state_of
 from joinlib.adaptive.stats import StreamStatistics, declared, stats_data, stats_of, with_stats
 from joinlib.costs.unit_time import SeqState
 from joinlib.model import Query, StreamStats
@@ -329,19 +329,17 @@ class DnuNode:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
-        from joinlib.adaptive.protocol import _state
         return {
             "stats": {n: stats_data(s) for n, s in self.stats.items()},
             "heads": {h: {"sep": [list(x.sep.order), list(x.sep.placement)],
                           "relay": [list(x.relay.order), list(x.relay.placement)], "version": x.version,
                           "queue": [[m, s, stats_data(st), c] for m, s, st, c in x.queue], "active": x.active,
                           "done": list(x.done)} for h, x in self.heads.items()},
-            "meta": [[h, s, k, _state(st)] for (h, s), (k, st) in self.meta.items()],
+            "meta": [[h, s, k, seq_state_data(st)] for (h, s), (k, st) in self.meta.items()],
             "reported": [[m, stats_data(st)] for m, st in self.reported.values()],
         }
 
     def restore(self, data: dict[str, Any]) -> None:
-        from joinlib.adaptive.protocol import _unstate
         self.stats = {n: stats_of(s) for n, s in data["stats"].items()}
         for h, x in data["heads"].items():
             head = self.heads[h]
@@ -350,5 +348,5 @@ class DnuNode:
             head.version, head.active = x["version"], x["active"]
             head.queue = [(m, s, stats_of(st), c) for m, s, st, c in x["queue"]]
             head.done = list(x["done"])
-        self.meta = {(h, s): (k, _unstate(st)) for h, s, k, st in data["meta"]}
+        self.meta = {(h, s): (k, seq_state_of(st)) for h, s, k, st in data["meta"]}
         self.reported = {st.stream: (m, st) for m, st in ((m, stats_of(d)) for m, d in data["reported"])}

@@ -42,6 +42,7 @@ from joinlib.model import Query
 from joinlib.plan.ir import PlanIR, lower
 from joinlib.protocol.messages import Envelope, WindowSnapshot
 from joinlib.runtime.algorithms.simple import FullReplica
+from joinlib.runtime.checkpoint import state_of
 from joinlib.runtime.host import Host, Transport
 from joinlib.runtime.instance import InstanceSpec
 from joinlib.runtime.window import HomeWindow
@@ -380,7 +381,6 @@ class AdaptiveNode:
     def state(self, with_stores: bool = True) -> dict[str, Any]:
         """Plain data: the host's state (with its stores' contents unless ``with_stores`` is False: a node
         service's Redis checkpoint copies them itself), and the node's own."""
-        from joinlib.runtime.checkpoint import state_of
         return {
             "host": state_of(self.host, with_stores=with_stores),
             "gens": [g.data() for g in self.gens],

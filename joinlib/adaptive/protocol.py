@@ -26,7 +26,7 @@ from joinlib.adaptive.jep import JEP, SEP
 from joinlib.adaptive.stats import StreamStatistics
 from joinlib.costs.unit_time import KeyClass, SeqState
 from joinlib.model import Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro, schemas
 
 MODIFICATION, MIGRATION, SYNC = "modification", "migration", "sync"
 
@@ -36,7 +36,7 @@ def trigger_id(epoch: int, pos: int) -> int:
     ordered by epoch then stream (the order in which simultaneous triggers are taken)."""
     return (epoch + 1) * 1024 + pos
 CATEGORIES = (MODIFICATION, MIGRATION, SYNC)
-_SCHEMA = wire.SCHEMAS["joinlib.AdaptiveMessage"]
+_SCHEMA = schemas.SCHEMAS["joinlib.AdaptiveMessage"]
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,8 @@ def _unseps(rows: list[dict[str, Any]]) -> tuple[SEP, ...]:
     return tuple(SEP(r["head"], tuple(r["order"]), tuple(r["placement"])) for r in rows)
 
 
-def _state(s: SeqState) -> dict[str, Any]:
+def seq_state_data(s: SeqState) -> dict[str, Any]:
+    """A join sequence's state as plain data (messages, a DNU node's checkpoint); inverse: :func:`seq_state_of`."""
     return {"joined": list(s.joined), "rate": s.rate, "bytes": s.full_bytes, "location": s.location,
             "classes": [{"attrs": sorted(f"{st}{_SEP}{a}" for st, a in c.attrs), "f": c.f} for c in s.classes]}
 
@@ -199,7 +200,7 @@ def _pair(x: str) -> tuple[str, str]:
     return st, a
 
 
-def _unstate(d: dict[str, Any]) -> SeqState:
+def seq_state_of(d: dict[str, Any]) -> SeqState:
     classes = tuple(KeyClass(frozenset(_pair(x) for x in c["attrs"]), c["f"]) for c in d["classes"])
     joined = tuple(d["joined"])
     return SeqState(joined[0], joined, d["rate"], d["bytes"], classes, d["location"])
@@ -215,14 +216,14 @@ def _body(b: Body) -> tuple[str, dict[str, Any]]:
         return "joinlib.WindowRequest", {"stream": b.stream, "holder": b.holder}
     if isinstance(b, WindowData):
         return "joinlib.WindowData", {"stream": b.stream, "epoch": b.epoch, "snapshot": b.snapshot, "base": b.base,
-                                      "tuples": [wire.encode_tuple(t) for t in b.tuples]}
+                                      "tuples": [avro.encode_tuple(t) for t in b.tuples]}
     if isinstance(b, Ready):
         return "joinlib.Ready", {"global": b.glob, "epoch": b.epoch, "digest": b.digest, "seps": _seps(b.seps),
                                  "versions": list(b.versions), "triggers": list(b.triggers)}
     return "joinlib.Relay", {
         "op": b.op, "head": b.head, "version": b.version, "position": b.position, "at": b.at, "check": b.check,
         "order": list(b.order),
-        "placement": list(b.placement), "state": None if b.state is None else _state(b.state),
+        "placement": list(b.placement), "state": None if b.state is None else seq_state_data(b.state),
         "best": None if b.best is None else {"stream": b.best[0], "cost": b.best[1], "placement": b.best[2]},
         "stream": b.stream, "stats": None if b.stats is None else _stats(b.stats)}
 
@@ -236,13 +237,13 @@ def _unbody(name: str, d: dict[str, Any]) -> Body:
         return WindowRequest(d["stream"], d["holder"])
     if name == "joinlib.WindowData":
         return WindowData(d["stream"], d["epoch"], d["snapshot"], d["base"],
-                          tuple(wire.decode_tuple(x) for x in d["tuples"]))
+                          tuple(avro.decode_tuple(x) for x in d["tuples"]))
     if name == "joinlib.Ready":
         return Ready(d["global"], d["epoch"], d["digest"], _unseps(d["seps"]), tuple(d["versions"]),
                      tuple(d["triggers"]))
     best = d["best"]
     return Relay(d["op"], d["head"], d["version"], d["position"], tuple(d["order"]), tuple(d["placement"]),
-                 None if d["state"] is None else _unstate(d["state"]),
+                 None if d["state"] is None else seq_state_of(d["state"]),
                  None if best is None else (best["stream"], best["cost"], best["placement"]),
                  d["stream"], None if d["stats"] is None else _unstats(d["stream"] or "", d["stats"]),
                  d["at"], d["check"])

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from joinlib.adaptive.protocol import WindowData
 from joinlib.model import Stream, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro
 from joinlib.protocol.messages import WindowSnapshot
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Lane
@@ -131,14 +131,14 @@ class ShadowWindow:
         return view_at(self.stream, self.tau, epoch, self.tuples.values(), self.progress())
 
     def snapshot(self) -> dict[str, Any]:
-        enc = wire.encode_tuple
+        enc = avro.encode_tuple
         return {"start": self.start, "base": self.base, "next": self.next,
                 "tuples": [enc(t) for t in self.tuples.values()],
                 "arrivals": list(self.arrivals.items()),
                 "early": [(e, [enc(t) for t in ts]) for e, ts in self.early.items()]}
 
     def restore(self, data: dict[str, Any]) -> None:
-        dec = wire.decode_tuple
+        dec = avro.decode_tuple
         self.start, self.base, self.next = data["start"], data["base"], data["next"]
         self.tuples = {t.id: t for t in map(dec, data["tuples"])}
         self.arrivals = {e: list(ts) for e, ts in data["arrivals"]}

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Optional
 from joinlib.costs.unit_time import full_bytes, selectivity, stream_rate, window_tuples
 from joinlib.errors import JoinlibError
 from joinlib.model import Query, Stream, StreamStats, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class StreamMonitor:
             raise ValueError(f"monitor of {self.stream.name}: epoch {epoch} after {self.next_epoch - 1}")
         self.next_epoch += 1
         per = self.config.epochs(self.tau)
-        self.recent.append((len(batch), sum(len(wire.encode_tuple(t)) for t in batch)))
+        self.recent.append((len(batch), sum(len(avro.encode_tuple(t)) for t in batch)))
         while len(self.recent) > per:
             self.recent.popleft()
         self.count = sum(n for n, _ in self.recent)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -19,6 +19,7 @@ from joinlib.adaptive.embedded import AdaptiveReport, run_adaptive
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.stats import MonitorConfig, with_stats
 from joinlib.errors import JoinlibError
+from joinlib.experiments import adaptive as experiment
 from joinlib.model import Query, Tup
 from joinlib.plan.logical import Plan
 from joinlib.runtime.sink import Sink
@@ -51,7 +52,7 @@ def add_run_options(r: argparse.ArgumentParser) -> None:
                         "raise it where a message takes longer than an epoch)")
 
 
-def config_of(args: argparse.Namespace, query: Query) -> AdaptiveConfig:
+def config_from_args(args: argparse.Namespace, query: Query) -> AdaptiveConfig:
     """The configuration from ``run``'s options; user mistakes as :class:`JoinlibError`."""
     interval = parse_duration(getattr(args, "adaptive_interval", "200ms"))
     planner: Optional[str] = getattr(args, "adaptive_planner", None)
@@ -93,7 +94,7 @@ def adaptive_runner(args: argparse.Namespace, query: Query) -> AdaptiveRunner:
         args.rate_scale = 1.0
         _stderr("--plan adaptive --cluster: replaying at event-time pace (--rate-scale 1; pass --rate-scale X "
                 "to replay X times faster)")
-    cfg = config_of(args, query)
+    cfg = config_from_args(args, query)
     initial = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
     return AdaptiveRunner(cfg, initial, None if getattr(args, "quiet", False) else _stderr)
 
@@ -124,10 +125,7 @@ def add_experiment(subparsers: Any) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from joinlib.experiments.adaptive import QUICK, Scale, format_summary, main
-    scale = QUICK if args.quick else Scale()
+    scale = experiment.QUICK if args.quick else experiment.Scale()
     if args.repeats is not None:
         if args.repeats < 1:
             raise JoinlibError(f"--repeats {args.repeats}: at least 1")
@@ -147,7 +145,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                        + [f"--{k} {shlex.quote(str(v))}" for k, v in (("repeats", args.repeats), ("ways", args.ways),
                                                                    ("seed", args.seed), ("out", args.out))
                           if v is not None and not (k == "seed" and v == 1)])
-    result = main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty(), command=command)
-    print(format_summary(result))
+    result = experiment.main(args.out, scale, progress=not args.no_progress and sys.stderr.isatty(), command=command)
+    print(experiment.format_summary(result))
     print(f"wrote {args.out / 'adaptive.json'}, {args.out / 'adaptive_runs.json'}, {args.out / 'adaptive.png'}")
     return 0

@@ -10,12 +10,31 @@ User mistakes raise :class:`~joinlib.errors.JoinlibError`, which the CLI prints 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+from urllib.parse import quote
 
 from joinlib import command
+from joinlib.cli.adaptive import add_experiment as add_adaptive
+from joinlib.cli.live import http_json, planner_url
+from joinlib.cli.multiquery import add_experiment as add_iflow
+from joinlib.cli.pmjoin import add_experiment as add_pmjoin
+from joinlib.cli.progressive import add_experiment as add_rpj
+from joinlib.costs import TERM_MODELS as MODELS
+from joinlib.costs.calibrate import main as calibrate_main
+from joinlib.data.files import load_streams
+from joinlib.data.stats import main as stats_main
+from joinlib.data.synthetic import TOPOLOGIES
 from joinlib.errors import JoinlibError
+from joinlib.experiments import fig7, fig9, table3
+from joinlib.experiments.accuracy import report
+from joinlib.experiments.common import parse_warmup
+from joinlib.experiments.output import prepare_out
+from joinlib.pmjoin.partitioned import value_stats
+from joinlib.query import load_query
+from joinlib.units import parse_duration
 
 _RAW = argparse.RawDescriptionHelpFormatter
 
@@ -39,13 +58,9 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         epilog="Run 'joinlib experiment NAME --help' for the options; docs/experiments.md explains the output.")
     ex.set_defaults(func=lambda args: _help(ex))
     sub = ex.add_subparsers(title="experiments", metavar="NAME")
-    from joinlib.cli.progressive import add_experiment as add_rpj
     add_rpj(sub)  # experiment rpj (seed 004: progressive joins)
-    from joinlib.cli.adaptive import add_experiment as add_adaptive
     add_adaptive(sub)  # experiment adaptive (seed 003: adaptive re-planning and plan migration)
-    from joinlib.cli.pmjoin import add_experiment as add_pmjoin
     add_pmjoin(sub)  # experiment pmjoin (seed 002: PMJoin partitioning, STREAMJOINOPT; rate model)
-    from joinlib.cli.multiquery import add_experiment as add_iflow
     add_iflow(sub)  # experiment iflow (seed 001: multi-query planning with reuse over hierarchical partitions)
 
     f7 = sub.add_parser(
@@ -179,6 +194,23 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     ca.set_defaults(func=_cmd_calibrate)
 
 
+def check_positive(value: int, flag: str) -> int:
+    """``value`` of option ``flag``, which must be at least 1."""
+    if value < 1:
+        raise JoinlibError(f"{flag} must be at least 1, not {value}")
+    return value
+
+
+def choose_names(values: str, allowed: Sequence[str], flag: str) -> list[str]:
+    """A comma-separated list of names, each from ``allowed`` (option ``flag``), without repeats."""
+    out = [v.strip() for v in str(values).split(",") if v.strip()]
+    bad = [v for v in out if v not in allowed]
+    if bad or not out:
+        raise JoinlibError(f"{flag}: unknown {', '.join(map(repr, bad)) or 'empty list'} "
+                           f"(choose from {', '.join(allowed)})")
+    return list(dict.fromkeys(out))
+
+
 def _help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -189,12 +221,11 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 def _common(args: argparse.Namespace, quick_duration: str = "1s") -> tuple[Path, int, int, str]:
-    from joinlib.experiments.common import check_positive, parse_duration, prepare_out
     duration = parse_duration(args.duration or (quick_duration if args.quick else "5s"))
     repeat = check_positive(args.repeat if args.repeat is not None else (1 if args.quick else 3), "--repeat")
     warmup: str = args.warmup
     if warmup != "auto":
-        parse_duration(warmup, allow_zero=True)  # validate early: one error line, not a traceback later
+        parse_warmup(warmup)  # validate early: one error line, not a traceback later
     if args.calibration is not None and not args.calibration.is_file():
         raise JoinlibError(f"--calibration {args.calibration}: file not found (create it with 'joinlib calibrate')")
     out = prepare_out(args.out)
@@ -202,7 +233,6 @@ def _common(args: argparse.Namespace, quick_duration: str = "1s") -> tuple[Path,
 
 
 def _cmd_fig7(args: argparse.Namespace) -> int:
-    from joinlib.experiments import fig7
     sweeps = [c for c in args.sweeps.replace(",", "") if c.strip()]
     bad = [c for c in sweeps if c not in fig7.SWEEPS]
     if bad or not sweeps:
@@ -214,11 +244,9 @@ def _cmd_fig7(args: argparse.Namespace) -> int:
 
 
 def _cmd_table3(args: argparse.Namespace) -> int:
-    from joinlib.experiments import table3
-    from joinlib.experiments.common import TOPOLOGIES, check_positive, choose
     queries = check_positive(args.queries if args.queries is not None else (2 if args.quick else 100), "--queries")
-    topologies = choose(args.topologies, TOPOLOGIES, "--topologies")
-    planners = choose(args.planners, table3.PLANNERS, "--planners")
+    topologies = choose_names(args.topologies, TOPOLOGIES, "--topologies")
+    planners = choose_names(args.planners, table3.PLANNERS, "--planners")
     _check_model(args.model)
     out, duration, repeat, warmup = _common(args)
     table3.main(out, queries, args.seed, duration, repeat, args.model, args.calibration, warmup,
@@ -227,10 +255,8 @@ def _cmd_table3(args: argparse.Namespace) -> int:
 
 
 def _cmd_fig9(args: argparse.Namespace) -> int:
-    from joinlib.experiments import fig9
-    from joinlib.experiments.common import TOPOLOGIES, choose
-    sweeps = choose(args.sweep, list(fig9.SWEEPS), "--sweep")
-    topologies = choose(args.topologies, TOPOLOGIES, "--topologies")
+    sweeps = choose_names(args.sweep, list(fig9.SWEEPS), "--sweep")
+    topologies = choose_names(args.topologies, TOPOLOGIES, "--topologies")
     _check_model(args.model)
     out, duration, repeat, warmup = _common(args)
     fig9.main(out, duration, args.seed, args.quick, repeat, sweeps, topologies, args.model, args.calibration,
@@ -239,14 +265,11 @@ def _cmd_fig9(args: argparse.Namespace) -> int:
 
 
 def _check_model(name: str) -> None:
-    from joinlib.costs import TERM_MODELS as MODELS
     if name not in MODELS:
         raise JoinlibError(f"--model {name!r}: unknown cost model (choose from {', '.join(MODELS)})")
 
 
 def _cmd_accuracy(args: argparse.Namespace) -> int:
-    from joinlib.experiments.accuracy import report
-    from joinlib.experiments.common import check_positive
     check_positive(args.worst, "--worst")
     if args.out is not None and args.out.parent and not args.out.parent.exists():
         raise JoinlibError(f"cannot write {args.out}: directory {args.out.parent} does not exist")
@@ -259,7 +282,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         return _live_values(args)
     if args.data is None:
         raise JoinlibError("joinlib stats: --data DIR is required (or --live for a running query's per-value rates)")
-    from joinlib.data.stats import main as stats_main
     stats_main(args.query, args.data, args.write, args.json)
     if args.values is not None:
         _write_values(args.query, args.data, args.values)
@@ -267,11 +289,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _write_values(query_path: Path, data: Path, out: Path) -> None:
-    import json
-
-    from joinlib.data.files import load_streams
-    from joinlib.pmjoin.partitioned import value_stats
-    from joinlib.query import load_query
     query = load_query(query_path)
     stats = value_stats(query, load_streams(query, data))
     out.write_text(json.dumps(stats) + "\n")
@@ -281,11 +298,6 @@ def _write_values(query_path: Path, data: Path, out: Path) -> None:
 
 def _live_values(args: argparse.Namespace) -> int:
     """``joinlib stats QUERY --live --values FILE``: the live monitor's per-value rates of a running query."""
-    import json
-    from urllib.parse import quote
-
-    from joinlib.cli.live import http_json, planner_url
-    from joinlib.query import load_query
     if args.values is None or args.data is not None or args.write is not None or args.json is not None:
         raise JoinlibError("joinlib stats --live takes --values FILE (and --url), not --data, --write or --json")
     name = load_query(args.query).name if args.query.suffix in (".yaml", ".yml") else str(args.query)
@@ -298,8 +310,6 @@ def _live_values(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from joinlib.costs.calibrate import main as calibrate_main
-    from joinlib.experiments.common import check_positive
     check_positive(args.repeat, "--repeat")
     calibrate_main(args.out, args.quick, args.repeat, _progress(args))
     return 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from joinlib.experiments import iflow as experiment
 from joinlib.multiquery.errors import MultiQueryError
 
 
@@ -38,15 +39,15 @@ def add_experiment(subparsers: Any) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from joinlib.experiments.iflow import QUICK, Scale, main, with_overrides
     if args.queries is not None and args.queries < 1:
         raise MultiQueryError(f"--queries {args.queries}: at least 1")
-    scale = with_overrides(QUICK if args.quick else Scale(), args.queries, _maxcs(args.maxcs), args.seed)
+    base = experiment.QUICK if args.quick else experiment.Scale()
+    scale = experiment.with_overrides(base, args.queries, _maxcs(args.maxcs), args.seed)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MultiQueryError(f"--out {args.out}: cannot create the directory ({e.strerror or e})") from None
-    main(args.out, scale, args.topology, progress=not args.no_progress and sys.stderr.isatty())
+    experiment.main(args.out, scale, args.topology, progress=not args.no_progress and sys.stderr.isatty())
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from joinlib.errors import JoinlibError
+from joinlib.experiments import pmjoin as experiment
 
 DESCRIPTION = """\
 The model sweep of seed 002 (PMJoin, Zhou et al.), computed with the rate model: cost = tuples per
@@ -42,8 +43,7 @@ def add_experiment(subparsers: Any) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from joinlib.experiments.pmjoin import QUICK, Scale, main
-    scale = QUICK if args.quick else Scale()
+    scale = experiment.QUICK if args.quick else experiment.Scale()
     if args.seeds is not None:
         if args.seeds < 1:
             raise JoinlibError(f"--seeds {args.seeds}: must be >= 1")
@@ -56,5 +56,5 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise JoinlibError(f"--out {args.out}: cannot create the directory ({e.strerror or e})") from None
-    main(args.out, scale, jobs=args.jobs, progress=not args.no_progress and sys.stderr.isatty())
+    experiment.main(args.out, scale, jobs=args.jobs, progress=not args.no_progress and sys.stderr.isatty())
     return 0

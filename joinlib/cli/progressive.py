@@ -14,18 +14,22 @@ import sys
 import tempfile
 import uuid
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 import orjson
+from tqdm import tqdm
 
 from joinlib.errors import ClusterError, JoinlibError
+from joinlib.experiments import progressive as experiment
 from joinlib.progressive.hmj import POLICIES
 from joinlib.progressive.model import Id, JoinSpec, Phase, VirtualClock
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import FileRunStore, MemoryRunStore, PagedRunStore, RunStore, SpillError
-from joinlib.progressive.sim import Network, Recorder, RunStats, schedule, simulate
+from joinlib.progressive.sim import ArrivalNetwork, Recorder, RunStats, schedule, simulate
 from joinlib.progressive.sources import JsonlFile, ParsedSource, RawSource, RowParser, Source, interleave
+from joinlib.settings import redact_url
 
 DESCRIPTION = """\
 Join two finite relations arriving from remote sites, progressively, within a memory
@@ -104,10 +108,7 @@ def add_experiment(subparsers: Any) -> None:
 # --------------------------------------------------------------------------- joinlib experiment rpj
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from joinlib.experiments.progressive import QUICK, Scale, main
-    scale = QUICK if args.quick else Scale()
+    scale = experiment.QUICK if args.quick else experiment.Scale()
     if args.c_ran is not None:
         if args.c_ran < 0:
             raise JoinlibError(f"--c-ran {args.c_ran}: must be >= 0")
@@ -117,7 +118,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise JoinlibError(f"--jobs {args.jobs}: must be >= 1")
     _prepare_dir(args.out)
-    main(args.out, sweep=args.sweep, jobs=args.jobs, progress=_tty(args), scale=scale)
+    experiment.main(args.out, sweep=args.sweep, jobs=args.jobs, progress=_tty(args), scale=scale)
     return 0
 
 
@@ -146,7 +147,7 @@ def _cmd_progressive(args: argparse.Namespace) -> int:
         name = args.name or f"{left}-{right}"
         store = _store(args.spill, name, spec, stack)
         sink = _sinks(args, name, left, right, stack)
-        network = Network(kind=args.network, seed=args.seed)
+        network = ArrivalNetwork(kind=args.network, seed=args.seed)
         timed = schedule(interleave(sources, args.seed), network.gaps())
         clock = VirtualClock(spec.costs)
         recorder = Recorder(clock, forward=sink)
@@ -181,7 +182,7 @@ def _source(args: argparse.Namespace, arg: str, parser: RowParser, stack: ExitSt
         topic = arg[len("kafka:"):]
         if not topic:
             raise JoinlibError(f"{arg!r}: expected kafka:TOPIC")
-        from joinlib.adapters.progressive_kafka import TopicSource
+        from joinlib.adapters.progressive_kafka import TopicSource  # optional dependency: confluent_kafka
         topic_source = TopicSource(_broker(args, arg), topic)
         stack.callback(topic_source.close)
         raw = topic_source
@@ -205,12 +206,11 @@ def _store(url: Optional[str], name: str, spec: JoinSpec, stack: ExitStack) -> R
     if url == "memory:":
         return MemoryRunStore()
     if re.match(r"^(redis|rediss|unix)://", url):
-        from joinlib.adapters.progressive_redis import open_redis_pages
+        from joinlib.adapters.progressive_redis import open_redis_pages  # optional dependency: redis (--spill)
         store = PagedRunStore(open_redis_pages(url, f"joinlib:progressive:{run_id}"), page)
         stack.callback(store.close)
         stack.callback(store.clear)
         return store
-    from joinlib.settings import redact_url
     raise SpillError(f"--spill {redact_url(url)}: expected file:DIR, redis[s]://HOST:PORT/DB or memory:")
 
 
@@ -244,7 +244,7 @@ def _sinks(args: argparse.Namespace, name: str, left: str, right: str,
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
             raise JoinlibError(f"--cluster: {name!r} cannot name a Kafka topic (out.<name>); pass --name with "
                                "letters, digits, '.', '_' or '-'")
-        from joinlib.adapters.progressive_kafka import ResultTopicWriter
+        from joinlib.adapters.progressive_kafka import ResultTopicWriter  # optional dependency: confluent_kafka
         writer = ResultTopicWriter(_broker(args, "--cluster"), name, left, right)
         stack.callback(writer.close)
         sinks.append(writer)
@@ -261,7 +261,6 @@ def _progress_bar(args: argparse.Namespace, sources: list[Source], recorder: Rec
                   stack: ExitStack) -> Optional[Callable[[int], None]]:
     if not _tty(args):
         return None
-    from tqdm import tqdm
     bar = stack.enter_context(tqdm(total=sum(s.count() for s in sources), unit="row", file=sys.stderr,
                                    desc="arrival"))
 

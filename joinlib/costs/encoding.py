@@ -26,7 +26,9 @@ import math
 from typing import Callable, Optional
 
 from joinlib.costs.unit_time import full_bytes
+from joinlib.data.stats import DEFAULT_RATE
 from joinlib.model import Query, Stream, Tup, Value
+from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.bloom import KeySet
 from joinlib.protocol.bloom import rate as bloom_rate
 from joinlib.protocol.messages import (
@@ -40,7 +42,7 @@ from joinlib.protocol.messages import (
     ShippedBatch,
     TupleBatch,
 )
-from joinlib.protocol.wire import encode_tuple, envelope_size
+from joinlib.protocol.wire import envelope_size
 from joinlib.runtime.algorithms.base import key_message, keys_bytes, row_bytes_of, window_bytes
 
 #: item counts up to which bodies are built exactly
@@ -111,7 +113,7 @@ class Encoding:
 
     def _rate(self, s: Stream) -> float:
         r = s.stats.rate
-        return 100.0 if r is None else float(r)
+        return DEFAULT_RATE if r is None else float(r)
 
     def key(self, stream: str, index: tuple[int, ...]) -> Key:
         """A representative key of ``stream`` on the join attributes at ``index``."""

@@ -1,7 +1,7 @@
 """The floor: what any exact plan must ship (``shared/notes/bytes.md``).
 
 **floor** = the bytes of the tuples that take part in at least one result and are not already at
-the result site, minimised over one result site (a tuple's bytes: ``len(wire.encode_tuple(t))``).
+the result site, minimised over one result site (a tuple's bytes: ``len(avro.encode_tuple(t))``).
 **floor + keys** adds, per stream not at that site, the join keys of its non-contributing tuples
 once per batch (a tuple that takes part must travel; one that does not must at least have its
 key ruled out).
@@ -25,8 +25,9 @@ from typing import Iterator, Optional
 
 from joinlib.data.files import load_streams
 from joinlib.model import Query, Tup, Value
+from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.messages import KeyBatch
-from joinlib.protocol.wire import encode_body, encode_tuple
+from joinlib.protocol.wire import encode_body
 from joinlib.query import load_query
 
 Edge = tuple[int, int, int, int]  # (stream a, attr index in a, stream b, attr index in b)

@@ -27,14 +27,11 @@ from typing import Callable, NotRequired, Optional, Protocol, TypedDict, Union, 
 
 from joinlib.algorithms import ALGORITHMS, REGISTRY, at_source, get_algorithm
 from joinlib.algorithms.terms import RawTerm, StepParams, Term, ship_term
+from joinlib.data.stats import BYTES_PER_ATTRIBUTE, DEFAULT_ATTRIBUTES, DEFAULT_RATE, DEFAULT_SELECTIVITY
 from joinlib.model import Query, Stream
 from joinlib.plan.logical import Plan, Sequence, validate
 
-# --- defaults for missing statistics (documented in docs/cost-model.md) -------------
-DEFAULT_RATE = 100.0          # tuples per second
-DEFAULT_SELECTIVITY = 0.1     # f = 1 / distinct values
-DEFAULT_ATTRIBUTES = 100      # payload attributes (the paper's Fig. 9 tuple: 500 bytes)
-BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
+# --- wire sizes of the paper's model (the defaults of missing statistics: joinlib.data.stats, docs/cost-model.md)
 KEY_BYTES = 8                 # one join-attribute value on the wire
 TUPLE_OVERHEAD = 16           # timestamp + id of a full tuple
 

@@ -23,6 +23,7 @@ import orjson
 
 from joinlib.errors import DataError
 from joinlib.model import Query, Stream, Tup
+from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.values import encode_values as encode_rest
 
 PathLike = Union[str, Path]
@@ -197,8 +198,7 @@ def _sort_by_ts_id(tups: list[Tup]) -> None:
 
 def _encode_at_source(path: Path, tups: list[Tup]) -> None:
     """Encode every tuple once, here at its source, as the source service does for Kafka: the
-    engine then ships these bytes as they are (:func:`joinlib.protocol.wire.encode_tuple`)."""
-    from joinlib.protocol.wire import encode_tuple
+    engine then ships these bytes as they are (:func:`joinlib.protocol.avro.encode_tuple`)."""
     for t in tups:
         try:
             encode_tuple(t)

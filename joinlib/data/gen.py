@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional, Union
+from typing import Callable, Iterator, NoReturn, Optional, Union
+
+from tqdm import tqdm
 
 from joinlib.data.files import stream_path, write_stream
+from joinlib.data.stats import BYTES_PER_ATTRIBUTE, DEFAULT_RATE, DEFAULT_SELECTIVITY
 from joinlib.errors import JoinlibError
 from joinlib.model import Query, Stream
 
-if TYPE_CHECKING:
-    from tqdm import tqdm
-
-DEFAULT_RATE = 100.0         # tuples per second
-DEFAULT_SELECTIVITY = 0.1
-DEFAULT_ATTRIBUTES = 10
-BYTES_PER_ATTRIBUTE = 5      # the paper's unit: 250 attributes = 1250 bytes
+# Payload attributes of a generated stream that declares neither attributes nor tuple_bytes: fewer than the cost
+# models assume (joinlib.data.stats.DEFAULT_ATTRIBUTES), so that test data stays small.
+GENERATED_ATTRIBUTES = 10
 VALUE_CHARS = 4
 BURST_PROBABILITY = 0.05     # share of arrival events that are bursts when bursts=True
 BURST_SIZES = (2, 6)         # a burst emits randint(*BURST_SIZES) tuples with one ts
@@ -62,8 +61,6 @@ def generate(query: Query, out_dir: Union[str, Path], duration_ms: int, seed: in
 
 
 def _progress_bar(total_ms: int) -> tqdm[NoReturn]:
-    from tqdm import tqdm  # only needed interactively; keeps the import off the library path
-
     return tqdm(total=total_ms, unit="ms", unit_scale=True, leave=False)
 
 
@@ -74,7 +71,7 @@ def payload_attributes(stream: Stream) -> int:
         return st.attributes
     if st.tuple_bytes is not None:
         return max(0, round(st.tuple_bytes / BYTES_PER_ATTRIBUTE))
-    return DEFAULT_ATTRIBUTES
+    return GENERATED_ATTRIBUTES
 
 
 def distinct_values(stream: Stream, attr: str) -> int:

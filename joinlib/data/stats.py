@@ -29,13 +29,22 @@ import json
 from bisect import bisect_left
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypedDict, TypeVar
+from typing import Callable, Optional, TypedDict, TypeVar
 
+from joinlib.data.files import load_streams
 from joinlib.errors import DataError, JoinlibError
 from joinlib.model import Query, Stream, StreamStats, Tup, Value
+from joinlib.protocol.messages import Body, Envelope, KeyBatch, TupleBatch
+from joinlib.protocol.values import decode_values
+from joinlib.protocol.wire import encode_envelope
+from joinlib.query import dump_query, load_query
 
-if TYPE_CHECKING:
-    from joinlib.protocol.messages import Body
+# What a stream is assumed to have where neither its query file nor its data says (docs/cost-model.md): the
+# cost models price it, the generator (joinlib.data.gen) generates it, warm-ups and samples are sized by it.
+DEFAULT_RATE = 100.0          # tuples per second
+DEFAULT_SELECTIVITY = 0.1     # f = 1 / distinct values
+DEFAULT_ATTRIBUTES = 100      # payload attributes the cost models assume (the paper's Fig. 9 tuple: 500 bytes)
+BYTES_PER_ATTRIBUTE = 5       # the paper's unit: 250 attributes = 1250 bytes
 
 CHUNK = 1000
 T = TypeVar("T")
@@ -76,8 +85,6 @@ class StreamMeasurement(TypedDict):
 
 def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
     """Mean bytes each item adds to a message body (chunks of :data:`CHUNK`)."""
-    from joinlib.protocol.messages import Envelope
-    from joinlib.protocol.wire import encode_envelope
     if not items:
         return 0.0
     empty = len(encode_envelope(Envelope("a", "b", 0, 0, body_of([]))))
@@ -90,27 +97,25 @@ def _batch_bytes(body_of: Callable[[list[T]], Body], items: list[T]) -> float:
 
 def tuple_bytes(tups: list[Tup]) -> float:
     """F: mean bytes a full tuple adds to a TupleBatch (see the module docstring)."""
-    from joinlib.protocol.messages import TupleBatch
     return _batch_bytes(lambda c: TupleBatch(rows=[(t,) for t in c]), tups)
 
 
 def key_bytes(keys: list[tuple[Value, ...]]) -> float:
     """P: mean bytes a key adds to a KeyBatch."""
-    from joinlib.protocol.messages import KeyBatch
     return _batch_bytes(lambda c: KeyBatch(keys=list(c)), keys)
 
 
-def payload_attributes(t: Tup) -> Optional[int]:
+def measured_attributes(t: Tup) -> Optional[int]:
     """The number of payload values, or None when the payload is not in joinlib's value encoding
     (opaque bytes from another producer: the tuple size still counts)."""
-    from joinlib.protocol.values import decode_values
     try:
         return len(decode_values(t.rest))
     except (EOFError, ValueError, IndexError, StopIteration):
         return None
 
 
-def window_tuples(stream: Stream, tups: list[Tup]) -> Optional[float]:
+def measured_window_tuples(stream: Stream, tups: list[Tup]) -> Optional[float]:
+    """Tuples in the window, measured on ``tups`` (see the module docstring); the size of a tuple window."""
     if not stream.window.is_time:
         return float(stream.window.size)
     if not tups:
@@ -155,15 +160,14 @@ def stream_stats(stream: Stream, tups: list[Tup]) -> StreamMeasurement:
             "first_ts": tups[0].ts if n else None, "last_ts": tups[-1].ts if n else None,
             "rate": (n - 1) / span if n > 1 and span > 0 else None,
             "tuple_bytes": tuple_bytes(tups) if n else None,
-            "attributes": payload_attributes(tups[0]) if n else None,
+            "attributes": measured_attributes(tups[0]) if n else None,
             "join_attributes": {a: attribute_stats(stream, tups, i) for i, a in enumerate(stream.join_attrs)},
             "window": str(stream.window),
-            "window_tuples": window_tuples(stream, tups),
+            "window_tuples": measured_window_tuples(stream, tups),
             "declared": {"rate": st.rate, "attributes": st.attributes, "tuple_bytes": st.tuple_bytes}}
 
 
 def measure_query(query: Query, data_dir: Path) -> list[StreamMeasurement]:
-    from joinlib.data.files import load_streams
     streams = load_streams(query, data_dir)
     return [stream_stats(s, streams[s.name]) for s in query.streams]
 
@@ -212,7 +216,6 @@ def format_stats(stats: list[StreamMeasurement]) -> str:
 
 def main(query_path: Path, data_dir: Path, write: Optional[Path] = None,
          json_out: Optional[Path] = None) -> list[StreamMeasurement]:
-    from joinlib.query import dump_query, load_query
     query = load_query(query_path)
     if not Path(data_dir).is_dir():
         raise DataError(f"--data {data_dir}: no such directory (expected one <stream>.jsonl per stream)")

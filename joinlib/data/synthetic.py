@@ -11,8 +11,9 @@ from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamSt
 TOPOLOGIES = ("star", "chain", "cycle", "complete")
 
 
-class StreamSpec(TypedDict, total=False):
-    """The statistics of one synthetic stream (every key optional)."""
+class SyntheticStats(TypedDict, total=False):
+    """The statistics of one synthetic stream (every key optional): a query file's ``stats`` as a dict, not the
+    rate model's stream (:class:`joinlib.pmjoin.rates.StreamSpec`)."""
 
     rate: float
     attributes: int
@@ -47,7 +48,7 @@ TABLE2: Table2 = {
 }
 
 
-def table2_stream(rng: random.Random) -> StreamSpec:
+def table2_stream(rng: random.Random) -> SyntheticStats:
     """One stream's statistics drawn uniformly from :data:`TABLE2`."""
     return {"attributes": rng.choice(TABLE2["attributes"]),
             "selectivity": rng.choice(TABLE2["selectivity"]),
@@ -81,7 +82,7 @@ def topology_edges(m: int, topology: str, rng: Optional[random.Random] = None) -
     raise UnknownTopology(f"unknown topology {topology!r} (choose from {', '.join(TOPOLOGIES)})")
 
 
-def build_query(name: str, stats: Sequence[StreamSpec], edges: Sequence[tuple[int, int]], *,
+def build_query(name: str, stats: Sequence[SyntheticStats], edges: Sequence[tuple[int, int]], *,
                 network: Network = Network(), execution: Execution = Execution(),
                 per_edge_attrs: bool = False, sites: Optional[Sequence[str]] = None) -> Query:
     """Streams ``S1..Sm`` at sites ``N1..Nm`` (or ``sites``) joined along ``edges``.

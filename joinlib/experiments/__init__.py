@@ -5,13 +5,16 @@
   (Table 3 and the Fig. 8 histogram);
 * :mod:`.fig9`   — greedy vs exhaustive with identical parameters on every node;
 * :mod:`.accuracy` — how well the cost models predict what the engine measures;
-* :mod:`.common` — data generation with caching, steady-state measurement of a plan
-  (:func:`~.common.measure`), summaries, correlations.
+* :mod:`.common` — queries, warm-ups, data generation with caching;
+* :mod:`.measure` — steady-state measurement of a plan (:func:`~.measure.measure`);
+* :mod:`.estimates` — the cost models' estimates, summaries, correlations;
+* :mod:`.output` — JSON records, figures, progress bars.
 
 Commands (``joinlib experiment fig7|table3|fig9|accuracy``, ``joinlib stats``,
-``joinlib calibrate``) are registered by :func:`.cli.add_commands`; see
+``joinlib calibrate``) are registered by :func:`joinlib.cli.experiments.add_commands`; see
 ``docs/experiments.md``.
 """
-from joinlib.experiments.common import Measurement, measure, pearson, spearman, summarize
+from joinlib.experiments.estimates import pearson, spearman, summarize
+from joinlib.experiments.measure import Measurement, measure
 
 __all__ = ["Measurement", "measure", "pearson", "spearman", "summarize"]

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Optional, TypedDict
 
 from joinlib.errors import JoinlibError
-from joinlib.experiments.common import Accuracy, Record, accuracy, accuracy_pairs, format_accuracy, write_json
+from joinlib.experiments import fig7, fig9, table3
+from joinlib.experiments.common import Record
+from joinlib.experiments.estimates import Accuracy, accuracy, accuracy_pairs, format_accuracy
+from joinlib.experiments.output import write_json
 
 FILES = {"fig7.json": "fig7", "table3_runs.json": "table3", "fig9.json": "fig9"}
 
@@ -26,14 +29,11 @@ def records_of(doc: Record) -> list[Record]:
     """The (label, estimated, measured) run records of one experiment document."""
     kind = doc.get("experiment")
     if kind == "fig7":
-        from joinlib.experiments.fig7 import all_runs
-        return all_runs(doc)
+        return fig7.all_runs(doc)
     if kind == "table3":
-        from joinlib.experiments.table3 import run_records as table3_records
-        return table3_records(doc)
+        return table3.run_records(doc)
     if kind == "fig9":
-        from joinlib.experiments.fig9 import run_records as fig9_records
-        return fig9_records(doc)
+        return fig9.run_records(doc)
     raise JoinlibError(f"not an experiment output (experiment = {kind!r})")
 
 

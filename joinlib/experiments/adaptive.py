@@ -38,6 +38,7 @@ from joinlib.adaptive.stats import MonitorConfig
 from joinlib.adaptive.workload import Toggle, write_toggle
 from joinlib.data.files import load_streams
 from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.experiments.adaptive_figures import write_figure
 from joinlib.model import Execution, Network, Query
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import CollectingSink
@@ -225,7 +226,6 @@ def main(out: Path, scale: Scale = Scale(), progress: bool = False,
         result["ways"][str(m)] = analyse(m, runs, scale.duration_ms)
     (out / "adaptive.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "adaptive_runs.json").write_text(json.dumps({str(m): r for m, r in runs_all.items()}) + "\n")
-    from joinlib.experiments.adaptive_figures import write_figure
     write_figure(result, out / "adaptive.png")
     return result
 

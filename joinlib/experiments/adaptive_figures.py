@@ -12,10 +12,10 @@ STYLE = {"static": ("non-adaptive", "tab:gray", "-"), "cnu": ("adaptive CNU", "t
 
 
 def write_figure(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy optional dependency: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
 
     ways = list(result["ways"].items())
     fig, axes = plt.subplots(1, len(ways), figsize=(6.5 * len(ways), 4), squeeze=False)

@@ -2,7 +2,7 @@
 
 Every run executes the plan where *both* join sequences use the algorithm
 (:func:`joinlib.plan.logical.uniform`): S1 → S2 and S2 → S1.  The measured execution time is
-the whole 2-way join's (:func:`~.common.measure`); ``one_way`` is the share of the
+the whole 2-way join's (:func:`~.measure.measure`); ``one_way`` is the share of the
 S1 sequence (the one-way join S1 → S2) in bytes and transmission time, by link and
 message kind, with the models' estimate of that sequence.  Processing time is
 measured per site and cannot be split between the two sequences.
@@ -19,26 +19,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from joinlib.algorithms import ALGORITHMS
-from joinlib.data.synthetic import StreamSpec
-from joinlib.experiments.common import (
-    DataCache,
-    Record,
-    accuracy,
-    accuracy_pairs,
-    build_query,
-    cost_models,
-    estimate,
-    fit,
-    format_accuracy,
-    measure,
-    new_figure,
-    progress_bar,
-    save_png,
-    spearman,
-    warmup_for,
-    with_stream_stats,
-    write_json,
-)
+from joinlib.data.synthetic import SyntheticStats, build_query
+from joinlib.experiments.common import DataCache, Record, warmup_for, with_stream_stats
+from joinlib.experiments.estimates import accuracy, accuracy_pairs, cost_models, estimate, format_accuracy, spearman
+from joinlib.experiments.measure import measure
+from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
 from joinlib.model import Execution, Network, Query
 from joinlib.plan.logical import uniform
 
@@ -65,7 +50,7 @@ COLORS = {"SP-S": "tab:blue", "SM-S1": "tab:cyan", "SM-S2": "tab:purple",
 
 def base_query() -> Query:
     d = DEFAULTS
-    stats: StreamSpec = {"attributes": int(d["attributes"]), "selectivity": d["selectivity"], "rate": d["rate"],
+    stats: SyntheticStats = {"attributes": int(d["attributes"]), "selectivity": d["selectivity"], "rate": d["rate"],
                          "window_ms": int(d["window_ms"])}
     return build_query("fig7", [stats.copy(), stats.copy()], [(0, 1)], sites=["n1", "n2"],
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),

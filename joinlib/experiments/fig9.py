@@ -17,31 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from joinlib.data.synthetic import StreamSpec
-from joinlib.experiments.common import (
-    TOPOLOGIES,
-    TOPOLOGY_LABELS,
-    DataCache,
-    Record,
-    _round,
+from joinlib.data.synthetic import TOPOLOGIES, SyntheticStats, build_query, topology_edges
+from joinlib.experiments.common import TOPOLOGY_LABELS, DataCache, Record, round_sig, warmup_for
+from joinlib.experiments.estimates import (
     accuracy,
     accuracy_pairs,
-    build_query,
     cost_models,
     estimate,
-    fit,
     format_accuracy,
-    measure,
-    new_figure,
     planning_model,
-    progress_bar,
-    save_png,
     summarize,
-    topology_edges,
-    warmup_for,
-    write_json,
 )
+from joinlib.experiments.measure import measure
+from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
 from joinlib.model import Execution, Network, Query
+from joinlib.planner import plan_for
 from joinlib.query import query_to_dict
 
 DEFAULTS: dict[str, float] = {"attributes": 100, "rate": 100, "selectivity": 0.06, "window_ms": 1200,
@@ -62,7 +52,7 @@ def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> 
     v = {k: d[k] for k in ("attributes", "rate", "selectivity", "window_ms")}
     if stat is not None:
         v[stat] = value
-    st: StreamSpec = {"attributes": int(v["attributes"]), "rate": v["rate"], "selectivity": v["selectivity"],
+    st: SyntheticStats = {"attributes": int(v["attributes"]), "rate": v["rate"], "selectivity": v["selectivity"],
                       "window_ms": int(v["window_ms"])}
     return build_query(f"fig9-{topology}", [st.copy() for _ in range(4)], topology_edges(4, topology),
                        network=Network(d["latency_ms"], d["bandwidth_kbps"]),
@@ -72,7 +62,6 @@ def query_for(topology: str, stat: Optional[str] = None, value: float = 0.0) -> 
 def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: int = 3,
         sweeps: Optional[list[str]] = None, topologies: Sequence[str] = TOPOLOGIES, model: str = "paper",
         calibration: Optional[Path] = None, warmup: str = "auto", progress: bool = False) -> Record:
-    from joinlib.planner import plan_for
     sweeps = sweeps or list(SWEEPS)
     pmodel = planning_model(model, calibration)
     models = cost_models(calibration)
@@ -104,8 +93,8 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                         "measured": measured,
                         "estimated": {p: {k: x for k, x in es.items() if k != "planning"} for p, es in est.items()},
                         "estimated_planning": {p: es["planning"] for p, es in est.items()},
-                        "ratio_measured": _round(g / e) if e > 0 else 1.0,
-                        "ratio_estimated": _round(est["greedy"]["planning"] / est["exhaustive"]["planning"])
+                        "ratio_measured": round_sig(g / e) if e > 0 else 1.0,
+                        "ratio_estimated": round_sig(est["greedy"]["planning"] / est["exhaustive"]["planning"])
                         if est["exhaustive"]["planning"] > 0 else 1.0,
                     })
                     bar.update(1)

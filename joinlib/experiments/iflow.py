@@ -20,13 +20,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm import tqdm
+
+from joinlib.experiments.iflow_figures import write_figures
 from joinlib.multiquery.cost import Deployments
 from joinlib.multiquery.errors import MultiQueryError
 from joinlib.multiquery.hierarchy import Hierarchy, build_hierarchy
 from joinlib.multiquery.planners import PLANNERS, Context, PlannerSpec, plan_exhaustive, plan_optimal
 from joinlib.multiquery.search import lemma1
-from joinlib.multiquery.streams import Bound, Workload, generate
-from joinlib.multiquery.topology import Topology, load_topology, transit_stub
+from joinlib.multiquery.streams import Bound, QueryWorkload, generate_workload
+from joinlib.multiquery.topology import PhysicalNetwork, load_topology, transit_stub
 
 FLAT = ("optimal", "optimal-noreuse", "ptd-optimal", "ptd-optimal+reuse", "ptd-relaxation")
 HIERARCHICAL = ("top-down", "bottom-up", "npc")
@@ -61,8 +64,9 @@ class Scale:
 QUICK = Scale(queries=10, check_exhaustive=2, sweep_streams=(8, 12), sweep_queries=8)
 
 
-def run_sequence(top: Topology, work: Workload, spec: PlannerSpec, hierarchy: Optional[Hierarchy], step: Step,
-                 check_exhaustive: int = 0, compare: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run_sequence(top: PhysicalNetwork, work: QueryWorkload, spec: PlannerSpec, hierarchy: Optional[Hierarchy],
+                 step: Step, check_exhaustive: int = 0,
+                 compare: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Plan and deploy every query of ``work`` in order with ``spec``; (summary, per-query records)."""
     d = Deployments()
     records: list[dict[str, Any]] = []
@@ -87,7 +91,7 @@ def run_sequence(top: Topology, work: Workload, spec: PlannerSpec, hierarchy: Op
     return _summary(top, spec, hierarchy, d, records, exhaustive_ok if check_exhaustive else None), records
 
 
-def _summary(top: Topology, spec: PlannerSpec, hierarchy: Optional[Hierarchy], d: Deployments,
+def _summary(top: PhysicalNetwork, spec: PlannerSpec, hierarchy: Optional[Hierarchy], d: Deployments,
              records: list[dict[str, Any]], exhaustive_ok: Optional[bool]) -> dict[str, Any]:
     ratios = sorted(r["ratio"] for r in records if r["ratio"] is not None)
     total = sum(r["cost"] for r in records)
@@ -107,7 +111,7 @@ def _summary(top: Topology, spec: PlannerSpec, hierarchy: Optional[Hierarchy], d
     }
 
 
-def _hierarchy_info(top: Topology, h: Hierarchy) -> dict[str, Any]:
+def _hierarchy_info(top: PhysicalNetwork, h: Hierarchy) -> dict[str, Any]:
     return {"levels": len(h.levels), "clusters_per_level": [len(lv) for lv in h.levels],
             "largest_cluster": max(len(c.members) for lv in h.levels for c in lv),
             "radius_per_level": [round(h.radius(top, i + 1), 3) for i in range(len(h.levels))]}
@@ -126,13 +130,13 @@ def _savings(runs: list[dict[str, Any]], maxcs: Sequence[int]) -> dict[str, Any]
 VARIANTS = {"varied": (0.15, 0.6), "uniform": (0.0, 1.0)}  # (p_filter, p_all_columns) of the generator
 
 
-def _sweep(top: Topology, scale: Scale, step: Step) -> list[dict[str, Any]]:
+def _sweep(top: PhysicalNetwork, scale: Scale, step: Step) -> list[dict[str, Any]]:
     """Savings against plan-then-deploy as the queries overlap more: fewer base streams, and queries that
     all project every column and filter nothing ("uniform") against the default mix ("varied")."""
     out = []
     for variant, (p_filter, p_all) in VARIANTS.items():
         for n in _sweep_streams(top, scale):
-            work = generate(top.nodes, scale.sweep_queries, scale.k, n, seed=scale.seed, p_filter=p_filter,
+            work = generate_workload(top.nodes, scale.sweep_queries, scale.k, n, seed=scale.seed, p_filter=p_filter,
                             p_all_columns=p_all)
             row: dict[str, Any] = {"variant": variant, "streams": n}
             for name in ("optimal", "ptd-optimal", "ptd-relaxation"):
@@ -145,14 +149,13 @@ def _sweep(top: Topology, scale: Scale, step: Step) -> list[dict[str, Any]]:
     return out
 
 
-def _sweep_streams(top: Topology, scale: Scale) -> list[int]:
+def _sweep_streams(top: PhysicalNetwork, scale: Scale) -> list[int]:
     return [n for n in scale.sweep_streams if scale.k <= n <= top.n]
 
 
 def _bar(total: int, enabled: bool) -> tuple[Step, Callable[[], None]]:
     if not enabled:
         return (lambda n: None), (lambda: None)
-    from tqdm import tqdm
     t = tqdm(total=total, unit="query", file=sys.stderr, desc="iflow")
 
     def step(n: int) -> None:
@@ -166,7 +169,7 @@ def run(scale: Scale, topology: Optional[Path] = None, progress: bool = False) -
     top = load_topology(topology) if topology else transit_stub(scale.stubs, scale.per_stub, scale.seed)
     if scale.streams > top.n:
         raise MultiQueryError(f"the topology has {top.n} nodes: too few for {scale.streams} base streams")
-    work = generate(top.nodes, scale.queries, scale.k, scale.streams, seed=scale.seed)
+    work = generate_workload(top.nodes, scale.queries, scale.k, scale.streams, seed=scale.seed)
     hierarchies = {m: build_hierarchy(top, m) for m in scale.maxcs}
     n_sweep = len(_sweep_streams(top, scale)) * len(VARIANTS) * 3 * scale.sweep_queries
     step, close = _bar(scale.queries * (len(FLAT) + len(HIERARCHICAL) * len(scale.maxcs)) + n_sweep, progress)
@@ -211,7 +214,6 @@ def _checks(runs: list[dict[str, Any]]) -> dict[str, bool]:
 
 def main(out: Path, scale: Scale, topology: Optional[Path] = None, progress: bool = False) -> dict[str, Any]:
     """Run, write ``out/iflow.json``, ``out/iflow_runs.json`` and the PNGs, print the summary."""
-    from joinlib.experiments.iflow_figures import write_figures
     report, records = run(scale, topology, progress)
     (out / "iflow.json").write_text(json.dumps(report, indent=1))
     (out / "iflow_runs.json").write_text(json.dumps(records, separators=(",", ":")))

@@ -18,7 +18,7 @@ COLORS = {"optimal": "tab:green", "optimal-noreuse": "tab:olive", "ptd-optimal":
 
 
 def write_figures(report: dict[str, Any], records: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
+    import matplotlib  # heavy optional dependency: matplotlib
 
     matplotlib.use("Agg")
     paths = [out / "iflow_totals.png", out / "iflow_maxcs.png", out / "iflow_cumulative.png", out / "iflow_overlap.png"]
@@ -35,7 +35,7 @@ def _mid(report: dict[str, Any]) -> int:
 
 
 def _totals(report: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
     m = _mid(report)
     runs = [r for r in report["runs"] if r["maxcs"] in (None, m)]
     order = ["ptd-relaxation", "ptd-optimal", "ptd-optimal+reuse", "optimal-noreuse", "bottom-up", "npc",
@@ -57,7 +57,7 @@ def _totals(report: dict[str, Any], path: Path) -> None:
 
 
 def _maxcs(report: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for name in ("top-down", "bottom-up", "npc"):
         rs = sorted((r for r in report["runs"] if r["planner"] == name), key=lambda r: r["maxcs"])
@@ -82,7 +82,7 @@ def _maxcs(report: dict[str, Any], path: Path) -> None:
 
 
 def _cumulative(report: dict[str, Any], records: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
     m = _mid(report)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for key in ("ptd-relaxation", "ptd-optimal", "ptd-optimal+reuse", "optimal", f"top-down@{m}"):
@@ -100,7 +100,7 @@ def _cumulative(report: dict[str, Any], records: dict[str, Any], path: Path) -> 
 
 
 def _overlap(report: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for variant, style in (("varied", "-"), ("uniform", "--")):
         rows = [r for r in report["sweep"] if r["variant"] == variant]

@@ -20,7 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm import tqdm
+
 from joinlib.experiments.parallel import run_all
+from joinlib.experiments.pmjoin_figures import write_figures
 from joinlib.plan.partition import HashPartition, PartitionFunction, RangePartition
 from joinlib.pmjoin.exhaustive import optimal, simple
 from joinlib.pmjoin.plan import group_columns, group_costs
@@ -28,7 +31,7 @@ from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import ValueRates
 from joinlib.pmjoin.streamjoinopt import stream_join_opt
 from joinlib.pmjoin.tree import plan_cost
-from joinlib.pmjoin.workload import Instance, Scenario, instance
+from joinlib.pmjoin.workload import Scenario, WorkloadInstance, instance
 
 METHODS = ("hash", "range", "rate")
 SCENARIOS = tuple(Scenario(similar, contiguous) for contiguous in (True, False) for similar in (True, False))
@@ -59,7 +62,7 @@ QUICK = Scale(streams=8, seeds=2, ds=(1, 2, 10, 100), data_range=200, ranges=(10
               heuristic_seeds=1)
 
 
-def partition_for(method: str, d: int, inst: Instance, seed: int) -> PartitionFunction:
+def partition_for(method: str, d: int, inst: WorkloadInstance, seed: int) -> PartitionFunction:
     if method == "hash":
         return HashPartition(d, seed)
     if method == "range":
@@ -158,7 +161,6 @@ def checks(pm: dict[str, Any], heur: dict[str, Any], ds: tuple[int, ...]) -> dic
 def _bar(total: int, enabled: bool, desc: str) -> Callable[[int], Any]:
     if not enabled:
         return lambda n: None
-    from tqdm import tqdm
     t = tqdm(total=total, unit="run", file=sys.stderr, desc=desc)
     return t.update
 
@@ -181,7 +183,6 @@ def run(scale: Scale, jobs: int = 1, progress: bool = False) -> dict[str, Any]:
 
 def main(out: Path, scale: Scale, jobs: Optional[int] = None, progress: bool = False) -> dict[str, Any]:
     """Run the sweep; write ``out/pmjoin.json``, ``out/fig8_pmjoin.png``, ``out/fig5_heuristic.png``."""
-    from joinlib.experiments.pmjoin_figures import write_figures
     doc = run(scale, jobs if jobs is not None else 1, progress)
     (out / "pmjoin.json").write_text(json.dumps(doc, indent=1) + "\n")
     write_figures(doc, out)

@@ -12,14 +12,14 @@ PANELS5 = ("LASW-SD", "LASW-DD", "HASW-SD", "HASW-DD")
 
 
 def write_figures(doc: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
+    import matplotlib  # heavy optional dependency: matplotlib
 
     matplotlib.use("Agg")
     return [_fig8(doc, out / "fig8_pmjoin.png"), _fig5(doc, out / "fig5_heuristic.png")]
 
 
 def _fig8(doc: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for ax, name in zip(axes.flat, PANELS8, strict=True):
@@ -45,7 +45,7 @@ def _fig8(doc: dict[str, Any], path: Path) -> Path:
 
 
 def _fig5(doc: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for ax, name in zip(axes.flat, PANELS5, strict=True):

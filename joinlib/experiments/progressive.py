@@ -17,13 +17,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm import tqdm
+
 from joinlib.errors import JoinlibError
 from joinlib.experiments import parallel
 from joinlib.experiments.progressive_figures import DISTRIBUTIONS, LABELS, RATIOS, find, write_figures
-from joinlib.progressive.model import CostModel, JoinSpec, Phase, VirtualClock
+from joinlib.progressive.model import JoinSpec, PageCosts, Phase, VirtualClock
 from joinlib.progressive.registry import make_join
 from joinlib.progressive.runs import MemoryRunStore
-from joinlib.progressive.sim import Event, Network, Recorder, Workload, schedule, simulate
+from joinlib.progressive.sim import Arrival, ArrivalNetwork, Recorder, Workload, schedule, simulate
 
 BASELINES = ("rpj", "xjoin", "hmj")
 VARIANTS = ("rpj", "rpj-md", "rpj-dd")
@@ -45,7 +47,7 @@ class Case:
 
     algorithm: str
     workload: Workload
-    network: Network
+    network: ArrivalNetwork
     spec: JoinSpec
     label: str = ""
 
@@ -63,7 +65,7 @@ class Scale:
 
     def spec(self, **changes: Any) -> JoinSpec:
         c_ran = changes.pop("c_ran", self.c_ran)
-        costs = CostModel(c_ran=c_ran, c_seq=c_ran / 10, c_cpu=c_ran / 100, page_tuples=self.page_tuples)
+        costs = PageCosts(c_ran=c_ran, c_seq=c_ran / 10, c_cpu=c_ran / 100, page_tuples=self.page_tuples)
         base = JoinSpec(memory=self.memory, n_flush=self.n_flush, domain=self.domain, lam=self.lam, costs=costs)
         return replace(base, **changes)
 
@@ -82,7 +84,7 @@ def main_cases(scale: Scale) -> list[Case]:
         for dist in DISTRIBUTIONS:
             for ratio in RATIOS:
                 wl = scale.workload(dist, ratio)
-                net = Network(kind=network, seed=scale.seed)  # type: ignore[arg-type]
+                net = ArrivalNetwork(kind=network, seed=scale.seed)  # type: ignore[arg-type]
                 out += [Case(a, wl, net, scale.spec()) for a in algorithms]
     return out
 
@@ -95,10 +97,10 @@ def sweep_cases(scale: Scale) -> list[Case]:
         if c != scale.c_ran:
             for dist in DISTRIBUTIONS:
                 for ratio in RATIOS:
-                    net = Network(kind="unreliable", seed=scale.seed)
+                    net = ArrivalNetwork(kind="unreliable", seed=scale.seed)
                     out += [Case(a, scale.workload(dist, ratio), net, scale.spec(c_ran=c), f"c_ran={c:g}ms")
                             for a in BASELINES]
-    wl, net = scale.workload("harmony", 1.0), Network(kind="unreliable", seed=scale.seed)
+    wl, net = scale.workload("harmony", 1.0), ArrivalNetwork(kind="unreliable", seed=scale.seed)
     out += [Case("rpj", wl, net, scale.spec(lam=lam), f"lambda={lam:g}") for lam in (0.5, 0.9) if lam != scale.lam]
     out += [Case("rpj", wl, net, scale.spec(n_flush=f), f"n_flush={f}")
             for f in (scale.memory // 20, scale.memory // 4)]
@@ -125,7 +127,7 @@ class PairChecker:
         self.seen.add(left * self.stride + right)
 
 
-def _keys_and_expected(events: list[tuple[float, Event]]) -> tuple[tuple[list[Any], list[Any]], int]:
+def _keys_and_expected(events: list[tuple[float, Arrival]]) -> tuple[tuple[list[Any], list[Any]], int]:
     keys: tuple[list[Any], list[Any]] = ([], [])
     for _, ev in events:
         if not ev.end:
@@ -174,7 +176,9 @@ def _downsample(samples: list[tuple[float, int, float]]) -> list[list[float]]:
 # --------------------------------------------------------------------------- the experiment
 
 @dataclass
-class Report:
+class ProgressiveReport:
+    """The rpj experiment's runs and sweep (named apart from a run's :class:`joinlib.runtime.report.Report`)."""
+
     scale: Scale
     runs: list[dict[str, Any]]
     sweep: list[dict[str, Any]] = field(default_factory=list)
@@ -216,17 +220,16 @@ def run_all(cases: list[Case], jobs: int, progress: bool) -> list[dict[str, Any]
 def _bar(total: int, enabled: bool) -> Any:
     if not enabled:
         return lambda n: None
-    from tqdm import tqdm
     t = tqdm(total=total, unit="run", file=sys.stderr, desc="rpj")
     return t.update
 
 
 def main(out: Path, quick: bool = False, sweep: bool = False, jobs: Optional[int] = None,
-         progress: bool = False, scale: Optional[Scale] = None) -> Report:
+         progress: bool = False, scale: Optional[Scale] = None) -> ProgressiveReport:
     """Run the experiment, write ``out/rpj.json`` and the figures; returns the report."""
     scale = scale or (QUICK if quick else Scale())
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    report = Report(scale, run_all(main_cases(scale), jobs, progress))
+    report = ProgressiveReport(scale, run_all(main_cases(scale), jobs, progress))
     if sweep:
         report.sweep = run_all(sweep_cases(scale), jobs, progress)
     bad = [r for r in report.runs + report.sweep if not r["exact"]]
@@ -239,7 +242,7 @@ def main(out: Path, quick: bool = False, sweep: bool = False, jobs: Optional[int
     return report
 
 
-def summary(report: Report) -> str:
+def summary(report: ProgressiveReport) -> str:
     """The measured figures as a text table (what docs/progressive.md quotes)."""
     lines = [f"N = {report.scale.n:,}, M = {report.scale.memory:,}, n_flush = {report.scale.n_flush:,}, "
              f"c_ran = {report.scale.c_ran:g} ms"]
@@ -256,7 +259,7 @@ def summary(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _sweep_rows(report: Report) -> Iterator[str]:
+def _sweep_rows(report: ProgressiveReport) -> Iterator[str]:
     yield "unreliable, share before the clean-up by c_ran (c_seq = c_ran / 10):"
     yield "  " + f"{'c_ran':<7}{'case':<16}" + "".join(f"{LABELS[a]:>9}" for a in BASELINES)
     for c in C_RANS:
@@ -270,14 +273,14 @@ def _sweep_rows(report: Report) -> Iterator[str]:
             yield f"  RPJ harmony 1:1 {r['label']}: {r['fraction_before_cleanup']:.1%}"
 
 
-def _pick(report: Report, c_ran: float, dist: str, ratio: float, algorithm: str) -> dict[str, Any]:
+def _pick(report: ProgressiveReport, c_ran: float, dist: str, ratio: float, algorithm: str) -> dict[str, Any]:
     if c_ran == report.scale.c_ran:
         return report.find("unreliable", dist, ratio, algorithm)
     return next(r for r in report.sweep if (r["label"], r["distribution"], r["ratio"], r["algorithm"])
                 == (f"c_ran={c_ran:g}ms", dist, ratio, algorithm))
 
 
-def _rows(report: Report, network: str, algorithms: tuple[str, ...], metric: str) -> Iterator[str]:
+def _rows(report: ProgressiveReport, network: str, algorithms: tuple[str, ...], metric: str) -> Iterator[str]:
     yield "  " + f"{'case':<16}" + "".join(f"{LABELS[a]:>9}" for a in algorithms)
     for dist in DISTRIBUTIONS:
         for ratio in RATIOS:

@@ -26,7 +26,7 @@ def find(runs: list[dict[str, Any]], network: str, dist: str, ratio: float, algo
 
 def write_figures(runs: list[dict[str, Any]], title: str, out: Path) -> list[Path]:
     """One PNG per figure, four panels each (harmony / reverse × ratio 1 / 5)."""
-    import matplotlib
+    import matplotlib  # heavy optional dependency: matplotlib
 
     matplotlib.use("Agg")
     written = []
@@ -39,7 +39,7 @@ def write_figures(runs: list[dict[str, Any]], title: str, out: Path) -> list[Pat
 
 def _figure(runs: list[dict[str, Any]], title: str, network: str, algorithms: tuple[str, ...], metric: str,
             crop: bool, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: matplotlib
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for row, ratio in enumerate(RATIOS):

@@ -4,7 +4,7 @@ Per join-graph topology (Fig. 6), ``queries`` random 4-way queries with per-stre
 parameters drawn uniformly from Table 2 (one site per stream, network 1024 kbps /
 25 ms, τ = 100 ms, δ = 80 ms).  For each query every planner plans with the same cost
 model (``paper`` by default), the query's data is generated once, and each distinct
-plan is measured on it (:func:`~.common.measure`, median of ``repeat`` runs).  Planners
+plan is measured on it (:func:`~.measure.measure`, median of ``repeat`` runs).  Planners
 returning the same plan share one measurement, so their ratio is exactly 1.
 
 Ratios, for every planner P, relative to exhaustive (E):
@@ -28,33 +28,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from joinlib.data.synthetic import TABLE2, StreamSpec, table2_stream
-from joinlib.experiments.common import (
-    TOPOLOGIES,
-    TOPOLOGY_LABELS,
-    DataCache,
-    Record,
-    _round,
+from joinlib.costs.unit_time import CostModel
+from joinlib.data.synthetic import TABLE2, TOPOLOGIES, SyntheticStats, build_query, table2_stream, topology_edges
+from joinlib.experiments.common import TOPOLOGY_LABELS, DataCache, Record, round_sig, warmup_for
+from joinlib.experiments.estimates import (
     accuracy,
     accuracy_pairs,
-    build_query,
     cost_models,
     estimate,
-    fit,
     format_accuracy,
-    measure,
-    new_figure,
     planning_model,
-    progress_bar,
-    save_png,
     spearman,
     summarize,
-    topology_edges,
-    warmup_for,
-    write_json,
 )
-from joinlib.model import Execution, Network, Query
+from joinlib.experiments.measure import measure
+from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
+from joinlib.model import Execution, Network, Query, Tup
+from joinlib.plan.ir import lower
 from joinlib.plan.logical import Plan
+from joinlib.planner import plan_for
 
 PAPER_TABLE3 = {  # Tran & Lee 2010, Table 3: T_G / T_E
     "star": {"mean": 1.02, "median": 1.00, "sd": 0.11, "max": 1.39},
@@ -67,12 +59,12 @@ RATIOS = ("measured", "estimated", "bytes", "bytes_estimated")
 M = 4
 
 
-def random_stats(rng: random.Random) -> list[StreamSpec]:
+def random_stats(rng: random.Random) -> list[SyntheticStats]:
     """Per-stream parameters drawn uniformly from Table 2."""
     return [table2_stream(rng) for _ in range(M)]
 
 
-def make_query(stats: Sequence[StreamSpec], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+def make_query(stats: Sequence[SyntheticStats], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
     """The 4-way query of ``stats`` over the topology's join graph (sites N1..N4)."""
     return build_query(name, stats, topology_edges(len(stats), topology), per_edge_attrs=per_edge_attrs,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
@@ -92,7 +84,6 @@ def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
 def sharing(query: Query, plan: Plan) -> dict[str, int]:
     """Window replicas of the compiled plan: steps probing one (``replica_uses``), distinct
     ones (``replicas``) and flows; Eq. 1 charges every use, the engine ships each replica once."""
-    from joinlib.plan.ir import lower
     ir = lower(query, plan)
     return {"replica_uses": sum(1 for st in ir.steps if st.replica is not None),
             "replicas": len(ir.replicas), "flows": len(ir.flows)}
@@ -109,10 +100,9 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
         topologies: Sequence[str] = TOPOLOGIES, planners: Sequence[str] = PLANNERS, per_edge_attrs: bool = False,
         progress: bool = False) -> tuple[Record, Record]:
     """Return (table3.json document, table3_runs.json document)."""
-    from joinlib.planner import plan_for
     planners = ["exhaustive", *(p for p in planners if p != "exhaustive")]
     pmodel = planning_model(model, calibration)
-    models = cost_models(calibration)
+    models = {**cost_models(calibration), "planning": pmodel}
     records: list[Record] = []
     with progress_bar(len(topologies) * queries, "table3", progress) as bar, DataCache() as data:
         for topo in topologies:
@@ -124,45 +114,17 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
                 plans = {p: plan_for(p, q, pmodel) for p in planners}
                 warm = warmup_for(q, warmup)
                 streams = data.streams(q, warm + duration_ms, seed * 100_003 + i)
-                measured: dict[str, Record] = {}
-                same: dict[str, str] = {}
-                for p, plan in plans.items():
-                    key = json.dumps(plan.to_json(), sort_keys=True)
-                    twin = next((o for o in measured if json.dumps(plans[o].to_json(), sort_keys=True) == key), None)
-                    if twin is not None:
-                        measured[p] = measured[twin]
-                        same[p] = same.get(twin, twin)
-                    else:
-                        measured[p] = measure(q, streams, plan, warmup_ms=warm, repeat=repeat).to_dict(detail=False)
+                measured, same = _measure_plans(q, streams, plans, warm, repeat)
                 data.clear()
-                est = {p: estimate(q, plan, {**models, "planning": pmodel})["plan"] for p, plan in plans.items()}
-                e_m, e_e = measured["exhaustive"], est["exhaustive"]
-                ratios: dict[str, dict[str, float]] = {r: {} for r in RATIOS}
-                for p in planners:
-                    ratios["measured"][p] = _round(_ratio(measured[p]["execution_s_per_s"], e_m["execution_s_per_s"]))
-                    ratios["estimated"][p] = _round(_ratio(est[p]["planning"], e_e["planning"]))
-                    ratios["bytes"][p] = _round(_ratio(measured[p]["bytes_per_s"], e_m["bytes_per_s"]))
-                    ratios["bytes_estimated"][p] = _round(_ratio(est[p]["bytes"], e_e["bytes"]))
-                distinct = [p for p in planners if p not in same]
-                records.append({"topology": topo, "index": i, "streams": stats,
-                                "plans": {p: plans[p].to_json() for p in distinct}, "same_plan_as": same,
-                                "measured": {p: measured[p] for p in distinct},
-                                "estimated": {p: {k: v for k, v in est[p].items() if k != "planning"}
-                                              for p in distinct},
-                                "estimated_planning": {p: e["planning"] for p, e in est.items()},
-                                "sharing": {p: sharing(q, plans[p]) for p in distinct},
-                                "ratios": ratios})
+                records.append(_query_record(q, topo, i, stats, plans, measured, same, models))
                 bar.update(1)
     table: Record = {topo: {p: _summary(records, topo, "measured", p) for p in planners} for topo in topologies}
     details: Record = {
         "experiment": "table3",
         "meta": {"queries": queries, "seed": seed, "duration_ms": duration_ms, "repeat": repeat,
                  "model": model, "warmup": warmup, "per_edge_attrs": per_edge_attrs,
-                 "calibration": str(calibration) if calibration else None,
-                 "table2": {"attributes": list(TABLE2["attributes"]), "selectivity": list(TABLE2["selectivity"]),
-                            "rate": list(TABLE2["rate"]), "window_ms": list(TABLE2["window_ms"])},
-                 "network": {"latency_ms": 25.0, "bandwidth_kbps": 1024.0}, "interval_ms": 100,
-                 "max_delay_ms": 80, "date": time.strftime("%Y-%m-%d %H:%M:%S")},
+                 "calibration": str(calibration) if calibration else None, **_SETUP,
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S")},
         "paper": PAPER_TABLE3,
         "summary": {r: {topo: {p: _summary(records, topo, r, p) for p in planners} for topo in topologies}
                     for r in RATIOS},
@@ -172,6 +134,53 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
     details["accuracy"] = {m: accuracy(pairs) for m, pairs in accuracy_pairs(run_records(details)).items()}
     details["sharing_vs_error"] = sharing_vs_error(details)
     return table, details
+
+
+# The fixed part of every query's setup, as the runs document records it.
+_SETUP: Record = {
+    "table2": {"attributes": list(TABLE2["attributes"]), "selectivity": list(TABLE2["selectivity"]),
+               "rate": list(TABLE2["rate"]), "window_ms": list(TABLE2["window_ms"])},
+    "network": {"latency_ms": 25.0, "bandwidth_kbps": 1024.0}, "interval_ms": 100, "max_delay_ms": 80,
+}
+
+
+def _measure_plans(q: Query, streams: dict[str, list[Tup]], plans: Mapping[str, Plan], warm: int,
+                   repeat: int) -> tuple[dict[str, Record], dict[str, str]]:
+    """Each distinct plan measured once: planners returning the same plan share its measurement
+    (``same``: planner -> the first planner that returned it)."""
+    measured: dict[str, Record] = {}
+    same: dict[str, str] = {}
+    for p, plan in plans.items():
+        key = json.dumps(plan.to_json(), sort_keys=True)
+        twin = next((o for o in measured if json.dumps(plans[o].to_json(), sort_keys=True) == key), None)
+        if twin is not None:
+            measured[p] = measured[twin]
+            same[p] = same.get(twin, twin)
+        else:
+            measured[p] = measure(q, streams, plan, warmup_ms=warm, repeat=repeat).to_dict(detail=False)
+    return measured, same
+
+
+def _query_record(q: Query, topo: str, i: int, stats: list[SyntheticStats], plans: Mapping[str, Plan],
+                  measured: Mapping[str, Record], same: Mapping[str, str],
+                  models: Mapping[str, CostModel]) -> Record:
+    """One query's record of the runs document: its distinct plans, measurements, estimates, ratios."""
+    est = {p: estimate(q, plan, models)["plan"] for p, plan in plans.items()}
+    e_m, e_e = measured["exhaustive"], est["exhaustive"]
+    ratios: dict[str, dict[str, float]] = {r: {} for r in RATIOS}
+    for p in plans:
+        ratios["measured"][p] = round_sig(_ratio(measured[p]["execution_s_per_s"], e_m["execution_s_per_s"]))
+        ratios["estimated"][p] = round_sig(_ratio(est[p]["planning"], e_e["planning"]))
+        ratios["bytes"][p] = round_sig(_ratio(measured[p]["bytes_per_s"], e_m["bytes_per_s"]))
+        ratios["bytes_estimated"][p] = round_sig(_ratio(est[p]["bytes"], e_e["bytes"]))
+    distinct = [p for p in plans if p not in same]
+    return {"topology": topo, "index": i, "streams": stats,
+            "plans": {p: plans[p].to_json() for p in distinct}, "same_plan_as": dict(same),
+            "measured": {p: measured[p] for p in distinct},
+            "estimated": {p: {k: v for k, v in est[p].items() if k != "planning"} for p in distinct},
+            "estimated_planning": {p: e["planning"] for p, e in est.items()},
+            "sharing": {p: sharing(q, plans[p]) for p in distinct},
+            "ratios": ratios}
 
 
 def sharing_vs_error(details: Record) -> Record:

@@ -18,7 +18,10 @@ from typing import Any, Optional
 from joinlib.ingest.records import DUPLICATE_ID, LATE, TOO_FAR_AHEAD, Bad, Decoder, SchemaLookup
 from joinlib.ingest.stream import MAX_AHEAD_MS, TUPLE_WINDOW_HORIZON_MS
 from joinlib.model import Query, Tup
+from joinlib.plan.logical import central
 from joinlib.reference import reference_join
+from joinlib.runtime.sink import CollectingSink, CountingSink
+from joinlib.sim.engine import run_embedded
 
 # (ids by stream position, head ts in ms from the origin) -> count
 Results = Counter[tuple[tuple[Optional[int], ...], int]]
@@ -104,9 +107,6 @@ def expected_output(query: Query, written: dict[str, list[Written]], origin_ms: 
 
 def count_join(query: Query, streams: dict[str, list[Tup]]) -> int:
     """The number of results of the reference join (the embedded engine's ``central`` plan, counted)."""
-    from joinlib.plan.logical import central
-    from joinlib.runtime.sink import CountingSink
-    from joinlib.sim.engine import run_embedded
     sink = CountingSink()
     run_embedded(query, streams, central(query), sink)
     return sink.count
@@ -117,9 +117,6 @@ def exact_join(query: Query, streams: dict[str, list[Tup]], naive_limit: int = 3
     engine's ``central`` plan (exact, and much faster on long inputs)."""
     if sum(len(v) for v in streams.values()) <= naive_limit:
         return Counter(reference_join(query, streams))
-    from joinlib.plan.logical import central
-    from joinlib.runtime.sink import CollectingSink
-    from joinlib.sim.engine import run_embedded
     sink = CollectingSink(query)
     run_embedded(query, streams, central(query), sink)
     return Counter((ids, ts) for ids, ts, _ in sink.results)

@@ -30,6 +30,7 @@ from joinlib.errors import PlanError
 from joinlib.model import Predicate, Query, Stream, Tup, Window, equality_classes
 from joinlib.plan.logical import bfs_order
 from joinlib.pmjoin.tree import Leaf, MJoin, Tree, describe, operators, streams_of, to_json
+from joinlib.protocol.avro import decode_tuple_list, encode_tuple_list
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,6 @@ Named = list[tuple[str, Tup]]   # a result's base tuples by stream name, sorted 
 
 def components(op: Operator, row: Sequence[Tup]) -> Named:
     """The base tuples of an operator's result row, by base stream name (sorted)."""
-    from joinlib.protocol.wire import decode_tuple_list
     out: Named = []
     for t in row:
         names = op.parts[t.pos]
@@ -319,7 +319,6 @@ def windows_of(query: Query) -> dict[str, int]:
 
 def derived_tuple(comps: Named, pos: int, seq: int) -> Tup:
     """The derived tuple of a result, as input ``pos`` of the reading operator; rank ``seq`` is also its id."""
-    from joinlib.protocol.wire import encode_tuple_list
     parts = [Tup(i, t.id, t.ts, t.seq, t.key, t.rest) for i, (_, t) in enumerate(comps)]
     key = tuple(v for t in parts for v in t.key)
     return Tup(pos, seq, max(t.ts for t in parts), seq, key, encode_tuple_list(parts))
@@ -341,7 +340,6 @@ def moved(tups: Sequence[Tup], pos: int, delta: int, horizon: int) -> list[Tup]:
     """Derived tuples of a shared operator moved ``delta`` ms (from its origin to a reader's) as input
     ``pos`` of the reader, their components too; those older than ``horizon`` after the move are dropped
     (they can meet no tuple of the reader's: docs/multiquery.md "Shared operators")."""
-    from joinlib.protocol.wire import decode_tuple_list, encode_tuple_list
     out = []
     for t in tups:
         if t.ts + delta < horizon:

@@ -14,11 +14,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from joinlib.data.stats import stream_stats, with_measured
 from joinlib.errors import JoinlibError, PlanError
 from joinlib.mjoin.derived import TreeProgram, lower_tree
-from joinlib.model import Query, Tup
-from joinlib.plan.partitioned import Partitioned
+from joinlib.model import Query, StreamStats, Tup
+from joinlib.plan import partitioned as pm
+from joinlib.plan.logical import Plan
+from joinlib.plan.partition import from_json as function_from_json
+from joinlib.plan.partitioned import Partitioned, by_from_json
+from joinlib.pmjoin import partitioned as choose_pm
+from joinlib.pmjoin.plan import group_columns
+from joinlib.pmjoin.stats import selectivity_model, single_class, value_model
+from joinlib.pmjoin.streamjoinopt import stream_join_opt
 from joinlib.pmjoin.tree import Tree, from_json, to_json
+from joinlib.query import parse_query, query_to_dict
 
 Streams = dict[str, list[Tup]]
 
@@ -42,8 +51,6 @@ def measured(query: Query, streams: Streams) -> Query:
     """``query`` with rates, tuple sizes and selectivities measured on ``streams`` (over the data's
     whole span: a substream's rate is its share of the time, not of its own span); a stream without
     tuples gets a tiny rate and selectivity 1."""
-    from joinlib.data.stats import stream_stats, with_measured
-    from joinlib.model import StreamStats
     q = with_measured(query, [stream_stats(s, streams.get(s.name, [])) for s in query.streams])
     tss = [t.ts for tups in streams.values() for t in tups]
     span = max(1, max(tss) - min(tss) + 1) / 1000.0 if tss else 1.0
@@ -57,8 +64,6 @@ def measured(query: Query, streams: Streams) -> Query:
 
 
 def streamjoinopt(query: Query) -> Tree:
-    from joinlib.pmjoin.stats import selectivity_model
-    from joinlib.pmjoin.streamjoinopt import stream_join_opt
     return stream_join_opt(selectivity_model(query))
 
 
@@ -87,14 +92,11 @@ def plan_tree(query: Query, spec: str, streams: Optional[Streams] = None) -> Tre
 def _measured_tree(query: Query, streams: Streams) -> Tree:
     """STREAMJOINOPT on data: under the per-value rate model where one attribute class joins every
     stream (the paper's model: it sees which values meet where), else on measured selectivities."""
-    from joinlib.pmjoin.stats import single_class, value_model
-    from joinlib.pmjoin.streamjoinopt import stream_join_opt
     try:
         members = single_class(query)
     except PlanError:
         return streamjoinopt(measured(query, streams))
-    from joinlib.pmjoin.partitioned import value_rates_of
-    rates = value_rates_of(query, streams, tuple(sorted(members, key=lambda m: query.stream(m[0]).pos)))
+    rates = choose_pm.value_rates_of(query, streams, tuple(sorted(members, key=lambda m: query.stream(m[0]).pos)))
     return stream_join_opt(value_model(measured(query, streams), rates))
 
 
@@ -114,9 +116,6 @@ class PartitionedTrees:
     @staticmethod
     def from_json(query: Query, obj: Any) -> "PartitionedTrees":
         """The inverse of :meth:`to_json` against ``query``; a mistake is a :class:`PlanError`."""
-        from joinlib.plan.logical import Plan
-        from joinlib.plan.partition import from_json as function_from_json
-        from joinlib.plan.partitioned import by_from_json
         trees = obj.get("mjoin_trees") if isinstance(obj, dict) else None
         if not isinstance(trees, list) or not trees:
             raise PlanError('partitioned MJoin trees are {"mjoin_trees": [tree, ...], "by": [[stream, attr], ...], '
@@ -139,14 +138,12 @@ class SharedTrees:
     programs: tuple[TreeProgram, ...]
 
     def to_json(self) -> dict[str, Any]:
-        from joinlib.query import query_to_dict
         return {"mjoin_trees_of": [{"query": query_to_dict(p.base), "mjoin_tree": to_json(p.tree)}
                                    for p in self.programs]}
 
     @staticmethod
     def from_json(base: Query, obj: Any) -> "SharedTrees":
         """The inverse of :meth:`to_json` against ``base`` (:func:`union_query` of the queries)."""
-        from joinlib.query import parse_query
         items = obj.get("mjoin_trees_of") if isinstance(obj, dict) else None
         if not isinstance(items, list) or not items or not all(isinstance(x, dict) for x in items):
             raise PlanError('shared MJoin trees are {"mjoin_trees_of": [{"query": ..., "mjoin_tree": ...}, ...]}')
@@ -184,12 +181,6 @@ def part_query(query: Query, p: int) -> Query:
 
 def plan_partitioned_trees(query: Query, streams: Streams, spec: str) -> tuple[PartitionedTrees, list[Streams]]:
     """``pmjoin[:hash|range|rate][:D]:mjoin``: per partition its tree and its input."""
-    from joinlib.plan import partitioned as pm
-    from joinlib.plan.logical import Plan
-    from joinlib.pmjoin import partitioned as choose_pm
-    from joinlib.pmjoin.plan import group_columns
-    from joinlib.pmjoin.stats import single_class, value_model
-    from joinlib.pmjoin.streamjoinopt import stream_join_opt
     pm.check_partitionable(query)
     scheme, parts = pm.parse_spec(spec.removesuffix(":mjoin"))
     by = pm.attribute_class(query)

@@ -5,7 +5,7 @@ on l.  Every stream a plan ships from node a to node b follows the lowest-latenc
 rate · d(a, b); co-located operators cost 0 and there is no multicast: each consumer pays its own
 transfer (digest pitfalls 1 and 3).
 
-- :meth:`Plan.cost` is a query's *marginal* cost given the existing deployments D: reused streams
+- :meth:`OperatorPlan.cost` is a query's *marginal* cost given the existing deployments D: reused streams
   cost only their transfer from the advertised node (their producing operators are already paid for).
 - :class:`Deployments` is D: every deployed operator, every transfer, and the advertisements;
   :meth:`Deployments.total_cost` sums the transfers of all queries (shared operators once) and
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from joinlib.multiquery.streams import Bound, Signature
-from joinlib.multiquery.topology import Topology
+from joinlib.multiquery.topology import PhysicalNetwork
 
 Kind = Literal["source", "join", "reuse"]
 
@@ -50,7 +50,7 @@ class PlanNode:
             for c in p.children():
                 yield c, p
 
-    def text(self, top: Topology) -> str:
+    def text(self, top: PhysicalNetwork) -> str:
         """``((S1 ⋈ S2)@n3 ⋈ S4)@n7``-style rendering, reuse marked ``reuse(...)``."""
         if self.kind == "source":
             return next(iter(self.streams))
@@ -61,9 +61,12 @@ class PlanNode:
 
 
 @dataclass(frozen=True)
-class Plan:
+class OperatorPlan:
     """A query's operator tree with its placement, the planner that made it and how many
-    (merge order × placement) combinations its searches covered (Lemma 1 units)."""
+    (merge order × placement) combinations its searches covered (Lemma 1 units).
+
+    Not :class:`joinlib.plan.logical.Plan` (a join sequence per head stream, Definition 1): one tree of
+    binary join operators, each placed on a node, that later queries may reuse."""
 
     query: str
     root: PlanNode
@@ -78,7 +81,7 @@ class Plan:
             yield c.node, p.node, c.rate
         yield self.root.node, self.sink, self.root.rate
 
-    def cost(self, top: Topology) -> float:
+    def cost(self, top: PhysicalNetwork) -> float:
         """Marginal network usage Σ rate · d(from, to)."""
         return sum(r * top.dist[a][b] for a, b, r in self.transfers())
 
@@ -121,7 +124,7 @@ class Deployments:
         need = bound.needed_columns(streams)
         return [a for a in found if need <= a.columns]
 
-    def deploy(self, plan: Plan, bound: Bound) -> None:
+    def deploy(self, plan: OperatorPlan, bound: Bound) -> None:
         """Add ``plan``'s new operators and transfers and advertise its joins."""
         for a, b, r in plan.transfers():
             self.transfers.append((a, b, r, plan.query))
@@ -132,11 +135,11 @@ class Deployments:
             self.adverts.setdefault(ad.signature, []).append(ad)
         self.reuses += len(plan.reused())
 
-    def total_cost(self, top: Topology) -> float:
+    def total_cost(self, top: PhysicalNetwork) -> float:
         """Total network usage of everything deployed."""
         return sum(r * top.dist[a][b] for a, b, r, _ in self.transfers)
 
-    def link_usage(self, top: Topology) -> dict[tuple[str, str], float]:
+    def link_usage(self, top: PhysicalNetwork) -> dict[tuple[str, str], float]:
         """Network usage per physical link (rate · latency summed over the streams crossing it)."""
         out: dict[tuple[str, str], float] = {}
         for a, b, r, _ in self.transfers:

@@ -1,6 +1,6 @@
 """Running multi-query plans: a planner's operator tree as an MJoin tree over a runtime query.
 
-A :class:`~joinlib.multiquery.cost.Plan` is a binary tree of joins placed at topology nodes, with
+A :class:`~joinlib.multiquery.cost.OperatorPlan` is a binary tree of joins placed at topology nodes, with
 *reuses* of streams that earlier queries advertised. :func:`to_tree` turns it into a
 :mod:`joinlib.pmjoin.tree` tree (one two-input MJoin per join, at its node). A reuse becomes the
 advertising plan's subtree: the join of the same streams at the same node. Given to
@@ -21,20 +21,19 @@ from collections.abc import Sequence
 
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Network, Predicate, Query, Stream, StreamStats, Window
-from joinlib.multiquery.cost import Plan, PlanNode
-from joinlib.multiquery.streams import Catalogue, JoinPredicate
-from joinlib.multiquery.streams import Query as MQuery
-from joinlib.multiquery.topology import Topology
+from joinlib.multiquery.cost import OperatorPlan, PlanNode
+from joinlib.multiquery.streams import Catalogue, ContinualQuery, JoinPredicate
+from joinlib.multiquery.topology import PhysicalNetwork
 from joinlib.pmjoin.tree import Leaf, MJoin, Tree
 
 
-def to_tree(plan: Plan, top: Topology, deployed: Sequence[Plan] = ()) -> Tree:
+def to_tree(plan: OperatorPlan, top: PhysicalNetwork, deployed: Sequence[OperatorPlan] = ()) -> Tree:
     """``plan``'s operator tree as an MJoin tree; a reuse is replaced by the subtree of the plan in
     ``deployed`` (deployed before it) that joins the same streams at the advertised node."""
     return _tree(plan.root, top, deployed)
 
 
-def _tree(v: PlanNode, top: Topology, deployed: Sequence[Plan]) -> Tree:
+def _tree(v: PlanNode, top: PhysicalNetwork, deployed: Sequence[OperatorPlan]) -> Tree:
     if v.kind == "source":
         (stream,) = v.streams
         return Leaf(stream, top.nodes[v.node])
@@ -44,7 +43,7 @@ def _tree(v: PlanNode, top: Topology, deployed: Sequence[Plan]) -> Tree:
     return MJoin((_tree(v.left, top, deployed), _tree(v.right, top, deployed)), top.nodes[v.node])
 
 
-def _advertised(v: PlanNode, deployed: Sequence[Plan], top: Topology) -> PlanNode:
+def _advertised(v: PlanNode, deployed: Sequence[OperatorPlan], top: PhysicalNetwork) -> PlanNode:
     for p in deployed:
         for w in p.joins():
             if w.streams == v.streams and w.node == v.node:
@@ -53,7 +52,7 @@ def _advertised(v: PlanNode, deployed: Sequence[Plan], top: Topology) -> PlanNod
                     "joins those streams there (pass the plans deployed before it)")
 
 
-def runtime_query(q: MQuery, catalogue: Catalogue, window_ms: int, nodes: Sequence[str] = (),
+def runtime_query(q: ContinualQuery, catalogue: Catalogue, window_ms: int, nodes: Sequence[str] = (),
                   layout: Sequence[JoinPredicate] = (), network: Network = Network(),
                   execution: Execution = Execution()) -> Query:
     """The runtime query ``q`` runs as (see the module docstring); ``nodes``: processing-only nodes the

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from joinlib.multiquery.errors import TopologyError
-from joinlib.multiquery.topology import Topology
+from joinlib.multiquery.topology import PhysicalNetwork
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,12 @@ class Hierarchy:
             r = next(c.coordinator for c in lv if node in c.leaves)
         return r
 
-    def radius(self, top: Topology, level: int) -> float:
+    def radius(self, top: PhysicalNetwork, level: int) -> float:
         """d_level: the largest traversal cost between a member of a level cluster and its coordinator."""
         return max((top.dist[m][c.coordinator] for c in self.levels[level - 1] for m in c.members), default=0.0)
 
 
-def build_hierarchy(top: Topology, maxcs: int) -> Hierarchy:
+def build_hierarchy(top: PhysicalNetwork, maxcs: int) -> Hierarchy:
     """Cluster ``top`` level by level into clusters of at most ``maxcs`` members."""
     if maxcs < 2:
         raise TopologyError(f"maxcs {maxcs}: a cluster needs room for at least 2 nodes")
@@ -99,20 +99,20 @@ def build_hierarchy(top: Topology, maxcs: int) -> Hierarchy:
         level += 1
 
 
-def _make(top: Topology, level: int, items: list[Cluster]) -> Cluster:
+def _make(top: PhysicalNetwork, level: int, items: list[Cluster]) -> Cluster:
     members = tuple(it.coordinator for it in items)
     coordinator = min(members, key=lambda m: (sum(top.dist[m][o] for o in members), m))
     children = tuple(items) if level > 1 else ()
     return Cluster(level, members, children, coordinator, frozenset().union(*(it.leaves for it in items)))
 
 
-def _item_dist(top: Topology, a: Cluster, b: Cluster, average: bool) -> float:
+def _item_dist(top: PhysicalNetwork, a: Cluster, b: Cluster, average: bool) -> float:
     if not average:
         return top.dist[a.coordinator][b.coordinator]
     return sum(top.dist[u][v] for u in a.leaves for v in b.leaves) / (len(a.leaves) * len(b.leaves))
 
 
-def _agglomerate(top: Topology, items: list[Cluster], maxcs: int, average: bool) -> list[list[int]]:
+def _agglomerate(top: PhysicalNetwork, items: list[Cluster], maxcs: int, average: bool) -> list[list[int]]:
     """Average-linkage agglomeration of ``items`` into groups of at most ``maxcs`` (lists of item indices)."""
     n = len(items)
     base = [[_item_dist(top, items[i], items[j], average) for j in range(n)] for i in range(n)]

@@ -2,7 +2,7 @@
 plan-then-deploy baselines, in one small registry (:data:`PLANNERS`).
 
 Every planner takes a :class:`Context` (topology, the query bound to its catalogue, the existing
-deployments D, the hierarchy for the hierarchical ones) and returns a placed :class:`~.cost.Plan`
+deployments D, the hierarchy for the hierarchical ones) and returns a placed :class:`~.cost.OperatorPlan`
 whose ``examined`` counts the (merge order × placement) combinations its searches covered, in
 Lemma 1's units: a search over k inputs on m candidate nodes counts ``lemma1(k, m)``.
 
@@ -48,12 +48,23 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
 
-from joinlib.multiquery.cost import Deployments, Plan, PlanNode
+from joinlib.multiquery.cost import Deployments, OperatorPlan, PlanNode
 from joinlib.multiquery.errors import MultiQueryError
 from joinlib.multiquery.hierarchy import Cluster, Hierarchy
-from joinlib.multiquery.search import Atom, Problem, Result, Reuse, Tree, TreeDP, exhaustive, lemma1, solve, tree_mask
+from joinlib.multiquery.search import (
+    Atom,
+    Problem,
+    Reuse,
+    SearchResult,
+    Tree,
+    TreeDP,
+    exhaustive,
+    lemma1,
+    solve,
+    tree_mask,
+)
 from joinlib.multiquery.streams import Bound
-from joinlib.multiquery.topology import Topology
+from joinlib.multiquery.topology import PhysicalNetwork
 
 Snap = Callable[[int], int]
 
@@ -62,7 +73,7 @@ Snap = Callable[[int], int]
 class Context:
     """What a planner sees: the network, the query, the existing deployments D, the hierarchy."""
 
-    top: Topology
+    top: PhysicalNetwork
     bound: Bound
     deployed: Deployments = field(default_factory=Deployments, compare=False)
     hierarchy: Optional[Hierarchy] = None
@@ -93,8 +104,8 @@ def _problem(ctx: Context, plans: list[PlanNode], cands: list[int], target: Opti
     return Problem(atoms, cands, None if target is None else snap(target), ctx.top.dist, ctx.bound.rate, finder)
 
 
-def _plan(ctx: Context, name: str, res: Result, examined: Optional[int] = None) -> Plan:
-    return Plan(ctx.bound.query.name, res.root, ctx.bound.sink, name,
+def _plan(ctx: Context, name: str, res: SearchResult, examined: Optional[int] = None) -> OperatorPlan:
+    return OperatorPlan(ctx.bound.query.name, res.root, ctx.bound.sink, name,
                 res.examined if examined is None else examined, res.estimate)
 
 
@@ -106,18 +117,18 @@ def _need(ctx: Context) -> Hierarchy:
 
 # --------------------------------------------------------------------------- integrated, exact
 
-def plan_optimal(ctx: Context) -> Plan:
+def plan_optimal(ctx: Context) -> OperatorPlan:
     """The integrated optimum with reuse (subset DP over all N nodes; equal to exhaustive)."""
     return _plan(ctx, "optimal", solve(_problem(ctx, base_plans(ctx), list(range(ctx.top.n)), ctx.bound.sink)))
 
 
-def plan_exhaustive(ctx: Context) -> Plan:
+def plan_exhaustive(ctx: Context) -> OperatorPlan:
     """All merge orders × placements: every tree, each placed by tree DP."""
     return _plan(ctx, "exhaustive",
                  exhaustive(_problem(ctx, base_plans(ctx), list(range(ctx.top.n)), ctx.bound.sink)))
 
 
-def plan_optimal_noreuse(ctx: Context) -> Plan:
+def plan_optimal_noreuse(ctx: Context) -> OperatorPlan:
     """The integrated optimum ignoring D (order and placement together, no reuse): an ablation."""
     return _plan(ctx, "optimal-noreuse", solve(_problem(ctx, base_plans(ctx), list(range(ctx.top.n)),
                                                         ctx.bound.sink, reuse=False)))
@@ -125,11 +136,11 @@ def plan_optimal_noreuse(ctx: Context) -> Plan:
 
 # --------------------------------------------------------------------------- Top-Down [RECON]
 
-def plan_top_down(ctx: Context) -> Plan:
+def plan_top_down(ctx: Context) -> OperatorPlan:
     h = _need(ctx)
     count = [0]
     root = _td_solve(ctx, h.root, base_plans(ctx), ctx.bound.sink, count)
-    return Plan(ctx.bound.query.name, root, ctx.bound.sink, "top-down", count[0])
+    return OperatorPlan(ctx.bound.query.name, root, ctx.bound.sink, "top-down", count[0])
 
 
 def _td_solve(ctx: Context, cluster: Cluster, plans: list[PlanNode], target: int, count: list[int]) -> PlanNode:
@@ -164,15 +175,15 @@ def _td_refine(ctx: Context, cluster: Cluster, v: PlanNode, target: int, opaque:
 
 # --------------------------------------------------------------------------- Bottom-Up and NPC [RECON]
 
-def plan_bottom_up(ctx: Context) -> Plan:
+def plan_bottom_up(ctx: Context) -> OperatorPlan:
     return _bottom_up(ctx, npc=False)
 
 
-def plan_npc(ctx: Context) -> Plan:
+def plan_npc(ctx: Context) -> OperatorPlan:
     return _bottom_up(ctx, npc=True)
 
 
-def _bottom_up(ctx: Context, npc: bool) -> Plan:
+def _bottom_up(ctx: Context, npc: bool) -> OperatorPlan:
     h = _need(ctx)
     count = [0]
     plans = base_plans(ctx)
@@ -187,10 +198,10 @@ def _bottom_up(ctx: Context, npc: bool) -> Plan:
         plans = nxt
     if npc:  # what was deferred is planned top-down: refined level by level, not left on coordinators
         root = _td_solve(ctx, h.root, plans, ctx.bound.sink, count)
-        return Plan(ctx.bound.query.name, root, ctx.bound.sink, "npc", count[0])
+        return OperatorPlan(ctx.bound.query.name, root, ctx.bound.sink, "npc", count[0])
     res = solve(_problem(ctx, plans, list(h.root.members), ctx.bound.sink, h.root.snap))
     count[0] += res.examined
-    return Plan(ctx.bound.query.name, res.root, ctx.bound.sink, "bottom-up", count[0])
+    return OperatorPlan(ctx.bound.query.name, res.root, ctx.bound.sink, "bottom-up", count[0])
 
 
 def _bu_local(ctx: Context, c: Cluster, comp: list[PlanNode], up: int,
@@ -262,22 +273,22 @@ def rate_order(ctx: Context) -> Tree:
     return best[full][1]
 
 
-def _ptd(ctx: Context, reuse: bool, name: str) -> Plan:
+def _ptd(ctx: Context, reuse: bool, name: str) -> OperatorPlan:
     prob = _problem(ctx, base_plans(ctx), list(range(ctx.top.n)), ctx.bound.sink, reuse=reuse)
     cost, root = TreeDP(prob).best(rate_order(ctx))
     k = len(prob.atoms)
-    return Plan(ctx.bound.query.name, root, ctx.bound.sink, name, ctx.top.n ** (k - 1), cost)
+    return OperatorPlan(ctx.bound.query.name, root, ctx.bound.sink, name, ctx.top.n ** (k - 1), cost)
 
 
-def plan_ptd_optimal(ctx: Context) -> Plan:
+def plan_ptd_optimal(ctx: Context) -> OperatorPlan:
     return _ptd(ctx, False, "ptd-optimal")
 
 
-def plan_ptd_optimal_reuse(ctx: Context) -> Plan:
+def plan_ptd_optimal_reuse(ctx: Context) -> OperatorPlan:
     return _ptd(ctx, True, "ptd-optimal+reuse")
 
 
-def plan_ptd_relaxation(ctx: Context) -> Plan:
+def plan_ptd_relaxation(ctx: Context) -> OperatorPlan:
     """Fixed rate order, then spring relaxation in an embedded latency space, snapped to nodes."""
     top = ctx.top
     coords = embed(top)
@@ -302,7 +313,7 @@ def plan_ptd_relaxation(ctx: Context) -> Plan:
         return PlanNode("join", prob.union(m), prob.mask_rate(m), where[t], build(t[0]), build(t[1]))
 
     root = build(tree)
-    return Plan(ctx.bound.query.name, root, ctx.bound.sink, "ptd-relaxation", len(joins) * top.n)
+    return OperatorPlan(ctx.bound.query.name, root, ctx.bound.sink, "ptd-relaxation", len(joins) * top.n)
 
 
 def _sq(a: tuple[float, ...], b: tuple[float, ...]) -> float:
@@ -334,7 +345,7 @@ def _relax(prob: Problem, tree: Tree, joins: list[Tree], coords: list[tuple[floa
 
 
 @lru_cache(maxsize=8)
-def embed(top: Topology, iterations: int = 80, seed: int = 1) -> list[tuple[float, ...]]:
+def embed(top: PhysicalNetwork, iterations: int = 80, seed: int = 1) -> list[tuple[float, ...]]:
     """3-D coordinates whose distances approximate the traversal costs (SMACOF stress majorisation)."""
     n = top.n
     rng = random.Random(seed)
@@ -362,7 +373,7 @@ class PlannerSpec:
     """A planner by name: the function, whether it needs the hierarchy (``maxcs``), one line of help."""
 
     name: str
-    run: Callable[[Context], Plan]
+    run: Callable[[Context], OperatorPlan]
     hierarchical: bool
     help: str
 
@@ -389,6 +400,6 @@ def get_planner(name: str) -> PlannerSpec:
         raise MultiQueryError(f"unknown multi-query planner {name!r} (choose from {', '.join(PLANNERS)})") from None
 
 
-def search_fraction(plan: Plan, k: int, n: int) -> float:
+def search_fraction(plan: OperatorPlan, k: int, n: int) -> float:
     """``plan.examined`` over Lemma 1's count for the query (K streams, N nodes)."""
     return plan.examined / lemma1(k, n)

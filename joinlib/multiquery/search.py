@@ -148,8 +148,9 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class Result:
-    """A search's best plan root (placed), its estimated cost and the combinations covered (Lemma 1 units)."""
+class SearchResult:
+    """A search's best plan root (placed), its estimated cost and the combinations covered (Lemma 1 units);
+    not a join result (:class:`joinlib.protocol.records.Result`)."""
 
     root: PlanNode
     estimate: float
@@ -180,13 +181,13 @@ def _splits(mask: int) -> Iterator[int]:
         sub = (sub - 1) & rest
 
 
-def solve(p: Problem) -> Result:
+def solve(p: Problem) -> SearchResult:
     """The optimum over every tree and placement, by DP over subsets of the atoms."""
     k = len(p.atoms)
     full = (1 << k) - 1
     if k == 1:
         a = p.atoms[0]
-        return Result(a.plan, a.plan.rate * p.dist[a.est][p.target] if p.target is not None else 0.0, 0)
+        return SearchResult(a.plan, a.plan.rate * p.dist[a.est][p.target] if p.target is not None else 0.0, 0)
     deliver: dict[int, list[float]] = {1 << i: p.leaf(i) for i in range(k)}
     place: dict[int, list[float]] = {}
     for mask in range(1, full + 1):
@@ -200,7 +201,7 @@ def solve(p: Problem) -> Result:
             deliver[mask] = p.deliver(mask, best)
     cost, y, ro = p.final(full, place[full])
     root = _reuse_node(p, full, ro) if ro is not None else _dp_place(p, deliver, place, full, y)
-    return Result(root, cost, lemma1(k, len(p.cands)))
+    return SearchResult(root, cost, lemma1(k, len(p.cands)))
 
 
 def _dp_place(p: Problem, deliver: dict[int, list[float]], place: dict[int, list[float]], mask: int,
@@ -297,7 +298,7 @@ def place_tree(p: Problem, t: Tree) -> tuple[float, PlanNode]:
     return TreeDP(p).best(t)
 
 
-def exhaustive(p: Problem) -> Result:
+def exhaustive(p: Problem) -> SearchResult:
     """Every distinct tree, each placed optimally by tree DP; the best overall."""
     dp = TreeDP(p)
     full = (1 << len(p.atoms)) - 1
@@ -307,7 +308,7 @@ def exhaustive(p: Problem) -> Result:
         if best is None or cost < best[0] - 1e-9 * max(1.0, abs(cost)):
             best = (cost, root)
     assert best is not None
-    return Result(best[1], best[0], lemma1(len(p.atoms), len(p.cands)))
+    return SearchResult(best[1], best[0], lemma1(len(p.atoms), len(p.cands)))
 
 
 def brute_force(p: Problem, t: Tree) -> float:

@@ -132,9 +132,12 @@ class Signature:
 
 
 @dataclass(frozen=True)
-class Query:
+class ContinualQuery:
     """A continual SPJ query: base ``streams``, ``joins``, ``selections``, projected ``columns``
-    (``S.col``), delivered to ``sink`` (a node name)."""
+    (``S.col``), delivered to ``sink`` (a node name).
+
+    Not :class:`joinlib.model.Query` (windows, sites, statistics: what the runtime joins): this is IFLOW's
+    query over a stream catalogue, which :func:`joinlib.multiquery.execute.runtime_query` turns into one."""
 
     name: str
     streams: tuple[str, ...]
@@ -155,7 +158,7 @@ class Catalogue:
 class Bound:
     """A query bound to its catalogue and node indices: what the planners and the cost read."""
 
-    query: Query
+    query: ContinualQuery
     catalogue: Catalogue
     node_index: dict[str, int] = field(hash=False, repr=False)
 
@@ -219,17 +222,18 @@ class Bound:
 # --------------------------------------------------------------------------- generator [RECON]
 
 @dataclass(frozen=True)
-class Workload:
-    """A seeded catalogue and query sequence (the experiment's input)."""
+class QueryWorkload:
+    """A seeded catalogue and query sequence (the experiment's input); named apart from the tuple
+    workloads of :mod:`joinlib.progressive.sim` and :mod:`joinlib.pmjoin.workload`."""
 
     catalogue: Catalogue
     joins: tuple[JoinPredicate, ...]
     filters: dict[str, tuple[Selection, ...]] = field(hash=False)
-    queries: tuple[Query, ...] = ()
+    queries: tuple[ContinualQuery, ...] = ()
 
 
-def generate(nodes: tuple[str, ...], n_queries: int = 100, k: int = 5, n_streams: int = 12, seed: int = 1,
-             extra_edges: int = 6, p_filter: float = 0.15, p_all_columns: float = 0.6) -> Workload:
+def generate_workload(nodes: tuple[str, ...], n_queries: int = 100, k: int = 5, n_streams: int = 12, seed: int = 1,
+             extra_edges: int = 6, p_filter: float = 0.15, p_all_columns: float = 0.6) -> QueryWorkload:
     """``n_streams`` base streams at distinct random nodes, rates U[10, 100]/s, joined by a random
     connected predicate graph (a spanning tree + ``extra_edges``), selectivity σ with σ·rate ≈ U[0.25, 2];
     ``n_queries`` queries over ``k`` connected streams each (all catalogue predicates among them),
@@ -249,7 +253,7 @@ def generate(nodes: tuple[str, ...], n_queries: int = 100, k: int = 5, n_streams
         s: (Selection(f"{s}.p1 > 10", 0.5), Selection(f"{s}.p2 = 'x'", 0.2)) for s in names}
     queries = tuple(_query(rng, f"q{i + 1}", k, names, joins, filters, nodes, p_filter, p_all_columns)
                     for i in range(n_queries))
-    return Workload(Catalogue(cat), joins, filters, queries)
+    return QueryWorkload(Catalogue(cat), joins, filters, queries)
 
 
 def _edges(rng: random.Random, names: list[str], extra: int) -> list[tuple[str, str]]:
@@ -261,7 +265,7 @@ def _edges(rng: random.Random, names: list[str], extra: int) -> list[tuple[str, 
 
 def _query(rng: random.Random, name: str, k: int, names: list[str], joins: tuple[JoinPredicate, ...],
            filters: dict[str, tuple[Selection, ...]], nodes: tuple[str, ...], p_filter: float,
-           p_all: float) -> Query:
+           p_all: float) -> ContinualQuery:
     chosen = {rng.choice(names)}
     while len(chosen) < k:
         frontier = sorted({s for p in joins if p.streams & chosen for s in p.streams} - chosen)
@@ -272,4 +276,4 @@ def _query(rng: random.Random, name: str, k: int, names: list[str], joins: tuple
     cols = [f"{s}.{c}" for s in streams for c in ("p1", "p2", "p3")]
     if rng.random() >= p_all:
         cols = [c for c in cols if rng.random() < 0.5] or [cols[0]]
-    return Query(name, streams, preds, sels, tuple(cols), rng.choice(nodes))
+    return ContinualQuery(name, streams, preds, sels, tuple(cols), rng.choice(nodes))

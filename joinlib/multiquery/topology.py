@@ -6,7 +6,7 @@ lowest-latency path, so its usage is rate × d(a, b) with d the all-pairs shorte
 (the "traversal cost" the hierarchy clusters on).  Bandwidth is kept (the YAML format has it and
 reports show it) but, as in the paper's metric, it does not enter the cost.
 
-Three ways to get a topology: :class:`Topology` directly, :func:`transit_stub` (seeded generator:
+Three ways to get a topology: :class:`PhysicalNetwork` directly, :func:`transit_stub` (seeded generator:
 ``stubs`` stubs of ``per_stub`` nodes, cheap links inside a stub, expensive ones between stub
 gateways -- the digest's small reproduction), and :func:`load_topology` (YAML, validated: every
 mistake is a :class:`~.errors.TopologyError` naming the file and key).
@@ -29,8 +29,9 @@ INF = float("inf")
 
 
 @dataclass(frozen=True)
-class Link:
-    """An undirected physical link: ``latency`` in ms, ``bandwidth`` in kbps."""
+class PhysicalLink:
+    """An undirected physical link: ``latency`` in ms, ``bandwidth`` in kbps (unlike
+    :class:`joinlib.model.Link`, a directed per-link override of a query's network model)."""
 
     a: str
     b: str
@@ -39,16 +40,19 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Topology:
+class PhysicalNetwork:
     """Nodes and links; ``dist[i][j]`` is the shortest-path latency (traversal cost) between node
     indices i and j, ``hop[i][j]`` the next node on that path (for per-link accounting).
+
+    Not :class:`joinlib.plan.ir.Topology` (a plan's operator sets per node): the physical network the
+    planners place operators on, with its shortest paths.
 
     Nodes are addressed by index everywhere in the planners (lists, not dicts, in the hot loops);
     ``index`` maps names to indices.  Validation raises :class:`TopologyError`.
     """
 
     nodes: tuple[str, ...]
-    links: tuple[Link, ...]
+    links: tuple[PhysicalLink, ...]
     index: dict[str, int] = field(init=False, repr=False, compare=False)
     dist: list[list[float]] = field(init=False, repr=False, compare=False)
     hop: list[list[int]] = field(init=False, repr=False, compare=False)
@@ -89,7 +93,7 @@ class Topology:
         return min(lk.latency for lk in self.links if {lk.a, lk.b} == names)
 
 
-def _validate(nodes: Sequence[str], links: Sequence[Link]) -> None:
+def _validate(nodes: Sequence[str], links: Sequence[PhysicalLink]) -> None:
     if not nodes:
         raise TopologyError("a topology needs at least one node")
     known = set(nodes)
@@ -138,7 +142,7 @@ def _dijkstra(adj: list[list[tuple[int, float]]], src: int) -> tuple[list[float]
 
 def transit_stub(stubs: int = 8, per_stub: int = 8, seed: int = 1, intra: tuple[float, float] = (1.0, 5.0),
                  inter: tuple[float, float] = (20.0, 50.0), extra_intra: float = 0.3,
-                 extra_inter: float = 0.3) -> Topology:
+                 extra_inter: float = 0.3) -> PhysicalNetwork:
     """A seeded transit-stub style network (GT-ITM's shape, the digest's small reproduction).
 
     Each stub is a random tree of ``per_stub`` nodes plus extra links (each remaining pair with
@@ -150,24 +154,24 @@ def transit_stub(stubs: int = 8, per_stub: int = 8, seed: int = 1, intra: tuple[
         raise TopologyError(f"transit_stub: stubs and per_stub must be >= 1 (got {stubs}, {per_stub})")
     rng = random.Random(seed)
     names = [f"s{s}n{i}" for s in range(stubs) for i in range(per_stub)]
-    links: list[Link] = []
+    links: list[PhysicalLink] = []
     for s in range(stubs):
         members = [f"s{s}n{i}" for i in range(per_stub)]
         links += _random_connected(rng, members, intra, extra_intra, (100_000.0, 100_000.0))
     gateways = [f"s{s}n0" for s in range(stubs)]
     links += _random_connected(rng, gateways, inter, extra_inter, (10_000.0, 45_000.0), ring=True)
-    return Topology(tuple(names), tuple(links))
+    return PhysicalNetwork(tuple(names), tuple(links))
 
 
 def _random_connected(rng: random.Random, members: list[str], lat: tuple[float, float], extra: float,
-                      bw: tuple[float, float], ring: bool = False) -> list[Link]:
+                      bw: tuple[float, float], ring: bool = False) -> list[PhysicalLink]:
     pairs: set[frozenset[str]] = set()
-    out: list[Link] = []
+    out: list[PhysicalLink] = []
 
     def add(a: str, b: str) -> None:
         if a != b and frozenset((a, b)) not in pairs:
             pairs.add(frozenset((a, b)))
-            out.append(Link(a, b, round(rng.uniform(*lat), 2), round(rng.uniform(*bw), -2)))
+            out.append(PhysicalLink(a, b, round(rng.uniform(*lat), 2), round(rng.uniform(*bw), -2)))
 
     for i in range(1, len(members)):
         add(members[i], members[i - 1] if ring else members[rng.randrange(i)])
@@ -198,7 +202,7 @@ Links are undirected; latency in us / ms / s (bare number: ms), bandwidth in bps
 gbps (bare number: kbps).  Every node must be reachable."""
 
 
-def load_topology(path: Path) -> Topology:
+def load_topology(path: Path) -> PhysicalNetwork:
     """Read and validate a YAML topology file (see :data:`FORMAT_HELP`)."""
     try:
         text = Path(path).read_text()
@@ -209,7 +213,7 @@ def load_topology(path: Path) -> Topology:
     return parse_topology(text, str(path))
 
 
-def parse_topology(text: str, where: str = "topology") -> Topology:
+def parse_topology(text: str, where: str = "topology") -> PhysicalNetwork:
     """Parse the YAML text of a topology (``where`` prefixes every error message)."""
     try:
         data = yaml.safe_load(text)
@@ -226,12 +230,12 @@ def parse_topology(text: str, where: str = "topology") -> Topology:
     links = _links(where, data.get("links"), default_bw)
     nodes = _nodes(where, data.get("nodes"), links)
     try:
-        return Topology(tuple(nodes), tuple(links))
+        return PhysicalNetwork(tuple(nodes), tuple(links))
     except TopologyError as e:
         raise TopologyError(f"{where}: {e}") from None
 
 
-def _nodes(where: str, raw: Any, links: list[Link]) -> list[str]:
+def _nodes(where: str, raw: Any, links: list[PhysicalLink]) -> list[str]:
     if raw is None:
         raw = []
     if not isinstance(raw, list) or not all(isinstance(n, (str, int)) for n in raw):
@@ -244,10 +248,10 @@ def _nodes(where: str, raw: Any, links: list[Link]) -> list[str]:
     return nodes
 
 
-def _links(where: str, raw: Any, default_bw: float) -> list[Link]:
+def _links(where: str, raw: Any, default_bw: float) -> list[PhysicalLink]:
     if not isinstance(raw, list) or not raw:
         raise TopologyError(f"{where}: 'links' must be a non-empty list of {{from, to, latency[, bandwidth]}}")
-    out: list[Link] = []
+    out: list[PhysicalLink] = []
     for i, item in enumerate(raw):
         key = f"links[{i}]"
         if not isinstance(item, dict):
@@ -260,7 +264,7 @@ def _links(where: str, raw: Any, default_bw: float) -> list[Link]:
                 raise TopologyError(f"{where}: {key}: missing {k!r}")
         lat = _latency(where, f"{key}.latency", item["latency"])
         bw = _bandwidth(where, f"{key}.bandwidth", item.get("bandwidth", default_bw))
-        out.append(Link(str(item["from"]), str(item["to"]), lat, bw))
+        out.append(PhysicalLink(str(item["from"]), str(item["to"]), lat, bw))
     return out
 
 
@@ -278,7 +282,7 @@ def _bandwidth(where: str, key: str, value: Any) -> float:
     return float(m.group(1)) * _BW_UNIT[(m.group(2) or "kbps").lower()]
 
 
-def to_yaml(top: Topology) -> str:
+def to_yaml(top: PhysicalNetwork) -> str:
     """The YAML text of a topology (what :func:`parse_topology` reads back)."""
     doc = {"nodes": list(top.nodes),
            "links": [{"from": lk.a, "to": lk.b, "latency": f"{lk.latency:g}ms",

@@ -97,7 +97,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         source_topic,
         warm_up,
     )
-    from joinlib.protocol import wire
+    from joinlib.protocol import records
     if not isinstance(streams, dict):
         from joinlib.data.files import load_streams
         streams = load_streams(query, streams)
@@ -134,7 +134,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         warm_up(producer, [source_topic(query, s.name) for s in query.streams])
         replayer = _Replayer(Producing(producer), query, streams, rate_scale, run, progress, split)
         chaos = _Faults(faults, start_node, nodes)
-        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, wire, consume, chaos,
+        res = _collect(consumer, query, sink, nodes, replayer, timeout_s, run, records, consume, chaos,
                        adaptive is not None, outputs, wanted(specs, split),
                        (lambda done: per_site(done, naive_of(query, streams))) if split is not None else None)
         replayer.join(5)

@@ -1,6 +1,6 @@
 """The ``control`` topic as the node services read it: plans, ends and dones with their offsets.
 
-Control messages (``wire.Control``, topic ``control``, key = query name):
+Control messages (``records.Control``, topic ``control``, key = query name):
 
 * ``plan``, published by the cluster runner or the planner: ``{"query": query_to_dict, "plan":
   plan.to_json(), "run": id, "offsets": {topic: offset}, "nodes": [...], "switches": [{"from_epoch": E,
@@ -27,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from joinlib.adapters.kafka import CONTROL_TOPIC, consume, end_offsets
 from joinlib.control.check import INVALID, UNDECODABLE, check_control
-from joinlib.protocol import wire
+from joinlib.protocol import records
 
 
 @dataclass
@@ -98,7 +98,7 @@ def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optiona
     not validate (:func:`joinlib.control.check.check_control`): such a message changes nothing."""
     offset = msg.offset()
     try:
-        c = wire.decode_control(msg.value())
+        c = records.decode_control(msg.value())
     except Exception as e:  # garbage may trip fastavro or the JSON payload in several ways
         if reject is not None:
             reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}")

@@ -20,7 +20,7 @@ from joinlib.adapters.kafka import consume, make_consumer, out_topic
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
 from joinlib.node.sources import live_streams
-from joinlib.protocol import wire
+from joinlib.protocol import records
 
 
 def source_starts(bootstrap: str, admin: Any, query: Query, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
@@ -73,7 +73,7 @@ def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: in
                 value = m.value()
                 if value is None or run_b is not None and dict(m.headers() or ()).get("run") != run_b:
                     continue
-                for r in wire.decode_result_batch(value).results():
+                for r in records.decode_result_batch(value).results():
                     results.append({"ids": {n: r.ids[n] for n in names}, "ts": r.head_ts + origin_ms})
             if nxt >= end and (results or time.monotonic() >= deadline):
                 break  # caught up with the end as of the call (a follower asks again)

@@ -18,7 +18,6 @@ from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     KafkaResultSink,
     KafkaTransport,
-    LinkStats,
     Producing,
     consume,
     ensure_partitions,
@@ -44,11 +43,12 @@ from joinlib.node.recovery import NodeCheckpoints
 from joinlib.node.sources import LiveInputs, dlq_topic, live_streams, marks_topic
 from joinlib.plan.partitioned import Partitioned
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S, ValueMonitor
-from joinlib.protocol import wire
+from joinlib.protocol import records, wire
 from joinlib.query import parse_query
 from joinlib.runtime.deploy import generations
 from joinlib.runtime.host import Host
 from joinlib.runtime.instance import InstanceSpec
+from joinlib.runtime.report import LinkStats
 from joinlib.runtime.sensor import Sensor, TotalsSensor
 from joinlib.runtime.sink import Group, Sink
 
@@ -537,7 +537,7 @@ class PlanRun:
 
     def _source(self, m: Any) -> None:
         try:
-            b = wire.decode_source_batch(m.value())
+            b = records.decode_source_batch(m.value())
         except Exception as e:
             self._reject(m, UNDECODABLE, f"not a SourceBatch: {type(e).__name__}: {str(e)[:200]}")
             return

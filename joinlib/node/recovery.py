@@ -40,7 +40,7 @@ from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query
 from joinlib.node.sources import dlq_topic, marks_topic
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
 from joinlib.runtime.host import Host
@@ -210,7 +210,7 @@ class NodeCheckpoints:
                     if m.key() != key or value is None or (
                             run_b is not None and dict(m.headers() or ()).get("run") != run_b):
                         continue
-                    b = wire.decode_result_batch(value)
+                    b = records.decode_result_batch(value)
                     if b.groups:
                         h = (b.part, b.gen, pos[b.groups[0].head])
                         skip[h] = max(skip.get(h, 0), b.batch + 1)

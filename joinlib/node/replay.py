@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import Producing, publish_control, source_topic
 from joinlib.model import Query, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import records
 
 
 @dataclass
@@ -82,7 +82,7 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
                 j = bisect_left(ts[n], end_ts, i)
                 cursor[n] = j
                 for part, tups in _parts(data[n][i:j], d, routes.get(n)):
-                    value = wire.encode_source_batch(wire.SourceBatch(n, tups, end_ts))
+                    value = records.encode_source_batch(records.SourceBatch(n, tups, end_ts))
                     out.produce(topics[n], value, keys[n], headers, part)
                     n_msgs += 1
                     n_bytes += len(value)

@@ -39,7 +39,7 @@ from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
 from joinlib.ingest.records import LATE
 from joinlib.model import Query, Stream, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro
 
 MARKS_FLUSH_TIMEOUT_S = 10.0
 PROBE_EVERY_MS = 500.0   # how often an unreachable broker is asked again (LiveInputs.tick)
@@ -352,7 +352,7 @@ class LiveInputs:
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
         return {name: {"ingest": src.ingest.snapshot(), "inputs": src.inputs, "dead": dict(src.dead),
-                       "open": [wire.encode_tuple(t) for t in src.open]}
+                       "open": [avro.encode_tuple(t) for t in src.open]}
                 for name, src in self.sources.items()}
 
     def restore(self, data: dict[str, Any], now: float) -> None:
@@ -363,7 +363,7 @@ class LiveInputs:
             src.ingest.restore(d["ingest"], now)
             src.inputs = d["inputs"]
             src.dead = defaultdict(int, d["dead"])
-            src.open = [wire.decode_tuple(b) for b in d["open"]]
+            src.open = [avro.decode_tuple(b) for b in d["open"]]
         self.dead_total = sum(sum(s.dead.values()) for s in self.sources.values())
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ from joinlib.model import Query, Tup
 from joinlib.node.control import ControlLog, ControlRecord
 from joinlib.node.node_run import STATUS_EVERY_S, PlanRun
 from joinlib.plan.logical import central
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.query import parse_query
 from joinlib.runtime.deploy import generations
 from joinlib.runtime.sink import Group, Sink
@@ -275,8 +275,9 @@ class _OpRun(PlanRun):
         tau = self.output.tau
         for e, feeds in self.output.handover(results_through(self.op, [self.host]), every_reader=False):
             _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
-            batch = wire.SourceBatch(slot, tups, (e + 1) * tau)
-            self.out.produce(derived_topic(self.op.name), wire.encode_source_batch(batch), slot.encode(), self.headers)
+            batch = records.SourceBatch(slot, tups, (e + 1) * tau)
+            self.out.produce(derived_topic(self.op.name), records.encode_source_batch(batch), slot.encode(),
+                             self.headers)
 
 
 class _OpThread(threading.Thread):

@@ -19,7 +19,7 @@ from joinlib.data.synthetic import (
     TABLE2,
     TOPOLOGIES,
     QueryOptions,
-    StreamSpec,
+    SyntheticStats,
     build_query,
     table2_stream,
     topology_edges,
@@ -36,7 +36,7 @@ __all__ = ["TABLE2", "TOPOLOGIES", "DEFAULT_WIDTH", "beam", "improved", "make_qu
            "topology_edges", "gap_study", "timing", "main"]
 
 # --- random queries after the paper's Table 2, and the gap study -------------------------
-def make_query(stats: Sequence[StreamSpec], edges: Sequence[tuple[int, int]], *, name: str = "q",
+def make_query(stats: Sequence[SyntheticStats], edges: Sequence[tuple[int, int]], *, name: str = "q",
                **kw: Unpack[QueryOptions]) -> Query:
     """:func:`joinlib.data.synthetic.build_query` with the name last (the planner studies' form)."""
     return build_query(name, stats, edges, **kw)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from joinlib.data.stats import DEFAULT_RATE
 from joinlib.model import Query, Tup
 from joinlib.plan.logical import Plan
 from joinlib.protocol.messages import Envelope, TupleBatch
@@ -43,7 +44,7 @@ def fill_ms(query: Query, streams: Optional[Streams] = None) -> int:
         if len(tups) > 1 and tups[-1].ts > tups[0].ts:
             rate = (len(tups) - 1) / ((tups[-1].ts - tups[0].ts) / 1000.0)
         else:
-            rate = s.stats.rate or 100.0
+            rate = s.stats.rate or DEFAULT_RATE
         out = max(out, 1000.0 * s.window.size / max(rate, 1e-9))
     return int(math.ceil(out))
 

@@ -16,6 +16,7 @@ from joinlib.plan.partition import HashPartition, PartitionFunction, RangePartit
 from joinlib.plan.partitioned import Partitioned, Streams, attribute_class, check_partitionable, parse_spec
 from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import ValueRates
+from joinlib.query import parse_query, query_to_dict
 
 
 def function_for(query: Query, streams: Streams, by: tuple[tuple[str, str], ...], scheme: str,
@@ -78,7 +79,6 @@ def build_from_stats(query: Query, spec: str, stats: Any, choose: Callable[[Quer
     """The partitioned plan ``spec`` without data (a continuous query): the function from per-value rates
     (:func:`value_stats`; ``hash`` needs none) and each partition's plan chosen by ``choose`` on the query
     with its streams' rates cut to the partition's share of the values (the whole rate / D without them)."""
-    from joinlib.query import parse_query, query_to_dict
     check_partitionable(query)
     scheme, parts = parse_spec(spec)
     by = attribute_class(query)

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from joinlib.data.files import load_streams
 from joinlib.errors import DataError, PlanError
 from joinlib.model import Query, Stream
 from joinlib.plan.partition import canonical, order_key
@@ -67,7 +68,6 @@ def _spec(s: Stream, rate: Optional[float] = None) -> StreamSpec:
 
 def value_rates(query: Query, data_dir: Path) -> ValueRates:
     """Per-value rates of every stream on the query's single join attribute class, from data."""
-    from joinlib.data.files import load_streams
     members = dict(single_class(query))
     if not Path(data_dir).is_dir():
         raise DataError(f"--data {data_dir}: no such directory (expected one <stream>.jsonl per stream)")

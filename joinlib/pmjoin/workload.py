@@ -79,8 +79,9 @@ class Scenario:
 
 
 @dataclass(frozen=True)
-class Instance:
-    """One drawn workload: the rate model, the values (1..R) and each stream's distribution."""
+class WorkloadInstance:
+    """One drawn workload: the rate model, the values (1..R) and each stream's distribution (not a running plan
+    instance, :mod:`joinlib.runtime.instance`)."""
 
     model: ValueRateModel
     values: tuple[int, ...]
@@ -102,7 +103,7 @@ def _windows(rng: np.random.Generator, rates: FloatArray, order: str) -> FloatAr
     return w_sorted[ranks] if order == "lasw" else w_sorted[::-1][ranks]
 
 
-def instance(scenario: Scenario, seed: int) -> Instance:
+def instance(scenario: Scenario, seed: int) -> WorkloadInstance:
     """Draw the streams of ``scenario`` with ``seed`` (numpy's PCG64: the same on every machine).
 
     Rates, windows and distributions do not depend on the data range (only the hot-spot layouts
@@ -119,5 +120,5 @@ def instance(scenario: Scenario, seed: int) -> Instance:
         layout = shared if scenario.similar else _layout(layouts, r, scenario.contiguous)
         lam[i, layout] = rates[i] * dist.by_position(r)
     specs = [StreamSpec(f"S{i}", f"n{i}", float(rates[i]), window_s=float(windows[i])) for i in range(n)]
-    return Instance(ValueRateModel(specs, lam, same_size=True), tuple(range(1, r + 1)),
+    return WorkloadInstance(ValueRateModel(specs, lam, same_size=True), tuple(range(1, r + 1)),
                     tuple(d.label() for d in dists))

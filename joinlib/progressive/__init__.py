@@ -5,7 +5,7 @@ Results come out while the relations arrive - from memory when a tuple arrives, 
 memory x disk and disk x disk work while the inputs stall, the rest in a clean-up -
 each exactly once.  Layout:
 
-* :mod:`.model` - tuples, :class:`JoinSpec`, :class:`CostModel`, the injected :class:`VirtualClock`;
+* :mod:`.model` - tuples, :class:`JoinSpec`, :class:`PageCosts`, the injected :class:`VirtualClock`;
 * :mod:`.memory`, :mod:`.disk`, :mod:`.runs` - partitioned memory, disk partitions as slots of
   sorted runs, the :class:`~.runs.RunStore` protocol (memory, files; Redis in ``joinlib.adapters``);
 * :mod:`.base` (the interface: arrival, blocked, clean-up), :mod:`.tasks` (md-, dd-tasks,
@@ -16,11 +16,11 @@ No module here imports a Kafka or Redis client (see ``joinlib.adapters.progressi
 docs/progressive.md explains the algorithms and the measured figures.
 """
 from joinlib.progressive.base import ProgressiveJoin
-from joinlib.progressive.model import CostModel, DiskTuple, JoinSpec, MemTuple, Sink, SpecError, VirtualClock
+from joinlib.progressive.model import DiskTuple, JoinSpec, MemTuple, PageCosts, PairSink, SpecError, VirtualClock
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import FileRunStore, MemoryRunStore, RunStore
-from joinlib.progressive.sim import Network, Recorder, Workload, schedule, simulate
+from joinlib.progressive.sim import ArrivalNetwork, Recorder, Workload, schedule, simulate
 
-__all__ = ["ALGORITHMS", "CostModel", "DiskTuple", "FileRunStore", "JoinSpec", "MemTuple", "MemoryRunStore",
-           "Network", "ProgressiveJoin", "Recorder", "RunStore", "Sink", "SpecError", "VirtualClock", "Workload",
+__all__ = ["ALGORITHMS", "ArrivalNetwork", "DiskTuple", "FileRunStore", "JoinSpec", "MemTuple", "MemoryRunStore",
+           "PageCosts", "PairSink", "ProgressiveJoin", "Recorder", "RunStore", "SpecError", "VirtualClock", "Workload",
            "make_join", "schedule", "simulate"]

@@ -9,7 +9,7 @@ A driver (the simulator, the CLI) calls
   ``False`` when there is nothing worth doing (the driver then waits for input);
 * :meth:`ProgressiveJoin.cleanup` once both relations have ended.
 
-Every result goes to the injected :class:`~.model.Sink` once, when it is produced.  Time
+Every result goes to the injected :class:`~.model.PairSink` once, when it is produced.  Time
 is the injected :class:`~.model.VirtualClock`: one tick per event, costs charged per page.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import ClassVar, Optional
 
 from joinlib.progressive.disk import Disk, Slot
 from joinlib.progressive.memory import Memory
-from joinlib.progressive.model import DiskTuple, Id, JoinSpec, Key, MemTuple, Sink, VirtualClock, partition_of
+from joinlib.progressive.model import DiskTuple, Id, JoinSpec, Key, MemTuple, PairSink, VirtualClock, partition_of
 from joinlib.progressive.runs import RunStore
 from joinlib.progressive.stats import ArrivalStats
 from joinlib.progressive.tasks import TaskContext, dd_task
@@ -33,7 +33,7 @@ class ProgressiveJoin(abc.ABC):
 
     name: ClassVar[str] = "?"
 
-    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: Sink, *,
+    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: PairSink, *,
                  index: Optional[bool] = None) -> None:
         self.spec = spec
         self.clock = clock

@@ -25,7 +25,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Optional
 
-from joinlib.progressive.model import CostModel, DiskTuple, Key
+from joinlib.progressive.model import DiskTuple, Key, PageCosts
 from joinlib.progressive.runs import RunStore
 
 
@@ -70,7 +70,7 @@ class DiskPartition:
 class Disk:
     """The disk partitions of both relations over one run store."""
 
-    def __init__(self, store: RunStore, partitions: int, costs: CostModel, *, index: bool = False) -> None:
+    def __init__(self, store: RunStore, partitions: int, costs: PageCosts, *, index: bool = False) -> None:
         self.store = store
         self.costs = costs
         self.parts = [DiskPartition() for _ in range(partitions)]

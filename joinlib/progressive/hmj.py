@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 
 from joinlib.progressive.base import FlushRequest, ProgressiveJoin
 from joinlib.progressive.disk import Slot
-from joinlib.progressive.model import JoinSpec, Sink, SpecError, VirtualClock
+from joinlib.progressive.model import JoinSpec, PairSink, SpecError, VirtualClock
 from joinlib.progressive.runs import RunStore
 from joinlib.progressive.tasks import dd_task
 
@@ -27,7 +27,7 @@ POLICIES = ("adaptive", "all", "largest", "smallest")
 class HMJ(ProgressiveJoin):
     name: ClassVar[str] = "HMJ"
 
-    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: Sink, *,
+    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: PairSink, *,
                  index: Optional[bool] = None, policy: str = "adaptive") -> None:
         if policy not in POLICIES:
             raise SpecError(f"HMJ flush policy {policy!r}: choose from {', '.join(POLICIES)}")

@@ -7,7 +7,7 @@ Two notions of time, kept apart on purpose:
   ticks, so the paper's closed intervals never tie and duplicate avoidance is exact;
 * **virtual time** (:attr:`VirtualClock.now_ms`): milliseconds of a simulated machine.
   Arrivals set it (the simulator's network), work advances it by the cost charged per
-  page (:class:`CostModel`).  Output rates, the arrival-rate statistics and every figure
+  page (:class:`PageCosts`).  Output rates, the arrival-rate statistics and every figure
   are in virtual time; nothing reads the wall clock.
 """
 from __future__ import annotations
@@ -51,8 +51,9 @@ class DiskTuple(NamedTuple):
     dts: int
 
 
-class Sink(Protocol):
-    """Receives each result once, as it is produced: ids of R1 (left) and R2 (right)."""
+class PairSink(Protocol):
+    """Receives each result once, as it is produced: ids of R1 (left) and R2 (right) (a pair, not the
+    runtime's result groups of :class:`joinlib.runtime.sink.Sink`)."""
 
     def __call__(self, left: Id, right: Id, phase: Phase, t: int) -> None: ...
 
@@ -65,8 +66,9 @@ def partition_of(key: Key, partitions: int) -> int:
 
 
 @dataclass(frozen=True)
-class CostModel:
-    """What work costs in virtual milliseconds, charged per page (the digest's model).
+class PageCosts:
+    """What work costs in virtual milliseconds, charged per page (the digest's model); not a plan's cost model
+    (:class:`joinlib.costs.unit_time.CostModel`).
 
     ``c_ran`` / ``c_seq``: one random / sequential page I/O; ``c_cpu``: processing one
     page of tuples in memory (probe, sort, merge).  ``page_tuples`` = 1024-byte pages of
@@ -111,7 +113,7 @@ class JoinSpec:
     domain: Optional[int] = None
     fanin: int = 4
     cleanup_fanin: Optional[int] = None
-    costs: CostModel = field(default_factory=CostModel)
+    costs: PageCosts = field(default_factory=PageCosts)
 
     def __post_init__(self) -> None:
         if self.memory < 2:
@@ -160,8 +162,8 @@ class VirtualClock:
     simulator calls :meth:`advance_to` when the next arrival comes after the join is idle.
     """
 
-    def __init__(self, costs: Optional[CostModel] = None) -> None:
-        self.costs = costs or CostModel()
+    def __init__(self, costs: Optional[PageCosts] = None) -> None:
+        self.costs = costs or PageCosts()
         self.now_ms = 0.0
         self.cpu_ms = 0.0
         self.io_ms = 0.0

@@ -5,7 +5,7 @@ from typing import Optional
 
 from joinlib.progressive.base import ProgressiveJoin
 from joinlib.progressive.hmj import HMJ, POLICIES
-from joinlib.progressive.model import JoinSpec, Sink, SpecError, VirtualClock
+from joinlib.progressive.model import JoinSpec, PairSink, SpecError, VirtualClock
 from joinlib.progressive.rpj import RPJ, RPJdd, RPJmd
 from joinlib.progressive.runs import RunStore
 from joinlib.progressive.xjoin import XJoin
@@ -15,7 +15,7 @@ ALGORITHMS: dict[str, type[ProgressiveJoin]] = {
 }
 
 
-def make_join(name: str, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: Sink, *,
+def make_join(name: str, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: PairSink, *,
               index: Optional[bool] = None, hmj_policy: str = "adaptive") -> ProgressiveJoin:
     """A fresh join of algorithm ``name`` (``hmj`` takes one of :data:`~.hmj.POLICIES`)."""
     key = name.lower()

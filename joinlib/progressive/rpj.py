@@ -26,7 +26,7 @@ import math
 from typing import ClassVar, Optional
 
 from joinlib.progressive.base import FlushRequest, ProgressiveJoin
-from joinlib.progressive.model import JoinSpec, MemTuple, Sink, VirtualClock
+from joinlib.progressive.model import JoinSpec, MemTuple, PairSink, VirtualClock
 from joinlib.progressive.runs import RunStore
 from joinlib.progressive.stats import plan_optimal_flush
 from joinlib.progressive.tasks import dd_task, md_task
@@ -41,7 +41,7 @@ class RPJ(ProgressiveJoin):
     name: ClassVar[str] = "RPJ"
     kinds: ClassVar[frozenset[str]] = frozenset({"md", "dd"})
 
-    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: Sink, *,
+    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: PairSink, *,
                  index: Optional[bool] = None) -> None:
         super().__init__(spec, store, clock, sink, index=index)
         self.er_mem = [[0.0] * spec.partitions for _ in range(2)]

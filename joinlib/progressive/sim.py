@@ -4,7 +4,7 @@
   probability P(R1), falls in partition j with P(j | R_i) = 1% + (8/19)%·(j − 1)
   (``harmony``: the same for R2; ``reverse``: P(j | R2) = P(21 − j | R1)), and takes a
   uniform join value among the partition's values (H(v) = v mod n_part).
-* :class:`Network` - gaps between consecutive arrivals: ``reliable`` a fixed 1 ms;
+* :class:`ArrivalNetwork` - gaps between consecutive arrivals: ``reliable`` a fixed 1 ms;
   ``unreliable`` k ms, k ∈ 1..30, P(k) ∝ k^−θ (θ = 1.05, mean ≈ 7.12 ms).  The join
   decides the input is blocked after ``timeout_ms`` (25 ms) without an arrival.
 * :func:`simulate` - one server: arrivals queue while the join works (tasks are not
@@ -26,8 +26,9 @@ from joinlib.progressive.base import ProgressiveJoin
 from joinlib.progressive.model import PHASES, Id, Key, Phase, SpecError, VirtualClock
 
 
-class Event(NamedTuple):
-    """A tuple of relation ``rel`` (0 = R1, 1 = R2), or its end-of-stream when ``end``."""
+class Arrival(NamedTuple):
+    """A tuple of relation ``rel`` (0 = R1, 1 = R2), or its end-of-stream when ``end`` (what arrives, unlike a
+    live source's record, :class:`joinlib.ingest.records.Event`)."""
 
     rel: int
     id: Id
@@ -35,8 +36,8 @@ class Event(NamedTuple):
     end: bool = False
 
 
-def end_of(rel: int) -> Event:
-    return Event(rel, 0, 0, True)
+def end_of(rel: int) -> Arrival:
+    return Arrival(rel, 0, 0, True)
 
 
 # --------------------------------------------------------------------------- workload
@@ -77,7 +78,7 @@ class Workload:
         r = (part + 1) % self.partitions
         return range(r if r else self.partitions, self.domain + 1, self.partitions)
 
-    def events(self) -> Iterator[Event]:
+    def events(self) -> Iterator[Arrival]:
         """Arrivals in order, each relation's end right after its last tuple; ids count from 0."""
         rng = random.Random(self.seed)
         p_r1 = self.ratio / (self.ratio + 1)
@@ -94,7 +95,7 @@ class Workload:
         for i, rel in enumerate(rels):
             part = rng.choices(parts, cum_weights=cum[rel])[0]
             vals = values[part]
-            yield Event(rel, ids[rel], vals[rng.randrange(len(vals))])
+            yield Arrival(rel, ids[rel], vals[rng.randrange(len(vals))])
             ids[rel] += 1
             if last[rel] == i:
                 yield end_of(rel)
@@ -114,8 +115,9 @@ NetworkKind = Literal["reliable", "unreliable"]
 
 
 @dataclass(frozen=True)
-class Network:
-    """Inter-arrival gaps in virtual ms and the stall timeout."""
+class ArrivalNetwork:
+    """Inter-arrival gaps in virtual ms and the stall timeout (not the sites' links of
+    :class:`joinlib.model.Network`)."""
 
     kind: NetworkKind = "reliable"
     gap_ms: float = 1.0
@@ -148,7 +150,7 @@ class Network:
         return sum(k * x for k, x in zip(range(1, self.max_gap_ms + 1), w, strict=True)) / sum(w)
 
 
-def schedule(events: Iterable[Event], gaps: Iterator[float]) -> Iterator[tuple[float, Event]]:
+def schedule(events: Iterable[Arrival], gaps: Iterator[float]) -> Iterator[tuple[float, Arrival]]:
     """Arrival times: the first tuple at 0, each next one a gap later; an end-of-stream at
     the time of the tuple before it."""
     t: Optional[float] = None
@@ -206,14 +208,14 @@ class RunStats:
     results_before_cleanup: int = 0
 
 
-def simulate(join: ProgressiveJoin, timed: Iterable[tuple[float, Event]], network: Network,
+def simulate(join: ProgressiveJoin, timed: Iterable[tuple[float, Arrival]], network: ArrivalNetwork,
              recorder: Recorder, progress: Optional[Callable[[int], None]] = None) -> RunStats:
     """Drive ``join`` through the timed events (see the module docstring); returns the run's
     times and counts.  ``progress(arrivals)`` is called every 1000 arrivals."""
     clock, stats = join.clock, RunStats()
     it = iter(timed)
     nxt = next(it, None)
-    pending: deque[tuple[float, Event]] = deque()
+    pending: deque[tuple[float, Arrival]] = deque()
     last_arrival = 0.0
     while True:
         while nxt is not None and nxt[0] <= clock.now_ms:
@@ -242,7 +244,7 @@ def simulate(join: ProgressiveJoin, timed: Iterable[tuple[float, Event]], networ
     return stats
 
 
-def _deliver(join: ProgressiveJoin, ev: Event, stats: RunStats, recorder: Recorder,
+def _deliver(join: ProgressiveJoin, ev: Arrival, stats: RunStats, recorder: Recorder,
              progress: Optional[Callable[[int], None]]) -> None:
     if ev.end:
         join.end(ev.rel)

@@ -16,7 +16,7 @@ import orjson
 
 from joinlib.errors import DataError
 from joinlib.progressive.model import Id, Key
-from joinlib.progressive.sim import Event, end_of
+from joinlib.progressive.sim import Arrival, end_of
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -116,7 +116,7 @@ class JsonlFile:
                     raise DataError(f"{where}: not JSON ({e})") from None
 
 
-def interleave(sources: Sequence[Source], seed: int = 1) -> Iterator[Event]:
+def interleave(sources: Sequence[Source], seed: int = 1) -> Iterator[Arrival]:
     """Rows of two sources in a seeded random order weighted by the rows left; each
     relation's end-of-stream right after its last row."""
     rng = random.Random(seed)
@@ -131,7 +131,7 @@ def interleave(sources: Sequence[Source], seed: int = 1) -> Iterator[Event]:
         rel = live[0] if len(live) == 1 else rng.choices(live, weights=[max(left[r], 1) for r in live])[0]
         row = peeked[rel]
         assert row is not None
-        yield Event(rel, row[0], row[1])
+        yield Arrival(rel, row[0], row[1])
         left[rel] -= 1
         peeked[rel] = next(its[rel], None)
         if peeked[rel] is None:

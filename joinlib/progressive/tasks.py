@@ -28,7 +28,7 @@ from typing import Optional
 
 from joinlib.progressive.disk import Disk, RunRef, Slot
 from joinlib.progressive.memory import MemPartition
-from joinlib.progressive.model import DiskTuple, Id, Key, MemTuple, Phase, Sink, VirtualClock
+from joinlib.progressive.model import DiskTuple, Id, Key, MemTuple, PairSink, Phase, VirtualClock
 from joinlib.progressive.runs import RunWriter
 
 Found = tuple[Key, int, int, Id, Id]
@@ -42,7 +42,7 @@ class TaskContext:
 
     disk: Disk
     clock: VirtualClock
-    sink: Sink
+    sink: PairSink
 
     def emit(self, found: list[Found], phase: Phase, t: int) -> None:
         sink = self.sink

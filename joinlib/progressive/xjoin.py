@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 from joinlib.progressive.base import FlushRequest, ProgressiveJoin
-from joinlib.progressive.model import JoinSpec, Sink, VirtualClock
+from joinlib.progressive.model import JoinSpec, PairSink, VirtualClock
 from joinlib.progressive.runs import RunStore
 from joinlib.progressive.tasks import hash_join_task, md_task
 
@@ -23,7 +23,7 @@ from joinlib.progressive.tasks import hash_join_task, md_task
 class XJoin(ProgressiveJoin):
     name: ClassVar[str] = "XJoin"
 
-    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: Sink, *,
+    def __init__(self, spec: JoinSpec, store: RunStore, clock: VirtualClock, sink: PairSink, *,
                  index: Optional[bool] = None) -> None:
         super().__init__(spec, store, clock, sink, index=index)
         self._stage_done_at = -1  # tick of the last arrival when the md-stage last ran

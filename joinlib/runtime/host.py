@@ -25,7 +25,7 @@ from typing import Any, Callable, Container, Iterable, Optional, Protocol
 
 from joinlib.errors import CheckpointError
 from joinlib.model import Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro, wire
 from joinlib.protocol.messages import Body, Envelope, InstanceKey
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.instance import InboxKey, Instance, InstanceSpec
@@ -199,7 +199,7 @@ class Host:
     def state(self, with_stores: bool = False) -> dict[str, Any]:
         """Everything the host knows, as plain data (:mod:`joinlib.runtime.checkpoint`); the window
         stores' contents only ``with_stores``."""
-        enc = wire.encode_tuple
+        enc = avro.encode_tuple
         return {
             "site": self.site, "now": self.now, "last": dict(self.last),
             "windows": [((q, part, s), w.snapshot(enc, with_stores)) for (q, part, s), w in self.windows.items()],
@@ -218,7 +218,7 @@ class Host:
         wins = {tuple(k) for k, _ in st["windows"]}
         if wins != set(self.windows):
             raise CheckpointError(f"checkpoint holds windows {sorted(wins)}, the host {sorted(self.windows)}")
-        dec = wire.decode_tuple
+        dec = avro.decode_tuple
         self.now = st["now"]
         for q, last in st["last"].items():
             self.set_last(q, last)

@@ -5,6 +5,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 
+@dataclass(slots=True)
+class LinkStats:
+    """What one (src, dst, kind) carried in a run: counted alike by the simulated network
+    (:class:`joinlib.sim.network.SimNetwork`) and the Kafka transport, reported as :attr:`Report.links` rows."""
+
+    messages: int = 0
+    bytes: int = 0
+    transfer_ms: float = 0.0   # Σ S(x) = latency + bytes / bandwidth (the paper's measure)
+    queued_ms: float = 0.0     # Σ time waiting for the link to be free (the simulator's FIFO links)
+
+
 @dataclass
 class Report:
     """What a run cost: per link and kind, and totals (times in ms unless named _s)."""

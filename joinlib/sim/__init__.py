@@ -1,4 +1,4 @@
 """Deterministic simulated network: the embedded mode's transport."""
-from joinlib.sim.network import LinkStats, SimNetwork
+from joinlib.sim.network import SimNetwork
 
-__all__ = ["LinkStats", "SimNetwork"]
+__all__ = ["SimNetwork"]

@@ -4,10 +4,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from tqdm import tqdm
+
 from joinlib.model import Query, Tup
 from joinlib.plan.ir import PlanIR, Topology, lower
 from joinlib.plan.logical import Plan
 from joinlib.plan.partitioned import Partitioned
+from joinlib.protocol import wire
 from joinlib.protocol.messages import Envelope
 from joinlib.runtime.deploy import Plans, generations, hosts_for, plan_json
 from joinlib.runtime.host import Host
@@ -49,8 +52,6 @@ def sim_network(query: Query, size_of: Optional[Callable[[Envelope], int]] = Non
                 roundtrip: bool = False) -> SimNetwork:
     """The simulated network of ``query``'s network section: messages sized by ``size_of`` (default: their
     encoded size); ``roundtrip``: every message is encoded and decoded on the way (the codec under test)."""
-    from joinlib.protocol import wire
-
     def decode(env: Envelope) -> Envelope:
         out = wire.decode_envelope(wire.encode_envelope(env), env.src, env.dst)
         out.query = env.query
@@ -101,7 +102,6 @@ def _feed(query: Query, streams: dict[str, list[Tup]], plan: Plans, hosts: dict[
 def _bar(progress: bool, total: int, name: str) -> Any:
     if not progress:
         return None
-    from tqdm import tqdm
     return tqdm(total=total, desc=f"{name}: epochs", unit="epoch", leave=False)
 
 

@@ -14,19 +14,12 @@ from typing import Any, Callable, Optional
 
 from joinlib.model import Network
 from joinlib.protocol.messages import Envelope
+from joinlib.runtime.report import LinkStats
 
 #: a scheduled event, (kind, payload): ("msg", (envelope, time sent)) or ("tick", batch number).
 #: The payload's type follows the kind, which a consumer's ``kind, x = payload`` unpacking cannot
 #: narrow, hence Any rather than a union of the two tuple shapes.
 Event = tuple[str, Any]
-
-
-@dataclass
-class LinkStats:
-    messages: int = 0
-    bytes: int = 0
-    transfer_ms: float = 0.0   # Σ S(x) = latency + bytes / bandwidth (the paper's measure)
-    queued_ms: float = 0.0     # Σ time waiting for the link to be free
 
 
 @dataclass

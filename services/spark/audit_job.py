@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from joinlib.model import Query, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,7 +85,7 @@ def load_sources(spark: SparkSession, bootstrap: str, query: Query,
         info["messages"] += 1
         name = topics[row["topic"]]
         try:
-            batch = wire.decode_source_batch(bytes(row["value"]))
+            batch = records.decode_source_batch(bytes(row["value"]))
         except ValueError:
             info["malformed"] += 1
             continue

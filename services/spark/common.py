@@ -10,7 +10,7 @@ added.  ``JOINLIB_SPARK_JARS`` names another directory.
 
 Decoding.  ``out.<query>`` values are schemaless Avro ``joinlib.ResultBatch`` records (many results
 per message, factorised by group); they are decoded in the JVM by spark-avro's ``from_avro`` with
-``schemas/ResultBatch.avsc`` (the schema ``joinlib.protocol.wire`` uses) and exploded into one row per result,
+``schemas/ResultBatch.avsc`` (the schema ``joinlib.protocol.records`` uses) and exploded into one row per result,
 in PERMISSIVE mode: an undecodable value becomes one row of nulls with ``malformed = true``.
 
 Nothing here starts a JVM at import; :func:`check_spark_setup` checks the installation without one.
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
-from joinlib.protocol.wire import SCHEMA_DIR
+from joinlib.protocol.schemas import SCHEMA_DIR
 
 SPARK_DIR = Path(__file__).resolve().parent
 REPO_ROOT = SPARK_DIR.parent.parent

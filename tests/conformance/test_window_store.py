@@ -71,7 +71,8 @@ class RedisMaker(Maker):
     def __init__(self, url: str, mirror: bool = False) -> None:
         import redis
 
-        from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore, clear_namespace
+        from joinlib.adapters.redis_client import clear_namespace
+        from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore
         self._cls, self._clear = (MirroredRedisWindowStore if mirror else RedisWindowStore), clear_namespace
         self.kind = "redis-mirror" if mirror else "redis"
         self.client = redis.Redis.from_url(url)
@@ -629,7 +630,8 @@ def rclient(redis_url):
 def test_redis_factory_keys_share_a_slot_per_node_and_clear_by_namespace(redis_url, rclient):
     from redis.crc import key_slot
 
-    from joinlib.adapters.redis_store import clear_namespace, redis_store_factory
+    from joinlib.adapters.redis_client import clear_namespace
+    from joinlib.adapters.redis_store import redis_store_factory
     ns, other = f"ns-{uuid.uuid4().hex[:8]}", f"ns-{uuid.uuid4().hex[:8]}"
     f, g = redis_store_factory(redis_url, ns), redis_store_factory(redis_url, other)
     try:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from joinlib.adapters.redis_client import clear_namespace
 from joinlib.adapters.redis_store import (
     MirroredRedisWindowStore,
     RedisWindowStore,
-    clear_namespace,
     redis_store_factory,
 )
 from joinlib.algorithms import ALGORITHMS

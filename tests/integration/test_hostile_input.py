@@ -37,7 +37,7 @@ import pytest
 from joinlib.ingest.contract import expected_output
 from joinlib.ingest.events import EventGen, EventProfile
 from joinlib.model import Query, Tup
-from joinlib.protocol import wire
+from joinlib.protocol import avro, records, wire
 from joinlib.protocol.messages import (
     DjaUpdate,
     Envelope,
@@ -386,37 +386,38 @@ class Garbage:
         elif choice == "bad_sent":
             headers = [("sent_ms", rng.choice([b"soon", b"nan", b"inf", b"", b"\xff"]))]
         elif choice == "out_of_range":   # part beyond an Avro int, or a body branch that does not exist
-            value = rng.choice([wire._long(1 << 40) + value[1:], value[:4] + b"\x7e" + value[5:]])
+            value = rng.choice([avro.encode_long(1 << 40) + value[1:], value[:4] + b"\x7e" + value[5:]])
         return choice, key, value, headers
 
     # ---- control messages
     def control(self, query: str, run: str, good_plan: dict) -> tuple[str, Optional[bytes], bytes]:
         """(kind, key, value) of one hostile control message aimed at ``query`` (run ``run``)."""
         rng = self.rng
-        enc = wire.encode_control
+        enc = records.encode_control
 
         def raw(kind: str, payload_text: str) -> bytes:  # a Control with any payload text
             import fastavro
             buf = io.BytesIO()
-            fastavro.schemaless_writer(buf, wire._CONTROL, {"query": query, "kind": kind, "payload": payload_text})
+            fastavro.schemaless_writer(buf, records._CONTROL, {"query": query, "kind": kind, "payload": payload_text})
             return buf.getvalue()
         other = {**good_plan, "run": "forged"}
         choices = {
             "bytes": lambda: self.bytes(0, 300),
-            "truncated": lambda: self.truncated(enc(wire.Control(query, "stop", {"run": run}))),
+            "truncated": lambda: self.truncated(enc(records.Control(query, "stop", {"run": run}))),
             "huge": lambda: self.huge(),
             "not_json": lambda: raw("stop", "{run: " + run),
-            "stop_wrong_type": lambda: enc(wire.Control(query, "stop", {"run": [run]})),
-            "stop_list": lambda: enc(wire.Control(query, "stop", [run])),
-            "end_wrong_type": lambda: enc(wire.Control(query, "end", {"last_epoch": "3", "run": run})),
-            "unknown_kind": lambda: enc(wire.Control(query, "reboot", {"run": run})),
-            "plan_bad_query": lambda: enc(wire.Control(query, "plan", {**other, "query": {"streams": 5}})),
-            "plan_bad_plan": lambda: enc(wire.Control(query, "plan", {**other, "plan": {"S1": [["S9", "XX"]]}})),
-            "plan_path": lambda: enc(wire.Control(query, "plan", {**other, "plan": "/etc/passwd"})),
-            "plan_other_name": lambda: enc(wire.Control(query + "x", "plan", other)),
-            "status_wrong_types": lambda: enc(wire.Control(query, "status", {"site": "x", "run": run, "t_ms": "now",
+            "stop_wrong_type": lambda: enc(records.Control(query, "stop", {"run": [run]})),
+            "stop_list": lambda: enc(records.Control(query, "stop", [run])),
+            "end_wrong_type": lambda: enc(records.Control(query, "end", {"last_epoch": "3", "run": run})),
+            "unknown_kind": lambda: enc(records.Control(query, "reboot", {"run": run})),
+            "plan_bad_query": lambda: enc(records.Control(query, "plan", {**other, "query": {"streams": 5}})),
+            "plan_bad_plan": lambda: enc(records.Control(query, "plan", {**other, "plan": {"S1": [["S9", "XX"]]}})),
+            "plan_path": lambda: enc(records.Control(query, "plan", {**other, "plan": "/etc/passwd"})),
+            "plan_other_name": lambda: enc(records.Control(query + "x", "plan", other)),
+            "status_wrong_types": lambda: enc(records.Control(query, "status", {"site": "x", "run": run, "t_ms": "now",
                                                                              "inputs": {"S1": "many"}})),
-            "done_wrong_types": lambda: enc(wire.Control(query, "done", {"site": ["x"], "run": run, "results": "3"})),
+            "done_wrong_types": lambda: enc(records.Control(query, "done",
+                                                            {"site": ["x"], "run": run, "results": "3"})),
         }
         choice = rng.choice(sorted(choices))
         self.kinds["ctl_" + choice] += 1

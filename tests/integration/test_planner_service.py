@@ -13,7 +13,7 @@ import pytest
 from joinlib.cli.main import main as cli
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.query import load_query
 from joinlib.reference import reference_join
 
@@ -103,7 +103,7 @@ def _results(bootstrap: str, query) -> Counter:
     seen, deadline = 0, time.monotonic() + 60
     while seen < end and time.monotonic() < deadline:
         for m in consume(consumer, 5000, 0.5):
-            for r in wire.decode_result_batch(m.value()).results():
+            for r in records.decode_result_batch(m.value()).results():
                 ids = [None] * len(pos)
                 for name, i in r.ids.items():
                     ids[pos[name]] = i

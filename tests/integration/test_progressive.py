@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from joinlib.cli.main import main
-from joinlib.protocol.wire import decode_result_batch
+from joinlib.protocol.records import decode_result_batch
 
 
 def produce_rows(bootstrap: str, topic: str, rows: list[dict]) -> None:

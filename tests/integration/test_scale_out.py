@@ -30,7 +30,7 @@ from joinlib.node.node_service import NodeService
 from joinlib.node.scale_out import scale_message, scaled_topics, wanted
 from joinlib.plan import logical as plans
 from joinlib.plan import partitioned
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.query import parse_query, query_to_dict
 from joinlib.runtime.deploy import generations
 from services.source.__main__ import main as source_main
@@ -163,7 +163,7 @@ def test_shared_serving_nodes_take_a_scaled_plan_replayed_by_the_source_service(
         deadline = time.monotonic() + 90
         while not wanted(specs, plan) <= set(done) and time.monotonic() < deadline:
             for m in consume(consumer, 1000, 0.5):
-                c = wire.decode_control(m.value())
+                c = records.decode_control(m.value())
                 p = c.payload if isinstance(c.payload, dict) else {}
                 if c.query == query.name and c.kind == "done" and p.get("run") == run:
                     done[f"{p['site']}/p{p['part']}"] = p

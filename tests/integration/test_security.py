@@ -24,7 +24,7 @@ from joinlib.cli.main import main as cli
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
 from joinlib.errors import JoinlibError
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.query import load_query
 from joinlib.reference import reference_join
 
@@ -98,7 +98,7 @@ def test_kafka_wrong_password_is_an_authentication_error(secure_cluster):
 def test_redis_refuses_clients_without_valid_credentials(secure_cluster, client_env):
     import redis
 
-    from joinlib.adapters.redis_store import redis_client
+    from joinlib.adapters.redis_client import redis_client
     url = secure_cluster.redis_url
     plain = url.replace("rediss://", "redis://")
     with pytest.raises(redis.ConnectionError):  # no TLS: the server only speaks TLS
@@ -262,7 +262,7 @@ def _results(bootstrap: str, query) -> Counter:
     seen, deadline = 0, time.monotonic() + 60
     while seen < end and time.monotonic() < deadline:
         for m in consume(consumer, 5000, 0.5):
-            for r in wire.decode_result_batch(m.value()).results():
+            for r in records.decode_result_batch(m.value()).results():
                 ids = [None] * len(pos)
                 for name, i in r.ids.items():
                     ids[pos[name]] = i

@@ -31,7 +31,7 @@ import pytest
 from joinlib.adapters.kafka import ensure_topics, out_topic, src_topic
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
-from joinlib.protocol import wire
+from joinlib.protocol import records
 from joinlib.query import dump_query, load_query, parse_query, query_to_dict
 from joinlib.reference import reference_join
 
@@ -104,9 +104,9 @@ def _result_messages(query, results: list[tuple[tuple, int, str]]) -> list[tuple
     for n, (ids, ts, head) in enumerate(results):
         last = names[-1] if names[-1] != head else names[0]
         by_name = dict(zip(names, ids, strict=True))
-        group = wire.ResultGroup(head, ts, {k: v for k, v in by_name.items() if k != last}, last, [by_name[last]])
-        out.append((b"n1", wire.encode_result_batch(wire.ResultBatch(query.name, "n1", 0, 0, n, ts + _latency(ids, ts),
-                                                                     [group])), None))
+        group = records.ResultGroup(head, ts, {k: v for k, v in by_name.items() if k != last}, last, [by_name[last]])
+        batch = records.ResultBatch(query.name, "n1", 0, 0, n, ts + _latency(ids, ts), [group])
+        out.append((b"n1", records.encode_result_batch(batch), None))
     return out
 
 
@@ -157,12 +157,14 @@ def topics(kafka_bootstrap, kafka_admin, dataset):
         msgs = []
         for e in range(last + 1):
             batch = [t for t in tups if e * tau <= t.ts < (e + 1) * tau]
-            msgs.append((s.name.encode(), wire.encode_source_batch(wire.SourceBatch(s.name, batch, (e + 1) * tau)),
+            msgs.append((s.name.encode(),
+                         records.encode_source_batch(records.SourceBatch(s.name, batch, (e + 1) * tau)),
                          [("run", RUN.encode())]))
         if s.pos == 0:  # another run's tuple: would add results unless --run filters it out
             stray = tups[len(tups) // 2]
             fake = type(stray)(stray.pos, 10**6, stray.ts, stray.seq, stray.key, stray.rest)
-            msgs.append((s.name.encode(), wire.encode_source_batch(wire.SourceBatch(s.name, [fake], stray.ts + 1)),
+            msgs.append((s.name.encode(),
+                         records.encode_source_batch(records.SourceBatch(s.name, [fake], stray.ts + 1)),
                          [("run", b"other")]))
         _produce(kafka_bootstrap, src_topic(query.name, s.name), msgs)
     yield names

@@ -19,7 +19,7 @@ from joinlib.progressive.hmj import POLICIES
 from joinlib.progressive.model import JoinSpec, VirtualClock
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import FileRunStore, MemoryRunStore
-from joinlib.progressive.sim import Network, Recorder, Workload, schedule, simulate
+from joinlib.progressive.sim import ArrivalNetwork, Recorder, Workload, schedule, simulate
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VARIANTS = [(a, "adaptive") for a in ALGORITHMS if a != "hmj"] + [("hmj", p) for p in POLICIES]
@@ -119,7 +119,7 @@ def test_every_algorithm_outputs_the_hash_join(sc, pick):
 def test_simulated_networks_stay_exact(n, ratio, dist, seed, memory, timeout, alg):
     """The simulator's driver (queueing, stall detection, Zipf gaps) around every algorithm."""
     wl = Workload(n=n, ratio=ratio, distribution=dist, domain=40, partitions=4, seed=seed)
-    net = Network("unreliable", timeout_ms=timeout, seed=seed)
+    net = ArrivalNetwork("unreliable", timeout_ms=timeout, seed=seed)
     spec = JoinSpec(memory=memory, partitions=4, domain=40)
     clock = VirtualClock(spec.costs)
     out: list[tuple] = []

@@ -15,7 +15,7 @@ from joinlib.mjoin.deployed import operator_key, split
 from joinlib.mjoin.derived import lower_tree, moved
 from joinlib.model import Tup
 from joinlib.pmjoin.tree import MJoin, operators
-from joinlib.protocol.wire import decode_tuple_list, encode_tuple_list
+from joinlib.protocol.avro import decode_tuple_list, encode_tuple_list
 from tests.property.test_mjoin_trees import trees, with_dc
 from tests.property.test_partitioned_exactness import time_windows
 from tests.strategies import queries

@@ -12,16 +12,10 @@ from joinlib.algorithms import ALGORITHMS
 from joinlib.cli.experiments import main
 from joinlib.costs import get_model
 from joinlib.costs.unit_time import plan_cost
-from joinlib.experiments.common import (
-    DataCache,
-    accuracy,
-    build_query,
-    measure,
-    pearson,
-    spearman,
-    summarize,
-    warmup_for,
-)
+from joinlib.data.synthetic import build_query
+from joinlib.experiments.common import DataCache, warmup_for
+from joinlib.experiments.estimates import accuracy, pearson, spearman, summarize
+from joinlib.experiments.measure import measure
 from joinlib.experiments.table3 import query_of
 from joinlib.model import Execution, Network
 from joinlib.plan.logical import from_json, uniform

@@ -7,7 +7,7 @@ import pytest
 
 from joinlib.costs.floor import contributors, floor
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
-from joinlib.protocol.wire import encode_tuple
+from joinlib.protocol.avro import encode_tuple
 from joinlib.reference import reference_join
 
 PAIRS = {"chain": lambda m: [(i, i + 1) for i in range(m - 1)],

@@ -12,11 +12,10 @@ from joinlib.data.gen import generate
 from joinlib.errors import PlanError
 from joinlib.mjoin.derived import deploy, lower_tree
 from joinlib.mjoin.tree_plans import union_query
-from joinlib.multiquery.cost import Deployments, Plan, PlanNode
+from joinlib.multiquery.cost import Deployments, OperatorPlan, PlanNode
 from joinlib.multiquery.execute import runtime_query, to_tree
 from joinlib.multiquery.planners import Context, plan_optimal
-from joinlib.multiquery.streams import BaseStream, Bound, Catalogue, JoinPredicate, Selection
-from joinlib.multiquery.streams import Query as MQuery
+from joinlib.multiquery.streams import BaseStream, Bound, Catalogue, ContinualQuery, JoinPredicate, Selection
 from joinlib.multiquery.topology import transit_stub
 from joinlib.pmjoin.tree import Leaf, MJoin
 from joinlib.reference import reference_join
@@ -27,8 +26,8 @@ TOP = transit_stub(stubs=2, per_stub=3, seed=4)
 HOMES = {"S1": "s0n1", "S2": "s0n2", "S3": "s1n1", "S4": "s1n2"}
 CAT = Catalogue({s: BaseStream(s, n, 20.0, ("p",)) for s, n in HOMES.items()})
 JOINS = (JoinPredicate("S1.k=S2.k", 0.1), JoinPredicate("S2.k=S3.k", 0.1), JoinPredicate("S2.k=S4.k", 0.1))
-Q1 = MQuery("q1", ("S1", "S2", "S3"), JOINS[:2], (), ("S1.p",), "s1n0")
-Q2 = MQuery("q2", ("S1", "S2", "S4"), (JOINS[0], JOINS[2]), (), ("S1.p",), "s1n0")
+Q1 = ContinualQuery("q1", ("S1", "S2", "S3"), JOINS[:2], (), ("S1.p",), "s1n0")
+Q2 = ContinualQuery("q2", ("S1", "S2", "S4"), (JOINS[0], JOINS[2]), (), ("S1.p",), "s1n0")
 
 
 def _node(name: str) -> int:
@@ -44,11 +43,12 @@ def _join(a: PlanNode, b: PlanNode, at: str) -> PlanNode:
 
 
 S12 = _join(_src("S1"), _src("S2"), "s0n0")
-HAND = (Plan("q1", _join(S12, _src("S3"), "s1n0"), _node("s1n0")),
-        Plan("q2", _join(PlanNode("reuse", S12.streams, 1.0, _node("s0n0")), _src("S4"), "s1n2"), _node("s1n0")))
+HAND = (OperatorPlan("q1", _join(S12, _src("S3"), "s1n0"), _node("s1n0")),
+        OperatorPlan("q2", _join(PlanNode("reuse", S12.streams, 1.0, _node("s0n0")), _src("S4"), "s1n2"),
+                     _node("s1n0")))
 
 
-def _run(plans: tuple[Plan, ...], tmp_path) -> tuple[int, dict[str, tuple[Counter, Counter]]]:
+def _run(plans: tuple[OperatorPlan, ...], tmp_path) -> tuple[int, dict[str, tuple[Counter, Counter]]]:
     """Run both plans' trees deployed together; (operators, per query (got, want))."""
     trees = [to_tree(p, TOP, plans[:i]) for i, p in enumerate(plans)]
     nodes = [TOP.nodes[v.node] for p in plans for v in p.joins()]
@@ -89,6 +89,6 @@ def test_the_optimal_planners_plans_run_exactly(tmp_path):
 def test_what_cannot_run_is_one_clear_error():
     with pytest.raises(PlanError, match="no deployed plan joins those streams"):
         to_tree(HAND[1], TOP, ())
-    with_selection = MQuery("q3", ("S1", "S2"), JOINS[:1], (Selection("S1.p > 3", 0.5),), ("S1.p",), "s0n0")
+    with_selection = ContinualQuery("q3", ("S1", "S2"), JOINS[:1], (Selection("S1.p > 3", 0.5),), ("S1.p",), "s0n0")
     with pytest.raises(PlanError, match="selections"):
         runtime_query(with_selection, CAT, 1000)

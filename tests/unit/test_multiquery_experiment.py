@@ -11,7 +11,7 @@ from joinlib.experiments.iflow import QUICK, Scale, run_sequence
 from joinlib.multiquery.cost import Deployments
 from joinlib.multiquery.hierarchy import build_hierarchy
 from joinlib.multiquery.planners import PLANNERS, get_planner
-from joinlib.multiquery.streams import generate
+from joinlib.multiquery.streams import generate_workload
 from joinlib.multiquery.topology import transit_stub
 
 KEYS = {"scale", "topology", "paper", "lemma1", "hierarchies", "runs", "savings", "sweep", "checks", "seconds"}
@@ -54,7 +54,7 @@ def test_quick_scale_has_the_full_scales_shape():
 
 def test_every_planner_is_at_least_the_optimum_under_the_same_deployments():
     top = transit_stub(4, 6, seed=3)
-    work = generate(top.nodes, n_queries=6, k=4, n_streams=8, seed=2)
+    work = generate_workload(top.nodes, n_queries=6, k=4, n_streams=8, seed=2)
     h = build_hierarchy(top, 6)
     for spec in PLANNERS.values():
         summ, recs = run_sequence(top, work, spec, h if spec.hierarchical else None, lambda n: None)
@@ -82,7 +82,7 @@ def test_one_cluster_makes_every_hierarchical_planner_exact():
     """maxcs >= N: a single level-1 cluster of every node, so Top-Down, Bottom-Up and NPC all solve the
     whole query exactly, reuse included."""
     top = transit_stub(3, 4, seed=4)
-    work = generate(top.nodes, n_queries=5, k=4, n_streams=6, seed=3)
+    work = generate_workload(top.nodes, n_queries=5, k=4, n_streams=6, seed=3)
     h = build_hierarchy(top, top.n)
     assert len(h.levels) == 1
     for name in ("top-down", "bottom-up", "npc"):

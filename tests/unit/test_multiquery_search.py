@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joinlib.multiquery.cost import Plan, PlanNode
+from joinlib.multiquery.cost import OperatorPlan, PlanNode
 from joinlib.multiquery.search import (
     Atom,
     Problem,
@@ -74,7 +74,7 @@ def test_tree_dp_placement_equals_brute_force(case):
         cost, root = place_tree(p, t)
         assert abs(cost - brute_force(p, t)) <= 1e-6 * max(1.0, cost)
         if p.target is not None:  # the placed tree costs what the DP says
-            assert abs(Plan("q", root, p.target).cost(top) - cost) <= 1e-6 * max(1.0, cost)
+            assert abs(OperatorPlan("q", root, p.target).cost(top) - cost) <= 1e-6 * max(1.0, cost)
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,7 +86,7 @@ def test_subset_dp_equals_every_tree_placed(case):
     assert s.root.streams == e.root.streams == p.union((1 << len(p.atoms)) - 1)
     assert s.examined == e.examined == lemma1(len(p.atoms), len(p.cands))
     if p.target is not None:
-        assert abs(Plan("q", s.root, p.target).cost(top) - s.estimate) <= 1e-6 * max(1.0, s.estimate)
+        assert abs(OperatorPlan("q", s.root, p.target).cost(top) - s.estimate) <= 1e-6 * max(1.0, s.estimate)
 
 
 def test_reuse_costs_only_the_transfer_from_the_advertised_node():

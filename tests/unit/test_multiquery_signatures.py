@@ -6,28 +6,29 @@ from __future__ import annotations
 
 import pytest
 
-from joinlib.multiquery.cost import Deployments, Plan, PlanNode
+from joinlib.multiquery.cost import Deployments, OperatorPlan, PlanNode
 from joinlib.multiquery.errors import WorkloadError
 from joinlib.multiquery.streams import (
     BaseStream,
     Bound,
     Catalogue,
+    ContinualQuery,
     JoinPredicate,
-    Query,
     Selection,
     normalise_join,
     normalise_selection,
 )
-from joinlib.multiquery.topology import Link, Topology
+from joinlib.multiquery.topology import PhysicalLink, PhysicalNetwork
 
-TOP = Topology(("a", "b", "c", "d"), (Link("a", "b", 1), Link("b", "c", 2), Link("c", "d", 3)))
+TOP = PhysicalNetwork(("a", "b", "c", "d"),
+                      (PhysicalLink("a", "b", 1), PhysicalLink("b", "c", 2), PhysicalLink("c", "d", 3)))
 CAT = Catalogue({s: BaseStream(s, n, 10.0, ("p", "q")) for s, n in (("F", "a"), ("W", "b"), ("C", "c"))})
 FC = "F.num = C.flnum"
 FW = "F.dest = W.city"
 
 
 def q(name, streams="FWC", joins=(FC, FW), sels=(), cols=("F.p", "W.p", "C.p"), sink="d"):
-    return Query(name, tuple(streams), tuple(JoinPredicate(j, 0.1) for j in joins),
+    return ContinualQuery(name, tuple(streams), tuple(JoinPredicate(j, 0.1) for j in joins),
                  tuple(Selection(s, 0.5) for s in sels), tuple(cols), sink)
 
 
@@ -43,7 +44,7 @@ def deployed_fc(query):
     join = PlanNode("join", fc, b.rate(fc), 1, PlanNode("source", frozenset("F"), 10.0, 0),
                     PlanNode("source", frozenset("C"), 10.0, 2))
     d = Deployments()
-    d.deploy(Plan(query.name, join, TOP.index[query.sink]), b)
+    d.deploy(OperatorPlan(query.name, join, TOP.index[query.sink]), b)
     return d
 
 

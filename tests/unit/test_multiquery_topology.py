@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 from joinlib.multiquery.cost import Deployments
 from joinlib.multiquery.errors import TopologyError
 from joinlib.multiquery.hierarchy import build_hierarchy
-from joinlib.multiquery.topology import Link, Topology, load_topology, parse_topology, to_yaml, transit_stub
+from joinlib.multiquery.topology import (
+    PhysicalLink,
+    PhysicalNetwork,
+    load_topology,
+    parse_topology,
+    to_yaml,
+    transit_stub,
+)
 
 GOOD = """
 nodes: [a, b, c]
@@ -121,4 +128,4 @@ def test_estimate_bound(seed, maxcs, u, v):
 
 def test_topology_rejects_bad_links_directly():
     with pytest.raises(TopologyError, match="latency must be a positive"):
-        Topology(("a", "b"), (Link("a", "b", 0.0),))
+        PhysicalNetwork(("a", "b"), (PhysicalLink("a", "b", 0.0),))

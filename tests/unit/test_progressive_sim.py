@@ -12,7 +12,7 @@ from joinlib.cli.main import main
 from joinlib.progressive.model import JoinSpec, VirtualClock, partition_of
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import MemoryRunStore
-from joinlib.progressive.sim import Network, Recorder, Workload, partition_probabilities, schedule, simulate
+from joinlib.progressive.sim import ArrivalNetwork, Recorder, Workload, partition_probabilities, schedule, simulate
 
 
 def test_partition_probabilities_are_the_papers():
@@ -41,12 +41,12 @@ def test_workload_values_ratio_and_ends():
 
 
 def test_network_gaps():
-    assert list(islice(Network("reliable").gaps(), 3)) == [1.0, 1.0, 1.0]
-    gaps = list(islice(Network("unreliable", seed=2).gaps(), 50_000))
+    assert list(islice(ArrivalNetwork("reliable").gaps(), 3)) == [1.0, 1.0, 1.0]
+    gaps = list(islice(ArrivalNetwork("unreliable", seed=2).gaps(), 50_000))
     assert min(gaps) == 1 and max(gaps) == 30 and set(gaps) <= set(map(float, range(1, 31)))
-    assert sum(gaps) / len(gaps) == pytest.approx(Network("unreliable").mean_gap_ms(), rel=0.03)
-    assert Network("unreliable").mean_gap_ms() == pytest.approx(7.12, abs=0.01)
-    assert gaps[:100] == list(islice(Network("unreliable", seed=2).gaps(), 100))
+    assert sum(gaps) / len(gaps) == pytest.approx(ArrivalNetwork("unreliable").mean_gap_ms(), rel=0.03)
+    assert ArrivalNetwork("unreliable").mean_gap_ms() == pytest.approx(7.12, abs=0.01)
+    assert gaps[:100] == list(islice(ArrivalNetwork("unreliable", seed=2).gaps(), 100))
 
 
 def test_schedule_times():
@@ -57,7 +57,7 @@ def test_schedule_times():
     assert [t for t, e in timed if e.end] and max(t for t, _ in timed) == 14.0
 
 
-def _run(alg: str, network: Network, n: int = 3000):
+def _run(alg: str, network: ArrivalNetwork, n: int = 3000):
     wl = Workload(n=n, ratio=2, domain=300, seed=5)
     spec = JoinSpec(memory=150, n_flush=15, domain=300)
     clock = VirtualClock(spec.costs)
@@ -70,7 +70,7 @@ def _run(alg: str, network: Network, n: int = 3000):
 
 @pytest.mark.parametrize("alg", list(ALGORITHMS))
 def test_simulation_is_deterministic_and_exact(alg):
-    net = Network("unreliable", seed=4)
+    net = ArrivalNetwork("unreliable", seed=4)
     out, stats, rec = _run(alg, net)
     assert _run(alg, net)[0] == out  # same inputs, same run: results, order, times
     rows = [e for e in Workload(n=3000, ratio=2, domain=300, seed=5).events() if not e.end]
@@ -85,7 +85,7 @@ def test_simulation_is_deterministic_and_exact(alg):
 
 
 def test_reliable_network_never_blocks():
-    out, stats, rec = _run("rpj", Network("reliable"))
+    out, stats, rec = _run("rpj", ArrivalNetwork("reliable"))
     assert stats.stalls == 0 and rec.by_phase["reactive"] == 0
     assert stats.results_before_cleanup == rec.by_phase["arrival"]
 

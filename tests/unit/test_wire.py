@@ -1,4 +1,4 @@
-"""Avro wire encoding (joinlib.protocol.wire, schemas/*.avsc)."""
+"""Avro wire encoding (joinlib.protocol: schemas, avro, wire, records; schemas/*.avsc)."""
 from __future__ import annotations
 
 import io
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib.model import Tup
-from joinlib.protocol import values, wire
+from joinlib.protocol import avro, records, schemas, values, wire
 from joinlib.protocol.messages import (
     DjaUpdate,
     Envelope,
@@ -104,14 +104,14 @@ def env(body, src="site-A", dst="site-B", flow=3, epoch=17, part=0, gen=0):
 
 
 def test_schema_files_parse_and_are_the_loaded_ones():
-    assert wire.SCHEMA_DIR == Path(wire.__file__).resolve().parents[2] / "schemas"
-    files = sorted(wire.SCHEMA_DIR.glob("*.avsc"))
+    assert schemas.SCHEMA_DIR == Path(schemas.__file__).resolve().parents[2] / "schemas"
+    files = sorted(schemas.SCHEMA_DIR.glob("*.avsc"))
     assert files
     for path in files:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(raw, dict) and "name" in raw:
             assert raw.get("namespace") == "joinlib", path
-    loaded = wire.load_schemas(wire.SCHEMA_DIR)
+    loaded = schemas.load_schemas(schemas.SCHEMA_DIR)
     assert len(loaded) == len(files)
     for name in [
         "joinlib.BaseTuple",
@@ -125,7 +125,7 @@ def test_schema_files_parse_and_are_the_loaded_ones():
         "joinlib.Control",
         "values",
     ]:
-        assert name in wire.SCHEMAS, name
+        assert name in schemas.SCHEMAS, name
 
 
 def _unions(node, out):
@@ -141,10 +141,10 @@ def _unions(node, out):
 
 def test_value_unions_match_values_module():
     assert values.VALUE_TYPES == ["null", "boolean", "long", "double", "string"]
-    raw_values = json.loads((wire.SCHEMA_DIR / "values.avsc").read_text())
+    raw_values = json.loads((schemas.SCHEMA_DIR / "values.avsc").read_text())
     assert raw_values == {"type": "array", "items": values.VALUE_TYPES}
     # every union of scalars in any schema file is the Value union
-    for path in wire.SCHEMA_DIR.glob("*.avsc"):
+    for path in schemas.SCHEMA_DIR.glob("*.avsc"):
         raw = json.loads(path.read_text())
         for u in _unions(raw.get("fields", raw), []):
             if all(isinstance(x, str) and "." not in x for x in u) and u and isinstance(u[0], str):
@@ -155,7 +155,7 @@ def test_value_unions_match_values_module():
 def test_values_avsc_encodes_like_values_module():
     payload = [None, True, False, 0, -1, LONG_MAX, 1.5, "", "héllo ☃"]
     buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, wire.SCHEMAS["values"], payload)
+    fastavro.schemaless_writer(buf, schemas.SCHEMAS["values"], payload)
     assert buf.getvalue() == values.encode_values(payload)
     assert values.decode_values(buf.getvalue()) == payload
 
@@ -173,14 +173,14 @@ def test_body_union_order():
 
 
 def test_layout_check_detects_schema_drift(tmp_path):
-    wire._check_layouts(wire.load_schemas(wire.SCHEMA_DIR))
-    for path in wire.SCHEMA_DIR.glob("*.avsc"):
+    schemas.check_layouts(schemas.load_schemas(schemas.SCHEMA_DIR))
+    for path in schemas.SCHEMA_DIR.glob("*.avsc"):
         (tmp_path / path.name).write_text(path.read_text())
     raw = json.loads((tmp_path / "BaseTuple.avsc").read_text())
     raw["fields"][2]["type"] = "int"  # ts: long -> int (same bytes for small values)
     (tmp_path / "BaseTuple.avsc").write_text(json.dumps(raw))
     with pytest.raises(ImportError, match="BaseTuple"):
-        wire._check_layouts(wire.load_schemas(tmp_path))
+        schemas.check_layouts(schemas.load_schemas(tmp_path))
 
 
 def test_load_schemas_reports_unresolvable(tmp_path):
@@ -188,7 +188,7 @@ def test_load_schemas_reports_unresolvable(tmp_path):
         json.dumps({"type": "record", "name": "A", "namespace": "x", "fields": [{"name": "b", "type": "x.Missing"}]})
     )
     with pytest.raises(ValueError, match="unresolvable"):
-        wire.load_schemas(tmp_path)
+        schemas.load_schemas(tmp_path)
 
 
 # ------------------------------------------------------------------- round trips
@@ -343,9 +343,9 @@ def test_varints_match_fastavro():
     for n in _boundaries() + list(range(-20000, 20000, 7)):
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, schema, n)
-        assert wire._long(n) == buf.getvalue() == wire._varint_slow(n), n
+        assert avro.encode_long(n) == buf.getvalue() == avro._varint_slow(n), n
         if INT_MIN <= n <= INT_MAX:
-            assert wire._int(n) == buf.getvalue()
+            assert avro.encode_int(n) == buf.getvalue()
 
 
 def test_tuple_encoding_is_cached_on_the_tuple_and_exact():
@@ -368,11 +368,11 @@ def test_fresh_tuples_are_encoded_exactly():
 
 
 def test_string_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(wire, "_STR_CACHE_MAX", 10)
+    monkeypatch.setattr(avro, "_STR_CACHE_MAX", 10)
     e = env(KeyBatch([(f"s{i}",) for i in range(25)] + [("x" * 1000,)]))
     assert wire.encode_envelope(e) == wire._encode_envelope_reference(e)
-    assert len(wire._STR_CACHE) <= 10
-    assert "x" * 1000 not in wire._STR_CACHE
+    assert len(avro._STR_CACHE) <= 10
+    assert "x" * 1000 not in avro._STR_CACHE
 
 
 # ------------------------------------------------------------------------ sizes
@@ -418,51 +418,51 @@ def test_malformed_input_raises_value_error():
 
 def test_source_batch_roundtrip():
     for batch in [
-        wire.SourceBatch("S1", [], 0),
-        wire.SourceBatch("Strøm", [T(0, i, 10 * i, i, (i, "k"), values.encode_values([i])) for i in range(5)], 40),
-        wire.SourceBatch("s", [T(1, 2, LONG_MIN, 0, (), b"")], LONG_MIN),
+        records.SourceBatch("S1", [], 0),
+        records.SourceBatch("Strøm", [T(0, i, 10 * i, i, (i, "k"), values.encode_values([i])) for i in range(5)], 40),
+        records.SourceBatch("s", [T(1, 2, LONG_MIN, 0, (), b"")], LONG_MIN),
     ]:
-        data = wire.encode_source_batch(batch)
-        assert data == wire._encode_source_batch_reference(batch)
-        back = wire.decode_source_batch(data)
-        assert isinstance(back, wire.SourceBatch)
+        data = records.encode_source_batch(batch)
+        assert data == records._encode_source_batch_reference(batch)
+        back = records.decode_source_batch(data)
+        assert isinstance(back, records.SourceBatch)
         assert back.stream == batch.stream and back.watermark == batch.watermark
         assert [tup_fields(t) for t in back.tuples] == [tup_fields(t) for t in batch.tuples]
 
 
 def test_result_batch_roundtrip():
-    G = wire.ResultGroup
+    G = records.ResultGroup
     for b in [
-        wire.ResultBatch("q1", "n1", 0, 0, 0, 1_700_000_000_123,
+        records.ResultBatch("q1", "n1", 0, 0, 0, 1_700_000_000_123,
                          [G("S1", 1000, {"S1": 1, "S3": LONG_MAX}, "S2", [2, 3, LONG_MIN])]),
-        wire.ResultBatch("q", "s", INT_MAX, INT_MIN, LONG_MAX, -1, []),
-        wire.ResultBatch("запрос", "узел", 1, 2, 5, 6, [G("流", 5, {}, "S", []), G("S", -7, {"流": -3}, "流", [9])]),
+        records.ResultBatch("q", "s", INT_MAX, INT_MIN, LONG_MAX, -1, []),
+        records.ResultBatch("запрос", "узел", 1, 2, 5, 6, [G("流", 5, {}, "S", []), G("S", -7, {"流": -3}, "流", [9])]),
     ]:
-        data = wire.encode_result_batch(b)
-        assert data == wire._encode_result_batch_reference(b)
-        back = wire.decode_result_batch(data)
+        data = records.encode_result_batch(b)
+        assert data == records._encode_result_batch_reference(b)
+        back = records.decode_result_batch(data)
         assert back == b
         assert len(back) == sum(len(g.last_ids) for g in b.groups)
 
 
 def test_result_batch_expands_to_results():
-    b = wire.ResultBatch("q", "n1", 0, 0, 3, 50, [wire.ResultGroup("A", 10, {"A": 1, "C": 4}, "B", [7, 8])])
-    assert list(b.results()) == [wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 7}),
-                                 wire.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 8})]
+    b = records.ResultBatch("q", "n1", 0, 0, 3, 50, [records.ResultGroup("A", 10, {"A": 1, "C": 4}, "B", [7, 8])])
+    assert list(b.results()) == [records.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 7}),
+                                 records.Result("q", "A", 10, 50, {"A": 1, "C": 4, "B": 8})]
 
 
 def test_control_roundtrip():
     for c in [
-        wire.Control("q1", "plan", {"head": "S1", "sequence": ["S1", "S2"], "n": 3, "x": None, "f": 1.5}),
-        wire.Control("q1", "operators", [{"site": "A", "ops": []}]),
-        wire.Control("", "stop", None),
-        wire.Control("q", "text", "ünï"),
+        records.Control("q1", "plan", {"head": "S1", "sequence": ["S1", "S2"], "n": 3, "x": None, "f": 1.5}),
+        records.Control("q1", "operators", [{"site": "A", "ops": []}]),
+        records.Control("", "stop", None),
+        records.Control("q", "text", "ünï"),
     ]:
-        back = wire.decode_control(wire.encode_control(c))
+        back = records.decode_control(records.encode_control(c))
         assert back == c
     # the payload field holds JSON text
     raw = fastavro.schemaless_reader(
-        io.BytesIO(wire.encode_control(wire.Control("q", "k", {"a": [1]}))), wire.SCHEMAS["joinlib.Control"]
+        io.BytesIO(records.encode_control(records.Control("q", "k", {"a": [1]}))), schemas.SCHEMAS["joinlib.Control"]
     )
     assert json.loads(raw["payload"]) == {"a": [1]}
 
@@ -543,7 +543,7 @@ def test_property_hand_decoder_agrees_with_fastavro(e):
         for a, b in zip(got.body.rows, ref.body.rows, strict=True):
             _same_tuples(a, b)
             for t in a:
-                assert t.wire == wire.encode_tuple(T(t.pos, t.id, t.ts, t.seq, t.key, t.rest))
+                assert t.wire == avro.encode_tuple(T(t.pos, t.id, t.ts, t.seq, t.key, t.rest))
     for cut in (1, len(data) // 2):
         with pytest.raises(ValueError):
             wire.decode_envelope(data[:-cut] if cut < len(data) else b"")
@@ -564,15 +564,15 @@ def test_property_size_depends_on_content_only(k1, k2):
     long_st,
 )
 def test_property_source_batch(stream, tups, wm):
-    b = wire.SourceBatch(stream, tups, wm)
-    data = wire.encode_source_batch(b)
-    assert data == wire._encode_source_batch_reference(b)
-    back = wire.decode_source_batch(data)
+    b = records.SourceBatch(stream, tups, wm)
+    data = records.encode_source_batch(b)
+    assert data == records._encode_source_batch_reference(b)
+    back = records.decode_source_batch(data)
     assert (back.stream, back.watermark) == (stream, wm)
     assert [tup_fields(t) for t in back.tuples] == [tup_fields(t) for t in tups]
-    _same_tuples(back.tuples, wire._decode_source_batch_reference(data).tuples)
+    _same_tuples(back.tuples, records._decode_source_batch_reference(data).tuples)
     with pytest.raises(ValueError):
-        wire.decode_source_batch(data[:-1])
+        records.decode_source_batch(data[:-1])
 
 
 @settings(max_examples=100, deadline=None)
@@ -587,10 +587,10 @@ def test_property_source_batch(stream, tups, wm):
                        st.text(max_size=6), st.lists(long_st, max_size=5)), max_size=4),
 )
 def test_property_result_batch(query, site, part, gen, batch, emit_ms, groups):
-    b = wire.ResultBatch(query, site, part, gen, batch, emit_ms, [wire.ResultGroup(*g) for g in groups])
-    data = wire.encode_result_batch(b)
-    assert data == wire._encode_result_batch_reference(b)
-    assert wire.decode_result_batch(data) == b
-    assert wire.result_batch_summary(data) == (emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups])
+    b = records.ResultBatch(query, site, part, gen, batch, emit_ms, [records.ResultGroup(*g) for g in groups])
+    data = records.encode_result_batch(b)
+    assert data == records._encode_result_batch_reference(b)
+    assert records.decode_result_batch(data) == b
+    assert records.result_batch_summary(data) == (emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups])
     with pytest.raises(ValueError):
-        wire.result_batch_summary(data[:-1])
+        records.result_batch_summary(data[:-1])

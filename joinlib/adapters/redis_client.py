@@ -1,0 +1,56 @@
+"""Connecting to Redis and naming and deleting joinlib's keys there: the helpers every Redis adapter shares
+(window stores, checkpoints, the progressive commands' pages).
+
+Why apart from :mod:`joinlib.adapters.redis_store`: the checkpoints and the progressive pages need a client
+and the key namespace, not the window store.
+"""
+from __future__ import annotations
+
+import redis
+
+from joinlib.settings import RedisSecurity
+
+__all__ = ["redis_client", "store_prefix", "clear_namespace", "glob_escape", "unlink_matching"]
+
+
+def redis_client(url: str, **client_kwargs):
+    """A redis-py client for ``url`` with the ACL user, password and TLS CA of the environment
+    (:class:`joinlib.settings.RedisSecurity`, docs/security.md); explicit keyword arguments win."""
+    for k, v in RedisSecurity.from_env().client_kwargs(url).items():
+        client_kwargs.setdefault(k, v)
+    return redis.Redis.from_url(url, **client_kwargs)
+
+
+def store_prefix(namespace: str, name: str) -> str:
+    """``{namespace/site}/rest`` for a store name ``site/rest`` (all of a node's stores share a slot)."""
+    site, _, rest = name.partition("/")
+    return "{" + namespace + "/" + site + "}" + ("/" + rest if rest else "")
+
+
+def glob_escape(s: str) -> str:
+    """``s`` as a literal in a Redis ``MATCH`` / ``KEYS`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
+
+
+def unlink_matching(client, patterns: list[str]) -> int:
+    """Delete every key matching one of ``patterns`` (SCAN, then UNLINK in batches); return how many."""
+    n = 0
+    for pat in patterns:
+        batch = []
+        for k in client.scan_iter(match=pat, count=1000):
+            batch.append(k)
+            if len(batch) >= 500:
+                n += client.unlink(*batch)
+                batch = []
+        if batch:
+            n += client.unlink(*batch)
+    return n
+
+
+def clear_namespace(client, namespace: str) -> int:
+    """Delete every key of every store made by ``redis_store_factory(..., namespace)``; return how many.
+
+    (Also those of a namespace ``namespace/...``: keep namespaces from being such prefixes.)
+    """
+    ns = glob_escape(namespace)
+    return unlink_matching(client, ["{" + ns + "/*", "{" + ns + "}*"])
