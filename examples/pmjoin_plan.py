@@ -21,11 +21,11 @@ from joinlib.errors import JoinlibError
 from joinlib.pmjoin import (
     HashPartition,
     RangePartition,
-    plan_cost,
     plan_pmjoin,
     rate_partition,
     simple,
     stream_join_opt,
+    tree_cost,
     value_model,
     value_rates,
 )
@@ -68,8 +68,8 @@ def main(argv: list[str]) -> int:
         part = {"rate": lambda: rate_partition(stats, args.d), "hash": lambda: HashPartition(args.d),
                 "range": lambda: RangePartition.from_values(stats.values, args.d)}[args.partition]()
         whole = stream_join_opt(model)
-        print(f"centralized (Simple): {plan_cost(simple(model), model):.4g} bytes/s")
-        print(f"one plan (STREAMJOINOPT): {plan_cost(whole, model):.4g} bytes/s  {describe(whole)}")
+        print(f"centralized (Simple): {tree_cost(simple(model), model):.4g} bytes/s")
+        print(f"one plan (STREAMJOINOPT): {tree_cost(whole, model):.4g} bytes/s  {describe(whole)}")
         plan = plan_pmjoin(model, stats.values, part, stats.attribute)
         print(plan.describe())
         if args.json:

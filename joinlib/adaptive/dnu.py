@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from joinlib.adaptive.jep import JEP, SEP
-from joinlib.adaptive.planner import Choice, Eq12, PlanLevel, advance, better, choose, eq4_plan, plan_level
+from joinlib.adaptive.planner import Choice, Eq12, PlanLevel, advance_sequence, better, choose, eq4_plan, plan_level
 from joinlib.adaptive.protocol import Message, Relay, seq_state_data, seq_state_of
 from joinlib.adaptive.stats import StreamStatistics, declared, stats_data, stats_of, with_stats
 from joinlib.costs.unit_time import SeqState
@@ -103,7 +103,7 @@ class DnuNode:
             for k, (s, p) in enumerate(zip(sep.order, sep.placement, strict=True), 1):
                 if s in self.mine:
                     self.meta[(sep.head, s)] = (k, state)
-                state = advance(self.q, state, s, p)
+                state = advance_sequence(self.q, state, s, p)
 
     # ------------------------------------------------------------------ views
     def view(self, extra: Optional[StreamStatistics] = None) -> Query:
@@ -246,7 +246,7 @@ class DnuNode:
             # queued at the head): the incumbent need not be the least of the others any more,
             # so position j is fixed by a full FIND_MIN rather than by swapping x in.
             return self._on_find_min(mid, replace(b, op="FIND_MIN", at=j, stream=None, stats=None))
-        nxt = advance(self.view(), b.state, s, b.placement[j - 1])
+        nxt = advance_sequence(self.view(), b.state, s, b.placement[j - 1])
         if b.order[j] == x:  # no earlier position for x: fix from its own
             return self._send(mid, self.site_of[x], replace(b, op="FIND_MIN", position=j + 1, at=j + 1, state=nxt,
                                                            stream=None, stats=None))
@@ -320,7 +320,7 @@ class DnuNode:
             if where != self.site:
                 out += self._send(mid, where, replace(b, op="PLACE", placement=tuple(placement)))
         self.meta[(b.head, s)] = (j, b.state)
-        nxt = advance(self.view(), b.state, s, p)
+        nxt = advance_sequence(self.view(), b.state, s, p)
         done = replace(b, placement=tuple(placement), best=None)
         if j == len(b.order):
             return out + self._send(mid, self.site_of[b.head], replace(done, op="DONE", state=None))

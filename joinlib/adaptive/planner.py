@@ -78,12 +78,12 @@ def better(a: Choice, b: Optional[Choice]) -> bool:
     return b is None or a.key() < b.key()
 
 
-def advance(query: Query, state: SeqState, stream: str, placement: int) -> SeqState:
+def advance_sequence(query: Query, state: SeqState, stream: str, placement: int) -> SeqState:
     """The intermediate stream after joining ``stream`` with ``placement``."""
     return state.advance(query, stream, ALGORITHM[placement])
 
 
-def candidates(query: Query, state: SeqState, among: tuple[str, ...]) -> list[str]:
+def next_streams(query: Query, state: SeqState, among: tuple[str, ...]) -> list[str]:
     """The streams of ``among`` that can be joined next (they share a predicate with the prefix)."""
     return [s for s in among if state.can_join(query, s)]
 
@@ -96,7 +96,7 @@ def greedy_sep(query: Query, model: Eq12, head: str) -> SEP:
     rest = tuple(n for n in query.names if n != head)
     while len(order) < len(rest):
         best: Optional[Choice] = None
-        for s in candidates(query, state, tuple(n for n in rest if n not in order)):
+        for s in next_streams(query, state, tuple(n for n in rest if n not in order)):
             c = choose(model, query, state, s)
             if better(c, best):
                 best = c
@@ -105,7 +105,7 @@ def greedy_sep(query: Query, model: Eq12, head: str) -> SEP:
             raise ValueError(f"the join graph does not connect {head} to {missing}")
         order.append(best.stream)
         placement.append(best.placement)
-        state = advance(query, state, best.stream, best.placement)
+        state = advance_sequence(query, state, best.stream, best.placement)
     return SEP(head, tuple(order), tuple(placement))
 
 
@@ -189,12 +189,13 @@ def _complete(pr: _Pricer, state: SeqState, rest: tuple[str, ...], kept: Kept,
     total, steps = 0.0, []
     while rest:
         best: Optional[tuple[tuple[float, int, int], str, int]] = None
-        for s in candidates(pr.q, state, rest):
+        for s in next_streams(pr.q, state, rest):
             for p in (SOURCE, DESTINATION):
                 c = pr.step(state, s, p, kept)
                 after = tuple(n for n in rest if n != s)
                 if look > 0 and after:
-                    c += _complete(pr, advance(pr.q, state, s, p), after, pr.keeps(state, s, p, kept), look - 1)[0]
+                    nxt = advance_sequence(pr.q, state, s, p)
+                    c += _complete(pr, nxt, after, pr.keeps(state, s, p, kept), look - 1)[0]
                 key = (c, p, pr.q.names.index(s))
                 if best is None or key < best[0]:
                     best = (key, s, p)
@@ -204,7 +205,7 @@ def _complete(pr: _Pricer, state: SeqState, rest: tuple[str, ...], kept: Kept,
         total += pr.step(state, s, p, kept)
         kept = pr.keeps(state, s, p, kept)
         steps.append((s, p))
-        state, rest = advance(pr.q, state, s, p), tuple(n for n in rest if n != s)
+        state, rest = advance_sequence(pr.q, state, s, p), tuple(n for n in rest if n != s)
     return total, tuple(steps), kept
 
 
@@ -234,7 +235,7 @@ def plan_level(query: Query, model: PlanLevel) -> JEP:
     if hub is not None:
         seeded = frozenset((s.name, hub) for s in query.streams if s.site != hub)
         other = _build(pr, seeded)
-        if plan_cost(query, other, model) < plan_cost(query, plan, model):
+        if plan_level_cost(query, other, model) < plan_level_cost(query, plan, model):
             plan = other
     return plan
 
@@ -256,7 +257,7 @@ def _hub(query: Query, model: PlanLevel) -> Optional[str]:
     return weight[0][1]
 
 
-def plan_cost(query: Query, jep: JEP, model: PlanLevel) -> float:
+def plan_level_cost(query: Query, jep: JEP, model: PlanLevel) -> float:
     """The plan-level cost of ``jep`` (seconds per second): Eq. 1/2 per step with every window
     replica charged once (and, with ``per_message``, a link's latency per message)."""
     pr = _Pricer(query, model)
@@ -267,7 +268,7 @@ def plan_cost(query: Query, jep: JEP, model: PlanLevel) -> float:
         for s, p in zip(sep.order, sep.placement, strict=True):
             total += pr.step(state, s, p, kept)
             kept = pr.keeps(state, s, p, kept)
-            state = advance(query, state, s, p)
+            state = advance_sequence(query, state, s, p)
     return total
 
 
@@ -277,7 +278,7 @@ def sep_cost(query: Query, model: Eq12, sep: SEP) -> float:
     total = 0.0
     for s, p in zip(sep.order, sep.placement, strict=True):
         total += model.costs(query, state, s)[p]
-        state = advance(query, state, s, p)
+        state = advance_sequence(query, state, s, p)
     return total
 
 

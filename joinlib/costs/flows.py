@@ -132,7 +132,7 @@ def probe(query: Query, inter: Inter, stream: str) -> Probe:
                  distinct(draws, 1.0 / info.f1), inter.rows, inter.state.joined)
 
 
-def advance(query: Query, inter: Inter, stream: str, algorithm: str, pr: Optional[Probe] = None) -> Inter:
+def advance_intermediate(query: Query, inter: Inter, stream: str, algorithm: str, pr: Optional[Probe] = None) -> Inter:
     """The intermediate after joining ``stream``."""
     pr = pr or probe(query, inter, stream)
     state = inter.state.advance(query, stream, algorithm)

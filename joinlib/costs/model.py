@@ -28,7 +28,16 @@ from joinlib.algorithms import ALGORITHMS, REGISTRY
 from joinlib.algorithms.reduce import KEY_SETS, REDUCED
 from joinlib.algorithms.simple import SP_S
 from joinlib.costs.encoding import Encoding
-from joinlib.costs.flows import Inter, Msg, Probe, advance, probe, reduction_flows, replica_flows, step_flows
+from joinlib.costs.flows import (
+    Inter,
+    Msg,
+    Probe,
+    advance_intermediate,
+    probe,
+    reduction_flows,
+    replica_flows,
+    step_flows,
+)
 from joinlib.costs.inputs import Inputs, from_query
 from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
 from joinlib.model import Query
@@ -101,7 +110,7 @@ def _walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
             pr = probe(query, inter, st.stream)
             if not st.local:
                 out[st.sig] = (st, pr)
-            inter = advance(query, inter, st.stream, st.algorithm, pr)
+            inter = advance_intermediate(query, inter, st.stream, st.algorithm, pr)
     return out
 
 
@@ -224,7 +233,7 @@ class WireModel:
         if heads is None:
             it = Inter.start(q, state.head)
             for n in _canonical_order(q, state.head, state.joined_set):
-                it = advance(q, it, n, SP_S.name)
+                it = advance_intermediate(q, it, n, SP_S.name)
             heads = self._heads[key] = it.heads
         rows = state.rate * interval_s(query)
         return Inter(state, rows, min(heads, rows))

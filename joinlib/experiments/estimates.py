@@ -41,7 +41,7 @@ class Estimate(TypedDict):
     by_head: dict[str, dict[str, float]]  # head -> model -> cost
 
 
-def estimate(query: Query, plan: Plan, models: Mapping[str, CostModel]) -> Estimate:
+def estimate_all(query: Query, plan: Plan, models: Mapping[str, CostModel]) -> Estimate:
     """{"plan": {model: cost}, "by_head": {head: {model: cost}}} (s/s, bytes model in B/s)."""
     out: Estimate = {"plan": {}, "by_head": {}}
     for name, model in models.items():

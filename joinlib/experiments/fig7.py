@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from joinlib.algorithms import ALGORITHMS
 from joinlib.data.synthetic import SyntheticStats, build_query
 from joinlib.experiments.common import DataCache, Record, warmup_for, with_stream_stats
-from joinlib.experiments.estimates import accuracy, accuracy_pairs, cost_models, estimate, format_accuracy, spearman
+from joinlib.experiments.estimates import accuracy, accuracy_pairs, cost_models, estimate_all, format_accuracy, spearman
 from joinlib.experiments.measure import measure
 from joinlib.experiments.output import fit, new_figure, progress_bar, save_png, write_json
 from joinlib.model import Execution, Network, Query
@@ -98,7 +98,7 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                     bar.set_postfix_str(f"({s}) {param}={v} {alg}")
                     plan = uniform(q, alg)
                     m = measure(q, streams, plan, warmup_ms=warm[v], repeat=repeat)
-                    est = estimate(q, plan, models)
+                    est = estimate_all(q, plan, models)
                     runs.append({"sweep": s, "value": v, "algorithm": alg,
                                  "label": f"fig7{s} {param}={v} {alg}",
                                  "measured": m.to_dict(detail=False), "estimated": est["plan"],

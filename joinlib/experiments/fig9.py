@@ -23,7 +23,7 @@ from joinlib.experiments.estimates import (
     accuracy,
     accuracy_pairs,
     cost_models,
-    estimate,
+    estimate_all,
     format_accuracy,
     planning_model,
     summarize,
@@ -85,7 +85,7 @@ def run(duration_ms: int = 5000, seed: int = 1, *, quick: bool = False, repeat: 
                                               repeat=repeat).to_dict(detail=False)}
                     measured["greedy"] = measured["exhaustive"] if same else measure(
                         q, streams, plans["greedy"], warmup_ms=warm, repeat=repeat).to_dict(detail=False)
-                    est = {p: estimate(q, pl, {**models, "planning": pmodel})["plan"] for p, pl in plans.items()}
+                    est = {p: estimate_all(q, pl, {**models, "planning": pmodel})["plan"] for p, pl in plans.items()}
                     g, e = measured["greedy"]["execution_s_per_s"], measured["exhaustive"]["execution_s_per_s"]
                     points.append({
                         "sweep": s, "value": v, "topology": topo, "query": query_to_dict(q),

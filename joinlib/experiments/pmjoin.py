@@ -30,7 +30,7 @@ from joinlib.pmjoin.plan import group_columns, group_costs
 from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import ValueRates
 from joinlib.pmjoin.streamjoinopt import stream_join_opt
-from joinlib.pmjoin.tree import plan_cost
+from joinlib.pmjoin.tree import tree_cost
 from joinlib.pmjoin.workload import Scenario, WorkloadInstance, instance
 
 METHODS = ("hash", "range", "rate")
@@ -78,7 +78,7 @@ def pmjoin_task(args: tuple[Scenario, int, tuple[int, ...]]) -> list[dict[str, A
     inst = instance(scenario, seed)
     m = inst.model
     base = {"scenario": scenario.name, "seed": seed}
-    rows = [{**base, "method": "simple", "d": 1, "cost": plan_cost(simple(m), m), "groups_used": 1},
+    rows = [{**base, "method": "simple", "d": 1, "cost": tree_cost(simple(m), m), "groups_used": 1},
             {**base, "method": "optimal", "d": 1, "cost": optimal(m)[0], "groups_used": 1}]
     for method in METHODS:
         for d in ds:
@@ -93,8 +93,8 @@ def heuristic_task(args: tuple[Scenario, int]) -> dict[str, Any]:
     scenario, seed = args
     m = instance(scenario, seed).model
     return {"scenario": ("SD" if scenario.similar else "DD"), "windows": scenario.windows.upper(),
-            "range": scenario.data_range, "seed": seed, "heuristic": plan_cost(stream_join_opt(m), m),
-            "optimal": optimal(m)[0], "simple": plan_cost(simple(m), m)}
+            "range": scenario.data_range, "seed": seed, "heuristic": tree_cost(stream_join_opt(m), m),
+            "optimal": optimal(m)[0], "simple": tree_cost(simple(m), m)}
 
 
 

@@ -35,7 +35,7 @@ from joinlib.experiments.estimates import (
     accuracy,
     accuracy_pairs,
     cost_models,
-    estimate,
+    estimate_all,
     format_accuracy,
     planning_model,
     spearman,
@@ -64,20 +64,21 @@ def random_stats(rng: random.Random) -> list[SyntheticStats]:
     return [table2_stream(rng) for _ in range(M)]
 
 
-def make_query(stats: Sequence[SyntheticStats], topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+def table3_query(stats: Sequence[SyntheticStats], topology: str, name: str = "q",
+                 per_edge_attrs: bool = False) -> Query:
     """The 4-way query of ``stats`` over the topology's join graph (sites N1..N4)."""
     return build_query(name, stats, topology_edges(len(stats), topology), per_edge_attrs=per_edge_attrs,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
 
 
-def random_query(rng: random.Random, topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
+def random_table3_query(rng: random.Random, topology: str, name: str = "q", per_edge_attrs: bool = False) -> Query:
     """A random 4-way query with Table 2 parameters over the topology's join graph."""
-    return make_query(random_stats(rng), topology, name, per_edge_attrs)
+    return table3_query(random_stats(rng), topology, name, per_edge_attrs)
 
 
 def query_of(record: Record, per_edge_attrs: bool = False) -> Query:
     """Rebuild the query of a ``table3_runs.json`` record."""
-    return make_query(record["streams"], record["topology"], f"{record['topology']}{record['index']}",
+    return table3_query(record["streams"], record["topology"], f"{record['topology']}{record['index']}",
                       per_edge_attrs)
 
 
@@ -109,7 +110,7 @@ def run(queries: int = 100, seed: int = 1, duration_ms: int = 5000, *, repeat: i
             rng = random.Random(f"table3:{seed}:{topo}")
             for i in range(queries):
                 stats = random_stats(rng)
-                q = make_query(stats, topo, f"{topo}{i}", per_edge_attrs)
+                q = table3_query(stats, topo, f"{topo}{i}", per_edge_attrs)
                 bar.set_postfix_str(f"{topo} query {i + 1}/{queries}")
                 plans = {p: plan_for(p, q, pmodel) for p in planners}
                 warm = warmup_for(q, warmup)
@@ -165,7 +166,7 @@ def _query_record(q: Query, topo: str, i: int, stats: list[SyntheticStats], plan
                   measured: Mapping[str, Record], same: Mapping[str, str],
                   models: Mapping[str, CostModel]) -> Record:
     """One query's record of the runs document: its distinct plans, measurements, estimates, ratios."""
-    est = {p: estimate(q, plan, models)["plan"] for p, plan in plans.items()}
+    est = {p: estimate_all(q, plan, models)["plan"] for p, plan in plans.items()}
     e_m, e_e = measured["exhaustive"], est["exhaustive"]
     ratios: dict[str, dict[str, float]] = {r: {} for r in RATIOS}
     for p in plans:

@@ -142,7 +142,7 @@ def marginal_cost(query: Query, tree: Tree, keys: frozenset[str], model: RateMod
     return walk(tree)
 
 
-def candidates(query: Query, base: Tree, running: Iterable[RunningOp]) -> list[Tree]:
+def reuse_candidates(query: Query, base: Tree, running: Iterable[RunningOp]) -> list[Tree]:
     """``base`` and, per running operator over some of ``query``'s streams, trees built on it: its subtree
     joined with the other streams at one node (its own, or a stream's site), where lowered over ``query``
     it is the same operator (same key)."""
@@ -168,7 +168,7 @@ def choose_tree(query: Query, base: Tree, running: Iterable[RunningOp], model: R
     """The candidate (:func:`candidates`) with the least :func:`marginal_cost` (``base`` on a tie), and its cost."""
     ops = list(running)
     keys = frozenset(r.key for r in ops)
-    scored = [(marginal_cost(query, t, keys, model), k, t) for k, t in enumerate(candidates(query, base, ops))]
+    scored = [(marginal_cost(query, t, keys, model), k, t) for k, t in enumerate(reuse_candidates(query, base, ops))]
     cost, _, tree = min(scored, key=lambda x: (x[0], x[1]))
     return tree, cost
 

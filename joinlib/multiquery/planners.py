@@ -58,7 +58,7 @@ from joinlib.multiquery.search import (
     SearchResult,
     Tree,
     TreeDP,
-    exhaustive,
+    exhaustive_search,
     lemma1,
     solve,
     tree_mask,
@@ -125,7 +125,7 @@ def plan_optimal(ctx: Context) -> OperatorPlan:
 def plan_exhaustive(ctx: Context) -> OperatorPlan:
     """All merge orders × placements: every tree, each placed by tree DP."""
     return _plan(ctx, "exhaustive",
-                 exhaustive(_problem(ctx, base_plans(ctx), list(range(ctx.top.n)), ctx.bound.sink)))
+                 exhaustive_search(_problem(ctx, base_plans(ctx), list(range(ctx.top.n)), ctx.bound.sink)))
 
 
 def plan_optimal_noreuse(ctx: Context) -> OperatorPlan:

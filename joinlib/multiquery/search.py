@@ -298,7 +298,7 @@ def place_tree(p: Problem, t: Tree) -> tuple[float, PlanNode]:
     return TreeDP(p).best(t)
 
 
-def exhaustive(p: Problem) -> SearchResult:
+def exhaustive_search(p: Problem) -> SearchResult:
     """Every distinct tree, each placed optimally by tree DP; the best overall."""
     dp = TreeDP(p)
     full = (1 << len(p.atoms)) - 1
@@ -311,7 +311,7 @@ def exhaustive(p: Problem) -> SearchResult:
     return SearchResult(best[1], best[0], lemma1(len(p.atoms), len(p.cands)))
 
 
-def brute_force(p: Problem, t: Tree) -> float:
+def brute_force_tree(p: Problem, t: Tree) -> float:
     """Cost of the best placement of fixed tree ``t`` by trying every assignment of a candidate (or of
     an advertised stream, where one matches) to every join: (m + R)^(K−1) combinations.  For tests."""
     internal: list[Tree] = []

@@ -209,7 +209,7 @@ def rank(query: Query, model: WireModel) -> list[Ranked]:
 
 
 # ------------------------------------------------------------------ measurement
-def measure(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None,
+def measure_short_list(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None,
             inputs: Optional[Inputs] = None) -> list[Ranked]:
     """Measure ``cands``; cheapest first (ties: the model's order).  ``central:NODE`` is priced
     exactly over all of ``streams`` (:func:`~.measure.central_bytes`, no run needed); every other
@@ -301,7 +301,7 @@ def auto_ranked(query: Query, streams: Optional[Streams] = None,
     ranked = [Ranked(r.name, validate(query, r.plan), r.estimate) for r in ranked]
     if not streams:
         return ranked, []
-    return ranked, measure(query, streams, short_list(query, ranked), inputs=inputs)
+    return ranked, measure_short_list(query, streams, short_list(query, ranked), inputs=inputs)
 
 
 def auto(query: Query, streams: Optional[Streams] = None) -> Plan:

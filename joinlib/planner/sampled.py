@@ -39,7 +39,7 @@ class Candidate:
     results: int
 
 
-def measure(query: Query, streams: Streams, length_ms: Optional[int] = None,
+def measure_candidates(query: Query, streams: Streams, length_ms: Optional[int] = None,
             progress: bool = False, *, candidates: Candidates) -> list[Candidate]:
     """Run every candidate on the sample; cheapest (by steady bytes per second) first."""
     length = length_ms or sample_ms(query, streams)
@@ -62,10 +62,10 @@ def sampled(query: Query, streams: Optional[Streams], objective: str = "bytes",
         raise PlanError(f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
     if not streams:
         raise PlanError("the 'sampled' planner measures candidate plans on data: give --data DIR")
-    ranked = measure(query, streams, length_ms, progress, candidates=candidates)
+    ranked = measure_candidates(query, streams, length_ms, progress, candidates=candidates)
     if objective == "time":
         ranked.sort(key=lambda c: (c.execution_s_per_s, c.bytes))
     return ranked[0].plan
 
 
-__all__ = ["Candidate", "OBJECTIVES", "measure", "sample_of", "sampled"]
+__all__ = ["Candidate", "OBJECTIVES", "measure_candidates", "sample_of", "sampled"]

@@ -15,17 +15,17 @@ MJoin trees planned here.
 * :mod:`.workload`, :mod:`.experiment`, :mod:`.figures`, :mod:`.cli` - ``joinlib experiment pmjoin``.
 """
 from joinlib.plan.partition import HashPartition, MapPartition, PartitionFunction, RangePartition
-from joinlib.pmjoin.exhaustive import central, optimal, simple
+from joinlib.pmjoin.exhaustive import central_tree, optimal, simple
 from joinlib.pmjoin.findpartition import PMJoinCandidate, find_partitions, select_pmjoins
 from joinlib.pmjoin.plan import GroupPlan, PMJoinPlan, plan_pmjoin
 from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import JoinClass, RateModel, SelectivityModel, StreamSpec, ValueRateModel, ValueRates
 from joinlib.pmjoin.stats import selectivity_model, value_model, value_rates
 from joinlib.pmjoin.streamjoinopt import stream_join_opt
-from joinlib.pmjoin.tree import Leaf, MJoin, Tree, plan_cost
+from joinlib.pmjoin.tree import Leaf, MJoin, Tree, tree_cost
 
 __all__ = ["GroupPlan", "HashPartition", "JoinClass", "Leaf", "MJoin", "MapPartition", "PMJoinCandidate",
            "PMJoinPlan", "PartitionFunction", "RangePartition", "RateModel", "SelectivityModel", "StreamSpec",
-           "Tree", "ValueRateModel", "ValueRates", "central", "find_partitions", "optimal", "plan_cost",
+           "Tree", "ValueRateModel", "ValueRates", "central_tree", "find_partitions", "optimal", "tree_cost",
            "plan_pmjoin", "rate_partition", "select_pmjoins", "selectivity_model", "simple", "stream_join_opt",
            "value_model", "value_rates"]

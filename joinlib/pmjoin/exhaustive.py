@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from joinlib.errors import PlanError
 from joinlib.pmjoin.rates import RateModel
-from joinlib.pmjoin.tree import Leaf, MJoin, Tree, join
+from joinlib.pmjoin.tree import Leaf, MJoin, Tree, mjoin_node
 
 MAX_STREAMS = 16
 
@@ -85,7 +85,7 @@ class _Search:
         at = self.joined_at[mask][target]
         a = self.split[mask][at]
         parts = [self.tree(a, at), self.tree(mask ^ a, at)]
-        return join(parts, self.nodes[at])
+        return mjoin_node(parts, self.nodes[at])
 
 
 def optimal(model: RateModel) -> tuple[float, Tree]:
@@ -108,18 +108,18 @@ def optimal(model: RateModel) -> tuple[float, Tree]:
     return s.joined[full][at], s.tree(full, at)
 
 
-def central(model: RateModel, node: str) -> Tree:
+def central_tree(model: RateModel, node: str) -> Tree:
     """Every stream shipped to ``node`` (a site or a processing-only node), one MJoin there."""
     if node not in model.nodes:
         raise PlanError(f"unknown node {node!r} (nodes: {', '.join(model.nodes)})")
     leaves: list[Tree] = [Leaf(s.name, s.node) for s in model.streams]
     if len(leaves) == 1:
         return leaves[0]
-    out = join(leaves, node)
+    out = mjoin_node(leaves, node)
     return out if isinstance(out, MJoin) else leaves[0]
 
 
 def simple(model: RateModel) -> Tree:
     """The paper's Simple: everything to the node of the fastest stream (ties: the first)."""
     fastest = max(range(len(model.streams)), key=lambda i: (model.cost(frozenset({i})), -i))
-    return central(model, model.node_of(fastest))
+    return central_tree(model, model.node_of(fastest))

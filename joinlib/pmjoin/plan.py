@@ -19,7 +19,7 @@ from joinlib.plan.partition import PartitionFunction
 from joinlib.plan.partition import from_json as partition_from_json
 from joinlib.pmjoin.rates import RateModel, ValueRateModel
 from joinlib.pmjoin.streamjoinopt import stream_join_opt
-from joinlib.pmjoin.tree import Tree, describe, plan_cost
+from joinlib.pmjoin.tree import Tree, describe, tree_cost
 from joinlib.pmjoin.tree import from_json as tree_from_json
 from joinlib.pmjoin.tree import to_json as tree_to_json
 
@@ -121,7 +121,7 @@ def plan_pmjoin(model: ValueRateModel, values: Sequence[Any], partition: Partiti
         sub = model.group(cols)
         tree = optimizer(sub) if cols else whole
         rates = tuple(sub.rate(frozenset({i})) for i in range(len(model.streams)))
-        groups.append(GroupPlan(pid, tree, plan_cost(tree, sub) if cols else 0.0, len(cols), rates))
+        groups.append(GroupPlan(pid, tree, tree_cost(tree, sub) if cols else 0.0, len(cols), rates))
     return PMJoinPlan(attribute, tuple(s.name for s in model.streams), partition, tuple(groups))
 
 
@@ -132,7 +132,7 @@ def group_costs(model: ValueRateModel, columns: list[list[int]], optimizer: Opti
     for cols in columns:
         if cols:
             sub = model.group(cols)
-            out.append(plan_cost(optimizer(sub), sub))
+            out.append(tree_cost(optimizer(sub), sub))
         else:
             out.append(0.0)
     return out

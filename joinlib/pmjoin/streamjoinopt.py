@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from joinlib.errors import PlanError
 from joinlib.pmjoin.rates import Members, RateModel
-from joinlib.pmjoin.tree import Leaf, Tree, join
+from joinlib.pmjoin.tree import Leaf, Tree, mjoin_node
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _key(model: RateModel, item: Item) -> tuple[float, int]:
 
 
 def _join(inputs: Sequence[Item], node: str) -> Item:
-    return Item(join([it.tree for it in inputs], node), frozenset().union(*(it.members for it in inputs)))
+    return Item(mjoin_node([it.tree for it in inputs], node), frozenset().union(*(it.members for it in inputs)))
 
 
 def local_joins(model: RateModel) -> list[Item]:

@@ -40,7 +40,7 @@ class MJoin:
 Tree = Union[Leaf, MJoin]
 
 
-def join(inputs: Sequence[Tree], node: str) -> MJoin:
+def mjoin_node(inputs: Sequence[Tree], node: str) -> MJoin:
     """One MJoin at ``node`` over ``inputs``; an input MJoin already at ``node`` is flattened into it
     (its inputs meet there anyway, nothing is shipped between them), local inputs go right-most."""
     flat: list[Tree] = []
@@ -78,7 +78,7 @@ def shipments(tree: Tree, model: RateModel) -> list[tuple[tuple[str, ...], str, 
     return out
 
 
-def plan_cost(tree: Tree, model: RateModel) -> float:
+def tree_cost(tree: Tree, model: RateModel) -> float:
     """Bytes per second shipped between nodes by ``tree`` under ``model``."""
     return sum(c for *_, c in shipments(tree, model))
 

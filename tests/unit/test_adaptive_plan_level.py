@@ -6,7 +6,7 @@ import pytest
 
 from joinlib.adaptive.config import AdaptiveConfig
 from joinlib.adaptive.jep import SEP
-from joinlib.adaptive.planner import Eq12, PlanLevel, algorithm1, plan_cost, plan_level
+from joinlib.adaptive.planner import Eq12, PlanLevel, algorithm1, plan_level, plan_level_cost
 from joinlib.adaptive.stats import MonitorConfig, StreamMonitor, StreamStatistics, with_stats
 from joinlib.errors import JoinlibError
 from joinlib.model import Stream, StreamStats, Window
@@ -37,7 +37,7 @@ def test_at_50_the_plan_keeps_the_toggled_window_where_it_is_probed(m):
     low = plan_level(q, PlanLevel())
     assert low.sep("S1") == SEP("S1", (f"S{m}",) + tuple(f"S{i}" for i in range(2, m)), (0,) + (1,) * (m - 2))
     assert low.sep("S2").order[:2] == ("S1", f"S{m}") and low.sep("S2").placement[:2] == (1, 0)
-    assert plan_cost(q, low, PlanLevel()) < plan_cost(q, algorithm1(q), PlanLevel())
+    assert plan_level_cost(q, low, PlanLevel()) < plan_level_cost(q, algorithm1(q), PlanLevel())
 
 
 @pytest.mark.parametrize("m", [4, 8])
@@ -63,11 +63,11 @@ def test_a_replica_is_charged_once_per_plan():
     m = PlanLevel()
     per_msg = 10 * 0.005
     shipped = 3 * (per_msg + 100 * 150 * 8 / 1_024_000)
-    assert plan_cost(q, jep, m) == pytest.approx(2 * shipped + _processing(q, jep, m), rel=1e-9)
+    assert plan_level_cost(q, jep, m) == pytest.approx(2 * shipped + _processing(q, jep, m), rel=1e-9)
 
 
 def _processing(q, jep, m):
-    from joinlib.adaptive.planner import advance
+    from joinlib.adaptive.planner import advance_sequence
     from joinlib.costs.unit_time import SeqState, stream_rate, window_tuples
     total = 0.0
     for sep in jep.seps:
@@ -75,7 +75,7 @@ def _processing(q, jep, m):
         for s, p in zip(sep.order, sep.placement, strict=True):
             nxt = q.stream(s)
             total += stream_rate(nxt) * m.c_u + state.rate * m.c_p * window_tuples(nxt)
-            state = advance(q, state, s, p)
+            state = advance_sequence(q, state, s, p)
     return total
 
 

@@ -162,7 +162,7 @@ def test_a_new_query_is_built_on_a_running_operator_when_that_ships_less():
     """Seed 001's marginal cost on the live system: STREAMJOINOPT alone would ship S1 and S2 to w (2 x 100
     tuples/s x 100 B); on the running S1+S2 join at y only S4 ships (100 x 100 B).  Without it, or when the
     query joins S1 and S2 otherwise, the base tree stays."""
-    from joinlib.mjoin.deployed import candidates, choose_tree, marginal_cost
+    from joinlib.mjoin.deployed import choose_tree, marginal_cost, reuse_candidates
     from joinlib.mjoin.tree_plans import streamjoinopt
     from joinlib.pmjoin.stats import selectivity_model
     from joinlib.pmjoin.tree import describe
@@ -172,7 +172,7 @@ def test_a_new_query_is_built_on_a_running_operator_when_that_ships_less():
     base, model = streamjoinopt(q2), selectivity_model(q2)
     assert describe(base) == "MJoin@w(S1@x -> w, S2@y -> w, S4)"
     keys = frozenset({op.key})
-    costs = {describe(t): marginal_cost(q2, t, keys, model) for t in candidates(q2, base, [op])}
+    costs = {describe(t): marginal_cost(q2, t, keys, model) for t in reuse_candidates(q2, base, [op])}
     assert costs == {"MJoin@w(S1@x -> w, S2@y -> w, S4)": 20_000.0,
                      "MJoin@y(MJoin@y(S1@x -> y, S2), S4@w -> y)": 10_000.0,
                      "MJoin@w(MJoin@y(S1@x -> y, S2) -> w, S4)": 40_000.0}

@@ -11,8 +11,8 @@ from joinlib.multiquery.search import (
     Atom,
     Problem,
     Reuse,
-    brute_force,
-    exhaustive,
+    brute_force_tree,
+    exhaustive_search,
     lemma1,
     merge_orders,
     place_tree,
@@ -72,7 +72,7 @@ def test_tree_dp_placement_equals_brute_force(case):
     full = (1 << len(p.atoms)) - 1
     for t in trees(full):
         cost, root = place_tree(p, t)
-        assert abs(cost - brute_force(p, t)) <= 1e-6 * max(1.0, cost)
+        assert abs(cost - brute_force_tree(p, t)) <= 1e-6 * max(1.0, cost)
         if p.target is not None:  # the placed tree costs what the DP says
             assert abs(OperatorPlan("q", root, p.target).cost(top) - cost) <= 1e-6 * max(1.0, cost)
 
@@ -81,7 +81,7 @@ def test_tree_dp_placement_equals_brute_force(case):
 @given(problems(max_k=5))
 def test_subset_dp_equals_every_tree_placed(case):
     top, p = case
-    s, e = solve(p), exhaustive(p)
+    s, e = solve(p), exhaustive_search(p)
     assert abs(s.estimate - e.estimate) <= 1e-6 * max(1.0, e.estimate)
     assert s.root.streams == e.root.streams == p.union((1 << len(p.atoms)) - 1)
     assert s.examined == e.examined == lemma1(len(p.atoms), len(p.cands))

@@ -23,13 +23,13 @@ from joinlib.pmjoin import (
     StreamSpec,
     ValueRateModel,
     ValueRates,
-    central,
+    central_tree,
     optimal,
-    plan_cost,
     plan_pmjoin,
     rate_partition,
     simple,
     stream_join_opt,
+    tree_cost,
 )
 from joinlib.pmjoin.tree import describe, from_json, placements, shipments, streams_of, to_json
 
@@ -74,18 +74,18 @@ def test_example1_table1_per_value(value: str, rates: dict[tuple[str, str], floa
 
 def test_example1_centralized_is_100_1() -> None:
     m = example1()
-    best_central = min(plan_cost(central(m, n), m) for n in m.nodes)
+    best_central = min(tree_cost(central_tree(m, n), m) for n in m.nodes)
     assert best_central == pytest.approx(100.1)
-    assert plan_cost(simple(m), m) == pytest.approx(100.1)  # to n1, the fastest stream's node
+    assert tree_cost(simple(m), m) == pytest.approx(100.1)  # to n1, the fastest stream's node
 
 
 def test_example1_distributed_is_54_03() -> None:
     m = example1()
     tree = stream_join_opt(m)
     assert describe(tree) == "MJoin@n1(MJoin@n2(S3@n3 -> n2, S2) -> n1, S1)"  # S3 -> n2, S_{2,3} -> n1
-    assert plan_cost(tree, m) == pytest.approx(50.03 + 2 * 2.0008)
-    assert round(plan_cost(tree, m), 2) == 54.03
-    assert optimal(m)[0] == pytest.approx(plan_cost(tree, m))
+    assert tree_cost(tree, m) == pytest.approx(50.03 + 2 * 2.0008)
+    assert round(tree_cost(tree, m), 2) == 54.03
+    assert optimal(m)[0] == pytest.approx(tree_cost(tree, m))
 
 
 @pytest.mark.parametrize("value, cost, plan", [
@@ -97,7 +97,7 @@ def test_example1_partitioned_groups(value: str, cost: float, plan: str) -> None
     m = example1().group([VALUES.index(value)])
     tree = stream_join_opt(m)
     assert describe(tree) == plan
-    assert plan_cost(tree, m) == pytest.approx(cost)
+    assert tree_cost(tree, m) == pytest.approx(cost)
     assert optimal(m)[0] == pytest.approx(cost)
 
 
@@ -123,8 +123,8 @@ def test_example1_scaled_by_ten() -> None:
     """The digest's live check: rates x10, windows /10 -> 1001 / 540.3 / 0.696 bytes/s."""
     specs = [StreamSpec(s, f"n{i + 1}", 10 * sum(r), window_s=0.05) for i, (s, r) in enumerate(TABLE1.items())]
     m = ValueRateModel(specs, 10 * np.array(list(TABLE1.values())))
-    assert plan_cost(simple(m), m) == pytest.approx(1001)
-    assert plan_cost(stream_join_opt(m), m) == pytest.approx(540.316)
+    assert tree_cost(simple(m), m) == pytest.approx(1001)
+    assert tree_cost(stream_join_opt(m), m) == pytest.approx(540.316)
     assert plan_pmjoin(m, VALUES, rate_partition(example1_rates(), 3)).cost == pytest.approx(0.696)
 
 
@@ -176,7 +176,7 @@ def test_example2_streamjoinopt() -> None:
     assert placements(tree) == ["n1", "n0"]  # the joins meeting at one node form one MJoin there
     assert [(s, src, dst, round(c, 6)) for s, src, dst, c in shipments(tree, m)] == [
         (("S0",), "n0", "n1", 10), (("S0", "S2", "S3"), "n1", "n0", 9), (("S4",), "n2", "n0", 15)]
-    assert plan_cost(tree, m) == pytest.approx(34)
+    assert tree_cost(tree, m) == pytest.approx(34)
     assert optimal(m)[0] <= 34 + 1e-9
 
 
@@ -206,15 +206,15 @@ def test_processing_only_node_is_a_candidate_but_never_cheaper_under_uniform_lin
     m = SelectivityModel(specs, [JoinClass("k", ((0, 1.0), (1, 1.0), (2, 1.0)))], nodes=("dc",))
     assert m.nodes == ("r0", "r1", "r2", "dc")
     tree = stream_join_opt(m)
-    assert plan_cost(tree, m) == pytest.approx(20)
-    assert plan_cost(central(m, "dc"), m) == pytest.approx(30)
+    assert tree_cost(tree, m) == pytest.approx(20)
+    assert tree_cost(central_tree(m, "dc"), m) == pytest.approx(30)
 
 
 @pytest.mark.parametrize("make, message", [
     (lambda: StreamSpec("S", "n", 1), "exactly one of a time window"),
     (lambda: StreamSpec("S", "n", -1, window_s=1), "must be a finite number >= 0"),
     (lambda: HashPartition(0), "integer >= 1"),
-    (lambda: central(example1(), "nowhere"), "unknown node 'nowhere'"),
+    (lambda: central_tree(example1(), "nowhere"), "unknown node 'nowhere'"),
     (lambda: JoinClass("k", ((0, 0.0),)), "must be in \\(0, 1\\]"),
     (lambda: PMJoinPlan.from_json({"kind": "other"}), "not a PMJoin plan"),
 ])

@@ -10,7 +10,7 @@ from joinlib.data.gen import generate
 from joinlib.errors import PlanError
 from joinlib.planner.measure import sample_ms
 from joinlib.planner.registry import candidates
-from joinlib.planner.sampled import measure, sample_of, sampled
+from joinlib.planner.sampled import measure_candidates, sample_of, sampled
 from joinlib.query import load_query
 from joinlib.runtime.sink import CountingSink
 from joinlib.sim.engine import run_embedded
@@ -36,7 +36,7 @@ def test_candidates_include_every_planner_central_sites_and_algorithms(wan):
 def test_sampled_picks_the_fewest_steady_bytes_on_a_sample_where_windows_fill(wan):
     q, streams = wan
     assert sample_ms(q, streams) >= 2 * 3000  # 3 s windows: the old 2 s sample never filled them
-    ranked = measure(q, streams, 4000, candidates=candidates)
+    ranked = measure_candidates(q, streams, 4000, candidates=candidates)
     plan = sampled(q, streams, length_ms=4000, candidates=candidates)
     assert plan == ranked[0].plan
     assert all(ranked[0].steady_bytes_per_s <= c.steady_bytes_per_s for c in ranked)
