@@ -12,9 +12,10 @@ from joinlib.errors import PlanError
 from joinlib.model import Query, Window
 from joinlib.plan import logical as plans_mod
 from joinlib.plan import partitioned as pm
+from joinlib.plan.partition import HashPartition
 from joinlib.pmjoin import partitioned as choose_pm
-from tests.property.test_exactness import assert_exact
-from tests.strategies import plans, queries, reductions, stream_data
+from joinlib.testing import assert_exact
+from joinlib.testing.strategies import plans, queries, reductions, stream_data
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -71,7 +72,7 @@ def test_values_of_a_result_share_a_partition_and_broadcast_streams_go_everywher
     q = Query("q", (Stream("A", 0, "a", w, ("k",)), Stream("B", 1, "b", w, ("k", "x")), Stream("C", 2, "c", w, ("y",))),
               (Predicate("A", "k", "B", "k"), Predicate("B", "x", "C", "y")))
     assert pm.attribute_class(q) == (("A", "k"), ("B", "k"))
-    p = pm.Partitioned(pm.attribute_class(q), pm.HashPartition(3), (plans_mod.central(q),) * 3)
+    p = pm.Partitioned(pm.attribute_class(q), HashPartition(3), (plans_mod.central(q),) * 3)
     router = p.router(q)
     assert router["C"] is None and router["A"] is not None
 
