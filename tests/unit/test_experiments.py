@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from joinlib.cli.experiments import main
-from joinlib.costs.unit_time import get_model, plan_cost
+from joinlib.costs.unit_time import CalibratedModel, get_model, plan_cost
+from joinlib.data.synthetic import StreamSpec
 from joinlib.experiments.common import (
     DataCache,
     accuracy,
@@ -175,8 +176,8 @@ def test_correlations_and_summary():
 # ----------------------------------------------------------------------------- measurement
 
 def _two_way(rate=200, attrs=20, window_ms=500):
-    stats = {"rate": rate, "attributes": attrs, "selectivity": 0.1, "window_ms": window_ms}
-    return build_query("t", [dict(stats), dict(stats)], [(0, 1)], sites=["n1", "n2"],
+    stats: StreamSpec = {"rate": rate, "attributes": attrs, "selectivity": 0.1, "window_ms": window_ms}
+    return build_query("t", [{**stats}, {**stats}], [(0, 1)], sites=["n1", "n2"],
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
 
 
@@ -224,6 +225,7 @@ def test_stats_recovers_the_generators_parameters(tmp_path, capsys):
         assert m["join_attributes"]["J"]["selectivity"] == pytest.approx(s.stats.selectivity_of("J"))
         assert m["join_attributes"]["J"]["collision"] == pytest.approx(s.stats.selectivity_of("J"), rel=0.15)
         assert m["attributes"] == s.stats.attributes
+        assert s.stats.rate is not None
         assert m["window_tuples"] == pytest.approx(s.stats.rate * s.window.size / 1000, rel=0.12)
     measured = load_query(out)
     assert measured.stream("S2").stats.tuple_bytes == round(stats["S2"]["tuple_bytes"])
@@ -248,7 +250,7 @@ def test_calibrate_writes_positive_constants(tmp_path, capsys):
         assert doc[k] < 1e-3, k  # a per-operation cost, not a whole run
     assert doc["probe"] == "hash" and doc["meta"]["command"].startswith("joinlib calibrate")
     model = get_model("calibrated", path=out)
-    assert model.c_p == doc["c_p"] and model.probe == "hash"
+    assert isinstance(model, CalibratedModel) and model.c_p == doc["c_p"] and model.probe == "hash"
     assert "c_p" in capsys.readouterr().out
 
 
@@ -301,7 +303,7 @@ def test_help_explains(argv, words, capsys):
 def test_registered_in_the_main_cli(capsys):
     from joinlib.cli.main import main as cli
     try:
-        cli.main(["experiment", "accuracy", "--help"])
+        cli(["experiment", "accuracy", "--help"])
     except SystemExit as e:
         if e.code != 0:
             pytest.skip("joinlib.cli.main does not register the experiment commands yet")

@@ -140,7 +140,7 @@ def test_value_model_closed_form_equals_pairwise_recursion(data: st.DataObject, 
     g = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))
     order = data.draw(st.permutations(g))
     w_v = [[lam[i, v] * (specs[i].window_s or 0) if specs[i].window_s else
-            specs[i].window_tuples * lam[i, v] / specs[i].rate for i in range(n)] for v in range(k)]  # type: ignore
+            specs[i].window_tuples * lam[i, v] / specs[i].rate for i in range(n)] for v in range(k)]
     per_value = [pairwise(list(order), list(lam[:, v]), w_v[v]) for v in range(k)]
     assert m.rate(frozenset(g)) == _approx(sum(r for r, _ in per_value))
     assert m.window(frozenset(g)) == _approx(sum(w for _, w in per_value))
