@@ -115,7 +115,7 @@ def env(body, src="site-A", dst="site-B", flow=3, epoch=17, part=0, gen=0):
 
 
 def test_schema_files_parse_and_are_the_loaded_ones():
-    assert wire.SCHEMA_DIR == Path(wire.__file__).resolve().parent.parent / "schemas"
+    assert wire.SCHEMA_DIR == Path(wire.__file__).resolve().parents[2] / "schemas"
     files = sorted(wire.SCHEMA_DIR.glob("*.avsc"))
     assert files
     for path in files:
