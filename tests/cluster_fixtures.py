@@ -26,9 +26,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import pytest
+
+if TYPE_CHECKING:  # infra is imported when a test first needs a cluster
+    from infra.local_cluster import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # `import infra.local_cluster` with plain `pytest` too
@@ -75,7 +78,7 @@ _docker_state: dict[str, object] = {}
 def _docker_reachable() -> tuple[bool, str]:
     if "ok" not in _docker_state:
         try:
-            import docker
+            import docker  # type: ignore[import-untyped]  # the docker SDK ships no types (no stubs installed)
 
             client = docker.from_env(timeout=5)
             client.ping()
@@ -90,7 +93,7 @@ class _Local:
     """One infra.local_cluster.LocalCluster per session; Kafka and Redis started on first use."""
 
     def __init__(self) -> None:
-        self.cluster = None
+        self.cluster: Optional[LocalCluster] = None
 
     def get(self):
         if self.cluster is None:
@@ -264,7 +267,7 @@ def kafka_admin(kafka_bootstrap):
 def create_topics(admin, names: list[str], partitions: int = 1, config: Optional[dict] = None,
                   timeout: float = 30.0) -> None:
     """Create topics (replication factor 1) and wait until every partition has a leader."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=1, config=dict(config or {})) for n in names],
@@ -327,6 +330,7 @@ def secure_cluster():
         cluster = SecureCluster.start()
     except LocalClusterError as e:
         _fail("secure Kafka/Redis", [f"infra.secure_cluster: {e}"], "Needs openssl, java and redis-server (TLS).")
+    assert cluster.kafka is not None   # started
     _PROVENANCE["secure"] = (f"kafka {cluster.kafka_bootstrap} (SASL_SSL, ready in "
                              f"{cluster.kafka.startup_seconds:.1f}s), redis {cluster.redis_url} (TLS, ACL users)")
     yield cluster

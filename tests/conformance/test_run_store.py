@@ -37,6 +37,7 @@ class Maker:
         self.prefixes: list[str] = []
         if kind == "redis":
             import redis
+            assert redis_url is not None, "a redis Maker needs the server's URL"
             self.client = redis.Redis.from_url(redis_url)
         self.persistent = kind != "memory"
 

@@ -180,8 +180,8 @@ def assert_same(store, model: Model, keys_by_index: Callable[[tuple], list]) -> 
                 assert one is not None and live(one)[2] == [obs(t) for t in exp[k]]
             else:
                 assert one is None
-    for ts in {t.ts for t in want} | {-1, 0, 10**6} | {t.ts + 1 for t in want[:3]}:
-        assert store.first_seq_at_or_after(ts) == model.first_seq_at_or_after(ts)
+    for at in {t.ts for t in want} | {-1, 0, 10**6} | {t.ts + 1 for t in want[:3]}:
+        assert store.first_seq_at_or_after(at) == model.first_seq_at_or_after(at)
 
 
 # --------------------------------------------------------------------------- table-driven cases
@@ -671,6 +671,7 @@ def test_redis_store_survives_a_script_cache_flush(redis_url, rclient):
         s.insert(U[:3])
         rclient.script_flush()
         s.insert(U[3:6])
-        assert live(s.lookup((0,), (0,)))[1] == [0, 3]
+        kl = s.lookup((0,), (0,))
+        assert kl is not None and live(kl)[1] == [0, 3]
     finally:
         s.clear()

@@ -40,8 +40,8 @@ class Dockerfile:
                 df.args.setdefault(name.strip(), default.strip())
             if op == "FROM":
                 parts = rest.split()
-                name = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
-                df.stages.append({"image": df.expand(parts[0]), "name": name, "instructions": []})
+                stage = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
+                df.stages.append({"image": df.expand(parts[0]), "name": stage, "instructions": []})
             elif df.stages:
                 df.stages[-1]["instructions"].append((op, rest))
         return df
@@ -130,7 +130,9 @@ def test_services_image_is_python_311_slim():
 def test_spark_image_pins_pyspark_to_the_spark_version():
     df = Dockerfile.parse(SPARK_DOCKERFILE)
     spark_stage = next(s for s in df.stages if s["image"].startswith(("spark:", "apache/spark:")))
-    spark_version = re.match(r"(?:apache/)?spark:(\d+\.\d+\.\d+)", spark_stage["image"]).group(1)
+    tag = re.match(r"(?:apache/)?spark:(\d+\.\d+\.\d+)", spark_stage["image"])
+    assert tag, spark_stage["image"]
+    spark_version = tag.group(1)
     assert df.final["image"].startswith("python:3.11"), "joinlib needs Python >= 3.11"
     req = REPO / "requirements-spark.txt"
     assert req.is_file(), "requirements-spark.txt missing (services/spark/Dockerfile installs pyspark from it)"

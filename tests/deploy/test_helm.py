@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.deploy.conftest import CHART, K8S_VERSION, load_yaml, require_module
 
-FIVE_SITES = {
+FIVE_SITES: dict[str, Any] = {
     "sites": ["s1", "s2", {"name": "s3", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
                            "nodeSelector": {"topology.kubernetes.io/zone": "a"},
                            "extraEnv": [{"name": "FOO", "value": "bar"}]}, "s4", "s5"],

@@ -160,11 +160,11 @@ def _produce_paced(bootstrap: str, query, rows: dict, rec) -> None:
     t0 = time.monotonic()
     for e in range(last + 1):
         for s in query.streams:
+            def delivered(_err, m, n=s.name) -> None:
+                rec.add(n, m.partition(), m.offset(), m.value())
             for r in rows[s.name]:
                 if r["ts"] // tau == e:
-                    producer.produce(s.source.topic, json.dumps(r).encode(), partition=0,
-                                     on_delivery=lambda _err, m, n=s.name: rec.add(n, m.partition(), m.offset(),
-                                                                                  m.value()))
+                    producer.produce(s.source.topic, json.dumps(r).encode(), partition=0, on_delivery=delivered)
         producer.poll(0)
         time.sleep(max(0.0, t0 + (e + 1) * tau / 1000.0 - time.monotonic()))
     producer.flush(30)

@@ -166,7 +166,8 @@ def test_paced_replay_reports_latency_and_metrics(routers, kafka_bootstrap):
     # machine may take seconds)
     assert lat and 0 < lat["p50"] <= lat["p99"] <= lat["max"]
     assert set(registries) == set(query.sites)
-    shipped, received = Counter(), Counter()
+    shipped: Counter[tuple[str, ...]] = Counter()
+    received: Counter[tuple[str, ...]] = Counter()
     for site, reg in registries.items():
         text = generate_latest(reg).decode()
         for name in _catalogued_metrics():  # what the Grafana dashboards may query

@@ -176,7 +176,9 @@ class OwnRedis:
 
     def config(self, key: str) -> str:
         import redis
-        return redis.Redis(port=self.port, decode_responses=True).config_get(key)[key]
+        value = redis.Redis(port=self.port, decode_responses=True).config_get(key)[key]
+        assert value is not None, f"redis has no config {key}"
+        return value
 
     def kill(self) -> None:
         self.proc.kill()

@@ -57,6 +57,7 @@ from tests.integration.test_live import (
     advances,
     dead_letters,
     results_via_cli,
+    source_of,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +153,7 @@ class Stack:
         out: Counter = Counter()
         for m in re.finditer(r'^joinlib_rejected_messages_total\{([^}]*)\} (\S+)$', text, re.M):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            out[(labels["topic"], labels["reason"])] += float(m.group(2))
+            out[(labels["topic"], labels["reason"])] += float(m.group(2))  # type: ignore[assignment]  # counts as Prometheus floats
         return out
 
     def close(self) -> None:
@@ -227,8 +228,8 @@ class Writer:
                 self.rec.add(stream, msg.partition(), msg.offset(), value)
             else:
                 self.failed.append(str(err))
-        topic = self.q.stream(stream).source.topic
-        kw = {} if partition is None else {"partition": partition}
+        topic = source_of(self.q.stream(stream)).topic
+        kw: dict[str, Any] = {} if partition is None else {"partition": partition}
         while True:
             try:
                 self.p.produce(topic, value, key, on_delivery=done, **kw)
@@ -250,7 +251,7 @@ def good_records(query: Query, n: int, *, seed: int, time_base_ms: int, id_base:
     prof = EventProfile(rate=100.0, distinct=30, payload_bytes=20, disorder_ms=60)
     out = {}
     for s in query.streams:
-        as_json = replace(s, source=SourceSpec(s.source.topic, "json", "ts", "ms", "id"))
+        as_json = replace(s, source=SourceSpec(source_of(s).topic, "json", "ts", "ms", "id"))
         out[s.name] = EventGen(as_json, prof, seed=seed + s.pos, time_base_ms=time_base_ms,
                                id_base=id_base).take(n)
     return out
@@ -261,7 +262,8 @@ def write_good(w: Writer, recs: dict[str, list[Any]], lo: int, hi: int) -> None:
     for i in range(lo, hi):
         for name, rows in recs.items():
             r = rows[i]
-            value = avro_value(GOOD_ID, orjson.loads(r.value)) if w.q.stream(name).source.format == "avro" else r.value
+            avro = source_of(w.q.stream(name)).format == "avro"
+            value = avro_value(GOOD_ID, orjson.loads(r.value)) if avro else r.value
             w.write(name, value, r.key)
 
 
@@ -274,7 +276,7 @@ class Garbage:
         self.rng = random.Random(seed)
         self.kinds: Counter = Counter()
 
-    def bytes(self, lo: int = 0, hi: int = 200) -> bytes:
+    def random_bytes(self, lo: int = 0, hi: int = 200) -> bytes:
         return self.rng.randbytes(self.rng.randint(lo, hi))
 
     def truncated(self, value: bytes) -> bytes:
@@ -291,7 +293,7 @@ class Garbage:
                              "tombstone", "not_object", "bigint"])
         self.kinds[choice] += 1
         if choice == "bytes":
-            return choice, self.bytes()
+            return choice, self.random_bytes()
         if choice == "truncated":
             return choice, self.truncated(good)
         if choice == "wrong_type":
@@ -323,9 +325,9 @@ class Garbage:
         self.kinds["avro_" + choice] += 1
         good = avro_value(GOOD_ID, good_row)
         if choice == "bytes":
-            return choice, self.bytes()
+            return choice, self.random_bytes()
         if choice == "header_bytes":
-            return choice, b"\x00" + GOOD_ID.to_bytes(4, "big") + self.bytes(1, 60)
+            return choice, b"\x00" + GOOD_ID.to_bytes(4, "big") + self.random_bytes(1, 60)
         if choice == "truncated":
             return choice, good[: rng.randrange(5, len(good) - 1)]
         if choice == "wrong_types":
@@ -344,7 +346,7 @@ class Garbage:
         rng = self.rng
         key = tuple(rng.choice(["10.0.0.1", 7, 2.5, True, None]) for _ in range(rng.randint(0, 3)))
         return Tup(pos, rng.randrange(-5, 1 << 40), rng.randrange(-5, 1 << 30), rng.randrange(0, 1000), key,
-                   self.bytes(0, 20))
+                   self.random_bytes(0, 20))
 
     def body(self) -> Any:
         rng = self.rng
@@ -368,25 +370,26 @@ class Garbage:
         # far-future epochs: a forged envelope that happens to fit a real flow is only used at that epoch
         env = Envelope(key.decode(), dst, rng.randrange(0, 40), rng.randrange(10**6, 10**7), self.body(),
                        rng.choice([0, 0, 1, 7]), rng.choice([0, 0, 1, 3]))
-        value = wire.encode_envelope(env)
+        encoded = wire.encode_envelope(env)
+        value: Optional[bytes] = encoded
         choice = rng.choice(["bytes", "truncated", "content", "content", "huge", "tombstone", "bad_key",
                              "bad_sent", "out_of_range"])
         self.kinds["env_" + choice] += 1
         headers: list = []
         if choice == "bytes":
-            value = self.bytes(0, 300)
+            value = self.random_bytes(0, 300)
         elif choice == "truncated":
-            value = self.truncated(value)
+            value = self.truncated(encoded)
         elif choice == "huge":
             value = self.huge()
         elif choice == "tombstone":
             value = None
         elif choice == "bad_key":
-            key = b"\xff\xfe" + self.bytes(1, 8)
+            key = b"\xff\xfe" + self.random_bytes(1, 8)
         elif choice == "bad_sent":
             headers = [("sent_ms", rng.choice([b"soon", b"nan", b"inf", b"", b"\xff"]))]
         elif choice == "out_of_range":   # part beyond an Avro int, or a body branch that does not exist
-            value = rng.choice([avro.encode_long(1 << 40) + value[1:], value[:4] + b"\x7e" + value[5:]])
+            value = rng.choice([avro.encode_long(1 << 40) + encoded[1:], encoded[:4] + b"\x7e" + encoded[5:]])
         return choice, key, value, headers
 
     # ---- control messages
@@ -402,7 +405,7 @@ class Garbage:
             return buf.getvalue()
         other = {**good_plan, "run": "forged"}
         choices = {
-            "bytes": lambda: self.bytes(0, 300),
+            "bytes": lambda: self.random_bytes(0, 300),
             "truncated": lambda: self.truncated(enc(records.Control(query, "stop", {"run": run}))),
             "huge": lambda: self.huge(),
             "not_json": lambda: raw("stop", "{run: " + run),
@@ -447,7 +450,7 @@ def wait_exact(stack: Stack, q: Query, run: str, rec: Recorder, schemas: dict, t
     places = [d[0] for d in dead]
     assert len(places) == len(set(places)), "a record is in the dead-letter topic twice"
     assert {d[0]: d[1] for d in dead} == want.dead
-    values = {(s.source.topic, w.part, w.offset): w.value for s in q.streams for w in rec.written.get(s.name, [])}
+    values = {(source_of(s).topic, w.part, w.offset): w.value for s in q.streams for w in rec.written.get(s.name, [])}
     assert all(values[where] == value for where, _, value in dead), "a dead letter lost its bytes"
     assert sum(len(v) for v in want.on_time.values()) + len(want.dead) == rec.count()
     return want
@@ -493,6 +496,7 @@ def test_garbage_on_source_topics_goes_to_the_dead_letter_topic(stack, make_topi
             next_id += 1
             stream = g.rng.choice(["S1", "S2", "S3"])
             good = recs[stream][g.rng.randrange(lo, lo + 30)]
+            value: Optional[bytes]
             if stream == "S2":
                 _, value = g.avro_record(json.loads(good.value), next_id)
             else:

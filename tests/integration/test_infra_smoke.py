@@ -9,19 +9,21 @@ scripts via EVALSHA.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 
 def _consume(consumer: Consumer, n: int, timeout: float = 30.0) -> list:
-    out, deadline = [], time.monotonic() + timeout
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
     while len(out) < n and time.monotonic() < deadline:
         for m in consumer.consume(num_messages=n - len(out), timeout=0.5):
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
+            if err := m.error():
+                if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise AssertionError(f"consumer error: {m.error()}")
+                raise AssertionError(f"consumer error: {err}")
             out.append(m)
     return out
 

@@ -21,15 +21,17 @@ import uuid
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import pytest
 
 from joinlib.cli.main import main as cli
 from joinlib.ingest.contract import Expected, Written, expected_output
 from joinlib.ingest.events import EventProfile
-from joinlib.model import Query
+from joinlib.ingest.records import SchemaLookup
+from joinlib.model import Query, Stream
 from joinlib.query import parse_query, query_to_dict
+from joinlib.source_spec import SourceSpec
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 45
@@ -152,14 +154,17 @@ def read_topic(bootstrap: str, topic: str, run: str) -> list[Any]:
     c = make_consumer(bootstrap, f"check-{uuid.uuid4().hex[:6]}")
     try:
         end = end_offsets(c, [topic])[topic]
-        out, seen = [], 0
+        out: list[Any] = []
+        seen = 0
         if end == 0:
             return out
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + 30
         while seen < end and time.monotonic() < deadline:
             for m in consume(c, 5000, 0.3):
-                seen = m.offset() + 1
+                offset = m.offset()
+                assert offset is not None   # a consumed message has an offset
+                seen = offset + 1
                 if dict(m.headers() or ()).get("run") == run.encode():
                     out.append(m)
         return out
@@ -185,7 +190,19 @@ def dead_letters(bootstrap: str, query: Query, run: str) -> list[tuple[tuple[str
     return out
 
 
-def results_via_cli(services: Services, query: Query, origin: int, tmp_path: Path) -> Counter:
+class HasPlanner(Protocol):
+    """A planner service's URL: :class:`Services` here, the process stack of test_hostile_input."""
+
+    url: str
+
+
+def source_of(stream: Stream) -> SourceSpec:
+    """The source of a live query's stream (every stream of a live query has one)."""
+    assert stream.source is not None, f"stream {stream.name} has no source"
+    return stream.source
+
+
+def results_via_cli(services: HasPlanner, query: Query, origin: int, tmp_path: Path) -> Counter:
     out = tmp_path / f"{query.name}-{uuid.uuid4().hex[:4]}.jsonl"
     assert cli(["results", query.name, "--out", str(out), "--url", services.url]) == 0
     pos = {s.name: s.pos for s in query.streams}
@@ -220,7 +237,8 @@ def wait_exact(services: Services, query: Query, run: str, origin: int, rec: Rec
     places = [d[0] for d in dead]
     assert len(places) == len(set(places)), "a record is in the dead-letter topic twice"
     assert {d[0]: d[1] for d in dead} == want.dead
-    values = {(s.source.topic, w.part, w.offset): w.value for s in query.streams for w in rec.written.get(s.name, [])}
+    values = {(source_of(s).topic, w.part, w.offset): w.value for s in query.streams
+              for w in rec.written.get(s.name, [])}
     assert all(values[where] == value for where, _, value in dead), "a dead letter does not carry the original bytes"
     on_time = sum(len(v) for v in want.on_time.values())
     assert on_time + len(want.dead) == rec.count(), "a record is neither on time nor a dead letter"
@@ -368,7 +386,10 @@ def test_avro_with_a_schema_registry(services, make_topic, tmp_path):
     p = make_producer(services.bootstrap)
 
     def delivered(value: bytes):
-        return lambda err, msg: err is None and rec.add("S1", msg.partition(), msg.offset(), value)
+        def done(err, msg) -> None:
+            if err is None:
+                rec.add("S1", msg.partition(), msg.offset(), value)
+        return done
     for i, r in enumerate(rows):
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, parsed, orjson.loads(r.value))
@@ -380,7 +401,7 @@ def test_avro_with_a_schema_registry(services, make_topic, tmp_path):
         p.produce(topics[0], value, r.key, on_delivery=delivered(value))
     p.flush(30)
     from joinlib.node.sources import RegistrySchemas
-    schemas = {"S1": RegistrySchemas(reg.url, None, print)}
+    schemas: dict[str, SchemaLookup] = {"S1": RegistrySchemas(reg.url, None, print)}
     deadline = time.monotonic() + WAIT_S
     while True:
         want = expected_output(q, rec.written, 0, advances(services.bootstrap, q, out["run"]), schemas)

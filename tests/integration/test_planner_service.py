@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -99,15 +100,18 @@ def _results(bootstrap: str, query) -> Counter:
     topic = out_topic(query.name)
     end = end_offsets(consumer, [topic])[topic]
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    pos, got = {s.name: s.pos for s in query.streams}, Counter()
+    pos = {s.name: s.pos for s in query.streams}
+    got: Counter[tuple[tuple[Optional[int], ...], int]] = Counter()
     seen, deadline = 0, time.monotonic() + 60
     while seen < end and time.monotonic() < deadline:
         for m in consume(consumer, 5000, 0.5):
-            for r in records.decode_result_batch(m.value()).results():
-                ids = [None] * len(pos)
+            value, offset = m.value(), m.offset()
+            assert value is not None and offset is not None   # a consumed message has both
+            for r in records.decode_result_batch(value).results():
+                ids: list[Optional[int]] = [None] * len(pos)
                 for name, i in r.ids.items():
                     ids[pos[name]] = i
                 got[(tuple(ids), r.head_ts)] += 1
-            seen = m.offset() + 1
+            seen = offset + 1
     consumer.close()
     return got

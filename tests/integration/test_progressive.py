@@ -7,6 +7,7 @@ import json
 import random
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -27,7 +28,8 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list:
     try:
         lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         c.assign([TopicPartition(topic, 0, lo)])
-        out, deadline = [], time.monotonic() + timeout_s
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
         while len(out) < hi - lo and time.monotonic() < deadline:
             out += [m for m in c.consume(500, timeout=0.5) if m.error() is None]
         return out

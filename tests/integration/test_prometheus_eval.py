@@ -345,7 +345,7 @@ def test_every_rule_evaluates_and_every_alert_signal_has_data(observed):
             if not has_numbers(prom.range(sig, start, end)) and not allowed_empty(sig):
                 missing.append(f"{r['alert']}: {sig}")
     assert not missing, "alert signals without data:\n" + "\n".join(missing)
-    fired = Counter()
+    fired: Counter[str] = Counter()
     for res in prom.range("ALERTS", start, end):
         fired[res["metric"]["alertname"]] += 1
     print(f"\nalerts pending/firing during the run: {dict(fired)}")

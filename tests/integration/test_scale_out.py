@@ -161,13 +161,17 @@ def test_shared_serving_nodes_take_a_scaled_plan_replayed_by_the_source_service(
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, offset + 1)])
         done: dict[str, dict] = {}
         deadline = time.monotonic() + 90
-        while not wanted(specs, plan) <= set(done) and time.monotonic() < deadline:
+        every = wanted(specs, plan)
+        assert every is not None   # a scaled-out plan: every (site, partition)
+        while not every <= set(done) and time.monotonic() < deadline:
             for m in consume(consumer, 1000, 0.5):
-                c = records.decode_control(m.value())
+                value = m.value()
+                assert value is not None   # a consumed control message has a value
+                c = records.decode_control(value)
                 p = c.payload if isinstance(c.payload, dict) else {}
                 if c.query == query.name and c.kind == "done" and p.get("run") == run:
                     done[f"{p['site']}/p{p['part']}"] = p
-        assert wanted(specs, plan) <= set(done), sorted(done)
+        assert every <= set(done), sorted(done)
         assert _results(kafka_bootstrap, query) == Counter({(tuple(ids), ts): n for (ids, ts), n in want.items()})
     finally:
         consumer.close()

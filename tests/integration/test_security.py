@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -236,7 +237,7 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     stats = admin.info("commandstats")
     assert sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_zadd", "cmdstat_evalsha", "cmdstat_eval")) > 0
     assert cli(["results", query.name, "--url", url, "--out", str(tmp_path / "out.jsonl")]) == 0
-    got = Counter()
+    got: Counter[tuple[tuple[int, ...], int]] = Counter()
     for line in (tmp_path / "out.jsonl").read_text().splitlines():
         r = json.loads(line)
         got[(tuple(r["ids"][s] for s in query.names), r["ts"])] += 1
@@ -258,15 +259,18 @@ def _results(bootstrap: str, query) -> Counter:
     topic = out_topic(query.name)
     end = end_offsets(consumer, [topic])[topic]
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    pos, got = {s.name: s.pos for s in query.streams}, Counter()
+    pos = {s.name: s.pos for s in query.streams}
+    got: Counter[tuple[tuple[Optional[int], ...], int]] = Counter()
     seen, deadline = 0, time.monotonic() + 60
     while seen < end and time.monotonic() < deadline:
         for m in consume(consumer, 5000, 0.5):
-            for r in records.decode_result_batch(m.value()).results():
-                ids = [None] * len(pos)
+            value, offset = m.value(), m.offset()
+            assert value is not None and offset is not None   # a consumed message has both
+            for r in records.decode_result_batch(value).results():
+                ids: list[Optional[int]] = [None] * len(pos)
                 for name, i in r.ids.items():
                     ids[pos[name]] = i
                 got[(tuple(ids), r.head_ts)] += 1
-            seen = m.offset() + 1
+            seen = offset + 1
     consumer.close()
     return got

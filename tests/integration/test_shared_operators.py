@@ -133,6 +133,7 @@ def _starts(bs: str, q: Query, streams: list[str]) -> dict[str, dict[str, int]]:
 def _links(services: Services, name: str) -> set[tuple[str, str]]:
     """The (src, dst) links a stopped query's nodes sent bytes on (their ``done`` messages)."""
     stats = services.planner.queries[name].stats
+    assert stats is not None, f"{name} has no stats"
     return {(ln["src"], ln["dst"]) for d in stats.done.values() for ln in d.get("links", []) if ln.get("bytes")}
 
 

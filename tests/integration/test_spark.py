@@ -25,6 +25,7 @@ import uuid
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -52,7 +53,8 @@ def _run_job(module: str, *args: str, env: dict | None = None) -> subprocess.Com
         p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
                            env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{' '.join(cmd)} did not finish in {JOB_TIMEOUT_S}s; stderr:\n{(e.stderr or '')[-3000:]}")
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        pytest.fail(f"{' '.join(cmd)} did not finish in {JOB_TIMEOUT_S}s; stderr:\n{stderr[-3000:]}")
     if p.returncode == 2 and "make spark-deps" in p.stderr:
         pytest.fail(f"Spark cannot start:\n{p.stderr[-3000:]}", pytrace=False)
     return p
@@ -67,7 +69,7 @@ def _latency(ids: tuple, ts: int) -> int:
     return 5 + (sum(ids) * 7 + ts) % 120
 
 
-def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes, list | None]]) -> None:
+def _produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes, list | None]]) -> None:
     from confluent_kafka import Producer
 
     errors: list = []
@@ -264,7 +266,7 @@ def test_audit_detects_missing_duplicated_extra_and_malformed(spark_ready, datas
     missing = {(tuple(e["ids"][s] for s in names), e["head_ts"]) for e in report["examples"]["missing"]}
     assert missing == {(i, t) for i, t, _ in dropped}
     assert {(tuple(e["ids"][s] for s in names), e["head_ts"]) for e in report["examples"]["extra"]} == {extra[:2]}
-    per_window = Counter()
+    per_window: Counter[int] = Counter()
     for _, t, _ in dropped:
         per_window[t // WINDOW_MS * WINDOW_MS] += 1
     assert {w["window_start_ms"]: w["missing"] for w in report["windows"] if w["missing"]} == dict(per_window)
@@ -325,7 +327,7 @@ def test_spark_jobs_on_the_output_of_a_real_cluster_run(spark_ready, kafka_boots
     assert p.returncode == 0, f"results_job failed ({p.returncode}):\n{p.stderr[-4000:]}"
     stats = read_window_stats(out, name)
     want = Counter(ts // WINDOW_MS * WINDOW_MS for (_, ts), n in expected.items() for _ in range(n))
-    got = Counter()
+    got: Counter[int] = Counter()
     for r in stats.itertuples():
         got[int(r.window_start_ms)] += int(r.results)
     assert got == want

@@ -142,8 +142,8 @@ def test_two_queries_share_an_operator_on_kafka(tmp_path, kafka_bootstrap):
     shared = SharedTrees(base, programs)
     assert SharedTrees.from_json(base, json.loads(json.dumps(shared.to_json()))) == shared
     sink = _ByQuery(queries.values())
-    report = run_cluster(base, load_streams(base, tmp_path), shared, sink, bootstrap=kafka_bootstrap,
-                         timeout_s=TIMEOUT_S, mode="thread")
+    report = run_cluster(base, load_streams(base, tmp_path), shared,  # type: ignore[arg-type]  # run_cluster runs trees too (its docstring), annotated Plans only
+                         sink, bootstrap=kafka_bootstrap, timeout_s=TIMEOUT_S, mode="thread")
     for n, q in queries.items():
         want = Counter(reference_join(q, data[n]))
         got = Counter((ids, ts) for ids, ts, _ in sink.sinks[n].results)
@@ -202,8 +202,10 @@ def test_tree_runs_refuse_what_they_do_not_support(routers, kafka_bootstrap):  #
     query, _, streams, _ = routers
     program = lower_tree(query, TREES["left-deep at r3"])
     with pytest.raises(ClusterError, match="an MJoin tree is not adaptive"):
-        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, adaptive=object())
+        run_cluster(query, streams, program,  # type: ignore[arg-type]  # run_cluster runs trees too (its docstring), annotated Plans only
+                    bootstrap=kafka_bootstrap, adaptive=object())
     with pytest.raises(ClusterError, match="scaling out needs a partitioned plan"):
-        run_cluster(query, streams, program, bootstrap=kafka_bootstrap, instances={}, redis_url="redis://unused")
+        run_cluster(query, streams, program,  # type: ignore[arg-type]  # run_cluster runs trees too (its docstring), annotated Plans only
+                    bootstrap=kafka_bootstrap, instances={}, redis_url="redis://unused")
     with pytest.raises(PlanError, match="no node"):
         lower_tree(query, MJoin((S1, S2, S3), "nowhere"))

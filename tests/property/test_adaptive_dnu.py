@@ -18,14 +18,14 @@ from joinlib.adaptive.jep import JEP
 from joinlib.adaptive.planner import algorithm1
 from joinlib.adaptive.protocol import Message, PlanUpdate, StatsReport
 from joinlib.adaptive.stats import StreamStatistics, with_stats
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.model import Network
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def query(m: int, topology: str, sites: list[str]):
-    stats = [dict(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
+    stats = [SyntheticStats(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
     return build_query(f"q{m}", stats, topology_edges(m, topology), network=Network(5, 1024), sites=sites)
 
 
@@ -91,7 +91,8 @@ def test_cnu_sends_the_plan_to_every_node_and_asks_for_new_windows():
     cnu = CnuPlanner("N1", q, algorithm1(q))
     out = cnu.on_report(7, StatsReport("S4", 17, StreamStatistics("S4", 50.0, 150.0, 25.0, (("J", 0.01),))))
     updates = [m for m in out if isinstance(m.body, PlanUpdate)]
-    assert sorted(m.dst for m in updates) == ["N1", "N2", "N3", "N4"] and all(not m.body.notify for m in updates)
+    assert sorted(m.dst for m in updates) == ["N1", "N2", "N3", "N4"]
+    assert all(isinstance(m.body, PlanUpdate) and not m.body.notify for m in updates)
     remote = [m for m in out if m.dst != "N1"]
     assert all(m.mid == cnu.gen == 1 for m in out)
     assert len([m for m in remote if isinstance(m.body, PlanUpdate)]) == 3

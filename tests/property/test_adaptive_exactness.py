@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from joinlib.adaptive.config import AdaptiveConfig
-from joinlib.adaptive.embedded import Restart, run_adaptive
+from joinlib.adaptive.embedded import AdaptiveReport, Restart, run_adaptive
 from joinlib.adaptive.stats import MonitorConfig
 from joinlib.model import Query, Tup
 from joinlib.reference import reference_join
-from joinlib.runtime.sink import CollectingSink
-from tests.strategies import queries
+from joinlib.testing import TestingSink, assert_same
+from joinlib.testing.strategies import queries
 
 # ADAPTIVE_EXAMPLES=2000 python -m pytest tests/property/test_adaptive_exactness.py: a longer hunt
 EXAMPLES = int(os.environ.get("ADAPTIVE_EXAMPLES", "60"))
@@ -32,7 +32,8 @@ def changing_data(draw, query: Query, max_phases: int = 4) -> dict[str, list[Tup
     allowed) and key domain (1 to 6 values): statistics that change over time."""
     out = {}
     for s in query.streams:
-        t0, tups = 0, []
+        t0 = 0
+        tups: list[Tup] = []
         for _ in range(draw(st.integers(1, max_phases))):
             span = draw(st.integers(5, 120))
             n = draw(st.integers(0, 14))
@@ -57,20 +58,17 @@ def configs(draw, query: Query) -> AdaptiveConfig:
                           draw(st.sampled_from(query.sites)))
 
 
-def run(query, data, config, restarts=()) -> tuple[Counter, object]:
-    sink = CollectingSink(query)
+def run(query, data, config, restarts=()) -> tuple[Counter, AdaptiveReport]:
+    sink = TestingSink(query)
     rep = run_adaptive(query, data, config, sink, restarts=restarts, checkpoint_ms=query.execution.interval_ms * 2)
-    return Counter((ids, ts) for ids, ts, _ in sink.results), rep
+    return sink.counts(), rep
 
 
 def assert_exact(query, data, config, restarts=()) -> None:
     got, rep = run(query, data, config, restarts)
-    want = reference_join(query, data)
-    missing, extra = want - got, got - want
     event(f"plan changes: {min(len(rep.changes), 3)}{'+' if len(rep.changes) >= 3 else ''}")
-    assert not missing and not extra, (
-        f"{config.mode}: changes {[(c['from_epoch'], c['plan']) for c in rep.changes]}\n"
-        f"missing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
+    assert_same(got, reference_join(query, data),
+                f"{config.mode}: changes {[(c['from_epoch'], c['plan']) for c in rep.changes]}")
 
 
 @SETTINGS

@@ -16,10 +16,10 @@ from joinlib.adaptive.jep import JEP
 from joinlib.adaptive.planner import PlanLevel, algorithm1, plan_level
 from joinlib.adaptive.protocol import Message, StatsReport
 from joinlib.adaptive.stats import with_stats
+from joinlib.testing.strategies import queries
 from tests.property.test_adaptive_dnu import SETTINGS, deliver, scenarios
 from tests.property.test_adaptive_exactness import SETTINGS as RUN_SETTINGS
 from tests.property.test_adaptive_exactness import assert_exact, changing_data, configs
-from tests.strategies import queries
 
 
 @SETTINGS

@@ -19,7 +19,8 @@ from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Win
 from joinlib.node.backpressure import InboundGate, SourceGate
 from joinlib.plan import logical as plans_mod
 from joinlib.reference import reference_join
-from tests.property.test_checkpoint import SETTINGS, Harness, _describe, assert_same, runs
+from joinlib.testing import assert_same
+from tests.property.test_checkpoint import SETTINGS, Harness, _describe, runs
 
 
 class GatedHarness(Harness):

@@ -29,6 +29,7 @@ from joinlib.algorithms import ALGORITHMS
 from joinlib.model import Execution, Network, Predicate, Query, Stream, Tup, Window
 from joinlib.plan import logical as plans_mod
 from joinlib.protocol import wire
+from joinlib.protocol.messages import Body
 from joinlib.reference import reference_join
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError, restore, snapshot
@@ -37,7 +38,8 @@ from joinlib.runtime.host import Host
 from joinlib.runtime.instance import InstanceSpec
 from joinlib.runtime.sink import CollectingSink
 from joinlib.state.memory import MemoryWindowStore
-from tests.strategies import plans, queries, reductions, stream_data
+from joinlib.testing import assert_same
+from joinlib.testing.strategies import any_plans, queries, stream_data
 
 # CHECKPOINT_EXAMPLES=500 python -m pytest tests/property/test_checkpoint.py: a longer hunt
 EXAMPLES = int(os.environ.get("CHECKPOINT_EXAMPLES", "60"))
@@ -56,7 +58,7 @@ class _Queues:
         self.sent = 0
         self.by_src: dict[str, list[tuple]] = {s: [] for s in sites}  # (dst, gen, flow, epoch) in send order
         self.envs: dict[str, list] = {s: [] for s in sites}  # the envelopes, the same order
-        self.bodies: dict[tuple, object] = {}
+        self.bodies: dict[tuple, Body] = {}
 
     def send(self, env) -> None:
         key = (env.dst, env.gen, env.flow, env.epoch)
@@ -96,8 +98,9 @@ class Harness:
         # with the end marker put at a random place among them
         self.src: dict[str, list[tuple]] = {}
         for site in self.sites:
-            items = [("feed", s.name, self._tuples(site, s.name, data, x * tau, (x + 1) * tau), (x + 1) * tau)
-                     for x in range(last + 1) for s in query.streams if s.site == self._site_of(site)]
+            items: list[tuple] = [
+                ("feed", s.name, self._tuples(site, s.name, data, x * tau, (x + 1) * tau), (x + 1) * tau)
+                for x in range(last + 1) for s in query.streams if s.site == self._site_of(site)]
             items.insert(self.rng.randint(0, len(items)), ("end", last))
             self.src[site] = items
         self.src_pos = {s: 0 for s in self.sites}
@@ -206,10 +209,10 @@ class Harness:
         restore(node, snap.blob)
         suffix = self.log[site][snap.log_pos:]
         del self.log[site][snap.log_pos:]
-        sent = self.net.sent
+        sent_before = self.net.sent
         for inp in self._reread(suffix, messages_first):
             self.give(site, inp)
-        self.resent += self.net.sent - sent
+        self.resent += self.net.sent - sent_before
 
     def _reread(self, suffix: list[tuple], messages_first: bool = False) -> list[tuple]:
         """The inputs a restarted node reads again, as Kafka gives them back: in order within each
@@ -254,37 +257,19 @@ def _busy(host: Host, rows_only: bool = False) -> bool:
     return any(any(i.pending.values()) or (not rows_only and bool(i.held)) for i in host.instances.values())
 
 
-def assert_same(got: Counter, want: Counter, what: str) -> None:
-    missing, extra = want - got, got - want
-    assert not missing and not extra, (
-        f"{what}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
-
-
 # ----------------------------------------------------------------------------- strategies
 
 @st.composite
 def runs(draw, max_streams: int = 4):
     query = draw(queries(max_streams=max_streams))
     data = draw(stream_data(query))
-    plan = draw(any_plan(query))
+    plan = draw(any_plans(query))
     tau = query.execution.interval_ms
     last = max([t.ts for tups in data.values() for t in tups] or [0]) // tau
     starts = sorted(set(draw(st.lists(st.integers(1, last + 2), max_size=2), label="switches")))
     if not starts:
         return query, data, plan
-    return query, data, [(0, plan)] + [(s, draw(any_plan(query))) for s in starts]
-
-
-@st.composite
-def any_plan(draw, query: Query) -> plans_mod.Plan:
-    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central", "reduce"]))
-    if how == "mixed":
-        return draw(plans(query))
-    if how == "reduce":
-        return draw(reductions(query))
-    if how == "uniform":
-        return plans_mod.uniform(query, draw(st.sampled_from(ALGORITHMS)))
-    return plans_mod.central(query, draw(st.sampled_from(query.sites)))
+    return query, data, [(0, plan)] + [(s, draw(any_plans(query))) for s in starts]
 
 
 def _describe(query, plan, seed, crashes) -> str:
@@ -503,7 +488,7 @@ def test_crash_at_every_step(name, make, plan):
     clean = Harness(q, data, plan, 3)
     clean.run()
     assert_same(clean.results(), want, "no crash")
-    busy = {(site, what): [] for site in q.sites for what in ("temp", "pending")}
+    busy: dict[tuple[str, str], list[int]] = {(site, what): [] for site in q.sites for what in ("temp", "pending")}
     probe = Harness(q, data, plan, 3)
     while probe.step():
         for site, node in probe.nodes.items():

@@ -1,33 +1,15 @@
 """Every plan — any order, any algorithm mix, central — gives exactly the reference output."""
 from __future__ import annotations
 
-from collections import Counter
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib.algorithms import ALGORITHMS
 from joinlib.plan import logical as plans_mod
-from joinlib.reference import reference_join
-from joinlib.runtime.sink import CollectingSink
-from joinlib.sim.engine import run_embedded
-from tests.strategies import plans, queries, reductions, stream_data
+from joinlib.testing import assert_exact
+from joinlib.testing.strategies import plans, queries, reductions, stream_data, switched_plans
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def run(query, data, plan, roundtrip=False) -> Counter:
-    sink = CollectingSink(query)
-    run_embedded(query, data, plan, sink, roundtrip=roundtrip)
-    return Counter((ids, ts) for ids, ts, _ in sink.results)
-
-
-def assert_exact(query, data, plan, roundtrip=False) -> None:
-    got, want = run(query, data, plan, roundtrip), reference_join(query, data)
-    missing, extra = want - got, got - want
-    text = plan.to_json() if hasattr(plan, "to_json") else [(e, p.to_json()) for e, p in plan]
-    assert not missing and not extra, (
-        f"plan {text}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
 
 
 @SETTINGS
@@ -77,19 +59,6 @@ def test_planner_plans_are_exact(data):
     assert_exact(query, streams, plan_for(planner, query, model))
 
 
-@st.composite
-def any_plan(draw, query):
-    """A random mixed plan, one algorithm everywhere, central at a random site, or a reduction."""
-    how = draw(st.sampled_from(["mixed", "mixed", "uniform", "central", "reduce"]))
-    if how == "mixed":
-        return draw(plans(query))
-    if how == "uniform":
-        return plans_mod.uniform(query, draw(st.sampled_from(ALGORITHMS)))
-    if how == "reduce":
-        return draw(reductions(query))
-    return plans_mod.central(query, draw(st.sampled_from(query.sites)))
-
-
 @SETTINGS
 @given(st.data())
 def test_reductions_are_exact(data):
@@ -100,17 +69,6 @@ def test_reductions_are_exact(data):
     assert_exact(query, streams, data.draw(reductions(query)), roundtrip=data.draw(st.booleans()))
 
 
-@st.composite
-def switched(draw, query, streams):
-    """Generations: a first plan, then one to three switches to random plans at random epochs
-    (up to two epochs past the last one: a switch after the data is allowed)."""
-    tau = query.execution.interval_ms
-    last = max([t.ts for tups in streams.values() for t in tups] or [0]) // tau
-    n = draw(st.integers(1, 3))
-    starts = sorted(set(draw(st.lists(st.integers(1, last + 2), min_size=n, max_size=n))))
-    return [(0, draw(any_plan(query)))] + [(s, draw(any_plan(query))) for s in starts]
-
-
 @SETTINGS
 @given(st.data())
 def test_plan_switches_are_exact(data):
@@ -118,7 +76,7 @@ def test_plan_switches_are_exact(data):
     plans (orders, algorithms, start sites, central) switched at any epochs."""
     query = data.draw(queries())
     streams = data.draw(stream_data(query))
-    assert_exact(query, streams, data.draw(switched(query, streams)))
+    assert_exact(query, streams, data.draw(switched_plans(query, streams)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,7 +84,7 @@ def test_plan_switches_are_exact(data):
 def test_plan_switches_are_exact_through_the_wire_codec(data):
     query = data.draw(queries(max_streams=3))
     streams = data.draw(stream_data(query))
-    assert_exact(query, streams, data.draw(switched(query, streams)), roundtrip=True)
+    assert_exact(query, streams, data.draw(switched_plans(query, streams)), roundtrip=True)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -41,7 +41,7 @@ def _stream(window: Window) -> Stream:
 @st.composite
 def scenarios(draw: Any) -> dict[str, Any]:
     nparts = draw(st.integers(1, 3))
-    recs = {p: [] for p in range(nparts)}
+    recs: dict[int, list[tuple[int, int, int, bool]]] = {p: [] for p in range(nparts)}
     for p in range(nparts):
         n = draw(st.integers(0, 25))
         t = draw(st.integers(-50, 300))
@@ -67,7 +67,8 @@ def model(recs: dict[int, list], advances: dict[int, list[tuple[int, int]]], hor
     outcome: dict[tuple[int, int], str] = {}
     on_time = []
     for part, rows in recs.items():
-        wm, max_ts, seen = 0, None, {}
+        wm, max_ts = 0, None
+        seen: dict[int, int] = {}
         advs = list(advances.get(part, []))
         for off, ts, id_, bad in rows:
             while advs and advs[0][0] <= off:

@@ -14,8 +14,9 @@ from joinlib.pmjoin.tree import Leaf, MJoin, Tree, operators, streams_of
 from joinlib.reference import reference_join
 from joinlib.runtime.sink import Sink
 from joinlib.sim.tree_engine import run_deployment, run_tree
+from joinlib.testing import assert_same
+from joinlib.testing.strategies import queries, stream_data
 from tests.property.test_partitioned_exactness import time_windows
-from tests.strategies import queries, stream_data
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -56,9 +57,7 @@ def assert_tree_exact(query, streams, tree, roundtrip=False) -> None:
     sink = Collect()
     report = run_tree(lower_tree(query, tree), streams, sink, roundtrip=roundtrip)
     want = reference_join(query, streams)
-    missing, extra = want - sink.got, sink.got - want
-    assert not missing and not extra, (
-        f"tree {tree}\nmissing {list(missing.items())[:5]}\nextra {list(extra.items())[:5]}")
+    assert_same(sink.got, want, f"tree {tree}")
     assert report.results == sum(want.values())
 
 

@@ -14,8 +14,8 @@ from joinlib.plan import logical as plans_mod
 from joinlib.plan import partitioned as pm
 from joinlib.plan.partition import HashPartition
 from joinlib.pmjoin import partitioned as choose_pm
-from tests.property.test_exactness import assert_exact
-from tests.strategies import plans, queries, reductions, stream_data
+from joinlib.testing import assert_exact
+from joinlib.testing.strategies import plans, queries, reductions, stream_data
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joinlib.progressive.hmj import POLICIES
-from joinlib.progressive.model import JoinSpec, VirtualClock
+from joinlib.progressive.model import Id, JoinSpec, Key, VirtualClock
 from joinlib.progressive.registry import ALGORITHMS, make_join
 from joinlib.progressive.runs import FileRunStore, MemoryRunStore
 from joinlib.progressive.sim import ArrivalNetwork, Recorder, Workload, schedule, simulate
@@ -27,7 +27,7 @@ VARIANTS = [(a, "adaptive") for a in ALGORITHMS if a != "hmj"] + [("hmj", p) for
 
 @dataclass
 class Scenario:
-    rows: list[tuple[int, int, object]]  # (relation, id, key)
+    rows: list[tuple[int, Id, Key]]  # (relation, id, key)
     times: list[float]  # virtual ms of each arrival (non-decreasing)
     stalls: list[int]  # blocked() calls after each arrival
     end_after: tuple[int, int]  # each relation's end-of-stream after this row (-1: before any)

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from joinlib.model import Tup
 from joinlib.reference import reference_join
 from joinlib.runtime.host import Host
-from tests.property.test_checkpoint import FEWER, Harness, _Queues, assert_same
+from joinlib.testing import assert_same
+from joinlib.testing.strategies import queries, stream_data
+from tests.property.test_checkpoint import FEWER, Harness, _Queues
 from tests.property.test_partitioned_exactness import partitioned, time_windows
-from tests.strategies import queries, stream_data
 
 
 def _unit(site: str, part: int) -> str:

@@ -16,9 +16,9 @@ from joinlib.mjoin.derived import lower_tree, moved
 from joinlib.model import Tup
 from joinlib.pmjoin.tree import MJoin, operators
 from joinlib.protocol.avro import decode_tuple_list, encode_tuple_list
+from joinlib.testing.strategies import queries
 from tests.property.test_mjoin_trees import trees, with_dc
 from tests.property.test_partitioned_exactness import time_windows
-from tests.strategies import queries
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

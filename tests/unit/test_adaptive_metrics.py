@@ -47,6 +47,7 @@ def test_prometheus_sensor_shows_plan_changes(toggled, mode):
     lines: list[str] = []
     rep = run_adaptive(q, streams, AdaptiveConfig(mode), CountingSink(),
                        sensor=PrometheusSensor(reg, q.name, log=lines.append))
+    assert rep.initial is not None
     assert len(rep.changes) == 2 and rep.changes[1]["plan"] == rep.initial.to_json()   # up, then back
 
     changes = samples(reg, "joinlib_plan_changes_total")
@@ -64,9 +65,9 @@ def test_prometheus_sensor_shows_plan_changes(toggled, mode):
     assert {dict(k)["stream"] for k in rates} == set(q.names)
     assert 20 <= rates[(("query", q.name), ("site", "N4"), ("stream", "S4"))] <= 120    # back at 50/s
     assert all(0 < v < 1 for v in samples(reg, "joinlib_measured_selectivity").values())
-    msgs = Counter()
+    msgs: Counter[str] = Counter()
     for k, v in samples(reg, "joinlib_adaptive_messages_total").items():
-        msgs[dict(k)["category"]] += v
+        msgs[dict(k)["category"]] += v  # type: ignore[assignment]  # counts as Prometheus floats
     assert set(msgs) == {"modification", "migration", "sync"}
     # every node sends LOCAL_READY and GLOBAL_READY to every other node, per round (plus one to itself)
     assert msgs["sync"] == 2 * 2 * len(q.sites) ** 2

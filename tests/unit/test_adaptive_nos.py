@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joinlib.adaptive.jep import JEP, SEP, Op, from_plan, node_nos, nos_changes, paper_nos
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.errors import PlanError
 from joinlib.model import Network
 from joinlib.plan import logical as plans
@@ -18,7 +18,7 @@ from joinlib.plan.ir import lower
 
 
 def query(m: int = 3):
-    stats = [dict(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
+    stats = [SyntheticStats(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
     return build_query(f"q{m}", stats, topology_edges(m, "complete"), network=Network(5, 1024))
 
 

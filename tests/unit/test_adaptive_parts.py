@@ -13,7 +13,7 @@ from joinlib.adaptive.protocol import Message, PlanUpdate, Ready, Relay, StatsRe
 from joinlib.adaptive.shadow import ShadowWindow, view_at
 from joinlib.adaptive.stats import MonitorConfig, StreamMonitor, StreamStatistics, collision_selectivity, declared
 from joinlib.costs.unit_time import SeqState
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.errors import JoinlibError
 from joinlib.model import Execution, Network, Stream, Tup, Window
 from joinlib.runtime.windowing import Progress
@@ -22,7 +22,7 @@ from joinlib.runtime.windowing import Progress
 def toggle_query(m: int, rate: float):
     """The paper's defaults (150-byte tuples, 100/s, f = 0.01, 500 ms windows, 5 ms, 1024 kbps);
     the last stream at ``rate``."""
-    stats = [dict(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
+    stats = [SyntheticStats(rate=100, tuple_bytes=150, selectivity=0.01, window_ms=500) for _ in range(m)]
     stats[-1]["rate"] = rate
     return build_query(f"t{m}", stats, topology_edges(m, "complete"), network=Network(5, 1024),
                        execution=Execution(100, 80))
@@ -156,8 +156,10 @@ def test_every_message_round_trips_through_avro(body):
     back = protocol.decode(protocol.encode(msg))
     assert back.dedup() == msg.dedup() and back.kind == msg.kind
     if isinstance(body, WindowData):
+        assert isinstance(back.body, WindowData)
         assert [t.id for t in back.body.tuples] == [7] and back.body.tuples[0].key == ("v1",)
     elif isinstance(body, Relay) and body.state is not None:
+        assert isinstance(back.body, Relay) and back.body.state is not None
         assert back.body.state.rate == body.state.rate and back.body.state.classes == body.state.classes
     else:
         assert back == msg

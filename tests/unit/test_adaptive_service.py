@@ -64,9 +64,9 @@ def test_control_check_validates_the_adaptive_object(q):
     plan = algorithm1(with_stats(q, {})).to_plan(q).to_json()
     good = {"query": query_to_dict(q), "plan": plan, "adaptive": config_json(AdaptiveConfig())}
     assert check_control(q.name, "plan", good) is None
-    assert "unknown mode" in check_control(q.name, "plan", {**good, "adaptive": {**good["adaptive"],
-                                                                                   "mode": "x"}})
-    assert "wrong type" in check_control(q.name, "plan", {**good, "adaptive": 3})
+    assert "unknown mode" in (check_control(q.name, "plan", {**good, "adaptive": {**good["adaptive"],
+                                                                                    "mode": "x"}}) or "")
+    assert "wrong type" in (check_control(q.name, "plan", {**good, "adaptive": 3}) or "")
 
 
 def _done(idle, sent, received):

@@ -52,6 +52,7 @@ def test_a_step_lowers_to_its_records_flows_and_replica(name):
     if rec.replica is None:
         assert st.replica is None
     else:
+        assert st.replica is not None
         rep = ir.replica(st.replica)
         assert rep.kind == rec.replica.name and bool(rep.index) == rec.replica.keyed
         assert ir.update_flow(rep).kind == rec.replica.update and has_sender(rep)

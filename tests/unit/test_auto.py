@@ -71,7 +71,7 @@ def test_auto_with_data_ships_at_most_central_and_far_less_when_selective(select
 def test_bytes_bench_quick_grid(tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import bytes_bench
+        import bytes_bench  # type: ignore[import-not-found]  # bench/, on sys.path only here (mypy checks no bench)
     finally:
         sys.path.pop(0)
     assert bytes_bench.main(["--quick", "--duration", "6s", "--jobs", "1", "--only", "2way",

@@ -17,7 +17,7 @@ from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
 from joinlib.plan import logical as plans
 from joinlib.query import load_query, query_to_dict
-from joinlib.runtime.deploy import generations
+from joinlib.runtime.deploy import Plans, generations
 from joinlib.runtime.host import Host
 from joinlib.runtime.sink import CountingSink
 from joinlib.sim.engine import run_embedded
@@ -95,6 +95,7 @@ def test_checking_garbage_never_raises(query, kind, payload):
 @pytest.mark.parametrize("plan", ["SP-S", "SP-D", "SM-S1", "SM-S2", "SM-D1", "SM-D2", "reduce", "switch"])
 def test_every_envelope_of_a_run_passes_the_inbound_check(routers, plan, monkeypatch):
     q, streams = routers
+    p: Plans
     if plan == "reduce":
         p = plans.reduction(q, None)
     elif plan == "switch":  # snapshots jump-start the replicas of the second generation
@@ -135,7 +136,7 @@ def test_inbound_check_rejects_wrong_flows_and_bodies(routers):
     ok = [b for b in bodies if flows.check(f.src, rank, 3, b) is None]
     assert len(ok) == 1
     wrong = next(b for b in bodies if b is not ok[0])
-    assert "carries" in flows.check(f.src, rank, 3, wrong)
+    assert "carries" in (flows.check(f.src, rank, 3, wrong) or "")
     assert flows.check(f.src, rank, -1, ok[0])
     assert flows.check("elsewhere", rank, 3, ok[0])
     assert flows.check(f.src, 10_000, 3, ok[0])

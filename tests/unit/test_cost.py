@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ from joinlib.model import (
 )
 from joinlib.plan.logical import Plan, Sequence, Step, central, uniform
 
-C = dict(c_p=1e-6, c_u=2e-6, c_h=3e-6, c_i=4e-6)
+C: dict[str, Any] = dict(c_p=1e-6, c_u=2e-6, c_h=3e-6, c_i=4e-6)
 
 
 def _two(f1=0.05, f2=0.1, site2="N2", links=()):
@@ -279,7 +280,8 @@ def test_start_site_costs_shipping_the_head():
 # --- models --------------------------------------------------------------------------------
 def test_get_model():
     assert isinstance(get_model("paper"), PaperModel)
-    assert get_model("paper", c_p=2e-6).c_p == 2e-6
+    paper = get_model("paper", c_p=2e-6)
+    assert isinstance(paper, PaperModel) and paper.c_p == 2e-6
     assert isinstance(get_model("bytes"), BytesModel)
     with pytest.raises(JoinlibError, match="unknown cost model"):
         get_model("magic")
@@ -291,6 +293,7 @@ def test_calibrated_from_json(tmp_path):
     path = tmp_path / "cal.json"
     path.write_text(json.dumps({**C, "c_byte": 0.0, "probe": "nested", "meta": {"host": "x"}}))
     cal = get_model("calibrated", path=str(path))
+    assert isinstance(cal, CalibratedModel)
     q = _two()
     for alg in ALGORITHMS:
         assert _cost(q, alg, cal) == pytest.approx(_cost(q, alg))

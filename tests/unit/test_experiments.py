@@ -11,8 +11,9 @@ import pytest
 from joinlib.algorithms import ALGORITHMS
 from joinlib.cli.experiments import main
 from joinlib.costs import get_model
+from joinlib.costs.term_models import CalibratedModel
 from joinlib.costs.unit_time import plan_cost
-from joinlib.data.synthetic import build_query
+from joinlib.data.synthetic import SyntheticStats, build_query
 from joinlib.experiments.common import DataCache, warmup_for
 from joinlib.experiments.estimates import accuracy, pearson, spearman, summarize
 from joinlib.experiments.measure import measure
@@ -171,8 +172,8 @@ def test_correlations_and_summary():
 # ----------------------------------------------------------------------------- measurement
 
 def _two_way(rate=200, attrs=20, window_ms=500):
-    stats = {"rate": rate, "attributes": attrs, "selectivity": 0.1, "window_ms": window_ms}
-    return build_query("t", [dict(stats), dict(stats)], [(0, 1)], sites=["n1", "n2"],
+    stats: SyntheticStats = {"rate": rate, "attributes": attrs, "selectivity": 0.1, "window_ms": window_ms}
+    return build_query("t", [{**stats}, {**stats}], [(0, 1)], sites=["n1", "n2"],
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
 
 
@@ -220,6 +221,7 @@ def test_stats_recovers_the_generators_parameters(tmp_path, capsys):
         assert m["join_attributes"]["J"]["selectivity"] == pytest.approx(s.stats.selectivity_of("J"))
         assert m["join_attributes"]["J"]["collision"] == pytest.approx(s.stats.selectivity_of("J"), rel=0.15)
         assert m["attributes"] == s.stats.attributes
+        assert s.stats.rate is not None
         assert m["window_tuples"] == pytest.approx(s.stats.rate * s.window.size / 1000, rel=0.12)
     measured = load_query(out)
     assert measured.stream("S2").stats.tuple_bytes == round(stats["S2"]["tuple_bytes"])
@@ -244,7 +246,7 @@ def test_calibrate_writes_positive_constants(tmp_path, capsys):
         assert doc[k] < 1e-3, k  # a per-operation cost, not a whole run
     assert doc["probe"] == "hash" and doc["meta"]["command"].startswith("joinlib calibrate")
     model = get_model("calibrated", path=out)
-    assert model.c_p == doc["c_p"] and model.probe == "hash"
+    assert isinstance(model, CalibratedModel) and model.c_p == doc["c_p"] and model.probe == "hash"
     assert "c_p" in capsys.readouterr().out
 
 

@@ -1,6 +1,8 @@
 """The plan IR (joinlib/plan/ir.py): content-derived names, node operator sets, diffs, topology."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from joinlib.errors import PlanError, QueryError
@@ -8,7 +10,7 @@ from joinlib.plan import logical as plans
 from joinlib.plan.ir import Base, Derived, Part, Topology, lower
 from joinlib.query import parse_query
 
-ROUTERS = {
+ROUTERS: dict[str, Any] = {
     "name": "routers",
     "streams": {"S1": {"site": "r1", "window": "3s"}, "S2": {"site": "r2", "window": "3s"},
                 "S3": {"site": "r3", "window": "100 tuples"}},

@@ -55,6 +55,7 @@ def _set(path: str, value) -> dict:
 def test_issue_example_parses_and_round_trips() -> None:
     q = parse_query(doc(), "q.yaml")
     s1, s2 = q.streams
+    assert s1.source is not None and s2.source is not None
     assert s1.source.topic == "events.r1" and s1.source.id_field == "id" and s1.source.live
     assert s2.source.time_field == "ts" and s2.source.time_unit == "ms" and s2.source.id_field is None
     assert s2.source.start == "latest" and s2.source.attributes == ()
@@ -110,7 +111,9 @@ def test_avro_schema_file_is_read_inlined_and_checked(tmp_path: Path) -> None:
     d["streams"]["S2"]["source"] = {"topic": "t", "format": "avro", "time": "ts", "schema": "p.avsc"}
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(d))
     q = load_query(tmp_path / "q.yaml")
-    assert json.loads(q.streams[1].source.schema) == schema
+    source = q.streams[1].source
+    assert source is not None and source.schema is not None
+    assert json.loads(source.schema) == schema
     assert parse_query(query_to_dict(q), "again") == q          # inline from now on
     d["streams"]["S2"]["source"]["id"] = "pid"
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(d))
@@ -129,6 +132,7 @@ def _decoder(source: dict, origin: int = 0, attrs=("dest",)):
     d = doc()
     d["streams"]["S1"]["source"] = {"topic": "t", **source}
     q = parse_query(d, "q")
+    assert q.streams[0].source is not None
     return Decoder(q.streams[0], q.streams[0].source, origin)
 
 

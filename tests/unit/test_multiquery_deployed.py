@@ -113,7 +113,7 @@ def test_plan_messages_that_run_one_operator_are_checked():
     assert tree_scope(prog, {"mjoin_tree": t, "only": "S1+S2", "external": {}}) == (0, {})
     ext = {"S1+S2": {"op": "op-a.mj0", "run": "r0", "origin_ms": 0}}
     assert tree_scope(prog, {"mjoin_tree": t, "external": ext}) == (1, ext)
-    bad = [
+    bad: list[tuple[dict, str]] = [
         ({"mjoin_tree": t, "only": "S1+S2+S3"}, "not an inner operator"),
         ({"mjoin_tree": t, "only": "S9"}, "not an inner operator"),
         ({"mjoin_tree": t, "external": {}}, "must name the producer"),

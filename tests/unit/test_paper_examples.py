@@ -12,7 +12,7 @@ here c, a, d, f -- e is unchanged -- so [0,0, 0,2, 1,1, 0,1]; expanded over V it
 from __future__ import annotations
 
 from joinlib.model import Stream, Tup, Window
-from joinlib.protocol.messages import TupleBatch
+from joinlib.protocol.messages import DjaUpdate, ExpiryUpdate, TupleBatch
 from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender
 from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender
 from joinlib.runtime.sensor import Sensor
@@ -101,6 +101,7 @@ def test_sm_d1_uses_the_same_vectors_without_full_tuples():
     replica = DjaReplica(S2, IDX)
     replica.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
     msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
+    assert isinstance(msg, DjaUpdate)
     assert (msg.vj, msg.vc, msg.sf) == ([("d",), ("f",)], FIG5_VC, [])
     replica.apply(0, msg)
     assert {k: e[0] for k, e in replica.entries.items()} == {("a",): 2, ("e",): 1, ("d",): 1, ("f",): 1}
@@ -145,6 +146,7 @@ def test_algorithm8_fifo_count():
         replica.receive(shipped)
         dying = window.store.purge_below(seq=n_expire)
         msg = home.tick(1, [], ("seq", n_expire))
+        assert isinstance(msg, ExpiryUpdate)
         assert msg.expired == want_k, name
         replica.apply(1, msg)
         # the replica's FIFO now holds exactly the shipped tuples that are still in the window

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from joinlib.algorithms import ALGORITHMS
 from joinlib.costs.term_models import BytesModel, PaperModel
 from joinlib.costs.unit_time import SeqState, frontier, plan_cost, sequence_cost
+from joinlib.data.synthetic import SyntheticStats
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Link, Network
 from joinlib.plan.logical import validate
@@ -41,9 +42,9 @@ def queries(draw, min_m=2, max_m=4):
                 edges.add((i, j))
     nsites = draw(st.integers(1, m))
     sites = [f"N{draw(st.integers(1, nsites))}" for _ in range(m)]
-    stats = []
+    stats: list[SyntheticStats] = []
     for _ in range(m):
-        d = {"rate": draw(st.sampled_from([1, 10, 50, 100, 200, 1000])),
+        d: SyntheticStats = {"rate": draw(st.sampled_from([1, 10, 50, 100, 200, 1000])),
              "selectivity": draw(st.sampled_from([0.01, 0.02, 0.05, 0.1, 0.5, 1.0])),
              "attributes": draw(st.sampled_from([1, 10, 100, 250]))}
         if draw(st.booleans()):
@@ -141,9 +142,9 @@ def test_state_is_a_function_of_set_and_location(q):
 def test_exhaustive_uses_later_steps():
     """A cheap first step that strands the intermediate behind a slow link: greedy
     takes it, the exhaustive planner (and brute force) do not."""
-    stats = [{"rate": 200, "tuple_bytes": 1000, "selectivity": 0.1, "window_ms": 1000},
-             {"rate": 10, "tuple_bytes": 100, "selectivity": 0.1, "window_ms": 1000},
-             {"rate": 100, "tuple_bytes": 500, "selectivity": 0.1, "window_ms": 1000}]
+    stats: list[SyntheticStats] = [{"rate": 200, "tuple_bytes": 1000, "selectivity": 0.1, "window_ms": 1000},
+                               {"rate": 10, "tuple_bytes": 100, "selectivity": 0.1, "window_ms": 1000},
+                               {"rate": 100, "tuple_bytes": 500, "selectivity": 0.1, "window_ms": 1000}]
     slow = (Link("N1", "N3", 2000, 1024), Link("N3", "N1", 2000, 1024))
     q = make_query(stats, [(0, 1), (1, 2)], network=Network(25, 1024, slow))
     model = PaperModel()
@@ -183,10 +184,10 @@ def test_exhaustive_is_fast(m, limit):
 
 
 # --- the paper's Fig. 9 claim: identical parameters make greedy optimal --------------------------
-FIG9 = {"tuple_bytes": 500, "rate": 100, "selectivity": 0.06, "window_ms": 1200}
-FIG9_VARIANTS = [{}, {"window_ms": 400}, {"window_ms": 2000}, {"rate": 10}, {"rate": 200},
-                 {"selectivity": 0.02}, {"selectivity": 0.1}, {"tuple_bytes": 50},
-                 {"tuple_bytes": 1000}]
+FIG9: SyntheticStats = {"tuple_bytes": 500, "rate": 100, "selectivity": 0.06, "window_ms": 1200}
+FIG9_VARIANTS: list[SyntheticStats] = [{}, {"window_ms": 400}, {"window_ms": 2000}, {"rate": 10}, {"rate": 200},
+                                   {"selectivity": 0.02}, {"selectivity": 0.1}, {"tuple_bytes": 50},
+                                   {"tuple_bytes": 1000}]
 
 
 @pytest.mark.parametrize("topology", ["chain", "star", "cycle", "complete"])
@@ -194,7 +195,7 @@ FIG9_VARIANTS = [{}, {"window_ms": 400}, {"window_ms": 2000}, {"rate": 10}, {"ra
 @pytest.mark.parametrize("variant", range(len(FIG9_VARIANTS)))
 @pytest.mark.parametrize("model", [PaperModel(), BytesModel()], ids=["paper", "bytes"])
 def test_greedy_optimal_with_identical_parameters(topology, per_edge, variant, model):
-    stats = [dict(FIG9, **FIG9_VARIANTS[variant]) for _ in range(4)]
+    stats: list[SyntheticStats] = [{**FIG9, **FIG9_VARIANTS[variant]} for _ in range(4)]
     q = make_query(stats, topology_edges(4, topology), per_edge_attrs=per_edge,
                    network=Network(25, 1024), execution=Execution(100, 80))
     g = plan_cost(q, greedy(q, model), model)
@@ -206,7 +207,7 @@ def test_identical_parameters_but_colocated_streams_can_beat_greedy():
     """Why Fig. 9 holds here: with one stream per site and uniform links every
     order has the same cost and the location never matters.  Sharing a site breaks
     that symmetry (documented in docs/cost-model.md)."""
-    stats = [dict(FIG9) for _ in range(4)]
+    stats: list[SyntheticStats] = [{**FIG9} for _ in range(4)]
     found = False
     for sites in (["N1", "N2", "N1", "N3"], ["N1", "N1", "N2", "N2"], ["N1", "N2", "N2", "N3"]):
         for topo in ("chain", "star", "cycle", "complete"):

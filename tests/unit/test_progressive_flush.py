@@ -40,8 +40,8 @@ def test_worked_example_end_to_end():
         for i in range(20):
             join.mem.insert(rel, values[1 + i % 2], MemTuple(1 + i % 2, join.clock.tick(), i))
     join._flush(join._flush_requests())
-    n = join.mem.size
-    assert (n(0, values[1]), n(0, values[2]), n(1, values[1]), n(1, values[2])) == (0, 10, 10, 5)
+    size = join.mem.size
+    assert (size(0, values[1]), size(0, values[2]), size(1, values[1]), size(1, values[2])) == (0, 10, 10, 5)
     # each flushed (relation, partition) became one sorted run
     assert [len(dp.slots) for dp in join.disk.parts] == [1, 1]
 

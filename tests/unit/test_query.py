@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
@@ -131,7 +132,7 @@ def test_link_defaults_to_network_values() -> None:
 @dataclass
 class Case:
     id: str
-    edit: object  # callable(dict) -> None, mutating the brief's document
+    edit: Callable[[dict], None]  # mutates the brief's document
     message: tuple[str, ...]  # substrings the message must contain
 
 

@@ -13,7 +13,7 @@ from joinlib.costs.explain import format_estimate
 from joinlib.costs.flows import reduction_flows
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Network, StreamStats
 from joinlib.plan.ir import lower
@@ -41,8 +41,8 @@ def selective(tmp_path_factory):
 
 
 def _synthetic(m: int, topology: str, f: float, per_edge: bool, tuple_bytes: int = 50, window_ms: int = 500):
-    stats = [{"rate": 100.0, "attributes": max(1, tuple_bytes // 5), "tuple_bytes": tuple_bytes,
-              "selectivity": f, "window_ms": window_ms} for _ in range(m)]
+    stats: list[SyntheticStats] = [{"rate": 100.0, "attributes": max(1, tuple_bytes // 5), "tuple_bytes": tuple_bytes,
+                                "selectivity": f, "window_ms": window_ms} for _ in range(m)]
     return build_query("t", stats, topology_edges(m, topology), per_edge_attrs=per_edge,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
 

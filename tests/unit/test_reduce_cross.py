@@ -5,15 +5,15 @@ and test_checkpoint.py, whose reductions draw ``cross``; on Kafka: tests/integra
 from __future__ import annotations
 
 import tempfile
-from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from joinlib.costs import WireModel, from_data
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Network
 from joinlib.plan import logical as plans
@@ -21,16 +21,16 @@ from joinlib.plan.ir import lower
 from joinlib.planner.auto import rank
 from joinlib.query import load_query
 from joinlib.reference import reference_join
-from joinlib.runtime.sink import CollectingSink
 from joinlib.sim.engine import run_embedded
+from joinlib.testing import TestingSink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _clique3_keys(f: float = 0.01, tuple_bytes: int = 1250):
     """The bench's `clique3-keys-f0.01-1250B-w500`: a triangle with a different key on each edge."""
-    stats = [{"rate": 100.0, "attributes": max(1, tuple_bytes // 5), "tuple_bytes": tuple_bytes, "selectivity": f,
-              "window_ms": 500} for _ in range(3)]
+    stats: list[SyntheticStats] = [{"rate": 100.0, "attributes": max(1, tuple_bytes // 5), "tuple_bytes": tuple_bytes,
+                                "selectivity": f, "window_ms": 500} for _ in range(3)]
     return build_query("clique3k", stats, topology_edges(3, "complete"), per_edge_attrs=True,
                        network=Network(25.0, 1024.0), execution=Execution(100, 80))
 
@@ -41,7 +41,8 @@ def test_cross_round_trips_through_json_and_says_what_it_does():
     assert p.reduce is not None and p.reduce.cross
     assert len(plans.off_tree(q, p.reduce.tree)) == 1   # a triangle: one edge off any spanning tree
     back = plans.from_json(q, p.to_json())
-    assert back == p and p.to_json()["reduce"]["cross"] is True
+    spec = cast(dict[str, Any], p.to_json()["reduce"])   # PlanJSON leaves out the bool of "cross"
+    assert back == p and spec["cross"] is True
     assert "off-tree edges cross-checked" in p.describe()
 
 
@@ -57,7 +58,8 @@ def test_cross_errors_say_what_is_wrong(spec, message):
 
 
 def test_an_acyclic_graph_has_nothing_to_cross():
-    stats = [{"rate": 100.0, "attributes": 2, "tuple_bytes": 50, "selectivity": 0.1, "window_ms": 500}] * 3
+    stats: list[SyntheticStats] = [{"rate": 100.0, "attributes": 2, "tuple_bytes": 50, "selectivity": 0.1,
+                                "window_ms": 500}] * 3
     q = build_query("chain", stats, topology_edges(3, "chain"))
     p = plans.reduction(q, q.sites[0], cross=True)
     assert p.reduce is not None and not p.reduce.cross and "cross" not in p.to_json()["reduce"]
@@ -87,9 +89,9 @@ def test_crossing_edges_ship_less_and_lose_nothing():
     got = {}
     for cross in (False, True):
         plan = plans.reduction(q, q.sites[0], None, None, (), cross)
-        sink = CollectingSink(q)
+        sink = TestingSink(q)
         rep = run_embedded(q, streams, plan, sink)
-        assert Counter((ids, ts) for ids, ts, _ in sink.results) == want
+        assert sink.counts() == want
         got[cross] = (rep.bytes, model.estimate(q, plan).bytes(5.0))
     assert sum(want.values()) > 0
     assert got[True][0] < got[False][0] / 2, got        # measured: 0.39x of the tree-only reduction
@@ -100,7 +102,8 @@ def test_auto_tries_crossing_edges_on_cyclic_graphs_only():
     q = _clique3_keys()
     names = [r.name for r in rank(q, WireModel(from_data(q, _data(q))))]
     assert any(n.endswith("/cross") or "/cross/" in n for n in names)
-    stats = [{"rate": 100.0, "attributes": 2, "tuple_bytes": 50, "selectivity": 0.1, "window_ms": 500}] * 3
+    stats: list[SyntheticStats] = [{"rate": 100.0, "attributes": 2, "tuple_bytes": 50, "selectivity": 0.1,
+                                "window_ms": 500}] * 3
     chain = build_query("chain", stats, topology_edges(3, "chain"))
     assert not any("/cross" in r.name for r in rank(chain, WireModel(from_data(chain, _data(chain)))))
 
@@ -126,7 +129,9 @@ def test_off_tree_edges_implied_by_one_shared_key_are_left_out():
     """toggle4 joins four streams on one key J: the tree's filters already carry every off-tree
     predicate (equality is transitive), so there is nothing to cross-check and the plan is the tree's."""
     q = load_query(EXAMPLES / "toggle4.yaml")
-    tree = plans.reduction(q).reduce.tree
+    reduce = plans.reduction(q).reduce
+    assert reduce is not None
+    tree = reduce.tree
     assert plans.off_tree(q, tree) == ()
     p = plans.reduction(q, cross=True)
-    assert not p.reduce.cross and p == plans.reduction(q)
+    assert p.reduce is not None and not p.reduce.cross and p == plans.reduction(q)

@@ -3,7 +3,6 @@ the IR (no flow, rounds without it, signatures that tell the variants apart), wh
 model and auto's choice of skipped directions."""
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,16 @@ import pytest
 from joinlib.costs import WireModel, estimate, from_data
 from joinlib.data.files import load_streams
 from joinlib.data.gen import generate
-from joinlib.data.synthetic import build_query, topology_edges
+from joinlib.data.synthetic import SyntheticStats, build_query, topology_edges
 from joinlib.errors import PlanError
 from joinlib.model import Execution, Network
 from joinlib.plan import logical as plans
 from joinlib.plan.ir import lower
 from joinlib.planner.auto import rank, skip_directions
 from joinlib.query import load_query
-from joinlib.runtime.sink import CollectingSink, CountingSink
+from joinlib.runtime.sink import CountingSink
 from joinlib.sim.engine import run_embedded
+from joinlib.testing import run_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SELECTIVE = ROOT / "examples" / "routers_selective.yaml"   # S1@r1 - S2@r2 - S3@r3, a chain
@@ -28,8 +28,8 @@ TREE = [["S1", "S2"], ["S2", "S3"]]
 
 def _skew(f: float = 0.001, m: int = 3):
     """Issue 11's `chain3-f0.001-50B-w500-skew`: S1 at 1000/s, the others at 100/s, 50-byte tuples."""
-    stats = [{"rate": 1000.0 if i == 0 else 100.0, "attributes": 10, "tuple_bytes": 50, "selectivity": f,
-              "window_ms": 500} for i in range(m)]
+    stats: list[SyntheticStats] = [{"rate": 1000.0 if i == 0 else 100.0, "attributes": 10, "tuple_bytes": 50,
+                                "selectivity": f, "window_ms": 500} for i in range(m)]
     return build_query("skew", stats, topology_edges(m, "chain"), network=Network(25.0, 1024.0),
                        execution=Execution(100, 80))
 
@@ -39,7 +39,8 @@ def test_skip_round_trips_through_json():
     q = load_query(SELECTIVE)
     p = plans.from_json(q, {"reduce": {"site": "r3", "tree": TREE, "root": "S2", "skip": [["S2", "S1"], ["S1", "S2"]]}})
     assert p.reduce is not None and p.reduce.skip == (("S1", "S2"), ("S2", "S1"))   # query order
-    assert p.to_json()["reduce"]["skip"] == [["S1", "S2"], ["S2", "S1"]]
+    spec = p.to_json()["reduce"]
+    assert isinstance(spec, dict) and spec["skip"] == [["S1", "S2"], ["S2", "S1"]]
     assert plans.from_json(q, p.to_json()) == p
     assert "no key sets S1->S2, S2->S1" in p.describe()
     # no skip: the JSON form is the old one, and an empty list is the same plan
@@ -110,21 +111,15 @@ def selective(tmp_path_factory):
     return q, load_streams(q, d)
 
 
-def _results(q, streams, plan) -> Counter:
-    sink = CollectingSink(q)
-    run_embedded(q, streams, plan, sink)
-    return Counter((ids, ts) for ids, ts, _ in sink.results)
-
-
 def test_skipped_directions_send_nothing_and_lose_nothing(selective):
     q, streams = selective
-    want = _results(q, streams, plans.central(q, "r3"))
+    want = run_plan(q, streams, plans.central(q, "r3"))
     assert want
     plain = run_embedded(q, streams, plans.reduction(q, "r3"), CountingSink())
     every = [("S1", "S2"), ("S2", "S1"), ("S2", "S3"), ("S3", "S2")]
     for skip in ([("S1", "S2")], [("S2", "S1"), ("S3", "S2")], every):
         plan = plans.reduction(q, "r3", skip=skip)
-        assert _results(q, streams, plan) == want, skip
+        assert run_plan(q, streams, plan) == want, skip
         rep = run_embedded(q, streams, plan, CountingSink())
         partial = {(ln["src"], ln["dst"]) for ln in rep.links if ln["kind"] == "partial"}
         sites = {s.name: s.site for s in q.streams}

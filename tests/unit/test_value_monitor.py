@@ -115,7 +115,7 @@ def test_status_messages_with_malformed_reports_are_refused(values, ok: bool) ->
     err = check_control("q", "status", {"site": "n1", "run": "r", "values": values})
     assert (err is None) == ok, err
     if not ok:
-        assert "status.values has the wrong type or value" in err
+        assert err is not None and "status.values has the wrong type or value" in err
 
 
 @pytest.mark.parametrize("args,message", [

@@ -6,6 +6,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any, TypeVar
 
 import fastavro
 import pytest
@@ -55,6 +56,7 @@ def norm(env: Envelope):
     """Everything an envelope carries, comparable field by field (Tup.__eq__ only
     compares (pos, id))."""
     b = env.body
+    body: tuple[Any, ...]
     if isinstance(b, TupleBatch):
         for row in b.rows:
             assert isinstance(row, tuple)
@@ -90,6 +92,15 @@ def roundtrip(env: Envelope) -> Envelope:
     assert norm(back) == norm(env)
     assert wire.encode_envelope(back) == data
     return back
+
+
+B = TypeVar("B")
+
+
+def body_as(e: Envelope, kind: type[B]) -> B:
+    """The body of ``e``, checked to be a ``kind`` (so that its fields type-check)."""
+    assert isinstance(e.body, kind)
+    return e.body
 
 
 def T(pos=0, id=1, ts=1000, seq=0, key=("a",), rest=b"payload"):
@@ -202,9 +213,10 @@ def test_empty_bodies():
 
 
 def test_tuple_batch_single_part_rows():
-    rows = [(T(0, i, 1000 + i, i, (f"k{i % 3}", i), values.encode_values([i, "x" * i])),) for i in range(20)]
+    rows: list[tuple[Tup, ...]] = [(T(0, i, 1000 + i, i, (f"k{i % 3}", i), values.encode_values([i, "x" * i])),)
+                                   for i in range(20)]
     back = roundtrip(env(TupleBatch(rows)))
-    assert all(isinstance(r, tuple) and len(r) == 1 for r in back.body.rows)
+    assert all(isinstance(r, tuple) and len(r) == 1 for r in body_as(back, TupleBatch).rows)
 
 
 def test_tuple_batch_multi_part_rows_and_shared_tuples():
@@ -214,7 +226,7 @@ def test_tuple_batch_multi_part_rows_and_shared_tuples():
     c = T(2, 9, 13, 0, (3,), b"C" * 3000)
     rows = [(a, b1, c), (a, b2, c), (a, b1), ()]
     back = roundtrip(env(TupleBatch(rows)))
-    assert [len(r) for r in back.body.rows] == [3, 3, 2, 0]
+    assert [len(r) for r in body_as(back, TupleBatch).rows] == [3, 3, 2, 0]
 
 
 def test_keys_of_every_value_type():
@@ -239,17 +251,17 @@ def test_keys_of_every_value_type():
     ]
     back = roundtrip(env(KeyBatch(keys)))
     # bools stay bools, ints stay ints, floats stay floats
-    assert [key_fields(k) for k in back.body.keys] == [key_fields(k) for k in keys]
+    assert [key_fields(k) for k in body_as(back, KeyBatch).keys] == [key_fields(k) for k in keys]
     t = T(key=(None, True, 1, 1.0, "1"))
     back = roundtrip(env(TupleBatch([(t,)])))
-    assert key_fields(back.body.rows[0][0].key) == key_fields(t.key)
+    assert key_fields(body_as(back, TupleBatch).rows[0][0].key) == key_fields(t.key)
 
 
 def test_nan_key_bytes_identical():
     e = env(KeyBatch([(float("nan"),)]))
     data = wire.encode_envelope(e)
     assert data == wire._encode_envelope_reference(e)
-    assert math.isnan(wire.decode_envelope(data).body.keys[0][0])
+    assert math.isnan(body_as(wire.decode_envelope(data), KeyBatch).keys[0][0])
 
 
 def test_unicode_sites():
@@ -313,7 +325,7 @@ def test_value_subclasses_encode_like_base_types():
     e = env(KeyBatch([(Color.RED, S("x"))]))
     data = wire.encode_envelope(e)
     assert data == wire.encode_envelope(env(KeyBatch([(3, "x")])))
-    assert key_fields(wire.decode_envelope(data).body.keys[0]) == (("int", 3), ("str", "x"))
+    assert key_fields(body_as(wire.decode_envelope(data), KeyBatch).keys[0]) == (("int", 3), ("str", "x"))
 
 
 def test_body_subclass_is_accepted():
@@ -379,7 +391,7 @@ def test_string_cache_is_bounded(monkeypatch):
 
 
 def test_sizes_are_deterministic():
-    rows = [(T(0, i, 1_700_000_000_000 + i, i, (f"k{i}", i), b"z" * 1250),) for i in range(30)]
+    rows: list[tuple[Tup, ...]] = [(T(0, i, 1_700_000_000_000 + i, i, (f"k{i}", i), b"z" * 1250),) for i in range(30)]
     e = env(TupleBatch(rows))
     n = wire.envelope_size(e)
     assert n == len(wire.encode_envelope(e)) == len(wire._encode_envelope_reference(e))
@@ -464,6 +476,7 @@ def test_control_roundtrip():
     raw = fastavro.schemaless_reader(
         io.BytesIO(records.encode_control(records.Control("q", "k", {"a": [1]}))), schemas.SCHEMAS["joinlib.Control"]
     )
+    assert isinstance(raw, dict)
     assert json.loads(raw["payload"]) == {"a": [1]}
 
 
@@ -539,8 +552,9 @@ def test_property_hand_decoder_agrees_with_fastavro(e):
     assert (got.src, got.dst, got.flow, got.epoch, type(got.body)) == (ref.src, ref.dst, ref.flow, ref.epoch,
                                                                        type(ref.body))
     if isinstance(got.body, TupleBatch):
-        assert len(got.body.rows) == len(ref.body.rows)
-        for a, b in zip(got.body.rows, ref.body.rows, strict=True):
+        ref_rows = body_as(ref, TupleBatch).rows
+        assert len(got.body.rows) == len(ref_rows)
+        for a, b in zip(got.body.rows, ref_rows, strict=True):
             _same_tuples(a, b)
             for t in a:
                 assert t.wire == avro.encode_tuple(T(t.pos, t.id, t.ts, t.seq, t.key, t.rest))
