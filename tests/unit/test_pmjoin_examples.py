@@ -20,7 +20,7 @@ from joinlib.pmjoin import (
     MapPartition,
     PMJoinPlan,
     SelectivityModel,
-    SyntheticStats,
+    StreamSpec,
     ValueRateModel,
     ValueRates,
     central_tree,
@@ -44,7 +44,7 @@ TABLE1 = {  # λ_i^v of Table 1
 
 
 def example1(nodes: tuple[str, ...] = ()) -> ValueRateModel:
-    specs = [SyntheticStats(s, f"n{i + 1}", sum(r), window_s=0.5) for i, (s, r) in enumerate(TABLE1.items())]
+    specs = [StreamSpec(s, f"n{i + 1}", sum(r), window_s=0.5) for i, (s, r) in enumerate(TABLE1.items())]
     return ValueRateModel(specs, np.array(list(TABLE1.values())), nodes)
 
 
@@ -121,7 +121,7 @@ def test_example1_rate_partition_d2_groups_b_with_c() -> None:
 
 def test_example1_scaled_by_ten() -> None:
     """The digest's live check: rates x10, windows /10 -> 1001 / 540.3 / 0.696 bytes/s."""
-    specs = [SyntheticStats(s, f"n{i + 1}", 10 * sum(r), window_s=0.05) for i, (s, r) in enumerate(TABLE1.items())]
+    specs = [StreamSpec(s, f"n{i + 1}", 10 * sum(r), window_s=0.05) for i, (s, r) in enumerate(TABLE1.items())]
     m = ValueRateModel(specs, 10 * np.array(list(TABLE1.values())))
     assert tree_cost(simple(m), m) == pytest.approx(1001)
     assert tree_cost(stream_join_opt(m), m) == pytest.approx(540.316)
@@ -148,7 +148,7 @@ def test_empty_group_gets_the_unpartitioned_plan() -> None:
 def example2() -> SelectivityModel:
     where = {"S0": "n0", "S1": "n0", "S2": "n1", "S3": "n1", "S4": "n2"}
     rates = {"S0": 10, "S1": 35, "S2": 25, "S3": 30, "S4": 15}
-    specs = [SyntheticStats(s, where[s], rates[s], window_s=10) for s in where]
+    specs = [StreamSpec(s, where[s], rates[s], window_s=10) for s in where]
     edges = [("S0", "S1", 0.01), ("S2", "S3", 0.001), ("S0", "S3", 0.004), ("S0", "S4", 0.01)]
     idx = {s: i for i, s in enumerate(where)}
     classes = [JoinClass(f"{a}-{b}", ((idx[a], f), (idx[b], f))) for a, b, f in edges]
@@ -202,7 +202,7 @@ def test_tree_json_round_trip() -> None:
 def test_processing_only_node_is_a_candidate_but_never_cheaper_under_uniform_links() -> None:
     """Three equal streams whose pairwise joins are fast: all pending, one MJoin. Under the paper's
     col ∈ {0, 1} a processing-only node ships every input, so a member's node wins (20 < 30)."""
-    specs = [SyntheticStats(f"S{i}", f"r{i}", 10, window_s=1) for i in range(3)]
+    specs = [StreamSpec(f"S{i}", f"r{i}", 10, window_s=1) for i in range(3)]
     m = SelectivityModel(specs, [JoinClass("k", ((0, 1.0), (1, 1.0), (2, 1.0)))], nodes=("dc",))
     assert m.nodes == ("r0", "r1", "r2", "dc")
     tree = stream_join_opt(m)
@@ -211,8 +211,8 @@ def test_processing_only_node_is_a_candidate_but_never_cheaper_under_uniform_lin
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: SyntheticStats("S", "n", 1), "exactly one of a time window"),
-    (lambda: SyntheticStats("S", "n", -1, window_s=1), "must be a finite number >= 0"),
+    (lambda: StreamSpec("S", "n", 1), "exactly one of a time window"),
+    (lambda: StreamSpec("S", "n", -1, window_s=1), "must be a finite number >= 0"),
     (lambda: HashPartition(0), "integer >= 1"),
     (lambda: central_tree(example1(), "nowhere"), "unknown node 'nowhere'"),
     (lambda: JoinClass("k", ((0, 0.0),)), "must be in \\(0, 1\\]"),
@@ -224,7 +224,7 @@ def test_user_mistakes_are_joinlib_errors(make: object, message: str) -> None:
 
 
 def test_disconnected_join_graph_is_refused() -> None:
-    specs = [SyntheticStats(f"S{i}", f"n{i}", 10, window_s=1) for i in range(3)]
+    specs = [StreamSpec(f"S{i}", f"n{i}", 10, window_s=1) for i in range(3)]
     m = SelectivityModel(specs, [JoinClass("k", ((0, 0.1), (1, 0.1)))])
     with pytest.raises(PlanError, match="not connected"):
         stream_join_opt(m)

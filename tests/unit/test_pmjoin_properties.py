@@ -23,7 +23,7 @@ from joinlib.pmjoin import (
     JoinClass,
     RangePartition,
     SelectivityModel,
-    SyntheticStats,
+    StreamSpec,
     ValueRateModel,
     ValueRates,
     optimal,
@@ -110,13 +110,13 @@ def test_rate_partition_total_deterministic(stats: ValueRates, d: int, seed: int
 
 # ---------------------------------------------------------------------------------------------- the closed form
 
-def _specs(windows: list[tuple[float, bool]], rates: list[float]) -> list[SyntheticStats]:
+def _specs(windows: list[tuple[float, bool]], rates: list[float]) -> list[StreamSpec]:
     out = []
     for i, ((w, is_time), r) in enumerate(zip(windows, rates, strict=True)):
         if is_time:
-            out.append(SyntheticStats(f"S{i}", f"n{i}", r, window_s=w))
+            out.append(StreamSpec(f"S{i}", f"n{i}", r, window_s=w))
         else:
-            out.append(SyntheticStats(f"S{i}", f"n{i}", r, window_tuples=max(1, round(w * 10))))
+            out.append(StreamSpec(f"S{i}", f"n{i}", r, window_tuples=max(1, round(w * 10))))
     return out
 
 
@@ -160,7 +160,7 @@ def class_models(draw: st.DrawFn) -> tuple[SelectivityModel, list[list[tuple[int
     for _ in range(n_classes):
         who = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=n, unique=True))
         classes.append([(i, draw(st.integers(1, 4))) for i in who])
-    specs = [SyntheticStats(f"S{i}", f"n{i}", draw(st.floats(0.5, 20.0)), window_s=draw(st.floats(0.1, 5.0)))
+    specs = [StreamSpec(f"S{i}", f"n{i}", draw(st.floats(0.5, 20.0)), window_s=draw(st.floats(0.1, 5.0)))
              for i in range(n)]
     model = SelectivityModel(specs, [JoinClass(f"c{c}", tuple((i, 1 / d) for i, d in m))
                                      for c, m in enumerate(classes)])
@@ -197,7 +197,7 @@ def test_selectivity_closed_form_equals_per_value_enumeration(
 @given(cm=class_models(), nodes=st.lists(st.integers(0, 2), min_size=4, max_size=4))
 def test_optimal_is_a_lower_bound(cm: tuple[SelectivityModel, list[list[tuple[int, int]]]], nodes: list[int]) -> None:
     model, _ = cm
-    specs = [SyntheticStats(s.name, f"n{nodes[i]}", s.rate, window_s=s.window_s) for i, s in enumerate(model.streams)]
+    specs = [StreamSpec(s.name, f"n{nodes[i]}", s.rate, window_s=s.window_s) for i, s in enumerate(model.streams)]
     model = SelectivityModel(specs, model.classes, nodes=("dc",))
     try:
         best, tree = optimal(model)
@@ -214,5 +214,5 @@ def test_optimal_is_a_lower_bound(cm: tuple[SelectivityModel, list[list[tuple[in
 def test_a_tuple_window_over_a_tiny_or_zero_rate_is_not_nan(rate: float) -> None:
     """W = K·λ^v/λ computed in that order: λ/K underflows to 0 for a subnormal rate (hypothesis found
     λ = 5e-324 giving λ_G = ∞·0 = NaN)."""
-    m = ValueRateModel([SyntheticStats("S0", "n0", rate, window_tuples=10)], np.array([[rate]]))
+    m = ValueRateModel([StreamSpec("S0", "n0", rate, window_tuples=10)], np.array([[rate]]))
     assert m.rate(frozenset({0})) == _approx(rate) and math.isfinite(m.window(frozenset({0})))

@@ -13,7 +13,7 @@ from joinlib.pmjoin import (
     Leaf,
     MJoin,
     SelectivityModel,
-    SyntheticStats,
+    StreamSpec,
     find_partitions,
     plan_pmjoin,
     rate_partition,
@@ -103,7 +103,7 @@ def test_selectivity_model_from_query_with_implied_edge(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- FINDPARTITION
 
 def five_streams() -> SelectivityModel:
-    specs = [SyntheticStats(f"S{i}", f"n{i}", r, window_s=10) for i, r in enumerate([100, 50, 80, 20, 60])]
+    specs = [StreamSpec(f"S{i}", f"n{i}", r, window_s=10) for i, r in enumerate([100, 50, 80, 20, 60])]
     classes = [JoinClass("a", ((0, .01), (1, .01), (2, .01))), JoinClass("b", ((2, .02), (3, .02))),
                JoinClass("c", ((3, .01), (4, .01)))]
     return SelectivityModel(specs, classes)
