@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +73,29 @@ def test_a_deliberate_violation_fails_the_contracts(tmp_path: Path, module: str,
 def _verdicts(summary: str) -> list[str]:
     """'name KEPT' / 'name BROKEN' pieces of import-linter's summary (its lines wrap, so the text is joined)."""
     return [m.group(0) for m in re.finditer(r"\b(core|adapters|node|services):.*?\b(KEPT|BROKEN)\b", summary)]
+
+
+def _doc_layers() -> list[list[str]]:
+    """The core's layers as docs/architecture.md's table lists them, bottom first."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("| layer | packages |", 1)[1].split("\n\n", 1)[0]
+    rows = [r for r in table.splitlines() if r.startswith("| ") and not r.startswith("|---")]
+    return [re.findall(r"`(\w+)`", r.split("|")[2]) for r in rows]
+
+
+def test_the_documented_layers_cover_the_core_and_hold() -> None:
+    layers = _doc_layers()
+    level = {p: i for i, row in enumerate(layers) for p in row}
+    level.update({"adapters": len(layers), "node": len(layers) + 1, "cli": len(layers) + 2})
+    core = {s.split(".")[1] for s in _core_sources()}
+    assert core <= set(level), f"docs/architecture.md's layer table lacks {sorted(core - set(level))}"
+    graph = grimp.build_graph("joinlib", cache_dir=None)
+    upward = set()
+    for m in graph.modules:
+        if m.count(".") == 0 or m.endswith(".__main__"):
+            continue  # the package root and entry points sit above every layer
+        for t in graph.find_modules_directly_imported_by(m):
+            a, b = m.split(".")[1], t.split(".")[1] if "." in t else "__init__"
+            if a != b and b in level and level[b] > level[a]:
+                upward.add(f"{m} -> {t}")
+    assert not upward, f"imports from a lower layer to a higher one: {sorted(upward)[:5]}"
