@@ -39,9 +39,10 @@ from typing import Any, Optional, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
-from joinlib.protocol.bloom import Bloom, KeySet, Matcher, key_hash
+from joinlib.protocol.bloom import Bloom, KeySet, Matcher
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, keys_bytes
+from joinlib.runtime.algorithms.keyindex import KeyIndex
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
@@ -93,8 +94,7 @@ class Reducer:
         self._sends = len(op.sends)
         self._rank = 0
         # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
-        self._by_key: dict[str, dict[Key, set[int]]] = {n: {} for n in self._filters}
-        self._best: dict[str, dict[Key, int]] = {n: {} for n in self._filters}
+        self._index: dict[str, KeyIndex] = {n: KeyIndex() for n in self._filters}
         self._dirty: dict[str, set[int]] = {n: set() for n in (*(e.stream for e in op.sends), _SHIP)}
 
     # ------------------------------------------------------------------ the window
@@ -103,6 +103,7 @@ class Reducer:
         for t in batch:
             self.window.append((t.ts, t.seq, e))
             self._add(t)
+        self._settle_keys()
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
         w = self.window
         while w and w[0][col] < value:
@@ -116,52 +117,34 @@ class Reducer:
         for t in tuples:
             self.window.append((t.ts, t.seq, t.ts // tau))
             self._add(t)
+        self._settle_keys()
 
     def oldest(self, e: int) -> int:
         """The oldest arrival epoch in the window (e + 1 when it is empty)."""
         return self.window[0][2] if self.window else e + 1
 
     def _add(self, t: Tup, sent: Sequence[str] = (), shipped: bool = False) -> None:
-        """A pending tuple: indexed by its keys, tested once against the live sets, dirty everywhere."""
+        """A pending tuple: indexed by its keys and dirty everywhere (its keys are tested against the live
+        sets by :meth:`_settle_keys`, once per batch)."""
         keys = {n: tuple(t.key[i] for i in self._keys[n]) for n in self._filters}
         x = self.pending[t.seq] = _Entry(t, keys, self._rank)
         x.sent, x.shipped = set(sent), shipped
         self._rank += 1
         for n, k in keys.items():
-            seqs = self._by_key[n].get(k)
-            if seqs is None:
-                seqs = self._by_key[n][k] = set()
-                self._best[n][k] = self._latest(n, k)
-            seqs.add(t.seq)
+            self._index[n].add(k, t.seq)
         for d in self._dirty.values():
             d.add(t.seq)
+
+    def _settle_keys(self) -> None:
+        for n, index in self._index.items():
+            index.settle(self.filters[n])
 
     def _forget(self, x: _Entry) -> None:
         seq = x.t.seq
         for n, k in x.keys.items():
-            seqs = self._by_key[n][k]
-            seqs.discard(seq)
-            if not seqs:
-                del self._by_key[n][k]
-                del self._best[n][k]
+            self._index[n].discard(k, seq)
         for d in self._dirty.values():
             d.discard(seq)
-
-    def _latest(self, nbr: str, k: Key) -> int:
-        """The latest tag of a live set of ``nbr`` holding ``k`` (-1: none)."""
-        best, h = -1, None
-        for _, tag, m in self.filters[nbr]:
-            if tag <= best:
-                continue
-            if m._set is not None:
-                if k in m._set:
-                    best = tag
-                continue
-            if h is None:
-                h = key_hash(k)
-            if m._bloom.has(h):  # type: ignore[union-attr]  # a matcher holds a set or a filter
-                best = tag
-        return best
 
     # ------------------------------------------------------------------ filters
     def take(self, nbr: str, e: int, body: KeyFilter) -> None:
@@ -178,25 +161,19 @@ class Reducer:
     def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
         match ``nbr`` before are dirty for every other edge and for shipping."""
-        by_key, best, lf = self._by_key[nbr], self._best[nbr], self.live_from[nbr]
-        if m._set is not None:
-            held = [k for k in m._set if k in by_key] if len(m._set) < len(by_key) else \
-                [k for k in by_key if k in m._set]
-        else:
-            bloom = m._bloom
-            assert bloom is not None
-            held = [k for k in by_key if bloom.has(key_hash(k))]
+        index, lf = self._index[nbr], self.live_from[nbr]
+        best = index.best
         dirty = [d for c, d in self._dirty.items() if c != nbr]
-        for k in held:
+        for k in index.holding(m):
             old = best[k]
             if tag > old:
                 best[k] = tag
                 if old < lf <= tag:
                     for d in dirty:
-                        d.update(by_key[k])
+                        d.update(index.seqs[k])
 
     def _matches(self, x: _Entry, nbr: str) -> bool:
-        return self._best[nbr][x.keys[nbr]] >= self.live_from[nbr]
+        return self._index[nbr].best[x.keys[nbr]] >= self.live_from[nbr]
 
     def _passes(self, x: _Entry, but: Optional[str], among: tuple[str, ...]) -> bool:
         """Matched by the sets of every neighbour of ``among`` but ``but`` (a neighbour skipped toward us:
@@ -264,11 +241,11 @@ class Reducer:
         self.filters = {n: [(i, tag, _matcher(m)) for i, tag, m in fs] for n, fs in data["filters"].items()}
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
         self.pending, self._rank = {}, 0
-        self._by_key = {n: {} for n in self._filters}
-        self._best = {n: {} for n in self._filters}
+        self._index = {n: KeyIndex() for n in self._filters}
         self._dirty = {c: set() for c in self._dirty}
         for b, sent, shipped, *_ in data["pending"]:
             self._add(decode(b), sent, shipped)
+        self._settle_keys()
 
 
 def _plain(m: Matcher) -> Any:
