@@ -63,9 +63,16 @@ KEY_HASH_CACHE = 1 << 16
 
 
 @functools.lru_cache(maxsize=KEY_HASH_CACHE)
+def key_digest(key: Key) -> bytes:
+    """The 64-byte digest whose sixteen little-endian 32-bit words are :func:`key_hash` (arrays of many keys'
+    hashes are built from these bytes in one step)."""
+    return blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest()
+
+
+@functools.lru_cache(maxsize=KEY_HASH_CACHE)
 def key_hash(key: Key) -> Hashes:
     """Sixteen independent 32-bit hashes of ``key`` (equal keys, equal hashes)."""
-    return _WORDS.unpack(blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest())
+    return _WORDS.unpack(key_digest(key))
 
 
 def rate(m: int, k: int, n: int) -> float:

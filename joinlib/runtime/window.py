@@ -121,12 +121,15 @@ class HomeWindow:
         """The distinct keys (under ``index``) of the view of epoch ``e``: what a request sent as a
         Bloom filter is tested against."""
         lower, end = self.lower(e), (e + 1) * self.tau
-        col = 0 if lower[0] == "ts" else 1
-        seen: dict[Key, None] = {}
-        for t in self.store.tuples():
-            if t.ts < end and (t.ts, t.seq)[col] >= lower[1]:
-                seen.setdefault(tuple(t.key[i] for i in index), None)
-        return list(seen)
+        low = lower[1]
+        if lower[0] == "ts":
+            view = (t.key for t in self.store.tuples() if low <= t.ts < end)
+        else:
+            view = (t.key for t in self.store.tuples() if t.ts < end and t.seq >= low)
+        if len(index) == 1:
+            i = index[0]
+            return list(dict.fromkeys((k[i],) for k in view))
+        return list(dict.fromkeys(tuple(k[i] for i in index) for k in view))
 
     def boundary(self, start: int) -> list[Tup]:
         """The window as a generation starting at epoch ``start`` finds it: tuples of epochs before

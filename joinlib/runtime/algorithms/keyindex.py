@@ -16,11 +16,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import MAX_HASHES, Bloom, Matcher, key_hash
+from joinlib.protocol.bloom import MAX_HASHES, Bloom, Matcher, key_digest
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
 LiveSet = tuple[int, int, Matcher]
+
+
+def hash_rows(keys: Sequence[Key]) -> np.ndarray:
+    """The :func:`~joinlib.protocol.bloom.key_hash` words of ``keys``, a row per key."""
+    return np.frombuffer(b"".join(map(key_digest, keys)), dtype="<u4").reshape(len(keys), MAX_HASHES)
 
 
 def unpacked(b: Bloom) -> np.ndarray:
@@ -92,7 +97,7 @@ class KeyIndex:
             self._free.extend(range(n + grow - 1, n - 1, -1))
         slot = self._free.pop()
         self._slot[k], self._keys[slot], self._live[slot] = slot, k, True
-        self._rows[slot] = key_hash(k)
+        self._rows[slot] = np.frombuffer(key_digest(k), dtype="<u4")
 
     # ------------------------------------------------------------------ sets against keys
     def settle(self, live: Sequence[LiveSet]) -> None:
@@ -143,3 +148,14 @@ class KeyIndex:
         bank = self._bank[1]
         assert bank is not None
         return bank
+
+
+def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
+    """The keys of ``keys`` (in their order) that the set of ``m`` holds: a Bloom filter tests them all at
+    once (a semijoin's home answering a request sent as a filter tests every key of its window)."""
+    if m._set is not None or len(keys) < 8:
+        return [k for k in keys if m.has(k)]
+    assert m._bloom is not None
+    rows = hash_rows(keys)
+    hit = _Bank([m._bloom], [unpacked(m._bloom)]).test(rows)[:, 0].tolist()
+    return [k for k, h in zip(keys, hit, strict=True) if h]

@@ -38,6 +38,7 @@ from joinlib.runtime.algorithms.base import (
     row_maker,
     store_join,
 )
+from joinlib.runtime.algorithms.keyindex import held_keys
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, view_slice
@@ -157,7 +158,7 @@ def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], Tup
 
     def requested(body: Body, e: int) -> list[Key]:
         keys, m = key_set(body)
-        return keys if keys is not None else [k for k in candidates(e) if m.has(k)]
+        return keys if keys is not None else held_keys(m, candidates(e))
 
     def semijoin(e: int) -> bool:
         if e < ctx.start:
@@ -222,7 +223,7 @@ def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
         keys, m = key_set(body)
         asked = len(keys) if keys is not None else getattr(body, "n", 0)
         if keys is None:
-            keys = [k for k in home.view_keys(st.key.index, e) if m.has(k)]
+            keys = held_keys(m, home.view_keys(st.key.index, e))
         lower, end = home.lower(e), (e + 1) * ctx.tau
         found = {k: kl for k, kl in home.store.lookup_many(st.key.index, keys).items()
                  if view_slice(kl, lower, end)}
