@@ -16,7 +16,8 @@ import threading
 from pathlib import Path
 
 from joinlib.errors import JoinlibError
-from services.common import env, error_line, info_line
+from joinlib.settings import ServiceEnv
+from services.common import error_line, info_line
 
 
 def main(argv=None) -> int:
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", help="comma-separated streams to write (default: every json source)")
     ap.add_argument("--duration", type=float, help="seconds to run (default: until stopped)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"))
+    ap.add_argument("--bootstrap", default=ServiceEnv.from_env().kafka_bootstrap)
     args = ap.parse_args(argv)
     if not args.bootstrap:
         error_line("no Kafka: set KAFKA_BOOTSTRAP_SERVERS (host:port) or pass --bootstrap")
