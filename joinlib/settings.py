@@ -1,5 +1,8 @@
-"""Client security settings, read once at the service edge from the environment or files
-(docs/security.md): Kafka SASL/TLS, Redis AUTH/TLS and the planner API's bearer token.
+"""Everything joinlib reads from the environment: the client security settings, read at the service edge
+from the environment or files (docs/security.md: Kafka SASL/TLS, Redis AUTH/TLS and the planner API's bearer
+token), and the services' own variables (:class:`ServiceEnv`, :class:`NodeSettings`: the broker, Redis, site,
+ports, checkpoint and scale-out settings), read once at an entry point (``services/*/__main__.py``,
+``joinlib/cli/``) and handed on.  No other module reads ``os.environ``.
 
 This module only reads variables and files and builds plain dicts; the adapters hand them to the
 clients (``joinlib.adapters.kafka``, ``joinlib.adapters.redis_store``, ``services.spark.common``)

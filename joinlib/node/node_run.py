@@ -44,7 +44,7 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
     if not redis_url:
         return None
     try:
-        from joinlib.adapters.redis_store import redis_store_factory  # optional dependency: redis
+        from joinlib.adapters.redis_store import redis_store_factory  # heavy optional dependency: redis
     except ImportError:
         log(f"REDIS_URL={redact_url(redis_url)} is set but joinlib.adapters.redis_store is not available; "
             "keeping windows in memory")

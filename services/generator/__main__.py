@@ -15,7 +15,11 @@ import sys
 import threading
 from pathlib import Path
 
+from joinlib.adapters.kafka import check_reachable
+from joinlib.adapters.live_gen import LiveGenerator, ensure_source_topics
 from joinlib.errors import JoinlibError
+from joinlib.ingest.events import EventProfile
+from joinlib.query import load_query
 from joinlib.settings import ServiceEnv
 from services.common import error_line, info_line
 
@@ -55,10 +59,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from joinlib.adapters.kafka import check_reachable
-    from joinlib.adapters.live_gen import LiveGenerator, ensure_source_topics
-    from joinlib.ingest.events import EventProfile
-    from joinlib.query import load_query
     query = load_query(args.query)
     streams = args.streams.split(",") if args.streams else None
     check_reachable(args.bootstrap)
