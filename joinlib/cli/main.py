@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Distributed sliding-window joins over streams born at different sites, "
                     "shipping as few bytes between sites as the plan allows.",
         epilog="Run 'joinlib COMMAND --help' for the options of a command.")
+    p.set_defaults(env=env)   # what the commands read of the environment (--cluster's broker and Redis)
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a query over data files (embedded simulated network)",
@@ -312,9 +313,8 @@ def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Op
         if args.scale_out is not None or args.join:
             raise JoinlibError("--scale-out and --join need --cluster (node instances on Kafka)")
         return None
-    env = ServiceEnv.from_env()
     from joinlib.node.cluster import cluster_runner  # heavy optional dependency: confluent_kafka (and redis)
-    runner: Runner = cluster_runner(args.cluster or env.kafka_bootstrap, reveal(env.redis_url),
+    runner: Runner = cluster_runner(args.cluster or args.env.kafka_bootstrap, reveal(args.env.redis_url),
                                     rate_scale=args.rate_scale, faults=_faults(args, query), mode=args.nodes,
                                     instances=parse_instances(args.scale_out, query),
                                     adaptive=adaptive.config if adaptive is not None else None)
@@ -362,9 +362,8 @@ def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: di
     (``--cluster``: the nodes route the tuples themselves) on Kafka."""
     progress = not args.no_progress and sys.stderr.isatty()
     if args.cluster is not None:
-        env = ServiceEnv.from_env()
         from joinlib.node.cluster import cluster_runner  # heavy optional dependency: confluent_kafka (and redis)
-        runner = cluster_runner(args.cluster or env.kafka_bootstrap, reveal(env.redis_url),
+        runner = cluster_runner(args.cluster or args.env.kafka_bootstrap, reveal(args.env.redis_url),
                                 rate_scale=args.rate_scale, mode=args.nodes,
                                 faults=[(site, t, "kill") for site, t in parse_kills(args.kill, query)])
         return runner(query, streams, whole, sink, progress=progress)

@@ -6,7 +6,12 @@ wrong; readers reject such a message (a logged error and ``joinlib_rejected_mess
 changes nothing: it never enters a node's or the planner's control log.  Extra keys are allowed (a
 newer writer may add some); the keys the readers use must have the documented types.  A ``plan`` must
 carry a query that parses and plans that compile against it, so a node never installs, and the planner
-never shows, a plan that cannot run.
+never shows, a plan that cannot run.  A ``version`` other than those this code knows
+(:data:`~joinlib.control.messages.CONTROL_VERSION`) is rejected too.
+
+:func:`accept_control` is the same check returning the typed message (:mod:`joinlib.control.messages`), a
+plan's compiled (:mod:`joinlib.control.compile`): readers parse and compile a message once, here.
+:func:`plan_payload` and :func:`tree_payload` compile a plan payload given as JSON.
 
 Pure: no I/O, no client libraries.
 """

@@ -52,7 +52,7 @@ class Generations:
 
     @classmethod
     def of(cls, plans: Union[Plan, Sequence[tuple[int, Plan]]]) -> Generations:
-        return cls(((0, plans),) if isinstance(plans, Plan) else tuple(plans))
+        return cls(((0, plans),) if isinstance(plans, Plan) else tuple(sorted(plans, key=lambda g: g[0])))
 
     @property
     def plans(self) -> Plans:

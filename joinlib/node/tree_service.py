@@ -1,6 +1,6 @@
 """MJoin trees on Kafka: the embedded tree runs (:mod:`joinlib.sim.tree_engine`) as node services.
 
-A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.check.tree_payload`) is
+A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.compile.compile_trees`) is
 lowered by every node the same way (:func:`joinlib.mjoin.derived.lower_tree`). Each node then runs, in a
 thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
 has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
