@@ -102,10 +102,10 @@ def _results(bootstrap: str, st: Any) -> set[tuple[tuple[tuple[str, int], ...], 
 def _bytes(st: Any) -> dict[str, int]:
     """Bytes per link (src>dst) a stopped deployment's nodes sent."""
     out: dict[str, int] = {}
-    for d in st.stats.done.values():
-        for ln in d.get("links", []):
-            key = f"{ln['src']}>{ln['dst']}"
-            out[key] = out.get(key, 0) + int(ln.get("bytes", 0))
+    for d in st.stats.done.values():   # typed DoneMessages (joinlib.control.messages)
+        for ln in d.links:
+            key = f"{ln.src}>{ln.dst}"
+            out[key] = out.get(key, 0) + ln.bytes
     return out
 
 

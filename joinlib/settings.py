@@ -1,5 +1,8 @@
-"""Client security settings, read once at the service edge from the environment or files
-(docs/security.md): Kafka SASL/TLS, Redis AUTH/TLS and the planner API's bearer token.
+"""Everything joinlib reads from the environment: the client security settings, read at the service edge
+from the environment or files (docs/security.md: Kafka SASL/TLS, Redis AUTH/TLS and the planner API's bearer
+token), and the services' own variables (:class:`ServiceEnv`, :class:`NodeSettings`: the broker, Redis, site,
+ports, checkpoint and scale-out settings), read once at an entry point (``services/*/__main__.py``,
+``joinlib/cli/``) and handed on.  No other module reads ``os.environ``.
 
 This module only reads variables and files and builds plain dicts; the adapters hand them to the
 clients (``joinlib.adapters.kafka``, ``joinlib.adapters.redis_store``, ``services.spark.common``)
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from joinlib.errors import JoinlibError
+from joinlib.errors import ClusterError, JoinlibError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -243,3 +246,127 @@ def mask(conf: Mapping[str, object]) -> dict[str, object]:
         else:
             out[k] = v
     return out
+
+
+# ----------------------------------------------------------------------------- the services' environment
+
+class SecretStr:
+    """A secret that shows as ``**********`` in ``repr`` and ``str``; :meth:`get_secret_value` gives it.  The
+    interface of pydantic's ``SecretStr``, without importing pydantic (~200 ms) into every command."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "SecretStr('**********')"
+
+    def __str__(self) -> str:
+        return "**********"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretStr) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def reveal(value: Optional[SecretStr]) -> Optional[str]:
+    return None if value is None else value.get_secret_value()
+
+
+#: how long a silent node instance keeps its plan partitions (joinlib.node.scale_out), in ms, default
+#: :data:`SESSION_TIMEOUT_MS` (the broker's default group.min.session.timeout.ms: a lower value needs that
+#: broker setting lowered too)
+SESSION_TIMEOUT_ENV = "JOINLIB_SESSION_TIMEOUT_MS"
+SESSION_TIMEOUT_MS = 6000
+# A test hook (tests/integration/test_drills.py): "N:S" pauses the N-th checkpoint of a run for S seconds
+# after the producer flush and the state snapshot, before the Redis save -- a window in which a drill
+# kills the node "during a checkpoint".  Unset (always, outside tests): no effect.
+PAUSE_HOOK_ENV = "JOINLIB_TEST_CHECKPOINT_PAUSE"
+
+
+def env_value(name: str, default: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$name`` stripped, or ``default`` when it is unset or blank."""
+    env = os.environ if environ is None else environ
+    return env.get(name, "").strip() or default
+
+
+def _pause_hook(value: Optional[str]) -> Optional[tuple[int, float]]:
+    try:
+        n, s = (value or "").split(":")
+        return int(n), float(s)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What a node service reads from the environment besides its command line, read once where the service
+    starts (``python -m services.node``, the cluster runner) and handed to it."""
+
+    session_timeout: Optional[str] = None                 # $JOINLIB_SESSION_TIMEOUT_MS, checked when used
+    checkpoint_pause: Optional[tuple[int, float]] = None  # $JOINLIB_TEST_CHECKPOINT_PAUSE
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "NodeSettings":
+        return cls(env_value(SESSION_TIMEOUT_ENV, None, environ),
+                   _pause_hook(env_value(PAUSE_HOOK_ENV, None, environ)))
+
+    @property
+    def session_timeout_ms(self) -> int:
+        """The scale-out group's session timeout; a :class:`~joinlib.errors.ClusterError` for a bad value
+        (raised when a scaled-out plan runs, not when the node starts: a node that runs none never needs it)."""
+        raw = self.session_timeout
+        if not raw:
+            return SESSION_TIMEOUT_MS
+        if not raw.isdigit() or int(raw) < 1000:
+            raise ClusterError(f"{SESSION_TIMEOUT_ENV}={raw!r}: expected milliseconds, at least 1000")
+        return int(raw)
+
+
+def session_timeout_ms(environ: Optional[Mapping[str, str]] = None) -> int:
+    """$JOINLIB_SESSION_TIMEOUT_MS as :attr:`NodeSettings.session_timeout_ms` reads it."""
+    return NodeSettings.from_env(environ).session_timeout_ms
+
+
+@dataclass(frozen=True)
+class ServiceEnv:
+    """The environment the services and the command line read (docs/deploy.md; the Helm chart and
+    docker-compose.yml set these names), read once at an entry point (:meth:`from_env`) and passed on.  Values are
+    stripped, a blank one is unset; each service parses and checks the numbers itself, with its own messages."""
+
+    kafka_bootstrap: Optional[str] = None        # KAFKA_BOOTSTRAP_SERVERS
+    redis_url: Optional[SecretStr] = None        # REDIS_URL (a password in it is a secret)
+    site: Optional[str] = None                   # JOINLIB_SITE
+    metrics_port: Optional[str] = None           # METRICS_PORT
+    planner_port: Optional[str] = None           # PLANNER_PORT
+    planner_url: Optional[str] = None            # JOINLIB_PLANNER_URL (as set: not stripped)
+    checkpoint_every_s: Optional[str] = None     # JOINLIB_CHECKPOINT_EVERY_S
+    shared: Optional[str] = None                 # JOINLIB_SHARED
+    node: NodeSettings = field(default_factory=NodeSettings)
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "ServiceEnv":
+        env = os.environ if environ is None else environ
+        redis = env_value("REDIS_URL", None, env)
+        return cls(env_value("KAFKA_BOOTSTRAP_SERVERS", None, env), None if redis is None else SecretStr(redis),
+                   env_value("JOINLIB_SITE", None, env), env_value("METRICS_PORT", None, env),
+                   env_value("PLANNER_PORT", None, env), env.get("JOINLIB_PLANNER_URL"),
+                   env_value("JOINLIB_CHECKPOINT_EVERY_S", None, env), env_value("JOINLIB_SHARED", None, env),
+                   NodeSettings.from_env(env))
+
+
+def child_env(environ: Optional[Mapping[str, str]] = None, *, unset: tuple[str, ...] = (),
+              **values: str) -> dict[str, str]:
+    """The environment of a child process: this process's (or ``environ``) with ``values`` set and ``unset``
+    removed."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(values)
+    for name in unset:
+        env.pop(name, None)
+    return env

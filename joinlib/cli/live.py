@@ -16,29 +16,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any, Optional
+from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
+from urllib.request import Request, urlopen
 
 from joinlib.errors import JoinlibError
+from joinlib.settings import ServiceEnv, planner_token
 
 DEFAULT_URL = "http://localhost:8080"
 
 
-def planner_url() -> str:
-    return os.environ.get("JOINLIB_PLANNER_URL", DEFAULT_URL)
+def planner_url(env: Optional[ServiceEnv] = None) -> str:
+    """``$JOINLIB_PLANNER_URL`` (``env``: the environment as read already), else :data:`DEFAULT_URL`."""
+    url = (env or ServiceEnv.from_env()).planner_url
+    return DEFAULT_URL if url is None else url
 
 
 def http_json(url: str, data: Optional[bytes] = None, method: Optional[str] = None, timeout: float = 60) -> Any:
     """GET (or POST ``data``) a planner-service URL, with ``Authorization: Bearer <token>`` when
     ``JOINLIB_PLANNER_TOKEN[_FILE]`` is set (docs/security.md); errors become one clear line."""
-    from urllib.error import HTTPError, URLError
-    from urllib.request import Request, urlopen
-
-    from joinlib.settings import planner_token
     token = planner_token()
     try:
         req = Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
@@ -61,7 +61,10 @@ def http_json(url: str, data: Optional[bytes] = None, method: Optional[str] = No
                            "(start it with 'python -m services.planner', or set --url)") from None
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
+    """``queries``, ``stop`` and ``results`` on the command line's subparsers (``env``: the environment, read
+    once by the caller)."""
+    url = planner_url(env)
     q = sub.add_parser("queries", help="list submitted queries: state, rates, bytes vs central, latency",
                        description="Every query the planner service knows, with its state (running, stopping, "
                                    "stopped, done), input events/s per stream, results/s, bytes shipped between "
@@ -70,7 +73,7 @@ def add_commands(sub: Any) -> None:
                                    "queries that use each, and per query the operators it reads.")
     q.add_argument("name", nargs="?", help="one query (default: all)")
     q.add_argument("--json", action="store_true", help="print the planner's JSON")
-    q.add_argument("--url", default=planner_url())
+    q.add_argument("--url", default=url)
     q.set_defaults(func=_cmd_queries)
 
     s = sub.add_parser("stop", help="stop a running query",
@@ -79,7 +82,7 @@ def add_commands(sub: Any) -> None:
     s.add_argument("name")
     s.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
                    help="wait until every node has stopped it (default 30; 0: do not wait)")
-    s.add_argument("--url", default=planner_url())
+    s.add_argument("--url", default=url)
     s.set_defaults(func=_cmd_stop)
 
     r = sub.add_parser("results", help="print a query's results (JSON lines), optionally following them",
@@ -92,7 +95,7 @@ def add_commands(sub: Any) -> None:
     r.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="with --follow: exit once no result has arrived for this long")
     r.add_argument("--out", type=Path, help="write the results to this file instead of stdout")
-    r.add_argument("--url", default=planner_url())
+    r.add_argument("--url", default=url)
     r.set_defaults(func=_cmd_results)
 
 

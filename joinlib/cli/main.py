@@ -7,32 +7,48 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from typing import IO, Any, Optional, Protocol, Sequence
+from urllib.parse import urlencode
+
+import orjson
+import yaml
 
 from joinlib import command
-from joinlib.adaptive.config import is_adaptive
 from joinlib.cli.adaptive import RUN_HELP as ADAPTIVE_HELP
+from joinlib.cli.adaptive import AdaptiveRunner, adaptive_runner
 from joinlib.cli.adaptive import add_run_options as add_adaptive_options
 from joinlib.cli.experiments import add_commands
 from joinlib.cli.live import add_commands as add_live_commands
 from joinlib.cli.live import http_json as _http
+from joinlib.cli.live import planner_url
+from joinlib.cli.progressive import add_command as add_progressive
+from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun
+from joinlib.costs import get_model
+from joinlib.costs.explain import format_estimate
+from joinlib.data.files import load_streams
+from joinlib.data.gen import generate
 from joinlib.errors import JoinlibError
+from joinlib.mjoin.derived import check_windows, deploy
 from joinlib.mjoin.tree_plans import RUN_HELP as TREE_HELP
-from joinlib.mjoin.tree_plans import is_tree
+from joinlib.mjoin.tree_plans import plan_partitioned_trees, plan_tree
+from joinlib.model import Query, Tup
 from joinlib.plan.partitioned import RUN_HELP as PARTITION_HELP
-from joinlib.plan.partitioned import is_partitioned
-from joinlib.planner.registry import PLAN_HELP, needs_data, resolve_plan
+from joinlib.plan.partitioned import check_partitionable, parse_spec
+from joinlib.planner import explain
+from joinlib.planner.registry import PLAN_HELP, PlanKind, needs_data, plan_kind, resolve_plan, run_plan, tree_file
 from joinlib.protocol.messages import InstanceKey
-from joinlib.runtime.sink import Group, Sink
+from joinlib.query import load_query, query_to_dict
+from joinlib.reference import reference_join
+from joinlib.runtime.deploy import Plans
+from joinlib.runtime.report import Report
+from joinlib.runtime.sink import CountingSink, Group, Sink
+from joinlib.settings import ServiceEnv, reveal
+from joinlib.sim.engine import run_embedded
+from joinlib.sim.tree_engine import run_deployment
 from joinlib.units import parse_duration
-
-if TYPE_CHECKING:
-    from joinlib.model import Query, Tup
-    from joinlib.runtime.deploy import Plans
-    from joinlib.runtime.report import Report
 
 
 class Runner(Protocol):
@@ -46,11 +62,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    env = ServiceEnv.from_env()   # the environment, read once: defaults of the options
     p = argparse.ArgumentParser(
         prog="joinlib",
         description="Distributed sliding-window joins over streams born at different sites, "
                     "shipping as few bytes between sites as the plan allows.",
         epilog="Run 'joinlib COMMAND --help' for the options of a command.")
+    p.set_defaults(env=env)   # what the commands read of the environment (--cluster's broker and Redis)
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a query over data files (embedded simulated network)",
@@ -147,18 +165,17 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--values", type=Path, metavar="VALUES.json",
                     help="--plan pmjoin:rate|range: the per-value rates to partition by, as 'joinlib stats QUERY "
                          "--data DIR --values VALUES.json' writes them (pmjoin:hash needs none)")
-    sm.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"),
+    sm.add_argument("--url", default=planner_url(env),
                     help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     sm.set_defaults(func=_cmd_submit)
 
     stt = sub.add_parser("status", help="show the state of submitted queries (cluster mode)")
     stt.add_argument("name", nargs="?", help="one query (default: all)")
-    stt.add_argument("--url", default=os.environ.get("JOINLIB_PLANNER_URL", "http://localhost:8080"))
+    stt.add_argument("--url", default=planner_url(env))
     stt.set_defaults(func=_cmd_status)
 
     add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
-    add_live_commands(sub)  # queries, stop, results (live queries, docs/live.md)
-    from joinlib.cli.progressive import add_command as add_progressive
+    add_live_commands(sub, env)  # queries, stop, results (live queries, docs/live.md)
     add_progressive(sub)  # progressive LEFT RIGHT (seed 004: RPJ, XJoin, HMJ)
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
@@ -237,40 +254,26 @@ def parse_switches(specs: list[str], query: Query) -> list[tuple[int, str]]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    if is_tree(args.plan):  # MJoin trees with windows on intermediate streams (seed 002)
-        return _run_tree(args)
-    return _run_plans(args)
+    kind = plan_kind(args.plan)
+    if kind in (PlanKind.TREE, PlanKind.PARTITIONED_TREES):  # MJoin trees, windows on intermediate streams (seed 002)
+        return _run_tree(args, kind)
+    return _run_plans(args, kind)
 
 
-def _run_plans(args: argparse.Namespace) -> int:
-    from joinlib.data.files import load_streams
-    from joinlib.query import load_query
-    from joinlib.runtime.sink import CountingSink
-    from joinlib.sim.engine import run_embedded
+def _run_plans(args: argparse.Namespace, kind: PlanKind) -> int:
     query = load_query(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
     switches = parse_switches(args.switch, query)
-    adaptive = None
-    if is_adaptive(args.plan):  # the nodes re-plan and switch while running (seed 003)
-        from joinlib.cli.adaptive import adaptive_runner
-        adaptive = adaptive_runner(args, query)
-    if is_partitioned(args.plan):  # a plan per partition of the join values (seed 002)
-        streams, plan = _partitioned(args, query, switches, progress)
-    else:
-        specs = [(0, args.plan)] + switches if adaptive is None else []
-        # fail fast on bad plans, before loading the data (planners that measure the data wait for it)
-        early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
-        streams = load_streams(query, args.data)
-        gens = [(at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
-                for at, spec in specs]
-        plan = adaptive.initial if adaptive is not None else gens if switches else gens[0][1]
+    # adaptive: the nodes re-plan and switch while running (seed 003)
+    adaptive = adaptive_runner(args, query) if kind is PlanKind.ADAPTIVE else None
+    streams, plan = _plans(args, query, kind, switches, adaptive, progress)
     runner: Runner = _cluster_runner(args, query, adaptive) or adaptive or run_embedded
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:
-            report = runner(query, streams, plan, JsonlSink(query, f), progress=progress)
+            report = runner(query, streams, plan.plans, JsonlSink(query, f), progress=progress)
     else:
-        report = runner(query, streams, plan, CountingSink(), progress=progress)
+        report = runner(query, streams, plan.plans, CountingSink(), progress=progress)
     if args.report:
         _writable(args.report)
         args.report.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -284,6 +287,23 @@ def _run_plans(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plans(args: argparse.Namespace, query: Query, kind: PlanKind, switches: list[tuple[int, str]],
+           adaptive: Optional[AdaptiveRunner], progress: bool) -> tuple[dict[str, list[Tup]], Deployable]:
+    """The data and the plan to run: a partitioned plan (seed 002), the adaptive run's initial plan, or the plan
+    and its ``--switch`` generations; plan mistakes are found before the data is loaded where they can be
+    (planners that measure the data wait for it)."""
+    if kind is PlanKind.PARTITIONED:  # a plan per partition of the join values
+        return _partitioned(args, query, switches, progress)
+    specs = [(0, args.plan)] + switches if adaptive is None else []
+    early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
+    streams = load_streams(query, args.data)
+    if adaptive is not None:
+        return streams, AdaptiveRun(adaptive.config, adaptive.initial)
+    return streams, Generations(tuple(
+        (at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
+        for at, spec in specs))
+
+
 def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Optional[Runner]:
     """``--cluster``'s runner (None without it); an adaptive run's configuration goes to the nodes in the plan
     message."""
@@ -293,18 +313,17 @@ def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Op
         if args.scale_out is not None or args.join:
             raise JoinlibError("--scale-out and --join need --cluster (node instances on Kafka)")
         return None
-    from joinlib.node.cluster import cluster_runner
-    runner: Runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, faults=_faults(args, query),
-                                    mode=args.nodes, instances=parse_instances(args.scale_out, query),
+    from joinlib.node.cluster import cluster_runner  # heavy optional dependency: confluent_kafka (and redis)
+    runner: Runner = cluster_runner(args.cluster or args.env.kafka_bootstrap, reveal(args.env.redis_url),
+                                    rate_scale=args.rate_scale, faults=_faults(args, query), mode=args.nodes,
+                                    instances=parse_instances(args.scale_out, query),
                                     adaptive=adaptive.config if adaptive is not None else None)
     return runner
 
 
-def _run_tree(args: argparse.Namespace) -> int:
+def _run_tree(args: argparse.Namespace, kind: PlanKind) -> int:
     """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query,
     embedded or (one tree) on Kafka."""
-    from joinlib.query import load_query
-    from joinlib.runtime.sink import CountingSink
     query = load_query(args.query)
     for flag, given in (("--switch", args.switch), ("--scale-out", args.scale_out is not None), ("--join", args.join),
                         ("--kill", args.kill and args.cluster is None)):
@@ -312,7 +331,7 @@ def _run_tree(args: argparse.Namespace) -> int:
             raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, its "
                                "partitions are not shared by node instances, and --kill needs --cluster)")
     parse_kills(args.kill, query)   # a mistake in --kill before the data are read
-    streams, whole, inputs = _tree_programs(args, query)
+    streams, whole, inputs = _tree_programs(args, query, kind)
     programs = list(getattr(whole, "programs", [whole]))
     if args.out:
         _writable(args.out)
@@ -341,12 +360,11 @@ def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: di
                  inputs: list[Any], sink: Sink) -> Any:
     """Run the tree (or a tree per partition, each on its ``inputs``): on the simulated network, or
     (``--cluster``: the nodes route the tuples themselves) on Kafka."""
-    from joinlib.mjoin.derived import deploy
-    from joinlib.sim.tree_engine import run_deployment
     progress = not args.no_progress and sys.stderr.isatty()
     if args.cluster is not None:
-        from joinlib.node.cluster import cluster_runner
-        runner = cluster_runner(args.cluster, rate_scale=args.rate_scale, mode=args.nodes,
+        from joinlib.node.cluster import cluster_runner  # heavy optional dependency: confluent_kafka (and redis)
+        runner = cluster_runner(args.cluster or args.env.kafka_bootstrap, reveal(args.env.redis_url),
+                                rate_scale=args.rate_scale, mode=args.nodes,
                                 faults=[(site, t, "kill") for site, t in parse_kills(args.kill, query)])
         return runner(query, streams, whole, sink, progress=progress)
     programs = list(getattr(whole, "programs", [whole]))
@@ -355,44 +373,36 @@ def _tree_report(args: argparse.Namespace, query: Query, whole: Any, streams: di
                           {p.base.name: sink for p in programs}, progress=progress)
 
 
-def _tree_programs(args: argparse.Namespace, query: Query) -> tuple[dict[str, list[Tup]], Any, list[Any]]:
+def _tree_programs(args: argparse.Namespace, query: Query,
+                   kind: PlanKind) -> tuple[dict[str, list[Tup]], Any, list[Any]]:
     """The data, the tree to run (a TreeProgram, or PartitionedTrees) and each tree's input; plan mistakes
     are found before the data is loaded where they can be."""
-    from joinlib.data.files import load_streams
-    from joinlib.mjoin.derived import check_windows
-    from joinlib.mjoin.tree_plans import plan_partitioned_trees, plan_tree
     check_windows(query)
-    if args.plan.startswith("pmjoin"):
-        from joinlib.plan.partitioned import check_partitionable, parse_spec
+    if kind is PlanKind.PARTITIONED_TREES:
         parse_spec(args.plan.removesuffix(":mjoin"))
         check_partitionable(query)
         streams = load_streams(query, args.data)
         whole, inputs = plan_partitioned_trees(query, streams, args.plan)
         return streams, whole, list(inputs)
-    early = None if args.plan == "mjoin" else plan_tree(query, args.plan)
+    early = None if needs_data(args.plan) else plan_tree(query, args.plan)
     streams = load_streams(query, args.data)
     return streams, early or plan_tree(query, args.plan, streams), [streams]
 
 
 def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[int, str]],
-                 progress: bool) -> tuple[dict[str, list[Tup]], Plans]:
+                 progress: bool) -> tuple[dict[str, list[Tup]], Deployable]:
     """``--plan pmjoin[:hash|range|rate][:D]``: partition the join values, ``auto`` per partition."""
-    from joinlib.data.files import load_streams
-    from joinlib.plan.partitioned import check_partitionable, parse_spec
-    from joinlib.pmjoin.partitioned import build
     parse_spec(args.plan)
     check_partitionable(query)
     if switches:
         raise JoinlibError("--plan pmjoin runs without --switch (a partitioned plan has no generations)")
     streams = load_streams(query, args.data)
-    return streams, build(query, streams, args.plan,
-                          lambda q, s: resolve_plan(q, "auto", args.model, s, progress=progress))
+    plan = run_plan(query, args.plan, args.model, streams, progress=progress)
+    assert isinstance(plan, PartitionedRun)
+    return streams, plan
 
 
 def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> int:
-    from collections import Counter
-
-    from joinlib.reference import reference_join
     if out is None:
         raise JoinlibError("--check needs --out (the results to compare)")
     want: Counter[tuple[tuple[Optional[int], ...], int]] = Counter(reference_join(query, streams))
@@ -410,8 +420,6 @@ def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> 
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
-    from joinlib.data.gen import generate
-    from joinlib.query import load_query
     query = load_query(args.query)
     duration = parse_duration(args.duration)
     if args.out.exists() and not args.out.is_dir():
@@ -438,14 +446,11 @@ def _print_or_write(obj: Any, out: Optional[Path]) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from joinlib.query import load_query
     query = load_query(args.query)
     streams = None
     if args.data is not None:
-        from joinlib.data.files import load_streams
         streams = load_streams(query, args.data)
     if args.planner == "mjoin":  # an MJoin tree, not a plan of join sequences
-        from joinlib.mjoin.tree_plans import plan_tree
         program = plan_tree(query, "mjoin", streams)
         _print_or_write(program.to_json(), args.out)
         if args.explain:
@@ -456,9 +461,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = resolve_plan(query, args.planner, args.model, streams, progress=sys.stderr.isatty())
     _print_or_write(plan.to_json(), args.out)
     if args.explain:
-        from joinlib.costs import get_model
-        from joinlib.costs.explain import format_estimate
-        from joinlib.planner import explain
         print(format_estimate(query, plan, streams))
         if args.model == "wire":
             return 0
@@ -473,16 +475,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from urllib.parse import urlencode
-
-    import yaml
-
-    from joinlib.query import load_query, query_to_dict
     query = load_query(args.query)  # mistakes are reported here, with the file's name; schema files inlined
     params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
     doc = query_to_dict(query)
-    if args.planner and args.planner.startswith("mjoin:"):  # the tree goes with the query, the planner checks it
-        params["plan"], tree = "mjoin", args.planner.partition(":")[2]
+    tree = tree_file(args.planner) if args.planner else None
+    if tree is not None:  # the tree goes with the query, the planner checks it
+        params["plan"] = "mjoin"
         try:
             doc["mjoin_tree"] = json.loads(Path(tree).read_text())
         except (OSError, ValueError) as e:
@@ -514,9 +512,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_reference(args: argparse.Namespace) -> int:
-    from joinlib.data.files import load_streams
-    from joinlib.query import load_query
-    from joinlib.reference import reference_join
     query = load_query(args.query)
     streams = load_streams(query, args.data)
     _writable(args.out)
@@ -541,7 +536,6 @@ class JsonlSink(Sink):
     """Streams results to an open binary file, one JSON object per line."""
 
     def __init__(self, query: Query, f: IO[bytes]) -> None:
-        import orjson
         self._dumps = orjson.dumps
         self.names = query.names
         self.f = f

@@ -6,16 +6,40 @@ wrong; readers reject such a message (a logged error and ``joinlib_rejected_mess
 changes nothing: it never enters a node's or the planner's control log.  Extra keys are allowed (a
 newer writer may add some); the keys the readers use must have the documented types.  A ``plan`` must
 carry a query that parses and plans that compile against it, so a node never installs, and the planner
-never shows, a plan that cannot run.
+never shows, a plan that cannot run.  A ``version`` other than those this code knows
+(:data:`~joinlib.control.messages.CONTROL_VERSION`) is rejected too.
+
+:func:`accept_control` is the same check returning the typed message (:mod:`joinlib.control.messages`), a
+plan's compiled (:mod:`joinlib.control.compile`): readers parse and compile a message once, here.
+:func:`plan_payload` and :func:`tree_payload` compile a plan payload given as JSON.
 
 Pure: no I/O, no client libraries.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
 
+from joinlib.control.compile import Compiled, compile_plan, compile_trees, short, tree_scope
+from joinlib.control.messages import CONTROL_VERSION, ControlMessage, PlanMessage, parse
+from joinlib.control.run_plan import AdaptiveRun, PartitionedRun, TreesRun
 from joinlib.errors import JoinlibError
+from joinlib.model import Query
+from joinlib.pmjoin.value_monitor import is_report
+from joinlib.protocol.messages import (
+    DjaUpdate,
+    ExpiryUpdate,
+    KeyBatch,
+    KeyFilter,
+    ShippedBatch,
+    TupleBatch,
+    WindowSnapshot,
+)
+from joinlib.query import parse_query
+
+__all__ = ["UNDECODABLE", "INVALID", "BAD_HEADER", "REJECT_REASONS", "CONTROL_KINDS", "Accepted", "accept_control",
+           "check_control", "plan_payload", "tree_payload", "tree_scope", "InboundFlows"]
 
 #: reasons of a rejected message (the ``reason`` label of ``joinlib_rejected_messages_total``)
 UNDECODABLE = "undecodable"     # the bytes are not a message of the topic's schema
@@ -71,11 +95,6 @@ def _latency(v: Any) -> bool:
     return type(v) is dict and is_num(v.get("p50")) and is_num(v.get("p99"))
 
 
-def _values(v: Any) -> bool:
-    from joinlib.pmjoin.value_monitor import is_report
-    return is_report(v)
-
-
 _RUN = _opt(is_str)
 _COUNTS = _dict_of(is_count)
 
@@ -96,7 +115,7 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "naive": (False, _list_of(_naive_row)), "live": (False, lambda v: type(v) is bool),
         "dead_letters": (False, _dict_of(_COUNTS)), "watermarks_ms": (False, _dict_of(is_num)),
         "latency_ms": (False, _opt(_latency)), "adaptive": (False, lambda v: type(v) is dict),
-        "values": (False, _values), "part": (False, is_count), "instance": (False, is_str),
+        "values": (False, is_report), "part": (False, is_count), "instance": (False, is_str),
     },
     "done": {
         "site": (True, is_str), "run": (True, _RUN), "results": (True, is_count),
@@ -118,8 +137,24 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
 }
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """A control message that validates, typed; a plan's also compiled (:func:`_check_plan`), so that a node
+    parses and compiles a plan message once."""
+
+    message: ControlMessage
+    compiled: Optional[Compiled] = None
+
+
 def check_control(query: Any, kind: Any, payload: Any) -> Optional[str]:
     """None if ``(query, kind, payload)`` is a well-formed control message, else what is wrong."""
+    got = accept_control(query, kind, payload)
+    return got if isinstance(got, str) else None
+
+
+def accept_control(query: Any, kind: Any, payload: Any) -> Union[Accepted, str]:
+    """The typed message of a well-formed ``(query, kind, payload)``, else what is wrong (see
+    :func:`check_control`)."""
     if not is_str(query) or not query:
         return "the query name (the message's 'query') is empty"
     if kind not in CONTROL_KINDS:
@@ -132,17 +167,21 @@ def check_control(query: Any, kind: Any, payload: Any) -> Optional[str]:
                 return f"a {kind} message needs '{key}'"
             continue
         if not check(payload[key]):
-            return f"{kind}.{key} has the wrong type or value: {_short(payload[key])}"
-    if kind == "plan":
-        return _check_plan(query, payload)
-    return None
+            return f"{kind}.{key} has the wrong type or value: {short(payload[key])}"
+    version = payload.get("version", CONTROL_VERSION)
+    if not is_int(version) or not 1 <= version <= CONTROL_VERSION:
+        return f"{kind}.version {short(version)}: this reader knows versions 1 to {CONTROL_VERSION}"
+    if kind != "plan":
+        return Accepted(parse(kind, payload))
+    compiled = _check_plan(query, payload)
+    return compiled if isinstance(compiled, str) else Accepted(parse(kind, payload), compiled)
 
 
-def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
+def _check_plan(query: str, p: dict[str, Any]) -> Union[Compiled, str]:
     for sw in p.get("switches") or []:
         if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1 \
                 or type(sw.get("plan")) is not dict:
-            return f"plan.switches: each is {{'from_epoch': E >= 1, 'plan': ...}}, not {_short(sw)}"
+            return f"plan.switches: each is {{'from_epoch': E >= 1, 'plan': ...}}, not {short(sw)}"
     live = p.get("live")
     if live is not None:
         if not is_int(live.get("origin_ms")) or not _dict_of(_dict_of(is_count))(live.get("sources") or {}):
@@ -150,121 +189,31 @@ def _check_plan(query: str, p: dict[str, Any]) -> Optional[str]:
         if not all(k.isdigit() for parts in (live.get("sources") or {}).values() for k in parts):
             return "plan.live.sources: partitions must be numbers"
     # the query must parse and every plan compile against it (what a node does before installing it)
-    from joinlib.query import parse_query
     try:
-        q = parse_query(p["query"], "control")
+        msg = PlanMessage.from_json(p)
+        q = parse_query(msg.query, "control")
         if q.name != query:
             return f"plan: the query in the payload is {q.name!r}, the message is for {query!r}"
-        plan_payload(q, p)
+        return Compiled(q, compile_plan(q, msg))
     except JoinlibError as e:
-        return f"plan does not compile: {_short(str(e), 200)}"
+        return f"plan does not compile: {short(str(e), 200)}"
     except Exception as e:  # a hostile payload may trip any of the parsers
-        return f"plan does not compile: {type(e).__name__}: {_short(str(e), 200)}"
-    return None
+        return f"plan does not compile: {type(e).__name__}: {short(str(e), 200)}"
 
 
-def plan_payload(q: Any, p: dict[str, Any]) -> Any:
-    """A ``plan`` message's plans against its parsed query ``q``: a
-    :class:`~joinlib.plan.partitioned.Partitioned` plan (PMJoin), or the generations ``[(first epoch, Plan)]``
-    for :func:`joinlib.runtime.deploy.generations`; :class:`~joinlib.errors.PlanError` for what cannot run.  The one
-    place the rules of a plan message live: :func:`check_control` and the node service both use it."""
-    from joinlib.errors import PlanError
-    from joinlib.plan.logical import from_json
-    from joinlib.plan.partitioned import Partitioned, is_partitioned_json
-    if is_tree_json(p["plan"]):  # an MJoin tree: an operator query per MJoin (joinlib.node.tree_service)
-        return tree_payload(q, p)
-    if is_partitioned_json(p["plan"]):  # PMJoin: a plan per partition, no switches, not adaptive
-        if p.get("switches") or p.get("adaptive") is not None:
-            raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
-        if p.get("scale_out") and p.get("live") is not None:
-            raise PlanError("a scaled-out plan reads replayed sources (src.<query>.<stream>, a partition per "
-                            "plan partition); live sources are not split by the partition function")
-        return Partitioned.from_json(q, p["plan"])
-    if p.get("scale_out"):
-        raise PlanError("scale_out needs a partitioned plan (pmjoin): its partitions are what the instances share")
-    gens = [(0, from_json(q, p["plan"]))]
-    for sw in p.get("switches") or []:
-        if type(sw) is not dict or not is_int(sw.get("from_epoch")) or sw["from_epoch"] < 1:
-            raise PlanError(f"a switch is {{'from_epoch': E >= 1, 'plan': ...}}, not {_short(sw)}")
-        gens.append((sw["from_epoch"], from_json(q, sw["plan"])))
-    if p.get("adaptive") is not None:  # re-planned while running: its configuration and seed 003's plan
-        if len(gens) > 1:
-            raise PlanError("an adaptive plan chooses its own switches: no 'switches'")
-        from joinlib.adaptive.service import config_of, initial_jep
-        config_of(p["adaptive"], q)
-        initial_jep(q, p["plan"])
-    return gens
+def plan_payload(q: Query, p: Mapping[str, Any]) -> Any:
+    """The plans of a plan payload (JSON, as on the wire) against its parsed query ``q``: the MJoin tree(s), the
+    :class:`~joinlib.plan.partitioned.Partitioned` plan, or the generations ``[(first epoch, Plan)]``;
+    :class:`~joinlib.errors.PlanError` for what cannot run (:func:`joinlib.control.compile.compile_plan`)."""
+    plan = compile_plan(q, PlanMessage.from_json(p))
+    if isinstance(plan, (TreesRun, PartitionedRun)):
+        return plan.plan
+    return [(0, plan.initial)] if isinstance(plan, AdaptiveRun) else list(plan.gens)
 
 
-def is_tree_json(plan: Any) -> bool:
-    return type(plan) is dict and any(k in plan for k in ("mjoin_tree", "mjoin_trees", "mjoin_trees_of"))
-
-
-def tree_payload(q: Any, p: dict[str, Any]) -> Any:
-    """The :class:`~joinlib.mjoin.derived.TreeProgram` of a plan message whose plan is ``{"mjoin_tree": ...}``, the
-    :class:`~joinlib.mjoin.tree_plans.PartitionedTrees` of ``{"mjoin_trees": [...], "by": ..., "function":
-    ...}``, or the
-    :class:`~joinlib.mjoin.tree_plans.SharedTrees` of ``{"mjoin_trees_of": [{"query": ..., "mjoin_tree": ...}, ...]}``:
-    no switches, not adaptive.  A single tree may have live sources (each base stream is read by one operator,
-    so one ingest decides its records) and may run one operator only (:func:`tree_scope`)."""
-    from joinlib.errors import PlanError
-    from joinlib.mjoin.derived import lower_tree
-    from joinlib.mjoin.tree_plans import PartitionedTrees, SharedTrees
-    from joinlib.pmjoin.tree import from_json
-    if p.get("switches") or p.get("adaptive") is not None:
-        raise PlanError("an MJoin tree plan has no 'switches' and is not adaptive")
-    live = [s.name for s in q.streams if s.source is not None and s.source.live]
-    several = "mjoin_trees" in p["plan"] or "mjoin_trees_of" in p["plan"]
-    if several and (live or p.get("live") is not None):
-        raise PlanError(f"partitioned or shared-at-once MJoin trees run on replayed streams; {', '.join(live)} "
-                        "have live sources (a stream read by several operators would need one ingest for all; "
-                        "submit the trees one by one to share operators: docs/multiquery.md)")
-    if live and p.get("live") is None:
-        raise PlanError(f"{', '.join(live)} have live sources: the plan message needs 'live' (origin and start "
-                        "offsets), as 'joinlib submit' writes it")
-    if "mjoin_trees" in p["plan"]:
-        return PartitionedTrees.from_json(q, p["plan"])
-    if "mjoin_trees_of" in p["plan"]:
-        return SharedTrees.from_json(q, p["plan"])
-    prog = lower_tree(q, from_json(p["plan"]["mjoin_tree"]))
-    tree_scope(prog, p["plan"])
-    return prog
-
-
-def tree_scope(prog: Any, plan: dict[str, Any]) -> tuple[Optional[int], dict[str, dict[str, Any]]]:
-    """Which operator of ``prog`` a plan message with ``only`` runs, and where its derived inputs come from.
-
-    ``{"mjoin_tree": T, "only": "S1+S2", "external": {"S1+S2": {"op": P, "run": R, "origin_ms": O}}}``: with
-    ``only`` (a derived stream's name) the message runs that operator alone and publishes its results as the
-    derived stream, for any later reader (docs/multiquery.md "Shared operators"); without it, with
-    ``external``, the root alone.  ``external`` names, per derived input, the operator query ``P`` (run
-    ``R``, origin ``O``) already publishing it on ``src.P.out``.  Returns (index of the operator run alone,
-    or None for the whole tree; the external inputs)."""
-    from joinlib.errors import PlanError
-    only, ext = plan.get("only"), plan.get("external")
-    if only is None and ext is None:
-        return None, {}
-    ext = {} if ext is None else ext
-    if type(ext) is not dict or not all(type(v) is dict and type(v.get("op")) is str and type(v.get("run")) is str
-                                        and is_int(v.get("origin_ms")) for v in ext.values()):
-        raise PlanError("plan.external is {derived stream: {'op': operator query, 'run': its run, "
-                        "'origin_ms': its origin}}")
-    names = {op.output: i for i, op in enumerate(prog.ops)}
-    if only is not None and (type(only) is not str or only not in names or names[only] == len(prog.ops) - 1):
-        raise PlanError(f"plan.only: {_short(only)} is not an inner operator's derived stream "
-                        f"(one of {sorted(n for n, i in names.items() if i < len(prog.ops) - 1)})")
-    i = names[only] if only is not None else len(prog.ops) - 1
-    op = prog.ops[i]
-    derived = {s.name for s in op.query.streams if op.is_derived(s.name)}
-    if set(ext) != derived:
-        raise PlanError(f"plan.external must name the producer of each derived input of {op.name} "
-                        f"({sorted(derived)}), not {sorted(ext)}")
-    return i, ext
-
-
-def _short(value: Any, n: int = 80) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= n else text[: n - 3] + "..."
+def tree_payload(q: Query, p: Mapping[str, Any]) -> Any:
+    """The trees of a plan payload whose plan is an MJoin tree (:func:`joinlib.control.compile.compile_trees`)."""
+    return compile_trees(q, PlanMessage.from_json(p)).plan
 
 
 # ----------------------------------------------------------------------------- inbound envelopes
@@ -272,15 +221,6 @@ def _short(value: Any, n: int = 80) -> str:
 def _flow_bodies(ir: Any, flow: Any) -> tuple[type, ...]:
     """The body classes a flow of a plan IR carries (every message of a flow has one class; the
     update flows of replicas also carry the snapshots that jump-start them after a plan switch)."""
-    from joinlib.protocol.messages import (
-        DjaUpdate,
-        ExpiryUpdate,
-        KeyBatch,
-        KeyFilter,
-        ShippedBatch,
-        TupleBatch,
-        WindowSnapshot,
-    )
     if flow.name == "update":
         kind = ir.replica(flow.owner).kind
         by_kind: dict[str, tuple[type, ...]] = {"SP-S": (TupleBatch,), "SM-S1": (ExpiryUpdate,),
@@ -293,7 +233,6 @@ def _flow_bodies(ir: Any, flow: Any) -> tuple[type, ...]:
 
 def _parts(body: Any) -> tuple[list[Any], list[Any]]:
     """(tuples, keys) of a message body."""
-    from joinlib.protocol.messages import DjaUpdate, KeyBatch, KeyFilter, ShippedBatch, TupleBatch, WindowSnapshot
     if isinstance(body, TupleBatch):
         return [t for row in body.rows for t in row], []
     if isinstance(body, ShippedBatch):
@@ -341,7 +280,6 @@ class InboundFlows:
         number of join values (of the replica's stream on an update flow); the rows of a batch of one shape;
         the keys of a body of one length.  (Counts and keys that do not fit the receiver's state cannot be
         checked here: only authenticated writers keep those out.)"""
-        from joinlib.protocol.messages import TupleBatch
         n, arity = len(self.arity), self.arity
         if isinstance(body, TupleBatch):
             shapes = {tuple(t.pos for t in row) for row in body.rows}

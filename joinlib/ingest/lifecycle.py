@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
+from joinlib.control.messages import DoneMessage, StatusMessage
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
+from joinlib.pmjoin.value_monitor import merge_reports
 
 DEFAULT_LOOKBACK_MS = 2000
 _RELATIVE = re.compile(r"now\s*-\s*([0-9]+)\s*(ms|s|min|h)\Z")
@@ -54,75 +56,57 @@ class QueryStats:
 
     def __init__(self, query: Query, central_site: str) -> None:
         self.query, self.central = query, central_site
-        self.last: dict[str, dict[str, Any]] = {}   # site -> latest status (or done)
-        self.prev: dict[str, dict[str, Any]] = {}   # site -> the status before it
-        self.done: dict[str, dict[str, Any]] = {}
-        self.values: dict[str, dict[str, Any]] = {}   # site -> its latest per-value report
+        self.last: dict[str, StatusMessage] = {}   # site -> latest status
+        self.prev: dict[str, StatusMessage] = {}   # site -> the status before it
+        self.done: dict[str, DoneMessage] = {}
+        self.values: dict[str, Any] = {}   # site -> its latest per-value report
 
-    def on_status(self, payload: dict[str, Any]) -> None:
-        site = str(payload.get("site"))
-        if site in self.last:
-            self.prev[site] = self.last[site]
-        self.last[site] = payload
-        if isinstance(payload.get("values"), dict):
-            self.values[site] = payload["values"]
+    def on_status(self, status: Union[StatusMessage, Mapping[str, Any]]) -> None:
+        """A node's ``status`` (its JSON is read as :meth:`StatusMessage.from_json` reads it)."""
+        st = status if isinstance(status, StatusMessage) else StatusMessage.from_json(status)
+        if st.site in self.last:
+            self.prev[st.site] = self.last[st.site]
+        self.last[st.site] = st
+        if st.values is not None:
+            self.values[st.site] = st.values
 
     def value_stats(self) -> Optional[dict[str, Any]]:
         """The live per-value rates (:func:`joinlib.pmjoin.value_monitor.merge_reports`), None before any report."""
-        from joinlib.pmjoin.value_monitor import merge_reports
         return merge_reports(self.query, self.values.values()) if self.values else None
 
-    def on_done(self, payload: dict[str, Any]) -> None:
-        self.done[str(payload.get("site"))] = payload
+    def on_done(self, done: DoneMessage) -> None:
+        self.done[done.site] = done
 
-    def _rate(self, site: str, get: Any) -> Optional[float]:
+    def _rate(self, site: str, get: Callable[[StatusMessage], int]) -> Optional[float]:
         a, b = self.prev.get(site), self.last.get(site)
-        if a is None or b is None or site in self.done or b.get("t_ms") is None or a.get("t_ms") is None:
+        if a is None or b is None or site in self.done or b.t_ms is None or a.t_ms is None:
             return None
-        dt = (b["t_ms"] - a["t_ms"]) / 1000.0
+        dt = (b.t_ms - a.t_ms) / 1000.0
         return None if dt <= 0 else max(0.0, (get(b) - get(a)) / dt)
 
     def summary(self) -> dict[str, Any]:
         """Input rates per stream, results/s, bytes, central's bytes, dead letters, latency."""
         rates: dict[str, Optional[float]] = {}
         for s in self.query.streams:
-            rates[s.name] = self._rate(s.site, lambda p, n=s.name: (p.get("inputs") or {}).get(n, 0))
-        res_rates = [r for r in (self._rate(site, lambda p: p.get("results", 0)) for site in self.last)
-                     if r is not None]
-        latest = {**self.last, **self.done}
-        sent = sum(_sent(p) for p in latest.values())
-        central = sum(n for p in latest.values() for src, dst, n in _naive(p) if dst == self.central)
+            rates[s.name] = self._rate(s.site, lambda p, n=s.name: (p.inputs or {}).get(n, 0))  # type: ignore[misc]
+        res_rates = [r for r in (self._rate(site, lambda p: p.results) for site in self.last) if r is not None]
+        latest: dict[str, Union[StatusMessage, DoneMessage]] = {**self.last, **self.done}
+        sent = sum(p.sent_bytes for p in latest.values())
+        central = sum(n.bytes for p in latest.values() for n in p.naive if n.dst == self.central)
         dead: dict[str, int] = {}
         for p in latest.values():
-            for per in (p.get("dead_letters") or {}).values():
-                for reason, n in per.items():
-                    dead[reason] = dead.get(reason, 0) + n
-        lats = [p["latency_ms"] for p in self.last.values() if isinstance(p.get("latency_ms"), dict)]
+            for per in (p.dead_letters or {}).values():
+                for reason, k in per.items():
+                    dead[reason] = dead.get(reason, 0) + k
+        lats = [p.latency_ms for p in self.last.values() if p.latency_ms is not None]
         return {
             "input_per_s": {k: None if v is None else round(v, 1) for k, v in rates.items()},
-            "results": sum(int(p.get("results", 0)) for p in latest.values()),
+            "results": sum(int(p.results) for p in latest.values()),
             "results_per_s": round(sum(res_rates), 1) if res_rates else None,
             "bytes": sent, "central_bytes": central, "central_site": self.central,
             "bytes_vs_central": round(sent / central, 3) if central else None,
             "dead_letters": dead,
             "p50_latency_ms": max((x["p50"] for x in lats), default=None),
             "p99_latency_ms": max((x["p99"] for x in lats), default=None),
-            "watermarks_ms": {k: v for p in self.last.values() for k, v in (p.get("watermarks_ms") or {}).items()},
+            "watermarks_ms": {k: v for p in self.last.values() for k, v in (p.watermarks_ms or {}).items()},
         }
-
-
-def _sent(p: dict[str, Any]) -> int:
-    if "sent_bytes" in p:
-        return int(p["sent_bytes"])
-    return sum(int(ln.get("bytes", 0)) for ln in p.get("links") or [])   # a done message
-
-
-def _naive(p: dict[str, Any]) -> list[tuple[str, str, int]]:
-    out = []
-    for row in p.get("naive") or []:
-        if isinstance(row, dict):
-            out.append((str(row["src"]), str(row["dst"]), int(row["bytes"])))
-        else:
-            src, dst, n = row
-            out.append((str(src), str(dst), int(n)))
-    return out

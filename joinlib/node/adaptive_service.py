@@ -1,7 +1,7 @@
 """A node service's run of an adaptive plan (``--plan adaptive[:cnu|:dnu] --cluster``, docs/adaptive.md).
 
-The node service (:mod:`.node_service`, ``_Run``) hands a plan message with an ``adaptive`` object to
-an :class:`AdaptivePart`, which
+A node's run (:class:`~.node_run.PlanRun`) of a plan message with an ``adaptive`` object has an
+:class:`AdaptivePart`, which
 
 * builds the host on :class:`~joinlib.adaptive.node.SnapshotFilter` (a new generation's replicas are
   started by the node, not by the home's snapshot) and wraps it in an
@@ -44,6 +44,7 @@ from joinlib.adaptive.protocol import Message, Relay, StatsReport
 from joinlib.adaptive.service import Tally, quiescent
 from joinlib.adaptive.stats import StreamStatistics
 from joinlib.control.check import INVALID, UNDECODABLE, InboundFlows
+from joinlib.control.messages import DoneMessage
 from joinlib.errors import ClusterError
 from joinlib.model import Query, Tup
 from joinlib.plan.ir import lower
@@ -132,7 +133,7 @@ class AdaptiveHostSensor(AdaptiveSensor):
 
 
 class AdaptivePart:
-    """The adaptive side of one node service run (``run``: the service's ``_Run``; see the module
+    """The adaptive side of one node service run (``run``: a :class:`~.node_run.PlanRun`; see the module
     docstring)."""
 
     def __init__(self, run: Any, config: AdaptiveConfig, initial: JEP) -> None:
@@ -255,11 +256,11 @@ class AdaptivePart:
         try:
             msg = protocol.decode(m.value())
         except Exception as e:  # garbage may trip the decoder in several ways
-            run._reject(m, UNDECODABLE, f"not an AdaptiveMessage: {type(e).__name__}: {str(e)[:200]}")
+            run.inputs.reject(m, UNDECODABLE, f"not an AdaptiveMessage: {type(e).__name__}: {str(e)[:200]}")
             return
         why = self._invalid(msg, (m.key() or b"").decode(errors="replace"))
         if why is not None:
-            run._reject(m, INVALID, why)
+            run.inputs.reject(m, INVALID, why)
             return
         assert self.node is not None
         if msg.dedup() in self.node.seen:
@@ -324,13 +325,12 @@ class AdaptivePart:
         node = self.node
         return node is not None and node.host.finished and node.settled
 
-    def on_done(self, payload: dict[str, Any]) -> None:
+    def on_done(self, done: DoneMessage) -> None:
         """A ``done`` of this run (any node's, this one's too) read from ``control``."""
-        site = payload.get("site")
-        if isinstance(site, str) and site in self.participants:
-            self.dones[site] = payload
+        if done.site in self.participants:
+            self.dones[done.site] = done.to_json()
 
-    def over(self, publish: Callable[[], dict[str, Any]]) -> bool:
+    def over(self, publish: Callable[[], DoneMessage]) -> bool:
         """True when the node may stop; publishes ``done`` (``publish``) each time it becomes idle
         with protocol counts it has not published yet."""
         if not self.idle:
@@ -338,7 +338,7 @@ class AdaptivePart:
         counts = self.tally.counts()
         if counts != self.published:
             self.published = counts
-            self.dones[self.site] = publish()
+            self.dones[self.site] = publish().to_json()
         return quiescent(self.dones, self.participants)
 
     def status(self) -> dict[str, Any]:

@@ -1,21 +1,12 @@
 """The ``control`` topic as the node services read it: plans, ends and dones with their offsets.
 
-Control messages (``records.Control``, topic ``control``, key = query name):
-
-* ``plan``, published by the cluster runner or the planner: ``{"query": query_to_dict, "plan":
-  plan.to_json(), "run": id, "offsets": {topic: offset}, "nodes": [...], "switches": [{"from_epoch": E,
-  "plan": ...}], "last_epoch": E?}``;
-* ``end``, published by the source after the last batch: ``{"last_epoch": E, "run": id?}``;
-* ``status``, published by a node every ~2 s: ``{"site", "run", "epoch", "epochs", "last_epoch"}``;
-* ``done``, published by a node when finished: ``{"site", "run", "results", "links": [...],
-  "received": [...], ...}`` (docs/contracts.md);
-* ``stop``, published by the planner (``joinlib stop``): ``{"run": id}``: the nodes end that run of
-  the query (a live query runs until stopped).
-
-``offsets`` (optional) are the partition-0 offsets of the query's topics when the plan was
-published: nodes start reading there, so several runs of one query can share a broker.
-Without them nodes read from the beginning.  An ``end`` applies to the run of the latest
-plan before it (``run`` missing) or to the named run.
+Control messages (``records.Control``, topic ``control``, key = query name) are ``plan``, ``end``, ``status``,
+``done`` and ``stop``, typed in :mod:`joinlib.control.messages` (docs/contracts.md, "Control kinds");
+:func:`decode_control_message` accepts one only once it validates (:mod:`joinlib.control.check`), and a plan
+compiles, once, on the way in.  A plan's ``offsets`` (optional) are the partition-0 offsets of the query's
+topics when the plan was published: nodes start reading there, so several runs of one query can share a
+broker; without them nodes read from the beginning.  An ``end`` applies to the run of the latest plan before
+it (``run`` missing) or to the named run.
 """
 from __future__ import annotations
 
@@ -25,17 +16,53 @@ from typing import Any, Callable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from joinlib.adapters.kafka import CONTROL_TOPIC, consume, end_offsets
-from joinlib.control.check import INVALID, UNDECODABLE, check_control
+from joinlib.adapters.kafka import CONTROL_TOPIC, Producing, consume, end_offsets, produce_control_sync, publish_control
+from joinlib.control.check import INVALID, UNDECODABLE, accept_control
+from joinlib.control.compile import Compiled, compile_message
+from joinlib.control.messages import (
+    ControlMessage,
+    DoneMessage,
+    EndMessage,
+    PlanMessage,
+    StatusMessage,
+    StopMessage,
+    kind_of,
+)
+from joinlib.errors import PlanError
 from joinlib.protocol import records
 
 
 @dataclass
 class ControlRecord:
+    """A control message read at ``offset`` of ``control``: its query, kind and typed message; a plan's also
+    compiled, once, when it was checked (:func:`decode_control_message`)."""
+
     offset: int
     query: str
     kind: str
-    payload: object
+    message: ControlMessage
+    compiled: Optional[Compiled] = None
+
+    @property
+    def run(self) -> Optional[str]:
+        return self.message.run
+
+    @property
+    def plan(self) -> PlanMessage:
+        """The message of a ``plan`` record."""
+        assert isinstance(self.message, PlanMessage), self.kind
+        return self.message
+
+    def compile(self) -> Compiled:
+        """The plan of a ``plan`` record compiled (when it was checked; a record made otherwise, now) and
+        lowered; :class:`~joinlib.errors.PlanError` (naming the offset) for what cannot run."""
+        where = f"control@{self.offset}"
+        if self.compiled is None:
+            return compile_message(self.plan, where)
+        try:
+            return self.compiled.lowered()
+        except PlanError as e:
+            raise PlanError(f"{where}: {e}") from None
 
 
 @dataclass
@@ -51,19 +78,19 @@ class ControlLog:
     parts_done: set[tuple[Any, Any, Any]] = field(default_factory=set)  # (run, site, partition): scale-out
 
     def add(self, rec: ControlRecord) -> None:
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        if rec.kind == "plan":
+        m = rec.message
+        if isinstance(m, PlanMessage):
             self.plans.append(rec)
-        elif rec.kind == "end":
+        elif isinstance(m, EndMessage):
             self.ends.append(rec)
-        elif rec.kind == "done" and "part" in p:   # one partition of a scaled-out plan, not the site's run
-            self.parts_done.add((p.get("run"), p.get("site"), p.get("part")))
-        elif rec.kind == "done":
-            self.done.add((p.get("run"), p.get("site")))
-        elif rec.kind == "stop":
-            self.stopped.add((rec.query, p.get("run")))
-        elif rec.kind == "status":
-            self.started.add((p.get("run"), p.get("site")))
+        elif isinstance(m, DoneMessage) and m.part is not None:   # a scaled-out plan's partition, not the site's
+            self.parts_done.add((m.run, m.site, m.part))
+        elif isinstance(m, DoneMessage):
+            self.done.add((m.run, m.site))
+        elif isinstance(m, StopMessage):
+            self.stopped.add((rec.query, m.run))
+        elif isinstance(m, StatusMessage):
+            self.started.add((m.run, m.site))
         self.position = max(self.position, rec.offset + 1)
 
     def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
@@ -81,8 +108,12 @@ class ControlLog:
         return sorted(latest.values(), key=lambda r: r.offset)
 
     def is_stopped(self, rec: ControlRecord) -> bool:
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        return (rec.query, p.get("run")) in self.stopped
+        return (rec.query, rec.run) in self.stopped
+
+    def ends_after(self, rec: ControlRecord, query: str, run: Optional[str]) -> list[EndMessage]:
+        """The ``end`` messages of ``query`` read after ``rec`` that apply to run ``run``."""
+        return [e.message for e in self.ends if e.offset > rec.offset and e.query == query
+                and isinstance(e.message, EndMessage) and e.message.applies_to(run)]
 
     def copy(self) -> ControlLog:
         return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position,
@@ -103,12 +134,12 @@ def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optiona
         if reject is not None:
             reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}")
         return None
-    why = check_control(c.query, c.kind, c.payload)
-    if why is not None:
+    got = accept_control(c.query, c.kind, c.payload)
+    if isinstance(got, str):
         if reject is not None:
-            reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {why}")
+            reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {got}")
         return None
-    return ControlRecord(offset, c.query, c.kind, c.payload)
+    return ControlRecord(offset, c.query, c.kind, got.message, got.compiled)
 
 
 def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0,
@@ -131,3 +162,13 @@ def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0,
         if time.monotonic() > deadline:
             break
     return log
+
+
+def publish(out: Producing, query: str, msg: ControlMessage, *, flush: bool = True) -> None:
+    """Publish a control message of ``query`` (flushed unless ``flush`` is False)."""
+    publish_control(out, query, kind_of(msg), msg.to_json(), flush=flush)
+
+
+def publish_sync(producer: Any, query: str, msg: ControlMessage) -> int:
+    """Publish a control message of ``query`` and wait for it; returns its offset in ``control``."""
+    return int(produce_control_sync(producer, query, kind_of(msg), msg.to_json()))

@@ -33,27 +33,25 @@ import os
 import socket
 import threading
 import time
+import traceback
 import uuid
 from typing import Any, Callable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from prometheus_client import REGISTRY, start_http_server
 
 from joinlib.adapters.kafka import CONTROL_TOPIC, check_reachable, consume, ensure_topics, make_admin, make_consumer
+from joinlib.adapters.prometheus import PrometheusSensor
 from joinlib.adapters.redis_outage import REDIS_WAIT_S, redis_outage, wait_for_redis
 from joinlib.adapters.rejections import Rejections
-from joinlib.control.check import is_tree_json
+from joinlib.control.compile import Compiled
+from joinlib.control.run_plan import TreesRun
 from joinlib.errors import ClusterError, PlanError, QueryError
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
-from joinlib.node.node_run import CHECKPOINT_EVERY_S, Compiled, PlanRun, compile_plan_message, info_line
-
-
-def plan_nodes(payload: dict[str, Any]) -> set[str]:
-    """The nodes a plan message involves: ``nodes`` if given, else the sites of its streams."""
-    nodes = payload.get("nodes")
-    if isinstance(nodes, list):
-        return {str(n) for n in nodes}
-    streams = (payload.get("query") or {}).get("streams") or {}
-    return {str(s.get("site")) for s in streams.values() if isinstance(s, dict)}
+from joinlib.node.node_run import CHECKPOINT_EVERY_S, PlanRun, info_line
+from joinlib.node.scale_out import run_scaled_plan
+from joinlib.node.tree_service import run_tree_plan
+from joinlib.settings import NodeSettings
 
 
 class NodeService:
@@ -62,14 +60,16 @@ class NodeService:
     ``registry``: a prometheus CollectorRegistry (one per node when several share a process);
     ``metrics_port``: serve it over HTTP (None: don't); ``stop``: an Event that ends the service;
     ``store_factory``: overrides the Redis/memory choice (a ``name -> WindowStore`` callable);
-    ``shared``: one of several instances of the site, which runs only scaled-out plans (:mod:`.scale_out`).
+    ``shared``: one of several instances of the site, which runs only scaled-out plans (:mod:`.scale_out`);
+    ``settings``: what the environment says (the entry point's, read once; default: read now).
     """
 
     def __init__(self, site: str, bootstrap: str, *, query: Optional[str] = None, run: Optional[str] = None,
                  redis_url: Optional[str] = None, metrics_port: Optional[int] = None, serve: bool = False,
                  registry: Any = None, stop: Optional[threading.Event] = None, plan_timeout_s: Optional[float] = None,
                  connect_timeout_s: float = 15.0, store_factory: Any = None, quiet: bool = False,
-                 checkpoint_every_s: float = CHECKPOINT_EVERY_S, shared: bool = False) -> None:
+                 checkpoint_every_s: float = CHECKPOINT_EVERY_S, shared: bool = False,
+                 settings: Optional[NodeSettings] = None) -> None:
         self.site, self.bootstrap, self.query_name, self.run_id = site, bootstrap, query, run
         self.redis_url, self.metrics_port, self.serve = redis_url, metrics_port, serve
         self.registry = registry
@@ -79,6 +79,7 @@ class NodeService:
         self.quiet = quiet
         self.checkpoint_every_s = checkpoint_every_s
         self.shared = shared   # one of several instances of the site: scaled-out plans only
+        self.settings = settings if settings is not None else NodeSettings.from_env()
         self.resumed_from: Optional[dict[str, Any]] = None  # where the last run resumed (epochs per lane)
         self.sensor: Any = None
         self.finished_runs: list[dict[str, Any]] = []   # the done payloads published
@@ -96,12 +97,10 @@ class NodeService:
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
         check_reachable(self.bootstrap, self.connect_timeout_s)
-        from joinlib.adapters.prometheus import PrometheusSensor
         self.sensor = PrometheusSensor(self.registry)
         self.rejections = Rejections(self.site, self.sensor, self.log_error)
         self.reject_control = self.rejections.control(CONTROL_TOPIC)
         if self.metrics_port is not None:
-            from prometheus_client import REGISTRY, start_http_server
             start_http_server(self.metrics_port, registry=self.registry or REGISTRY)
             self.log(f"metrics on :{self.metrics_port}/metrics")
         admin = make_admin(self.bootstrap)
@@ -121,8 +120,7 @@ class NodeService:
                     if not self.serve:
                         raise
                     self.log(f"error: skipping the plan at control offset {rec.offset}: {e}")
-                    p = rec.payload if isinstance(rec.payload, dict) else {}
-                    ctl.done.add((p.get("run"), self.site))
+                    ctl.done.add((rec.run, self.site))
                     continue
                 if not self.serve or self.run_id is not None:
                     return 0
@@ -134,30 +132,27 @@ class NodeService:
         """Run the plan of ``rec`` here to its end: an MJoin tree's operators (:mod:`.tree_service`), the
         partitions of a scaled-out plan this instance owns (:mod:`.scale_out`), or the plan and its
         generations; a plan that does not compile is a QueryError or PlanError."""
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        if self.shared and not p.get("scale_out"):
+        if self.shared and not rec.plan.scale_out:
             raise PlanError(f"this node is one of several instances of {self.site} (--shared): it runs only "
                             f"scaled-out plans (joinlib run ... --plan pmjoin... --scale-out), not plan {rec.query} "
                             "(each instance would run it whole)")
-        if is_tree_json(p.get("plan")):
-            from joinlib.node.tree_service import run_tree_plan
-            run_tree_plan(self, rec, admin, ctl)
-        elif p.get("scale_out"):   # the site's partitions shared by its instances (joinlib.node.scale_out)
-            from joinlib.node.scale_out import run_scaled_plan
-            run_scaled_plan(self, rec, admin, ctl)
+        compiled = rec.compile()
+        if isinstance(compiled.plan, TreesRun):
+            run_tree_plan(self, rec, compiled, admin, ctl)
+        elif rec.plan.scale_out:   # the site's partitions shared by its instances (joinlib.node.scale_out)
+            run_scaled_plan(self, rec, compiled, admin, ctl)
         else:
-            self._execute(rec, compile_plan_message(rec), admin, ctl)
+            self._execute(rec, compiled, admin, ctl)
 
     def _accept(self, ctl: ControlLog) -> Callable[[ControlRecord], bool]:
         def accept(rec: ControlRecord) -> bool:
-            p = rec.payload if isinstance(rec.payload, dict) else {}
             if self.query_name is not None and rec.query != self.query_name:
                 return False
-            if self.run_id is not None and p.get("run") != self.run_id:
+            if self.run_id is not None and rec.run != self.run_id:
                 return False
-            if (p.get("run"), self.site) in ctl.done or ctl.is_stopped(rec):
+            if (rec.run, self.site) in ctl.done or ctl.is_stopped(rec):
                 return False
-            return self.site in plan_nodes(p)
+            return self.site in rec.plan.node_set()
         return accept
 
     # ------------------------------------------------------------------ serving several queries
@@ -255,8 +250,7 @@ class _RunThread(threading.Thread):
     def __init__(self, svc: NodeService, rec: ControlRecord, admin: Any, ctl: ControlLog) -> None:
         super().__init__(name=f"run-{rec.query}", daemon=True)
         self.svc, self.rec, self.admin, self.ctl = svc, rec, admin, ctl
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        self.run_id = p.get("run")
+        self.run_id = rec.run
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
@@ -267,6 +261,5 @@ class _RunThread(threading.Thread):
             self.error = e
             svc.log(f"error: query {self.rec.query} (run {self.run_id}) failed: {type(e).__name__}: {e}")
             if not isinstance(e, (QueryError, PlanError, ClusterError)):
-                import traceback
                 traceback.print_exc()
 

@@ -29,57 +29,51 @@ The checkpoint blob is plain data (``joinlib.runtime.checkpoint.dumps``/``loads`
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Optional, Protocol
 
 from confluent_kafka import TopicPartition
 
-from joinlib.adapters.kafka import KafkaResultSink, KafkaTransport, consume, end_offsets, make_consumer, out_topic
+from joinlib.adapters.kafka import KafkaTransport, consume, end_offsets, make_consumer, out_topic
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query
-from joinlib.node.sources import dlq_topic, marks_topic
+from joinlib.node.adaptive_service import OrderLog
+from joinlib.node.sources import dlq_topic, live_streams, marks_topic
 from joinlib.protocol import records
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
 from joinlib.runtime.host import Host
+from joinlib.settings import PAUSE_HOOK_ENV
 
 
 class Run(Protocol):
-    """What a checkpoint saves and restores of a node service's run (``node_service._Run``)."""
+    """What a checkpoint saves and restores of a node service's run (:class:`~.node_run.PlanRun`)."""
 
     q: Query
-    out_query: Query   # whose out topic the results go to (a tree operator's: its tree query's)
+    site: str
+    run_id: Optional[str]
     host: Host
     consumer: Any
-    tps: list[TopicPartition]
-    sink: KafkaResultSink
+    sink: Any          # a KafkaResultSink, or what stands for one (a tree operator's)
     transport: KafkaTransport
     counters: Any
     live: Any
     live_name: str   # whose dlq and wm topics the live ingest writes (a tree operator's: its deployment's)
     adaptive: Any   # an adaptive plan's node around the host (joinlib.node.adaptive_service), or None
+    output: Any     # its results' destination, whose own state a checkpoint keeps (joinlib.node.run_parts)
+    svc: Any
+    report: Any     # its status reporter (the epochs of its generations, for the log)
 
-    def extra_state(self) -> Any: ...
+    @property
+    def out_query(self) -> Query:
+        """Whose out topic the results go to (a tree operator's: its tree query's)."""
 
-    def restore_extra(self, st: Any) -> None: ...
+    @property
+    def tps(self) -> list[TopicPartition]:
+        """Every partition the run reads, as assigned."""
 
 FORMAT = 2
-
-# A test hook (tests/integration/test_drills.py): "N:S" pauses the N-th checkpoint of a run for S seconds
-# after the producer flush and the state snapshot, before the Redis save -- a window in which a drill
-# kills the node "during a checkpoint".  Unset (always, outside tests): no effect.
-PAUSE_HOOK_ENV = "JOINLIB_TEST_CHECKPOINT_PAUSE"
-
-
-def _pause_hook(value: str) -> Optional[tuple[int, float]]:
-    try:
-        n, s = value.split(":")
-        return int(n), float(s)
-    except ValueError:
-        return None
-
 
 def _links(stats: dict[tuple[str, str, str], Any]) -> list[Any]:
     return [(list(k), st.messages, st.bytes, st.transfer_ms) for k, st in stats.items()]
@@ -91,8 +85,38 @@ def _unlinks(rows: list[Any], into: dict[tuple[str, str, str], Any]) -> None:
         st.messages, st.bytes, st.transfer_ms = msgs, nbytes, ms
 
 
+def checkpoints_for(run: Any, factory: Any) -> Optional[NodeCheckpoints]:
+    """Checkpoints of ``run``, when its windows are in Redis and its output allows them (else None: nothing
+    to resume from).  An adaptive run's also log the order of its inputs, and a live adaptive run takes none
+    (its live sources are not in that log; docs/adaptive.md)."""
+    if not run.output.keeps_checkpoints():   # a tree operator that is the root of several queries' trees
+        return None
+    client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
+    ckpt = None
+    if client is not None and namespace is not None and not (run.adaptive and live_streams(run.q, run.site)):
+        ckpt = NodeCheckpoints(client, namespace, run.site, run.svc.log, run.svc.settings.checkpoint_pause)
+    if run.adaptive is not None:
+        _adaptive_checkpoints(run, ckpt)
+    return ckpt
+
+
+def _adaptive_checkpoints(run: Any, ckpt: Optional[NodeCheckpoints]) -> None:
+    if ckpt is not None:
+        run.adaptive.order = OrderLog(ckpt.store.client, ckpt.store.tag)
+    elif run.run_id is not None and (run.run_id, run.site) in run.ctl.started:
+        # a predecessor ran it (its status is on control) and there is nothing to resume from
+        raise ClusterError(f"node {run.site}: the adaptive run {run.run_id} of {run.q.name} already ran here "
+                           "and did not finish; without checkpoints (Redis windows, replayed sources) an "
+                           "adaptive run cannot be resumed after a crash (docs/adaptive.md): start the run "
+                           "again")
+
+
 class NodeCheckpoints:
-    def __init__(self, client: Any, namespace: str, site: str, log: Callable[[str], None]) -> None:
+    """A run's checkpoints in Redis (see the module docstring); ``pause``: the test hook of
+    :attr:`joinlib.settings.NodeSettings.checkpoint_pause`."""
+
+    def __init__(self, client: Any, namespace: str, site: str, log: Callable[[str], None],
+                 pause: Optional[tuple[int, float]] = None) -> None:
         self.store = RedisCheckpoints(client, namespace, site)
         self.site = site
         self.log = log
@@ -100,7 +124,33 @@ class NodeCheckpoints:
         self.dlq_offset: Optional[int] = None
         self.marks_offset: Optional[int] = None
         self.saved = 0
-        self.pause = _pause_hook(os.environ.get(PAUSE_HOOK_ENV, ""))
+        self.pause = pause
+
+    def take(self, run: Run, out: Any, sensor: Any) -> None:
+        """Flush ``out`` and save a checkpoint of ``run`` (timed, to ``sensor``)."""
+        t0 = time.perf_counter()
+        # what the checkpoint says was sent must be in Kafka: a replay from it won't resend it; a broker outage
+        # is waited out (up to message.timeout.ms), not a reason to fail the run
+        out.drain(self.log)
+        self.save(run)
+        sensor.on_checkpoint(self.site, time.perf_counter() - t0)
+
+    def prepare(self, run: Run, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
+        """Before a run reads its inputs: the end offsets a fresh run starts scanning from, the result batches
+        already delivered (skipped), and the live sources' idle advances and dead letters already written."""
+        if not resumed:  # from the start; a predecessor may still have delivered results
+            self.out_offset = offsets.get((out_topic(run.out_query.name), 0))
+            self.dlq_offset = offsets.get((dlq_topic(run.live_name), 0))
+            self.marks_offset = offsets.get((marks_topic(run.live_name), 0))
+        run.sink.skip = self.delivered(run.svc.bootstrap, run.out_query, run.run_id)
+        if run.live is not None:
+            n_adv = run.live.replay_marks(self.marks_offset)
+            n_dead = run.live.scan_dead(self.dlq_offset)
+            if n_adv or n_dead:
+                self.log(f"{run.q.name}: {n_adv} idle advance(s) to replay, {n_dead} dead letter(s) already written")
+        if resumed or any(run.sink.skip.values()):
+            self.log(f"resumed from {'the checkpoint at epochs %s' % run.report.epochs() if resumed else 'the start'}; "
+                     f"result batches already delivered: {run.sink.skip}")
 
     def save(self, run: Run) -> None:
         consumer, tps = run.consumer, run.tps
@@ -130,7 +180,7 @@ class NodeCheckpoints:
                        "processing": [(list(k), s) for k, s in totals.processing.items()],
                        "emitted": list(totals.emitted.items()),
                        "late": [(list(k), n) for k, n in totals.late.items()]},
-            "saved_ms": time.time() * 1000.0, "extra": run.extra_state(),
+            "saved_ms": time.time() * 1000.0, "extra": run.output.state(),
         })
         if self.pause is not None and self.saved + 1 == self.pause[0]:
             self.log(f"checkpoint hook: pausing {self.pause[1]:g} s in checkpoint {self.pause[0]} "
@@ -161,7 +211,7 @@ class NodeCheckpoints:
                 raise CheckpointError("the checkpoint and the plan disagree on live sources")
             if run.live is not None:
                 run.live.restore(c["live"], time.time() * 1000.0)
-            run.restore_extra(c.get("extra"))
+            run.output.restore(c.get("extra"))
         except (CheckpointError, KeyError, TypeError, ValueError) as e:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
@@ -223,6 +273,22 @@ class NodeCheckpoints:
             self.store.clear()
         except Exception as e:  # the run's result stands; stale keys are only a leak
             self.log(f"could not clear the checkpoint: {e}")
+
+
+def clear_state(run: Any) -> None:
+    """A finished run's state, gone: its checkpoint, its input order log (adaptive), its windows; its store
+    factory closed."""
+    if run.ckpt:
+        run.ckpt.clear()
+    if run.adaptive is not None and run.adaptive.order is not None:
+        run.adaptive.order.clear()
+    for store in run.made:
+        try:
+            store.clear()
+        except Exception as e:  # the run's result stands; stale keys are only a leak
+            run.svc.log(f"could not clear window store: {e}")
+    if run.factory is not None and hasattr(run.factory, "close"):
+        run.factory.close()
 
 
 def _restore_host(run: Run, c: dict[str, Any]) -> None:

@@ -23,8 +23,12 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import Producing, publish_control, source_topic
+from tqdm import tqdm
+
+from joinlib.adapters.kafka import Producing, source_topic
+from joinlib.control.messages import EndMessage
 from joinlib.model import Query, Tup
+from joinlib.node.control import publish
 from joinlib.protocol import records
 
 
@@ -64,7 +68,6 @@ def replay(out: Producing, query: Query, streams: dict[str, list[Tup]], *, rate_
     headers = [("run", run.encode())] if run else None
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=last + 1, desc=f"{query.name}: replay", unit="epoch", leave=False)
     t_wall = time.perf_counter()
     t0 = time.time() * 1000.0 + (lead_ms if rate_scale else 0.0)
@@ -124,7 +127,4 @@ def _pace(out: Producing, due_ms: float) -> float:
 
 
 def _publish_end(out: Producing, query: Query, last_epoch: int, run: Optional[str]) -> None:
-    payload: dict[str, object] = {"last_epoch": last_epoch}
-    if run is not None:
-        payload["run"] = run
-    publish_control(out, query.name, "end", payload)
+    publish(out, query.name, EndMessage(last_epoch, run))

@@ -13,7 +13,7 @@ message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
   the topic ``parts.<query>.<site>`` (D partitions, never written): the group's assignment says which
   plan partitions the instance runs.  Any number of instances may serve a site (``python -m
   services.node --site S`` several times, or the Helm chart's ``replicas``);
-* an instance runs each plan partition it owns as its own :class:`PartRun` -- a
+* an instance runs each plan partition it owns as its own run (:func:`part_run`) -- a
   :class:`~.node_run.PlanRun` with one plan instance, its own consumer of partition p of its topics,
   and its own checkpoints in Redis (namespace ``joinlib:<query>:<run>:p<p>``);
 * **hand-over** (the cooperative-sticky assignor moves only the partitions that change owner, and
@@ -33,32 +33,32 @@ window state only through its checkpoint.
 """
 from __future__ import annotations
 
-import os
 import threading
 import uuid
-from typing import Any, Optional, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Optional, Sequence
 
 from confluent_kafka import TopicPartition
 
-from joinlib.adapters.kafka import CONTROL_TOPIC, consume, ensure_partitions, make_consumer, partition_ends
+from joinlib.adapters.kafka import (
+    CONTROL_TOPIC,
+    consume,
+    ensure_partitions,
+    make_consumer,
+    node_topic,
+    partition_ends,
+    source_topic,
+)
+from joinlib.control.compile import Compiled
+from joinlib.control.messages import DoneMessage, Naive, PlanMessage, merge_done
 from joinlib.errors import ClusterError, PlanError
+from joinlib.model import Stream, Tup
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
-from joinlib.node.node_run import Compiled, PlanRun, compile_plan_message
+from joinlib.node.node_run import PlanRun
+from joinlib.node.run_parts import NodeOwner, RunScope, SourceReader
 from joinlib.plan.partitioned import Partitioned
-
-#: how long a silent instance keeps its partitions: $JOINLIB_SESSION_TIMEOUT_MS, default 6000 (the broker's
-#: default group.min.session.timeout.ms: a lower value needs that broker setting lowered too)
-SESSION_TIMEOUT_ENV = "JOINLIB_SESSION_TIMEOUT_MS"
-SESSION_TIMEOUT_MS = 6000
-
-
-def session_timeout_ms() -> int:
-    raw = os.environ.get(SESSION_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return SESSION_TIMEOUT_MS
-    if not raw.isdigit() or int(raw) < 1000:
-        raise ClusterError(f"{SESSION_TIMEOUT_ENV}={raw!r}: expected milliseconds, at least 1000")
-    return int(raw)
+from joinlib.protocol import wire
+from joinlib.runtime.deploy import generations
 
 
 def parts_topic(query: str, site: str) -> str:
@@ -68,12 +68,6 @@ def parts_topic(query: str, site: str) -> str:
 
 def group_of(query: str, site: str, run: Optional[str]) -> str:
     return f"joinlib-parts.{query}.{site}.{run or 'norun'}"
-
-
-def _run_of(rec: ControlRecord) -> Optional[str]:
-    p = rec.payload if isinstance(rec.payload, dict) else {}
-    run = p.get("run")
-    return run if isinstance(run, str) else None
 
 
 def part_sites(specs: Sequence[Any]) -> dict[int, list[str]]:
@@ -91,44 +85,51 @@ def done_key(site: str, part: Optional[int]) -> str:
     return site if part is None else f"{site}/p{part}"
 
 
-class PartRun(PlanRun):
-    """Plan partition ``part`` of a scaled-out plan at this site (see the module docstring)."""
+class PartReader(SourceReader):
+    """The source batches of plan partition ``part``: a batch with a tuple the partition function sends
+    elsewhere is not ours (rejected); the naive baseline is not counted here: it prices each source batch
+    whole, and a partition sees only its share (the cluster runner prices the batches it replays:
+    :func:`naive_of`)."""
 
-    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, consumer: Any, admin: Any,
-                 ctl: ControlLog, part: int, halt: threading.Event) -> None:
-        super().__init__(svc, rec, compiled, consumer, admin, ctl)
-        assert self.partitioned is not None
-        self.part, self.topic_parts, self.halt = part, self.partitioned.function.d, halt
-        self.labels = {"part": part, "instance": getattr(svc, "instance", "")}
-        self.router = self.partitioned.router(self.q)
+    naive = False
 
-    def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
-        """A batch of partition ``part`` (a tuple the partition function sends elsewhere: not ours)."""
-        tups = super()._tuples(b, stream)
+    def __init__(self, router: dict[str, Optional[Callable[[Tup], int]]], part: int) -> None:
+        self.router, self.part = router, part
+
+    def tuples(self, run: Any, b: Any, stream: Stream) -> Optional[list[Tup]]:
+        tups = super().tuples(run, b, stream)
         route = self.router.get(stream.name)
         if tups is None or route is None or all(route(t) == self.part for t in tups):
             return tups
         return None
 
-    def _naive_all(self, epoch: int, tups: list[Any]) -> None:
-        """Not counted here: the naive baseline prices each source batch whole, and a partition sees only its
-        share (the cluster runner prices the batches it replays: :func:`naive_of`)."""
+
+def part_run(svc: NodeOwner, rec: ControlRecord, compiled: Compiled, consumer: Any, admin: Any, ctl: ControlLog,
+             part: int, halt: threading.Event) -> PlanRun:
+    """Plan partition ``part`` of a scaled-out plan at this site (see the module docstring): its own consumer
+    of partition ``part`` of its topics, its own checkpoints, and ``part`` and ``instance`` in its status and
+    done."""
+    partitioned = compiled.partitioned
+    assert partitioned is not None
+    scope = RunScope(part, partitioned.function.d, instance=svc.instance)
+    return PlanRun(svc, rec, compiled, consumer, admin, ctl, scope=scope,
+                   reader=PartReader(partitioned.router(compiled.query), part), halt=halt)
 
 
 class _PartThread(threading.Thread):
-    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog,
+    def __init__(self, svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog,
                  part: int) -> None:
         super().__init__(name=f"node-{svc.site}-p{part}", daemon=True)
         self.svc, self.rec, self.compiled, self.admin, self.ctl, self.part = svc, rec, compiled, admin, ctl, part
         self.halt = threading.Event()
-        self.run_: Optional[PartRun] = None
+        self.run_: Optional[PlanRun] = None
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
         consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
         try:
-            self.run_ = PartRun(self.svc, self.rec, self.compiled, consumer, self.admin, self.ctl.copy(),
-                                self.part, self.halt)
+            self.run_ = part_run(self.svc, self.rec, self.compiled, consumer, self.admin, self.ctl.copy(),
+                                 self.part, self.halt)
             self.run_.execute()
         except BaseException as e:  # reported by the owner
             self.error = e
@@ -150,11 +151,10 @@ class _Owner:
     """The plan partitions this instance owns, as the group assigns them; the rebalance callbacks run in
     the group consumer's poll, on the coordinating thread."""
 
-    def __init__(self, svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog) -> None:
+    def __init__(self, svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog) -> None:
         self.svc, self.rec, self.compiled, self.admin, self.ctl = svc, rec, compiled, admin, ctl
-        q, specs, _ = compiled
-        self.query, self.run_id = q.name, _run_of(rec)
-        self.mine = {p for p, sites in part_sites(specs).items() if svc.site in sites}
+        self.query, self.run_id = compiled.query.name, rec.run
+        self.mine = {p for p, sites in part_sites(compiled.specs).items() if svc.site in sites}
         self.done: set[int] = set()
         self.runs: dict[int, _PartThread] = {}
 
@@ -187,10 +187,10 @@ class _Owner:
                          + (" (checkpointed)" if save else " (session lost: no checkpoint)"))
 
     def on_control(self, rec: ControlRecord) -> None:
-        p = rec.payload if isinstance(rec.payload, dict) else {}
-        if (rec.kind == "done" and rec.query == self.query and p.get("run") == self.run_id
-                and p.get("site") == self.svc.site and p.get("part") in self.mine):
-            part = int(p["part"])
+        d = rec.message
+        if (isinstance(d, DoneMessage) and rec.query == self.query and d.run == self.run_id
+                and d.site == self.svc.site and d.part in self.mine):
+            part = int(d.part)
             self.done.add(part)
             t = self.runs.get(part)
             if t is not None and not t.finished():  # another instance finished it: ours redoes nothing new
@@ -214,18 +214,17 @@ class _Owner:
         self.runs.clear()
 
 
-def run_scaled_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> None:
+def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog) -> None:
     """Run the partitions of a scaled-out plan that the site's group gives this instance, until every
     partition of the site is done (or the service is stopped: the runs checkpoint and end)."""
-    compiled = compile_plan_message(rec)
-    q, _, partitioned = compiled
+    q, partitioned = compiled.query, compiled.partitioned
     if not isinstance(partitioned, Partitioned):
         raise PlanError("scale_out needs a partitioned plan (pmjoin)")
     if not svc.redis_url and getattr(svc.store_factory, "client", None) is None:
         raise ClusterError(f"node {svc.site}: a scaled-out plan needs Redis (REDIS_URL): a partition moves to "
                            "another instance with its windows through its checkpoint")
-    session = session_timeout_ms()
-    run_id = _run_of(rec)
+    session = svc.settings.session_timeout_ms
+    run_id = rec.run
     topic = parts_topic(q.name, svc.site)
     ensure_partitions(admin, [topic], partitioned.function.d)
     owner = _Owner(svc, rec, compiled, admin, ctl)
@@ -283,20 +282,18 @@ def scaled_topics(query: Any, plan: Any, admin: Any, split: Optional[Partitioned
     """A scaled-out run's source and node topics, made to have a partition per plan partition."""
     if split is None:
         return []
-    from joinlib.adapters.kafka import node_topic, source_topic
-    from joinlib.runtime.deploy import generations
     nodes = dict.fromkeys(site for at in part_sites(generations(query, plan)).values() for site in at)
     topics = [source_topic(query, s.name) for s in query.streams] + [node_topic(query.name, n) for n in nodes]
     ensure_partitions(admin, topics, split.function.d)
     return topics
 
 
-def scale_message(msg: dict[str, Any], consumer: Any, split: Optional[Partitioned], topics: list[str]) -> None:
-    """Make ``msg`` (a plan message) scaled out, with the start offset of every partition of ``topics`` (if
-    ``split``: else leave it)."""
+def scale_message(msg: PlanMessage, consumer: Any, split: Optional[Partitioned], topics: list[str]) -> PlanMessage:
+    """``msg`` scaled out, with the start offset of every partition of ``topics`` (if ``split``: else ``msg``)."""
     if split is None:
-        return
-    msg.update(scale_out=True, part_offsets={t: partition_ends(consumer, t, split.function.d) for t in topics})
+        return msg
+    return replace(msg, scale_out=True, part_offsets={t: tuple(partition_ends(consumer, t, split.function.d))
+                                                      for t in topics})
 
 
 def wanted(specs: Sequence[Any], split: Optional[Partitioned]) -> Optional[set[str]]:
@@ -309,7 +306,6 @@ def wanted(specs: Sequence[Any], split: Optional[Partitioned]) -> Optional[set[s
 def naive_of(query: Any, streams: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per site, the naive baseline of its source batches (every batch to every other site, priced as a node
     prices the batches it reads: :func:`joinlib.protocol.wire.naive_batch_size`) -- a scaled-out run's ``naive``."""
-    from joinlib.protocol import wire
     tau = query.execution.interval_ms
     out: dict[str, dict[str, int]] = {}
     for s in query.streams:
@@ -324,26 +320,24 @@ def naive_of(query: Any, streams: dict[str, list[Any]]) -> dict[str, list[dict[s
     return {site: [{"src": site, "dst": d, "bytes": n} for d, n in sorted(rows.items())] for site, rows in out.items()}
 
 
-def per_site(done: dict[str, dict[str, Any]], naive: Optional[dict[str, list[dict[str, Any]]]] = None,
-             ) -> dict[str, dict[str, Any]]:
+def per_site(done: dict[str, DoneMessage], naive: Optional[dict[str, list[dict[str, Any]]]] = None,
+             ) -> dict[str, DoneMessage]:
     """The ``done`` messages per site: a scaled-out plan's per partition added up (``parts`` kept), with the
     naive baseline ``naive`` (:func:`naive_of`)."""
-    if not any("part" in d for d in done.values()):
+    if all(d.part is None for d in done.values()):
         return done
-    from joinlib.node.tree_service import merge_done
-    by_site: dict[str, list[dict[str, Any]]] = {}
+    by_site: dict[str, list[DoneMessage]] = {}
     for d in done.values():
-        by_site.setdefault(d["site"], []).append(d)
+        by_site.setdefault(d.site, []).append(d)
     out = {}
     for site, parts in by_site.items():
-        parts.sort(key=lambda d: d.get("part", 0))
+        parts.sort(key=lambda d: d.part or 0)
         # a partition's cpu_s is its process's: count each instance once, at its latest figure
         cpu: dict[str, float] = {}
         for d in parts:
-            key = d.get("instance") or f"part{d.get('part')}"
-            cpu[key] = max(cpu.get(key, 0.0), d.get("cpu_s", 0.0))
-        out[site] = merge_done(site, parts[0].get("run"), parts, max(d.get("wall_s", 0.0) for d in parts),
-                               sum(cpu.values()))
-        out[site]["parts"] = parts
-        out[site]["naive"] = (naive or {}).get(site, [])
+            key = d.instance or f"part{d.part}"
+            cpu[key] = max(cpu.get(key, 0.0), d.cpu_s)
+        merged = merge_done(site, parts[0].run, parts, max(d.wall_s for d in parts), sum(cpu.values()))
+        out[site] = replace(merged, parts=tuple(parts),
+                            naive=tuple(Naive.from_json(n) for n in (naive or {}).get(site, [])))
     return out

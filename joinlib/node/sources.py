@@ -115,6 +115,17 @@ class _Source:
         self.inputs = 0                    # released (on-time) tuples
         self.dead: dict[str, int] = defaultdict(int)
 
+    def snapshot(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the stream (plain data)."""
+        return {"ingest": self.ingest.snapshot(), "inputs": self.inputs, "dead": dict(self.dead),
+                "open": [avro.encode_tuple(t) for t in self.open]}
+
+    def restore(self, d: dict[str, Any], now: float) -> None:
+        self.ingest.restore(d["ingest"], now)
+        self.inputs = d["inputs"]
+        self.dead = defaultdict(int, d["dead"])
+        self.open = [avro.decode_tuple(b) for b in d["open"]]
+
 
 class LiveInputs:
     """The live sources of one run at one node (see the module docstring).
@@ -170,9 +181,6 @@ class LiveInputs:
                 key = (src.topic, part)
                 at[key] = min(at.get(key, p.next), p.next)
         return [TopicPartition(t, part, off) for (t, part), off in sorted(at.items())]
-
-    def topics(self) -> list[str]:
-        return list(self.by_topic)
 
     # ------------------------------------------------------------------ records
     def handle(self, m: Any, now: float) -> None:
@@ -351,19 +359,14 @@ class LiveInputs:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
-        return {name: {"ingest": src.ingest.snapshot(), "inputs": src.inputs, "dead": dict(src.dead),
-                       "open": [avro.encode_tuple(t) for t in src.open]}
-                for name, src in self.sources.items()}
+        return {name: src.snapshot() for name, src in self.sources.items()}
 
     def restore(self, data: dict[str, Any], now: float) -> None:
         for name, d in data.items():
             src = self.sources.get(name)
             if src is None:
                 raise ClusterError(f"the checkpoint has live stream {name}, this node {sorted(self.sources)}")
-            src.ingest.restore(d["ingest"], now)
-            src.inputs = d["inputs"]
-            src.dead = defaultdict(int, d["dead"])
-            src.open = [avro.decode_tuple(b) for b in d["open"]]
+            src.restore(d, now)
         self.dead_total = sum(sum(s.dead.values()) for s in self.sources.values())
 
     def close(self) -> None:

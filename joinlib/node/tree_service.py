@@ -1,6 +1,6 @@
 """MJoin trees on Kafka: the embedded tree runs (:mod:`joinlib.sim.tree_engine`) as node services.
 
-A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.check.tree_payload`) is
+A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.compile.compile_trees`) is
 lowered by every node the same way (:func:`joinlib.mjoin.derived.lower_tree`). Each node then runs, in a
 thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
 has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
@@ -45,32 +45,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import (
-    KafkaResultSink,
-    Producing,
-    ensure_topics,
-    make_consumer,
-    make_producer,
-    publish_control,
-    source_topic,
-)
-from joinlib.control.check import is_tree_json, tree_payload, tree_scope
-from joinlib.errors import ClusterError, PlanError
+from joinlib.adapters.kafka import KafkaResultSink, Producing, ensure_topics, make_consumer, make_producer, source_topic
+from joinlib.control.compile import Compiled
+from joinlib.control.messages import DoneMessage, StatusMessage, merge_done
+from joinlib.control.run_plan import Generations, TreesRun
+from joinlib.errors import ClusterError
 from joinlib.mjoin.derived import Deployment, TreeProgram, deploy, leaf_tuple, moved
 from joinlib.mjoin.output import Fanout, OpOutput, results_through
 from joinlib.mjoin.tree_plans import SharedTrees
-from joinlib.model import Query, Tup
-from joinlib.node.control import ControlLog, ControlRecord
+from joinlib.model import Query, Stream, Tup
+from joinlib.node.control import ControlLog, ControlRecord, publish
 from joinlib.node.node_run import STATUS_EVERY_S, PlanRun
+from joinlib.node.run_parts import NodeOwner, PlanOutput, RunScope, SourceReader
 from joinlib.plan.logical import central
 from joinlib.protocol import records
-from joinlib.query import parse_query
-from joinlib.runtime.deploy import generations
 from joinlib.runtime.sink import Group, Sink
 from joinlib.source_spec import SourceSpec
-
-__all__ = ["is_tree_json", "tree_run", "tree_deployment", "derived_topic", "operator_query", "tree_topics",
-           "tree_nodes", "run_tree_plan"]
 
 
 @dataclass(frozen=True)
@@ -101,18 +91,12 @@ def tree_run(query: Query, plan: Any) -> TreeRun:
                    {p.base.name: p.base if shared else query for p in programs})
 
 
-def tree_deployment(rec: ControlRecord) -> TreeRun:
-    """The tree run of a tree plan message; a tree that does not fit its query is a :class:`PlanError`."""
-    p = rec.payload if isinstance(rec.payload, dict) else {}
-    q = parse_query(p.get("query"), f"control@{rec.offset}")
-    try:
-        plan = tree_payload(q, p)
-        if not isinstance(plan, TreeProgram):
-            return tree_run(q, plan)
-        i, external = tree_scope(plan, p["plan"])
-        return tree_run(q, plan) if i is None else one_operator(q, plan, i, external)
-    except PlanError as e:
-        raise PlanError(f"control@{rec.offset}: {e}") from None
+def tree_deployment(query: Query, trees: TreesRun) -> TreeRun:
+    """The tree run of a compiled tree plan message: the whole deployment, or the one operator it names."""
+    if trees.only is None:
+        return tree_run(query, trees.plan)
+    assert isinstance(trees.plan, TreeProgram)
+    return one_operator(query, trees.plan, trees.only, trees.external)
 
 
 def one_operator(query: Query, prog: TreeProgram, i: int, external: Mapping[str, Mapping[str, Any]]) -> TreeRun:
@@ -156,14 +140,6 @@ def tree_topics(tr: TreeRun) -> list[str]:
     return out
 
 
-def tree_nodes(dep: Deployment) -> list[str]:
-    """Every site of a tree run (stream sites first)."""
-    out: dict[str, None] = {}
-    for op in dep.ops:
-        out.update(dict.fromkeys(op.sites))
-    return list(out)
-
-
 class _OpSink(Sink):
     """An operator run's sink: its :class:`OpOutput`; ``count`` is what went to ``out.<query>``.  A
     checkpoint keeps (and a resumed run restores) ``count`` and ``batches``, and ``skip`` says which result
@@ -203,95 +179,108 @@ class _OpSink(Sink):
         self.output.emit(pos, groups, now)
 
 
-class _OpRun(PlanRun):
-    """One operator query of a tree, at one site (see the module docstring)."""
+class OperatorPart(SourceReader, PlanOutput):
+    """Operator ``i`` of a tree run at this site: how its run reads its inputs (the tree query's source batches
+    moved to their position in the operator query, routed to its partition; derived batches from their
+    producer) and where its results go (:class:`OpOutput`: the roots' to their queries' ``out`` topics, an inner
+    operator's handed over as its derived stream).  It counts no naive baseline of source batches (that is the
+    tree query's, not an operator's)."""
 
-    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int,
-                 consumer: Any, admin: Any, ctl: ControlLog) -> None:
-        q, op = operator_query(tr, i), tr.dep.ops[i]
-        super().__init__(svc, rec, (q, generations(q, central(q, op.node)), None), consumer, admin, ctl)
-        self.tr, self.i, self.op = tr, i, op
-        self.tree_part = tr.part.get(op.name, 0)   # the partition of a partitioned tree
+    naive = False
+
+    def __init__(self, tr: TreeRun, i: int, origin: int) -> None:
+        self.tr, self.i, self.op = tr, i, tr.dep.ops[i]
+        self.tree_part = tr.part.get(self.op.name, 0)   # the partition of a partitioned tree
         # the query of each tree whose root this is, by tree name (its results go to that query's out topic)
         self.results = {b.name: tr.results[b.name] for b in tr.dep.roots[i]}
-        self.ctl_query = self.live_name = rec.query
         # a shared operator's derived stream, read from its run, moved from its origin to ours (docs/multiquery.md)
-        self.topic_runs = {derived_topic(str(e["op"])): str(e["run"]) for e in tr.external.values()}
-        self.shift = {slot: int(e["origin_ms"]) - self.origin for slot, e in tr.external.items()}
+        self.shift = {slot: int(e["origin_ms"]) - origin for slot, e in tr.external.items()}
+        self.output: Optional[OpOutput] = None
 
-    def _result_sink(self) -> Any:
+    # ------------------------------------------------------------------ output
+    def sink(self, run: Any) -> Sink:
         # the results of each query whose root this is, to its out topic (a partition's: the tree query's)
         results = self.results
-        outs = {q.name: KafkaResultSink(self.out, q, self.site, headers=self.headers) for q in results.values()}
+        outs = {q.name: KafkaResultSink(run.out, q, run.site, headers=run.headers) for q in results.values()}
         self.output = OpOutput(self.tr.dep, self.i, Fanout({n: outs[q.name] for n, q in results.items()}),
                                self.tree_part, publish=self.tr.publish, floor=0 if self.tr.external else None)
         if len(outs) == 1:
             self.out_query = next(iter(results.values()))
-        if self.op.node == self.site:
-            ensure_topics(self.admin, [derived_topic(self.op.name)] if self.output.publishes else [])
+        if self.op.node == run.site:
+            ensure_topics(run.admin, [derived_topic(self.op.name)] if self.output.publishes else [])
         return _OpSink(self.output, list(outs.values()))
 
-    def _checkpoints(self, factory: Any) -> Any:
-        """Checkpoints as any run's (Redis windows), unless this operator is the root of several queries'
-        trees: a checkpoint follows the delivered results of one out topic."""
-        if len({q.name for q in self.results.values()}) > 1:
-            return None
-        return super()._checkpoints(factory)
+    def keeps_checkpoints(self) -> bool:
+        """Not when this operator is the root of several queries' trees: a checkpoint follows the delivered
+        results of one out topic."""
+        return len({q.name for q in self.results.values()}) <= 1
 
-    def extra_state(self) -> Any:
+    def state(self) -> Any:
+        assert self.output is not None
         return self.output.state()
 
-    def restore_extra(self, st: Any) -> None:
+    def restore(self, st: Any) -> None:
+        assert self.output is not None
         self.output.load(st)
 
-    def _assign(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
-        super()._assign(offsets, resumed)
-        self.others = []  # the naive baseline is the tree query's, not an operator's
+    def after_step(self, run: Any) -> None:
+        """At the operator's node: hand the epochs every sequence has finished over to the readers."""
+        if self.op.node != run.site:
+            return
+        assert self.output is not None
+        tau = self.output.tau
+        for e, feeds in self.output.handover(results_through(self.op, [run.host]), every_reader=False):
+            _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
+            batch = records.SourceBatch(slot, tups, (e + 1) * tau)
+            run.out.produce(derived_topic(self.op.name), records.encode_source_batch(batch), slot.encode(), run.headers)
 
-    def _tuples(self, b: Any, stream: Any) -> Optional[list[Any]]:
+    # ------------------------------------------------------------------ inputs
+    def tuples(self, run: Any, b: Any, stream: Stream) -> Optional[list[Tup]]:
         if b.stream != stream.name:
             return None
         derived = self.op.is_derived(stream.name)
-        if derived and self._watermark(b, stream) <= self.host.windows[(self.q.name, 0, stream.name)].watermark:
+        if derived and self.watermark(run, b, stream) <= run.host.windows[(run.q.name, 0, stream.name)].watermark:
             return []   # an epoch its producer handed over again, resumed from an earlier checkpoint than ours
         if stream.name in self.shift:
             return self._moved(b, stream)
         route = self.tr.router.get(stream.name) if not derived else None
         return [leaf_tuple(t, stream.pos) for t in b.tuples if route is None or route(t) == self.tree_part]
 
-    def _watermark(self, b: Any, stream: Any) -> int:
+    def watermark(self, run: Any, b: Any, stream: Stream) -> int:
         return int(b.watermark) + self.shift.get(stream.name, 0)
 
-    def _moved(self, b: Any, stream: Any) -> list[Any]:
+    def _moved(self, b: Any, stream: Stream) -> list[Tup]:
         """A shared operator's derived tuples in this run's event time, those too old to meet any tuple of
         ours (older than our origin by more than their components' largest window) dropped here, at the
         producer's node, so that they never ship."""
         return moved(b.tuples, stream.pos, self.shift[stream.name], -max(self.tr.dep.windows[self.i].values()))
 
-    def _step(self, now: float) -> None:
-        super()._step(now)
-        if self.op.node != self.site:
-            return
-        tau = self.output.tau
-        for e, feeds in self.output.handover(results_through(self.op, [self.host]), every_reader=False):
-            _, slot, tups = feeds[0]   # the derived stream has one name in every reader, which re-positions it
-            batch = records.SourceBatch(slot, tups, (e + 1) * tau)
-            self.out.produce(derived_topic(self.op.name), records.encode_source_batch(batch), slot.encode(),
-                             self.headers)
+
+def operator_run(svc: NodeOwner, rec: ControlRecord, tr: TreeRun, i: int, consumer: Any, admin: Any,
+                 ctl: ControlLog) -> PlanRun:
+    """The run of operator ``i`` of ``tr`` at this site: its operator query (``central`` at its node), with the
+    tree query's ``end`` and ``stop``, ``dlq`` and ``wm`` topics, and a shared operator's derived stream read
+    from its producer's run."""
+    q, op = operator_query(tr, i), tr.dep.ops[i]
+    compiled = Compiled(q, Generations(((0, central(q, op.node)),))).lowered()
+    part = OperatorPart(tr, i, rec.plan.origin_ms)
+    scope = RunScope(ctl_query=rec.query, live_name=rec.query,
+                     topic_runs={derived_topic(str(e["op"])): str(e["run"]) for e in tr.external.values()})
+    return PlanRun(svc, rec, compiled, consumer, admin, ctl, scope=scope, reader=part, output=part)
 
 
 class _OpThread(threading.Thread):
-    def __init__(self, svc: Any, rec: ControlRecord, tr: TreeRun, i: int, admin: Any,
+    def __init__(self, svc: NodeOwner, rec: ControlRecord, tr: TreeRun, i: int, admin: Any,
                  ctl: ControlLog) -> None:
         super().__init__(name=f"op-{tr.dep.ops[i].name}", daemon=True)
         self.svc, self.rec, self.tr, self.i, self.admin, self.ctl = svc, rec, tr, i, admin, ctl
-        self.run_: Optional[_OpRun] = None
+        self.run_: Optional[PlanRun] = None
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
         consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
         try:
-            self.run_ = _OpRun(self.svc, self.rec, self.tr, self.i, consumer, self.admin, self.ctl)
+            self.run_ = operator_run(self.svc, self.rec, self.tr, self.i, consumer, self.admin, self.ctl)
             self.run_.execute()
         except BaseException as e:  # reported by run_tree_plan
             self.error = e
@@ -303,12 +292,14 @@ class _OpThread(threading.Thread):
         return self.run_ is not None and self.run_.ready.is_set()
 
 
-def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> dict[str, Any]:
-    """Run this site's operators of a tree plan message to their end; returns the ``done`` published."""
-    tr = tree_deployment(rec)
+def run_tree_plan(svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any,
+                  ctl: ControlLog) -> Optional[DoneMessage]:
+    """Run this site's operators of a tree plan message to their end; returns the ``done`` published (None:
+    the service was stopped)."""
+    assert isinstance(compiled.plan, TreesRun)
+    tr = tree_deployment(compiled.query, compiled.plan)
     dep = tr.dep
-    p = rec.payload if isinstance(rec.payload, dict) else {}
-    run_id, site = p.get("run"), svc.site
+    run_id, site = rec.run, svc.site
     mine = [i for i in range(len(dep.ops)) if site in dep.ops[i].sites]
     out = Producing(make_producer(svc.bootstrap))
     threads = [_OpThread(svc, rec, tr, i, admin, ctl.copy()) for i in mine]
@@ -317,34 +308,39 @@ def run_tree_plan(svc: Any, rec: ControlRecord, admin: Any, ctl: ControlLog) -> 
     t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
-    next_status = 0.0
-    while any(t.is_alive() for t in threads):
-        if any(t.error is not None for t in threads):
-            for t in threads:  # end this tree's other operators here (not the node's other queries)
-                if t.run_ is not None:
-                    t.run_.stopped = True
-            for t in threads:
-                t.join(10)
-            break
-        if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
-            next_status = time.monotonic() + STATUS_EVERY_S
-            publish_control(out, rec.query, "status", tree_status(site, run_id, [t.run_ for t in threads]))
-        time.sleep(0.05)
+    _watch(threads, lambda runs: publish(out, rec.query, tree_status(site, run_id, runs)))
     failed = next((t for t in threads if t.error is not None), None)
     if failed is not None:
         raise ClusterError(f"operator {dep.ops[failed.i].name}: {type(failed.error).__name__}: {failed.error}")
     if svc.stop.is_set():
-        return {}
+        return None
     done = merge_done(site, run_id, [t.run_.finished for t in threads if t.run_ is not None and t.run_.finished],
                       time.perf_counter() - t0, time.process_time() - cpu0)
-    publish_control(out, rec.query, "done", done)
+    publish(out, rec.query, done)
     ctl.done.add((run_id, site))
-    svc.log(f"{rec.query}: done: {done['results']} results, "
-            f"{sum(ln['bytes'] for ln in done['links'])} bytes sent in {done['wall_s']:.2f}s")
+    svc.log(f"{rec.query}: done: {done.results} results, {done.sent_bytes} bytes sent in {done.wall_s:.2f}s")
     return done
 
 
-def tree_status(site: str, run_id: Any, runs: list[Optional[_OpRun]]) -> dict[str, Any]:
+def _watch(threads: list[_OpThread], status: Callable[[list[Optional[PlanRun]]], None]) -> None:
+    """Until every operator thread has ended: ``status`` every ``STATUS_EVERY_S`` once each reads its inputs;
+    when one fails, end the tree's others here (not the node's other queries)."""
+    next_status = 0.0
+    while any(t.is_alive() for t in threads):
+        if any(t.error is not None for t in threads):
+            for t in threads:
+                if t.run_ is not None:
+                    t.run_.stopped = True
+            for t in threads:
+                t.join(10)
+            return
+        if all(t.ready or not t.is_alive() for t in threads) and time.monotonic() >= next_status:
+            next_status = time.monotonic() + STATUS_EVERY_S
+            status([t.run_ for t in threads])
+        time.sleep(0.05)
+
+
+def tree_status(site: str, run_id: Optional[str], runs: list[Optional[PlanRun]]) -> StatusMessage:
     """A site's ``status`` of a tree run: its operators' results so far (those delivered to an out topic),
     bytes sent, inputs and, live, dead letters and source watermarks, added up."""
     live = [r for r in runs if r is not None and r.ready.is_set()]
@@ -358,45 +354,6 @@ def tree_status(site: str, run_id: Any, runs: list[Optional[_OpRun]]) -> dict[st
             for stream, per in r.live.stats()["dead_letters"].items():
                 dead[stream] = {**dead.get(stream, {}), **per}
             marks.update(r.live.watermarks_ms())
-    out: dict[str, Any] = {
-        "site": site, "run": run_id, "operators": len(runs), "t_ms": round(time.time() * 1000),
-        "results": sum(r.sink.count for r in live),
-        "sent_bytes": sum(st.bytes for r in live for st in list(r.transport.stats.values())), "inputs": dict(inputs)}
-    if marks or dead:
-        out.update(live=True, dead_letters=dead, watermarks_ms=marks)
-    return out
-
-
-def merge_done(site: str, run_id: Any, parts: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:
-    """One ``done`` for a site of a tree run (its operators') or of a scaled-out plan (its partitions'):
-    their counts added up (links and received per (src, dst, kind), naive per (src, dst))."""
-    def links(key: str) -> list[dict[str, Any]]:
-        acc: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for d in parts:
-            for ln in d.get(key, []):
-                k = (ln["src"], ln["dst"], ln["kind"])
-                cur = acc.setdefault(k, {"src": k[0], "dst": k[1], "kind": k[2]})
-                for f, v in ln.items():
-                    if f not in ("src", "dst", "kind") and isinstance(v, (int, float)):
-                        cur[f] = cur.get(f, 0) + v
-        return [acc[k] for k in sorted(acc)]
-    processing: defaultdict[str, float] = defaultdict(float)
-    naive: defaultdict[tuple[str, str], int] = defaultdict(int)
-    for d in parts:
-        for op, secs in d.get("processing_s", {}).items():
-            processing[op] += secs
-        for n in d.get("naive", []):
-            naive[(n["src"], n["dst"])] += n["bytes"]
-    resumed = [d["resumed_from_epoch"] for d in parts if d.get("resumed_from_epoch") is not None]
-    return {
-        "site": site, "run": run_id, "results": sum(d["results"] for d in parts),
-        "links": links("links"), "received": links("received"),
-        "naive": [{"src": s, "dst": t, "bytes": n} for (s, t), n in sorted(naive.items())],
-        "input_tuples": sum(d.get("input_tuples", 0) for d in parts),
-        "processing_s": {op: round(v, 6) for op, v in processing.items()},
-        "late_messages": sum(d.get("late_messages", 0) for d in parts),
-        "last_epoch": max((d["last_epoch"] for d in parts if d.get("last_epoch") is not None), default=None),
-        "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "resumed_from": None,
-        "resumed_from_epoch": min(resumed, default=None), "checkpoints": sum(d.get("checkpoints", 0) for d in parts),
-        "generations": [0], "operators": len(parts),
-    }
+    return StatusMessage(site, run_id, round(time.time() * 1000), sum(r.sink.count for r in live),
+                         sum(st.bytes for r in live for st in list(r.transport.stats.values())), dict(inputs),
+                         operators=len(runs), live=bool(marks or dead), dead_letters=dead, watermarks_ms=marks)

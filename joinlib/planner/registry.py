@@ -5,26 +5,40 @@ A plan spec is a name from :data:`PLANNERS` — ``NAME`` or, for names that take
 ``NAME:ARG`` — or a JSON plan file (see :data:`PLAN_HELP`).  Each entry builds its plan
 from a :class:`PlanRequest`; entries with a cost-model planner (``greedy``, ``exhaustive``,
 ``beam``) also serve :func:`plan_for`; :func:`candidates` is what ``sampled`` measures.
+
+A ``--plan`` value may also name a kind of run other than plan generations: ``pmjoin[...]`` (a plan per
+partition), ``adaptive[:cnu|:dnu]`` (re-planned while running) or ``mjoin[...]`` (MJoin trees).
+:func:`plan_kind` is the one place these names are told apart, and :func:`run_plan` resolves any of them to
+a typed :data:`~joinlib.control.run_plan.RunPlan`: the command line and the planner service dispatch on
+those types, not on prefixes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
+from joinlib.adaptive.config import AdaptiveConfig, is_adaptive, parse_plan
+from joinlib.adaptive.planner import algorithm1
+from joinlib.adaptive.stats import with_stats
 from joinlib.algorithms import ALGORITHMS
+from joinlib.control.run_plan import AdaptiveRun, Generations, PartitionedRun, RunPlan, TreesRun
 from joinlib.costs import DEFAULT_MODEL, get_model
 from joinlib.costs.unit_time import CostModel
 from joinlib.errors import PlanError
+from joinlib.mjoin.tree_plans import is_tree, plan_partitioned_trees, plan_tree
 from joinlib.model import Query, Tup
 from joinlib.plan import logical as plans
 from joinlib.plan.logical import Plan
+from joinlib.plan.partitioned import Partitioned, is_partitioned
 from joinlib.planner.auto import auto, auto_ranked
 from joinlib.planner.beamsearch import beam
 from joinlib.planner.exhaustive import exhaustive
 from joinlib.planner.greedy import greedy
 from joinlib.planner.sampled import sampled
+from joinlib.pmjoin.partitioned import build, build_from_stats
 
 CostPlanner = Callable[[Query, CostModel], Plan]
 Streams = dict[str, list[Tup]]
@@ -128,8 +142,36 @@ def lookup(spec: str) -> Optional[Planner]:
 
 def needs_data(spec: str) -> bool:
     """Whether ``spec`` measures plans on the data (so the data must be loaded first)."""
+    kind = plan_kind(spec)
+    if kind is not PlanKind.PLANS:   # a partitioned plan or trees are chosen on the data; STREAMJOINOPT's tree too
+        return kind in (PlanKind.PARTITIONED, PlanKind.PARTITIONED_TREES) or spec == "mjoin"
     p = lookup(spec)
     return p is not None and p.needs_data
+
+
+class PlanKind(enum.Enum):
+    """What a ``--plan`` value asks for."""
+
+    PLANS = "plans"                          # a plan (and, with --switch, later ones): the table above
+    PARTITIONED = "partitioned"              # pmjoin[:hash|range|rate][:D]: a plan per partition
+    ADAPTIVE = "adaptive"                    # adaptive[:cnu|:dnu]: re-planned while running
+    TREE = "tree"                            # mjoin[:FILE.json]: an MJoin tree
+    PARTITIONED_TREES = "partitioned_trees"  # pmjoin[...]:mjoin: an MJoin tree per partition
+
+
+def plan_kind(spec: str) -> PlanKind:
+    """The kind of run ``spec`` names (the one place the names' prefixes are told apart)."""
+    if is_tree(spec):
+        return PlanKind.PARTITIONED_TREES if spec.startswith("pmjoin") else PlanKind.TREE
+    if is_partitioned(spec):
+        return PlanKind.PARTITIONED
+    return PlanKind.ADAPTIVE if is_adaptive(spec) else PlanKind.PLANS
+
+
+def tree_file(spec: str) -> Optional[str]:
+    """The file of ``mjoin:FILE.json`` (None for any other spec)."""
+    name, sep, path = spec.partition(":")
+    return path if plan_kind(spec) is PlanKind.TREE and sep else None
 
 
 def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None,
@@ -144,6 +186,38 @@ def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: O
     if path.suffix == ".json" or path.exists():
         return plans.from_json(query, path)
     raise PlanError(f"unknown plan {spec!r}\n{PLAN_HELP}")
+
+
+def run_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None, *,
+             progress: bool = False, switches: Sequence[tuple[int, str]] = (), values: Any = None,
+             adaptive: Optional[AdaptiveConfig] = None) -> RunPlan:
+    """The run ``spec`` names (:func:`plan_kind`), typed: plan generations (``spec`` at epoch 0, then each of
+    ``switches``: (first epoch, spec)), a partitioned plan (chosen on ``streams``, else from the per-value rates
+    ``values``: a continuous query's), an adaptive plan (``adaptive``: the configuration it starts from) or MJoin
+    trees (on ``streams``, else on the query file's statistics); ``auto`` chooses each partition's plan."""
+    kind = plan_kind(spec)
+    if kind is PlanKind.TREE:
+        return TreesRun(plan_tree(query, spec, streams))
+    if kind is PlanKind.PARTITIONED_TREES:
+        if streams is None:
+            raise PlanError(f"--plan {spec}: a tree per partition is chosen on the data")
+        return TreesRun(plan_partitioned_trees(query, streams, spec)[0])
+    if kind is PlanKind.PARTITIONED:
+        return PartitionedRun(_partitioned(query, spec, model, streams, values, progress))
+    if kind is PlanKind.ADAPTIVE:
+        cfg = parse_plan(spec, adaptive)   # Algorithm 1 on the query file's statistics: the plan it starts with
+        return AdaptiveRun(cfg, algorithm1(with_stats(query, {}), cfg.model).to_plan(query))
+    gens = [(at, resolve_plan(query, s, model, streams, progress)) for at, s in [(0, spec), *switches]]
+    return Generations(tuple(gens))
+
+
+def _partitioned(query: Query, spec: str, model: str, streams: Optional[Streams], values: Any,
+                 progress: bool) -> Partitioned:
+    """``pmjoin[:hash|range|rate][:D]``: the function and each partition's ``auto`` plan, on the data of each
+    partition, or without data from per-value rates (a continuous query's: ``hash`` needs none)."""
+    if streams is not None:
+        return build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", model, s, progress=progress))
+    return build_from_stats(query, spec, values, lambda q: resolve_plan(q, "auto", model))
 
 
 def plan_for(name: str, query: Query, model: Union[CostModel, str, None] = None) -> Plan:

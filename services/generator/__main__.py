@@ -15,8 +15,13 @@ import sys
 import threading
 from pathlib import Path
 
+from joinlib.adapters.kafka import check_reachable
+from joinlib.adapters.live_gen import LiveGenerator, ensure_source_topics
 from joinlib.errors import JoinlibError
-from services.common import env, error_line, info_line
+from joinlib.ingest.events import EventProfile
+from joinlib.query import load_query
+from joinlib.settings import ServiceEnv
+from services.common import error_line, info_line
 
 
 def main(argv=None) -> int:
@@ -36,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", help="comma-separated streams to write (default: every json source)")
     ap.add_argument("--duration", type=float, help="seconds to run (default: until stopped)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"))
+    ap.add_argument("--bootstrap", default=ServiceEnv.from_env().kafka_bootstrap)
     args = ap.parse_args(argv)
     if not args.bootstrap:
         error_line("no Kafka: set KAFKA_BOOTSTRAP_SERVERS (host:port) or pass --bootstrap")
@@ -54,10 +59,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from joinlib.adapters.kafka import check_reachable
-    from joinlib.adapters.live_gen import LiveGenerator, ensure_source_topics
-    from joinlib.ingest.events import EventProfile
-    from joinlib.query import load_query
     query = load_query(args.query)
     streams = args.streams.split(",") if args.streams else None
     check_reachable(args.bootstrap)

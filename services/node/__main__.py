@@ -15,17 +15,19 @@ import threading
 
 from joinlib.errors import JoinlibError
 from joinlib.node.node_service import CHECKPOINT_EVERY_S, NodeService
-from services.common import env, error_line
+from joinlib.settings import ServiceEnv, reveal
+from services.common import error_line
 
 
 def main(argv=None) -> int:
+    env = ServiceEnv.from_env()   # the environment, read once: what the options and the service get
     ap = argparse.ArgumentParser(prog="python -m services.node",
                                  description="Run the join node of one site on Kafka (docs/contracts.md).")
-    ap.add_argument("--site", default=env("JOINLIB_SITE"), help="this node's site (default: $JOINLIB_SITE)")
+    ap.add_argument("--site", default=env.site, help="this node's site (default: $JOINLIB_SITE)")
     ap.add_argument("--query", help="only run plans of this query (default: any query with a stream here)")
     ap.add_argument("--run", help="only run the plan with this run id")
     ap.add_argument("--serve", action="store_true", help="after a plan is done, wait for the next one")
-    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"),
+    ap.add_argument("--bootstrap", default=env.kafka_bootstrap,
                     help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
     ap.add_argument("--plan-timeout", type=float, help="give up if no plan arrives within this many seconds")
     ap.add_argument("--connect-timeout", type=float, default=15.0,
@@ -33,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
                     help="with REDIS_URL: save a checkpoint (windows + state + offsets) this often, so that a "
                          "restarted node resumes where it was; 0 = never (default: $JOINLIB_CHECKPOINT_EVERY_S or 1)")
-    ap.add_argument("--shared", action="store_true", default=env("JOINLIB_SHARED", "") in ("1", "true", "yes"),
+    ap.add_argument("--shared", action="store_true", default=(env.shared or "") in ("1", "true", "yes"),
                     help="one of several instances of this site (e.g. Helm replicas): run only scaled-out plans, "
                          "whose partitions the instances share as a consumer group; skip other plans with an "
                          "error line, since each instance would run them whole (default: $JOINLIB_SHARED=1)")
@@ -46,26 +48,26 @@ def main(argv=None) -> int:
         error_line("no Kafka: set KAFKA_BOOTSTRAP_SERVERS (host:port) or pass --bootstrap")
         return 2
     try:
-        port = int(env("METRICS_PORT", "9100"))
+        port = int(env.metrics_port or "9100")
     except ValueError:
-        error_line(f"METRICS_PORT={env('METRICS_PORT')!r} is not a port number")
+        error_line(f"METRICS_PORT={env.metrics_port!r} is not a port number")
         return 2
     every = args.checkpoint_every
     if every is None:
         try:
-            every = float(env("JOINLIB_CHECKPOINT_EVERY_S", str(CHECKPOINT_EVERY_S)))
+            every = float(env.checkpoint_every_s or str(CHECKPOINT_EVERY_S))
         except ValueError:
-            error_line(f"JOINLIB_CHECKPOINT_EVERY_S={env('JOINLIB_CHECKPOINT_EVERY_S')!r} is not a number of seconds")
+            error_line(f"JOINLIB_CHECKPOINT_EVERY_S={env.checkpoint_every_s!r} is not a number of seconds")
             return 2
     if every < 0:
         error_line("--checkpoint-every must be >= 0 seconds")
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=env("REDIS_URL"),
+    svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=reveal(env.redis_url),
                       metrics_port=port or None, serve=args.serve, stop=stop,
                       plan_timeout_s=args.plan_timeout, connect_timeout_s=args.connect_timeout, quiet=args.quiet,
-                      checkpoint_every_s=every, shared=args.shared)
+                      checkpoint_every_s=every, shared=args.shared, settings=env.node)
     try:
         return svc.run()
     except JoinlibError as e:

@@ -7,25 +7,26 @@ import sys
 import threading
 from typing import Optional, Sequence
 
-from services.common import env, error_line, info_line
+from prometheus_client import CollectorRegistry, start_http_server
+
+from joinlib.adapters.kafka import check_reachable
+from joinlib.adapters.prometheus import PrometheusSensor
+from joinlib.errors import JoinlibError
+from joinlib.settings import KafkaSecurity, ServiceEnv, planner_token
+from services.common import error_line, info_line
+from services.planner.service import PlannerService, serve
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    env = ServiceEnv.from_env()   # the environment, read once
     ap = argparse.ArgumentParser(prog="python -m services.planner",
                                  description="Accepts queries (POST /queries, or 'joinlib submit'), plans them with "
                                              "joinlib's planners and publishes each plan on the control topic, "
                                              "where every node service takes its share.")
-    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"))
-    ap.add_argument("--port", type=int, default=int(env("PLANNER_PORT", "8080")))
-    ap.add_argument("--metrics-port", type=int, default=int(env("METRICS_PORT", "9100")))
+    ap.add_argument("--bootstrap", default=env.kafka_bootstrap or "localhost:9092")
+    ap.add_argument("--port", type=int, default=int(env.planner_port or "8080"))
+    ap.add_argument("--metrics-port", type=int, default=int(env.metrics_port or "9100"))
     args = ap.parse_args(argv)
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    from joinlib.adapters.kafka import check_reachable
-    from joinlib.adapters.prometheus import PrometheusSensor
-    from joinlib.errors import JoinlibError
-    from joinlib.settings import KafkaSecurity, planner_token
-    from services.planner.service import PlannerService, serve
     try:
         token = planner_token()
         check_reachable(args.bootstrap)

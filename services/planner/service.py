@@ -38,12 +38,13 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 from urllib.parse import parse_qs, urlparse
 
 import yaml
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
@@ -53,31 +54,24 @@ from joinlib.adapters.kafka import (
     make_admin,
     make_consumer,
     make_producer,
-    produce_control_sync,
     query_topics,
 )
 from joinlib.adapters.rejections import Rejections
-from joinlib.adaptive.config import is_adaptive, parse_plan
-from joinlib.adaptive.planner import algorithm1
-from joinlib.adaptive.service import config_json
-from joinlib.adaptive.stats import with_stats
 from joinlib.control.check import INVALID
+from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, StatusMessage, StopMessage
+from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, TreesRun
+from joinlib.costs import DEFAULT_MODEL
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
-from joinlib.mjoin.tree_plans import is_tree
 from joinlib.model import Query
-from joinlib.node.cluster import nodes_of
-from joinlib.node.control import decode_control_message
+from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
 from joinlib.node.live_queries import read_results, source_starts
 from joinlib.node.sources import live_streams
-from joinlib.plan.ir import lower
-from joinlib.plan.logical import Plan, central, from_json
-from joinlib.plan.partitioned import Partitioned, is_partitioned
-from joinlib.planner.registry import lookup, resolve_plan
-from joinlib.pmjoin.partitioned import build_from_stats
+from joinlib.plan.logical import central
+from joinlib.planner.registry import PlanKind, lookup, plan_kind, run_plan
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
-from joinlib.query import parse_query, query_to_dict
-from joinlib.runtime.deploy import generations
+from joinlib.query import parse_query
+from services.planner.trees import released, status_json, submit_tree, used_by
 
 
 def default_plan() -> str:
@@ -85,26 +79,18 @@ def default_plan() -> str:
     return "auto" if lookup("auto") is not None else "greedy"
 
 
-def plan_of(query: Query, planner: str, model: Optional[str] = None,
-            values: Any = None) -> tuple[Union[Plan, Partitioned], dict]:
-    """The plan of a submission and what its plan message adds: for ``adaptive[:cnu|:dnu]`` (seed 003,
-    docs/adaptive.md) Algorithm 1's initial plan, the ``adaptive`` object the nodes re-plan with, and
-    every site as a node (any may take part in a later plan); for ``pmjoin[:hash|range|rate][:D]``
-    (seed 002) a partitioned plan from the per-value rates ``values`` (``joinlib stats --values``; hash
-    needs none), ``auto`` per partition on the query with its partition's rates."""
-    if is_partitioned(planner):
-        def choose(q: Query) -> Plan:
-            return resolve_plan(q, "auto", model) if model else resolve_plan(q, "auto")
-        parted = build_from_stats(query, planner, values, choose)
-        return parted, {"nodes": nodes_of(generations(query, parted))}
-    if values is not None:
+def plan_of(query: Query, planner: str, model: Optional[str] = None, values: Any = None) -> Deployable:
+    """The plan of a submission (:func:`joinlib.planner.registry.run_plan`): for ``adaptive[:cnu|:dnu]``
+    (seed 003, docs/adaptive.md) Algorithm 1's initial plan and the configuration the nodes re-plan with; for
+    ``pmjoin[:hash|range|rate][:D]`` (seed 002) a partitioned plan from the per-value rates ``values``
+    (``joinlib stats --values``; hash needs none), ``auto`` per partition on the query with its partition's
+    rates."""
+    if values is not None and plan_kind(planner) is not PlanKind.PARTITIONED:
         raise JoinlibError("per-value rates ('partition_values', joinlib submit --values) are for "
                            "--plan pmjoin[:hash|range|rate][:D] only")
-    if is_adaptive(planner):
-        cfg = parse_plan(planner)
-        plan = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
-        return plan, {"adaptive": config_json(cfg), "nodes": list(query.sites)}
-    return (resolve_plan(query, planner, model) if model else resolve_plan(query, planner)), {}
+    plan = run_plan(query, planner, model or DEFAULT_MODEL, values=values)
+    assert not isinstance(plan, TreesRun)   # trees are submit_tree's
+    return plan
 
 
 class Conflict(JoinlibError):
@@ -154,30 +140,30 @@ class QueryStatus:
         return out
 
 
-def _status_of(name: str, p: dict, planner: str, submitted_ms: float = 0.0) -> QueryStatus:
-    """A query's status from its ``plan`` control message."""
-    st = QueryStatus(name, p["run"], p.get("plan", {}), planner, submitted_ms=submitted_ms,
-                     nodes=list(p.get("nodes") or []))
-    live = p.get("live") if isinstance(p.get("live"), dict) else None
-    st.live, st.origin_ms = live is not None, int((live or {}).get("origin_ms") or 0)
-    st.out_start = int((p.get("offsets") or {}).get(f"out.{name}") or 0)
-    st.uses = [str(u) for u in p.get("uses") or []]
-    st.operator = p["operator"] if isinstance(p.get("operator"), dict) else None
+def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 0.0,
+               query: Optional[Query] = None) -> QueryStatus:
+    """A query's status from its ``plan`` control message (``query``: the message's, parsed already)."""
+    st = QueryStatus(name, msg.run or "", dict(msg.plan), planner, submitted_ms=submitted_ms,
+                     nodes=list(msg.nodes or []))
+    st.live, st.origin_ms = msg.live is not None, msg.origin_ms
+    st.out_start = int((msg.offsets or {}).get(f"out.{name}") or 0)
+    st.uses = list(msg.uses or [])
+    st.operator = dict(msg.operator) if msg.operator is not None else None
     try:
-        st.query = parse_query(p["query"], name)
+        st.query = query if query is not None else parse_query(msg.query, name)
         st.stats = QueryStats(st.query, central(st.query).sequences[0].start or st.query.sites[0])
     except (JoinlibError, KeyError, TypeError):
         pass
     return st
 
 
-def _on_status(cur: QueryStatus, site: dict, p: dict) -> None:
+def _on_status(cur: QueryStatus, site: dict, status: StatusMessage) -> None:
     """A node's ``status`` of the query's current run."""
-    site.update(epoch=p.get("epoch"), last_epoch=p.get("last_epoch"), results=p.get("results"))
-    if isinstance(p.get("adaptive"), dict):  # an adaptive plan: the node's generation and plan changes
-        site["adaptive"] = p["adaptive"]
+    site.update(epoch=status.epoch, last_epoch=status.last_epoch, results=status.results)
+    if status.adaptive is not None:  # an adaptive plan: the node's generation and plan changes
+        site["adaptive"] = status.adaptive
     if cur.stats is not None:
-        cur.stats.on_status(p)
+        cur.stats.on_status(status)
 
 
 class PlannerService:
@@ -215,31 +201,29 @@ class PlannerService:
             raise Conflict(f"query {query.name} is running (run {cur.run}); stop it first with "
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
-        if tree is not None or is_tree(planner):
-            from services.planner.trees import submit_tree
+        if tree is not None or plan_kind(planner) is PlanKind.TREE:
             return submit_tree(self, query, planner, tree, since, reuse)
-        plan, extra = plan_of(query, planner, model, values)
+        plan = plan_of(query, planner, model, values)
         live = self.live_of(query, since)
-        nodes = list(lower(query, plan).nodes) if isinstance(plan, Plan) else []
         run = uuid.uuid4().hex[:12]
-        self.publish(query, plan.to_json(), run, planner, live, {"nodes": nodes, **extra})
+        msg = self.publish(query, replace(plan.message(query, run, {}), switches=None, live=live), planner)
         if self.sensor is not None:
-            self.sensor.set_plan(query.name, plan)
-        out: dict[str, object] = {"query": query.name, "run": run, "plan": plan.to_json()}
+            self.sensor.set_plan(query.name, plan.first)
+        out: dict[str, object] = {"query": query.name, "run": run, "plan": msg.plan}
         if live is not None:
-            out["origin_ms"] = live["origin_ms"]
+            out["origin_ms"] = live.origin_ms
         return out
 
-    def live_of(self, query: Query, since: Optional[str]) -> Optional[dict]:
+    def live_of(self, query: Query, since: Optional[str]) -> Optional[LiveStart]:
         """A live query's origin and the offsets its sources start at (None for a replayed query)."""
         if not live_streams(query):
             return None
-        return {"origin_ms": origin_for(since, time.time() * 1000, query.execution.interval_ms),
-                "sources": source_starts(self.bootstrap, self.admin, query)}
+        return LiveStart(origin_for(since, time.time() * 1000, query.execution.interval_ms),
+                         source_starts(self.bootstrap, self.admin, query))
 
-    def publish(self, query: Query, plan: dict, run: str, planner: str, live: Optional[dict],
-                extra: dict) -> dict:
-        """Create ``query``'s topics and publish its plan message (``extra`` added to it); returns it."""
+    def publish(self, query: Query, msg: PlanMessage, planner: str) -> PlanMessage:
+        """Create ``query``'s topics and publish its plan message ``msg`` (the planner's plans have no
+        ``switches``) from their current ends; returns it."""
         topics = query_topics(query)
         ensure_topics(self.admin, topics)
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
@@ -247,14 +231,12 @@ class PlannerService:
             offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
         finally:
             consumer.close()
-        payload = {"query": query_to_dict(query), "plan": plan, "run": run, "offsets": offsets, **extra}
-        if live is not None:
-            payload["live"] = live
-        produce_control_sync(self.producer, query.name, "plan", payload)
-        status = _status_of(query.name, payload, planner, time.time() * 1000)
+        msg = replace(msg, offsets=offsets)
+        publish_sync(self.producer, query.name, msg)
+        status = _status_of(query.name, msg, planner, time.time() * 1000)
         with self.lock:
             self.queries[query.name] = status
-        return payload
+        return msg
 
     def stop(self, name: str) -> dict:
         """Publish ``stop`` for the current run of ``name``, then for each operator deployment it used
@@ -265,11 +247,10 @@ class PlannerService:
             raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
         if cur.state() in ("done", "stopped"):
             raise Conflict(f"query {name} is not running ({cur.state()})")
-        from services.planner.trees import released, used_by
         if cur.operator is not None and used_by(self, name):
             raise Conflict(f"{name} is a shared operator that {', '.join(used_by(self, name))} still use(s); it "
                            "stops with the last of them")
-        produce_control_sync(self.producer, name, "stop", {"run": cur.run})
+        publish_sync(self.producer, name, StopMessage(cur.run))
         with self.lock:
             cur.stopping = True
         for op in released(self, cur):
@@ -307,7 +288,6 @@ class PlannerService:
         return stats
 
     def status(self, name: Optional[str] = None):
-        from services.planner.trees import status_json
         with self.lock:
             if name is None:
                 return [status_json(self, q) for q in self.queries.values()]
@@ -316,7 +296,6 @@ class PlannerService:
 
     # ------------------------------------------------------------------ control log
     def _watch(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-watch-{uuid.uuid4().hex[:8]}")
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, OFFSET_BEGINNING)])
         try:
@@ -326,43 +305,40 @@ class PlannerService:
                     if rec is None:  # rejected: logged and counted, changes nothing
                         continue
                     try:
-                        self._apply(rec.query, rec.kind, rec.payload if isinstance(rec.payload, dict) else {})
+                        self._apply(rec)
                     except Exception as e:  # the watcher must outlive any message
                         self._reject(msg.offset() or 0, INVALID, f"cannot apply: {type(e).__name__}: {e}")
         finally:
             consumer.close()
 
-    def _apply(self, query: str, kind: str, p: dict) -> None:
+    def _apply(self, rec: ControlRecord) -> None:
+        m, query = rec.message, rec.query
         with self.lock:
-            if kind == "plan" and p.get("run"):
+            if isinstance(m, PlanMessage):
                 cur = self.queries.get(query)
-                if cur is None or cur.run != p["run"]:
-                    self.queries[query] = _status_of(query, p, "external")
-                    self._restore_plan_metric(query, p)
+                if m.run and (cur is None or cur.run != m.run):
+                    self.queries[query] = _status_of(query, m, "external",
+                                                     query=rec.compiled.query if rec.compiled else None)
+                    self._restore_plan_metric(query, rec)
                 return
             cur = self.queries.get(query)
-            if cur is None or p.get("run") != cur.run:
+            if cur is None or m.run != cur.run:
                 return
-            if kind == "stop":
+            if isinstance(m, StopMessage):
                 cur.stopping = True
-                return
-            if "site" not in p:
-                return
-            site = cur.sites.setdefault(p["site"], {"done": False})
-            if kind == "status":
-                _on_status(cur, site, p)
-            elif kind == "done":
-                site.update(done=True, results=p.get("results"), stopped=bool(p.get("stopped")))
+            elif isinstance(m, StatusMessage):
+                _on_status(cur, cur.sites.setdefault(m.site, {"done": False}), m)
+            elif isinstance(m, DoneMessage):
+                cur.sites.setdefault(m.site, {"done": False}).update(done=True, results=m.results,
+                                                                     stopped=bool(m.stopped))
                 if cur.stats is not None:
-                    cur.stats.on_done(p)
+                    cur.stats.on_done(m)
 
-    def _restore_plan_metric(self, query: str, p: dict) -> None:
-        if self.sensor is None or "query" not in p:
-            return
-        try:
-            self.sensor.set_plan(query, from_json(parse_query(p["query"], query), p["plan"]))
-        except JoinlibError:
-            pass
+    def _restore_plan_metric(self, query: str, rec: ControlRecord) -> None:
+        """The plan metric of a plan read from ``control`` (plan generations or an adaptive plan: their first)."""
+        plan = rec.compiled.plan if self.sensor is not None and rec.compiled is not None else None
+        if isinstance(plan, (Generations, AdaptiveRun)):
+            self.sensor.set_plan(query, plan.first)
 
     def close(self) -> None:
         self._stop.set()

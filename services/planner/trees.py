@@ -19,6 +19,8 @@ import uuid
 from dataclasses import replace
 from typing import Any, Optional
 
+from joinlib.control.messages import LiveStart, PlanMessage
+from joinlib.control.run_plan import TreesRun
 from joinlib.errors import JoinlibError
 from joinlib.mjoin.deployed import RunningOp, choose_tree, split, users
 from joinlib.mjoin.derived import TreeProgram, lower_tree
@@ -26,6 +28,7 @@ from joinlib.mjoin.tree_plans import plan_tree
 from joinlib.model import Query
 from joinlib.pmjoin.stats import selectivity_model
 from joinlib.pmjoin.tree import from_json
+from joinlib.query import query_to_dict
 
 
 def tree_of(query: Query, planner: str, tree: Any) -> TreeProgram:
@@ -75,12 +78,11 @@ def submit_tree(service: Any, query: Query, planner: str, tree: Any, since: Opti
     """Publish a tree submission (see the module docstring); returns the submission's answer."""
     prog = tree_of(query, planner, tree)
     live = service.live_of(query, since)
-    origin = int(live["origin_ms"]) if live is not None else 0
+    origin = live.origin_ms if live is not None else 0
     run = uuid.uuid4().hex[:12]
     if not reuse or live is None:  # a replayed query reads its own src topics: nothing to share
-        nodes = list(dict.fromkeys(site for op in prog.ops for site in op.sites))
         plan = prog.to_json()
-        service.publish(query, plan, run, "mjoin", live, {"nodes": nodes})
+        service.publish(query, _message(query, plan, run, list(TreesRun(prog).nodes()), live), "mjoin")
         return _answer(query, run, plan, live, [], [])
     running = running_ops(service)
     if tree is None:   # STREAMJOINOPT's tree, or one built on a running operator if that ships less
@@ -89,16 +91,22 @@ def submit_tree(service: Any, query: Query, planner: str, tree: Any, since: Opti
     root = len(prog.ops) - 1
     sp = split(prog, running, lambda: uuid.uuid4().hex[:12], origin)
     for new in sp.new:
-        service.publish(replace(query, name=new.op.name), new.plan, new.op.run, "mjoin", live,
-                        {"nodes": prog.ops[new.index].sites, "operator": new.op.to_json()})
-    service.publish(query, sp.plan, run, "mjoin", live, {"nodes": prog.ops[root].sites, "uses": list(sp.uses)})
+        op_query = replace(query, name=new.op.name)
+        service.publish(op_query, replace(_message(op_query, new.plan, new.op.run, prog.ops[new.index].sites, live),
+                                          operator=new.op.to_json()), "mjoin")
+    service.publish(query, replace(_message(query, sp.plan, run, prog.ops[root].sites, live), uses=tuple(sp.uses)),
+                    "mjoin")
     return _answer(query, run, sp.plan, live, [n.op.name for n in sp.new], list(sp.reused))
 
 
-def _answer(query: Query, run: str, plan: dict, live: Optional[dict], deployed: list[str],
+def _message(query: Query, plan: dict, run: str, nodes: Any, live: Optional[LiveStart]) -> PlanMessage:
+    """The plan message of a tree (or of one operator of it) run by ``nodes`` (its offsets: when published)."""
+    return PlanMessage(query_to_dict(query), plan, run, nodes=tuple(nodes), live=live)
+
+
+def _answer(query: Query, run: str, plan: dict, live: Optional[LiveStart], deployed: list[str],
             reused: list[str]) -> dict:
     out: dict[str, object] = {"query": query.name, "run": run, "plan": plan, "deployed": deployed, "reused": reused}
     if live is not None:
-        out["origin_ms"] = live["origin_ms"]
+        out["origin_ms"] = live.origin_ms
     return out
-

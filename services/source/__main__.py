@@ -14,8 +14,25 @@ import sys
 import uuid
 from pathlib import Path
 
+from joinlib.adapters.kafka import (
+    Producing,
+    check_reachable,
+    ensure_partitions,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+    make_producer,
+    query_topics,
+    source_topic,
+)
+from joinlib.data.files import load_streams
 from joinlib.errors import JoinlibError
-from services.common import ControlLog, env, error_line, info_line, read_control_to_end
+from joinlib.node.control import ControlLog, ControlRecord, read_control_to_end
+from joinlib.node.replay import replay
+from joinlib.plan.partitioned import Partitioned
+from joinlib.query import load_query
+from joinlib.settings import ServiceEnv
+from services.common import error_line, info_line
 
 
 def main(argv=None) -> int:
@@ -29,7 +46,7 @@ def main(argv=None) -> int:
                       help="replay X times faster than event time (default 1: real time)")
     ap.add_argument("--run", help="run id for the end message (default: that of the latest plan of the query)")
     ap.add_argument("--no-end", action="store_true", help="do not publish the end message")
-    ap.add_argument("--bootstrap", default=env("KAFKA_BOOTSTRAP_SERVERS"))
+    ap.add_argument("--bootstrap", default=ServiceEnv.from_env().kafka_bootstrap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if not args.bootstrap:
@@ -48,19 +65,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from joinlib.adapters.kafka import (
-        Producing,
-        check_reachable,
-        ensure_topics,
-        make_admin,
-        make_consumer,
-        make_producer,
-        query_topics,
-        source_topic,
-    )
-    from joinlib.data.files import load_streams
-    from joinlib.node.replay import replay
-    from joinlib.query import load_query
     query = load_query(args.query)
     streams = load_streams(query, args.data)
     check_reachable(args.bootstrap)
@@ -70,20 +74,18 @@ def _run(args) -> int:
         ctl = read_control_to_end(consumer, ControlLog())
     finally:
         consumer.close()
-    def ours(r) -> bool:
-        return r.query == query.name and (args.run is None or isinstance(r.payload, dict)
-                                          and r.payload.get("run") == args.run)
+
+    def ours(r: ControlRecord) -> bool:
+        return r.query == query.name and (args.run is None or r.run == args.run)
     rec = ctl.latest_plan(ours)
-    plan = rec.payload if rec is not None and isinstance(rec.payload, dict) else {}
-    run = args.run or plan.get("run")
+    plan = rec.plan if rec is not None else None
+    run = args.run or (plan.run if plan is not None else None)
     if rec is None and args.run is None:
         info_line("source", f"no plan of query {query.name} on 'control' yet: nodes started later read "
                             f"the source topics from the beginning")
     split = None
-    if plan.get("scale_out"):  # a partition of each source topic per plan partition (joinlib.node.scale_out)
-        from joinlib.adapters.kafka import ensure_partitions
-        from joinlib.plan.partitioned import Partitioned
-        split = Partitioned.from_json(query, plan["plan"])
+    if plan is not None and plan.scale_out:  # a partition of each source topic per plan partition (scale_out)
+        split = Partitioned.from_json(query, plan.plan)
         ensure_partitions(make_admin(args.bootstrap), [source_topic(query, s.name) for s in query.streams],
                           split.function.d)
         info_line("source", f"the plan of run {run} is scaled out: each stream split into "

@@ -116,16 +116,15 @@ def test_a_node_started_again_refuses_an_adaptive_run_it_already_ran(toggle4, ka
     from prometheus_client import CollectorRegistry
 
     from joinlib.adapters.kafka import ensure_topics, make_admin, make_producer, produce_control_sync, query_topics
-    from joinlib.node.cluster import plan_message
+    from joinlib.control.run_plan import AdaptiveRun
     from joinlib.node.node_service import NodeService
-    from joinlib.runtime.deploy import generations
     query = toggle4[0]
     cfg = AdaptiveConfig("cnu")
     plan = algorithm1(with_stats(query, {}), cfg.model).to_plan(query)
     run = uuid.uuid4().hex[:12]
     ensure_topics(make_admin(kafka_bootstrap), query_topics(query))
     producer = make_producer(kafka_bootstrap)
-    produce_control_sync(producer, query.name, "plan", plan_message(query, generations(query, plan), run, {}, cfg))
+    produce_control_sync(producer, query.name, "plan", AdaptiveRun(cfg, plan).message(query, run, {}).to_json())
     produce_control_sync(producer, query.name, "status", {"site": "N2", "run": run, "epoch": 3})
     svc = NodeService("N2", kafka_bootstrap, query=query.name, run=run, registry=CollectorRegistry(),
                       plan_timeout_s=20, quiet=True)

@@ -266,7 +266,7 @@ def test_timeout_names_the_sites_that_did_not_finish(routers, kafka_bootstrap):
 
     query, _, streams, _ = routers
     # drop the plan of one site by running a query copy whose r3 node is never started
-    import joinlib.node.cluster as cluster
+    import joinlib.node.cluster_nodes as cluster
 
     real = cluster._start_thread
 

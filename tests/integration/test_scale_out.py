@@ -24,8 +24,9 @@ from joinlib.adapters.kafka import (
     produce_control_sync,
     query_topics,
 )
+from joinlib.control.run_plan import PartitionedRun
 from joinlib.errors import ClusterError
-from joinlib.node.cluster import plan_message, run_cluster
+from joinlib.node.cluster import run_cluster
 from joinlib.node.node_service import NodeService
 from joinlib.node.scale_out import scale_message, scaled_topics, wanted
 from joinlib.plan import logical as plans
@@ -152,10 +153,10 @@ def test_shared_serving_nodes_take_a_scaled_plan_replayed_by_the_source_service(
         ensure_topics(kafka_admin, query_topics(query))
         run = uuid.uuid4().hex[:12]
         specs = generations(query, plan)
-        msg = plan_message(query, specs, run, end_offsets(consumer, [t for t in query_topics(query)
-                                                                      if t != CONTROL_TOPIC]), plan=plan)
-        scale_message(msg, consumer, plan, topics)
-        offset = produce_control_sync(make_producer(kafka_bootstrap), query.name, "plan", msg)
+        msg = PartitionedRun(plan).message(query, run, end_offsets(consumer, [t for t in query_topics(query)
+                                                                              if t != CONTROL_TOPIC]))
+        msg = scale_message(msg, consumer, plan, topics)
+        offset = produce_control_sync(make_producer(kafka_bootstrap), query.name, "plan", msg.to_json())
         assert source_main(["--query", str(out / "q.yaml"), "--data", str(out), "--fast", "--run", run,
                             "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, offset + 1)])

@@ -133,8 +133,9 @@ def _starts(bs: str, q: Query, streams: list[str]) -> dict[str, dict[str, int]]:
 def _links(services: Services, name: str) -> set[tuple[str, str]]:
     """The (src, dst) links a stopped query's nodes sent bytes on (their ``done`` messages)."""
     stats = services.planner.queries[name].stats
-    assert stats is not None, f"{name} has no stats"
-    return {(ln["src"], ln["dst"]) for d in stats.done.values() for ln in d.get("links", []) if ln.get("bytes")}
+    assert stats is not None   # a submitted query's stats
+    dones = [done.to_json() for done in stats.done.values()]   # typed DoneMessages (joinlib.control.messages)
+    return {(ln["src"], ln["dst"]) for d in dones for ln in d.get("links", []) if ln.get("bytes")}
 
 
 def test_two_continuous_queries_share_a_two_way_join(services, make_topic, tmp_path, capsys):

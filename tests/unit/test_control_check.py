@@ -143,3 +143,34 @@ def test_inbound_check_rejects_wrong_flows_and_bodies(routers):
     rng = random.Random(1)
     for _ in range(200):   # random ranks never raise
         flows.check(rng.choice(q.sites), rng.randrange(-5, 50), rng.randrange(-5, 50), rng.choice(bodies))
+
+
+def test_typed_messages_write_what_joinlib_always_wrote_and_a_version_only_when_not_1(routers):
+    """``joinlib.control.messages``: a payload as joinlib's producers write it parses and writes back key for key
+    (so the bytes on the wire are unchanged); version 1 is not written, a message without it is version 1, and
+    a version this reader does not know is rejected."""
+    from joinlib.control.messages import CONTROL_VERSION, StopMessage, parse
+
+    q, _ = routers
+    link = {"src": "r1", "dst": "r2", "kind": "full", "messages": 3, "bytes": 300, "transfer_ms": 1.5}
+    payloads = {
+        "plan": _plan_message(q, plans.uniform(q, "SM-S1"), switches=[]),
+        "end": {"last_epoch": 14, "run": "r1"},
+        "stop": {"run": "r1"},
+        "status": {"site": "r1", "run": "r1", "epoch": 3, "epochs": {"g0": 3}, "last_epoch": None, "t_ms": 17,
+                   "results": 4, "sent_bytes": 100, "inputs": {"S1": 9}, "naive": [["r1", "r2", 40]], "live": True,
+                   "dead_letters": {}, "watermarks_ms": {"S1": 1200}, "latency_ms": None},
+        "done": {"site": "r1", "run": "r1", "results": 4, "links": [link], "received": [link],
+                 "naive": [{"src": "r1", "dst": "r2", "bytes": 40}], "input_tuples": 9, "processing_s": {"tick": 0.5},
+                 "late_messages": 0, "last_epoch": 14, "wall_s": 1.0, "cpu_s": 0.5, "resumed_from": None,
+                 "resumed_from_epoch": None, "startup_s": 0.1, "checkpoints": 2, "generations": [0]},
+    }
+    for kind, payload in payloads.items():
+        assert check_control(q.name, kind, payload) is None, kind
+        written = parse(kind, payload).to_json()
+        assert list(written) == list(payload) and written == payload, kind
+    assert CONTROL_VERSION == 1 and StopMessage("r1").version == 1
+    assert StopMessage("r1", version=2).to_json() == {"run": "r1", "version": 2}
+    assert check_control(q.name, "stop", {"run": "r1", "version": 1}) is None
+    assert "knows versions 1 to 1" in (check_control(q.name, "stop", {"run": "r1", "version": 2}) or "")
+    assert "knows versions" in (check_control(q.name, "plan", {**payloads["plan"], "version": "1"}) or "")

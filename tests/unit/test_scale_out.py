@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joinlib.control.check import check_control
+from joinlib.control.messages import DoneMessage, PlanMessage
 from joinlib.model import Tup
 from joinlib.node import cluster
+from joinlib.node.cluster_nodes import Faults
 from joinlib.node.control import ControlLog, ControlRecord
 from joinlib.node.replay import _parts
 from joinlib.node.scale_out import done_key, naive_of, part_sites, per_site, split_of, wanted
@@ -57,15 +59,17 @@ def test_partition_dones_add_up_per_site_and_are_valid_control_messages():
     other = {**part, "part": 1, "results": 4, "resumed_from_epoch": 12, "instance": "h:2:cd"}
     assert check_control("Q", "done", part) is None and check_control("Q", "status", other) is None
     assert "wrong type" in (check_control("Q", "done", {**part, "part": -1}) or "")
-    merged = per_site({"r1/p0": part, "r1/p1": other}, {"r1": [{"src": "r1", "dst": "r2", "bytes": 9}]})
-    r1 = merged["r1"]
+    merged = per_site({"r1/p0": DoneMessage.from_json(part), "r1/p1": DoneMessage.from_json(other)},
+                      {"r1": [{"src": "r1", "dst": "r2", "bytes": 9}]})
+    r1 = merged["r1"].to_json()
     assert r1["results"] == 7 and r1["checkpoints"] == 4 and r1["resumed_from_epoch"] == 12
     assert r1["links"][0]["bytes"] == 20 and r1["naive"] == [{"src": "r1", "dst": "r2", "bytes": 9}]
     assert [p["part"] for p in r1["parts"]] == [0, 1] and r1["wall_s"] == 2.0
     assert r1["cpu_s"] == 2.0   # two instances; a third partition on the first would not count its CPU again
     again = {**part, "part": 2, "cpu_s": 1.5}
-    assert per_site({"r1/p0": part, "r1/p1": other, "r1/p2": again})["r1"]["cpu_s"] == 2.5
-    plain = {"r1": {"site": "r1", "results": 1}}
+    three = per_site({k: DoneMessage.from_json(d) for k, d in (("r1/p0", part), ("r1/p1", other), ("r1/p2", again))})
+    assert three["r1"].to_json()["cpu_s"] == 2.5
+    plain = {"r1": DoneMessage.from_json({"site": "r1", "results": 1})}
     assert per_site(plain) is plain
 
 
@@ -85,9 +89,9 @@ def test_the_naive_baseline_prices_each_replayed_batch_whole():
 
 def test_a_partitions_done_is_not_the_sites_done():
     log = ControlLog()
-    log.add(ControlRecord(3, "Q", "done", {"site": "r1", "run": "x", "results": 1, "part": 2}))
+    log.add(ControlRecord(3, "Q", "done", DoneMessage.from_json({"site": "r1", "run": "x", "results": 1, "part": 2})))
     assert log.done == set() and log.parts_done == {("x", "r1", 2)}
-    log.add(ControlRecord(4, "Q", "done", {"site": "r1", "run": "x", "results": 1}))
+    log.add(ControlRecord(4, "Q", "done", DoneMessage.from_json({"site": "r1", "run": "x", "results": 1})))
     assert log.done == {("x", "r1")} and log.copy().parts_done == {("x", "r1", 2)}
 
 
@@ -97,7 +101,7 @@ def test_plan_messages_scale_out_only_partitioned_replayed_plans():
     ok = {**msg, "plan": _hash_plan(2, query).to_json(), "part_offsets": {"src.routers.S1": [0, 5]}}
     assert check_control(query.name, "plan", ok) is None
     assert "needs a partitioned plan" in (check_control(query.name, "plan",
-                                                          {**msg, "plan": uniform(query, "SP-S").to_json()}) or "")
+                                                         {**msg, "plan": uniform(query, "SP-S").to_json()}) or "")
     live = {**ok, "live": {"origin_ms": 0, "sources": {}}}
     assert "live sources are not split" in (check_control(query.name, "plan", live) or "")
     assert "wrong type" in (check_control(query.name, "plan", {**ok, "part_offsets": {"t": [-1]}}) or "")
@@ -119,7 +123,7 @@ def test_the_drill_joins_an_instance_and_kills_one_the_others_cover():
         return _Handle(f"{site}/{instance}")
     first, second = _Handle("r1/0"), _Handle("r1/1")
     nodes = {"r1": first, "r1#2": second, "r2": _Handle("r2/0")}
-    faults = cluster._Faults([("r1", 0.0, "join"), ("r1", 0.0, "kill"), ("r2", 0.0)], start, nodes)
+    faults = Faults([("r1", 0.0, "join"), ("r1", 0.0, "kill"), ("r2", 0.0)], start, nodes)
     faults.tick(0.0)
     assert started == [("r1", 2), ("r2", 0)]           # the third r1 instance; r2's successor
     assert first.killed and "r1" not in nodes and set(nodes) == {"r1#2", "r1#3", "r2"}
@@ -143,12 +147,12 @@ def test_a_shared_node_runs_only_scaled_out_plans():
     svc = NodeService("r1", "127.0.0.1:1", shared=True, quiet=True)
     plain = {"query": query_to_dict(query), "plan": uniform(query, "SP-S").to_json()}
     with pytest.raises(PlanError, match=r"runs only scaled-out plans .*\(each instance would run it whole\)"):
-        svc.execute_plan(ControlRecord(7, query.name, "plan", plain), None, ControlLog())
+        svc.execute_plan(ControlRecord(7, query.name, "plan", PlanMessage.from_json(plain)), None, ControlLog())
 
 
 def test_the_session_timeout_is_configurable_and_checked(monkeypatch):
     from joinlib.errors import ClusterError
-    from joinlib.node.scale_out import SESSION_TIMEOUT_ENV, session_timeout_ms
+    from joinlib.settings import SESSION_TIMEOUT_ENV, session_timeout_ms
     monkeypatch.delenv(SESSION_TIMEOUT_ENV, raising=False)
     assert session_timeout_ms() == 6000
     monkeypatch.setenv(SESSION_TIMEOUT_ENV, "3000")
