@@ -38,7 +38,15 @@ from joinlib.model import Query, Tup
 from joinlib.plan.partitioned import RUN_HELP as PARTITION_HELP
 from joinlib.plan.partitioned import check_partitionable, parse_spec
 from joinlib.planner import explain
-from joinlib.planner.registry import PLAN_HELP, PlanKind, needs_data, plan_kind, resolve_plan, run_plan, tree_file
+from joinlib.planner.registry import (
+    PLAN_HELP,
+    PlanKind,
+    needs_data,
+    plan_kind,
+    resolve_plan,
+    resolve_run_plan,
+    tree_file,
+)
 from joinlib.protocol.messages import InstanceKey
 from joinlib.query import load_query, query_to_dict
 from joinlib.reference import reference_join
@@ -397,7 +405,7 @@ def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[in
     if switches:
         raise JoinlibError("--plan pmjoin runs without --switch (a partitioned plan has no generations)")
     streams = load_streams(query, args.data)
-    plan = run_plan(query, args.plan, args.model, streams, progress=progress)
+    plan = resolve_run_plan(query, args.plan, args.model, streams, progress=progress)
     assert isinstance(plan, PartitionedRun)
     return streams, plan
 

@@ -177,7 +177,7 @@ class StopMessage:
 # ----------------------------------------------------------------------------- status, done
 
 @dataclass(frozen=True)
-class Link:
+class LinkTraffic:
     """Messages and bytes of one (src, dst, kind); ``transfer_ms``: measured by the receiver."""
 
     src: str
@@ -194,7 +194,7 @@ class Link:
         return out
 
     @classmethod
-    def from_json(cls, d: JSON) -> Link:
+    def from_json(cls, d: JSON) -> LinkTraffic:
         return cls(d["src"], d["dst"], d["kind"], d.get("messages", 0), d.get("bytes", 0), d.get("transfer_ms"))
 
 
@@ -296,8 +296,8 @@ class DoneMessage:
     site: str
     run: Optional[str]
     results: int = 0
-    links: tuple[Link, ...] = ()
-    received: tuple[Link, ...] = ()
+    links: tuple[LinkTraffic, ...] = ()
+    received: tuple[LinkTraffic, ...] = ()
     naive: tuple[Naive, ...] = ()
     input_tuples: int = 0
     processing_s: Mapping[str, float] = field(default_factory=dict)
@@ -340,8 +340,8 @@ class DoneMessage:
     def from_json(cls, p: JSON) -> DoneMessage:
         return cls(
             str(p.get("site")), p.get("run"), p.get("results") or 0,
-            tuple(Link.from_json(ln) for ln in p.get("links") or ()),
-            tuple(Link.from_json(ln) for ln in p.get("received") or ()),
+            tuple(LinkTraffic.from_json(ln) for ln in p.get("links") or ()),
+            tuple(LinkTraffic.from_json(ln) for ln in p.get("received") or ()),
             tuple(Naive.from_json(r) for r in p.get("naive") or ()), p.get("input_tuples") or 0,
             p.get("processing_s") or {}, p.get("late_messages") or 0, p.get("last_epoch"),
             p.get("wall_s") or 0.0, p.get("cpu_s") or 0.0, p.get("resumed_from"), p.get("resumed_from_epoch"),
@@ -372,14 +372,14 @@ def kind_of(msg: ControlMessage) -> str:
     return next(k for k, cls in _KINDS.items() if isinstance(msg, cls))
 
 
-def _added(key: tuple[str, str, str], links: list[Link]) -> Link:
+def _added(key: tuple[str, str, str], links: list[LinkTraffic]) -> LinkTraffic:
     """One link's counts added up (``transfer_ms`` absent unless some link has it)."""
     ms = [ln.transfer_ms for ln in links if ln.transfer_ms is not None]
-    return Link(*key, sum(ln.messages for ln in links), sum(ln.bytes for ln in links), sum(ms) if ms else None)
+    return LinkTraffic(*key, sum(ln.messages for ln in links), sum(ln.bytes for ln in links), sum(ms) if ms else None)
 
 
-def _merged_links(lists: list[tuple[Link, ...]]) -> tuple[Link, ...]:
-    acc: dict[tuple[str, str, str], list[Link]] = {}
+def _merged_links(lists: list[tuple[LinkTraffic, ...]]) -> tuple[LinkTraffic, ...]:
+    acc: dict[tuple[str, str, str], list[LinkTraffic]] = {}
     for links in lists:
         for ln in links:
             acc.setdefault((ln.src, ln.dst, ln.kind), []).append(ln)

@@ -212,7 +212,7 @@ class ProgressiveReport:
                 "runs": self.runs, "sweep": self.sweep}
 
 
-def run_all(cases: list[Case], jobs: int, progress: bool) -> list[dict[str, Any]]:
+def run_cases(cases: list[Case], jobs: int, progress: bool) -> list[dict[str, Any]]:
     """Run cases in ``jobs`` processes (results in case order)."""
     return parallel.run_all(run_case, cases, jobs, _bar(len(cases), progress))
 
@@ -229,9 +229,9 @@ def main(out: Path, quick: bool = False, sweep: bool = False, jobs: Optional[int
     """Run the experiment, write ``out/rpj.json`` and the figures; returns the report."""
     scale = scale or (QUICK if quick else Scale())
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    report = ProgressiveReport(scale, run_all(main_cases(scale), jobs, progress))
+    report = ProgressiveReport(scale, run_cases(main_cases(scale), jobs, progress))
     if sweep:
-        report.sweep = run_all(sweep_cases(scale), jobs, progress)
+        report.sweep = run_cases(sweep_cases(scale), jobs, progress)
     bad = [r for r in report.runs + report.sweep if not r["exact"]]
     (out / "rpj.json").write_text(json.dumps(report.to_json(), indent=1))
     write_figures(report.runs, report.title(), out)

@@ -57,7 +57,7 @@ from joinlib.control.run_plan import AdaptiveRun, RunPlan, TreesRun, as_run_plan
 from joinlib.data.files import load_streams
 from joinlib.errors import ClusterError
 from joinlib.model import Query
-from joinlib.node.cluster_collect import Replayer, Results, collect
+from joinlib.node.cluster_collect import Replayer, Results, collect_results
 from joinlib.node.cluster_nodes import Faults, NodeHandle, ThreadNode, starter
 from joinlib.node.cluster_report import report_of, to_report
 from joinlib.node.control import publish_sync
@@ -115,7 +115,7 @@ def run_cluster(query: Query, streams: Union[str, Path, dict], plan: Plans, sink
         warm_up(producer, [source_topic(query, s.name) for s in query.streams])
         replayer = Replayer(Producing(producer), query, streams, rate_scale, run, progress, split)
         merge = (lambda done: per_site(done, naive_of(query, streams))) if split is not None else None
-        res = collect(consumer, query, sink, nodes, replayer, timeout_s, run, Faults(faults, start, nodes),
+        res = collect_results(consumer, query, sink, nodes, replayer, timeout_s, run, Faults(faults, start, nodes),
                       isinstance(rp, AdaptiveRun), _outputs(query, tree), wanted(specs, split), merge)
         replayer.join(5)
     except BaseException:

@@ -53,7 +53,7 @@ class Results:
         self.restarts: list[dict] = []
 
 
-def collect(consumer: Any, query: Query, sink: Any, nodes: dict[str, NodeHandle], replayer: Replayer,
+def collect_results(consumer: Any, query: Query, sink: Any, nodes: dict[str, NodeHandle], replayer: Replayer,
             timeout_s: float, run: str, chaos: Any, adaptive: bool = False, outputs: Sequence[Query] = (),
             wanted: Optional[set[str]] = None, merge: Any = None) -> Results:
     """Consume ``control`` and ``out.<query>`` (of each of ``outputs`` if given) until every node is done

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 
 from joinlib.adaptive.embedded import AdaptiveReport
 from joinlib.adaptive.jep import JEP
-from joinlib.control.messages import DoneMessage, Link
+from joinlib.control.messages import DoneMessage, LinkTraffic
 from joinlib.model import Query
 from joinlib.node.cluster_collect import Replayer, Results
 from joinlib.runtime.deploy import plan_json
@@ -38,8 +38,8 @@ def percentiles(xs: list[float], weights: Optional[list[int]] = None) -> dict[st
 def _links(done: dict[str, DoneMessage]) -> list[dict[str, Any]]:
     """Per (src, dst, kind): messages and bytes as the senders counted them, transfer time as measured by the
     receivers."""
-    sent: dict[tuple[str, str, str], Link] = {}
-    received: dict[tuple[str, str, str], Link] = {}
+    sent: dict[tuple[str, str, str], LinkTraffic] = {}
+    received: dict[tuple[str, str, str], LinkTraffic] = {}
     for d in done.values():
         sent.update({(ln.src, ln.dst, ln.kind): ln for ln in d.links})
         received.update({(ln.src, ln.dst, ln.kind): ln for ln in d.received})

@@ -24,7 +24,7 @@ from joinlib.node.control import ControlLog, ControlRecord, decode_control_messa
 from joinlib.node.recovery import NodeCheckpoints, checkpoints_for, clear_state
 from joinlib.node.run_inputs import RunInputs
 from joinlib.node.run_parts import NodeOwner, PlanOutput, RunScope, SourceReader
-from joinlib.node.run_report import Counters, LatencyTap, QuerySensor, RunReport, TeeSensor
+from joinlib.node.run_report import Counters, QuerySensor, RunReport, StatusLatencySampler, TeeSensor
 from joinlib.node.sources import LiveInputs, live_streams
 from joinlib.pmjoin.value_monitor import ValueMonitor
 from joinlib.runtime.host import Host
@@ -114,7 +114,7 @@ class PlanRun:
         self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id,
                                         by_part=self.scope.part is not None)
         self.sink: Any = self.output.sink(self)
-        self.tap = LatencyTap(self.sink, self.origin)
+        self.tap = StatusLatencySampler(self.sink, self.origin)
         self.factory: Any = svc.store_factory or default_store_factory(svc.redis_url, self._namespace(), svc.log)
         self.ckpt: Optional[NodeCheckpoints] = checkpoints_for(self, self.factory)
         saved = self.ckpt.load() if self.ckpt else None  # before the host adds its indexes to the stores

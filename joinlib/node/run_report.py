@@ -11,7 +11,7 @@ from typing import Any, Optional
 from confluent_kafka import TopicPartition
 
 from joinlib.adapters.kafka import links_to_list, now_ms
-from joinlib.control.messages import DoneMessage, Link, Naive, StatusMessage
+from joinlib.control.messages import DoneMessage, LinkTraffic, Naive, StatusMessage
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.runtime.report import LinkStats
 from joinlib.runtime.sensor import Sensor, TotalsSensor
@@ -60,7 +60,7 @@ class QuerySensor(TeeSensor):
             s.on_emit(site, n)
 
 
-class LatencyTap(Sink):
+class StatusLatencySampler(Sink):
     """Forwards results to ``sink`` and samples their event-to-result latency (wall-clock emit time
     minus the head's event time, ``origin_ms`` + ts) for the status messages."""
 
@@ -110,9 +110,9 @@ class Counters:
         return tuple(Naive(src, dst, n) for (src, dst), n in sorted(self.naive.items()))
 
 
-def links_of(stats: Any) -> tuple[Link, ...]:
+def links_of(stats: Any) -> tuple[LinkTraffic, ...]:
     """Per (src, dst, kind) counters as the ``links`` of a ``done``."""
-    return tuple(Link.from_json(ln) for ln in links_to_list(stats))
+    return tuple(LinkTraffic.from_json(ln) for ln in links_to_list(stats))
 
 
 class RunReport:

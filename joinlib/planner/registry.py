@@ -188,7 +188,7 @@ def resolve_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: O
     raise PlanError(f"unknown plan {spec!r}\n{PLAN_HELP}")
 
 
-def run_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None, *,
+def resolve_run_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, streams: Optional[Streams] = None, *,
              progress: bool = False, switches: Sequence[tuple[int, str]] = (), values: Any = None,
              adaptive: Optional[AdaptiveConfig] = None) -> RunPlan:
     """The run ``spec`` names (:func:`plan_kind`), typed: plan generations (``spec`` at epoch 0, then each of

@@ -68,7 +68,7 @@ from joinlib.node.control import ControlRecord, decode_control_message, publish_
 from joinlib.node.live_queries import read_results, source_starts
 from joinlib.node.sources import live_streams
 from joinlib.plan.logical import central
-from joinlib.planner.registry import PlanKind, lookup, plan_kind, run_plan
+from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query
 from services.planner.trees import released, status_json, submit_tree, used_by
@@ -88,7 +88,7 @@ def plan_of(query: Query, planner: str, model: Optional[str] = None, values: Any
     if values is not None and plan_kind(planner) is not PlanKind.PARTITIONED:
         raise JoinlibError("per-value rates ('partition_values', joinlib submit --values) are for "
                            "--plan pmjoin[:hash|range|rate][:D] only")
-    plan = run_plan(query, planner, model or DEFAULT_MODEL, values=values)
+    plan = resolve_run_plan(query, planner, model or DEFAULT_MODEL, values=values)
     assert not isinstance(plan, TreesRun)   # trees are submit_tree's
     return plan
 
