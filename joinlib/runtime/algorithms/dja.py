@@ -28,6 +28,7 @@ from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
+from joinlib.runtime.algorithms.ordered import Entry, OrderedEntries
 from joinlib.runtime.algorithms.semijoin import answer, arrivals_of, finish
 from joinlib.runtime.algorithms.simple import probe_shipped
 from joinlib.runtime.lanes import Phase
@@ -40,29 +41,28 @@ def project(t: Tup, index: tuple[int, ...]) -> Key:
     return tuple(t.key[i] for i in index)
 
 
-def count_changes(entries: dict[Key, list[Any]], touched: set[Key]) -> list[int]:
+def count_changes(entries: OrderedEntries, touched: set[Key]) -> list[int]:
     """v_C as a delta: the counts of the entries that gained or lost tuples this epoch, as
     flattened (gap, count) pairs over V order (gap = entries skipped since the previous one).
-    The paper sends the whole vector every epoch; an untouched entry's count has not changed."""
+    The paper sends the whole vector every epoch; an untouched entry's count has not changed.
+    O(touched log V): positions come from the entries' order index, not from a walk of V."""
     out: list[int] = []
-    if not touched:
-        return out
     last = -1
-    for i, (key, e) in enumerate(entries.items()):
-        if key in touched:
-            out += (i - last - 1, e[0])
-            last = i
+    for pos, key in sorted((entries.position(k), k) for k in touched):
+        out += (pos - last - 1, entries[key][0])
+        last = pos
     return out
 
 
-def changed_entries(entries: dict[Key, list[Any]], vc: list[int]) -> Iterable[tuple[Key, list[Any], int]]:
-    """(key, entry, new count) of the (gap, count) pairs of :func:`count_changes`."""
-    it = iter(list(entries.items()))
+def changed_entries(entries: OrderedEntries, vc: list[int]) -> list[tuple[Key, Entry, int]]:
+    """(key, entry, new count) of the (gap, count) pairs of :func:`count_changes` (IndexError: a pair
+    names a position past V's end)."""
+    out, pos = [], -1
     for j in range(0, len(vc), 2):
-        for _ in range(vc[j]):
-            next(it)
-        key, entry = next(it)
-        yield key, entry, vc[j + 1]
+        pos += vc[j] + 1
+        key = entries.at(pos)
+        out.append((key, entries[key], vc[j + 1]))
+    return out
 
 
 class DjaSender:
@@ -72,7 +72,7 @@ class DjaSender:
     def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
         self.stream = stream
         self.index = index
-        self.entries: dict[Key, list[Any]] = {}  # key -> [count, shipped?]; insertion order = V order
+        self.entries = OrderedEntries()  # key -> [count, shipped?]; insertion order = V order
         self.fifo: deque[tuple[int, int, Key]] = deque()
 
     def jump(self, home: HomeWindow, start: int) -> WindowSnapshot:
@@ -115,8 +115,9 @@ class DjaSender:
             self.entries[key][0] -= 1
             touched.add(key)
         vc = count_changes(self.entries, touched)
-        for key in [k for k, e in self.entries.items() if e[0] == 0]:
-            del self.entries[key]
+        for key in touched:   # only a touched entry can have dropped to 0
+            if self.entries[key][0] == 0:
+                del self.entries[key]
         return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
 
     def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
@@ -127,7 +128,7 @@ class DjaSender:
                 "fifo": list(self.fifo)}
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
-        self.entries = {tuple(k): [c, full] for k, c, full in data["entries"]}
+        self.entries = OrderedEntries((tuple(k), [c, full]) for k, c, full in data["entries"])
         self.fifo = deque((ts, seq, tuple(k)) for ts, seq, k in data["fifo"])
 
 
@@ -152,19 +153,19 @@ class DjaReplica:
 
     def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
         self.stream, self.index = stream, index
-        self.entries: dict[Key, list[Any]] = {}  # key -> [count, full?]
+        self.entries = OrderedEntries()  # key -> [count, full?]
 
     def apply(self, e: int, body: Body) -> None:
         if isinstance(body, WindowSnapshot):
-            self.entries = {tuple(k): [c, False] for k, c in zip(body.keys, body.counts, strict=True)}
+            self.entries = OrderedEntries((tuple(k), [c, False]) for k, c in zip(body.keys, body.counts, strict=True))
             self._start_entries()
             return
         assert isinstance(body, DjaUpdate)
         for key in body.vj:
             self.entries[key] = [0, False]
         try:
-            changed = list(changed_entries(self.entries, body.vc))
-        except StopIteration:
+            changed = changed_entries(self.entries, body.vc)
+        except IndexError:
             raise RuntimeError(f"DJA count changes of {self.stream.name} name entries past the "
                                f"{len(self.entries)} the replica has: replicas out of sync") from None
         dead = []
@@ -189,7 +190,7 @@ class DjaReplica:
         return {"v": 1, "entries": [(k, c, full) for k, (c, full) in self.entries.items()]}
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
-        self.entries = {tuple(k): [c, full] for k, c, full in data["entries"]}
+        self.entries = OrderedEntries((tuple(k), [c, full]) for k, c, full in data["entries"])
 
 
 class MixedReplica(DjaReplica):
