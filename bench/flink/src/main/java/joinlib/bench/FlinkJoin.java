@@ -48,7 +48,9 @@ import org.apache.flink.util.Collector;
  * interval-joined with S3 on J within [-window, +window] of the pair's timestamp (Flink: the later of the
  * two) and kept iff S3's ts is within the window of both; heap (hashmap) state; every operator at the same
  * parallelism. Results go to a sink that counts them and, with --ids, writes "id1 id2 id3 ts" lines (ts:
- * the latest of the three event times) to FILE.&lt;subtask&gt;.
+ * the latest of the three event times) to FILE.&lt;subtask&gt;. A result is the three ids and ts, as joinlib's
+ * are: the payload of a record is parsed past and dropped, unless --keep-payload true keeps it in the join
+ * state and the results.
  *
  * <p>Prints one JSON line on stdout at the end: counts, wall-clock times (ms since the epoch) and the CPU
  * time of this JVM (all threads) when the job was submitted and when it ended.
@@ -100,7 +102,12 @@ public final class FlinkJoin {
 
     /** The JSON of a record (any field order; unknown fields skipped). */
     static final class EventSchema implements DeserializationSchema<Event> {
+        private final boolean keepPayload;
         private transient JsonFactory json;
+
+        EventSchema(boolean keepPayload) {
+            this.keepPayload = keepPayload;
+        }
 
         @Override
         public Event deserialize(byte[] message) throws IOException {
@@ -122,7 +129,11 @@ public final class FlinkJoin {
                         case "id": e.id = p.getLongValue(); break;
                         case "ts": e.ts = p.getLongValue(); break;
                         case "J": e.j = p.getValueAsString(); break;
-                        case "payload": e.payload = p.getText(); break;
+                        case "payload":
+                            if (keepPayload) {
+                                e.payload = p.getText();
+                            }
+                            break;
                         default: p.skipChildren();
                     }
                 }
@@ -187,14 +198,14 @@ public final class FlinkJoin {
         }
     }
 
-    static KafkaSource<Event> source(String bootstrap, String topic, String group) {
+    static KafkaSource<Event> source(String bootstrap, String topic, String group, boolean keepPayload) {
         return KafkaSource.<Event>builder()
                 .setBootstrapServers(bootstrap)
                 .setTopics(topic)
                 .setGroupId(group)
                 .setStartingOffsets(OffsetsInitializer.earliest())
                 .setBounded(OffsetsInitializer.latest())
-                .setValueOnlyDeserializer(new EventSchema())
+                .setValueOnlyDeserializer(new EventSchema(keepPayload))
                 .build();
     }
 
@@ -203,6 +214,10 @@ public final class FlinkJoin {
                 .getProcessCpuTime();
     }
 
+    /**
+     * --topics S1,S2,S3 [--bootstrap HOST:PORT] [--window MS] [--delay MS] [--parallelism N] [--ids FILE]
+     * [--keep-payload true|false].
+     */
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = new HashMap<>();
         for (int i = 0; i + 1 < argv.length; i += 2) {
@@ -220,6 +235,7 @@ public final class FlinkJoin {
         long delay = Long.parseLong(a.getOrDefault("delay", "80"));
         int parallelism = Integer.parseInt(a.getOrDefault("parallelism", "2"));
         String ids = a.get("ids");
+        boolean keepPayload = Boolean.parseBoolean(a.getOrDefault("keep-payload", "false"));
         String group = "joinlib-flink-" + UUID.randomUUID();
 
         Configuration conf = new Configuration();
@@ -237,9 +253,9 @@ public final class FlinkJoin {
 
         WatermarkStrategy<Event> wm = WatermarkStrategy.<Event>forBoundedOutOfOrderness(Duration.ofMillis(delay))
                 .withTimestampAssigner((e, previous) -> e.ts);
-        DataStream<Event> s1 = env.fromSource(source(bootstrap, topics[0], group), wm, "S1");
-        DataStream<Event> s2 = env.fromSource(source(bootstrap, topics[1], group), wm, "S2");
-        DataStream<Event> s3 = env.fromSource(source(bootstrap, topics[2], group), wm, "S3");
+        DataStream<Event> s1 = env.fromSource(source(bootstrap, topics[0], group, keepPayload), wm, "S1");
+        DataStream<Event> s2 = env.fromSource(source(bootstrap, topics[1], group, keepPayload), wm, "S2");
+        DataStream<Event> s3 = env.fromSource(source(bootstrap, topics[2], group, keepPayload), wm, "S3");
         Duration lo = Duration.ofMillis(-window);
         Duration hi = Duration.ofMillis(window);
 
@@ -297,7 +313,7 @@ public final class FlinkJoin {
         long finished = System.currentTimeMillis();
         long cpuEnd = cpuNanos();
         System.out.println("{\"flink_version\": \"" + EnvironmentInformation.getVersion() + "\""
-                + ", \"parallelism\": " + parallelism + ", \"window_ms\": " + window + ", \"delay_ms\": " + delay
+                + ", \"parallelism\": " + parallelism + ", \"keep_payload\": " + keepPayload + ", \"window_ms\": " + window + ", \"delay_ms\": " + delay
                 + ", \"records\": " + RECORDS.get() + ", \"results\": " + RESULTS.get()
                 + ", \"execute_ms\": " + t0 + ", \"submitted_ms\": " + submitted
                 + ", \"first_record_ms\": " + FIRST_RECORD_MS.get() + ", \"last_result_ms\": " + LAST_RESULT_MS.get()
