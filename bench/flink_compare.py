@@ -148,25 +148,6 @@ def flink_backlog(bs: str, data: dict, workdir: Path, exact: bool, parallelism: 
 # --------------------------------------------------------------------------- main
 
 
-def _patient_exact_check() -> None:
-    """bench/live_bench.py's ``--exact`` check reads joinlib's results with ``read_results(..., wait_s=0)``,
-    which returns none at all when its first poll of the output topic comes back empty (seen on a loaded
-    machine at 60 s of backlog: 0 of 4.2M results read, a false mismatch).  Here it waits up to 5 min for
-    the first one; the results and the comparison are unchanged."""
-    try:
-        import joinlib.node.live_queries as lq
-    except ImportError:
-        return
-    read = getattr(lq, "read_results", None)
-    if read is None or getattr(read, "patient", False):
-        return
-
-    def patient(bootstrap, query, run, origin_ms, start, max_results=10_000, wait_s=0.0):
-        return read(bootstrap, query, run, origin_ms, start, max_results, max(wait_s, 300.0))
-    patient.patient = True  # type: ignore[attr-defined]
-    lq.read_results = patient
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backlog", type=float, default=300.0,
@@ -201,8 +182,6 @@ def main() -> int:
         ap.error(f"unknown workload or engine: {bad}")
     if "flink" in engines:
         build_jar(args.rebuild)
-    if args.exact:
-        _patient_exact_check()
     bs, cluster = kafka(args.bootstrap)
     work = ROOT / "results" / "tmp" / f"{args.name}-work"   # logs (git-ignored)
     work.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,8 @@ def backlog_run(bs: str, seconds: float, f: float, plan, logs: Path, exact: bool
 
             from joinlib.node.live_queries import read_results
             # absolute event times (the run's origin added back), compared relative to the reference's base
-            res = read_results(bs, q, out["run"], out["origin_ms"], 0, 10**8, 0)["results"]
+            # wait_s: the first poll of a busy topic can come back empty, which read as "no results"
+            res = read_results(bs, q, out["run"], out["origin_ms"], 0, 10**8, 300.0)["results"]
             pos = {s.name: s.pos for s in q.streams}
             got = Counter((tuple(r["ids"][n] for n in sorted(pos, key=pos.get)), r["ts"] - BASE_MS) for r in res)
             ok = got == want.results
