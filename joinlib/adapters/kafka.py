@@ -260,9 +260,20 @@ def partition_ends(consumer: Consumer, topic: str, partitions: int, timeout_s: f
 
 
 def _high_watermark(consumer: Consumer, tp: TopicPartition, deadline: float, timeout_s: float) -> int:
+    return _watermarks(consumer, tp, deadline, timeout_s)[1]
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 10.0) -> tuple[int, int]:
+    """(low, high) offsets of a partition, retried while the broker still elects its leader (a topic
+    created a moment ago answers NOT_LEADER_FOR_PARTITION for a while on a busy broker)."""
+    return _watermarks(consumer, tp, time.monotonic() + timeout_s, timeout_s)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float, timeout_s: float) -> tuple[int, int]:
     while True:
         try:
-            return int(consumer.get_watermark_offsets(tp, timeout=timeout_s)[1])
+            lo, hi = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            return int(lo), int(hi)
         except KafkaException as e:
             err = e.args[0] if e.args else None
             retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (

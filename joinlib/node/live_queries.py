@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from confluent_kafka import TopicPartition
 
-from joinlib.adapters.kafka import consume, make_consumer, out_topic
+from joinlib.adapters.kafka import consume, make_consumer, out_topic, watermarks
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
 from joinlib.node.sources import live_streams
@@ -40,7 +40,7 @@ def source_starts(bootstrap: str, admin: Any, query: Query, timeout_s: float = 1
                                    f"broker; create it (any number of partitions) or start its producer first")
             starts = {}
             for part in sorted(topic.partitions):
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(s.source.topic, part), timeout=timeout_s)
+                lo, hi = watermarks(consumer, TopicPartition(s.source.topic, part), timeout_s)
                 starts[str(part)] = hi if s.source.start == "latest" else lo
             out[s.name] = starts
         return out
@@ -58,7 +58,7 @@ def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: in
     results: list[dict[str, Any]] = []
     nxt = start
     try:
-        lo, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        lo, end = watermarks(c, TopicPartition(topic, 0), 10.0)
         nxt = end if start < 0 else max(start, lo)
         deadline = time.monotonic() + wait_s
         if nxt >= end and wait_s <= 0:

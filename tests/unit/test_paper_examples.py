@@ -14,6 +14,7 @@ from __future__ import annotations
 from joinlib.model import Stream, Tup, Window
 from joinlib.protocol.messages import DjaUpdate, ExpiryUpdate, TupleBatch
 from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender
+from joinlib.runtime.algorithms.ordered import OrderedEntries
 from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.window import HomeWindow
@@ -61,12 +62,12 @@ def expanded(before: dict, msg) -> list[int]:
 
 def fig5_before():
     home = MixedSender(S2, IDX)
-    home.entries = {("c",): [1, True], ("a",): [2, True], ("e",): [1, False]}
+    home.entries = OrderedEntries({("c",): [1, True], ("a",): [2, True], ("e",): [1, False]}.items())
     home.fifo.extend((t.ts, t.seq, t.key) for t in (CY, AX, AY, EX))
     store = MemoryWindowStore()
     store.add_index(IDX)
     replica = MixedReplica(S2, IDX, store)
-    replica.entries = {("c",): [1, True], ("a",): [2, True], ("e",): [0, False]}
+    replica.entries = OrderedEntries({("c",): [1, True], ("a",): [2, True], ("e",): [0, False]}.items())
     store.insert([CY, AX, AY])
     return home, replica
 
@@ -96,10 +97,10 @@ def test_fig5_resulting_m2():
 
 def test_sm_d1_uses_the_same_vectors_without_full_tuples():
     home = DjaSender(S2, IDX)
-    home.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
+    home.entries = OrderedEntries({("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}.items())
     home.fifo.extend((t.ts, t.seq, t.key) for t in (CY, AX, AY, EX))
     replica = DjaReplica(S2, IDX)
-    replica.entries = {("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}
+    replica.entries = OrderedEntries({("c",): [1, False], ("a",): [2, False], ("e",): [1, False]}.items())
     msg = home.tick(0, [DX, AZ, FW], expiring(CY, AX))
     assert isinstance(msg, DjaUpdate)
     assert (msg.vj, msg.vc, msg.sf) == ([("d",), ("f",)], FIG5_VC, [])

@@ -8,6 +8,7 @@ gives a key's position (:meth:`OrderedEntries.position`) and the key at a positi
 """
 from __future__ import annotations
 
+from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
 from joinlib.protocol.messages import Key
@@ -15,8 +16,9 @@ from joinlib.protocol.messages import Key
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
 
 
-class OrderedEntries:
-    """key -> entry in insertion order (what a dict iterates), with positions among the live keys."""
+class OrderedEntries(MutableMapping[Key, Entry]):
+    """key -> entry in insertion order (a mapping, equal to a dict with the same items), with positions
+    among the live keys."""
 
     def __init__(self, items: Iterable[tuple[Key, Entry]] = ()) -> None:
         self._entries: dict[Key, Entry] = {}
@@ -36,16 +38,16 @@ class OrderedEntries:
     def __getitem__(self, key: Key) -> Entry:
         return self._entries[key]
 
-    def get(self, key: Key) -> Optional[Entry]:
-        return self._entries.get(key)
+    def get(self, key: Key, default: Optional[Entry] = None) -> Optional[Entry]:  # type: ignore[override]
+        return self._entries.get(key, default)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self._entries)
 
-    def items(self) -> Iterable[tuple[Key, Entry]]:
+    def items(self) -> ItemsView[Key, Entry]:
         return self._entries.items()
 
-    def values(self) -> Iterable[Entry]:
+    def values(self) -> ValuesView[Entry]:
         return self._entries.values()
 
     def __setitem__(self, key: Key, entry: Entry) -> None:
