@@ -48,8 +48,9 @@ def count_changes(entries: OrderedEntries, touched: set[Key]) -> list[int]:
     O(touched log V): positions come from the entries' order index, not from a walk of V."""
     out: list[int] = []
     last = -1
-    for pos, key in sorted((entries.position(k), k) for k in touched):
-        out += (pos - last - 1, entries[key][0])
+    data, position = entries.data, entries.position
+    for pos, key in sorted((position(k), k) for k in touched):
+        out += (pos - last - 1, data[key][0])
         last = pos
     return out
 
@@ -61,7 +62,7 @@ def changed_entries(entries: OrderedEntries, vc: list[int]) -> list[tuple[Key, E
     for j in range(0, len(vc), 2):
         pos += vc[j] + 1
         key = entries.at(pos)
-        out.append((key, entries[key], vc[j + 1]))
+        out.append((key, entries.data[key], vc[j + 1]))
     return out
 
 
@@ -98,26 +99,27 @@ class DjaSender:
         return out
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
-        vj, touched = [], set()
+        vj, touched, entries = [], set(), self.entries
+        data = entries.data
         for t in batch:
             key = project(t, self.index)
             self.fifo.append((t.ts, t.seq, key))
             touched.add(key)
-            e = self.entries.get(key)
+            e = data.get(key)
             if e is None:
-                self.entries[key] = [1, False]
+                entries[key] = [1, False]
                 vj.append(key)
             else:
                 e[0] += 1
                 if e[1] and sf is not None:
                     sf.append(t)
         for key in self._dying(bound):
-            self.entries[key][0] -= 1
+            data[key][0] -= 1
             touched.add(key)
-        vc = count_changes(self.entries, touched)
+        vc = count_changes(entries, touched)
         for key in touched:   # only a touched entry can have dropped to 0
-            if self.entries[key][0] == 0:
-                del self.entries[key]
+            if data[key][0] == 0:
+                del entries[key]
         return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
 
     def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
@@ -140,7 +142,8 @@ class MixedSender(DjaSender):
 
     def semijoin(self, home: HomeWindow, keys: Iterable[Key], e: int) -> TupleBatch:
         """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
-        want = [k for k in keys if (x := self.entries.get(k)) is not None and not x[1]]
+        data = self.entries.data
+        want = [k for k in keys if (x := data.get(k)) is not None and not x[1]]
         out: list[tuple[Tup, ...]] = []
         for key, tups in home.view(self.index, want, e).items():
             self.entries[key][1] = True
@@ -184,7 +187,7 @@ class DjaReplica:
         """Entries just taken from a snapshot (all partial)."""
 
     def __contains__(self, key: Key) -> bool:
-        return key in self.entries
+        return key in self.entries.data
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
         return {"v": 1, "entries": [(k, c, full) for k, (c, full) in self.entries.items()]}
@@ -241,7 +244,8 @@ class MixedReplica(DjaReplica):
             entry[0] = 0  # partial entries keep c = 0
 
     def partial_keys(self, keys: Iterable[Key]) -> set[Key]:
-        return {k for k in keys if (x := self.entries.get(k)) is not None and not x[1]}
+        data = self.entries.data
+        return {k for k in keys if (x := data.get(k)) is not None and not x[1]}
 
     def receive(self, body: TupleBatch) -> None:
         """ΔW'_2 arrived: the requested entries become full."""

@@ -3,7 +3,8 @@
 Why: a DJA update names the entries whose counts changed by their position in V (gaps between
 positions, :func:`joinlib.runtime.algorithms.dja.count_changes`).  Finding a position by walking V costs
 the whole window every epoch, on the home and on every replica; a Fenwick tree over insertion slots
-gives a key's position (:meth:`OrderedEntries.position`) and the key at a position
+of the removed slots (keys are appended, so an insert costs nothing there) gives a key's position
+(:meth:`OrderedEntries.position`) and the key at a position
 (:meth:`OrderedEntries.at`) in O(log n), so an epoch costs what changed.
 """
 from __future__ import annotations
@@ -24,11 +25,17 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         self._entries: dict[Key, Entry] = {}
         self._slot: dict[Key, int] = {}
         self._keys: list[Optional[Key]] = []
-        self._tree: list[int] = [0]   # Fenwick tree over slots, 1-based
+        self._tree: list[int] = [0]   # Fenwick tree of removed slots, 1-based
         for k, e in items:
             self[k] = e
 
     # ------------------------------------------------------------------ a dict
+    @property
+    def data(self) -> dict[Key, Entry]:
+        """The entries as a plain dict, for reads and in-place changes of entries in hot loops (adding or
+        removing a key goes through this mapping, which keeps the positions)."""
+        return self._entries
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -56,58 +63,50 @@ class OrderedEntries(MutableMapping[Key, Entry]):
             return
         if len(self._keys) + 1 >= len(self._tree):
             self._rebuild(max(16, 2 * len(self._entries) + 2))
-        slot = len(self._keys)
+        self._slot[key] = len(self._keys)   # appended: no tree update (the tree counts removed slots)
         self._keys.append(key)
-        self._slot[key] = slot
         self._entries[key] = entry
-        self._add(slot, 1)
 
     def __delitem__(self, key: Key) -> None:
         del self._entries[key]
         slot = self._slot.pop(key)
         self._keys[slot] = None
-        self._add(slot, -1)
+        i, tree = slot + 1, self._tree
+        while i < len(tree):
+            tree[i] += 1
+            i += i & -i
 
     # ------------------------------------------------------------------ positions
     def position(self, key: Key) -> int:
-        """The 0-based position of ``key`` among the live keys, in insertion order."""
-        i, total = self._slot[key] + 1, 0
+        """The 0-based position of ``key`` among the live keys, in insertion order: its slot less the
+        removed slots before it."""
+        slot = self._slot[key]
+        i, removed = slot, 0
         while i > 0:
-            total += self._tree[i]
+            removed += self._tree[i]
             i -= i & -i
-        return total - 1
+        return slot - removed
 
     def at(self, position: int) -> Key:
         """The key at ``position`` (0-based); IndexError past the end."""
         if not 0 <= position < len(self._entries):
             raise IndexError(position)
-        tree, n = self._tree, len(self._tree) - 1
+        tree, n = self._tree, len(self._keys)
         i, rest, step = 0, position + 1, 1 << n.bit_length()
-        while step:
+        while step:   # the largest slot prefix holding fewer than position + 1 live keys
             j = i + step
-            if j <= n and tree[j] < rest:
-                i, rest = j, rest - tree[j]
+            if j <= n:
+                live = step - tree[j]
+                if live < rest:
+                    i, rest = j, rest - live
             step >>= 1
         key = self._keys[i]
         assert key is not None
         return key
 
-    def _add(self, slot: int, delta: int) -> None:
-        i, tree = slot + 1, self._tree
-        while i < len(tree):
-            tree[i] += delta
-            i += i & -i
-
     def _rebuild(self, capacity: int) -> None:
-        """Slots for the live keys only, in order, and room for ``capacity`` slots."""
+        """Slots for the live keys only, in order (no removed slot left), and room for ``capacity``."""
         keys = list(self._entries)
         self._keys = list(keys)
         self._slot = {k: i for i, k in enumerate(keys)}
-        tree = [0] * (max(capacity, len(keys) + 1) + 1)
-        for i in range(1, len(keys) + 1):
-            tree[i] = 1
-        for i in range(1, len(tree)):   # O(n) build: each node passes its sum on to its parent
-            j = i + (i & -i)
-            if j < len(tree):
-                tree[j] += tree[i]
-        self._tree = tree
+        self._tree = [0] * (max(capacity, len(keys) + 1) + 1)
