@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out bench-shared-ops bench-flink clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out bench-shared-ops bench-flink bench-cpu clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench-scale-out: deps cluster-install ## A site's partitions shared by node inst
 
 bench-shared-ops: deps cluster-install ## Live queries sharing an MJoin operator vs each deploying its own, on Kafka: bytes and equal results (results/shared-ops)
 	$(PYTHON) bench/shared_ops_bench.py --seconds 60 --out results/shared-ops
+
+bench-cpu: deps ## Input tuples per operator CPU-second of every plan kind on the routers, Fig. 7 and chain workloads, and the slowest plan's profile (results/cpu)
+	$(PYTHON) bench/cpu_bench.py --out results/cpu
 
 bench-flink: deps cluster-install ## joinlib vs Apache Flink 2.2 (interval joins, mini-cluster; jar built with mvn) on the same topics, 300 s backlogs: results, events/s, CPU, bytes (results/flink; docs/results.md table)
 	$(PYTHON) bench/flink_compare.py --out results/flink --table docs/results.md

@@ -176,7 +176,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--redis", action="store_true", help="--live with windows in Redis")
     ap.add_argument("--bootstrap", default=None, help="Kafka for --live (default: a throw-away local broker)")
     args = ap.parse_args(argv)
-    work = args.out / "work"
+    work = ROOT / "results" / "tmp" / f"{args.out.name}-work"   # generated data and reports (git-ignored)
     work.mkdir(parents=True, exist_ok=True)
     unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
     if unknown:
