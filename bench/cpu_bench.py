@@ -178,6 +178,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     work = ROOT / "results" / "tmp" / f"{args.out.name}-work"   # generated data and reports (git-ignored)
     work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
