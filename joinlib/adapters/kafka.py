@@ -25,6 +25,9 @@ import time
 from collections import defaultdict
 from typing import Callable, Iterable, Optional, Sequence, cast
 
+# re-exported with TopicPartition: joinlib.node takes the client's names from this module, not from confluent_kafka
+# (the adapters layer owns the client; pyproject's node contract forbids the direct import)
+from confluent_kafka import OFFSET_BEGINNING as OFFSET_BEGINNING
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from joinlib.adaptive.config import AdaptiveSensor, LogSensor
 from joinlib.adaptive.jep import JEP
@@ -36,6 +36,15 @@ PROCESSING_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.
 # starting a head batch belongs to the tick group of an epoch.
 OPERATORS = {"tick": "tick", "start": "tick", "sync": "sync", "probe": "probe", "semijoin": "semijoin",
              "ship": "ship"}
+
+
+def serve_metrics(port: int, registry: Optional[CollectorRegistry] = None) -> None:
+    """Serve ``registry`` (default: the global registry) on ``port``'s /metrics in a daemon thread.
+
+    The node service calls this rather than prometheus_client, so that the client stays behind the
+    adapters layer (pyproject's node contract forbids importing it from joinlib.node).
+    """
+    start_http_server(port, registry=registry or REGISTRY)
 
 
 class PrometheusSensor(AdaptiveSensor):

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from confluent_kafka import TopicPartition
-
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
     Producing,
+    TopicPartition,
     check_reachable,
     end_offsets,
     ensure_topics,

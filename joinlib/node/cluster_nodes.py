@@ -16,8 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from prometheus_client import CollectorRegistry
-
+from joinlib.adapters.prometheus import CollectorRegistry
 from joinlib.errors import ClusterError
 from joinlib.node.node_service import NodeService
 from joinlib.settings import child_env

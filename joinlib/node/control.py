@@ -14,9 +14,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-from joinlib.adapters.kafka import CONTROL_TOPIC, Producing, consume, end_offsets, produce_control_sync, publish_control
+from joinlib.adapters.kafka import (
+    CONTROL_TOPIC,
+    OFFSET_BEGINNING,
+    Producing,
+    TopicPartition,
+    consume,
+    end_offsets,
+    produce_control_sync,
+    publish_control,
+)
 from joinlib.control.check import INVALID, UNDECODABLE, accept_control
 from joinlib.control.compile import Compiled, compile_message
 from joinlib.control.messages import (

@@ -14,9 +14,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from confluent_kafka import TopicPartition
-
-from joinlib.adapters.kafka import consume, make_consumer, out_topic, watermarks
+from joinlib.adapters.kafka import TopicPartition, consume, make_consumer, out_topic, watermarks
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
 from joinlib.node.sources import live_streams

@@ -37,11 +37,17 @@ import traceback
 import uuid
 from typing import Any, Callable, Optional
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from prometheus_client import REGISTRY, start_http_server
-
-from joinlib.adapters.kafka import CONTROL_TOPIC, check_reachable, consume, ensure_topics, make_admin, make_consumer
-from joinlib.adapters.prometheus import PrometheusSensor
+from joinlib.adapters.kafka import (
+    CONTROL_TOPIC,
+    OFFSET_BEGINNING,
+    TopicPartition,
+    check_reachable,
+    consume,
+    ensure_topics,
+    make_admin,
+    make_consumer,
+)
+from joinlib.adapters.prometheus import PrometheusSensor, serve_metrics
 from joinlib.adapters.redis_outage import REDIS_WAIT_S, redis_outage, wait_for_redis
 from joinlib.adapters.rejections import Rejections
 from joinlib.control.compile import Compiled
@@ -101,7 +107,7 @@ class NodeService:
         self.rejections = Rejections(self.site, self.sensor, self.log_error)
         self.reject_control = self.rejections.control(CONTROL_TOPIC)
         if self.metrics_port is not None:
-            start_http_server(self.metrics_port, registry=self.registry or REGISTRY)
+            serve_metrics(self.metrics_port, self.registry)
             self.log(f"metrics on :{self.metrics_port}/metrics")
         admin = make_admin(self.bootstrap)
         ensure_topics(admin, [CONTROL_TOPIC])

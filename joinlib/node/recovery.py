@@ -32,9 +32,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Protocol
 
-from confluent_kafka import TopicPartition
-
-from joinlib.adapters.kafka import KafkaTransport, consume, end_offsets, make_consumer, out_topic
+from joinlib.adapters.kafka import KafkaTransport, TopicPartition, consume, end_offsets, make_consumer, out_topic
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query

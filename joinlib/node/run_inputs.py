@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
+    OFFSET_BEGINNING,
+    TopicPartition,
     ensure_partitions,
     ensure_topics,
     node_topic,

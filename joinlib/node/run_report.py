@@ -8,9 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from confluent_kafka import TopicPartition
-
-from joinlib.adapters.kafka import links_to_list, now_ms
+from joinlib.adapters.kafka import TopicPartition, links_to_list, now_ms
 from joinlib.control.messages import DoneMessage, LinkTraffic, Naive, StatusMessage
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.runtime.report import LinkStats

@@ -38,10 +38,9 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from confluent_kafka import TopicPartition
-
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
+    TopicPartition,
     consume,
     ensure_partitions,
     make_consumer,

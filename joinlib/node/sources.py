@@ -32,9 +32,8 @@ from collections import defaultdict
 from typing import Any, Callable, Optional
 
 import fastavro
-from confluent_kafka import TopicPartition
 
-from joinlib.adapters.kafka import Producing, consume, make_consumer, make_producer
+from joinlib.adapters.kafka import Producing, TopicPartition, consume, make_consumer, make_producer
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
 from joinlib.ingest.records import LATE

@@ -59,6 +59,8 @@ def _lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedPr
     ("joinlib.runtime.host", "import redis  # noqa", "core:"),
     ("joinlib.adapters.kafka", "import joinlib.node.cluster  # noqa", "adapters:"),
     ("joinlib.node.control", "import joinlib.cli.main  # noqa", "node:"),
+    ("joinlib.node.control", "import confluent_kafka  # noqa", "node:"),
+    ("joinlib.node.cluster_nodes", "from prometheus_client import REGISTRY  # noqa", "node:"),
 ])
 def test_a_deliberate_violation_fails_the_contracts(tmp_path: Path, module: str, line: str, contract: str) -> None:
     run = _lint_copy(tmp_path, module, line)
