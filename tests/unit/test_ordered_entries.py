@@ -1,6 +1,8 @@
 """OrderedEntries keeps a dict's order and gives the same positions as a walk of it (DJA's V, issue 27)."""
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,3 +33,36 @@ def test_positions_match_a_walk_of_the_dict(steps) -> None:
         raise AssertionError(f"at({bad}) did not raise")
     rebuilt = OrderedEntries(ref.items())
     assert [rebuilt.position(k) for k in order] == list(range(len(order)))
+
+
+counts = st.lists(st.tuples(st.sampled_from(["add", "drop", "flag"]), st.integers(0, 20)), max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts)
+def test_count_operations_match_a_dict(steps) -> None:
+    """add / bump / drop_empty / unflagged (DJA's loops) do what the same edits of a plain dict do, and keep
+    the positions."""
+    oe, ref = OrderedEntries(), dict[tuple[int, ...], list[Any]]()
+    for op, v in steps:
+        key = (v,)
+        if op == "add":
+            got = oe.add(key)
+            if key in ref:
+                ref[key][0] += 1
+                assert got == ref[key]
+            else:
+                ref[key] = [1, False]
+                assert got is None
+        elif op == "drop" and key in ref:
+            oe.bump(key, -1)
+            ref[key][0] -= 1
+            oe.drop_empty([key])
+            if ref[key][0] == 0:
+                del ref[key]
+        elif op == "flag" and key in ref:
+            oe[key][1] = ref[key][1] = True
+        assert oe == ref and list(oe) == list(ref)
+        asked = [(w,) for w in range(v, v + 5)]
+        assert oe.unflagged(asked) == [k for k in asked if k in ref and not ref[k][1]]
+    assert [oe.position(k) for k in ref] == list(range(len(ref)))

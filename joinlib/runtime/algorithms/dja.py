@@ -48,9 +48,9 @@ def count_changes(entries: OrderedEntries, touched: set[Key]) -> list[int]:
     O(touched log V): positions come from the entries' order index, not from a walk of V."""
     out: list[int] = []
     last = -1
-    data, position = entries.data, entries.position
+    position = entries.position
     for pos, key in sorted((position(k), k) for k in touched):
-        out += (pos - last - 1, data[key][0])
+        out += (pos - last - 1, entries[key][0])
         last = pos
     return out
 
@@ -62,7 +62,7 @@ def changed_entries(entries: OrderedEntries, vc: list[int]) -> list[tuple[Key, E
     for j in range(0, len(vc), 2):
         pos += vc[j] + 1
         key = entries.at(pos)
-        out.append((key, entries.data[key], vc[j + 1]))
+        out.append((key, entries[key], vc[j + 1]))
     return out
 
 
@@ -80,11 +80,7 @@ class DjaSender:
         for t in home.boundary(start):
             key = project(t, self.index)
             self.fifo.append((t.ts, t.seq, key))
-            e = self.entries.get(key)
-            if e is None:
-                self.entries[key] = [1, False]
-            else:
-                e[0] += 1
+            self.entries.add(key)
         return WindowSnapshot(home.count_before(start), [], list(self.entries),
                               [e[0] for e in self.entries.values()])
 
@@ -100,26 +96,22 @@ class DjaSender:
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
         vj, touched, entries = [], set(), self.entries
-        data = entries.data
+        add = entries.add
         for t in batch:
             key = project(t, self.index)
             self.fifo.append((t.ts, t.seq, key))
             touched.add(key)
-            e = data.get(key)
+            e = add(key)
             if e is None:
-                entries[key] = [1, False]
                 vj.append(key)
-            else:
-                e[0] += 1
-                if e[1] and sf is not None:
-                    sf.append(t)
+            elif e[1] and sf is not None:
+                sf.append(t)
+        bump = entries.bump
         for key in self._dying(bound):
-            data[key][0] -= 1
+            bump(key, -1)
             touched.add(key)
         vc = count_changes(entries, touched)
-        for key in touched:   # only a touched entry can have dropped to 0
-            if data[key][0] == 0:
-                del entries[key]
+        entries.drop_empty(touched)   # only a touched entry can have dropped to 0
         return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
 
     def tick(self, e: int, batch: Sequence[Tup], bound: Bound) -> Body:
@@ -142,8 +134,7 @@ class MixedSender(DjaSender):
 
     def semijoin(self, home: HomeWindow, keys: Iterable[Key], e: int) -> TupleBatch:
         """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
-        data = self.entries.data
-        want = [k for k in keys if (x := data.get(k)) is not None and not x[1]]
+        want = self.entries.unflagged(keys)
         out: list[tuple[Tup, ...]] = []
         for key, tups in home.view(self.index, want, e).items():
             self.entries[key][1] = True
@@ -187,7 +178,7 @@ class DjaReplica:
         """Entries just taken from a snapshot (all partial)."""
 
     def __contains__(self, key: Key) -> bool:
-        return key in self.entries.data
+        return key in self.entries
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
         return {"v": 1, "entries": [(k, c, full) for k, (c, full) in self.entries.items()]}
@@ -244,8 +235,7 @@ class MixedReplica(DjaReplica):
             entry[0] = 0  # partial entries keep c = 0
 
     def partial_keys(self, keys: Iterable[Key]) -> set[Key]:
-        data = self.entries.data
-        return {k for k in keys if (x := data.get(k)) is not None and not x[1]}
+        return set(self.entries.unflagged(keys))
 
     def receive(self, body: TupleBatch) -> None:
         """ΔW'_2 arrived: the requested entries become full."""

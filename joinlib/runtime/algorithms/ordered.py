@@ -30,12 +30,6 @@ class OrderedEntries(MutableMapping[Key, Entry]):
             self[k] = e
 
     # ------------------------------------------------------------------ a dict
-    @property
-    def data(self) -> dict[Key, Entry]:
-        """The entries as a plain dict, for reads and in-place changes of entries in hot loops (adding or
-        removing a key goes through this mapping, which keeps the positions)."""
-        return self._entries
-
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -75,6 +69,38 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         while i < len(tree):
             tree[i] += 1
             i += i & -i
+
+    # ------------------------------------------------------------------ DJA's counts
+    # The operations of DJA's per-tuple and per-epoch loops (runtime/algorithms/dja.py), each with the one dict
+    # lookup per key the loops had when they read the inner dict themselves; the dict stays inside, so no caller
+    # can add or remove a key past the positions.
+
+    def add(self, key: Key) -> Optional[Entry]:
+        """One more tuple of ``key``: its entry with the count raised by one, or None if ``key`` was new (now
+        in V, last, with entry ``[1, False]``)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            self[key] = [1, False]
+        else:
+            entry[0] += 1
+        return entry
+
+    def bump(self, key: Key, delta: int) -> None:
+        """Add ``delta`` to the count of ``key`` (KeyError if it is not in V)."""
+        self._entries[key][0] += delta
+
+    def drop_empty(self, keys: Iterable[Key]) -> None:
+        """Remove those of ``keys`` whose count is 0 (every one of them must be in V)."""
+        entries = self._entries
+        for key in keys:
+            if entries[key][0] == 0:
+                del self[key]
+
+    def unflagged(self, keys: Iterable[Key]) -> list[Key]:
+        """Those of ``keys`` in V whose flag is off (not shipped yet on the home, partial on a replica), in
+        the order given."""
+        entries = self._entries
+        return [k for k in keys if (e := entries.get(k)) is not None and not e[1]]
 
     # ------------------------------------------------------------------ positions
     def position(self, key: Key) -> int:
