@@ -23,6 +23,7 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.JobManagerOptions;
 import org.apache.flink.configuration.RestOptions;
@@ -209,6 +210,21 @@ public final class FlinkJoin {
                 .build();
     }
 
+    /**
+     * The shape of both join stages: {@code left} (S1, or the S1-S2 pairs) and {@code right} (S2, or S3) keyed
+     * on J and interval-joined within [-window, +window] of the left element's timestamp (both bounds inclusive),
+     * each match through {@code join}; the operator named {@code name}. {@code join} must be a class with
+     * its type arguments (an anonymous class, not a lambda): Flink reads the output type from it.
+     */
+    static <L, O> DataStream<O> joinOnJ(DataStream<L> left, KeySelector<L, String> leftJ, DataStream<Event> right,
+            long window, ProcessJoinFunction<L, Event, O> join, String name) {
+        return left.keyBy(leftJ, Types.STRING)
+                .intervalJoin(right.keyBy(e -> e.j, Types.STRING))
+                .between(Duration.ofMillis(-window), Duration.ofMillis(window))
+                .process(join)
+                .name(name);
+    }
+
     static long cpuNanos() {
         return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
                 .getProcessCpuTime();
@@ -256,52 +272,42 @@ public final class FlinkJoin {
         DataStream<Event> s1 = env.fromSource(source(bootstrap, topics[0], group, keepPayload), wm, "S1");
         DataStream<Event> s2 = env.fromSource(source(bootstrap, topics[1], group, keepPayload), wm, "S2");
         DataStream<Event> s3 = env.fromSource(source(bootstrap, topics[2], group, keepPayload), wm, "S3");
-        Duration lo = Duration.ofMillis(-window);
-        Duration hi = Duration.ofMillis(window);
 
         // |t1 - t2| <= window (both bounds inclusive); a pair's timestamp is max(t1, t2)
-        DataStream<Pair> s12 = s1.keyBy(e -> e.j, Types.STRING)
-                .intervalJoin(s2.keyBy(e -> e.j, Types.STRING))
-                .between(lo, hi)
-                .process(new ProcessJoinFunction<Event, Event, Pair>() {
-                    @Override
-                    public void processElement(Event l, Event r, Context ctx, Collector<Pair> out) {
-                        Pair p = new Pair();
-                        p.id1 = l.id;
-                        p.id2 = r.id;
-                        p.ts1 = l.ts;
-                        p.ts2 = r.ts;
-                        p.j = l.j;
-                        p.p1 = l.payload;
-                        p.p2 = r.payload;
-                        out.collect(p);
-                    }
-                })
-                .name("S1-S2 interval join");
+        DataStream<Pair> s12 = joinOnJ(s1, e -> e.j, s2, window, new ProcessJoinFunction<Event, Event, Pair>() {
+            @Override
+            public void processElement(Event l, Event r, Context ctx, Collector<Pair> out) {
+                Pair p = new Pair();
+                p.id1 = l.id;
+                p.id2 = r.id;
+                p.ts1 = l.ts;
+                p.ts2 = r.ts;
+                p.j = l.j;
+                p.p1 = l.payload;
+                p.p2 = r.payload;
+                out.collect(p);
+            }
+        }, "S1-S2 interval join");
         // |t3 - max(t1, t2)| <= window lets through every t3 in [max - window, min + window], the
         // combinations with |t3 - t1| <= window and |t3 - t2| <= window; the filter keeps exactly those
-        DataStream<Result> s123 = s12.keyBy(p -> p.j, Types.STRING)
-                .intervalJoin(s3.keyBy(e -> e.j, Types.STRING))
-                .between(lo, hi)
-                .process(new ProcessJoinFunction<Pair, Event, Result>() {
-                    @Override
-                    public void processElement(Pair l, Event r, Context ctx, Collector<Result> out) {
-                        if (Math.abs(r.ts - l.ts1) > window || Math.abs(r.ts - l.ts2) > window) {
-                            return;
-                        }
-                        Result x = new Result();
-                        x.id1 = l.id1;
-                        x.id2 = l.id2;
-                        x.id3 = r.id;
-                        x.ts = Math.max(Math.max(l.ts1, l.ts2), r.ts);
-                        x.j = l.j;
-                        x.p1 = l.p1;
-                        x.p2 = l.p2;
-                        x.p3 = r.payload;
-                        out.collect(x);
-                    }
-                })
-                .name("(S1-S2)-S3 interval join");
+        DataStream<Result> s123 = joinOnJ(s12, p -> p.j, s3, window, new ProcessJoinFunction<Pair, Event, Result>() {
+            @Override
+            public void processElement(Pair l, Event r, Context ctx, Collector<Result> out) {
+                if (Math.abs(r.ts - l.ts1) > window || Math.abs(r.ts - l.ts2) > window) {
+                    return;
+                }
+                Result x = new Result();
+                x.id1 = l.id1;
+                x.id2 = l.id2;
+                x.id3 = r.id;
+                x.ts = Math.max(Math.max(l.ts1, l.ts2), r.ts);
+                x.j = l.j;
+                x.p1 = l.p1;
+                x.p2 = l.p2;
+                x.p3 = r.payload;
+                out.collect(x);
+            }
+        }, "(S1-S2)-S3 interval join");
         s123.sinkTo(new CountingSink(ids)).name("count results");
 
         long cpu0 = cpuNanos();
