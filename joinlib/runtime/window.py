@@ -18,7 +18,9 @@ from collections import deque
 from typing import Any, Iterable, Optional
 
 from joinlib.model import Stream, Tup
+from joinlib.protocol.bloom import Matcher
 from joinlib.protocol.messages import Key
+from joinlib.runtime.keycolumn import KeyColumn
 from joinlib.runtime.lanes import Lane, Phase
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
@@ -37,6 +39,7 @@ class HomeWindow:
         self.watermark = -1
         self.batches: dict[int, list[Tup]] = {}
         self.users: list[Lane] = []
+        self.columns: dict[Index, KeyColumn] = {}   # built when a request is first tested, then kept up
         self.lane = Lane(f"insert:{stream.name}", [Phase((0,), "tick", self.insert)], 0, None)
 
     # ------------------------------------------------------------------ inputs
@@ -58,6 +61,9 @@ class HomeWindow:
                 continue
             batch.append(t)
         self.store.insert(batch)
+        for index, col in list(self.columns.items()):
+            if not col.append(batch):
+                del self.columns[index]
         if self.progress is not None:
             self.progress.add_epoch(e, [t.ts for t in batch])
         self.next = e + 1
@@ -88,7 +94,10 @@ class HomeWindow:
         """Purge what no user needs any more; drop batches no user will take."""
         low = self.low_epoch()
         if low > self.purged:
-            self.store.purge_below(**purge_bound(self.stream, low, self.tau, self.progress))
+            bound = purge_bound(self.stream, low, self.tau, self.progress)
+            self.store.purge_below(**bound)
+            for col in self.columns.values():
+                col.purge(bound)
             if self.progress is not None:
                 self.progress.prune(low)
             self.purged = low
@@ -118,18 +127,19 @@ class HomeWindow:
         return out
 
     def view_keys(self, index: Index, e: int) -> list[Key]:
-        """The distinct keys (under ``index``) of the view of epoch ``e``: what a request sent as a
-        Bloom filter is tested against."""
-        lower, end = self.lower(e), (e + 1) * self.tau
-        low = lower[1]
-        if lower[0] == "ts":
-            view = (t.key for t in self.store.tuples() if low <= t.ts < end)
-        else:
-            view = (t.key for t in self.store.tuples() if t.ts < end and t.seq >= low)
-        if len(index) == 1:
-            i = index[0]
-            return list(dict.fromkeys((k[i],) for k in view))
-        return list(dict.fromkeys(tuple(k[i] for i in index) for k in view))
+        """The distinct keys (under ``index``) of the view of epoch ``e``, in the order they first occur."""
+        return self._column(index).distinct(self.lower(e), (e + 1) * self.tau)
+
+    def held_keys(self, index: Index, m: Matcher, e: int) -> list[Key]:
+        """The distinct keys (under ``index``) of the view of epoch ``e`` that the set of ``m`` holds, in the
+        order they first occur: a request sent as a Bloom filter tested against the window, as arrays."""
+        return self._column(index).held(m, self.lower(e), (e + 1) * self.tau)
+
+    def _column(self, index: Index) -> KeyColumn:
+        col = self.columns.get(index)
+        if col is None:
+            col = self.columns[index] = KeyColumn(index, self.store.tuples())
+        return col
 
     def boundary(self, start: int) -> list[Tup]:
         """The window as a generation starting at epoch ``start`` finds it: tuples of epochs before
@@ -162,5 +172,6 @@ class HomeWindow:
         self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
         self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
         self.lane.epoch, self.lane.cursor = data["lane"]
+        self.columns = {}
         if "store" in data:
             self.store.load([decode(b) for b in data["store"]])

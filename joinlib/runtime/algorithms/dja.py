@@ -28,6 +28,7 @@ from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
+from joinlib.runtime.algorithms.keyindex import held_keys
 from joinlib.runtime.algorithms.ordered import Entry, OrderedEntries
 from joinlib.runtime.algorithms.semijoin import answer, arrivals_of, finish
 from joinlib.runtime.algorithms.simple import probe_shipped
@@ -265,7 +266,7 @@ def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         sender: MixedSender = ctx.sender(st.replica or "")
         home = ctx.home(st.stream)
         out.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, keys, e),
-                          lambda e: [k for k, x in sender.entries.items() if not x[1]]))
+                          lambda m, e: held_keys(m, [k for k, x in sender.entries.items() if not x[1]])))
     return out
 
 

@@ -16,45 +16,77 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import MAX_HASHES, Bloom, Matcher, key_digest
+from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, bloom_hits, hash_rows, unpacked
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
 LiveSet = tuple[int, int, Matcher]
 
 
-def hash_rows(keys: Sequence[Key]) -> np.ndarray:
-    """The :func:`~joinlib.protocol.bloom.key_hash` words of ``keys``, a row per key."""
-    return np.frombuffer(b"".join(map(key_digest, keys)), dtype="<u4").reshape(len(keys), MAX_HASHES)
-
-
-def unpacked(b: Bloom) -> np.ndarray:
-    """A filter's bits, one array element per bit (bit p of the filter is element p)."""
-    return np.unpackbits(np.frombuffer(b.bits, np.uint8), bitorder="little")
-
-
 class _Bank:
-    """Several Bloom filters tested at once: their bits end to end, with one set bit after them that the
-    hash words a filter does not use point at."""
+    """The bits of the live Bloom filters of one index, end to end in one array, so that a batch of keys
+    is tested against all of them in a handful of array operations.
 
-    def __init__(self, blooms: Sequence[Bloom], bits: Sequence[np.ndarray]) -> None:
-        sizes = np.array([len(x) for x in bits], dtype=np.int64)
-        self.offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        self.sizes = sizes
-        self.bits = np.concatenate([*bits, np.ones(1, np.uint8)]).astype(bool)
-        self.unused = np.arange(MAX_HASHES)[None, :] >= np.array([b.k for b in blooms])[:, None]   # (F, 16)
+    Element 0 of the bits is a set bit.  Each filter has a row of sixteen (size, offset) pairs, one per
+    hash word: (m, its offset) for the k words it uses and (1, 0) for the others, so that word % size +
+    offset is the bit to test, and the unused words test the set bit.  A filter is copied in once, when
+    first tested; everything is compacted to the live filters when the bits fill up."""
 
-    def test(self, rows: np.ndarray) -> np.ndarray:
-        """(keys, filters): does filter j hold the key of row i."""
-        pos = rows[:, None, :].astype(np.int64) % self.sizes[None, :, None] + self.offsets[None, :, None]
-        pos = np.where(self.unused[None, :, :], len(self.bits) - 1, pos)
-        hit: np.ndarray = self.bits[pos].all(axis=2)
+    def __init__(self) -> None:
+        self.bits = np.ones(1, dtype=bool)
+        self.end = 1
+        self.slot: dict[Matcher, int] = {}
+        self.size = np.ones((0, MAX_HASHES), dtype=np.uint32)
+        self.off = np.zeros((0, MAX_HASHES), dtype=np.uint32)
+
+    def place(self, ms: Sequence[Matcher]) -> list[int]:
+        """The slots of the filters of ``ms``, copied in as needed."""
+        slot = self.slot
+        new = [m for m in ms if m not in slot]
+        if new:
+            need = sum(len(unpacked(m)) for m in new)
+            if self.end + need > len(self.bits) or len(slot) + len(new) > len(self.size):
+                self._compact(ms, need, len(new))
+            for m in new:
+                self._copy(m, unpacked(m))
+            slot = self.slot
+        return [slot[m] for m in ms]
+
+    def _copy(self, m: Matcher, bits: np.ndarray) -> None:
+        assert m._bloom is not None
+        i = self.slot[m] = len(self.slot)
+        k, n = m._bloom.k, len(bits)
+        self.bits[self.end:self.end + n] = bits
+        self.size[i, :k], self.size[i, k:] = n, 1
+        self.off[i, :k], self.off[i, k:] = self.end, 0
+        self.end += n
+
+    def _compact(self, live: Sequence[Matcher], need: int, more: int) -> None:
+        keep = [m for m in dict.fromkeys(live) if m in self.slot]
+        size = 1 + sum(len(unpacked(m)) for m in keep) + need
+        rows = max(64, 2 * (len(keep) + more))
+        self.bits, self.end, self.slot = np.ones(max(4096, 2 * size), dtype=bool), 1, {}
+        self.size = np.ones((rows, MAX_HASHES), dtype=np.uint32)
+        self.off = np.zeros((rows, MAX_HASHES), dtype=np.uint32)
+        for m in keep:
+            self._copy(m, unpacked(m))
+
+    def test(self, ms: Sequence[Matcher], rows: np.ndarray) -> np.ndarray:
+        """(keys, filters): does the filter of ``ms[j]`` hold the key of row i.  The sixteen bools of a
+        (key, filter) pair are read as two 64-bit words: all set is both words 0x0101010101010101."""
+        slots = self.place(ms)
+        pos = rows[:, None, :] % self.size[slots] + self.off[slots]
+        words = self.bits.take(pos).view(np.uint64)
+        hit: np.ndarray = (words[:, :, 0] & words[:, :, 1]) == ALL_SET
         return hit
+
+
 
 
 class KeyIndex:
     """Pending seqs by key, the latest tag of a live set holding each key (``best``), and the keys' hashes
-    as array rows (slots reused as keys come and go)."""
+    as array rows (slots reused as keys come and go; a new key's row is written with the others of its
+    batch, before the next test)."""
 
     def __init__(self) -> None:
         self.seqs: dict[Key, set[int]] = {}
@@ -63,10 +95,9 @@ class KeyIndex:
         self._keys: list[Optional[Key]] = []
         self._free: list[int] = []
         self._rows = np.zeros((0, MAX_HASHES), dtype=np.uint32)
-        self._live = np.zeros(0, dtype=bool)
-        self._new: list[Key] = []
-        self._bank: tuple[tuple[int, ...], Optional[_Bank]] = ((), None)
-        self._bits: dict[int, np.ndarray] = {}   # the unpacked bits of each live filter, by its number
+        self._new: list[Key] = []        # added since the last settle
+        self._unhashed: list[Key] = []   # placed, its row not yet written
+        self._bank = _Bank()
 
     def add(self, k: Key, seq: int) -> None:
         seqs = self.seqs.get(k)
@@ -84,7 +115,6 @@ class KeyIndex:
             self.best.pop(k, None)
             slot = self._slot.pop(k)
             self._keys[slot] = None
-            self._live[slot] = False
             self._free.append(slot)
 
     def _place(self, k: Key) -> None:
@@ -92,12 +122,19 @@ class KeyIndex:
             n = len(self._keys)
             grow = max(64, n)
             self._rows = np.concatenate([self._rows, np.zeros((grow, MAX_HASHES), dtype=np.uint32)])
-            self._live = np.concatenate([self._live, np.zeros(grow, dtype=bool)])
             self._keys.extend([None] * grow)
             self._free.extend(range(n + grow - 1, n - 1, -1))
         slot = self._free.pop()
-        self._slot[k], self._keys[slot], self._live[slot] = slot, k, True
-        self._rows[slot] = np.frombuffer(key_digest(k), dtype="<u4")
+        self._slot[k], self._keys[slot] = slot, k
+        self._unhashed.append(k)
+
+    def _hash_new(self) -> None:
+        """Write the rows of the keys placed since the last test, in one step."""
+        slot = self._slot
+        ks = [k for k in self._unhashed if k in slot]
+        self._unhashed = []
+        if ks:
+            self._rows[[slot[k] for k in ks]] = hash_rows(ks)
 
     # ------------------------------------------------------------------ sets against keys
     def settle(self, live: Sequence[LiveSet]) -> None:
@@ -107,19 +144,21 @@ class KeyIndex:
         if not new:
             return
         best = dict.fromkeys(new, -1)
-        blooms: list[tuple[int, int, Bloom]] = []
-        for idx, tag, m in live:
+        blooms: list[Matcher] = []
+        tags: list[int] = []
+        for _, tag, m in live:
             if m._set is None:
-                assert m._bloom is not None
-                blooms.append((idx, tag, m._bloom))
+                blooms.append(m)
+                tags.append(tag)
                 continue
             for k in new:
                 if tag > best[k] and k in m._set:
                     best[k] = tag
         if blooms:
-            hit = self._bank_of(blooms).test(self._rows[[self._slot[k] for k in new]])
-            tags = np.array([tag for _, tag, _ in blooms], dtype=np.int64)
-            latest = np.where(hit, tags[None, :], -1).max(axis=1).tolist()
+            self._hash_new()
+            slot = self._slot
+            hit = self._bank.test(blooms, self._rows[[slot[k] for k in new]])
+            latest = np.where(hit, np.array(tags, dtype=np.int64)[None, :], -1).max(axis=1).tolist()
             for k, tag in zip(new, latest, strict=True):
                 if tag > best[k]:
                     best[k] = tag
@@ -131,23 +170,11 @@ class KeyIndex:
             if len(m._set) < len(self.seqs):
                 return [k for k in m._set if k in self.seqs]
             return [k for k in self.seqs if k in m._set]
-        assert m._bloom is not None
-        slots = np.flatnonzero(self._live)
-        if not len(slots):
+        if not self.seqs:
             return []
-        hit = _Bank([m._bloom], [unpacked(m._bloom)]).test(self._rows[slots])[:, 0]
-        keys = self._keys
-        return [k for k in (keys[i] for i in slots[hit].tolist()) if k is not None]
-
-    def _bank_of(self, blooms: list[tuple[int, int, Bloom]]) -> _Bank:
-        ids = tuple(idx for idx, _, _ in blooms)
-        if self._bank[0] != ids or self._bank[1] is None:
-            old = self._bits
-            self._bits = {idx: old[idx] if idx in old else unpacked(b) for idx, _, b in blooms}
-            self._bank = (ids, _Bank([b for _, _, b in blooms], [self._bits[idx] for idx in ids]))
-        bank = self._bank[1]
-        assert bank is not None
-        return bank
+        self._hash_new()
+        keys = self._keys     # a free slot's row is stale: its key is None
+        return [k for k in (keys[i] for i in np.flatnonzero(bloom_hits(m, self._rows)).tolist()) if k is not None]
 
 
 def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
@@ -155,7 +182,5 @@ def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
     once (a semijoin's home answering a request sent as a filter tests every key of its window)."""
     if m._set is not None or len(keys) < 8:
         return [k for k in keys if m.has(k)]
-    assert m._bloom is not None
-    rows = hash_rows(keys)
-    hit = _Bank([m._bloom], [unpacked(m._bloom)]).test(rows)[:, 0].tolist()
+    hit = bloom_hits(m, hash_rows(keys)).tolist()
     return [k for k, h in zip(keys, hit, strict=True) if h]

@@ -95,45 +95,61 @@ class Reducer:
         self._rank = 0
         # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
         self._index: dict[str, KeyIndex] = {n: KeyIndex() for n in self._filters}
+        self._extract = self._extractors()
         self._dirty: dict[str, set[int]] = {n: set() for n in (*(e.stream for e in op.sends), _SHIP)}
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
         """Epoch e: B_e enters the window, tuples below ``lower`` leave it."""
-        for t in batch:
-            self.window.append((t.ts, t.seq, e))
-            self._add(t)
+        self._add_all(batch, e)
         self._settle_keys()
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
-        w = self.window
+        w, pending = self.window, self.pending
         while w and w[0][col] < value:
-            seq = w.popleft()[1]
-            x = self.pending.pop(seq, None)
+            x = pending.pop(w.popleft()[1], None)
             if x is not None:
                 self._forget(x)
 
     def start(self, tuples: Sequence[Tup], tau: int) -> None:
         """A generation starting mid-stream: the window as it is at the boundary."""
         for t in tuples:
-            self.window.append((t.ts, t.seq, t.ts // tau))
-            self._add(t)
+            self._add_all([t], t.ts // tau)
         self._settle_keys()
 
     def oldest(self, e: int) -> int:
         """The oldest arrival epoch in the window (e + 1 when it is empty)."""
         return self.window[0][2] if self.window else e + 1
 
-    def _add(self, t: Tup, sent: Sequence[str] = (), shipped: bool = False) -> None:
-        """A pending tuple: indexed by its keys and dirty everywhere (its keys are tested against the live
-        sets by :meth:`_settle_keys`, once per batch)."""
-        keys = {n: tuple(t.key[i] for i in self._keys[n]) for n in self._filters}
-        x = self.pending[t.seq] = _Entry(t, keys, self._rank)
+    def _add_all(self, batch: Sequence[Tup], e: int) -> None:
+        """New pending tuples of arrival epoch e, in the window: indexed by their keys and dirty
+        everywhere (their keys are tested against the live sets by :meth:`_settle_keys`, once per batch).
+        One loop for the batch: this runs for every input tuple."""
+        window, pending, rank = self.window, self.pending, self._rank
+        dirty = tuple(self._dirty.values())
+        extract = self._extract
+        for t in batch:
+            seq, key = t.seq, t.key
+            window.append((t.ts, seq, e))
+            keys = {}
+            for n, pos, index in extract:
+                k = keys[n] = (key[pos[0]],) if len(pos) == 1 else tuple(key[i] for i in pos)
+                index.add(k, seq)
+            pending[seq] = _Entry(t, keys, rank)
+            rank += 1
+            for d in dirty:
+                d.add(seq)
+        self._rank = rank
+
+    def _readd(self, t: Tup, sent: Sequence[str], shipped: bool) -> None:
+        """A pending tuple of a snapshot (already in the window), with what it had done."""
+        self._add_all([t], -1)
+        self.window.pop()
+        x = self.pending[t.seq]
         x.sent, x.shipped = set(sent), shipped
-        self._rank += 1
-        for n, k in keys.items():
-            self._index[n].add(k, t.seq)
-        for d in self._dirty.values():
-            d.add(t.seq)
+
+    def _extractors(self) -> list[tuple[str, tuple[int, ...], KeyIndex]]:
+        """Per neighbour whose sets are tested: the key positions toward it and its index."""
+        return [(n, tuple(self._keys[n]), self._index[n]) for n in self._filters]
 
     def _settle_keys(self) -> None:
         for n, index in self._index.items():
@@ -242,9 +258,10 @@ class Reducer:
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
         self.pending, self._rank = {}, 0
         self._index = {n: KeyIndex() for n in self._filters}
+        self._extract = self._extractors()
         self._dirty = {c: set() for c in self._dirty}
         for b, sent, shipped, *_ in data["pending"]:
-            self._add(decode(b), sent, shipped)
+            self._readd(decode(b), sent, shipped)
         self._settle_keys()
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
+from joinlib.protocol.bloom import Matcher
 from joinlib.protocol.messages import Body, ExpiryUpdate, Key, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import (
     Decode,
@@ -38,7 +39,6 @@ from joinlib.runtime.algorithms.base import (
     row_maker,
     store_join,
 )
-from joinlib.runtime.algorithms.keyindex import held_keys
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, view_slice
@@ -150,15 +150,15 @@ def ship_keys(ctx: StepContext, st: StepOp, flow: str) -> Placed:
 
 
 def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], TupleBatch],
-           candidates: Callable[[int], list[Key]]) -> Placed:
+           held: Callable[[Matcher, int], list[Key]]) -> Placed:
     """At the home, in the sender's lane (SM-S1, SM-S2): answer the request of epoch e with
-    ΔW'_2 = ``respond(keys, e)``; a request sent as a Bloom filter asks for the keys of
-    ``candidates(e)`` that pass it."""
+    ΔW'_2 = ``respond(keys, e)``; a request sent as a Bloom filter asks for ``held(m, e)``, the keys
+    of the candidates of epoch e that pass it."""
     req, resp, rank = st.flow("req"), st.flow("resp"), (1, st.seq_index, st.j)
 
     def requested(body: Body, e: int) -> list[Key]:
         keys, m = key_set(body)
-        return keys if keys is not None else held_keys(m, candidates(e))
+        return keys if keys is not None else held(m, e)
 
     def semijoin(e: int) -> bool:
         if e < ctx.start:
@@ -199,7 +199,7 @@ def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         sender: FifoSender = ctx.sender(st.replica or "")
         home, index = ctx.home(st.stream), st.key.index
         parts_.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, index, keys, e),
-                             lambda e: home.view_keys(index, e)))
+                             lambda m, e: home.held_keys(index, m, e)))
     return parts_
 
 
@@ -223,7 +223,7 @@ def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
         keys, m = key_set(body)
         asked = len(keys) if keys is not None else getattr(body, "n", 0)
         if keys is None:
-            keys = held_keys(m, home.view_keys(st.key.index, e))
+            keys = home.held_keys(st.key.index, m, e)
         lower, end = home.lower(e), (e + 1) * ctx.tau
         found = {k: kl for k, kl in home.store.lookup_many(st.key.index, keys).items()
                  if view_slice(kl, lower, end)}
