@@ -5,12 +5,14 @@ Kafka (:mod:`joinlib.node.tree_service`) hand a tree operator's results over wit
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from operator import le
 from typing import Any, Optional
 
 from joinlib.mjoin.derived import Deployment, Named, Operator, alive, base_row, components, derived_tuple, leaf_tuple
-from joinlib.model import Tup
+from joinlib.model import Query, Tup
 from joinlib.protocol.messages import InstanceKey
 from joinlib.runtime.host import Host
 from joinlib.runtime.sink import Group, Sink
@@ -38,6 +40,61 @@ class OpOutput:
         self.seq = 0
 
     def emit(self, pos: int, groups: list[Group], now: float) -> None:
+        if self.publishes:
+            self._emit_each(pos, groups, now)
+            return
+        for q in self.roots:
+            out: dict[tuple[int, int], list[Group]] = {}
+            rest: list[Group] = []
+            moved: dict[int, Tup] = {}   # id of a tuple at pos -> it at its position in q (one object per emit)
+            for row, tups in groups:
+                self._factorise(q, pos, row, tups, out, rest, moved)
+            for (head_pos, slot), groups_ in sorted(out.items()):
+                self.out.emit((q.name, self.part, 0), head_pos, slot, groups_, now)
+            if rest:
+                self._emit_each(pos, rest, now, (q,))
+
+    def _factorise(self, q: Query, pos: int, row: tuple[Any, ...], tups: Sequence[Tup],
+                   out: dict[tuple[int, int], list[Group]], rest: list[Group], moved: dict[int, Tup]) -> None:
+        """The results of one group of a root that hands nothing over, as groups of ``q``'s rows: the row's
+        part is decoded, checked and placed once.  A result is alive when its latest tuple is within every
+        component's window (max ts <= min (ts + window)); its head is the row's latest component unless the
+        tuple at ``pos`` is later (or as late and first in ``q``'s order).  With the tuples in ts order (a
+        window's are), those headed by the row's component and alive are one slice: ts in [head - w, head),
+        ties included when the row's head comes first -- a group of ``q`` without a Python step per result.
+        The others, and derived tuples at ``pos``, go to ``rest`` (one result each)."""
+        names = self.op.parts
+        if len(tups) < 2 or len(names[pos]) != 1:
+            rest.append((row, tups))
+            return
+        ts = [t.ts for t in tups]
+        if not all(map(le, ts, ts[1:])):
+            rest.append((row, tups))
+            return
+        comps = components(self.op, row[:pos] + row[pos + 1:])
+        name = names[pos][0]
+        w, at = self.windows[name], q.stream(name).pos
+        placed = base_row(q, comps)
+        head = max(placed, key=_ts)
+        top = bisect_right(ts, head.ts) if at > head.pos else bisect_left(ts, head.ts)
+        if top < len(ts):
+            rest.append((row, tups[top:]))      # headed by the tuple at pos, or dead
+        bound = min(t.ts + self.windows[n] for n, t in comps)
+        if head.ts > bound or (self.floor is not None and head.ts < self.floor):
+            return
+        shared = tups[bisect_left(ts, head.ts - w, 0, top):top]
+        if not shared:
+            return
+        if shared[0].pos != at:   # a group's tuples are of one stream
+            shared = [moved.get(id(t)) or moved.setdefault(id(t), Tup(at, t.id, t.ts, t.seq, t.key, t.rest))
+                      for t in shared]
+        base = list(placed)
+        base.insert(at, None)
+        out.setdefault((head.pos, at), []).append((tuple(base), shared))
+
+    def _emit_each(self, pos: int, groups: list[Group], now: float, roots: Optional[Sequence[Query]] = None) -> None:
+        """Every result on its own: flattened, checked, kept for the readers if published, and one group per
+        result for each root query (by head stream)."""
         results: list[Named] = []
         for row, tups in groups:
             for t in tups:
@@ -47,11 +104,11 @@ class OpOutput:
         if self.publishes:
             for comps in results:
                 self.buffer[max(c.ts for _, c in comps) // self.tau].append(comps)
-        for q in self.roots:  # one emit per head stream (a node service writes a result batch per emit)
+        for q in self.roots if roots is None else roots:  # one emit per head stream
             by_head: defaultdict[int, list[Group]] = defaultdict(list)
             for comps in results:
                 row = base_row(q, comps)
-                head = max(row, key=lambda c: c.ts)
+                head = max(row, key=_ts)
                 by_head[head.pos].append((row, [head]))
             for pos_, groups_ in sorted(by_head.items()):
                 self.out.emit((q.name, self.part, 0), pos_, pos_, groups_, now)
@@ -95,6 +152,10 @@ class OpOutput:
         self.next_epoch, self.seq = int(st["next"]), int(st["seq"])
         self.buffer = defaultdict(list, {int(e): [[(n, Tup(*t)) for n, t in comps] for comps in results]
                                          for e, results in st["buffer"]})
+
+
+def _ts(t: Tup) -> int:
+    return t.ts
 
 
 def _plain(t: Tup) -> tuple[Any, ...]:
