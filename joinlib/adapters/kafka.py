@@ -23,13 +23,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Callable, Iterable, Optional, Sequence, cast
+from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 # re-exported with TopicPartition: joinlib.node takes the client's names from this module, not from confluent_kafka
 # (the adapters layer owns the client; pyproject's node contract forbids the direct import)
 from confluent_kafka import OFFSET_BEGINNING as OFFSET_BEGINNING
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AdminClient,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 
 from joinlib.errors import ClusterError
 from joinlib.protocol import records, wire
@@ -287,6 +292,15 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float, timeout
                 raise KafkaUnavailable(f"cannot read the end offset of {where}: "
                                        f"{err.str() if isinstance(err, KafkaError) else e}") from None
             time.sleep(0.1)
+
+
+def ask_end_offsets(admin: AdminClient, keys: Iterable[tuple[str, int]],
+                    timeout_s: float = 1.0) -> dict[tuple[str, int], Any]:
+    """Ask the broker for the end offsets of the (topic, partition)s ``keys`` without waiting: a future per
+    key, whose ``result().offset`` is the partition's end (one request for them all)."""
+    futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in keys},
+                                 request_timeout=timeout_s)
+    return {(tp.topic, tp.partition): f for tp, f in futures.items()}
 
 
 def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1) -> list[Message]:

@@ -261,6 +261,8 @@ class PlanRun:
 
     def _checkpoint(self) -> None:
         assert self.ckpt is not None
+        if self.live is not None:
+            self.live.settle()   # the records held for a pending idle advance: handled before positions are read
         self.ckpt.take(self, self.out, self.svc.sensor)
 
     def on_control(self, m: Any) -> None:

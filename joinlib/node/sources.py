@@ -33,7 +33,9 @@ from typing import Any, Callable, Optional
 
 import fastavro
 
-from joinlib.adapters.kafka import Producing, TopicPartition, consume, make_consumer, make_producer
+from joinlib.adapters.kafka import (
+    Producing, TopicPartition, ask_end_offsets, consume, make_admin, make_consumer, make_producer,
+)
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
 from joinlib.ingest.records import LATE
@@ -41,6 +43,7 @@ from joinlib.model import Query, Stream, Tup
 from joinlib.protocol import avro
 
 MARKS_FLUSH_TIMEOUT_S = 10.0
+MARKS_WARN_S = 5.0       # an idle advance not logged after this long: say that Kafka is awaited
 PROBE_EVERY_MS = 500.0   # how often an unreachable broker is asked again (LiveInputs.tick)
 STALL_MS = 1000.0        # a node loop this long without a tick restarts the idle clock (LiveInputs.tick)
 
@@ -126,6 +129,19 @@ class _Source:
         self.open = [avro.decode_tuple(b) for b in d["open"]]
 
 
+class _PendingAdvances:
+    """Idle advances decided, not applied yet: the end offsets asked for (``ends``), once they answered the
+    advances they confirm, logged at ``logged`` (monotonic s; 0: not yet); the records of their partitions
+    that arrived meanwhile (``held``), handled once the advances are applied or dropped."""
+
+    def __init__(self, due: list[tuple[_Source, Advance]], ends: dict[tuple[str, int], Any]) -> None:
+        self.due, self.ends = due, ends
+        self.holding = set(ends)
+        self.held: list[Any] = []
+        self.logged = 0.0
+        self.warned = False
+
+
 class LiveInputs:
     """The live sources of one run at one node (see the module docstring).
 
@@ -163,6 +179,8 @@ class LiveInputs:
             self.by_topic[s.source.topic].append(src)
         self._headers = [("run", run_id.encode())] if run_id else []
         self._marks_out: Optional[Producing] = None
+        self._admin: Any = None
+        self._pending: Optional[_PendingAdvances] = None   # idle advances being confirmed and logged
         self._contact_from = now   # see tick
         self._unreachable = False
         self._probed = 0.0
@@ -184,6 +202,9 @@ class LiveInputs:
     # ------------------------------------------------------------------ records
     def handle(self, m: Any, now: float) -> None:
         topic, part, offset, value = m.topic(), m.partition(), m.offset(), m.value()
+        if self._pending is not None and (topic, part) in self._pending.holding:
+            self._pending.held.append(m)   # after an idle advance of its partition still being confirmed
+            return
         for src in self.by_topic[topic]:
             p = src.ingest.parts.get(part)
             if p is None or offset < p.next:
@@ -232,6 +253,8 @@ class LiveInputs:
         if self._unreachable:
             self._probe(now, consumer)
             return 0
+        if self._pending is not None:
+            return self._progress(now, block=False)
         if now - self._contact_from < self.q.execution.idle_timeout_ms:
             return 0
         due: list[tuple[_Source, Advance]] = []
@@ -243,34 +266,84 @@ class LiveInputs:
                     return False
                 return 0 <= hi <= ingest.parts[part].next
             due.extend((src, adv) for adv in src.ingest.idle_advances(now, caught_up))
-        due = self._confirmed(due, consumer) if due else due
-        if not due:
-            return 0
-        out = self._marks_producer()
-        for src, adv in due:
-            doc = {"site": self.site, "run": self.run_id, "stream": src.stream.name, "part": adv.part,
-                   "at": adv.at, "wm": adv.wm}
-            out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
-                        self._headers)
-        out.drain(self.log)  # logged before it has any effect (a broker outage is waited out)
-        for src, adv in due:
-            src.ingest.advance(adv, now)
-        return len(due)
+        if due:
+            self._confirm(due)
+        return 0
 
-    def _confirmed(self, due: list[tuple[_Source, Advance]], consumer: Any) -> list[tuple[_Source, Advance]]:
-        """The advances whose partitions the broker, asked now, confirms read to the end; none if it does
-        not answer (then the idle clock starts again: see :meth:`tick`)."""
-        fresh: dict[tuple[str, int], int] = {}
+    # An advance is confirmed by the broker (fresh end offsets), logged, then applied.  Those are two broker
+    # round trips, which the node's loop used to wait for -- about a quarter of a backlog's drain, whose
+    # partitions are read to their ends within a second and then advance every tau.  Now the loop goes on:
+    # the records of the advancing partitions that arrive meanwhile are held and handled after the advance
+    # (so it still applies at the position it names), and a checkpoint settles the advance first.
+    def _confirm(self, due: list[tuple[_Source, Advance]]) -> None:
+        """Ask the broker for the end offsets of the partitions of ``due``, without waiting for the answer."""
         try:
-            for src, adv in due:
-                key = (src.topic, adv.part)
-                if key not in fresh:
-                    fresh[key] = consumer.get_watermark_offsets(TopicPartition(*key), timeout=1.0, cached=False)[1]
+            ends = ask_end_offsets(self._admin_client(), sorted({(src.topic, adv.part) for src, adv in due}))
         except Exception:
-            self._contact_from = time.time() * 1000.0  # the broker does not answer: not idle, unreachable
-            self._unreachable = True
-            return []
-        return [(src, adv) for src, adv in due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+            self._lost_contact()
+            return
+        self._pending = _PendingAdvances(due, ends)
+
+    def _progress(self, now: float, block: bool) -> int:
+        """Move the pending advances on: confirmed by the broker, then logged, then applied (``block``: wait
+        for each step); returns how many were applied."""
+        pend = self._pending
+        assert pend is not None
+        if not pend.logged:
+            if not block and not all(f.done() for f in pend.ends.values()):
+                return 0
+            try:
+                fresh = {key: f.result(timeout=MARKS_FLUSH_TIMEOUT_S).offset for key, f in pend.ends.items()}
+            except Exception:
+                self._lost_contact()
+                return self._release(now, 0)
+            pend.due = [(src, adv) for src, adv in pend.due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+            if not pend.due:
+                return self._release(now, 0)
+            out = self._marks_producer()
+            for src, adv in pend.due:
+                doc = {"site": self.site, "run": self.run_id, "stream": src.stream.name, "part": adv.part,
+                       "at": adv.at, "wm": adv.wm}
+                out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
+                            self._headers)
+            pend.logged = time.monotonic()
+        out = self._marks_producer()
+        if block:
+            out.drain(self.log)   # logged before it has any effect (a broker outage is waited out)
+        else:
+            if out.producer.flush(0):
+                if not pend.warned and time.monotonic() - pend.logged > MARKS_WARN_S:
+                    self.log(f"waiting for Kafka: {len(pend.due)} idle advance(s) not logged yet (is the broker down?)")
+                    pend.warned = True
+                return 0
+            out.check()
+        for src, adv in pend.due:
+            src.ingest.advance(adv, now)
+        return self._release(now, len(pend.due))
+
+    def _release(self, now: float, applied: int) -> int:
+        """The pending advances are over: handle the records held meanwhile, in the order they came."""
+        pend, self._pending = self._pending, None
+        assert pend is not None
+        for m in pend.held:
+            self.handle(m, now)
+        return applied
+
+    def settle(self) -> None:
+        """Finish the pending idle advances now (before a checkpoint reads the consumer's positions: the
+        records held for them are consumed but not handled yet)."""
+        if self._pending is not None:
+            self._progress(time.time() * 1000.0, block=True)
+
+    def _lost_contact(self) -> None:
+        """The broker does not answer: not idle, unreachable (the idle clock starts again: see :meth:`tick`)."""
+        self._contact_from = time.time() * 1000.0
+        self._unreachable = True
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            self._admin = make_admin(self.bootstrap)
+        return self._admin
 
     def _probe(self, now: float, consumer: Any) -> None:
         """While the broker is unreachable: ask it for an end offset now and then; the idle clock starts
@@ -369,6 +442,7 @@ class LiveInputs:
         self.dead_total = sum(sum(s.dead.values()) for s in self.sources.values())
 
     def close(self) -> None:
+        self._pending = None   # not applied: nothing read after this matters
         if self._marks_out is not None:
             self._marks_out.flush(MARKS_FLUSH_TIMEOUT_S)
 

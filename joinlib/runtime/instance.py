@@ -25,6 +25,7 @@ from joinlib.errors import CheckpointError
 from joinlib.model import Tup
 from joinlib.plan.ir import PlanIR, ReducerOp, ReplicaOp, StepOp
 from joinlib.protocol.messages import Body, Envelope, InstanceKey, Row
+from joinlib.runtime.ahead import AHEAD, CheckedSends, ahead_phases, ahead_targets
 from joinlib.runtime.algorithms import (
     AnyReplica,
     AnySender,
@@ -203,7 +204,7 @@ class Instance:
             groups.setdefault(p.lane, []).append(p)
         hi = self.stop
         for key, ps in groups.items():
-            early = key[0] in ("serve", "hold", "reduce")  # replica, reduction protocols: jump start first
+            early = key[0] in ("serve", "hold", "reduce", AHEAD)  # replica, reduction protocols: jump start first
             lane = Lane(":".join(map(str, key)), [p.phase for p in ps], self.lo if early else self.start, hi)
             self.lanes.append(lane)
             for use in {p.uses for p in ps if p.uses is not None}:
@@ -233,12 +234,20 @@ class Instance:
         return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
 
     def _reducer(self, op: ReducerOp) -> list[Placed]:
-        r = self.reducers[op.stream] = Reducer(
-            op, self.q.stream(op.stream), self.tau, self.q.execution.bloom_fpr or None,
-            {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
+        def make(o: ReducerOp) -> Reducer:
+            return Reducer(o, self.q.stream(o.stream), self.tau, self.q.execution.bloom_fpr or None,
+                           {e.stream: window_bytes(self.q.stream(e.stream)) for e in o.edges})
+        r = self.reducers[op.stream] = make(op)
         ship = self.ir.update_flow(self.ir.replica(op.replica)).sig if op.replica else None
         lane = ("serve", op.replica) if op.replica else ("reduce", op.stream)
-        return reducer_phases(self, r, self.homes[op.stream], ship, lane)
+        home = self.homes[op.stream]
+        targets = ahead_targets(op)
+        if not targets:
+            return reducer_phases(self, r, home, ship, lane)
+        # sets that no round can change leave as soon as their epoch is in (joinlib.runtime.ahead)
+        checked = CheckedSends(self, {f for f in (op.edge(n).out_flow for n in targets) if f is not None})
+        placed = [p for n in targets for p in ahead_phases(checked, op, n, make, home, self.reducers)]
+        return placed + reducer_phases(checked, r, home, ship, lane)
 
     def _replica(self, op: ReplicaOp) -> Placed:
         name = f"{self.site}/{self.key[1]}/g{self.key[2]}/{op.kind}/{op.stream}" + (
