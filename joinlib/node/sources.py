@@ -34,7 +34,13 @@ from typing import Any, Callable, Optional
 import fastavro
 
 from joinlib.adapters.kafka import (
-    Producing, TopicPartition, ask_end_offsets, consume, make_admin, make_consumer, make_producer,
+    Producing,
+    TopicPartition,
+    ask_end_offsets,
+    consume,
+    make_admin,
+    make_consumer,
+    make_producer,
 )
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
