@@ -23,9 +23,10 @@ import yaml
 
 from joinlib.errors import QueryError
 from joinlib.model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
+from joinlib.output_spec import output_to_dict, parse_output
 from joinlib.source_spec import parse_source, source_to_dict
 
-TOP_KEYS = ("name", "streams", "join", "network", "execution")
+TOP_KEYS = ("name", "streams", "join", "network", "execution", "output")
 STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source")
 NETWORK_KEYS = ("latency", "bandwidth", "links", "nodes")
 LINK_KEYS = ("from", "to", "latency", "bandwidth")
@@ -51,8 +52,12 @@ Spec = dict[str, Any]  # one mapping of the YAML document, as loaded
 # --------------------------------------------------------------------------- reading
 
 def load_query(path: Source) -> Query:
-    """Read and validate a query file; the query name defaults to the file stem."""
+    """Read and validate a YAML query file; the query name defaults to the file stem.
+    ``joinlib.sql.load_query_file`` reads SQL files too (this module cannot import the SQL front end, which
+    builds on it)."""
     path = Path(path)
+    if path.suffix.lower() == ".sql":
+        raise QueryError(f"{path}: an SQL query file; read it with joinlib.sql.load_query_file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -91,7 +96,8 @@ def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[P
     sites = tuple(dict.fromkeys(s.site for s in streams))
     network = _parse_network(err, data.get("network"), sites)
     execution = _parse_execution(err, data.get("execution"))
-    return Query(name, streams, predicates, network, execution)
+    output = parse_output(err, data.get("output"), tuple(s.name for s in streams))
+    return Query(name, streams, predicates, network, execution, output)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -478,13 +484,17 @@ def query_to_dict(query: Query) -> Spec:
         execution["idle_timeout"] = f"{query.execution.idle_timeout_ms}ms"
     if query.execution.bloom_fpr != Execution().bloom_fpr:
         execution["bloom_fpr"] = query.execution.bloom_fpr
-    return {
+    doc = {
         "name": query.name,
         "streams": streams,
         "join": [str(p) for p in query.predicates],
         "network": network,
         "execution": execution,
     }
+    output = output_to_dict(query.output)
+    if output is not None:
+        doc["output"] = output
+    return doc
 
 
 def _stream_to_dict(s: Stream) -> Spec:
