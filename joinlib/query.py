@@ -515,15 +515,21 @@ def _stream_to_dict(s: Stream) -> Spec:
 
 def dump_query(query: Query, path: Source) -> None:
     """Write ``query`` as a YAML query file that :func:`load_query` reads back equal."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(query_to_yaml(query), encoding="utf-8")
+
+
+def query_to_yaml(query: Query) -> str:
+    """The text of ``query``'s YAML file, written as the example files are (a stream or a link a line)."""
     doc = query_to_dict(query)
     doc["streams"] = {name: _Flow(spec) for name, spec in doc["streams"].items()}
     if "links" in doc["network"]:
         doc["network"]["links"] = [_Flow(link) for link in doc["network"]["links"]]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+    if "output" in doc:
+        doc["output"] = _Flow(doc["output"])
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
                      width=120)
-    path.write_text(text, encoding="utf-8")
 
 
 class _Flow(dict[str, Any]):

@@ -46,6 +46,13 @@ def within(window: Window) -> str:
     return f"WITHIN {window.size} MILLISECONDS"
 
 
+def _window_option(window: Window) -> str:
+    """The FROM stream's own window, as the YAML spells windows ('3s', '250ms', '100 tuples')."""
+    if window.is_time and window.size % 1000 == 0:
+        return f"{window.size // 1000}s"
+    return str(window)
+
+
 def query_to_sql(query: Query) -> str:
     """The SQL file of ``query``."""
     doc = query_to_dict(query)
@@ -54,7 +61,7 @@ def query_to_sql(query: Query) -> str:
     for s in query.streams:
         opts = _stream_options(doc["streams"][s.name], s.join_attrs)
         if s.name == order[0] and (len(order) < 2 or s.window != query.stream(order[1]).window):
-            opts.append(("window", str(s.window)))
+            opts.append(("window", _window_option(s.window)))
         lines.append(f"CREATE STREAM {ident(s.name)}" + _with(opts) + ";")
     lines.append("")
     lines.append(f"CREATE STREAM {ident(query.name)}{_with(_query_options(doc, query.output))} AS")
@@ -93,9 +100,12 @@ def _predicate(p: Predicate) -> str:
 
 
 def _with(options: list[tuple[str, Any]]) -> str:
+    """`` WITH (k = v, ...)`` on one line, or an option a line when that is long."""
     if not options:
         return ""
-    return " WITH (" + ", ".join(f"{k} = {literal(v)}" for k, v in options) + ")"
+    items = [f"{k} = {literal(v)}" for k, v in options]
+    one = " WITH (" + ", ".join(items) + ")"
+    return one if len(one) <= 90 else " WITH (\n    " + ",\n    ".join(items) + "\n  )"
 
 
 def _stream_options(spec: dict[str, Any], join_attrs: tuple[str, ...]) -> list[tuple[str, Any]]:
