@@ -107,8 +107,9 @@ def _parse_select(err: Err, value: Any, streams: tuple[str, ...]) -> tuple[Colum
         col = STAR if star else Column(stream, field, alias)
         if col.field != "*":
             if col.name in names:
-                raise err(where, f"output column '{col.name}' repeats output.select[{names[col.name]}]; give one "
-                                 f"of them another name, e.g. '{col.stream}.{col.field} AS {col.stream}_{col.field}'")
+                raise err(where, f"output column '{col.name}' is named twice (items {names[col.name] + 1} and "
+                                 f"{i + 1} of the select list); give one another name, e.g. "
+                                 f"'{col.stream}.{col.field} AS {col.stream}_{col.field}'")
             names[col.name] = i
         out.append(col)
     return tuple(out)

@@ -155,6 +155,9 @@ def _streams(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, 
     for name, d in decls.items():
         doc.spec["streams"][name] = {}
         doc.where[f"streams.{name}"] = (d.at, "")
+        if "site" not in d.options:
+            raise src.error(d.at, f"stream {name} needs a site: add WITH (site = '...'), the site where its "
+                                  "records are born")
         for opt in d.options.values():
             _stream_option(src, doc, d, opt)
         _window(src, doc, d, scans[name], raw)

@@ -88,11 +88,15 @@ def _tokenize(src: SqlText) -> list[Token]:
     try:
         return tokenizer.tokenize(src.text)
     except TokenError as e:
-        # sqlglot stops at the start of what it could not read (an unclosed string or quoted name, as a rule)
-        line, col = getattr(tokenizer, "_line", 1), getattr(tokenizer, "_col", 1)
-        at = src.offset(line, col) if isinstance(line, int) and isinstance(col, int) else 0
-        text = str(e).split("\n")[0]
-        raise src.error(at, f"cannot read the SQL ({text}); check for an unclosed quote") from None
+        # the tokenizer stops at the start of what it could not read (an unclosed string or quoted name, as a
+        # rule); its offset is internal to sqlglot (pinned), hence the getattr
+        start = getattr(getattr(tokenizer, "_core", None), "_start", None)
+        at = start if isinstance(start, int) else 0
+        cause = str(e.__cause__ or e)
+        if cause.startswith("Missing "):
+            raise src.error(at, f"this {cause.split()[1]} is never closed; close the string or the quoted "
+                                "name") from None
+        raise src.error(at, f"cannot read the SQL here ({cause.splitlines()[0]})") from None
 
 
 def _prepare(src: SqlText, toks: list[Token]) -> Statement:

@@ -24,6 +24,8 @@ SELECT_HINT = "select columns: s1.dest, s1.id AS id1, s1.*, or *"
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.\w+, text: (.*?), line: \d+, col: \d+, start: \d+, "
                          r"end: \d+, comments: \[.*?\]>")
 _JOIN_WORDS = ("LEFT", "RIGHT", "FULL", "OUTER", "INNER", "CROSS", "SEMI", "ANTI", "NATURAL", "ASOF", "JOIN")
+_CLAUSES = {"group": "GROUP BY", "order": "ORDER BY", "with_": "WITH (a common table expression)",
+            "windows": "WINDOW"}
 _ALLOWED_SELECT_ARGS = ("expressions", "from_", "from", "joins", "where", "kind")
 
 
@@ -95,6 +97,7 @@ def _syntax_error(src: SqlText, st: Statement, e: ParseError) -> Exception:
     info: dict[str, Any] = e.errors[0] if e.errors else {}
     line, col = info.get("line"), info.get("col")
     desc = _TOKEN_REPR.sub(lambda m: repr(m.group(1)), str(info.get("description") or e).split("\n")[0])
+    desc = re.sub(r"<class 'sqlglot\.[\w.]*\.(\w+)'>", r"\1", desc)
     if not isinstance(line, int) or not isinstance(col, int):
         return src.error(st.start, f"SQL syntax error: {desc}")
     width = len(str(info.get("highlight") or " "))
@@ -168,9 +171,11 @@ def _check_clauses(src: SqlText, st: Statement, select: exp.Select, default: int
     for key, value in select.args.items():
         if key in _ALLOWED_SELECT_ARGS or value in (None, [], False):
             continue
-        clause = key.rstrip("_").upper().replace("_", " ")
-        raise src.error(at(value if isinstance(value, exp.Expr) else None, default),
-                        f"{clause} is not supported: a query joins streams and selects columns")
+        clause = _CLAUSES.get(key, key.rstrip("_").upper().replace("_", " "))
+        word = clause.split()[0]
+        where = next((t.start for t in st.tokens if t.text.upper().startswith(word)),
+                     at(value if isinstance(value, exp.Expr) else None, default))
+        raise src.error(where, f"{clause} is not supported: a query joins streams and selects columns")
 
 
 def _item(src: SqlText, node: exp.Expr, default: int) -> Item:
