@@ -58,14 +58,7 @@ def load_query(path: Source) -> Query:
     path = Path(path)
     if path.suffix.lower() == ".sql":
         raise QueryError(f"{path}: an SQL query file; read it with joinlib.sql.load_query_file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QueryError(f"{path}: query file not found; check the path") from None
-    except IsADirectoryError:
-        raise QueryError(f"{path}: is a directory; pass a query .yaml file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{path}: cannot read the query file ({e})") from None
+    text = read_query_text(path, ".yaml")
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as e:
@@ -74,6 +67,19 @@ def load_query(path: Source) -> Query:
     except yaml.YAMLError as e:
         raise QueryError(f"{path}: invalid YAML: {e}") from None
     return parse_query(data, str(path), base_dir=path.parent)
+
+
+def read_query_text(path: Path, suffix: str) -> str:
+    """The text of a query file (``suffix``: the kind to name when ``path`` is a directory); a QueryError, never an
+    OSError, for a path that cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise QueryError(f"{path}: query file not found; check the path") from None
+    except IsADirectoryError:
+        raise QueryError(f"{path}: is a directory; pass a query {suffix} file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise QueryError(f"{path}: cannot read the query file ({e})") from None
 
 
 def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[Path] = None) -> Query:

@@ -18,9 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-from joinlib.errors import QueryError
 from joinlib.model import Query
-from joinlib.query import load_query
+from joinlib.query import load_query, read_query_text
 from joinlib.sql.build import QUERY_OPTIONS, STREAM_OPTIONS, parse_sql
 from joinlib.sql.render import query_to_sql
 from joinlib.sql.text import SqlError
@@ -32,15 +31,7 @@ __all__ = ["QUERY_OPTIONS", "STREAM_OPTIONS", "SqlError", "load_query_file", "lo
 def load_sql(path: Union[str, Path]) -> Query:
     """Read and check an SQL query file (files it names are looked up next to it)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QueryError(f"{path}: query file not found; check the path") from None
-    except IsADirectoryError:
-        raise QueryError(f"{path}: is a directory; pass a query .sql file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{path}: cannot read the query file ({e})") from None
-    return parse_sql(text, str(path), base_dir=path.parent)
+    return parse_sql(read_query_text(path, ".sql"), str(path), base_dir=path.parent)
 
 
 def load_query_file(path: Union[str, Path]) -> Query:

@@ -164,14 +164,25 @@ def _streams(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, 
         _source_checks(src, doc, d)
 
 
+_OF_A_STREAM = "a source stream (CREATE STREAM s WITH (...))"
+_OF_THE_QUERY = "the query (CREATE STREAM out WITH (...) AS SELECT)"
+
+
+def _option_path(src: SqlText, opt: Option, stream: bool) -> tuple[str, ...]:
+    """The YAML key path an option sets; an error naming the statement it belongs to if it is not this one's."""
+    own, other = (STREAM_OPTIONS, QUERY_OPTIONS) if stream else (QUERY_OPTIONS, STREAM_OPTIONS)
+    path = own.get(opt.key)
+    if path is not None:
+        return path
+    if opt.key in other:
+        raise src.error(opt.key_at, f"'{opt.key}' is an option of {_OF_THE_QUERY if stream else _OF_A_STREAM}, "
+                                    f"not of {_OF_A_STREAM if stream else _OF_THE_QUERY}")
+    raise src.error(opt.key_at, f"unknown option '{opt.key}'; {_suggest(opt.key, own)}options of "
+                                f"{'a stream' if stream else 'the query'}: {', '.join(own)}")
+
+
 def _stream_option(src: SqlText, doc: Doc, d: Declared, opt: Option) -> None:
-    path = STREAM_OPTIONS.get(opt.key)
-    if path is None:
-        if opt.key in QUERY_OPTIONS:
-            raise src.error(opt.key_at, f"'{opt.key}' is an option of the query (CREATE STREAM out WITH (...) AS "
-                                        "SELECT), not of a source stream")
-        raise src.error(opt.key_at, f"unknown option '{opt.key}'; {_suggest(opt.key, STREAM_OPTIONS)}options of a "
-                                    f"stream: {', '.join(STREAM_OPTIONS)}")
+    path = _option_path(src, opt, stream=True)
     value: Any = opt.value
     if opt.key == "selectivity":
         value = _selectivity(src, opt)
@@ -301,13 +312,7 @@ def _query_options(src: SqlText, doc: Doc, raw: RawQuery, base_dir: Optional[Pat
     if "topology" in raw.options:
         _topology(src, doc, raw.options["topology"], base_dir)
     for opt in raw.options.values():
-        path = QUERY_OPTIONS.get(opt.key)
-        if path is None:
-            if opt.key in STREAM_OPTIONS:
-                raise src.error(opt.key_at, f"'{opt.key}' is an option of a source stream (CREATE STREAM s "
-                                            "WITH (...)), not of the query")
-            raise src.error(opt.key_at, f"unknown option '{opt.key}'; {_suggest(opt.key, QUERY_OPTIONS)}options of "
-                                        f"the query: {', '.join(QUERY_OPTIONS)}")
+        path = _option_path(src, opt, stream=False)
         if opt.key == "topology":
             continue
         value: Any = opt.value

@@ -63,7 +63,7 @@ class Scan:
 
 
 @dataclass(frozen=True)
-class Item:
+class SelectItem:
     """One SELECT item: a column (``field`` '*' for stars) and its alias."""
 
     ref: Ref
@@ -79,7 +79,7 @@ class RawQuery:
     options: dict[str, Option]
     with_at: int
     scans: tuple[Scan, ...]
-    items: tuple[Item, ...] = field(default=())
+    items: tuple[SelectItem, ...] = field(default=())
 
 
 def parse_statement(src: SqlText, st: Statement) -> exp.Expr:
@@ -178,14 +178,14 @@ def _check_clauses(src: SqlText, st: Statement, select: exp.Select, default: int
         raise src.error(where, f"{clause} is not supported: a query joins streams and selects columns")
 
 
-def _item(src: SqlText, node: exp.Expr, default: int) -> Item:
+def _item(src: SqlText, node: exp.Expr, default: int) -> SelectItem:
     alias = None
     if isinstance(node, exp.Alias):
         alias, node = node.alias, node.this
     if isinstance(node, exp.Star):
-        return Item(Ref(None, "*", default), alias)
+        return SelectItem(Ref(None, "*", default), alias)
     if isinstance(node, exp.Column):
-        return Item(_ref(src, node, default), alias)
+        return SelectItem(_ref(src, node, default), alias)
     raise src.error(at(node, default), f"only columns can be selected yet, not {node.sql()!r}; {SELECT_HINT}")
 
 

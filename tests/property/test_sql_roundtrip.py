@@ -55,7 +55,7 @@ def rich_queries(draw: st.DrawFn) -> Query:
         streams.append(replace(s, stats=stats, source=draw(sources(s.join_attrs))))
     nodes = ("dc",) if draw(st.booleans()) else ()
     sites = q.sites + nodes
-    links = ()
+    links: tuple[Link, ...] = ()
     if draw(st.booleans()):
         a, b = draw(st.sampled_from([(x, y) for x in sites for y in sites if x != y]))
         links = (Link(a, b, draw(st.sampled_from([0.5, 3.0, 60.0])), draw(st.sampled_from([256.0, 45000.0]))),)

@@ -69,8 +69,8 @@ def test_the_issue_example() -> None:
     assert q.names == ("s1", "s2", "s3")
     assert [str(p) for p in q.predicates] == ["s1.dest = s2.dest", "s2.dest = s3.dest"]
     assert all(s.window.kind == "time" and s.window.size == 3000 for s in q.streams)
-    assert q.stream("s2").source is not None and q.stream("s2").source.topic == "events.r2"
-    assert q.stream("s2").source.time_field == "ts"
+    source = q.stream("s2").source
+    assert source is not None and source.topic == "events.r2" and source.time_field == "ts"
     assert q.output == Output((Column("s1", "dest"), Column("s1", "id", "id1"), Column("s2", "id", "id2"),
                                Column("s3", "bytes")), "matches", "json")
 
