@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Optional
 
+from joinlib.output_spec import Output
 from joinlib.source_spec import SourceSpec
 
 Value = Any  # a join-attribute value: str, int, float, bool or None
@@ -184,13 +185,17 @@ class Execution:
 
 @dataclass(frozen=True)
 class Query:
-    """A multi-way sliding-window equi-join over streams at different sites."""
+    """A multi-way sliding-window equi-join over streams at different sites.
+
+    ``output``: the SELECT list and sink (:mod:`joinlib.output_spec`); kept so that an SQL query and its YAML
+    say the same, not yet read by the runtime (results are the members' ids)."""
 
     name: str
     streams: tuple[Stream, ...]
     predicates: tuple[Predicate, ...]
     network: Network = field(default_factory=Network)
     execution: Execution = field(default_factory=Execution)
+    output: Output = field(default_factory=Output)
 
     def stream(self, name: str) -> Stream:
         try:

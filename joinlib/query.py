@@ -23,9 +23,10 @@ import yaml
 
 from joinlib.errors import QueryError
 from joinlib.model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
+from joinlib.output_spec import output_to_dict, parse_output
 from joinlib.source_spec import parse_source, source_to_dict
 
-TOP_KEYS = ("name", "streams", "join", "network", "execution")
+TOP_KEYS = ("name", "streams", "join", "network", "execution", "output")
 STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source")
 NETWORK_KEYS = ("latency", "bandwidth", "links", "nodes")
 LINK_KEYS = ("from", "to", "latency", "bandwidth")
@@ -51,16 +52,13 @@ Spec = dict[str, Any]  # one mapping of the YAML document, as loaded
 # --------------------------------------------------------------------------- reading
 
 def load_query(path: Source) -> Query:
-    """Read and validate a query file; the query name defaults to the file stem."""
+    """Read and validate a YAML query file; the query name defaults to the file stem.
+    ``joinlib.sql.load_query_file`` reads SQL files too (this module cannot import the SQL front end, which
+    builds on it)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QueryError(f"{path}: query file not found; check the path") from None
-    except IsADirectoryError:
-        raise QueryError(f"{path}: is a directory; pass a query .yaml file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{path}: cannot read the query file ({e})") from None
+    if path.suffix.lower() == ".sql":
+        raise QueryError(f"{path}: an SQL query file; read it with joinlib.sql.load_query_file")
+    text = read_query_text(path, ".yaml")
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as e:
@@ -69,6 +67,19 @@ def load_query(path: Source) -> Query:
     except yaml.YAMLError as e:
         raise QueryError(f"{path}: invalid YAML: {e}") from None
     return parse_query(data, str(path), base_dir=path.parent)
+
+
+def read_query_text(path: Path, suffix: str) -> str:
+    """The text of a query file (``suffix``: the kind to name when ``path`` is a directory); a QueryError, never an
+    OSError, for a path that cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise QueryError(f"{path}: query file not found; check the path") from None
+    except IsADirectoryError:
+        raise QueryError(f"{path}: is a directory; pass a query {suffix} file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise QueryError(f"{path}: cannot read the query file ({e})") from None
 
 
 def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[Path] = None) -> Query:
@@ -91,7 +102,8 @@ def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[P
     sites = tuple(dict.fromkeys(s.site for s in streams))
     network = _parse_network(err, data.get("network"), sites)
     execution = _parse_execution(err, data.get("execution"))
-    return Query(name, streams, predicates, network, execution)
+    output = parse_output(err, data.get("output"), tuple(s.name for s in streams))
+    return Query(name, streams, predicates, network, execution, output)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -478,13 +490,17 @@ def query_to_dict(query: Query) -> Spec:
         execution["idle_timeout"] = f"{query.execution.idle_timeout_ms}ms"
     if query.execution.bloom_fpr != Execution().bloom_fpr:
         execution["bloom_fpr"] = query.execution.bloom_fpr
-    return {
+    doc = {
         "name": query.name,
         "streams": streams,
         "join": [str(p) for p in query.predicates],
         "network": network,
         "execution": execution,
     }
+    output = output_to_dict(query.output)
+    if output is not None:
+        doc["output"] = output
+    return doc
 
 
 def _stream_to_dict(s: Stream) -> Spec:
@@ -505,15 +521,21 @@ def _stream_to_dict(s: Stream) -> Spec:
 
 def dump_query(query: Query, path: Source) -> None:
     """Write ``query`` as a YAML query file that :func:`load_query` reads back equal."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(query_to_yaml(query), encoding="utf-8")
+
+
+def query_to_yaml(query: Query) -> str:
+    """The text of ``query``'s YAML file, written as the example files are (a stream or a link a line)."""
     doc = query_to_dict(query)
     doc["streams"] = {name: _Flow(spec) for name, spec in doc["streams"].items()}
     if "links" in doc["network"]:
         doc["network"]["links"] = [_Flow(link) for link in doc["network"]["links"]]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+    if "output" in doc:
+        doc["output"] = _Flow(doc["output"])
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
                      width=120)
-    path.write_text(text, encoding="utf-8")
 
 
 class _Flow(dict[str, Any]):

@@ -33,7 +33,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeGuard
 
 import fastavro
 
@@ -73,6 +73,11 @@ class SourceSpec:
         return self.format in LIVE_FORMATS
 
 
+def is_topic(name: Any) -> TypeGuard[str]:
+    """A legal Kafka topic name (sources and sinks alike)."""
+    return isinstance(name, str) and bool(_TOPIC.match(name))
+
+
 def _suggest(word: Any, choices: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(str(word).lower(), list(choices), n=1)
     return f"did you mean '{close[0]}'? " if close else ""
@@ -107,7 +112,7 @@ def parse_source(err: Err, where: str, value: Any, join_attrs: tuple[str, ...],
         raise err(where, f"expected a mapping, {_HINT}")
     _check_keys(err, where, value, SOURCE_KEYS)
     topic = value.get("topic")
-    if not isinstance(topic, str) or not _TOPIC.match(topic):
+    if not is_topic(topic):
         raise err(f"{where}.topic", f"expected a Kafka topic name (letters, digits, '.', '_', '-'), not {topic!r}; "
                                     + _HINT)
     fmt = _choice(err, f"{where}.format", value.get("format", "json"), FORMATS, "format")

@@ -33,7 +33,7 @@ from joinlib.experiments.accuracy import report
 from joinlib.experiments.common import parse_warmup
 from joinlib.experiments.output import prepare_out
 from joinlib.pmjoin.partitioned import value_stats
-from joinlib.query import load_query
+from joinlib.sql import load_query_file
 from joinlib.units import parse_duration
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -164,7 +164,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
                     "(docs/pmjoin.md \"Live statistics\").  Re-partition with them:\n"
                     "  joinlib stats QUERY --live --values v.json; joinlib stop NAME\n"
                     "  joinlib submit QUERY --plan pmjoin:rate:4 --values v.json")
-    st.add_argument("query", type=Path, help="query file (YAML); with --live also the name of a submitted query")
+    st.add_argument("query", type=Path,
+                    help="query file (.yaml or .sql); with --live also the name of a submitted query")
     st.add_argument("--data", type=Path, help="directory with one <stream>.jsonl per stream (needed unless --live)")
     st.add_argument("--live", action="store_true",
                     help="read the per-value rates of the running query QUERY from the planner service "
@@ -289,7 +290,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _write_values(query_path: Path, data: Path, out: Path) -> None:
-    query = load_query(query_path)
+    query = load_query_file(query_path)
     stats = value_stats(query, load_streams(query, data))
     out.write_text(json.dumps(stats) + "\n")
     by = ", ".join(f"{s}.{a}" for s, a in stats["by"])
@@ -300,7 +301,7 @@ def _live_values(args: argparse.Namespace) -> int:
     """``joinlib stats QUERY --live --values FILE``: the live monitor's per-value rates of a running query."""
     if args.values is None or args.data is not None or args.write is not None or args.json is not None:
         raise JoinlibError("joinlib stats --live takes --values FILE (and --url), not --data, --write or --json")
-    name = load_query(args.query).name if args.query.suffix in (".yaml", ".yml") else str(args.query)
+    name = load_query_file(args.query).name if args.query.suffix in (".yaml", ".yml", ".sql") else str(args.query)
     url = (args.url or planner_url()).rstrip("/")
     stats = http_json(f"{url}/queries/{quote(name)}/values")
     args.values.write_text(json.dumps(stats) + "\n")

@@ -25,6 +25,7 @@ from joinlib.cli.live import add_commands as add_live_commands
 from joinlib.cli.live import http_json as _http
 from joinlib.cli.live import planner_url
 from joinlib.cli.progressive import add_command as add_progressive
+from joinlib.cli.sql import add_command as add_sql
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun
 from joinlib.costs import get_model
 from joinlib.costs.explain import format_estimate
@@ -48,7 +49,7 @@ from joinlib.planner.registry import (
     tree_file,
 )
 from joinlib.protocol.messages import InstanceKey
-from joinlib.query import load_query, query_to_dict
+from joinlib.query import query_to_dict
 from joinlib.reference import reference_join
 from joinlib.runtime.deploy import Plans
 from joinlib.runtime.report import Report
@@ -56,6 +57,7 @@ from joinlib.runtime.sink import CountingSink, Group, Sink
 from joinlib.settings import ServiceEnv, reveal
 from joinlib.sim.engine import run_embedded
 from joinlib.sim.tree_engine import run_deployment
+from joinlib.sql import load_query_file
 from joinlib.units import parse_duration
 
 
@@ -85,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "deterministic simulated network, write every result to OUT "
                                    "and print the per-link cost report.\n\n" + PLAN_HELP + "\n\n" + ADAPTIVE_HELP
                                    + "\n\n" + PARTITION_HELP + "\n\n" + TREE_HELP)
-    r.add_argument("query", type=Path, help="query file (YAML)")
+    r.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
     r.add_argument("--out", type=Path, help="results, one JSON object per line (omit to only count)")
@@ -128,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Write DIR/<stream>.jsonl for every stream of QUERY: Poisson arrivals "
                                    "at the stream's rate, join values uniform over 1/f distinct values, "
                                    "'attributes' payload attributes of ~5 bytes. Deterministic per seed.")
-    g.add_argument("query", type=Path)
+    g.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     g.add_argument("--out", type=Path, required=True, help="output directory")
     g.add_argument("--duration", default="10s", help="event-time span, e.g. 10s, 500ms, 2min (default 10s)")
     g.add_argument("--seed", type=int, default=1)
@@ -138,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="compute a join plan and print it as JSON",
                         description="Print the plan chosen by a planner in the 'run --plan' JSON format.")
-    pl.add_argument("query", type=Path)
+    pl.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     pl.add_argument("--planner", default="auto",
                     help="auto | greedy | exhaustive | beam | sampled[:time] | central[:NODE] | an algorithm "
                          "(default auto: the whole plan space under the byte model; with --data, statistics "
@@ -157,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "to every node service. A query whose streams name a json or avro 'source' "
                                     "runs on those topics until 'joinlib stop'; others wait for services.source "
                                     "to replay their data.")
-    sm.add_argument("query", type=Path)
+    sm.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     sm.add_argument("--plan", "--planner", dest="planner",
                     help="any plan name of the registry, e.g. auto | greedy | central[:SITE] | an algorithm, or "
                          "adaptive[:cnu|:dnu] (re-planned while running, docs/adaptive.md), or mjoin[:TREE.json] "
@@ -185,11 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(sub)  # experiment fig7|table3|fig9|accuracy, stats, calibrate
     add_live_commands(sub, env)  # queries, stop, results (live queries, docs/live.md)
     add_progressive(sub)  # progressive LEFT RIGHT (seed 004: RPJ, XJoin, HMJ)
+    add_sql(sub)  # sql FILE --to-yaml | --from-yaml (docs/sql.md)
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
                        description="The naive centralized join that defines the correct output; "
                                    "quadratic, for checking small data sets.")
-    v.add_argument("query", type=Path)
+    v.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     v.add_argument("--data", type=Path, required=True)
     v.add_argument("--out", type=Path, required=True)
     v.set_defaults(func=_cmd_reference)
@@ -269,7 +272,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_plans(args: argparse.Namespace, kind: PlanKind) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     progress = not args.no_progress and sys.stderr.isatty()
     switches = parse_switches(args.switch, query)
     # adaptive: the nodes re-plan and switch while running (seed 003)
@@ -332,7 +335,7 @@ def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Op
 def _run_tree(args: argparse.Namespace, kind: PlanKind) -> int:
     """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query,
     embedded or (one tree) on Kafka."""
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     for flag, given in (("--switch", args.switch), ("--scale-out", args.scale_out is not None), ("--join", args.join),
                         ("--kill", args.kill and args.cluster is None)):
         if given:
@@ -428,7 +431,7 @@ def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> 
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     duration = parse_duration(args.duration)
     if args.out.exists() and not args.out.is_dir():
         raise JoinlibError(f"--out {args.out} exists and is not a directory")
@@ -454,7 +457,7 @@ def _print_or_write(obj: Any, out: Optional[Path]) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     streams = None
     if args.data is not None:
         streams = load_streams(query, args.data)
@@ -483,7 +486,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    query = load_query(args.query)  # mistakes are reported here, with the file's name; schema files inlined
+    query = load_query_file(args.query)  # mistakes are reported here, with the file's name; schema files inlined
     params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
     doc = query_to_dict(query)
     tree = tree_file(args.planner) if args.planner else None
@@ -520,7 +523,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_reference(args: argparse.Namespace) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     streams = load_streams(query, args.data)
     _writable(args.out)
     names = query.names

@@ -28,7 +28,7 @@ from joinlib.model import Query, Tup, Value
 from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.messages import KeyBatch
 from joinlib.protocol.wire import encode_body
-from joinlib.query import load_query
+from joinlib.sql import load_query_file
 
 Edge = tuple[int, int, int, int]  # (stream a, attr index in a, stream b, attr index in b)
 
@@ -221,11 +221,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m joinlib.costs.floor",
                                  description="The floor (bytes of the tuples that take part in a result and are "
                                              "not at the result site, best site) and floor + keys of a data set.")
-    ap.add_argument("query", type=Path)
+    ap.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     ap.add_argument("data", type=Path)
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     a = ap.parse_args(argv)
-    q = load_query(a.query)
+    q = load_query_file(a.query)
     f = floor(q, load_streams(q, a.data))
     doc = {"site": f.site, "floor": f.bytes, "floor_keys": f.with_keys, "by_site": f.by_site,
            "contributors": f.contributors}

@@ -37,7 +37,8 @@ from joinlib.model import Query, Stream, StreamStats, Tup, Value
 from joinlib.protocol.messages import Body, Envelope, KeyBatch, TupleBatch
 from joinlib.protocol.values import decode_values
 from joinlib.protocol.wire import encode_envelope
-from joinlib.query import dump_query, load_query
+from joinlib.query import dump_query
+from joinlib.sql import load_query_file, query_to_sql
 
 # What a stream is assumed to have where neither its query file nor its data says (docs/cost-model.md): the
 # cost models price it, the generator (joinlib.data.gen) generates it, warm-ups and samples are sized by it.
@@ -216,7 +217,7 @@ def format_stats(stats: list[StreamMeasurement]) -> str:
 
 def main(query_path: Path, data_dir: Path, write: Optional[Path] = None,
          json_out: Optional[Path] = None) -> list[StreamMeasurement]:
-    query = load_query(query_path)
+    query = load_query_file(query_path)
     if not Path(data_dir).is_dir():
         raise DataError(f"--data {data_dir}: no such directory (expected one <stream>.jsonl per stream)")
     stats = measure_query(query, data_dir)
@@ -224,7 +225,11 @@ def main(query_path: Path, data_dir: Path, write: Optional[Path] = None,
     if write is not None:
         if write.parent and not write.parent.exists():
             raise JoinlibError(f"cannot write {write}: directory {write.parent} does not exist")
-        dump_query(with_measured(query, stats), write)
+        measured = with_measured(query, stats)
+        if write.suffix.lower() == ".sql":
+            write.write_text(query_to_sql(measured), encoding="utf-8")
+        else:
+            dump_query(measured, write)
         print(f"\nwrote {write} (query with the measured statistics)")
     if json_out is not None:
         if json_out.parent and not json_out.parent.exists():

@@ -19,15 +19,15 @@ from joinlib.adapters.kafka import check_reachable
 from joinlib.adapters.live_gen import LiveGenerator, ensure_source_topics
 from joinlib.errors import JoinlibError
 from joinlib.ingest.events import EventProfile
-from joinlib.query import load_query
 from joinlib.settings import ServiceEnv
+from joinlib.sql import load_query_file
 from services.common import error_line, info_line
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m services.generator",
                                  description="Write synthetic JSON events to a query's source topics.")
-    ap.add_argument("--query", type=Path, required=True, help="query file (YAML) with json sources")
+    ap.add_argument("--query", type=Path, required=True, help="query file (.yaml or .sql) with json sources")
     ap.add_argument("--rate", type=float, default=200.0, help="events per second per stream (default 200)")
     ap.add_argument("--partitions", type=int, default=3, help="partitions of a source topic it creates (default 3)")
     ap.add_argument("--distinct", type=int, default=2000, help="distinct join values (default 2000)")
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     streams = args.streams.split(",") if args.streams else None
     check_reachable(args.bootstrap)
     ensure_source_topics(args.bootstrap, query, args.partitions, streams)

@@ -30,15 +30,15 @@ from joinlib.errors import JoinlibError
 from joinlib.node.control import ControlLog, ControlRecord, read_control_to_end
 from joinlib.node.replay import replay
 from joinlib.plan.partitioned import Partitioned
-from joinlib.query import load_query
 from joinlib.settings import ServiceEnv
+from joinlib.sql import load_query_file
 from services.common import error_line, info_line
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m services.source",
                                  description="Replay stream files into Kafka (docs/contracts.md).")
-    ap.add_argument("--query", type=Path, required=True, help="query file (YAML)")
+    ap.add_argument("--query", type=Path, required=True, help="query file (.yaml or .sql)")
     ap.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     pace = ap.add_mutually_exclusive_group()
     pace.add_argument("--fast", action="store_true", help="send as fast as possible")
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    query = load_query(args.query)
+    query = load_query_file(args.query)
     streams = load_streams(query, args.data)
     check_reachable(args.bootstrap)
     ensure_topics(make_admin(args.bootstrap), query_topics(query))

@@ -258,12 +258,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     from joinlib.errors import JoinlibError
-    from joinlib.query import load_query
+    from joinlib.sql import load_query_file
 
     try:
         bootstrap = bootstrap_servers(args.bootstrap)
         window_ms = parse_window_ms(args.window)
-        query = load_query(args.query)
+        query = load_query_file(args.query)
         out = Path(args.out)
         if not out.parent.is_dir():
             raise ValueError(f"cannot write {out}: directory {out.parent} does not exist")

@@ -77,9 +77,9 @@ def query_name(spec: Optional[str]) -> Optional[str]:
         return None
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.is_file():
-        from joinlib.query import load_query
+        from joinlib.sql import load_query_file
 
-        return load_query(p).name
+        return load_query_file(p).name
     return spec
 
 

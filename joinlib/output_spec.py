@@ -1,0 +1,127 @@
+"""What a query outputs: its SELECT list and its sink, the ``output`` of a query file.
+
+```yaml
+output:
+  select: [S1.dest, S1.id AS id1, S2.id AS id2, S3.bytes]   # or ['*'], ['S1.*', S2.dest]
+  topic: matches                                             # the sink topic (optional)
+  format: json
+```
+
+Why a section of its own, and in both formats: an SQL query (:mod:`joinlib.sql`) always has a SELECT list, and
+``joinlib sql --to-yaml`` must not lose it; the YAML format says the same thing so that the two stay equivalent.
+The runtime does not build rows from it yet (docs/sql.md, "Status"): results are still the members' ids. The
+default (``SELECT *``, no sink topic, json) is what a query file without ``output`` means, and
+:func:`output_to_dict` leaves it out, so YAML files written before this section read back unchanged.
+
+Parsing is part of :mod:`joinlib.query` (same error style: file, key path, what to do); this module only knows the
+``output`` mapping.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from joinlib.errors import QueryError
+from joinlib.source_spec import is_topic
+
+OUTPUT_KEYS = ("select", "topic", "format")
+SINK_FORMATS = ("json",)  # Avro sinks come with the rows output (issue 28)
+_COLUMN = re.compile(r"\s*(?:(\*)|([A-Za-z_]\w*)\s*\.\s*(\*|[A-Za-z_]\w*))(?:\s+(?i:as)\s+([A-Za-z_]\w*))?\s*\Z")
+_HINT = "write 'S1.dest', 'S1.id AS id1', 'S1.*' or '*'"
+
+Err = Callable[[str, str], QueryError]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One item of the SELECT list: ``stream.field [AS alias]``; ``field`` ``*`` is every field (of ``stream``, or
+    of every stream when ``stream`` is None)."""
+
+    stream: Optional[str]
+    field: str
+    alias: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        """The output column's name: the alias, else the field (``S1.dest`` is ``dest``, as in SQL)."""
+        return self.alias or self.field
+
+    def __str__(self) -> str:
+        text = self.field if self.stream is None else f"{self.stream}.{self.field}"
+        return f"{text} AS {self.alias}" if self.alias else text
+
+
+STAR = Column(None, "*")
+
+
+@dataclass(frozen=True)
+class Output:
+    """The SELECT list (``columns``) and the sink: ``topic`` (None: only ``out.<query>``) and its ``format``."""
+
+    columns: tuple[Column, ...] = (STAR,)
+    topic: Optional[str] = None
+    format: str = "json"
+
+
+def parse_output(err: Err, value: Any, streams: tuple[str, ...]) -> Output:
+    """The ``output`` mapping of a query over ``streams`` (names), or the default when absent."""
+    if value is None:
+        return Output()
+    if not isinstance(value, dict):
+        raise err("output", "expected a mapping such as {select: [S1.dest, S2.id AS id2], topic: matches}")
+    for key in value:
+        if key not in OUTPUT_KEYS:
+            close = difflib.get_close_matches(str(key), OUTPUT_KEYS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise err(f"output.{key}", f"unknown key '{key}'; {hint}valid keys: {', '.join(OUTPUT_KEYS)}")
+    columns = _parse_select(err, value.get("select", ["*"]), streams)
+    topic = value.get("topic")
+    if topic is not None and not is_topic(topic):
+        raise err("output.topic", f"expected a Kafka topic name (letters, digits, '.', '_', '-'), not {topic!r}")
+    fmt = value.get("format", "json")
+    if fmt not in SINK_FORMATS:
+        later = " (Avro sinks are not supported yet)" if fmt == "avro" else ""
+        raise err("output.format", f"unknown sink format {fmt!r}{later}; choose from {', '.join(SINK_FORMATS)}")
+    return Output(columns, topic, fmt)
+
+
+def _parse_select(err: Err, value: Any, streams: tuple[str, ...]) -> tuple[Column, ...]:
+    if not isinstance(value, list) or not value:
+        raise err("output.select", f"expected a non-empty list of columns; {_HINT}")
+    out: list[Column] = []
+    names: dict[str, int] = {}
+    for i, text in enumerate(value):
+        where = f"output.select[{i}]"
+        m = _COLUMN.match(text) if isinstance(text, str) else None
+        if not m:
+            raise err(where, f"cannot read {text!r} as a column; {_HINT}")
+        star, stream, field, alias = m.groups()
+        if star and alias:
+            raise err(where, f"{text!r}: '*' cannot be renamed; remove 'AS {alias}'")
+        if stream is not None and stream not in streams:
+            close = difflib.get_close_matches(stream, streams, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise err(where, f"unknown stream {stream!r} in {text!r}; {hint}declared streams: {', '.join(streams)}")
+        col = STAR if star else Column(stream, field, alias)
+        if col.field != "*":
+            if col.name in names:
+                raise err(where, f"output column '{col.name}' is named twice (items {names[col.name] + 1} and "
+                                 f"{i + 1} of the select list); give one another name, e.g. "
+                                 f"'{col.stream}.{col.field} AS {col.stream}_{col.field}'")
+            names[col.name] = i
+        out.append(col)
+    return tuple(out)
+
+
+def output_to_dict(output: Output) -> Optional[dict[str, Any]]:
+    """The ``output`` mapping of a query file, or None for the default (a file need not say it)."""
+    if output == Output():
+        return None
+    out: dict[str, Any] = {"select": [str(c) for c in output.columns]}
+    if output.topic is not None:
+        out["topic"] = output.topic
+    if output.format != "json":
+        out["format"] = output.format
+    return out
