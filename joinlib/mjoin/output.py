@@ -88,7 +88,7 @@ class OpOutput:
         if shared[0].pos != at:   # a group's tuples are of one stream
             shared = [moved.get(id(t)) or moved.setdefault(id(t), Tup(at, t.id, t.ts, t.seq, t.key, t.rest))
                       for t in shared]
-        base = list(placed)
+        base: list[Optional[Tup]] = list(placed)
         base.insert(at, None)
         out.setdefault((head.pos, at), []).append((tuple(base), shared))
 

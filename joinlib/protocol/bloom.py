@@ -220,7 +220,7 @@ def hash_rows(keys: Sequence[Key]) -> np.ndarray:
 def unpacked(m: Matcher) -> np.ndarray:
     """A Bloom matcher's bits, one bool per bit (bit p of the filter is element p), unpacked once per
     matcher (kept in its ``cache``): a filter is tested on every epoch it is live."""
-    bits = m.cache
+    bits: Optional[np.ndarray] = m.cache
     if bits is None:
         assert m._bloom is not None
         bits = m.cache = np.unpackbits(np.frombuffer(m._bloom.bits, np.uint8), bitorder="little").view(bool)
@@ -233,7 +233,6 @@ def bloom_hits(m: Matcher, rows: np.ndarray) -> np.ndarray:
     bits, k = unpacked(m), m._bloom.k
     got = bits.take(rows[:, :k] % len(bits))
     if k % 8:
-        hit: np.ndarray = got.all(axis=1)
-        return hit
+        return np.asarray(got.all(axis=1))
     words = got.view(np.uint64)
-    return (words[:, 0] if k == 8 else words[:, 0] & words[:, 1]) == ALL_SET
+    return np.asarray((words[:, 0] if k == 8 else words[:, 0] & words[:, 1]) == ALL_SET)

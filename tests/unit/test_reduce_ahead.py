@@ -101,6 +101,6 @@ def test_the_same_across_plan_switches(selective, monkeypatch):
 
 def test_a_set_that_differs_stops_the_run():
     checked = ahead.CheckedSends(object(), {"f"})
-    checked.sent[("f", 3)] = "ahead"
+    checked.sent[("f", 3)] = "ahead"  # type: ignore[assignment]
     with pytest.raises(RuntimeError, match="differs from the reducer's"):
         checked.send("r2", "f", 3, "other")  # type: ignore[arg-type]
