@@ -20,7 +20,7 @@ Redis: ``--url`` / ``REDIS_URL``, else a local ``redis-server`` started by
 ``infra.local_cluster`` (stopped at exit).
 
     python bench/redis_store_bench.py [--url redis://...] [--epochs 300] [--rest-bytes 60] \
-        [--stores memory,redis,mirror,blocks] [--flush-epochs 100]
+        [--stores memory,redis,mirror,blocks] [--flush-epochs 100] [--wire]
 
 Writes ``bench/out/redis_store.json``.
 """
@@ -44,11 +44,19 @@ from joinlib.model import Tup  # noqa: E402
 from joinlib.state.memory import MemoryWindowStore  # noqa: E402
 
 
+WIRE = False   # --wire: the tuples carry their Avro bytes (Tup.wire), as a node's do when decoded from Kafka
+
+
 def make_tuples(n: int, keys: int, rest_bytes: int, seed: int = 1) -> list[Tup]:
     rnd = random.Random(seed)
     rest = bytes(rnd.getrandbits(8) for _ in range(rest_bytes))
     # 1000 tuples per second of event time, ts non-decreasing in seq
-    return [Tup(0, 10_000 + i, i, i, (rnd.randrange(keys), f"r{i % 7}"), rest) for i in range(n)]
+    tups = [Tup(0, 10_000 + i, i, i, (rnd.randrange(keys), f"r{i % 7}"), rest) for i in range(n)]
+    if WIRE:
+        from joinlib.protocol.avro import encode_tuple
+        for t in tups:
+            encode_tuple(t)
+    return tups
 
 
 def redis_cpu_s(client) -> float:
@@ -164,8 +172,13 @@ def main() -> None:
     ap.add_argument("--stores", default=",".join(STORES), help=f"kinds to run, of {', '.join(STORES)}")
     ap.add_argument("--flush-epochs", type=int, default=100,
                     help="epochs between flushes of a write-behind store (a node's checkpoint; default 100)")
+    ap.add_argument("--wire", action="store_true",
+                    help="tuples carry their Avro bytes, as a node's do when decoded from Kafka (block stores "
+                         "write those instead of encoding)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
+    global WIRE
+    WIRE = args.wire
     kinds = [k for k in args.stores.split(",") if k]
     if not set(kinds) <= set(STORES):
         ap.error(f"--stores: unknown kind(s) {sorted(set(kinds) - set(STORES))}")
@@ -188,7 +201,7 @@ def main() -> None:
                      "redis_py": redis.__version__, "python": platform.python_version(),
                      "cpus": os.cpu_count(), "ping_round_trip_us": ping_us(client),
                      "window": args.window, "distinct_keys": args.keys, "rest_bytes": args.rest_bytes,
-                     "epochs": args.epochs, "flush_epochs": args.flush_epochs, **{k: [] for k in kinds}}
+                     "epochs": args.epochs, "flush_epochs": args.flush_epochs, "wire": args.wire, **{k: [] for k in kinds}}
         for b in (int(x) for x in args.batches.split(",")):
             for kind in kinds:
                 store = make_store(kind, client, f"{ns}/{kind}/b{b}")
