@@ -43,7 +43,6 @@ sys.path.insert(0, str(ROOT))
 from joinlib.model import Tup  # noqa: E402
 from joinlib.state.memory import MemoryWindowStore  # noqa: E402
 
-
 WIRE = False   # --wire: the tuples carry their Avro bytes (Tup.wire), as a node's do when decoded from Kafka
 
 
@@ -201,7 +200,8 @@ def main() -> None:
                      "redis_py": redis.__version__, "python": platform.python_version(),
                      "cpus": os.cpu_count(), "ping_round_trip_us": ping_us(client),
                      "window": args.window, "distinct_keys": args.keys, "rest_bytes": args.rest_bytes,
-                     "epochs": args.epochs, "flush_epochs": args.flush_epochs, "wire": args.wire, **{k: [] for k in kinds}}
+                     "epochs": args.epochs, "flush_epochs": args.flush_epochs, "wire": args.wire,
+                     **{k: [] for k in kinds}}
         for b in (int(x) for x in args.batches.split(",")):
             for kind in kinds:
                 store = make_store(kind, client, f"{ns}/{kind}/b{b}")

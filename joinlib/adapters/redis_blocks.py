@@ -82,7 +82,7 @@ def _encode(rec: Record) -> bytes:
     kind, body = rec
     if kind == _INSERT:
         try:   # tuples decoded from Kafka (sources, replicas) keep their Avro bytes: a block is then a join
-            return b"A" + encode_long(len(body)) + b"".join(map(_wire, body)) + END
+            return b"".join([b"A", encode_long(len(body)), *map(_wire, body), END])
         except TypeError:   # some tuple never encoded: marshal is 5x cheaper than encoding it in Avro here
             return b"M" + marshal.dumps([(t.pos, t.id, t.ts, t.seq, t.key, t.rest) for t in body])
     return (b"P" if kind == _PURGE else b"R") + marshal.dumps(body)
@@ -114,6 +114,7 @@ class RedisBlockStore:
         self._reset_log()
         self._new_indexes: list[str] = []          # index specs not yet in Redis
         self.mem = self._open()
+        self._maybe_compact()
 
     def __repr__(self) -> str:
         return f"RedisBlockStore({self.base!r})"
@@ -132,16 +133,19 @@ class RedisBlockStore:
         self._stored = 0                           # tuples in live insert records (duplicates and dead ones too)
         self._hi: Optional[int] = None             # highest seq of any insert record since the last reset
         self._ordered = True                       # each insert record's seqs above every earlier one's
+        self._limit = _MIN_DEAD                    # _stored above which the dead weight is looked at again
 
-    def _add_insert(self, rid: int, tups: list[Tup], lo: int, hi: int) -> None:
-        self._sizes[rid] = len(tups)
-        self._stored += len(tups)
+    def _add_insert(self, rid: int, n: int, lo: int, hi: int) -> None:
+        """Account for insert record ``rid``: ``n`` tuples, seqs from ``lo`` to ``hi``."""
+        self._sizes[rid] = n
+        self._stored += n
         heapq.heappush(self._by_max, (hi, rid, lo))
         heapq.heappush(self._ids, rid)
-        if self._hi is not None and lo <= self._hi:
-            self._ordered = False
-        if self._hi is None or hi > self._hi:
+        top = self._hi
+        if top is None or hi > top:
             self._hi = hi
+        if top is not None and lo <= top:
+            self._ordered = False
 
     def _forget(self, rid: int) -> None:
         """Record ``rid`` is not needed any more: never sent, or deleted at the next flush."""
@@ -159,11 +163,12 @@ class RedisBlockStore:
         of whose seqs is stored any more, log ``rec`` if a live one may still hold a removed tuple, drop the
         purge / remove records no insert record precedes, compact if the log carries too much dead weight."""
         oldest = self.mem.oldest_seq()
-        by_max = self._by_max
+        by_max, sizes, pending = self._by_max, self._sizes, self._pending
         while by_max and (oldest is None or by_max[0][0] < oldest):
             rid = heapq.heappop(by_max)[1]
-            self._stored -= self._sizes.pop(rid)
-            self._forget(rid)
+            self._stored -= sizes.pop(rid)
+            if pending.pop(rid, None) is None:   # _forget, inlined: the hot path of a sliding window
+                self._dead.append(rid)
         # ordered: the block with the lowest max seq also has the lowest seqs, so if it starts above ``top``
         # no live block holds a removed tuple and ``rec`` would change nothing on replay
         if by_max and not (self._ordered and by_max[0][2] > top):
@@ -171,13 +176,14 @@ class RedisBlockStore:
             self._others.append(rid)
             if rec[0] == _PURGE:
                 self._supersede(rid, *rec[1])
-        ids, sizes, others = self._ids, self._sizes, self._others
+        ids, others = self._ids, self._others
         while ids and ids[0] not in sizes:
             heapq.heappop(ids)
         first = ids[0] if ids else self._next
         while others and others[0] < first:
             self._forget(others.popleft())
-        self._maybe_compact()
+        if self._stored > self._limit or len(others) > _MIN_OTHERS:
+            self._maybe_compact()
 
     def _supersede(self, rid: int, kind: str, bound: Any) -> None:
         """Purge record ``rid`` removes whatever the previous one of its kind did if its bound is not lower
@@ -191,10 +197,14 @@ class RedisBlockStore:
             self._forget(prev[0])
 
     def _maybe_compact(self) -> None:
+        """Compact if the log holds more dead tuples than ``max(live, _MIN_DEAD)`` or more purge / remove
+        records than ``max(_MIN_OTHERS, 2 x insert records)``; else note the next size worth a look."""
         live = len(self.mem)
         if (self._stored - live > max(live, _MIN_DEAD)
                 or len(self._others) > max(_MIN_OTHERS, 2 * len(self._sizes))):
             self._compact()
+        else:
+            self._limit = live + max(live, _MIN_DEAD)
 
     def _compact(self) -> None:
         """Replace every record by one insert record of the live window."""
@@ -207,7 +217,8 @@ class RedisBlockStore:
         self._pending, self._dead = pending, dead
         live = self.mem.tuples()
         if live:
-            self._add_insert(self._record((_INSERT, live)), live, live[0].seq, live[-1].seq)
+            self._add_insert(self._record((_INSERT, live)), len(live), live[0].seq, live[-1].seq)
+        self._limit = len(live) + max(len(live), _MIN_DEAD)
 
     # ------------------------------------------------------------------ Redis
     def _open(self) -> MemoryWindowStore:
@@ -230,8 +241,8 @@ class RedisBlockStore:
                 mem.insert(tups)
                 for t in tups:
                     by_seq[t.seq] = t
-                seqs = [t.seq for t in tups]
-                self._add_insert(rid, tups, min(seqs), max(seqs))
+                seqs = sorted([t.seq for t in tups])
+                self._add_insert(rid, len(tups), seqs[0], seqs[-1])
             else:
                 if kind == _PURGE:
                     mem.purge_below(**{body[0]: body[1]})
@@ -287,10 +298,10 @@ class RedisBlockStore:
             return
         self.mem.insert(tups)
         batch = list(tups)
-        seqs = [t.seq for t in batch]
-        self._add_insert(self._record((_INSERT, batch)), batch, min(seqs), max(seqs))
-        if self._stored > 2 * len(self.mem) + _MIN_DEAD:  # duplicates piling up (a replica sent a batch again)
-            self._compact()
+        seqs = sorted([t.seq for t in batch])   # timsort: linear on the usual sorted batch, cheaper than min + max
+        self._add_insert(self._record((_INSERT, batch)), len(batch), seqs[0], seqs[-1])
+        if self._stored > self._limit:   # the window grew, or duplicates pile up (a replica sent a batch again)
+            self._maybe_compact()
         if len(self._pending) >= self._flush_records:
             self.flush()
 

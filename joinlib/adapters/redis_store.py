@@ -387,7 +387,9 @@ class RedisStoreFactory:
         self.client = client
         self.namespace = namespace
         self.kind = kind
-        self.cls = {"blocks": RedisBlockStore, "mirror": MirroredRedisWindowStore, "redis": RedisWindowStore}[kind]
+        classes: dict[str, type] = {"blocks": RedisBlockStore, "mirror": MirroredRedisWindowStore,
+                                    "redis": RedisWindowStore}
+        self.cls = classes[kind]
         self._blocks: weakref.WeakSet[RedisBlockStore] = weakref.WeakSet()  # what flush() flushes
 
     def __call__(self, name: str):

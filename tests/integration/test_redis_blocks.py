@@ -12,7 +12,14 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from joinlib.adapters.redis_blocks import RedisBlockStore
 from joinlib.adapters.redis_client import clear_namespace
@@ -261,7 +268,7 @@ def machine(client, ns: str):
                 if not self.store.dirty():   # flushed by itself (``flush_records`` waiting) or nothing changed
                     self.flushed = [obs(t) for t in self.model.sorted()]
                 s = self.store
-                assert s._stored <= 2 * len(s) + 4096 and len(s._others) <= max(64, 2 * len(s._sizes))
+                assert s._stored <= s._limit and len(s._others) <= max(64, 2 * len(s._sizes))
 
     return LogMachine
 
