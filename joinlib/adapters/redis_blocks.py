@@ -6,7 +6,8 @@ the window *as of each checkpoint*, not a per-tuple index kept current on every 
 (:class:`~joinlib.adapters.redis_store.RedisWindowStore`, :class:`~joinlib.adapters.redis_store.
 MirroredRedisWindowStore`) run a Lua script per insert / purge with a ZADD per tuple per index: 7x (batches
 of 30) to 4x (300) the memory store's CPU in the client and as much again in Redis.  This one costs
-little more than memory (``bench/redis_store_bench.py``, docs/results.md "Redis window store").
+1.1x (batches of 300) to 1.4-1.8x (30) the memory store's client CPU and almost nothing in Redis
+(``bench/redis_store_bench.py``, docs/results.md "Redis window store").
 
 :class:`RedisBlockStore` = a :class:`~joinlib.state.memory.MemoryWindowStore` (serves every read, decides
 every result) + a log of *records* kept in one Redis hash, ``B:d`` (record id -> bytes):
@@ -16,20 +17,20 @@ every result) + a log of *records* kept in one Redis hash, ``B:d`` (record id ->
   live block may still hold a removed tuple (otherwise the deleted blocks say it all);
 * ``remove_oldest`` -> one remove record (the seqs), on the same condition.
 
-Replaying the records in id order through a memory store gives exactly the window in memory (the
-records are its operations, and a memory store decides what each does).  Records that no longer change
-the outcome are deleted: an insert record once none of its seqs is stored any more (every seq is below
-the oldest stored one: a whole expired block), a purge / remove record once no older insert record is
-left.  Replay drops what a partially expired block holds below its purge bound.  When dead weight piles up
-anyway (a block kept by one long-lived tuple, out-of-order batches) the log is *compacted*: one insert
-record of the live window replaces every record.  Tuples with the same seq are the same tuple (a stream's
-rank), so dropping one copy of a duplicated seq changes nothing.
+Replaying the records in id order through a memory store gives exactly the window in memory (the records are
+its operations, and a memory store decides what each does). Records that no longer change the outcome are
+deleted: an insert record once none of its seqs is stored any more (every seq is below the oldest stored one:
+a whole expired block), a purge / remove record once no older insert record is left, and a purge record once a
+later one of its kind has a bound at least as high. Replay drops what a partially expired block holds below
+its purge bound. When dead weight piles up anyway (a block kept by one long-lived tuple, out-of-order batches)
+the log is *compacted*: one insert record of the live window replaces every record. Tuples with the same seq
+are the same tuple (a stream's rank), so dropping one copy of a duplicated seq changes nothing.
 
 **Written behind.**  Records are not sent when made: :meth:`RedisBlockStore.flush` sends what changed
-since the last flush in one pipeline (``SADD`` of new indexes, ``HSET`` of new records, ``HDEL`` of dead
-ones, in that order: a flush cut short leaves a log whose replay is the previous or the new state's
-superset-of-dead-records, never a gap), and records that die before a flush are never sent at all (in
-a sliding window most purge records).  :class:`~joinlib.adapters.redis_store.RedisStoreFactory` flushes
+since the last flush in one ``MULTI``/``EXEC`` transaction (``SADD`` of new indexes, ``HSET`` of new
+records, ``HDEL`` of dead ones), so Redis holds the state of one flush or of the next, never a mix; records
+that die before a flush are never sent at all (in a sliding window, blocks younger than the flush interval
+that expired, and most purge records).  :class:`~joinlib.adapters.redis_store.RedisStoreFactory` flushes
 every store of a node in one round trip, and the node flushes it before each checkpoint saves the keys
 (:class:`joinlib.node.recovery.NodeCheckpoints`).  A store flushes by itself when ``flush_records``
 records are waiting (bounded memory for a node without checkpoints).  Redis errors therefore surface at a
@@ -64,7 +65,7 @@ from joinlib.protocol.avro import END, decode_tuple_list, encode_long
 from joinlib.state.base import Index, Key, KeyList
 from joinlib.state.memory import MemoryWindowStore
 
-__all__ = ["RedisBlockStore", "flush_stores"]
+__all__ = ["RedisBlockStore", "MemoryReads", "flush_stores"]
 
 _INSERT, _PURGE, _REMOVE = 0, 1, 2
 FLUSH_RECORDS = 1024   # records waiting that make a store flush by itself
@@ -99,7 +100,36 @@ def _decode(data: bytes) -> Record:
     raise ValueError(f"unknown block store record {data[:16]!r}")
 
 
-class RedisBlockStore:
+class MemoryReads:
+    """Every read of a :class:`~joinlib.state.base.WindowStore` served by ``self.mem``, a memory store: the
+    stores that keep a durable copy elsewhere (here, :class:`~joinlib.adapters.redis_store.
+    MirroredRedisWindowStore`) answer probes at memory speed."""
+
+    mem: MemoryWindowStore
+
+    def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
+        return self.mem.lookup(index, key)
+
+    def lookup_many(self, index: Index, keys: Iterable[Key]) -> dict[Key, KeyList]:
+        return self.mem.lookup_many(index, keys)
+
+    def first_seq_at_or_after(self, ts: int) -> Optional[int]:
+        return self.mem.first_seq_at_or_after(ts)
+
+    def tuples(self) -> list[Tup]:
+        return self.mem.tuples()
+
+    def indexes(self) -> set[Index]:
+        return self.mem.indexes()
+
+    def __len__(self) -> int:
+        return len(self.mem)
+
+    def snapshot(self) -> list[Tup]:
+        return self.mem.snapshot()
+
+
+class RedisBlockStore(MemoryReads):
     """The tuples of one stream in memory, with a durable log of blocks under ``prefix`` in Redis (see
     the module docstring).  ``client``: a ``redis.Redis`` (or ``RedisCluster``) returning bytes.  A new
     store on a prefix loads what the log there holds."""
@@ -305,12 +335,6 @@ class RedisBlockStore:
         if len(self._pending) >= self._flush_records:
             self.flush()
 
-    def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
-        return self.mem.lookup(index, key)
-
-    def lookup_many(self, index: Index, keys: Iterable[Key]) -> dict[Key, KeyList]:
-        return self.mem.lookup_many(index, keys)
-
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         gone = self.mem.purge_below(ts=ts, seq=seq)
         if gone:
@@ -323,21 +347,6 @@ class RedisBlockStore:
         self.mem.remove_oldest(tups)
         seqs = [t.seq for t in tups]
         self._after_removal(max(seqs), (_REMOVE, seqs))
-
-    def first_seq_at_or_after(self, ts: int) -> Optional[int]:
-        return self.mem.first_seq_at_or_after(ts)
-
-    def tuples(self) -> list[Tup]:
-        return self.mem.tuples()
-
-    def indexes(self) -> set[Index]:
-        return self.mem.indexes()
-
-    def __len__(self) -> int:
-        return len(self.mem)
-
-    def snapshot(self) -> list[Tup]:
-        return self.mem.snapshot()
 
     def load(self, tuples: Sequence[Tup]) -> None:
         """Replace the content by ``tuples`` (indexes kept): the log becomes one insert record."""
@@ -353,12 +362,12 @@ class RedisBlockStore:
 
 
 def flush_stores(client: Any, stores: Iterable[RedisBlockStore]) -> int:
-    """Flush ``stores`` (all on ``client``) in one pipeline; returns how many had changes.  Raises on a
-    Redis error, the stores' changes kept for the next flush."""
+    """Flush ``stores`` (all on ``client``, in one cluster slot: one node's) in one transaction; returns how
+    many had changes.  Raises on a Redis error, the stores' changes kept for the next flush."""
     dirty = [s for s in stores if s.dirty()]
     if not dirty:
         return 0
-    pipe = client.pipeline(transaction=False)
+    pipe = client.pipeline(transaction=True)
     for s in dirty:
         s._queue(pipe)
     pipe.execute()

@@ -9,13 +9,13 @@ whole tuple, so equal blobs are equal tuples; it saves ~90% of decoding, as a tu
 returned by every lookup of its key while it is in the window).
 
 :class:`MirroredRedisWindowStore` is the same store plus a write-through copy in memory that serves every
-read, so Redis holds the durable windows (for restart recovery) while probes run at memory speed.  Node
+read, so Redis holds the durable windows (for restart recovery) while probes run at memory speed. Node
 services use neither any more: :func:`redis_store_factory` makes a
-:class:`~joinlib.adapters.redis_blocks.RedisBlockStore` by default (memory plus a log of whole epoch
-blocks in Redis, written behind and flushed before each checkpoint: 1.0-1.3x the memory store's CPU where
-these two take 4-20x, plus as much again in Redis).  These two stay for the conformance suite's reference
-of a store that keeps every read in Redis, for comparison (``bench/redis_store_bench.py``) and for
-``kind="mirror"`` / ``kind="redis"``.
+:class:`~joinlib.adapters.redis_blocks.RedisBlockStore` by default (memory plus a log of whole epoch blocks in
+Redis, written behind and flushed before each checkpoint: 1.1-1.8x the memory store's CPU where these two take
+4-20x, plus as much again in Redis; docs/results.md "Redis window store"). These two stay for the conformance
+suite's reference of a store that keeps every read in Redis, for comparison (``bench/redis_store_bench.py``)
+and for ``kind="mirror"`` / ``kind="redis"``.
 
 Every operation is ONE round trip: a Lua script (:mod:`joinlib.adapters.redis_lua`; ``register_script`` ->
 EVALSHA, reloaded on NOSCRIPT) for insert / purge / remove_oldest / add_index / first_seq_at_or_after, a
@@ -60,7 +60,7 @@ from typing import Iterable, Optional, Sequence, cast
 from redis.exceptions import ResponseError
 
 from joinlib.adapters import redis_lua as lua
-from joinlib.adapters.redis_blocks import RedisBlockStore, flush_stores
+from joinlib.adapters.redis_blocks import MemoryReads, RedisBlockStore, flush_stores
 from joinlib.adapters.redis_client import (
     clear_namespace,
     glob_escape,
@@ -293,7 +293,7 @@ class RedisWindowStore:
         self.insert(sorted(tuples, key=lambda t: t.seq))
 
 
-class MirroredRedisWindowStore:
+class MirroredRedisWindowStore(MemoryReads):
     """A :class:`RedisWindowStore` with a write-through copy in process memory: every change goes
     to Redis (one round trip, as before) and to a :class:`MemoryWindowStore`; every read is served
     from memory.  Redis stays the durable copy -- a new handle on the prefix (a restarted node,
@@ -324,12 +324,6 @@ class MirroredRedisWindowStore:
         self.redis.insert(tups)
         self.mem.insert(tups)
 
-    def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
-        return self.mem.lookup(index, key)
-
-    def lookup_many(self, index: Index, keys: Iterable[tuple]) -> dict[tuple, KeyList]:
-        return self.mem.lookup_many(index, keys)
-
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         n = self.redis.purge_count(ts=ts, seq=seq)
         gone = self.mem.purge_below(ts=ts, seq=seq)
@@ -342,24 +336,9 @@ class MirroredRedisWindowStore:
         self.redis.remove_oldest(tups)
         self.mem.remove_oldest(tups)
 
-    def first_seq_at_or_after(self, ts: int) -> Optional[int]:
-        return self.mem.first_seq_at_or_after(ts)
-
-    def tuples(self) -> list[Tup]:
-        return self.mem.tuples()
-
-    def indexes(self) -> set[Index]:
-        return self.mem.indexes()
-
-    def __len__(self) -> int:
-        return len(self.mem)
-
     def clear(self) -> int:
         self.mem = MemoryWindowStore()
         return self.redis.clear()
-
-    def snapshot(self) -> list[Tup]:
-        return self.mem.snapshot()
 
     def load(self, tuples: Sequence[Tup]) -> None:
         self.redis.load(tuples)
