@@ -353,7 +353,7 @@ class RedisStoreFactory:
     blocks written behind; the default, what node services use), ``"mirror"``
     (:class:`MirroredRedisWindowStore`) or ``"redis"`` (:class:`RedisWindowStore`: every read from Redis).
 
-    :meth:`flush` sends every block store's pending changes in one round trip: a node calls it before each
+    :meth:`flush` sends every block store's pending changes in one transaction: a node calls it before each
     checkpoint copies its keys (the other kinds write through: nothing to flush)."""
 
     KINDS = ("blocks", "mirror", "redis")
@@ -378,7 +378,7 @@ class RedisStoreFactory:
         return store
 
     def flush(self) -> int:
-        """Make Redis hold the current state of every block store made (one pipeline); returns how many
+        """Make Redis hold the current state of every block store made (one MULTI/EXEC); returns how many
         had changes.  Raises on a Redis error (the changes are kept for the next flush)."""
         return flush_stores(self.client, list(self._blocks))
 
