@@ -10,7 +10,8 @@ import redis
 
 from joinlib.settings import RedisSecurity
 
-__all__ = ["redis_client", "store_prefix", "clear_namespace", "glob_escape", "unlink_matching"]
+__all__ = ["redis_client", "store_prefix", "clear_namespace", "glob_escape", "unlink_matching", "tagged_base",
+           "index_spec", "require_bytes_client"]
 
 
 def redis_client(url: str, **client_kwargs):
@@ -25,6 +26,28 @@ def store_prefix(namespace: str, name: str) -> str:
     """``{namespace/site}/rest`` for a store name ``site/rest`` (all of a node's stores share a slot)."""
     site, _, rest = name.partition("/")
     return "{" + namespace + "/" + site + "}" + ("/" + rest if rest else "")
+
+
+def tagged_base(prefix: str) -> str:
+    """The base of a store's keys: ``prefix`` itself if it holds a hash tag ``{...}``, else ``{prefix}`` (a
+    store's keys must share a cluster slot: its scripts and transactions touch several at once)."""
+    i = prefix.find("{")
+    return prefix if i >= 0 and prefix.find("}", i + 2) > i else "{" + prefix + "}"
+
+
+def index_spec(index: tuple[int, ...]) -> str:
+    """An index (positions in ``Tup.key``) as stored in a store's index set: ``"0"``, ``"0,2"``."""
+    return ",".join(str(int(i)) for i in index)
+
+
+def require_bytes_client(client, who: str) -> None:
+    """Refuse a client that decodes replies: the stores keep binary blobs."""
+    try:
+        decoded = client.get_connection_kwargs().get("decode_responses")
+    except Exception:  # pragma: no cover - client types without connection kwargs
+        decoded = False
+    if decoded:
+        raise ValueError(f"{who} needs a client with decode_responses=False")
 
 
 def glob_escape(s: str) -> str:

@@ -8,9 +8,14 @@ function) and a bounded content-addressed one, blob -> decoded ``Tup`` (a blob i
 whole tuple, so equal blobs are equal tuples; it saves ~90% of decoding, as a tuple is
 returned by every lookup of its key while it is in the window).
 
-Node services use :class:`MirroredRedisWindowStore` (what :func:`redis_store_factory` makes):
-the same store plus a write-through copy in memory that serves every read, so Redis holds the
-durable windows (for restart recovery) while probes run at memory speed.
+:class:`MirroredRedisWindowStore` is the same store plus a write-through copy in memory that serves every
+read, so Redis holds the durable windows (for restart recovery) while probes run at memory speed. Node
+services use neither any more: :func:`redis_store_factory` makes a
+:class:`~joinlib.adapters.redis_blocks.RedisBlockStore` by default (memory plus a log of whole epoch blocks in
+Redis, written behind and flushed before each checkpoint: 1.1-1.8x the memory store's CPU where these two take
+4-20x, plus as much again in Redis; docs/results.md "Redis window store"). These two stay for the conformance
+suite's reference of a store that keeps every read in Redis, for comparison (``bench/redis_store_bench.py``)
+and for ``kind="mirror"`` / ``kind="redis"``.
 
 Every operation is ONE round trip: a Lua script (:mod:`joinlib.adapters.redis_lua`; ``register_script`` ->
 EVALSHA, reloaded on NOSCRIPT) for insert / purge / remove_oldest / add_index / first_seq_at_or_after, a
@@ -49,18 +54,29 @@ from __future__ import annotations
 
 import marshal
 import struct
+import weakref
 from typing import Iterable, Optional, Sequence, cast
 
 from redis.exceptions import ResponseError
 
 from joinlib.adapters import redis_lua as lua
-from joinlib.adapters.redis_client import clear_namespace, glob_escape, redis_client, store_prefix, unlink_matching
+from joinlib.adapters.redis_blocks import MemoryReads, RedisBlockStore, flush_stores
+from joinlib.adapters.redis_client import (
+    clear_namespace,
+    glob_escape,
+    index_spec,
+    redis_client,
+    require_bytes_client,
+    store_prefix,
+    tagged_base,
+    unlink_matching,
+)
 from joinlib.model import Tup
 from joinlib.state.base import Index, KeyList
 from joinlib.state.memory import MemoryWindowStore
 
-__all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisStoreFactory", "redis_store_factory",
-           "canonical_key"]
+__all__ = ["RedisWindowStore", "MirroredRedisWindowStore", "RedisBlockStore", "RedisStoreFactory",
+           "redis_store_factory", "canonical_key"]
 
 _TRAILER = struct.Struct(">qqI")   # seq, ts, len(comps)
 _SEP = b"\x1f"
@@ -104,19 +120,10 @@ def _keylist(tups: list[Tup]) -> KeyList:
     return kl
 
 
-def _spec(index: Index) -> str:
-    return ",".join(str(int(i)) for i in index)
-
-
 def _bound(x) -> str:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(f"purge bound must be a number, not {x!r}")
     return str(x) if isinstance(x, int) else repr(float(x))
-
-
-def _has_tag(prefix: str) -> bool:
-    i = prefix.find("{")
-    return i >= 0 and prefix.find("}", i + 2) > i
 
 
 # --------------------------------------------------------------------------- the store
@@ -131,16 +138,10 @@ class RedisWindowStore:
     """
 
     def __init__(self, client, prefix: str, *, cache_size: int = 1 << 16) -> None:
-        try:
-            decoded = client.get_connection_kwargs().get("decode_responses")
-        except Exception:  # pragma: no cover - client types without connection kwargs
-            decoded = False
-        if decoded:
-            raise ValueError("RedisWindowStore needs a client with decode_responses=False")
+        require_bytes_client(client, "RedisWindowStore")
         self.client = client
         self.prefix = prefix
-        base = prefix if _has_tag(prefix) else "{" + prefix + "}"
-        self.base = base
+        self.base = base = tagged_base(prefix)
         self._ks, self._kx = base + ":s", base + ":x"
         self._keys2 = [self._ks, self._kx]
         self._base_arg = base.encode("utf-8")
@@ -188,7 +189,7 @@ class RedisWindowStore:
 
     # ------------------------------------------------------------------ protocol
     def add_index(self, index: Index) -> None:
-        self._add_index(keys=self._keys2, args=[self._base_arg, _spec(index)])
+        self._add_index(keys=self._keys2, args=[self._base_arg, index_spec(index)])
 
     def insert(self, tups: Sequence[Tup]) -> None:
         if not tups:
@@ -203,7 +204,7 @@ class RedisWindowStore:
         keys = list(keys)
         if not keys:
             return {}
-        spec = _spec(index)
+        spec = index_spec(index)
         head = (self.base + ":i:" + spec + ":").encode("utf-8")
         comps = self._comps
         names = [head + comps(k) for k in keys]
@@ -292,7 +293,7 @@ class RedisWindowStore:
         self.insert(sorted(tuples, key=lambda t: t.seq))
 
 
-class MirroredRedisWindowStore:
+class MirroredRedisWindowStore(MemoryReads):
     """A :class:`RedisWindowStore` with a write-through copy in process memory: every change goes
     to Redis (one round trip, as before) and to a :class:`MemoryWindowStore`; every read is served
     from memory.  Redis stays the durable copy -- a new handle on the prefix (a restarted node,
@@ -323,12 +324,6 @@ class MirroredRedisWindowStore:
         self.redis.insert(tups)
         self.mem.insert(tups)
 
-    def lookup(self, index: Index, key: tuple) -> Optional[KeyList]:
-        return self.mem.lookup(index, key)
-
-    def lookup_many(self, index: Index, keys: Iterable[tuple]) -> dict[tuple, KeyList]:
-        return self.mem.lookup_many(index, keys)
-
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         n = self.redis.purge_count(ts=ts, seq=seq)
         gone = self.mem.purge_below(ts=ts, seq=seq)
@@ -341,24 +336,9 @@ class MirroredRedisWindowStore:
         self.redis.remove_oldest(tups)
         self.mem.remove_oldest(tups)
 
-    def first_seq_at_or_after(self, ts: int) -> Optional[int]:
-        return self.mem.first_seq_at_or_after(ts)
-
-    def tuples(self) -> list[Tup]:
-        return self.mem.tuples()
-
-    def indexes(self) -> set[Index]:
-        return self.mem.indexes()
-
-    def __len__(self) -> int:
-        return len(self.mem)
-
     def clear(self) -> int:
         self.mem = MemoryWindowStore()
         return self.redis.clear()
-
-    def snapshot(self) -> list[Tup]:
-        return self.mem.snapshot()
 
     def load(self, tuples: Sequence[Tup]) -> None:
         self.redis.load(tuples)
@@ -368,19 +348,39 @@ class MirroredRedisWindowStore:
 # --------------------------------------------------------------------------- factory
 
 class RedisStoreFactory:
-    """``store_factory`` for :class:`joinlib.runtime.host.Host`: name -> a store under the namespace,
-    :class:`MirroredRedisWindowStore` (reads from memory; the default) or, with ``mirror=False``,
-    :class:`RedisWindowStore` (every read from Redis)."""
+    """``store_factory`` for :class:`joinlib.runtime.host.Host`: name -> a store under the namespace, of
+    ``kind`` ``"blocks"`` (:class:`~joinlib.adapters.redis_blocks.RedisBlockStore`: memory plus a log of
+    blocks written behind; the default, what node services use), ``"mirror"``
+    (:class:`MirroredRedisWindowStore`) or ``"redis"`` (:class:`RedisWindowStore`: every read from Redis).
 
-    def __init__(self, client, namespace: str, *, mirror: bool = True) -> None:
+    :meth:`flush` sends every block store's pending changes in one transaction: a node calls it before each
+    checkpoint copies its keys (the other kinds write through: nothing to flush)."""
+
+    KINDS = ("blocks", "mirror", "redis")
+
+    def __init__(self, client, namespace: str, *, kind: str = "blocks") -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ValueError(f"bad Redis namespace {namespace!r} (non-empty, no braces)")
+        if kind not in self.KINDS:
+            raise ValueError(f"bad Redis store kind {kind!r} (one of {', '.join(self.KINDS)})")
         self.client = client
         self.namespace = namespace
-        self.cls = MirroredRedisWindowStore if mirror else RedisWindowStore
+        self.kind = kind
+        classes: dict[str, type] = {"blocks": RedisBlockStore, "mirror": MirroredRedisWindowStore,
+                                    "redis": RedisWindowStore}
+        self.cls = classes[kind]
+        self._blocks: weakref.WeakSet[RedisBlockStore] = weakref.WeakSet()  # what flush() flushes
 
     def __call__(self, name: str):
-        return self.cls(self.client, store_prefix(self.namespace, name))
+        store = self.cls(self.client, store_prefix(self.namespace, name))
+        if isinstance(store, RedisBlockStore):
+            self._blocks.add(store)
+        return store
+
+    def flush(self) -> int:
+        """Make Redis hold the current state of every block store made (one MULTI/EXEC); returns how many
+        had changes.  Raises on a Redis error (the changes are kept for the next flush)."""
+        return flush_stores(self.client, list(self._blocks))
 
     def clear(self) -> int:
         return clear_namespace(self.client, self.namespace)
@@ -389,11 +389,12 @@ class RedisStoreFactory:
         self.client.close()
 
 
-def redis_store_factory(url: str, namespace: str, *, mirror: bool = True, **client_kwargs) -> RedisStoreFactory:
-    """A ``store_factory`` keeping every store of the run under ``namespace`` on ``url``.
+def redis_store_factory(url: str, namespace: str, *, kind: str = "blocks", **client_kwargs) -> RedisStoreFactory:
+    """A ``store_factory`` keeping every store of the run under ``namespace`` on ``url`` (``kind``: see
+    :class:`RedisStoreFactory`).
 
     The stores keep what an earlier run under the same namespace left (a restarted node
     recovers its windows); call :func:`clear_namespace` first for a fresh run.
     """
     client_kwargs.setdefault("decode_responses", False)
-    return RedisStoreFactory(redis_client(url, **client_kwargs), namespace, mirror=mirror)
+    return RedisStoreFactory(redis_client(url, **client_kwargs), namespace, kind=kind)

@@ -2,8 +2,9 @@
 
 Every ``CHECKPOINT_EVERY_S`` (and when stopped) the service flushes its producer -- a message
 the checkpoint counts as sent must be in Kafka, since a replay from the checkpoint will not send
-it again -- and saves, in one atomic Redis script (``joinlib.adapters.redis_checkpoint``), a copy
-of its window stores and
+it again -- and its window stores (``joinlib.adapters.redis_blocks``: they write to Redis behind, so
+Redis holds their current state only after a flush), and saves, in one atomic Redis script
+(``joinlib.adapters.redis_checkpoint``), a copy of its window stores and
 
 * the host's state (``joinlib.runtime.checkpoint``, without the stores' contents: they are the
   copies),
@@ -92,7 +93,8 @@ def checkpoints_for(run: Any, factory: Any) -> Optional[NodeCheckpoints]:
     client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
     ckpt = None
     if client is not None and namespace is not None and not (run.adaptive and live_streams(run.q, run.site)):
-        ckpt = NodeCheckpoints(client, namespace, run.site, run.svc.log, run.svc.settings.checkpoint_pause)
+        ckpt = NodeCheckpoints(client, namespace, run.site, run.svc.log, run.svc.settings.checkpoint_pause,
+                               flush=getattr(factory, "flush", None))
     if run.adaptive is not None:
         _adaptive_checkpoints(run, ckpt)
     return ckpt
@@ -111,11 +113,13 @@ def _adaptive_checkpoints(run: Any, ckpt: Optional[NodeCheckpoints]) -> None:
 
 class NodeCheckpoints:
     """A run's checkpoints in Redis (see the module docstring); ``pause``: the test hook of
-    :attr:`joinlib.settings.NodeSettings.checkpoint_pause`."""
+    :attr:`joinlib.settings.NodeSettings.checkpoint_pause`; ``flush``: makes Redis hold the window stores'
+    current state (the store factory's: block stores write behind), called before each save copies them."""
 
     def __init__(self, client: Any, namespace: str, site: str, log: Callable[[str], None],
-                 pause: Optional[tuple[int, float]] = None) -> None:
+                 pause: Optional[tuple[int, float]] = None, flush: Optional[Callable[[], Any]] = None) -> None:
         self.store = RedisCheckpoints(client, namespace, site)
+        self.flush = flush
         self.site = site
         self.log = log
         self.out_offset: Optional[int] = None
@@ -184,6 +188,8 @@ class NodeCheckpoints:
             self.log(f"checkpoint hook: pausing {self.pause[1]:g} s in checkpoint {self.pause[0]} "
                      f"(producer flushed, Redis not saved; {PAUSE_HOOK_ENV})")
             time.sleep(self.pause[1])
+        if self.flush is not None:   # the windows' changes since the last checkpoint, then their copies
+            self.flush()
         self.store.save(data)
         self.saved += 1
         if adaptive is not None and adaptive.order is not None:

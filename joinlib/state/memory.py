@@ -103,6 +103,12 @@ class MemoryWindowStore:
         i = bisect_left(a.ts, ts, a.lo)
         return a.seq[i] if i < len(a.seq) else None
 
+    def oldest_seq(self) -> Optional[int]:
+        """Seq of the oldest stored tuple (None if empty): every stored seq is at least this, so a
+        durable copy can drop whatever it keeps below it (:mod:`joinlib.adapters.redis_blocks`)."""
+        a = self._all
+        return a.seq[a.lo] if a.lo < len(a.seq) else None
+
     def tuples(self) -> list[Tup]:
         """All stored tuples in seq order."""
         return self._all.live()

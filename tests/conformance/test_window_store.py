@@ -1,9 +1,11 @@
 """One conformance suite for every WindowStore: each must behave like a plain list of tuples.
 
 Every test runs against every store kind (``memory``: the reference implementation,
-``redis``: :class:`joinlib.adapters.redis_store.RedisWindowStore` and ``redis-mirror``:
-:class:`~joinlib.adapters.redis_store.MirroredRedisWindowStore` on a real Redis from the
-``redis_url`` fixture - no Redis is a failure, never a skip).  The observable state is
+``redis``: :class:`joinlib.adapters.redis_store.RedisWindowStore`, ``redis-mirror``:
+:class:`~joinlib.adapters.redis_store.MirroredRedisWindowStore` and ``redis-blocks``:
+:class:`~joinlib.adapters.redis_blocks.RedisBlockStore` on a real Redis from the
+``redis_url`` fixture - no Redis is a failure, never a skip).  A block store writes behind: re-opening
+one flushes it first (what a node does before each checkpoint).  The observable state is
 compared with a model that is just ``{seq: Tup}``:
 
 * table-driven cases: operation scripts with their expected results written out;
@@ -36,7 +38,7 @@ from joinlib.model import Tup
 from joinlib.state.base import KeyList
 from joinlib.state.memory import MemoryWindowStore
 
-STORE_KINDS = ["memory", "redis", "redis-mirror"]
+STORE_KINDS = ["memory", "redis", "redis-mirror", "redis-blocks"]
 
 
 # --------------------------------------------------------------------------- store makers
@@ -68,13 +70,15 @@ class RedisMaker(Maker):
     kind = "redis"
     persistent = True
 
-    def __init__(self, url: str, mirror: bool = False) -> None:
+    def __init__(self, url: str, kind: str = "redis") -> None:
         import redis
 
         from joinlib.adapters.redis_client import clear_namespace
-        from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisWindowStore
-        self._cls, self._clear = (MirroredRedisWindowStore if mirror else RedisWindowStore), clear_namespace
-        self.kind = "redis-mirror" if mirror else "redis"
+        from joinlib.adapters.redis_store import MirroredRedisWindowStore, RedisBlockStore, RedisWindowStore
+        self._cls = {"redis": RedisWindowStore, "redis-mirror": MirroredRedisWindowStore,
+                     "redis-blocks": RedisBlockStore}[kind]
+        self._clear = clear_namespace
+        self.kind = kind
         self.client = redis.Redis.from_url(url)
         self.namespace = f"conf-{uuid.uuid4().hex[:10]}"
 
@@ -82,6 +86,8 @@ class RedisMaker(Maker):
         return self._cls(self.client, f"{self.namespace}/{uuid.uuid4().hex[:8]}")
 
     def reopen(self, store):
+        if hasattr(store, "flush"):
+            store.flush()
         return self._cls(self.client, store.prefix)
 
     def close(self) -> None:
@@ -94,7 +100,7 @@ def maker(request):
     if request.param == "memory":
         m: Maker = MemoryMaker()
     else:
-        m = RedisMaker(request.getfixturevalue("redis_url"), mirror=request.param == "redis-mirror")
+        m = RedisMaker(request.getfixturevalue("redis_url"), request.param)
     yield m
     m.close()
 
@@ -627,13 +633,16 @@ def rclient(redis_url):
     c.close()
 
 
-def test_redis_factory_keys_share_a_slot_per_node_and_clear_by_namespace(redis_url, rclient):
+@pytest.mark.parametrize("kind,keys_per_store", [("blocks", 2), ("mirror", 5), ("redis", 5)])
+def test_redis_factory_keys_share_a_slot_per_node_and_clear_by_namespace(redis_url, rclient, kind, keys_per_store):
+    """Block stores: the records and the index set; the others: the tuples, the index set and one sorted
+    set per key value (3 here)."""
     from redis.crc import key_slot
 
     from joinlib.adapters.redis_client import clear_namespace
     from joinlib.adapters.redis_store import redis_store_factory
     ns, other = f"ns-{uuid.uuid4().hex[:8]}", f"ns-{uuid.uuid4().hex[:8]}"
-    f, g = redis_store_factory(redis_url, ns), redis_store_factory(redis_url, other)
+    f, g = redis_store_factory(redis_url, ns, kind=kind), redis_store_factory(redis_url, other, kind=kind)
     try:
         a, b, c = f("r1/home/S1"), f("r1/SM-S1/S2/3"), g("r1/home/S1")
         for s in (a, b, c):
@@ -641,8 +650,9 @@ def test_redis_factory_keys_share_a_slot_per_node_and_clear_by_namespace(redis_u
             s.insert(U[:5])
         a.insert(U[5:])
         assert (len(a), len(b), len(c)) == (16, 5, 5)
+        assert f.flush() == (2 if kind == "blocks" else 0) and g.flush() == (1 if kind == "blocks" else 0)
         keys = [k for k in rclient.scan_iter(match=f"{{{ns}/*", count=1000)]
-        assert len(keys) == 2 * 5 and len({key_slot(k) for k in keys}) == 1
+        assert len(keys) == 2 * keys_per_store and len({key_slot(k) for k in keys}) == 1
         assert clear_namespace(rclient, ns) == len(keys)
         assert len(f("r1/home/S1")) == 0 and len(g("r1/home/S1")) == 5  # other namespace untouched
         assert not list(rclient.scan_iter(match=f"{{{ns}/*"))

@@ -18,6 +18,7 @@ import pytest
 from joinlib.adapters.redis_client import clear_namespace
 from joinlib.adapters.redis_store import (
     MirroredRedisWindowStore,
+    RedisBlockStore,
     RedisWindowStore,
     redis_store_factory,
 )
@@ -48,16 +49,21 @@ def _plans(query):
     return [(a, plans.uniform(query, a)) for a in ALGORITHMS] + [("central", plans.central(query))]
 
 
-@pytest.mark.parametrize("mirror", [False, True], ids=["redis", "redis-mirror"])
+KIND_CLS = {"redis": RedisWindowStore, "mirror": MirroredRedisWindowStore, "blocks": RedisBlockStore}
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_CLS))
 @pytest.mark.parametrize("which", list(ALGORITHMS) + ["central"])
-def test_engine_on_redis_is_exact(workload, which, mirror, redis_url):
-    """Every read from Redis (mirror=False), or from the memory copy of MirroredRedisWindowStore
-    (what node services use): exact either way, and the copy in Redis equals the one in memory."""
+def test_engine_on_redis_is_exact(workload, which, kind, redis_url):
+    """Every read from Redis (``redis``), or from the memory copy of MirroredRedisWindowStore (``mirror``)
+    or RedisBlockStore (``blocks``, what node services use): exact either way, and the copy in Redis
+    equals the one in memory -- for block stores, the window a new handle replays from the log after a
+    flush, on workloads that purge by time, by seq and remove single oldest tuples."""
     query, streams, want = workload
     assert sum(want.values()) > 0, "the workload must produce results"
     plan = dict(_plans(query))[which]
     namespace = f"it-engine-{query.name}-{which}-{uuid.uuid4().hex[:8]}"
-    factory = redis_store_factory(redis_url, namespace, mirror=mirror)
+    factory = redis_store_factory(redis_url, namespace, kind=kind)
     made: list = []
 
     def store_factory(name: str):
@@ -72,9 +78,15 @@ def test_engine_on_redis_is_exact(workload, which, mirror, redis_url):
         missing, extra = want - got, got - want
         assert not missing and not extra, (
             f"{which}: missing {list(missing.items())[:5]}, extra {list(extra.items())[:5]}")
-        assert made and all(isinstance(s, MirroredRedisWindowStore if mirror else RedisWindowStore) for s in made)
-        for s in made if mirror else ():
+        assert made and all(isinstance(s, KIND_CLS[kind]) for s in made)
+        for s in made if kind == "mirror" else ():
             assert [(t.seq, t.id) for t in s.redis.tuples()] == [(t.seq, t.id) for t in s.tuples()], s
+        if kind == "blocks":
+            factory.flush()
+            for s in made:
+                again = RedisBlockStore(factory.client, s.prefix)
+                assert [(t.seq, t.id, t.key) for t in again.tuples()] == [(t.seq, t.id, t.key) for t in s.tuples()], s
+                assert again.indexes() == s.indexes() and again.records() == s.records(), s
         # the windows really were in Redis: every home window still holds its last tuples
         homes = [s for s in made if "/home/" in s.prefix]
         assert homes and all(len(s) > 0 for s in homes)
