@@ -36,6 +36,7 @@ class KeyColumn:
         self.seq: list[int] = []
         self.keys: list[Key] = []
         self.rows = np.zeros((0, MAX_HASHES), dtype=np.uint32)
+        self.hashed = 0   # entries before this have their rows (hashed when first tested: exact sets never need them)
         self.head = 0
         self.append(tuples)
 
@@ -55,8 +56,6 @@ class KeyColumn:
         else:
             keys = [tuple(t.key[i] for i in ix) for t in tups]
         self._compact(len(keys))
-        n = len(self.keys)
-        self.rows[n:n + len(keys)] = hash_rows(keys)
         self.ts.extend(t.ts for t in tups)
         self.seq.extend(seqs)
         self.keys.extend(keys)
@@ -67,8 +66,9 @@ class KeyColumn:
         h = self.head
         if h and h >= len(self.keys) // 2:
             del self.ts[:h], self.seq[:h], self.keys[:h]
-            self.rows[:len(self.keys)] = self.rows[h:h + len(self.keys)]
-            self.head = 0
+            done = max(0, self.hashed - h)
+            self.rows[:done] = self.rows[h:h + done]
+            self.head, self.hashed = 0, done
         need = len(self.keys) + more
         if need > len(self.rows):
             grown = np.zeros((max(64, 2 * need), MAX_HASHES), dtype=np.uint32)
@@ -98,4 +98,8 @@ class KeyColumn:
         if m._bloom is None:
             return [k for k in dict.fromkeys(self.keys[lo:hi]) if m.has(k)]
         keys = self.keys
+        if self.hashed < hi:
+            start = max(self.hashed, self.head)
+            self.rows[start:hi] = hash_rows(keys[start:hi])
+            self.hashed = hi
         return list(dict.fromkeys(keys[lo + i] for i in np.flatnonzero(bloom_hits(m, self.rows[lo:hi])).tolist()))

@@ -29,6 +29,18 @@ def test_views_match_a_scan(keys, data) -> None:
     col = KeyColumn(index, tups[:cut])
     live = list(tups[:cut])
     rest = tups[cut:]
+    held = data.draw(st.lists(st.tuples(values) | st.tuples(values, values), max_size=8))
+    fpr = data.draw(st.sampled_from([None, 0.5, 0.01, 1e-6]))
+    m = (KeySet(bloom=Bloom.of(held, fpr)) if fpr else KeySet(keys=tuple(held))).matcher()
+
+    def check() -> None:
+        lower = (data.draw(st.sampled_from(["ts", "seq"])), data.draw(st.integers(0, 200)))
+        end = data.draw(st.integers(0, 200))
+        view = [t for t in live if t.ts < end and (t.ts if lower[0] == "ts" else t.seq) >= lower[1]]
+        want = list(dict.fromkeys(tuple(t.key[i] for i in index) for t in view))
+        assert col.distinct(lower, end) == want
+        assert col.held(m, lower, end) == [k for k in want if m.has(k)]
+
     while rest:
         n = data.draw(st.integers(1, len(rest)))
         batch, rest = rest[:n], rest[n:]
@@ -39,16 +51,10 @@ def test_views_match_a_scan(keys, data) -> None:
             value = data.draw(st.integers(0, 2 + max(t.ts if field_ == "ts" else t.seq for t in live)))
             col.purge({field_: value})
             live = [t for t in live if (t.ts if field_ == "ts" else t.seq) >= value]
-    held = data.draw(st.lists(st.tuples(values) | st.tuples(values, values), max_size=8))
-    fpr = data.draw(st.sampled_from([None, 0.5, 0.01, 1e-6]))
-    m = (KeySet(bloom=Bloom.of(held, fpr)) if fpr else KeySet(keys=tuple(held))).matcher()
+        if data.draw(st.booleans()):   # tested between batches: rows hashed so far must survive compaction
+            check()
     for _ in range(3):
-        lower = (data.draw(st.sampled_from(["ts", "seq"])), data.draw(st.integers(0, 200)))
-        end = data.draw(st.integers(0, 200))
-        view = [t for t in live if t.ts < end and (t.ts if lower[0] == "ts" else t.seq) >= lower[1]]
-        want = list(dict.fromkeys(tuple(t.key[i] for i in index) for t in view))
-        assert col.distinct(lower, end) == want
-        assert col.held(m, lower, end) == [k for k in want if m.has(k)]
+        check()
 
 
 def test_a_batch_out_of_order_is_refused() -> None:
@@ -56,3 +62,16 @@ def test_a_batch_out_of_order_is_refused() -> None:
     assert not col.append([Tup(0, 4, 10, 4, (2,))])
     assert not col.append([Tup(0, 7, 11, 7, (2,)), Tup(0, 6, 11, 6, (3,))])
     assert col.distinct(("ts", 0), 100) == [(1,)]
+
+
+def test_rows_hashed_before_a_compaction_stay_with_their_keys() -> None:
+    tups = [Tup(0, i, i, i, (f"k{i}",)) for i in range(200)]
+    col = KeyColumn((0,), tups[:100])
+    m = KeySet(bloom=Bloom.of([(f"k{i}",) for i in range(100, 200)], 1e-9)).matcher()
+    everything = KeySet(bloom=Bloom.of([(f"k{i}",) for i in range(200)], 1e-9)).matcher()
+    assert col.held(everything, ("ts", 0), 1000) == [(f"k{i}",) for i in range(100)]   # rows 0-99 hashed
+    col.purge({"ts": 60})
+    assert col.append(tups[100:])      # compacts: the 40 hashed rows left move to the front
+    assert col.held(m, ("ts", 0), 1000) == [(f"k{i}",) for i in range(100, 200)]
+    kept = KeySet(bloom=Bloom.of([(f"k{i}",) for i in range(60, 100)], 1e-9)).matcher()
+    assert col.held(kept, ("ts", 0), 1000) == [(f"k{i}",) for i in range(60, 100)]
