@@ -33,7 +33,9 @@ that die before a flush are never sent at all (in a sliding window, blocks young
 that expired, and most purge records).  :class:`~joinlib.adapters.redis_store.RedisStoreFactory` flushes
 every store of a node in one round trip, and the node flushes it before each checkpoint saves the keys
 (:class:`joinlib.node.recovery.NodeCheckpoints`).  A store flushes by itself when ``flush_records``
-records are waiting (bounded memory for a node without checkpoints).  Redis errors therefore surface at a
+records are waiting (bounded memory for a node without checkpoints), and at its next change once a record
+has waited ``flush_after_s`` (1 s): a node that takes no checkpoints (a live adaptive run) still keeps its
+windows in Redis, at most about a second behind, for one round trip a second.  Redis errors therefore surface at a
 flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from its
 checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import heapq
 import marshal
+import time
 from collections import deque
 from operator import attrgetter
 from typing import Any, Iterable, Optional, Sequence
@@ -69,6 +72,7 @@ __all__ = ["RedisBlockStore", "MemoryReads", "flush_stores"]
 
 _INSERT, _PURGE, _REMOVE = 0, 1, 2
 FLUSH_RECORDS = 1024   # records waiting that make a store flush by itself
+FLUSH_AFTER_S = 1.0    # how long a record may wait before the store's next change flushes it
 _HSET_FIELDS = 256     # record ids per HSET / HDEL command of a flush
 _MIN_DEAD = 4096       # dead tuples in the log tolerated before compacting, whatever the window's size
 _MIN_OTHERS = 64       # purge / remove records tolerated before compacting, whatever the number of blocks
@@ -134,13 +138,16 @@ class RedisBlockStore(MemoryReads):
     the module docstring).  ``client``: a ``redis.Redis`` (or ``RedisCluster``) returning bytes.  A new
     store on a prefix loads what the log there holds."""
 
-    def __init__(self, client: Any, prefix: str, *, flush_records: int = FLUSH_RECORDS) -> None:
+    def __init__(self, client: Any, prefix: str, *, flush_records: int = FLUSH_RECORDS,
+                 flush_after_s: float = FLUSH_AFTER_S) -> None:
         require_bytes_client(client, "RedisBlockStore")
         self.client = client
         self.prefix = prefix
         self.base = base = tagged_base(prefix)
         self._kd, self._kx = base + ":d", base + ":x"
         self._flush_records = flush_records
+        self._flush_after_s = flush_after_s
+        self._waiting_since: Optional[float] = None   # when the oldest change not in Redis was made
         self._reset_log()
         self._new_indexes: list[str] = []          # index specs not yet in Redis
         self.mem = self._open()
@@ -186,6 +193,8 @@ class RedisBlockStore(MemoryReads):
         rid = self._next
         self._next = rid + 1
         self._pending[rid] = rec
+        if self._waiting_since is None:
+            self._waiting_since = time.monotonic()
         return rid
 
     def _after_removal(self, top: int, rec: Record) -> None:
@@ -301,6 +310,14 @@ class RedisBlockStore(MemoryReads):
 
     def _flushed(self) -> None:
         self._new_indexes, self._pending, self._dead = [], {}, []
+        self._waiting_since = None
+
+    def _flush_if_due(self) -> None:
+        """Flush when too many records wait, or one has waited ``flush_after_s``."""
+        since = self._waiting_since
+        if len(self._pending) >= self._flush_records or (
+                since is not None and time.monotonic() - since >= self._flush_after_s):
+            self.flush()
 
     def dirty(self) -> bool:
         """Whether changes wait for a :meth:`flush`."""
@@ -332,8 +349,7 @@ class RedisBlockStore(MemoryReads):
         self._add_insert(self._record((_INSERT, batch)), len(batch), seqs[0], seqs[-1])
         if self._stored > self._limit:   # the window grew, or duplicates pile up (a replica sent a batch again)
             self._maybe_compact()
-        if len(self._pending) >= self._flush_records:
-            self.flush()
+        self._flush_if_due()
 
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
         gone = self.mem.purge_below(ts=ts, seq=seq)

@@ -7,6 +7,7 @@ behaves like the memory store, re-opening it after a flush; these tests check th
 """
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -116,11 +117,23 @@ def test_nothing_is_written_until_a_flush_and_a_reload_sees_the_last_flush(rc):
     assert state(RedisBlockStore(c, s.prefix)) == state(s)
 
 
+def test_a_change_waiting_a_flush_interval_is_flushed_by_the_next_insert(rc):
+    """A node that takes no checkpoints (a live adaptive run) still has its windows in Redis, a second behind."""
+    c, ns = rc
+    u = stream(30)
+    s = RedisBlockStore(c, f"{ns}/clock", flush_after_s=0.2)
+    s.insert(u[:10])
+    assert s.dirty() and not c.exists(s.base + ":d")
+    time.sleep(0.25)
+    s.insert(u[10:20])
+    assert not s.dirty() and [t.seq for t in RedisBlockStore(c, s.prefix).tuples()] == list(range(20))
+
+
 def test_blocks_dying_before_a_flush_are_never_sent(rc):
     """Between two checkpoints a window slides past blocks made since the first: they cost no write."""
     c, ns = rc
     u = stream(3000)
-    s = RedisBlockStore(c, f"{ns}/unsent")
+    s = RedisBlockStore(c, f"{ns}/unsent", flush_after_s=float("inf"))   # no flush by the clock either
     s.flush()
     hset0 = _calls(c, "hset")
     for e in range(100):
