@@ -76,6 +76,8 @@ class StreamIngest:
         self.horizon = stream.window.size if stream.window.is_time else TUPLE_WINDOW_HORIZON_MS
         self.parts = {p: _Partition(off, now) for p, off in sorted(partitions.items())}
         self.pending: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
+        # pending records a checkpoint named by position only, to be read again: (part, offset) -> (ts, id)
+        self.missing: dict[tuple[int, int], tuple[int, int]] = {}
         self.seq = 0
 
     # ------------------------------------------------------------------ records
@@ -176,7 +178,10 @@ class StreamIngest:
         return min(p.wm for p in self.parts.values())
 
     def release(self) -> list[Tup]:
-        """The on-time records below the watermark not handed out yet, in (ts, id) order, ranked."""
+        """The on-time records below the watermark not handed out yet, in (ts, id) order, ranked (none
+        while records of a checkpoint are still to be read again: they may come first)."""
+        if self.missing:
+            return []
         w, pending, out = self.watermark, self.pending, []
         pos, seq = self.stream.pos, self.seq
         while pending and pending[0][0] < w:
@@ -188,13 +193,43 @@ class StreamIngest:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
-        """Plain data: ranks, per partition its position, watermark, max event time and recent ids,
-        and the on-time records not released yet (logged advances are re-read from their log)."""
+        """Plain data: ranks, per partition its position, watermark, max event time and recent ids, and the
+        on-time records not released yet *by position* (ts, id, partition, offset): they are in the topic,
+        so a checkpoint need not copy their payloads (during a backlog's drain the consumer runs ahead of
+        the watermark by whole fetches: thousands of records).  A restored stream reads them again
+        (:meth:`rewind`, :meth:`readmit`).  Logged advances are re-read from their log."""
+        refs = [[ts, id_, part, off] for ts, id_, part, off, _, _ in self.pending]
+        refs += [[ts, id_, part, off] for (part, off), (ts, id_) in self.missing.items()]
         return {
             "seq": self.seq,
             "parts": [[part, p.next, p.wm, p.max_ts, [list(x) for x in p.order]] for part, p in self.parts.items()],
-            "pending": [[ts, id_, part, off, list(key), rest] for ts, id_, part, off, key, rest in self.pending],
+            "pending_refs": refs,
         }
+
+    def rewind(self, part: int) -> Optional[int]:
+        """The first offset of ``part`` to read again after a restore (None: nothing to read again)."""
+        offs = [off for p, off in self.missing if p == part]
+        return min(offs) if offs else None
+
+    def readmit(self, part: int, offset: int, ev: Optional[Event]) -> bool:
+        """Record ``offset`` of ``part`` (None: it no longer decodes), read again after a restore: back among
+        the pending records if the checkpoint named it (True), else nothing (it was released or judged
+        before the checkpoint).  A named
+        record that comes back different, or that the topic no longer has (a later offset of its partition
+        arrives first), is an error: the records the checkpoint relied on are gone."""
+        want = self.missing.pop((part, offset), None)
+        if want is None:
+            lost = [off for p, off in self.missing if p == part and off < offset]
+            if lost:
+                raise ValueError(f"stream {self.stream.name}: partition {part} no longer holds offsets "
+                                 f"{lost[:5]} that the checkpoint left pending (retention?)")
+            return False
+        if ev is None or want != (ev.ts, ev.id):
+            raise ValueError(f"stream {self.stream.name}: the record at partition {part} offset {offset} is "
+                             f"not the one the checkpoint left pending (ts, id {want}, now "
+                             f"{(ev.ts, ev.id) if ev is not None else 'malformed'})")
+        heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
+        return True
 
     def restore(self, data: dict[str, Any], now: float) -> None:
         self.seq = data["seq"]
@@ -207,5 +242,10 @@ class StreamIngest:
             p.order = deque((ts, id_) for ts, id_ in order)
             p.ids = {id_: ts for ts, id_ in p.order}
             p.anchor_wm, p.anchor_wall = wm, now
-        self.pending = [(ts, id_, part, off, tuple(key), rest) for ts, id_, part, off, key, rest in data["pending"]]
-        heapq.heapify(self.pending)
+        if "pending" in data:   # a checkpoint of before pending_refs: the records themselves
+            self.pending = [(ts, id_, part, off, tuple(key), rest) for ts, id_, part, off, key, rest in data["pending"]]
+            heapq.heapify(self.pending)
+            self.missing = {}
+        else:
+            self.pending = []
+            self.missing = {(part, off): (ts, id_) for ts, id_, part, off in data["pending_refs"]}

@@ -202,7 +202,9 @@ class LiveInputs:
         for src in self.sources.values():
             for part, p in src.ingest.parts.items():
                 key = (src.topic, part)
-                at[key] = min(at.get(key, p.next), p.next)
+                back = src.ingest.rewind(part)   # pending records a checkpoint named: read them again
+                first = p.next if back is None else min(back, p.next)
+                at[key] = min(at.get(key, first), first)
         return [TopicPartition(t, part, off) for (t, part), off in sorted(at.items())]
 
     # ------------------------------------------------------------------ records
@@ -213,8 +215,12 @@ class LiveInputs:
             return
         for src in self.by_topic[topic]:
             p = src.ingest.parts.get(part)
-            if p is None or offset < p.next:
-                continue  # a partition added after submission, or already read by this stream
+            if p is None:
+                continue  # a partition added after submission
+            if offset < p.next:   # read before the checkpoint: pending then (read again), or done with
+                if src.ingest.missing:
+                    self._readmit(src, part, offset, value)
+                continue
             ev = src.decoder.decode(value, part, offset)
             if isinstance(ev, Bad):
                 src.ingest.skip(part, offset)
@@ -223,6 +229,16 @@ class LiveInputs:
             bad = src.ingest.offer(part, offset, ev, now)
             if bad is not None:
                 self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+
+    def _readmit(self, src: _Source, part: int, offset: int, value: bytes) -> None:
+        ev = src.decoder.decode(value, part, offset)
+        try:
+            if isinstance(ev, Bad):
+                src.ingest.readmit(part, offset, None)   # not pending: raises if the checkpoint named it
+            else:
+                src.ingest.readmit(part, offset, ev)
+        except ValueError as e:
+            raise ClusterError(str(e)) from None
 
     def _dead(self, src: _Source, m: Any, bad: Bad, event_ts: Optional[int] = None) -> None:
         src.dead[bad.reason] += 1
