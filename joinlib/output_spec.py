@@ -27,6 +27,7 @@ from joinlib.errors import QueryError
 from joinlib.source_spec import is_topic
 
 OUTPUT_KEYS = ("select", "topic", "format")
+ROW_KEYS = ("ids", "ts")  # keys every result row has (joinlib.rows); no output column may take them
 SINK_FORMATS = ("json",)  # Avro sinks come with the rows output (issue 28)
 _COLUMN = re.compile(r"\s*(?:(\*)|([A-Za-z_]\w*)\s*\.\s*(\*|[A-Za-z_]\w*))(?:\s+(?i:as)\s+([A-Za-z_]\w*))?\s*\Z")
 _HINT = "write 'S1.dest', 'S1.id AS id1', 'S1.*' or '*'"
@@ -105,6 +106,10 @@ def _parse_select(err: Err, value: Any, streams: tuple[str, ...]) -> tuple[Colum
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise err(where, f"unknown stream {stream!r} in {text!r}; {hint}declared streams: {', '.join(streams)}")
         col = STAR if star else Column(stream, field, alias)
+        if col.field != "*" and col.name in ROW_KEYS:
+            raise err(where, f"output column '{col.name}' would be the result row's own '{col.name}' (every row has "
+                             f"\"ids\", the members' ids, and \"ts\", its event time); give it another name, e.g. "
+                             f"'{col.stream}.{col.field} AS {col.stream}_{col.field}'")
         if col.field != "*":
             if col.name in names:
                 raise err(where, f"output column '{col.name}' is named twice (items {names[col.name] + 1} and "

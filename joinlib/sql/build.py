@@ -19,11 +19,12 @@ import yaml
 from sqlglot import exp
 
 from joinlib.errors import QueryError
+from joinlib.filter_spec import Condition, FilterProblem, conditions, where_to_text
 from joinlib.model import Query
 from joinlib.query import TOP_KEYS, parse_query
 from joinlib.sql.lexer import Option, statements
 from joinlib.sql.text import SqlText
-from joinlib.sql.tree import Declared, RawQuery, Ref, Scan, declaration, parse_statement, query
+from joinlib.sql.tree import Declared, RawQuery, Ref, Scan, at, declaration, parse_statement, query
 
 #: options of CREATE STREAM s (...) WITH (...): the key path each one sets in the stream's YAML mapping
 STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -74,6 +75,7 @@ def parse_sql(text: str, source_name: str = "<sql>", *, base_dir: Optional[Path]
     _streams(src, doc, decls, raw, scope, base_dir)
     _predicates(src, doc, decls, raw, scope)
     _select(src, doc, decls, raw, scope)
+    _where(src, doc, decls, raw, scope)
     _query_options(src, doc, raw, base_dir)
     doc.spec["name"] = raw.name
     doc.where["name"] = (raw.at, "stream name")
@@ -304,6 +306,27 @@ def _select(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, s
         doc.where[f"output.select[{i}]"] = (ref.at, "")
     if select != ["*"]:
         doc.put(("output", "select"), select, raw.at, "SELECT")
+
+
+def _where(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, scope: dict[str, str]) -> None:
+    """WHERE: each condition goes to the stream whose field it tests (``streams.S.where``), in the order written."""
+    if raw.where is None:
+        return
+    visible = [s.name for s in raw.scans]
+
+    def column(col: exp.Column) -> tuple[str, str]:
+        ref = Ref(col.table or None, col.name, at(col, raw.where_at))
+        return _resolve(src, decls, scope, ref, visible), col.name
+
+    try:
+        found = conditions(raw.where, column)
+    except FilterProblem as e:
+        raise src.error(at(e.node, raw.where_at), e.problem) from None
+    per_stream: dict[str, list[Condition]] = {}
+    for stream, cond in found:
+        per_stream.setdefault(stream, []).append(cond)
+    for stream, conds in per_stream.items():
+        doc.put(("streams", stream, "where"), where_to_text(tuple(conds)), raw.where_at, "WHERE")
 
 
 # --------------------------------------------------------------------------- query options
