@@ -233,7 +233,7 @@ def carried_by_default(output: Output, stream: str, join_attrs: tuple[str, ...])
     names of it (None, every field, for ``*`` or ``stream.*``), besides its join attributes and the ``id`` and
     ``ts`` every tuple has; nothing without a SELECT list (results are then ids).  Why derived: a result row needs
     those fields at the result site, and nothing else should ship (a filter's fields are read at the source)."""
-    if output.columns == Output().columns:
+    if output.columns is None:
         return ()
     if any(c == STAR or (c.stream == stream and c.field == "*") for c in output.columns):
         return None

@@ -44,7 +44,7 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
-from joinlib.ingest.records import LATE
+from joinlib.ingest.records import LATE, Filtered
 from joinlib.model import Query, Stream, Tup
 from joinlib.protocol import avro
 
@@ -216,6 +216,9 @@ class LiveInputs:
             if p is None or offset < p.next:
                 continue  # a partition added after submission, or already read by this stream
             ev = src.decoder.decode(value, part, offset)
+            if isinstance(ev, Filtered):   # the stream's WHERE drops it: it moves the read position only
+                src.ingest.skip(part, offset)
+                continue
             if isinstance(ev, Bad):
                 src.ingest.skip(part, offset)
                 self._dead(src, m, ev)

@@ -41,6 +41,7 @@ QUERY_OPTIONS: dict[str, tuple[str, ...]] = {
     "links": ("network", "links"), "topology": ("network",),
     "interval": ("execution", "interval"), "max_delay": ("execution", "max_delay"),
     "idle_timeout": ("execution", "idle_timeout"), "bloom_fpr": ("execution", "bloom_fpr"),
+    "results": ("output", "select"),   # 'ids': no output.select (read by _select)
 }
 TOPOLOGY_KEYS = ("latency", "bandwidth", "nodes", "links")
 LINKS_HINT = "write links = 'c -> hub 60ms 256kbps, a -> b 10ms' (latency and bandwidth optional)"
@@ -294,7 +295,18 @@ def _predicates(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuer
 
 
 def _select(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, scope: dict[str, str]) -> None:
+    """The SELECT list (YAML ``output.select``), or none with ``WITH (results = 'ids')`` (results are the members'
+    ids, as a YAML query without ``output.select``)."""
     visible = [s.name for s in raw.scans]
+    results = raw.options.get("results")
+    if results is not None:
+        if results.value not in ("ids", "rows"):
+            raise src.error(results.value_at, f"results: expected 'rows' (the SELECT list's columns, the default) "
+                                              f"or 'ids' (the members' ids only), not {results.value!r}")
+        if results.value == "ids":
+            if [(i.ref.stream, i.ref.field) for i in raw.items] != [(None, "*")]:
+                raise src.error(raw.items[0].ref.at, "results = 'ids' writes the members' ids only: write SELECT *")
+            return
     select: list[str] = []
     for i, item in enumerate(raw.items):
         ref = item.ref
@@ -304,8 +316,7 @@ def _select(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, s
             text = f"{_resolve(src, decls, scope, ref, visible)}.{ref.field}"
         select.append(f"{text} AS {item.alias}" if item.alias else text)
         doc.where[f"output.select[{i}]"] = (ref.at, "")
-    if select != ["*"]:
-        doc.put(("output", "select"), select, raw.at, "SELECT")
+    doc.put(("output", "select"), select, raw.at, "SELECT")
 
 
 def _where(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, scope: dict[str, str]) -> None:
@@ -336,7 +347,7 @@ def _query_options(src: SqlText, doc: Doc, raw: RawQuery, base_dir: Optional[Pat
         _topology(src, doc, raw.options["topology"], base_dir)
     for opt in raw.options.values():
         path = _option_path(src, opt, stream=False)
-        if opt.key == "topology":
+        if opt.key in ("topology", "results"):
             continue
         value: Any = opt.value
         if opt.key == "nodes":

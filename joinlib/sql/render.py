@@ -18,7 +18,7 @@ from typing import Any, Optional
 from sqlglot.tokens import Tokenizer
 
 from joinlib.model import Predicate, Query, Window
-from joinlib.output_spec import Column, Output
+from joinlib.output_spec import STAR, Column, Output
 from joinlib.query import carried_by_default, query_to_dict
 from joinlib.sql.lexer import UNITS
 
@@ -66,7 +66,7 @@ def query_to_sql(query: Query) -> str:
         lines.append(f"CREATE STREAM {ident(s.name)}" + _with(opts) + ";")
     lines.append("")
     lines.append(f"CREATE STREAM {ident(query.name)}{_with(_query_options(doc, query.output))} AS")
-    lines.append(f"  SELECT {', '.join(_column(c) for c in query.output.columns)}")
+    lines.append(f"  SELECT {', '.join(_column(c) for c in query.output.columns or (STAR,))}")
     lines.append(f"  FROM {ident(order[0])}")
     for name in order[1:]:
         preds = " AND ".join(_predicate(p) for p in on[name])
@@ -150,7 +150,7 @@ def _source_options(src: dict[str, Any], derived: Optional[tuple[str, ...]]) -> 
 
 
 def _query_options(doc: dict[str, Any], output: Output) -> list[tuple[str, Any]]:
-    opts: list[tuple[str, Any]] = []
+    opts: list[tuple[str, Any]] = [] if output.rows else [("results", "ids")]
     if output.topic is not None:
         opts.append(("topic", output.topic))
     if output.format != "json":

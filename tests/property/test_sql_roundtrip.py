@@ -89,7 +89,7 @@ def rich_queries(draw: st.DrawFn) -> Query:
 @st.composite
 def outputs(draw: st.DrawFn, q: Query) -> Output:
     if draw(st.booleans()):
-        return Output()
+        return Output(None, draw(st.sampled_from([None, "rows.out"])))
     cols: list[Column] = []
     for i in range(draw(st.integers(1, 4))):
         s = draw(st.sampled_from(q.names))
