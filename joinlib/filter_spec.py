@@ -283,7 +283,3 @@ def compile_filter(where: Where) -> Optional[Callable[[Record], bool]]:
         return lambda row: test(row.get(name))
     return lambda row: all(test(row.get(name)) for name, test in tests)
 
-
-def fields(where: Where) -> tuple[str, ...]:
-    """The fields a filter reads, in order, once each."""
-    return tuple(dict.fromkeys(c.field for c in where))
