@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Optional
 
+from joinlib.filter_spec import Condition
 from joinlib.output_spec import Output
 from joinlib.source_spec import SourceSpec
 
@@ -64,7 +65,8 @@ class Stream:
 
     ``join_attrs`` lists, in a fixed order, the attributes this stream uses in any
     join predicate; tuples carry their values in that order (``Tup.key``).  ``source``: where
-    its records come from (None: the replayer's ``src.<query>.<stream>`` topic).
+    its records come from (None: the replayer's ``src.<query>.<stream>`` topic); ``where``: the conditions a record
+    must meet to be one of the stream's tuples (:mod:`joinlib.filter_spec`), applied where records enter.
     """
 
     name: str
@@ -74,6 +76,7 @@ class Stream:
     join_attrs: tuple[str, ...]
     stats: StreamStats = field(default_factory=StreamStats)
     source: Optional[SourceSpec] = None
+    where: tuple[Condition, ...] = ()
 
     def attr_index(self, attr: str) -> int:
         return self.join_attrs.index(attr)

@@ -9,9 +9,11 @@ output:
 
 Why a section of its own, and in both formats: an SQL query (:mod:`joinlib.sql`) always has a SELECT list, and
 ``joinlib sql --to-yaml`` must not lose it; the YAML format says the same thing so that the two stay equivalent.
-The runtime does not build rows from it yet (docs/sql.md, "Status"): results are still the members' ids. The
-default (``SELECT *``, no sink topic, json) is what a query file without ``output`` means, and
-:func:`output_to_dict` leaves it out, so YAML files written before this section read back unchanged.
+With a SELECT list (``select``, ``['*']`` included) ``joinlib run --out`` writes each result as a row of the
+selected columns (:mod:`joinlib.rows`, docs/sql.md "Results as rows"); without one (``select`` absent, what every
+YAML file written before this section says; in SQL ``WITH (results = 'ids')``) a result is ``{"ids": ..., "ts":
+...}``, as before.  The default (no SELECT list, no sink topic, json) is left out by :func:`output_to_dict`, so
+those files read back unchanged.
 
 Parsing is part of :mod:`joinlib.query` (same error style: file, key path, what to do); this module only knows the
 ``output`` mapping.
@@ -27,6 +29,7 @@ from joinlib.errors import QueryError
 from joinlib.source_spec import is_topic
 
 OUTPUT_KEYS = ("select", "topic", "format")
+ROW_KEYS = ("ids", "ts")  # keys every result row has (joinlib.rows); no output column may take them
 SINK_FORMATS = ("json",)  # Avro sinks come with the rows output (issue 28)
 _COLUMN = re.compile(r"\s*(?:(\*)|([A-Za-z_]\w*)\s*\.\s*(\*|[A-Za-z_]\w*))(?:\s+(?i:as)\s+([A-Za-z_]\w*))?\s*\Z")
 _HINT = "write 'S1.dest', 'S1.id AS id1', 'S1.*' or '*'"
@@ -58,9 +61,15 @@ STAR = Column(None, "*")
 
 @dataclass(frozen=True)
 class Output:
-    """The SELECT list (``columns``) and the sink: ``topic`` (None: only ``out.<query>``) and its ``format``."""
+    """The SELECT list (``columns``; None: no SELECT list, results are the members' ids) and the sink: ``topic``
+    (None: only ``out.<query>``) and its ``format``."""
 
-    columns: tuple[Column, ...] = (STAR,)
+    columns: Optional[tuple[Column, ...]] = None
+
+    @property
+    def rows(self) -> bool:
+        """Results are rows of the selected columns (:mod:`joinlib.rows`), not ``{"ids": ..., "ts": ...}``."""
+        return self.columns is not None
     topic: Optional[str] = None
     format: str = "json"
 
@@ -76,7 +85,7 @@ def parse_output(err: Err, value: Any, streams: tuple[str, ...]) -> Output:
             close = difflib.get_close_matches(str(key), OUTPUT_KEYS, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise err(f"output.{key}", f"unknown key '{key}'; {hint}valid keys: {', '.join(OUTPUT_KEYS)}")
-    columns = _parse_select(err, value.get("select", ["*"]), streams)
+    columns = None if value.get("select") is None else _parse_select(err, value["select"], streams)
     topic = value.get("topic")
     if topic is not None and not is_topic(topic):
         raise err("output.topic", f"expected a Kafka topic name (letters, digits, '.', '_', '-'), not {topic!r}")
@@ -105,6 +114,10 @@ def _parse_select(err: Err, value: Any, streams: tuple[str, ...]) -> tuple[Colum
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise err(where, f"unknown stream {stream!r} in {text!r}; {hint}declared streams: {', '.join(streams)}")
         col = STAR if star else Column(stream, field, alias)
+        if col.field != "*" and col.name in ROW_KEYS:
+            raise err(where, f"output column '{col.name}' would be the result row's own '{col.name}' (every row has "
+                             f"\"ids\", the members' ids, and \"ts\", its event time); give it another name, e.g. "
+                             f"'{col.stream}.{col.field} AS {col.stream}_{col.field}'")
         if col.field != "*":
             if col.name in names:
                 raise err(where, f"output column '{col.name}' is named twice (items {names[col.name] + 1} and "
@@ -119,7 +132,7 @@ def output_to_dict(output: Output) -> Optional[dict[str, Any]]:
     """The ``output`` mapping of a query file, or None for the default (a file need not say it)."""
     if output == Output():
         return None
-    out: dict[str, Any] = {"select": [str(c) for c in output.columns]}
+    out: dict[str, Any] = {} if output.columns is None else {"select": [str(c) for c in output.columns]}
     if output.topic is not None:
         out["topic"] = output.topic
     if output.format != "json":

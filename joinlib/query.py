@@ -22,12 +22,13 @@ from typing import Any, Literal, Optional, Union, overload
 import yaml
 
 from joinlib.errors import QueryError
+from joinlib.filter_spec import Condition, FilterProblem, parse_where_text, where_to_text
 from joinlib.model import Execution, Link, Network, Predicate, Query, Stream, StreamStats, Window
-from joinlib.output_spec import output_to_dict, parse_output
+from joinlib.output_spec import STAR, Output, output_to_dict, parse_output
 from joinlib.source_spec import parse_source, source_to_dict
 
 TOP_KEYS = ("name", "streams", "join", "network", "execution", "output")
-STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source")
+STREAM_KEYS = ("site", "window", "rate", "attributes", "tuple_bytes", "selectivity", "source", "where")
 NETWORK_KEYS = ("latency", "bandwidth", "links", "nodes")
 LINK_KEYS = ("from", "to", "latency", "bandwidth")
 EXECUTION_KEYS = ("interval", "max_delay", "idle_timeout", "bloom_fpr")
@@ -97,12 +98,12 @@ def parse_query(data: Any, source_name: str = "<query>", *, base_dir: Optional[P
     name = _parse_name(err, data.get("name"), source_name)
     specs = _parse_stream_specs(err, data["streams"])
     predicates = _parse_predicates(err, data["join"], specs)
-    streams = _build_streams(err, specs, predicates, base_dir)
+    output = parse_output(err, data.get("output"), tuple(specs))
+    streams = _build_streams(err, specs, predicates, base_dir, output)
     _check_connected(err, streams, predicates)
     sites = tuple(dict.fromkeys(s.site for s in streams))
     network = _parse_network(err, data.get("network"), sites)
     execution = _parse_execution(err, data.get("execution"))
-    output = parse_output(err, data.get("output"), tuple(s.name for s in streams))
     return Query(name, streams, predicates, network, execution, output)
 
 
@@ -196,7 +197,7 @@ def _parse_stream_specs(err: _Errors, streams: Any) -> dict[str, Spec]:
 
 
 def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predicate, ...],
-                   base_dir: Optional[Path] = None) -> tuple[Stream, ...]:
+                   base_dir: Optional[Path], output: Output) -> tuple[Stream, ...]:
     attrs: dict[str, list[str]] = {name: [] for name in specs}
     for p in predicates:
         for stream, attr in ((p.left, p.left_attr), (p.right, p.right_attr)):
@@ -211,9 +212,33 @@ def _build_streams(err: _Errors, specs: dict[str, Spec], predicates: tuple[Predi
         window = _parse_window(err, f"{where}.window", spec["window"])
         join_attrs = tuple(attrs[name])
         stats = _parse_stats(err, where, spec, join_attrs)
-        source = parse_source(err, f"{where}.source", spec.get("source"), join_attrs, base_dir)
-        out.append(Stream(name, pos, str(site), window, join_attrs, stats, source))
+        source = parse_source(err, f"{where}.source", spec.get("source"), join_attrs, base_dir,
+                              carried_by_default(output, name, join_attrs))
+        conditions = _parse_where(err, f"{where}.where", spec.get("where"), name)
+        out.append(Stream(name, pos, str(site), window, join_attrs, stats, source, conditions))
     return tuple(out)
+
+
+def _parse_where(err: _Errors, where: str, value: Any, stream: str) -> tuple[Condition, ...]:
+    if value is None:
+        return ()
+    try:
+        return parse_where_text(value, stream)
+    except FilterProblem as e:
+        raise err(where, e.problem) from None
+
+
+def carried_by_default(output: Output, stream: str, join_attrs: tuple[str, ...]) -> Optional[tuple[str, ...]]:
+    """What a live source of ``stream`` carries when its ``attributes`` are not given: the fields the SELECT list
+    names of it (None, every field, for ``*`` or ``stream.*``), besides its join attributes and the ``id`` and
+    ``ts`` every tuple has; nothing without a SELECT list (results are then ids).  Why derived: a result row needs
+    those fields at the result site, and nothing else should ship (a filter's fields are read at the source)."""
+    if output.columns is None:
+        return ()
+    if any(c == STAR or (c.stream == stream and c.field == "*") for c in output.columns):
+        return None
+    skip = set(join_attrs) | set(RESERVED_ATTRS)
+    return tuple(dict.fromkeys(c.field for c in output.columns if c.stream == stream and c.field not in skip))
 
 
 def _parse_window(err: _Errors, where: str, value: Any) -> Window:
@@ -516,6 +541,8 @@ def _stream_to_dict(s: Stream) -> Spec:
         spec["selectivity"] = {a: f for a, f in st.selectivity}
     if s.source is not None:
         spec["source"] = source_to_dict(s.source)
+    if s.where:
+        spec["where"] = where_to_text(s.where)
     return spec
 
 

@@ -4,15 +4,32 @@ Deliberately naive and independent of the engine (no shared window code): for ev
 tuple s_h as the ≺-latest member, collect from every other stream the tuples that
 precede s_h and lie in that stream's window as seen by s_h, then enumerate the
 combinations satisfying every predicate.  Quadratic; meant for tests and small data.
+Streams with a filter (``where``) are joined over the rows it keeps: :func:`tuples_of_rows` builds them from the
+data rows as written.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
+from joinlib.filter_spec import condition_test
 from joinlib.model import Query, Tup
 
 Result = tuple[tuple[int, ...], int]  # (tuple ids by stream position, head ts)
+
+
+def tuples_of_rows(query: Query, rows: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, list[Tup]]:
+    """Each stream's tuples from its data rows as written (in (ts, id) order): a row is a tuple iff every condition
+    of the stream's ``where`` holds on it, and its ``seq`` is its rank among those.  Naive on purpose (a condition
+    at a time, no compiled filter): what the loader and the live sources must agree with."""
+    out: dict[str, list[Tup]] = {}
+    for s in query.streams:
+        tests = [(c.field, condition_test(c)) for c in s.where]
+        kept = [r for r in rows[s.name] if all(test(r.get(f)) for f, test in tests)]
+        out[s.name] = [Tup(s.pos, r["id"], r["ts"], i, tuple(r[a] for a in s.join_attrs))
+                       for i, r in enumerate(kept)]
+    return out
 
 
 def reference_join(query: Query, streams: dict[str, list[Tup]]) -> Counter[Result]:

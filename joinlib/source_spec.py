@@ -16,7 +16,8 @@ streams:
 * ``id``: the field holding each record's id (an integer); absent or null: ids derived from the
   partition and offset (``partition * 2**48 + offset``);
 * ``attributes``: fields carried with each tuple besides the join attributes (a list, or ``all``);
-  default none: only the join attributes (and the id and time) travel;
+  default: the fields the query's SELECT list names of this stream (``all`` for ``S1.*``), none without a SELECT
+  list (``output.select`` absent or ``*``): only the join attributes (and the id and time) travel;
 * ``schema`` (avro): the writer schema, a file (relative to the query file) or inline; ``registry``
   (avro): a Confluent schema registry URL, asked for each schema id; one of the two is needed, and
   the registry wins where it is reachable;
@@ -104,8 +105,11 @@ def _field(err: Err, where: str, value: Any, what: str) -> str:
 
 
 def parse_source(err: Err, where: str, value: Any, join_attrs: tuple[str, ...],
-                 base_dir: Optional[Path] = None) -> Optional[SourceSpec]:
-    """The ``source`` of a stream (``where`` = ``streams.S1.source``), or None if absent."""
+                 base_dir: Optional[Path] = None,
+                 default_attributes: Optional[tuple[str, ...]] = ()) -> Optional[SourceSpec]:
+    """The ``source`` of a stream (``where`` = ``streams.S1.source``), or None if absent;
+    ``default_attributes``: what is carried when ``attributes`` is not given (what the query's SELECT list needs,
+    :func:`joinlib.query.carried_by_default`)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -125,7 +129,8 @@ def parse_source(err: Err, where: str, value: Any, join_attrs: tuple[str, ...],
         return SourceSpec(topic, fmt, start=start)
     time_field, unit = _parse_time(err, f"{where}.time", value.get("time"))
     id_field = None if value.get("id") is None else _field(err, f"{where}.id", value["id"], "id")
-    attributes = _parse_attributes(err, f"{where}.attributes", value.get("attributes"))
+    attributes = _parse_attributes(err, f"{where}.attributes", value["attributes"]) if "attributes" in value \
+        else default_attributes
     for name, used in (("time", time_field), ("id", id_field)):
         if used is not None and used in join_attrs:
             raise err(f"{where}.{name}", f"'{used}' is a join attribute; the {name} field must be another field")

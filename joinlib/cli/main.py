@@ -51,6 +51,7 @@ from joinlib.planner.registry import (
 from joinlib.protocol.messages import InstanceKey
 from joinlib.query import query_to_dict
 from joinlib.reference import reference_join
+from joinlib.rows import RowsSink
 from joinlib.runtime.deploy import Plans
 from joinlib.runtime.report import Report
 from joinlib.runtime.sink import CountingSink, Group, Sink
@@ -90,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("query", type=Path, help="query file (.yaml or .sql)")
     r.add_argument("--data", type=Path, required=True, help="directory with one <stream>.jsonl per stream")
     r.add_argument("--plan", default="auto", help="plan name or JSON file (see below; default auto)")
-    r.add_argument("--out", type=Path, help="results, one JSON object per line (omit to only count)")
+    r.add_argument("--out", type=Path, help="results, one JSON object per line: a row of the SELECT list's columns "
+                   "with the members' ids and the event time (docs/sql.md), or {\"ids\": ..., \"ts\": ...} for a "
+                   "query without one (omit to only count)")
     r.add_argument("--report", type=Path, help="write the cost report as JSON here")
     r.add_argument("--model", default="wire", help="cost model for planner names: wire | paper | bytes (default wire)")
     r.add_argument("--check", action="store_true",
@@ -282,7 +285,7 @@ def _run_plans(args: argparse.Namespace, kind: PlanKind) -> int:
     if args.out:
         _writable(args.out)
         with open(args.out, "wb") as f:
-            report = runner(query, streams, plan.plans, JsonlSink(query, f), progress=progress)
+            report = runner(query, streams, plan.plans, _results_sink(args, query, f, streams), progress=progress)
     else:
         report = runner(query, streams, plan.plans, CountingSink(), progress=progress)
     if args.report:
@@ -307,7 +310,7 @@ def _plans(args: argparse.Namespace, query: Query, kind: PlanKind, switches: lis
         return _partitioned(args, query, switches, progress)
     specs = [(0, args.plan)] + switches if adaptive is None else []
     early = {at: resolve_plan(query, spec, args.model) for at, spec in specs if not needs_data(spec)}
-    streams = load_streams(query, args.data)
+    streams = _load(args, query)
     if adaptive is not None:
         return streams, AdaptiveRun(adaptive.config, adaptive.initial)
     return streams, Generations(tuple(
@@ -348,7 +351,7 @@ def _run_tree(args: argparse.Namespace, kind: PlanKind) -> int:
         _writable(args.out)
     f = open(args.out, "wb") if args.out else None  # noqa: SIM115 (closed below, after the run)
     try:
-        sink: Sink = JsonlSink(query, f) if f is not None else CountingSink()
+        sink: Sink = _results_sink(args, query, f, streams) if f is not None else CountingSink()
         report = _tree_report(args, query, whole, streams, inputs, sink)
     finally:
         if f is not None:
@@ -392,11 +395,11 @@ def _tree_programs(args: argparse.Namespace, query: Query,
     if kind is PlanKind.PARTITIONED_TREES:
         parse_spec(args.plan.removesuffix(":mjoin"))
         check_partitionable(query)
-        streams = load_streams(query, args.data)
+        streams = _load(args, query)
         whole, inputs = plan_partitioned_trees(query, streams, args.plan)
         return streams, whole, list(inputs)
     early = None if needs_data(args.plan) else plan_tree(query, args.plan)
-    streams = load_streams(query, args.data)
+    streams = _load(args, query)
     return streams, early or plan_tree(query, args.plan, streams), [streams]
 
 
@@ -407,10 +410,26 @@ def _partitioned(args: argparse.Namespace, query: Query, switches: list[tuple[in
     check_partitionable(query)
     if switches:
         raise JoinlibError("--plan pmjoin runs without --switch (a partitioned plan has no generations)")
-    streams = load_streams(query, args.data)
+    streams = _load(args, query)
     plan = resolve_run_plan(query, args.plan, args.model, streams, progress=progress)
     assert isinstance(plan, PartitionedRun)
     return streams, plan
+
+
+def _load(args: argparse.Namespace, query: Query) -> dict[str, list[Tup]]:
+    """The data of ``joinlib run``; when the results are rows (a query with a SELECT list, ``--out`` given) the names
+    of each tuple's attributes are kept too (``args.rest_names``), which the rows decode ``rest`` with."""
+    if args.out is not None and query.output.rows:
+        args.rest_names = {}
+        return load_streams(query, args.data, args.rest_names)
+    return load_streams(query, args.data)
+
+
+def _results_sink(args: argparse.Namespace, query: Query, f: IO[bytes], streams: dict[str, list[Tup]]) -> Sink:
+    """``--out``'s sink: rows of the SELECT list (:mod:`joinlib.rows`), or ``{"ids", "ts"}`` without one."""
+    if query.output.rows:
+        return RowsSink(query, f, getattr(args, "rest_names", {}), streams)
+    return JsonlSink(query, f)
 
 
 def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> int:

@@ -12,6 +12,9 @@ Order contract: rows appear in non-decreasing ``ts``; rows with equal ``ts`` may
 in any order and are ordered by ``id`` on loading, so ``seq`` is the rank in
 (ts, id) order.  Every violation is a :class:`~joinlib.errors.DataError` naming
 ``file:line``.
+
+Filters: a stream's ``where`` (:mod:`joinlib.filter_spec`) is applied here, where its records enter, so a row it
+drops never ships and is not ranked; :func:`iter_rows` and :func:`load_rows` give the rows as written, unfiltered.
 """
 from __future__ import annotations
 
@@ -22,12 +25,14 @@ from typing import IO, Any, Callable, Iterable, Iterator, NoReturn, Optional, Un
 import orjson
 
 from joinlib.errors import DataError
+from joinlib.filter_spec import compile_filter
 from joinlib.model import Query, Stream, Tup
 from joinlib.protocol.avro import encode_tuple
 from joinlib.protocol.values import encode_values as encode_rest
 
 PathLike = Union[str, Path]
 Row = dict[str, Any]  # one JSON object of a data file: "id", "ts" and the attributes (JSON scalars)
+RestNames = dict[int, tuple[str, ...]]  # a tuple's id -> the attribute names of its rest, in order
 RESERVED = ("id", "ts")
 _UNHASHABLE = frozenset({list, dict})  # JSON values that cannot be join-attribute values
 
@@ -132,17 +137,26 @@ def load_rows(query: Query, data_dir: PathLike) -> dict[str, list[Row]]:
     return {s.name: list(iter_rows(stream_path(data_dir, s.name))) for s in query.streams}
 
 
-def load_streams(query: Query, data_dir: PathLike) -> dict[str, list[Tup]]:
-    """Every stream's tuples, in (ts, id) order with ``seq`` = rank."""
-    return {s.name: load_stream(s, stream_path(data_dir, s.name)) for s in query.streams}
+def load_streams(query: Query, data_dir: PathLike,
+                 rest_names: Optional[dict[str, RestNames]] = None) -> dict[str, list[Tup]]:
+    """Every stream's tuples, in (ts, id) order with ``seq`` = rank among the rows its filter keeps;
+    ``rest_names``: filled per stream as :func:`load_stream` says."""
+    return {s.name: load_stream(s, stream_path(data_dir, s.name),
+                                None if rest_names is None else rest_names.setdefault(s.name, {}))
+            for s in query.streams}
 
 
-def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
+def load_stream(stream: Stream, path: PathLike,  # noqa: C901 - the hot loop, one function: no call per row
+                rest_names: Optional[RestNames] = None) -> list[Tup]:
     """One stream's file as tuples; the hot loop of the loader.
 
     Rows are matched to a cached :class:`_Layout` by their number of keys; the
     layout's getters raise KeyError for a row with other keys, which then gets its own
     layout.  So a row costs one orjson parse, two itemgetter calls and one encoding.
+    A row the stream's filter (``stream.where``) drops is validated like any other but becomes no tuple: it gets no
+    ``seq``, so ranks (and tuple windows) count the kept rows only.  ``rest_names``: when given, each tuple's id ->
+    the names of the attributes its ``rest`` holds, in their order (what a result row decodes ``rest`` with,
+    :mod:`joinlib.rows`; rows of one layout share one tuple of names).
     """
     path = Path(path)
     order = _Order(path)
@@ -150,6 +164,7 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
     cur = _Layout.EMPTY
     out: list[Tup] = []
     pos, loads, append = stream.pos, orjson.loads, out.append
+    keep = compile_filter(stream.where)
     with _open(path, f"data file of stream {stream.name}") as f:
         for lineno, line in enumerate(f, 1):
             try:
@@ -170,6 +185,8 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
             if type(id_) is not int or type(ts) is not int or ts < 0:
                 _check_id_ts(path, lineno, row)
             order.check(lineno, id_, ts)
+            if keep is not None and not keep(row):
+                continue
             if not _UNHASHABLE.isdisjoint(map(type, key)):
                 _not_scalar(path, lineno, key)
             try:
@@ -178,6 +195,8 @@ def load_stream(stream: Stream, path: PathLike) -> list[Tup]:
                 raise DataError(f"{path}:{lineno}: cannot encode the attributes ({e}); values must be "
                                 "strings, numbers, booleans or null") from None
             append(Tup(pos, id_, ts, len(out), key, rest))
+            if rest_names is not None:
+                rest_names[id_] = cur.names
     if order.needs_sort:
         _sort_by_ts_id(out)
     _encode_at_source(path, out)
@@ -209,7 +228,7 @@ def _encode_at_source(path: Path, tups: list[Tup]) -> None:
 class _Layout:
     """Getters for (join key, payload values in sorted name order) of rows with one key set."""
 
-    __slots__ = ("width", "key", "rest")
+    __slots__ = ("width", "key", "rest", "names")
     EMPTY: "_Layout"
 
     def __init__(self, stream: Stream, path: Path, lineno: int, row: Row) -> None:
@@ -223,7 +242,8 @@ class _Layout:
         skip = set(RESERVED) | set(stream.join_attrs)
         self.width = len(row)
         self.key = _tuple_getter(stream.join_attrs)
-        self.rest = _tuple_getter(sorted(a for a in row if a not in skip))
+        self.names = tuple(sorted(a for a in row if a not in skip))
+        self.rest = _tuple_getter(self.names)
 
 
 _Layout.EMPTY = _Layout.__new__(_Layout)

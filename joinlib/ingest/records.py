@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import fastavro
 import orjson
 
+from joinlib.filter_spec import compile_filter
 from joinlib.model import Stream, Value
 from joinlib.protocol.values import encode_values
 from joinlib.source_spec import SourceSpec
@@ -53,6 +54,13 @@ class Event(NamedTuple):
     id: int
     key: tuple[Value, ...]
     rest: bytes
+
+
+class Filtered(NamedTuple):
+    """A well-formed record the stream's filter (``where``) drops: not the stream's, and not a dead letter."""
+
+
+FILTERED = Filtered()
 
 
 class _Malformed(Exception):
@@ -140,12 +148,17 @@ class Decoder:
         self._skip = used
         self._fixed = None if spec.schema is None else fastavro.parse_schema(orjson.loads(spec.schema))
         self._schemas = schemas
+        self._keep = compile_filter(stream.where)
 
-    def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad]:
+    def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad, Filtered]:
+        """The record's event, why it is malformed, or :data:`FILTERED` when the stream's filter drops it (tested
+        on the record as read, before its fields are: a dropped record is never a dead letter)."""
         if value is None:
             return Bad(NO_VALUE, "the record has no value (a tombstone)")
         try:
             row = self._json(value) if self.spec.format == "json" else self._avro(value)
+            if self._keep is not None and not self._keep(row):
+                return FILTERED
             return self._event(row, partition, offset)
         except _Malformed as e:
             return e.bad

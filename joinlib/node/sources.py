@@ -44,7 +44,7 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
-from joinlib.ingest.records import LATE
+from joinlib.ingest.records import LATE, Filtered
 from joinlib.model import Query, Stream, Tup
 from joinlib.protocol import avro
 
@@ -222,6 +222,9 @@ class LiveInputs:
                     self._readmit(src, part, offset, value)
                 continue
             ev = src.decoder.decode(value, part, offset)
+            if isinstance(ev, Filtered):   # the stream's WHERE drops it: it moves the read position only
+                src.ingest.skip(part, offset)
+                continue
             if isinstance(ev, Bad):
                 src.ingest.skip(part, offset)
                 self._dead(src, m, ev)

@@ -19,11 +19,12 @@ import yaml
 from sqlglot import exp
 
 from joinlib.errors import QueryError
+from joinlib.filter_spec import Condition, FilterProblem, conditions, where_to_text
 from joinlib.model import Query
 from joinlib.query import TOP_KEYS, parse_query
 from joinlib.sql.lexer import Option, statements
 from joinlib.sql.text import SqlText
-from joinlib.sql.tree import Declared, RawQuery, Ref, Scan, declaration, parse_statement, query
+from joinlib.sql.tree import Declared, RawQuery, Ref, Scan, at, declaration, parse_statement, query
 
 #: options of CREATE STREAM s (...) WITH (...): the key path each one sets in the stream's YAML mapping
 STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -40,6 +41,7 @@ QUERY_OPTIONS: dict[str, tuple[str, ...]] = {
     "links": ("network", "links"), "topology": ("network",),
     "interval": ("execution", "interval"), "max_delay": ("execution", "max_delay"),
     "idle_timeout": ("execution", "idle_timeout"), "bloom_fpr": ("execution", "bloom_fpr"),
+    "results": ("output", "select"),   # 'ids': no output.select (read by _select)
 }
 TOPOLOGY_KEYS = ("latency", "bandwidth", "nodes", "links")
 LINKS_HINT = "write links = 'c -> hub 60ms 256kbps, a -> b 10ms' (latency and bandwidth optional)"
@@ -74,6 +76,7 @@ def parse_sql(text: str, source_name: str = "<sql>", *, base_dir: Optional[Path]
     _streams(src, doc, decls, raw, scope, base_dir)
     _predicates(src, doc, decls, raw, scope)
     _select(src, doc, decls, raw, scope)
+    _where(src, doc, decls, raw, scope)
     _query_options(src, doc, raw, base_dir)
     doc.spec["name"] = raw.name
     doc.where["name"] = (raw.at, "stream name")
@@ -292,7 +295,18 @@ def _predicates(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuer
 
 
 def _select(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, scope: dict[str, str]) -> None:
+    """The SELECT list (YAML ``output.select``), or none with ``WITH (results = 'ids')`` (results are the members'
+    ids, as a YAML query without ``output.select``)."""
     visible = [s.name for s in raw.scans]
+    results = raw.options.get("results")
+    if results is not None:
+        if results.value not in ("ids", "rows"):
+            raise src.error(results.value_at, f"results: expected 'rows' (the SELECT list's columns, the default) "
+                                              f"or 'ids' (the members' ids only), not {results.value!r}")
+        if results.value == "ids":
+            if [(i.ref.stream, i.ref.field) for i in raw.items] != [(None, "*")]:
+                raise src.error(raw.items[0].ref.at, "results = 'ids' writes the members' ids only: write SELECT *")
+            return
     select: list[str] = []
     for i, item in enumerate(raw.items):
         ref = item.ref
@@ -302,8 +316,28 @@ def _select(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, s
             text = f"{_resolve(src, decls, scope, ref, visible)}.{ref.field}"
         select.append(f"{text} AS {item.alias}" if item.alias else text)
         doc.where[f"output.select[{i}]"] = (ref.at, "")
-    if select != ["*"]:
-        doc.put(("output", "select"), select, raw.at, "SELECT")
+    doc.put(("output", "select"), select, raw.at, "SELECT")
+
+
+def _where(src: SqlText, doc: Doc, decls: dict[str, Declared], raw: RawQuery, scope: dict[str, str]) -> None:
+    """WHERE: each condition goes to the stream whose field it tests (``streams.S.where``), in the order written."""
+    if raw.where is None:
+        return
+    visible = [s.name for s in raw.scans]
+
+    def column(col: exp.Column) -> tuple[str, str]:
+        ref = Ref(col.table or None, col.name, at(col, raw.where_at))
+        return _resolve(src, decls, scope, ref, visible), col.name
+
+    try:
+        found = conditions(raw.where, column)
+    except FilterProblem as e:
+        raise src.error(at(e.node, raw.where_at), e.problem) from None
+    per_stream: dict[str, list[Condition]] = {}
+    for stream, cond in found:
+        per_stream.setdefault(stream, []).append(cond)
+    for stream, conds in per_stream.items():
+        doc.put(("streams", stream, "where"), where_to_text(tuple(conds)), raw.where_at, "WHERE")
 
 
 # --------------------------------------------------------------------------- query options
@@ -313,7 +347,7 @@ def _query_options(src: SqlText, doc: Doc, raw: RawQuery, base_dir: Optional[Pat
         _topology(src, doc, raw.options["topology"], base_dir)
     for opt in raw.options.values():
         path = _option_path(src, opt, stream=False)
-        if opt.key == "topology":
+        if opt.key in ("topology", "results"):
             continue
         value: Any = opt.value
         if opt.key == "nodes":

@@ -13,13 +13,13 @@ predicates only, which no result depends on.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 from sqlglot.tokens import Tokenizer
 
 from joinlib.model import Predicate, Query, Window
-from joinlib.output_spec import Column, Output
-from joinlib.query import query_to_dict
+from joinlib.output_spec import STAR, Column, Output
+from joinlib.query import carried_by_default, query_to_dict
 from joinlib.sql.lexer import UNITS
 
 _RESERVED = set(Tokenizer.KEYWORDS) | set(UNITS) | {"WITHIN", "EMIT", "CHANGES", "STREAM"}
@@ -59,17 +59,21 @@ def query_to_sql(query: Query) -> str:
     order, on = join_order(query)
     lines = [f"-- {query.name}: {len(query.streams)} streams joined on {len(query.predicates)} predicates", ""]
     for s in query.streams:
-        opts = _stream_options(doc["streams"][s.name], s.join_attrs)
+        opts = _stream_options(doc["streams"][s.name], s.join_attrs,
+                               carried_by_default(query.output, s.name, s.join_attrs))
         if s.name == order[0] and (len(order) < 2 or s.window != query.stream(order[1]).window):
             opts.append(("window", _window_option(s.window)))
         lines.append(f"CREATE STREAM {ident(s.name)}" + _with(opts) + ";")
     lines.append("")
     lines.append(f"CREATE STREAM {ident(query.name)}{_with(_query_options(doc, query.output))} AS")
-    lines.append(f"  SELECT {', '.join(_column(c) for c in query.output.columns)}")
+    lines.append(f"  SELECT {', '.join(_column(c) for c in query.output.columns or (STAR,))}")
     lines.append(f"  FROM {ident(order[0])}")
     for name in order[1:]:
         preds = " AND ".join(_predicate(p) for p in on[name])
         lines.append(f"  JOIN {ident(name)} {within(query.stream(name).window)} ON {preds}")
+    where = [f"{ident(s.name)}.{c}" for s in query.streams for c in s.where]
+    if where:
+        lines.append(f"  WHERE {' AND '.join(where)}")
     lines.append("  EMIT CHANGES;")
     return "\n".join(lines) + "\n"
 
@@ -108,7 +112,8 @@ def _with(options: list[tuple[str, Any]]) -> str:
     return one if len(one) <= 90 else " WITH (\n    " + ",\n    ".join(items) + "\n  )"
 
 
-def _stream_options(spec: dict[str, Any], join_attrs: tuple[str, ...]) -> list[tuple[str, Any]]:
+def _stream_options(spec: dict[str, Any], join_attrs: tuple[str, ...],
+                    derived: Optional[tuple[str, ...]]) -> list[tuple[str, Any]]:
     opts: list[tuple[str, Any]] = [("site", spec["site"])]
     opts += [(k, spec[k]) for k in ("rate", "attributes", "tuple_bytes") if k in spec]
     sel = spec.get("selectivity")
@@ -117,11 +122,12 @@ def _stream_options(spec: dict[str, Any], join_attrs: tuple[str, ...]) -> list[t
         opts.append(("selectivity", next(iter(sel.values())) if same else
                      ", ".join(f"{a}: {f!r}" for a, f in sel.items())))
     if "source" in spec:
-        opts += _source_options(spec["source"])
+        opts += _source_options(spec["source"], derived)
     return opts
 
 
-def _source_options(src: dict[str, Any]) -> list[tuple[str, Any]]:
+def _source_options(src: dict[str, Any], derived: Optional[tuple[str, ...]]) -> list[tuple[str, Any]]:
+    """``derived``: what the source carries without a ``carry`` option (written only when it carries else)."""
     opts: list[tuple[str, Any]] = [("topic", src["topic"])]
     if src["format"] != "json":
         opts.append(("format", src["format"]))
@@ -132,7 +138,7 @@ def _source_options(src: dict[str, Any]) -> list[tuple[str, Any]]:
     if src.get("id") is not None:
         opts.append(("id", src["id"]))
     attrs = src.get("attributes")
-    if attrs:
+    if attrs is not None and attrs != ("all" if derived is None else list(derived)):
         opts.append(("carry", attrs if attrs == "all" else ", ".join(attrs)))
     if "schema" in src:
         opts.append(("schema", json.dumps(src["schema"], sort_keys=True, separators=(",", ":"))))
@@ -144,7 +150,7 @@ def _source_options(src: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _query_options(doc: dict[str, Any], output: Output) -> list[tuple[str, Any]]:
-    opts: list[tuple[str, Any]] = []
+    opts: list[tuple[str, Any]] = [] if output.rows else [("results", "ids")]
     if output.topic is not None:
         opts.append(("topic", output.topic))
     if output.format != "json":

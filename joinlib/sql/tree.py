@@ -80,6 +80,8 @@ class RawQuery:
     with_at: int
     scans: tuple[Scan, ...]
     items: tuple[SelectItem, ...] = field(default=())
+    where: Optional[exp.Expr] = None    # the WHERE condition as sqlglot read it (joinlib.filter_spec reads it)
+    where_at: int = -1
 
 
 def parse_statement(src: SqlText, st: Statement) -> exp.Expr:
@@ -160,14 +162,13 @@ def query(src: SqlText, st: Statement, tree: exp.Create) -> RawQuery:
     scans = [Scan(first, first_at, first_alias)]
     for join in select.args.get("joins") or []:
         scans.append(_join(src, st, join, scans[-1].at))
-    return RawQuery(name, name_at, dict(st.options or {}), st.with_at, tuple(scans), items)
+    where = select.args.get("where")
+    where_at = next((t.start for t in st.tokens if t.token_type == TokenType.WHERE), name_at)
+    return RawQuery(name, name_at, dict(st.options or {}), st.with_at, tuple(scans), items,
+                    None if where is None else where.this, where_at)
 
 
 def _check_clauses(src: SqlText, st: Statement, select: exp.Select, default: int) -> None:
-    if select.args.get("where") is not None:
-        where_at = next((t.start for t in st.tokens if t.token_type == TokenType.WHERE), default)
-        raise src.error(where_at, "WHERE filters are not supported yet; remove the WHERE clause (filter the sources "
-                        "before they reach joinlib for now)")
     for key, value in select.args.items():
         if key in _ALLOWED_SELECT_ARGS or value in (None, [], False):
             continue
@@ -251,6 +252,6 @@ def _predicate(src: SqlText, node: exp.Expr, default: int) -> tuple[Ref, Ref, in
                                "s1.k = s2.k (a time bound is the JOIN's WITHIN)")
     left, right = node.this, node.expression
     if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-        raise src.error(where, f"{node.sql()!r} compares with a constant: that is a filter, and filters are not "
-                               "supported yet; a join predicate is s1.k = s2.k")
+        raise src.error(where, f"{node.sql()!r} compares with a constant: that is a filter; move it to the "
+                               "WHERE clause (a join predicate is s1.k = s2.k)")
     return _ref(src, left, where), _ref(src, right, where), where

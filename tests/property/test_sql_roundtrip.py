@@ -4,7 +4,7 @@ YAML gives the same document, and the embedded run of the SQL query gives the YA
 The queries are :func:`joinlib.testing.strategies.queries` (chain, star, cycle, complete graphs; time and tuple
 windows; shared sites; statistics; Bloom filter rates) with what that strategy leaves out drawn on top: sources of
 every format, per-attribute selectivities, processing-only nodes and per-link overrides, idle timeouts, SELECT
-lists and sinks, names that need quoting."""
+lists and sinks, names that need quoting, filters (every operator, literals of every kind)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,6 +12,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from joinlib.filter_spec import OPS, Condition
 from joinlib.model import Link, Query, StreamStats
 from joinlib.output_spec import STAR, Column, Output
 from joinlib.plan.logical import uniform
@@ -42,6 +43,25 @@ def sources(draw: st.DrawFn, join_attrs: tuple[str, ...]) -> SourceSpec | None:
                       None, "http://localhost:8081" if fmt == "avro" else None, start)
 
 
+LITERALS = st.one_of(st.text(st.sampled_from("ab'%_ \\é"), max_size=4), st.integers(-10**12, 10**12),
+                     st.floats(allow_nan=False, allow_infinity=False), st.booleans())
+
+
+@st.composite
+def conditions(draw: st.DrawFn, fields: list[str]) -> Condition:
+    """One condition of a stream's filter (any operator, literals of every kind)."""
+    field, op = draw(st.sampled_from(fields)), draw(st.sampled_from(OPS))
+    if op in ("IS NULL", "IS NOT NULL"):
+        return Condition(field, op)
+    if op in ("LIKE", "NOT LIKE"):
+        return Condition(field, op, (draw(st.text(st.sampled_from("ab%_'"), max_size=4)),))
+    if op in ("IN", "NOT IN"):
+        kind = draw(st.sampled_from([st.text(st.sampled_from("ab'"), max_size=3), st.integers(-5, 5),
+                                     st.booleans()]))
+        return Condition(field, op, tuple(draw(st.lists(kind, min_size=1, max_size=3))))
+    return Condition(field, op, (draw(LITERALS),))
+
+
 @st.composite
 def rich_queries(draw: st.DrawFn) -> Query:
     q = draw(queries(max_streams=4))
@@ -52,7 +72,8 @@ def rich_queries(draw: st.DrawFn) -> Query:
         stats = replace(s.stats, selectivity=sel,
                         attributes=draw(st.one_of(st.none(), st.integers(0, 300)))) \
             if draw(st.booleans()) else s.stats or StreamStats()
-        streams.append(replace(s, stats=stats, source=draw(sources(s.join_attrs))))
+        where = tuple(draw(st.lists(conditions(["payload", "id", "ts", *s.join_attrs]), max_size=3)))
+        streams.append(replace(s, stats=stats, source=draw(sources(s.join_attrs)), where=where))
     nodes = ("dc",) if draw(st.booleans()) else ()
     sites = q.sites + nodes
     links: tuple[Link, ...] = ()
@@ -68,11 +89,11 @@ def rich_queries(draw: st.DrawFn) -> Query:
 @st.composite
 def outputs(draw: st.DrawFn, q: Query) -> Output:
     if draw(st.booleans()):
-        return Output()
+        return Output(None, draw(st.sampled_from([None, "rows.out"])))
     cols: list[Column] = []
     for i in range(draw(st.integers(1, 4))):
         s = draw(st.sampled_from(q.names))
-        field = draw(st.sampled_from(["*", "id", "ts"] + list(q.stream(s).join_attrs)))
+        field = draw(st.sampled_from(["*", "id", "ts", "payload", "p2"] + list(q.stream(s).join_attrs)))
         cols.append(Column(s, field, None if field == "*" else f"c{i}"))
     if draw(st.booleans()):
         cols.insert(0, STAR)
