@@ -236,8 +236,8 @@ class LiveInputs:
     def _readmit(self, src: _Source, part: int, offset: int, value: bytes) -> None:
         ev = src.decoder.decode(value, part, offset)
         try:
-            if isinstance(ev, Bad):
-                src.ingest.readmit(part, offset, None)   # not pending: raises if the checkpoint named it
+            if isinstance(ev, (Bad, Filtered)):   # never pending: raises if the checkpoint named it
+                src.ingest.readmit(part, offset, None)
             else:
                 src.ingest.readmit(part, offset, ev)
         except ValueError as e:

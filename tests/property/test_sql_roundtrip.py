@@ -8,6 +8,7 @@ lists and sinks, names that need quoting, filters (every operator, literals of e
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -56,8 +57,8 @@ def conditions(draw: st.DrawFn, fields: list[str]) -> Condition:
     if op in ("LIKE", "NOT LIKE"):
         return Condition(field, op, (draw(st.text(st.sampled_from("ab%_'"), max_size=4)),))
     if op in ("IN", "NOT IN"):
-        kind = draw(st.sampled_from([st.text(st.sampled_from("ab'"), max_size=3), st.integers(-5, 5),
-                                     st.booleans()]))
+        kind: st.SearchStrategy[Any] = draw(st.sampled_from([st.text(st.sampled_from("ab'"), max_size=3),
+                                                             st.integers(-5, 5), st.booleans()]))
         return Condition(field, op, tuple(draw(st.lists(kind, min_size=1, max_size=3))))
     return Condition(field, op, (draw(LITERALS),))
 

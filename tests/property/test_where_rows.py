@@ -61,9 +61,10 @@ def conditions(draw: st.DrawFn, join_attrs: tuple[str, ...]) -> Condition:
     field = draw(st.sampled_from(PAYLOAD + join_attrs))
     op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IN", "NOT IN", "IS NULL", "IS NOT NULL", "LIKE",
                                "NOT LIKE"]))
-    literal = {"p": st.integers(-3, 3), "s": st.sampled_from(["ab", "a", ""]), "b": st.booleans()}.get(
-        field, st.sampled_from(VALUES))
-    literal = draw(st.sampled_from([literal, st.integers(-3, 3), st.sampled_from(VALUES)]))  # kinds mixed too
+    own: st.SearchStrategy[Any] = {"p": st.integers(-3, 3), "s": st.sampled_from(["ab", "a", ""]),
+                                   "b": st.booleans()}.get(field, st.sampled_from(VALUES))
+    literal: st.SearchStrategy[Any] = draw(st.sampled_from([own, st.integers(-3, 3),
+                                                           st.sampled_from(VALUES)]))  # kinds mixed too
     if op in ("IS NULL", "IS NOT NULL"):
         return Condition(field, op)
     if op in ("LIKE", "NOT LIKE"):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -37,8 +38,9 @@ def test_where_goes_to_the_stream_of_each_condition_in_order() -> None:
 
 
 def test_the_yaml_spelling_and_its_errors() -> None:
-    doc = {"streams": {"A": {"site": "a", "window": "1s", "where": "dest <> '10.0.0.1' AND bytes > 100"},
-                       "B": {"site": "b", "window": "1s"}}, "join": ["A.k = B.k"]}
+    doc: dict[str, Any] = {
+        "streams": {"A": {"site": "a", "window": "1s", "where": "dest <> '10.0.0.1' AND bytes > 100"},
+                    "B": {"site": "b", "window": "1s"}}, "join": ["A.k = B.k"]}
     q = parse_query(doc, "q.yaml")
     assert q.stream("A").where == (Condition("dest", "<>", ("10.0.0.1",)), Condition("bytes", ">", (100,)))
     for bad, message in (("a = 1 OR b = 2", "streams.A.where: OR is not supported in WHERE"),
