@@ -78,6 +78,7 @@ class StreamIngest:
         self.pending: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
         # pending records a checkpoint named by position only, to be read again: (part, offset) -> (ts, id)
         self.missing: dict[tuple[int, int], tuple[int, int]] = {}
+        self._missing_at: dict[int, deque[int]] = {}   # per partition, the named offsets left, increasing
         self.seq = 0
 
     # ------------------------------------------------------------------ records
@@ -212,24 +213,32 @@ class StreamIngest:
         return min(offs) if offs else None
 
     def readmit(self, part: int, offset: int, ev: Optional[Event]) -> bool:
-        """Record ``offset`` of ``part`` (None: it no longer decodes), read again after a restore: back among
-        the pending records if the checkpoint named it (True), else nothing (it was released or judged
-        before the checkpoint).  A named
-        record that comes back different, or that the topic no longer has (a later offset of its partition
-        arrives first), is an error: the records the checkpoint relied on are gone."""
-        want = self.missing.pop((part, offset), None)
-        if want is None:
-            lost = [off for p, off in self.missing if p == part and off < offset]
-            if lost:
-                raise ValueError(f"stream {self.stream.name}: partition {part} no longer holds offsets "
-                                 f"{lost[:5]} that the checkpoint left pending (retention?)")
+        """Record ``offset`` of ``part`` (None: it no longer decodes), read again after a restore (offsets of
+        a partition in increasing order): back among the pending records if the checkpoint named it (True),
+        else nothing (it was released or judged before the checkpoint).  A named record that comes back
+        different, or that the topic no longer has, is an error: the records the checkpoint relied on are
+        gone."""
+        self.check_lost(part, offset)
+        at = self._missing_at.get(part)
+        if not at or at[0] != offset:
             return False
+        at.popleft()
+        want = self.missing.pop((part, offset))
         if ev is None or want != (ev.ts, ev.id):
             raise ValueError(f"stream {self.stream.name}: the record at partition {part} offset {offset} is "
                              f"not the one the checkpoint left pending (ts, id {want}, now "
                              f"{(ev.ts, ev.id) if ev is not None else 'malformed'})")
         heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
         return True
+
+    def check_lost(self, part: int, offset: int) -> None:
+        """Offset ``offset`` of ``part`` was read: a named record of that partition below it that never came
+        back is gone from the topic (retention, a deleted topic): an error, not a stall."""
+        at = self._missing_at.get(part)
+        if at and at[0] < offset:
+            lost = [x for x in at if x < offset]
+            raise ValueError(f"stream {self.stream.name}: partition {part} no longer holds offsets {lost[:5]} "
+                             f"that the checkpoint left pending (retention?)")
 
     def restore(self, data: dict[str, Any], now: float) -> None:
         self.seq = data["seq"]
@@ -249,3 +258,6 @@ class StreamIngest:
         else:
             self.pending = []
             self.missing = {(part, off): (ts, id_) for ts, id_, part, off in data["pending_refs"]}
+        self._missing_at = {}
+        for part, off in sorted(self.missing):
+            self._missing_at.setdefault(part, deque()).append(off)

@@ -9,8 +9,9 @@ due, and hands the released tuples with the stream's watermark to ``Host.feed``.
 
 Exactly once across restarts (docs/live.md):
 
-* the checkpoint holds each stream's ingest state (positions, watermarks, recent ids, pending
-  records, ranks) with the consumer positions of the user's partitions;
+* the checkpoint holds each stream's ingest state (positions, watermarks, recent ids, ranks, and
+  the pending records -- on time, not released yet -- by position only: a restarted node reads them
+  again from the topic, from the first of them, before it releases anything);
 * idle advances are produced to ``wm.<query>`` and flushed *before* they are applied; a restarted
   node reads its advances after the checkpoint's offset of that topic and applies each at the
   position it was logged at, so every record is classified as before;
@@ -221,6 +222,8 @@ class LiveInputs:
                 if src.ingest.missing:
                     self._readmit(src, part, offset, value)
                 continue
+            if src.ingest.missing:
+                self._check_lost(src, part, offset)
             ev = src.decoder.decode(value, part, offset)
             if isinstance(ev, Filtered):   # the stream's WHERE drops it: it moves the read position only
                 src.ingest.skip(part, offset)
@@ -240,6 +243,12 @@ class LiveInputs:
                 src.ingest.readmit(part, offset, None)
             else:
                 src.ingest.readmit(part, offset, ev)
+        except ValueError as e:
+            raise ClusterError(str(e)) from None
+
+    def _check_lost(self, src: _Source, part: int, offset: int) -> None:
+        try:
+            src.ingest.check_lost(part, offset)
         except ValueError as e:
             raise ClusterError(str(e)) from None
 
@@ -423,6 +432,10 @@ class LiveInputs:
         ``observe(stream, tuples)`` (the per-value monitor, :mod:`joinlib.pmjoin.value_monitor`)."""
         tau = self.q.execution.interval_ms
         for name, src in self.sources.items():
+            if src.ingest.missing:
+                # records a checkpoint named are still being read again: neither they nor the watermark may
+                # move on before them (the host's window keeps the checkpoint's watermark meanwhile)
+                continue
             tups = src.ingest.release()
             w = src.ingest.watermark
             host.feed(self.q.name, name, tups, w)

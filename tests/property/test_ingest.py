@@ -199,7 +199,7 @@ def test_ingest_matches_the_model_with_restarts(sc: dict[str, Any]) -> None:
     b.ingest.restore(snap, 0.0)
     b.ingest.replay(a.logged[snap_at["logged"]:])
     starts = {part: p.next for part, p in b.ingest.parts.items()}
-    back = {part: min(n, *(x for x in [b.ingest.rewind(part)] if x is not None)) for part, n in starts.items()}
+    back = {part: min([n] + [x for x in [b.ingest.rewind(part)] if x is not None]) for part, n in starts.items()}
     b.outcome = {k: v for k, v in a.outcome.items() if k[1] < starts[k[0]]}
     for part, (off, ts, id_, bad) in _interleave(recs, back, random.Random(sc["seed"] + 1)):
         if off < starts[part]:

@@ -1,0 +1,137 @@
+"""A live stream restored from a checkpoint that names its pending records by position (issue 27): the node reads
+them again from the topic, feeds the host nothing -- not even a watermark -- until every one is back, and then
+releases exactly what an uninterrupted node releases, with the same ranks."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from joinlib.node.sources import LiveInputs
+from joinlib.query import parse_query
+from joinlib.runtime import checkpoint
+
+DELTA = 50
+
+
+class _Msg:
+    def __init__(self, offset: int, ts: int, id_: int) -> None:
+        self._offset, self._value = offset, json.dumps({"id": id_, "ts": ts, "J": id_ % 3}).encode()
+
+    def topic(self) -> str:
+        return "t1"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> None:
+        return None
+
+
+class _Host:
+    def __init__(self) -> None:
+        self.fed: list[tuple[list[tuple[int, int, int]], int]] = []
+
+    def feed(self, query: str, stream: str, tups: list[Any], watermark: int) -> None:
+        self.fed.append(([(t.id, t.ts, t.seq) for t in tups], watermark))
+
+    def released(self) -> list[tuple[int, int, int]]:
+        return [x for tups, _ in self.fed for x in tups]
+
+
+class _Null:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+
+def _query() -> Any:
+    src = {"topic": "t1", "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id", "start": "earliest"}
+    doc = {"streams": {"S1": {"site": "a", "window": "1s", "source": src},
+                       "S2": {"site": "b", "window": "1s", "source": {**src, "topic": "t2"}}},
+           "join": ["S1.J = S2.J"],
+           "execution": {"interval": "100ms", "max_delay": f"{DELTA}ms", "idle_timeout": "1h"}}
+    return parse_query(doc, "q")
+
+
+def _inputs() -> LiveInputs:
+    return LiveInputs(_query(), "a", 0, {"S1": {0: 0}}, bootstrap="unused:9092", out=_Null(),  # type: ignore[arg-type]
+                      run_id=None,
+                      sensor=_Null(), log=lambda s: None, on_naive=lambda *a: None, now=0.0)
+
+
+def _stored(inputs: LiveInputs) -> Any:
+    """The live part of a checkpoint, written and read back as a node's checkpoint is."""
+    return checkpoint.loads(checkpoint.dumps({"format": checkpoint.FORMAT, "live": inputs.snapshot()}))["live"]
+
+
+# event times out of order within delta, so records wait below and above the watermark
+TS = [0, 30, 10, 120, 90, 200, 170, 260, 300, 280, 400, 390, 520, 500, 610]
+
+
+def test_pending_records_named_by_position_come_back_before_anything_moves_on() -> None:
+    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    whole, host = _inputs(), _Host()
+    for m in msgs:
+        whole.handle(m, 0.0)
+        whole.drain(host)
+
+    first, before = _inputs(), _Host()
+    for m in msgs[:9]:
+        first.handle(m, 0.0)
+        first.drain(before)
+    snap = _stored(first)
+    assert snap["S1"]["ingest"]["pending_refs"], "the scenario must leave records pending"
+    assert all(len(r) == 4 for r in snap["S1"]["ingest"]["pending_refs"])   # positions, no payloads
+
+    again, after = _inputs(), _Host()
+    again.restore(snap, 0.0)
+    (tp,) = again.topic_partitions()
+    pending_offsets = [r[3] for r in snap["S1"]["ingest"]["pending_refs"]]
+    assert tp.offset == min(pending_offsets) < 9
+    again.drain(after)
+    assert after.fed == [], "nothing -- no watermark either -- before the named records are back"
+    for m in msgs[tp.offset:]:
+        again.handle(m, 0.0)
+        again.drain(after)
+    assert not again.sources["S1"].ingest.missing
+    assert before.released() + after.released() == host.released()
+    marks = [w for _, w in before.fed + after.fed]
+    assert marks == sorted(marks)
+
+
+def test_a_named_record_the_topic_no_longer_has_is_an_error() -> None:
+    import pytest
+
+    from joinlib.errors import ClusterError
+    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    first = _inputs()
+    for m in msgs[:9]:
+        first.handle(m, 0.0)
+        first.drain(_Host())
+    snap = _stored(first)
+    lost = min(r[3] for r in snap["S1"]["ingest"]["pending_refs"])
+    again = _inputs()
+    again.restore(snap, 0.0)
+    with pytest.raises(ClusterError, match="no longer holds offsets"):
+        for m in msgs[lost + 1:]:   # retention removed the first named record
+            again.handle(m, 0.0)
+
+
+def test_a_partition_read_past_every_named_record_is_an_error_not_a_stall() -> None:
+    import pytest
+
+    from joinlib.errors import ClusterError
+    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    first = _inputs()
+    for m in msgs[:9]:
+        first.handle(m, 0.0)
+        first.drain(_Host())
+    again = _inputs()
+    again.restore(_stored(first), 0.0)
+    with pytest.raises(ClusterError, match="no longer holds offsets"):
+        again.handle(msgs[9], 0.0)   # the topic starts past the checkpoint's position now
