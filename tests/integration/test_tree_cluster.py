@@ -80,8 +80,10 @@ def test_tree_operators_resume_from_checkpoints_after_their_nodes_are_killed(rou
     report = _tree_check(routers, lower_tree(query, TREES["left-deep at r3"]), kafka_bootstrap, mode="process",
                          redis_url=redis_url, rate_scale=1.0, faults=[("r2", 0.6), ("r3", 1.2)])
     assert [r["site"] for r in report["restarts"]] == ["r2", "r3"]
-    assert report["sites"]["r2"]["resumed_from_epoch"] is not None, report["sites"]["r2"]
-    assert report["sites"]["r3"]["checkpoints"] > 0
+    # both successors resume from their predecessors' checkpoints (taken every 0.25 s from the start: r2 dies at
+    # 0.6 s, r3 at 1.2 s); what a successor checkpoints itself depends on how soon it catches up, not asserted
+    for site in ("r2", "r3"):
+        assert report["sites"][site]["resumed_from_epoch"] is not None, report["sites"][site]
     assert not list(redis_client.scan_iter(match="{joinlib:%s*:%s/*" % (query.name, report["run"]), count=1000))
 
 
