@@ -238,19 +238,11 @@ class LiveInputs:
 
     def _readmit(self, src: _Source, part: int, offset: int, value: bytes) -> None:
         ev = src.decoder.decode(value, part, offset)
-        try:
-            if isinstance(ev, (Bad, Filtered)):   # never pending: raises if the checkpoint named it
-                src.ingest.readmit(part, offset, None)
-            else:
-                src.ingest.readmit(part, offset, ev)
-        except ValueError as e:
-            raise ClusterError(str(e)) from None
+        # a malformed or filtered record was never pending: readmit raises if the checkpoint named it
+        _restored(src.ingest.readmit, part, offset, None if isinstance(ev, (Bad, Filtered)) else ev)
 
     def _check_lost(self, src: _Source, part: int, offset: int) -> None:
-        try:
-            src.ingest.check_lost(part, offset)
-        except ValueError as e:
-            raise ClusterError(str(e)) from None
+        _restored(src.ingest.check_lost, part, offset)
 
     def _dead(self, src: _Source, m: Any, bad: Bad, event_ts: Optional[int] = None) -> None:
         src.dead[bad.reason] += 1
@@ -483,6 +475,15 @@ class LiveInputs:
         self._pending = None   # not applied: nothing read after this matters
         if self._marks_out is not None:
             self._marks_out.flush(MARKS_FLUSH_TIMEOUT_S)
+
+
+def _restored(step: Callable[..., Any], *args: Any) -> None:
+    """A step of reading a checkpoint's pending records again; records gone from the topic are a cluster
+    error (the run cannot go on exactly), not a ValueError of the ingest."""
+    try:
+        step(*args)
+    except ValueError as e:
+        raise ClusterError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- reading our own logs

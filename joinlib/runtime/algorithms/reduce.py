@@ -120,16 +120,17 @@ class Reducer:
         """The oldest arrival epoch in the window (e + 1 when it is empty)."""
         return self.window[0][2] if self.window else e + 1
 
-    def _add_all(self, batch: Sequence[Tup], e: int) -> None:
-        """New pending tuples of arrival epoch e, in the window: indexed by their keys and dirty
-        everywhere (their keys are tested against the live sets by :meth:`_settle_keys`, once per batch).
-        One loop for the batch: this runs for every input tuple."""
+    def _add_all(self, batch: Sequence[Tup], e: Optional[int]) -> None:
+        """New pending tuples of arrival epoch e, in the window (e None: already there, a snapshot's):
+        indexed by their keys and dirty everywhere (their keys are tested against the live sets by
+        :meth:`_settle_keys`, once per batch).  One loop for the batch: this runs for every input tuple."""
         window, pending, rank = self.window, self.pending, self._rank
         dirty = tuple(self._dirty.values())
         extract = self._extract
         for t in batch:
             seq, key = t.seq, t.key
-            window.append((t.ts, seq, e))
+            if e is not None:
+                window.append((t.ts, seq, e))
             keys = {}
             for n, pos, index in extract:
                 k = keys[n] = (key[pos[0]],) if len(pos) == 1 else tuple(key[i] for i in pos)
@@ -142,8 +143,7 @@ class Reducer:
 
     def _readd(self, t: Tup, sent: Sequence[str], shipped: bool) -> None:
         """A pending tuple of a snapshot (already in the window), with what it had done."""
-        self._add_all([t], -1)
-        self.window.pop()
+        self._add_all([t], None)
         x = self.pending[t.seq]
         x.sent, x.shipped = set(sent), shipped
 
