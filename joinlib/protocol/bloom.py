@@ -16,6 +16,7 @@ design rate.  With k capped at 16, rates below ~1e-5 cost a few more bits than t
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import struct
 from dataclasses import dataclass
@@ -23,6 +24,18 @@ from hashlib import blake2b
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
+
+
+def _kernels() -> Any:
+    """The C kernels (setup.py builds them; _bloomc.c says why), or None: no compiler at install, or a
+    big-endian machine; then the numpy forms below answer, the same answers more slowly."""
+    try:
+        return importlib.import_module("joinlib.protocol._bloomc")
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+
+
+_c: Any = _kernels()
 
 Key = tuple[Any, ...]
 
@@ -78,8 +91,15 @@ def key_hash(key: Key) -> Hashes:
 
 
 def filter_bits(keys: list[Key], m: int, k: int) -> bytes:
-    """The m bits with each key's first k hash words (mod m) set: bit p is bit p % 8 of byte p // 8.  A
-    filter of more than a few keys is set in array operations (a loop of n·k steps costs ~0.3 us each)."""
+    """The m bits with each key's first k hash words (mod m) set: bit p is bit p % 8 of byte p // 8."""
+    if _c is not None:
+        return bytes(_c.filter_bits(b"".join(map(key_digest, keys)), m, k))
+    return filter_bits_np(keys, m, k)
+
+
+def filter_bits_np(keys: list[Key], m: int, k: int) -> bytes:
+    """:func:`filter_bits` without the C kernels: a filter of more than a few keys is set in array operations (a
+    loop of n·k steps costs ~0.3 us each)."""
     if len(keys) * k <= 32:
         bits = bytearray(m // 8)
         for key in keys:
@@ -98,9 +118,11 @@ def rate(m: int, k: int, n: int) -> float:
     return (1.0 - math.exp(-k * n / m)) ** k if n else 0.0
 
 
+@functools.lru_cache(maxsize=4096)
 def sizing(n: int, fpr: float) -> tuple[int, int]:
     """(bits, hash functions) for ``n`` keys at false-positive rate ``fpr`` (at most
-    :data:`MAX_HASHES` functions: the bits grow until the rate is met)."""
+    :data:`MAX_HASHES` functions: the bits grow until the rate is met).  Cached: a reducer sizes a filter
+    every epoch, and its (n, rate) pairs repeat."""
     if n <= 0:
         return MIN_BITS, 1
     m = max(MIN_BITS, math.ceil(-n * math.log(fpr) / (math.log(2) ** 2)))
@@ -230,9 +252,27 @@ def unpacked(m: Matcher) -> np.ndarray:
 def bloom_hits(m: Matcher, rows: np.ndarray) -> np.ndarray:
     """Does the Bloom filter of ``m`` hold the key of each hash row (a bool per row)."""
     assert m._bloom is not None
+    if _c is not None:
+        return np.frombuffer(_c.hits(m._bloom.bits, m._bloom.k, rows), dtype=bool)
+    return bloom_hits_np(m, rows)
+
+
+def bloom_hits_np(m: Matcher, rows: np.ndarray) -> np.ndarray:
+    """:func:`bloom_hits` without the C kernels."""
+    assert m._bloom is not None
     bits, k = unpacked(m), m._bloom.k
     got = bits.take(rows[:, :k] % len(bits))
     if k % 8:
         return np.asarray(got.all(axis=1))
     words = got.view(np.uint64)
     return np.asarray((words[:, 0] if k == 8 else words[:, 0] & words[:, 1]) == ALL_SET)
+
+
+def latest_holding(filters: Sequence[tuple[Matcher, int]], keys: Sequence[Key]) -> Optional[list[int]]:
+    """Per key of ``keys``, the largest tag of the Bloom filters ``(matcher, tag)`` holding it (-1: none); None
+    without the C kernels (the caller then tests in its own array form, :class:`KeyIndex`'s bank)."""
+    if _c is None:
+        return None
+    out: list[int] = _c.latest([(m._bloom.bits, m._bloom.k, tag) for m, tag in filters  # type: ignore[union-attr]
+                                ], b"".join(map(key_digest, keys)))
+    return out

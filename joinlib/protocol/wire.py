@@ -43,6 +43,7 @@ from joinlib.protocol.avro import (
     tup_of_record,
     tup_record,
 )
+from joinlib.protocol.bloom import MAX_HASHES
 from joinlib.protocol.messages import (
     Body,
     DjaUpdate,
@@ -243,6 +244,8 @@ def _bloom_of(rec: Any) -> tuple[Any, ...]:
         return ()
     if isinstance(rec, tuple):
         rec = rec[1]
+    if rec["bits"] and not 1 <= rec["hashes"] <= MAX_HASHES:  # the Bloom tests read k of sixteen words
+        raise ValueError(f"a Bloom filter with {rec['hashes']} hash functions (1..{MAX_HASHES})")
     return rec["bits"], rec["hashes"], rec["n"]
 
 

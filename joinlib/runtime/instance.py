@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Optional, Protocol
 
+from joinlib.algorithms import REGISTRY
 from joinlib.errors import CheckpointError
 from joinlib.model import Tup
 from joinlib.plan.ir import PlanIR, ReducerOp, ReplicaOp, StepOp
@@ -299,7 +300,10 @@ class Instance:
         return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)
 
     def _add_indexes(self, st: StepOp) -> None:
-        if st.home == self.site:
+        """The hash indexes a step probes: its home window's when it has work there (probed in place, or the home
+        answers its requests), the replica's at its probe site.  An index nobody probes costs every insert and
+        purge: a step that only probes a copy (SP-S across sites, a reduction's) leaves the home's alone."""
+        if st.home == self.site and (st.local or REGISTRY[st.algorithm].at_home):
             self.homes[st.stream].store.add_index(st.key.index)
         if st.replica is not None and st.loc == self.site and st.replica in self.stores:
             self.stores[st.replica].add_index(st.key.index)

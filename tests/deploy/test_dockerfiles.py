@@ -123,8 +123,18 @@ def test_base_images_pinned_and_user_unprivileged(path):
 
 def test_services_image_is_python_311_slim():
     df = Dockerfile.parse(SERVICES_DOCKERFILE)
-    assert len(df.stages) == 1 and df.final["image"] == "python:3.11-slim"
+    assert [s["image"] for s in df.stages] == ["python:3.11-slim"] * len(df.stages)
     assert "8080" in " ".join(df.ops("EXPOSE"))
+
+
+def test_services_image_carries_the_compiled_kernels_without_a_compiler():
+    """The Bloom kernels are built in a stage of their own (same Python as the final image, so the same
+    EXT_SUFFIX) and only the shared object reaches the image, next to joinlib/protocol/bloom.py."""
+    df = Dockerfile.parse(SERVICES_DOCKERFILE)
+    kernels = next(s for s in df.stages if s["name"] == "kernels")
+    assert any("_bloomc.c" in r and "EXT_SUFFIX" in r for r in df.ops("RUN", kernels))
+    assert any(r.startswith("--from=kernels") and r.endswith(" joinlib/protocol/") for r in df.ops("COPY"))
+    assert not any("gcc" in r for r in df.ops("RUN")), "the final image needs no compiler"
 
 
 def test_spark_image_pins_pyspark_to_the_spark_version():

@@ -1,15 +1,40 @@
 """KeyIndex answers exactly what Matcher.has answers, pair by pair: the array form of the Bloom test (issue 27)
-must not change which tuples a reduction ships."""
+and the C kernels (joinlib/protocol/_bloomc.c) must not change which tuples a reduction ships.  Every test runs
+twice: with the kernels, and with the numpy form a machine without a compiler falls back to."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from joinlib.protocol import bloom
 from joinlib.protocol.bloom import Bloom, KeySet, filter_bits, key_hash
 from joinlib.runtime.algorithms.keyindex import KeyIndex, LiveSet, held_keys
 
 values = st.one_of(st.integers(-5, 40), st.sampled_from([1.0, 2.5, True, None]), st.text("ab", max_size=2))
 keys = st.tuples(values) | st.tuples(values, values)
+
+
+KERNELS = pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "numpy"])
+
+
+@contextmanager
+def kernels(c: bool) -> Iterator[None]:
+    """The C kernels on (as installed) or off (the numpy form)."""
+    saved = bloom._c
+    bloom._c = saved if c else None
+    try:
+        yield
+    finally:
+        bloom._c = saved
+
+
+def test_the_kernels_are_built() -> None:
+    """`make deps` compiles them (setup.py); without them every reduction runs the slower numpy form."""
+    assert bloom._c is not None, "joinlib/protocol/_bloomc.c is not built: run `pip install -e .` with a C compiler"
 
 
 @st.composite
@@ -26,9 +51,15 @@ def live_sets(draw: st.DrawFn) -> list[LiveSet]:
     return out
 
 
+@KERNELS
 @settings(max_examples=300, deadline=None)
 @given(st.lists(keys, max_size=30), st.lists(keys, max_size=10), live_sets(), st.data())
-def test_settle_and_holding_agree_with_the_matchers(pending, later, live, data) -> None:
+def test_settle_and_holding_agree_with_the_matchers(c, pending, later, live, data) -> None:
+    with kernels(c):
+        _settle_and_holding(pending, later, live, data)
+
+
+def _settle_and_holding(pending, later, live, data) -> None:
     index = KeyIndex()
     for seq, k in enumerate(pending):
         index.add(k, seq)
@@ -59,16 +90,37 @@ def _bits_by_definition(ks: list, m: int, k: int) -> bytes:
     return bytes(out)
 
 
+@KERNELS
 @settings(max_examples=200, deadline=None)
 @given(st.lists(keys, max_size=60), st.integers(1, 16), st.integers(1, 300))
-def test_filter_bits_are_the_definitions(ks, k, bytes_) -> None:
-    """Bloom.of sets its bits in array operations for more than a few keys: the same bits as one at a time."""
-    assert filter_bits(ks, 8 * bytes_, k) == _bits_by_definition(ks, 8 * bytes_, k)
+def test_filter_bits_are_the_definitions(c, ks, k, bytes_) -> None:
+    """Bloom.of sets its bits in array operations (or C) for more than a few keys: the same bits as one at a
+    time."""
+    with kernels(c):
+        assert filter_bits(ks, 8 * bytes_, k) == _bits_by_definition(ks, 8 * bytes_, k)
 
 
+@KERNELS
 @settings(max_examples=200, deadline=None)
 @given(st.lists(keys, max_size=40), st.lists(keys, min_size=1, max_size=20),
        st.sampled_from([0.5, 0.1, 0.01, 0.004, 1e-6]))
-def test_held_keys_agree_with_the_matcher(probe, held, fpr) -> None:
-    m = KeySet(bloom=Bloom.of(held, fpr)).matcher()
-    assert held_keys(m, probe) == [k for k in probe if m.has(k)]
+def test_held_keys_agree_with_the_matcher(c, probe, held, fpr) -> None:
+    with kernels(c):
+        m = KeySet(bloom=Bloom.of(held, fpr)).matcher()
+        assert held_keys(m, probe) == [k for k in probe if m.has(k)]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.filter_bits(b"x" * 63, 8, 1),          # not whole rows
+    lambda c: c.filter_bits(b"", 12, 1),               # m not a multiple of 8
+    lambda c: c.hits(b"", 1, b""),                     # an empty filter
+    lambda c: c.hits(b"\xff", 17, b""),                # more hash functions than words
+    lambda c: c.latest([(b"\xff", 0, 1)], b""),        # no hash function
+])
+def test_the_kernels_refuse_malformed_input(call) -> None:
+    """A filter off the wire is checked before the kernels see it; they refuse what would read out of bounds
+    anyway, rather than crash the node."""
+    if bloom._c is None:
+        pytest.fail("kernels not built (test_the_kernels_are_built)")
+    with pytest.raises(ValueError):
+        call(bloom._c)

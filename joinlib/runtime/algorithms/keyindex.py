@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, bloom_hits, hash_rows, unpacked
+from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, bloom_hits, hash_rows, latest_holding, unpacked
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
@@ -144,25 +144,31 @@ class KeyIndex:
         if not new:
             return
         best = dict.fromkeys(new, -1)
-        blooms: list[Matcher] = []
-        tags: list[int] = []
+        blooms: list[tuple[Matcher, int]] = []
         for _, tag, m in live:
             if m._set is None:
-                blooms.append(m)
-                tags.append(tag)
+                blooms.append((m, tag))
                 continue
             for k in new:
                 if tag > best[k] and k in m._set:
                     best[k] = tag
         if blooms:
-            self._hash_new()
-            slot = self._slot
-            hit = self._bank.test(blooms, self._rows[[slot[k] for k in new]])
-            latest = np.where(hit, np.array(tags, dtype=np.int64)[None, :], -1).max(axis=1).tolist()
+            latest = latest_holding(blooms, new)
+            if latest is None:
+                latest = self._latest_np(blooms, new)
             for k, tag in zip(new, latest, strict=True):
                 if tag > best[k]:
                     best[k] = tag
         self.best.update(best)
+
+    def _latest_np(self, blooms: Sequence[tuple[Matcher, int]], new: Sequence[Key]) -> list[int]:
+        """:func:`latest_holding` in array form, without the C kernels: the bank's test of every (key, filter)."""
+        self._hash_new()
+        slot = self._slot
+        hit = self._bank.test([m for m, _ in blooms], self._rows[[slot[k] for k in new]])
+        tags = np.array([tag for _, tag in blooms], dtype=np.int64)
+        latest: list[int] = np.where(hit, tags[None, :], -1).max(axis=1).tolist()
+        return latest
 
     def holding(self, m: Matcher) -> list[Key]:
         """The pending keys that the set of ``m`` holds."""
