@@ -76,6 +76,10 @@ class Explanation:
     central: Reference
     floor: Reference
 
+    def __str__(self) -> str:
+        """The text ``joinlib explain`` prints (handy in a notebook: ``print(joinlib.explain(...))``)."""
+        return format_explanation(self)
+
     def per_run(self, bytes_per_s: float) -> Optional[float]:
         return None if self.duration_s is None else bytes_per_s * self.duration_s
 

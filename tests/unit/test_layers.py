@@ -15,7 +15,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EDGES = {"joinlib.adapters", "joinlib.node", "joinlib.cli", "joinlib.__main__", "joinlib.__init__"}
+EDGES = {"joinlib.adapters", "joinlib.node", "joinlib.cli", "joinlib.__main__", "joinlib.__init__", "joinlib.api"}
 
 
 def _contracts() -> list[dict[str, Any]]:
