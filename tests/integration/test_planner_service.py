@@ -115,3 +115,61 @@ def _results(bootstrap: str, query) -> Counter:
             seen = offset + 1
     consumer.close()
     return got
+
+
+def test_explain_endpoint_is_joinlib_explain(planner, capsys):
+    """POST /explain (``joinlib explain --url``, SQL's EXPLAIN through the service): the explanation the command
+    computes itself, text and JSON; nothing is submitted."""
+    url, svc, _ = planner
+    sql = ROOT / "examples" / "routers_selective.sql"
+    for extra in ([], ["--json"]):
+        assert cli(["explain", str(sql), "--plan", "SM-S1", *extra]) == 0
+        local = capsys.readouterr().out
+        assert cli(["explain", str(sql), "--plan", "SM-S1", "--url", url, *extra]) == 0
+        assert capsys.readouterr().out == local
+    assert svc.status("routers_selective") is None
+    assert cli(["explain", str(sql), "--plan", "nonsense", "--url", url]) == 2
+    assert "planner service: unknown plan 'nonsense'" in capsys.readouterr().err
+
+
+def test_the_python_api_submits_reads_results_and_stops(planner, kafka_bootstrap, tmp_path):
+    """joinlib.connect(url).submit(path) -> handle; handle.results() is the reference join (out.<query> through
+    the planner); handle.status(); handle.stop() publishes stop."""
+    import joinlib
+    from joinlib.node.node_service import NodeService
+    from services.source.__main__ import main as source_main
+    url, _, _ = planner
+    name = f"api{int(time.time())}"
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text((ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: {name}"))
+    query = load_query(qfile)
+    generate(query, tmp_path / "data", 1500, seed=6)
+    streams = load_streams(query, tmp_path / "data")
+
+    h = joinlib.connect(url).submit(qfile, plan="SP-D")
+    assert h.name == name and h.plan["S1"] == [["S2", "SP-D"], ["S3", "SP-D"]]
+    assert h.status()["state"] == "running"
+    stop = threading.Event()
+    from prometheus_client import CollectorRegistry
+    nodes = [NodeService(site, kafka_bootstrap, query=name, registry=CollectorRegistry(), stop=stop,
+                         plan_timeout_s=60, quiet=True) for site in query.sites]
+    threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    try:
+        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
+                            "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
+        deadline = time.monotonic() + 120
+        while h.status()["state"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert h.status()["state"] == "done"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    pos = {s.name: s.pos for s in query.streams}
+    got = Counter((tuple(r["ids"].get(n) for n in sorted(pos, key=pos.get)), r["ts"]) for r in h.results())
+    assert got == Counter({(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
+    again = joinlib.connect(url).submit(qfile, plan="SP-D")   # a new run nobody serves: stop it
+    assert again.run != h.run and again.stop(wait_s=0) == "stopping"
+    assert again.status()["state"] == "stopping"
