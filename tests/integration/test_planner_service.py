@@ -43,10 +43,7 @@ def planner(kafka_bootstrap):
 
 
 def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from joinlib.node.node_service import NodeService
-    from services.source.__main__ import main as source_main
+    from prometheus_client import generate_latest
     url, svc, registry = planner
     text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: plsvc{int(time.time())}")
     qfile = tmp_path / "q.yaml"
@@ -61,29 +58,38 @@ def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
     assert st["state"] == "running" and st["plan"]["S1"] == [["S2", "SM-S1"], ["S3", "SM-S1"]]
     assert 'joinlib_plan_info{' in generate_latest(registry).decode()
 
+    _serve_and_replay(query, qfile, tmp_path / "data", kafka_bootstrap, lambda: svc.status(query.name)["state"])
+    st = svc.status(query.name)
+    assert sum(s["results"] for s in st["sites"].values()) == sum(reference_join(query, streams).values())
+    assert cli(["status", query.name, "--url", url]) == 0
+    assert '"state": "done"' in capsys.readouterr().out
+    assert _results(kafka_bootstrap, query) == Counter(
+        {(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
+
+
+def _serve_and_replay(query, qfile: Path, data: Path, bootstrap: str, state) -> None:
+    """A node service per site (threads), the source service's replay of ``data``, until ``state()`` is done."""
+    from prometheus_client import CollectorRegistry
+
+    from joinlib.node.node_service import NodeService
+    from services.source.__main__ import main as source_main
     stop = threading.Event()
-    nodes = [NodeService(site, kafka_bootstrap, query=query.name, registry=CollectorRegistry(), stop=stop,
+    nodes = [NodeService(site, bootstrap, query=query.name, registry=CollectorRegistry(), stop=stop,
                          plan_timeout_s=60, quiet=True) for site in query.sites]
     threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
     for t in threads:
         t.start()
     try:
-        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
-                            "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
+        assert source_main(["--query", str(qfile), "--data", str(data), "--fast", "--bootstrap", bootstrap,
+                            "--no-progress"]) == 0
         deadline = time.monotonic() + 120
-        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline:
+        while state() != "done" and time.monotonic() < deadline:
             time.sleep(0.5)
-        st = svc.status(query.name)
-        assert st["state"] == "done", st
-        assert sum(s["results"] for s in st["sites"].values()) == sum(reference_join(query, streams).values())
+        assert state() == "done"
     finally:
         stop.set()
         for t in threads:
             t.join(10)
-    assert cli(["status", query.name, "--url", url]) == 0
-    assert '"state": "done"' in capsys.readouterr().out
-    assert _results(kafka_bootstrap, query) == Counter(
-        {(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
 
 
 def test_bad_submissions_are_400_with_the_reason(planner, capsys):
@@ -136,8 +142,6 @@ def test_the_python_api_submits_reads_results_and_stops(planner, kafka_bootstrap
     """joinlib.connect(url).submit(path) -> handle; handle.results() is the reference join (out.<query> through
     the planner); handle.status(); handle.stop() publishes stop."""
     import joinlib
-    from joinlib.node.node_service import NodeService
-    from services.source.__main__ import main as source_main
     url, _, _ = planner
     name = f"api{int(time.time())}"
     qfile = tmp_path / "q.yaml"
@@ -149,26 +153,8 @@ def test_the_python_api_submits_reads_results_and_stops(planner, kafka_bootstrap
     h = joinlib.connect(url).submit(qfile, plan="SP-D")
     assert h.name == name and h.plan["S1"] == [["S2", "SP-D"], ["S3", "SP-D"]]
     assert h.status()["state"] == "running"
-    stop = threading.Event()
-    from prometheus_client import CollectorRegistry
-    nodes = [NodeService(site, kafka_bootstrap, query=name, registry=CollectorRegistry(), stop=stop,
-                         plan_timeout_s=60, quiet=True) for site in query.sites]
-    threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
-    for t in threads:
-        t.start()
-    try:
-        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
-                            "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
-        deadline = time.monotonic() + 120
-        while h.status()["state"] != "done" and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert h.status()["state"] == "done"
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-    pos = {s.name: s.pos for s in query.streams}
-    got = Counter((tuple(r["ids"].get(n) for n in sorted(pos, key=pos.get)), r["ts"]) for r in h.results())
+    _serve_and_replay(query, qfile, tmp_path / "data", kafka_bootstrap, lambda: h.status()["state"])
+    got = Counter((tuple(r["ids"].get(n) for n in query.names), r["ts"]) for r in h.results())
     assert got == Counter({(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
     again = joinlib.connect(url).submit(qfile, plan="SP-D")   # a new run nobody serves: stop it
     assert again.run != h.run and again.stop(wait_s=0) == "stopping"
