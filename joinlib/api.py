@@ -134,7 +134,7 @@ class Planner:
         """Submit ``query`` (SQL text, a path or a Query) as ``joinlib submit`` does; the planner plans it and
         publishes the plan.  ``plan``: any plan name of the registry (default: the service's, ``auto``)."""
         q = load(query)
-        starts = _topic_ends(self.bootstrap, q.output.topic) if q.output.topic else None
+        starts = _topic_ends(self.bootstrap, q.output.topic) if q.output.topic and self.bootstrap else None
         params = {k: v for k, v in (("plan", plan), ("model", model), ("since", since)) if v}
         out = self._http(f"/queries?{urlencode(params)}", yaml.safe_dump(query_to_dict(q), sort_keys=False).encode())
         return QueryHandle(self, q, str(out["query"]), str(out["run"]), dict(out["plan"]), starts)
@@ -191,7 +191,10 @@ class QueryHandle:
         topic's rows (one JSON object per message, as a line of ``joinlib run --out``), from the topic's end at
         submission; any other query yields ``out.<query>``'s ``{"ids", "ts"}`` through the planner service, as
         ``joinlib results`` prints them (``from_beginning`` False: only results after this call)."""
-        if self.topic_starts is not None and self.query.output.topic:
+        if self.query.output.topic:
+            if self.topic_starts is None:
+                raise JoinlibError(f"{self.name} writes its rows to topic {self.query.output.topic!r}: connect(..., "
+                                   "bootstrap=HOST:PORT) or set KAFKA_BOOTSTRAP_SERVERS before submitting to read them")
             return _topic_rows(self.planner.bootstrap, self.query.output.topic, self.topic_starts, follow, idle_exit)
         return self._out_results(follow, idle_exit, from_beginning)
 
@@ -216,11 +219,8 @@ class QueryHandle:
                 return
 
 
-def _topic_ends(bootstrap: Optional[str], topic: str) -> dict[str, int]:
+def _topic_ends(bootstrap: str, topic: str) -> dict[str, int]:
     """The end of the rows topic before the query runs: its rows come after (a Kafka client, imported here)."""
-    if not bootstrap:
-        raise JoinlibError(f"the query writes its rows to topic {topic!r}: give connect(..., bootstrap=HOST:PORT) or "
-                           "set KAFKA_BOOTSTRAP_SERVERS to read them")
     from joinlib.adapters.kafka import end_offsets, ensure_topics, make_admin, make_consumer
     ensure_topics(make_admin(bootstrap), [topic])
     consumer = make_consumer(bootstrap, "joinlib-api-ends")
