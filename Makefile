@@ -17,15 +17,17 @@ $(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml setup.py joi
 deps: $(STAMP)/deps ## Install the pinned Python dependencies and joinlib itself
 
 demo: deps ## Run the example: three routers joined on destination address; auto's bytes vs central's and the floor
-	$(PYTHON) -m joinlib gen examples/routers_selective.yaml --out data/routers --duration 15s --seed 1
-	$(PYTHON) -m joinlib plan examples/routers_selective.yaml --planner auto --data data/routers --out data/routers/plan.json
-	$(PYTHON) -m joinlib run examples/routers_selective.yaml --data data/routers --plan data/routers/plan.json \
+	$(PYTHON) -m joinlib gen examples/routers_selective.sql --out data/routers --duration 15s --seed 1
+	$(PYTHON) -m joinlib plan examples/routers_selective.sql --planner auto --data data/routers --out data/routers/plan.json
+	@echo "the plan auto chose, with the byte model's estimates (joinlib explain):"
+	@$(PYTHON) -m joinlib explain examples/routers_selective.sql --plan data/routers/plan.json --data data/routers
+	$(PYTHON) -m joinlib run examples/routers_selective.sql --data data/routers --plan data/routers/plan.json \
 		--out data/routers/results.jsonl --report data/routers/report.json
 	@echo "first results (data/routers/results.jsonl):"; head -n 3 data/routers/results.jsonl
 	@echo; echo "for comparison, shipping every tuple to one site (what centralized engines do), at its best site:"
-	@for s in r1 r2 r3; do $(PYTHON) -m joinlib run examples/routers_selective.yaml --data data/routers \
+	@for s in r1 r2 r3; do $(PYTHON) -m joinlib run examples/routers_selective.sql --data data/routers \
 		--plan central:$$s --quiet --report data/routers/report-central-$$s.json || exit 1; done
-	$(PYTHON) -m joinlib.costs.floor examples/routers_selective.yaml data/routers --json data/routers/floor.json
+	$(PYTHON) -m joinlib.costs.floor examples/routers_selective.sql data/routers --json data/routers/floor.json
 	@$(PYTHON) -c "import json; a=json.load(open('data/routers/report.json')); \
 		cs=[json.load(open(f'data/routers/report-central-{s}.json')) for s in ('r1','r2','r3')]; \
 		b=min(cs, key=lambda c: c['bytes']); f=json.load(open('data/routers/floor.json')); \

@@ -21,6 +21,7 @@ from joinlib.cli.adaptive import RUN_HELP as ADAPTIVE_HELP
 from joinlib.cli.adaptive import AdaptiveRunner, adaptive_runner
 from joinlib.cli.adaptive import add_run_options as add_adaptive_options
 from joinlib.cli.experiments import add_commands
+from joinlib.cli.explain import add_command as add_explain
 from joinlib.cli.live import add_commands as add_live_commands
 from joinlib.cli.live import http_json as _http
 from joinlib.cli.live import planner_url
@@ -191,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     add_live_commands(sub, env)  # queries, stop, results (live queries, docs/live.md)
     add_progressive(sub)  # progressive LEFT RIGHT (seed 004: RPJ, XJoin, HMJ)
     add_sql(sub)  # sql FILE --to-yaml | --from-yaml (docs/sql.md)
+    add_explain(sub)  # explain QUERY: the plan as a tree, its bytes, central's and the floor (docs/sql.md)
 
     v = sub.add_parser("reference", help="compute the centralized reference join (small data only)",
                        description="The naive centralized join that defines the correct output; "
@@ -450,7 +452,7 @@ def _check(query: Query, streams: dict[str, list[Tup]], out: Optional[Path]) -> 
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
-    query = load_query_file(args.query)
+    query = load_query_file(args.query, explain=True)   # data for an EXPLAIN query too ('joinlib explain --data')
     duration = parse_duration(args.duration)
     if args.out.exists() and not args.out.is_dir():
         raise JoinlibError(f"--out {args.out} exists and is not a directory")
@@ -476,7 +478,7 @@ def _print_or_write(obj: Any, out: Optional[Path]) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    query = load_query_file(args.query)
+    query = load_query_file(args.query, explain=True)   # a plan is what EXPLAIN asks for
     streams = None
     if args.data is not None:
         streams = load_streams(query, args.data)

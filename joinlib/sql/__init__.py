@@ -28,13 +28,15 @@ __all__ = ["QUERY_OPTIONS", "STREAM_OPTIONS", "SqlError", "load_query_file", "lo
            "query_to_sql"]
 
 
-def load_sql(path: Union[str, Path]) -> Query:
-    """Read and check an SQL query file (files it names are looked up next to it)."""
+def load_sql(path: Union[str, Path], *, explain: bool = False) -> Query:
+    """Read and check an SQL query file (files it names are looked up next to it); an ``EXPLAIN`` query only with
+    ``explain`` (:func:`~joinlib.sql.build.parse_sql`)."""
     path = Path(path)
-    return parse_sql(read_query_text(path, ".sql"), str(path), base_dir=path.parent)
+    return parse_sql(read_query_text(path, ".sql"), str(path), base_dir=path.parent, explain=explain)
 
 
-def load_query_file(path: Union[str, Path]) -> Query:
-    """A query file of either format: ``.sql`` is SQL, anything else YAML."""
+def load_query_file(path: Union[str, Path], *, explain: bool = False) -> Query:
+    """A query file of either format: ``.sql`` is SQL, anything else YAML; ``explain``: an SQL ``EXPLAIN`` query is
+    accepted (what ``joinlib explain`` reads), else it is an error pointing there."""
     path = Path(path)
-    return load_sql(path) if path.suffix.lower() == ".sql" else load_query(path)
+    return load_sql(path, explain=explain) if path.suffix.lower() == ".sql" else load_query(path)

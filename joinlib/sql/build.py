@@ -24,7 +24,17 @@ from joinlib.model import Query
 from joinlib.query import TOP_KEYS, parse_query
 from joinlib.sql.lexer import Option, statements
 from joinlib.sql.text import SqlText
-from joinlib.sql.tree import Declared, RawQuery, Ref, Scan, at, declaration, parse_statement, query
+from joinlib.sql.tree import (
+    Declared,
+    RawQuery,
+    Ref,
+    Scan,
+    at,
+    declaration,
+    explained_select,
+    parse_statement,
+    query,
+)
 
 #: options of CREATE STREAM s (...) WITH (...): the key path each one sets in the stream's YAML mapping
 STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -65,11 +75,17 @@ class Doc:
         self.where[".".join(path)] = (offset, label)
 
 
-def parse_sql(text: str, source_name: str = "<sql>", *, base_dir: Optional[Path] = None) -> Query:
+def parse_sql(text: str, source_name: str = "<sql>", *, base_dir: Optional[Path] = None,
+              explain: bool = False) -> Query:
     """The query of an SQL file's text; ``source_name`` prefixes every error, ``base_dir``: where the files it
-    names (a topology, Avro schemas) are looked up."""
+    names (a topology, Avro schemas) are looked up.  A query statement written ``EXPLAIN ...`` asks for its plan,
+    not for a run: it is accepted with ``explain`` (``joinlib explain``) and a positioned error otherwise, so that
+    ``joinlib run`` or ``submit`` never runs a file its author meant to explain."""
     src = SqlText(source_name, text)
     decls, raw = _read(src)
+    if raw.explain_at >= 0 and not explain:
+        raise src.error(raw.explain_at, "this query is EXPLAINed: 'joinlib explain FILE' prints its plan and "
+                                        "estimated bytes; remove EXPLAIN to run or submit it")
     doc = Doc()
     doc.where[""] = (raw.at, "")
     scope = _scope(src, decls, raw)
@@ -78,9 +94,16 @@ def parse_sql(text: str, source_name: str = "<sql>", *, base_dir: Optional[Path]
     _select(src, doc, decls, raw, scope)
     _where(src, doc, decls, raw, scope)
     _query_options(src, doc, raw, base_dir)
-    doc.spec["name"] = raw.name
+    doc.spec["name"] = raw.name if raw.name is not None else _explained_name(source_name)
     doc.where["name"] = (raw.at, "stream name")
     return _checked(src, doc, base_dir)
+
+
+def _explained_name(source_name: str) -> str:
+    """The name of a bare ``EXPLAIN SELECT``: the file's stem, as a YAML query without ``name`` (``explain`` when the
+    stem cannot name a query: it is only printed, never a topic)."""
+    stem = Path(source_name).stem
+    return stem if re.match(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z", stem) else "explain"
 
 
 def _read(src: SqlText) -> tuple[dict[str, Declared], RawQuery]:
@@ -89,17 +112,20 @@ def _read(src: SqlText) -> tuple[dict[str, Declared], RawQuery]:
     for st in statements(src):
         tree = parse_statement(src, st)
         if isinstance(tree, exp.Create) and st.stream and tree.expression is None:
+            if st.explain_at >= 0:
+                raise src.error(st.explain_at, "EXPLAIN goes on the query statement (EXPLAIN CREATE STREAM out AS "
+                                               "SELECT ...), not on a stream's declaration")
             d = declaration(src, st, tree)
             if d.name in decls:
                 line, col = src.position(decls[d.name].at)
                 raise src.error(d.at, f"stream {d.name} is declared twice (first at line {line}, column {col}); "
                                       "keep one, or give the second another name")
             decls[d.name] = d
-        elif isinstance(tree, exp.Create) and st.stream:
-            q = query(src, st, tree)
+        elif (isinstance(tree, exp.Create) and st.stream) or (isinstance(tree, exp.Select) and st.explain_at >= 0):
+            q = query(src, st, tree) if isinstance(tree, exp.Create) else explained_select(src, st, tree)
             if raw is not None:
                 raise src.error(q.at, f"a second query; a file holds one CREATE STREAM ... AS SELECT "
-                                      f"(the first makes {raw.name})")
+                                      f"(the first makes {raw.name or 'the EXPLAIN SELECT'})")
             raw = q
         else:
             raise src.error(st.start, _not_a_statement(tree))

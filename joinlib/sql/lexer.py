@@ -7,6 +7,8 @@ option keys into dialect-specific properties (``format`` becomes a file format).
 * rewrites ``STREAM`` after ``CREATE`` to ``TABLE `` (same length),
 * reads the ``WITH (key = value, ...)`` list after the stream's name (and columns) itself,
 * reads every ``WITHIN n UNIT`` and a final ``EMIT CHANGES``,
+* takes an ``EXPLAIN`` off the front of a statement (sqlglot's tokenizer reads everything after it as one string;
+  so it is blanked and the text tokenized again, and the statement remembers where it was),
 
 and blanks them (spaces, newlines kept) so that sqlglot parses the rest of the same text: every offset, line and
 column sqlglot reports is the user's.  Working on tokens, not on regular expressions over the text, keeps comments,
@@ -65,6 +67,7 @@ class Statement:
     with_at: int = -1
     withins: dict[int, Within] = field(default_factory=dict)   # by the offset of their JOIN keyword
     joins: list[int] = field(default_factory=list)              # offsets of the JOIN keywords
+    explain_at: int = -1                                        # the offset of an EXPLAIN before it (-1: none)
 
     @property
     def start(self) -> int:
@@ -73,20 +76,51 @@ class Statement:
 
 def statements(src: SqlText) -> list[Statement]:
     """The statements of ``src`` (split at ';'), each pre-processed; positioned errors for what is wrong here."""
-    tokens = _tokenize(src)
+    tokens, explains = _tokenize(src)
     out: list[list[Token]] = [[]]
+    marks: list[int] = [-1]
+    boundary = 0   # where the current statement's text begins (after the last ';')
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
+            _explain_of_nothing(src, explains, boundary, tok.start, out[-1])
             out.append([])
-        else:
-            out[-1].append(tok)
-    return [_prepare(src, toks) for toks in out if toks]
+            marks.append(-1)
+            boundary = tok.end + 1
+            continue
+        if not out[-1]:
+            marks[-1] = next((e for e in explains if boundary <= e < tok.start), -1)
+        out[-1].append(tok)
+    _explain_of_nothing(src, explains, boundary, len(src.text), out[-1])
+    return [_prepare(src, toks, mark) for toks, mark in zip(out, marks, strict=True) if toks]
 
 
-def _tokenize(src: SqlText) -> list[Token]:
+def _explain_of_nothing(src: SqlText, explains: list[int], start: int, end: int, toks: list[Token]) -> None:
+    """An ``EXPLAIN`` with no statement after it (before ``end``, the next ';' or the end of the file)."""
+    if toks:
+        return
+    for e in explains:
+        if start <= e < end:
+            raise src.error(e, "EXPLAIN of nothing; write EXPLAIN CREATE STREAM out AS SELECT ... (or EXPLAIN "
+                               "SELECT ...)")
+
+
+def _tokenize(src: SqlText) -> tuple[list[Token], list[int]]:
+    """The tokens of ``src`` and the offsets of the ``EXPLAIN`` words taken out of it (see the module docstring)."""
+    text, explains = src.text, list[int]()
+    while True:
+        toks = _tokens(src, text)
+        found = [t for t in toks if t.token_type == TokenType.COMMAND and t.text.upper() == "EXPLAIN"]
+        if not found:
+            return toks, explains
+        for t in found:
+            explains.append(t.start)
+            text = text[:t.start] + " " * (t.end + 1 - t.start) + text[t.end + 1:]
+
+
+def _tokens(src: SqlText, text: str) -> list[Token]:
     tokenizer = Tokenizer()
     try:
-        return tokenizer.tokenize(src.text)
+        return tokenizer.tokenize(text)
     except TokenError as e:
         # the tokenizer stops at the start of what it could not read (an unclosed string or quoted name, as a
         # rule); its offset is internal to sqlglot (pinned), hence the getattr
@@ -99,8 +133,8 @@ def _tokenize(src: SqlText) -> list[Token]:
         raise src.error(at, f"cannot read the SQL here ({cause.splitlines()[0]})") from None
 
 
-def _prepare(src: SqlText, toks: list[Token]) -> Statement:
-    st = Statement(toks)
+def _prepare(src: SqlText, toks: list[Token], explain_at: int = -1) -> Statement:
+    st = Statement(toks, explain_at=explain_at)
     chars = [c if c in "\r\n" else " " for c in src.text]
     keep = [False] * len(src.text)
     for tok in toks:

@@ -72,9 +72,10 @@ class SelectItem:
 
 @dataclass(frozen=True)
 class RawQuery:
-    """``CREATE STREAM name WITH (options) AS SELECT items FROM scans[0] JOIN scans[1:] ...``."""
+    """``CREATE STREAM name WITH (options) AS SELECT items FROM scans[0] JOIN scans[1:] ...``; ``name`` None for a
+    bare ``EXPLAIN SELECT ...`` (the query is named by the file, as a YAML file without ``name``)."""
 
-    name: str
+    name: Optional[str]
     at: int
     options: dict[str, Option]
     with_at: int
@@ -82,6 +83,7 @@ class RawQuery:
     items: tuple[SelectItem, ...] = field(default=())
     where: Optional[exp.Expr] = None    # the WHERE condition as sqlglot read it (joinlib.filter_spec reads it)
     where_at: int = -1
+    explain_at: int = -1                # the offset of EXPLAIN before the statement (-1: none)
 
 
 def parse_statement(src: SqlText, st: Statement) -> exp.Expr:
@@ -153,6 +155,15 @@ def query(src: SqlText, st: Statement, tree: exp.Create) -> RawQuery:
     if not isinstance(select, exp.Select):
         raise src.error(at(select, st.start), f"expected AS SELECT ... after CREATE STREAM {name}; set "
                                               "operations (UNION, ...) are not supported")
+    return _select(src, st, select, name, name_at)
+
+
+def explained_select(src: SqlText, st: Statement, select: exp.Select) -> RawQuery:
+    """``EXPLAIN SELECT ...``: a query without ``CREATE STREAM out AS`` (named by the file; no options)."""
+    return _select(src, st, select, None, st.start)
+
+
+def _select(src: SqlText, st: Statement, select: exp.Select, name: Optional[str], name_at: int) -> RawQuery:
     _check_clauses(src, st, select, name_at)
     items = tuple(_item(src, e, name_at) for e in select.expressions)
     source = select.args.get("from_") or select.args.get("from")
@@ -165,7 +176,7 @@ def query(src: SqlText, st: Statement, tree: exp.Create) -> RawQuery:
     where = select.args.get("where")
     where_at = next((t.start for t in st.tokens if t.token_type == TokenType.WHERE), name_at)
     return RawQuery(name, name_at, dict(st.options or {}), st.with_at, tuple(scans), items,
-                    None if where is None else where.this, where_at)
+                    None if where is None else where.this, where_at, st.explain_at)
 
 
 def _check_clauses(src: SqlText, st: Statement, select: exp.Select, default: int) -> None:

@@ -13,6 +13,10 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   name is still running.  ``plan=mjoin`` (a tree in the file's ``mjoin_tree``, or STREAMJOINOPT's): a live
   query's inner MJoins are operator deployments shared with other queries (:mod:`.trees`), unless
   ``reuse=0``; the answer adds ``deployed`` and ``reused`` (operator deployments);
+* ``POST /explain?plan=auto&model=wire``, body: the query file (YAML, as for ``POST /queries``): the plan that
+  submission would choose, explained without running anything (:mod:`joinlib.costs.explanation`: per site what
+  runs and what it sends, bytes per link and kind, ``central``'s and the floor's estimates): 200 with the
+  explanation's JSON plus ``text``, what ``joinlib explain`` prints; 400 ``{"error"}`` for a bad query or plan;
 * ``GET /queries``: every known query with its state and figures (input rates, results/s, bytes
   shipped against ``central``'s, dead letters, p50/p99 latency);
 * ``GET /queries/<name>``: the same for one query, plus its plan and per-site progress;
@@ -61,6 +65,7 @@ from joinlib.control.check import INVALID
 from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, StatusMessage, StopMessage
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, TreesRun
 from joinlib.costs import DEFAULT_MODEL
+from joinlib.costs.explanation import format_explanation
 from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
@@ -68,6 +73,7 @@ from joinlib.node.control import ControlRecord, decode_control_message, publish_
 from joinlib.node.live_queries import read_results, source_starts
 from joinlib.node.sources import live_streams
 from joinlib.plan.logical import central
+from joinlib.planner.explained import explain_query
 from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query
@@ -188,10 +194,7 @@ class PlannerService:
         :func:`default_plan`; ``model``: its cost model, default the registry's; ``mjoin`` or a tree sent as
         the file's ``mjoin_tree``: an MJoin tree whose inner operators are shared with other queries unless
         not ``reuse``, :mod:`.trees`) and publish the plan; JoinlibError for user mistakes."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise JoinlibError(f"the submitted query is not valid YAML: {e}") from None
+        data = _query_document(text)
         values = data.pop("partition_values", None) if isinstance(data, dict) else None
         tree = data.pop("mjoin_tree", None) if isinstance(data, dict) else None
         query = parse_query(data, "<submitted query>")
@@ -213,6 +216,16 @@ class PlannerService:
         if live is not None:
             out["origin_ms"] = live.origin_ms
         return out
+
+    def explain(self, text: str, planner: Optional[str] = None, model: Optional[str] = None) -> dict:
+        """The plan a submission of the query file's ``text`` would get (``planner``, ``model``: as for
+        :meth:`submit`), explained; nothing is published (``joinlib explain --url``, SQL's ``EXPLAIN``)."""
+        data = _query_document(text)
+        if isinstance(data, dict):
+            data.pop("partition_values", None)
+            data.pop("mjoin_tree", None)
+        e = explain_query(parse_query(data, "<explained query>"), planner or default_plan(), model or DEFAULT_MODEL)
+        return {**e.to_json(), "text": format_explanation(e)}
 
     def live_of(self, query: Query, since: Optional[str]) -> Optional[LiveStart]:
         """A live query's origin and the offsets its sources start at (None for a replayed query)."""
@@ -345,6 +358,14 @@ class PlannerService:
         self._watcher.join(5)
 
 
+def _query_document(text: str) -> Any:
+    """The YAML document of a submitted query file."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise JoinlibError(f"the submitted query is not valid YAML: {e}") from None
+
+
 def _route(path: str) -> tuple[str, Optional[str], Optional[str]]:
     """``/queries[/<name>[/<action>]]`` -> ("queries", name, action); anything else ("", None, None)."""
     parts = [p for p in path.split("/") if p]
@@ -372,11 +393,13 @@ def _get(service: PlannerService, path: str, args: dict) -> tuple[int, object]:
 
 
 def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str]) -> tuple[int, object]:
+    if path == "/explain":
+        return 200, service.explain(body(), args.get("plan") or args.get("planner"), args.get("model"))
     root, name, action = _route(path)
     if root and name and action == "stop":
         return 200, service.stop(name)
     if not root or name is not None:
-        return 404, {"error": "POST /queries with the query file as the body, or POST /queries/NAME/stop"}
+        return 404, {"error": "POST /queries (or /explain) with the query file as the body, or POST /queries/NAME/stop"}
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
                                args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"))
 

@@ -43,10 +43,7 @@ def planner(kafka_bootstrap):
 
 
 def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from joinlib.node.node_service import NodeService
-    from services.source.__main__ import main as source_main
+    from prometheus_client import generate_latest
     url, svc, registry = planner
     text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: plsvc{int(time.time())}")
     qfile = tmp_path / "q.yaml"
@@ -61,29 +58,38 @@ def test_submit_plan_run_and_status(planner, kafka_bootstrap, tmp_path, capsys):
     assert st["state"] == "running" and st["plan"]["S1"] == [["S2", "SM-S1"], ["S3", "SM-S1"]]
     assert 'joinlib_plan_info{' in generate_latest(registry).decode()
 
+    _serve_and_replay(query, qfile, tmp_path / "data", kafka_bootstrap, lambda: svc.status(query.name)["state"])
+    st = svc.status(query.name)
+    assert sum(s["results"] for s in st["sites"].values()) == sum(reference_join(query, streams).values())
+    assert cli(["status", query.name, "--url", url]) == 0
+    assert '"state": "done"' in capsys.readouterr().out
+    assert _results(kafka_bootstrap, query) == Counter(
+        {(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
+
+
+def _serve_and_replay(query, qfile: Path, data: Path, bootstrap: str, state) -> None:
+    """A node service per site (threads), the source service's replay of ``data``, until ``state()`` is done."""
+    from prometheus_client import CollectorRegistry
+
+    from joinlib.node.node_service import NodeService
+    from services.source.__main__ import main as source_main
     stop = threading.Event()
-    nodes = [NodeService(site, kafka_bootstrap, query=query.name, registry=CollectorRegistry(), stop=stop,
+    nodes = [NodeService(site, bootstrap, query=query.name, registry=CollectorRegistry(), stop=stop,
                          plan_timeout_s=60, quiet=True) for site in query.sites]
     threads = [threading.Thread(target=n.run, daemon=True) for n in nodes]
     for t in threads:
         t.start()
     try:
-        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
-                            "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
+        assert source_main(["--query", str(qfile), "--data", str(data), "--fast", "--bootstrap", bootstrap,
+                            "--no-progress"]) == 0
         deadline = time.monotonic() + 120
-        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline:
+        while state() != "done" and time.monotonic() < deadline:
             time.sleep(0.5)
-        st = svc.status(query.name)
-        assert st["state"] == "done", st
-        assert sum(s["results"] for s in st["sites"].values()) == sum(reference_join(query, streams).values())
+        assert state() == "done"
     finally:
         stop.set()
         for t in threads:
             t.join(10)
-    assert cli(["status", query.name, "--url", url]) == 0
-    assert '"state": "done"' in capsys.readouterr().out
-    assert _results(kafka_bootstrap, query) == Counter(
-        {(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
 
 
 def test_bad_submissions_are_400_with_the_reason(planner, capsys):
@@ -115,3 +121,41 @@ def _results(bootstrap: str, query) -> Counter:
             seen = offset + 1
     consumer.close()
     return got
+
+
+def test_explain_endpoint_is_joinlib_explain(planner, capsys):
+    """POST /explain (``joinlib explain --url``, SQL's EXPLAIN through the service): the explanation the command
+    computes itself, text and JSON; nothing is submitted."""
+    url, svc, _ = planner
+    sql = ROOT / "examples" / "routers_selective.sql"
+    for extra in ([], ["--json"]):
+        assert cli(["explain", str(sql), "--plan", "SM-S1", *extra]) == 0
+        local = capsys.readouterr().out
+        assert cli(["explain", str(sql), "--plan", "SM-S1", "--url", url, *extra]) == 0
+        assert capsys.readouterr().out == local
+    assert svc.status("routers_selective") is None
+    assert cli(["explain", str(sql), "--plan", "nonsense", "--url", url]) == 2
+    assert "planner service: unknown plan 'nonsense'" in capsys.readouterr().err
+
+
+def test_the_python_api_submits_reads_results_and_stops(planner, kafka_bootstrap, tmp_path):
+    """joinlib.connect(url).submit(path) -> handle; handle.results() is the reference join (out.<query> through
+    the planner); handle.status(); handle.stop() publishes stop."""
+    import joinlib
+    url, _, _ = planner
+    name = f"api{int(time.time())}"
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text((ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: {name}"))
+    query = load_query(qfile)
+    generate(query, tmp_path / "data", 1500, seed=6)
+    streams = load_streams(query, tmp_path / "data")
+
+    h = joinlib.connect(url).submit(qfile, plan="SP-D")
+    assert h.name == name and h.plan["S1"] == [["S2", "SP-D"], ["S3", "SP-D"]]
+    assert h.status()["state"] == "running"
+    _serve_and_replay(query, qfile, tmp_path / "data", kafka_bootstrap, lambda: h.status()["state"])
+    got = Counter((tuple(r["ids"].get(n) for n in query.names), r["ts"]) for r in h.results())
+    assert got == Counter({(tuple(ids), ts): n for (ids, ts), n in reference_join(query, streams).items()})
+    again = joinlib.connect(url).submit(qfile, plan="SP-D")   # a new run nobody serves: stop it
+    assert again.run != h.run and again.stop(wait_s=0) == "stopping"
+    assert again.status()["state"] == "stopping"

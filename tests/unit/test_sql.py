@@ -294,6 +294,11 @@ ERRORS = [
     ("syntax", _swap("s2.dest = s3.dest", "s2.dest = = s3.dest"), ("= s3.dest", 1),
      "SQL syntax error: Required keyword: 'expression' missing for EQ"),
     ("syntax-join", _swap("FROM s1", "FROM s1 JOIN"), ("JOIN s2", 1), "SQL syntax error: Expected table name"),
+    ("explain-run", _swap("CREATE STREAM out AS", "EXPLAIN CREATE STREAM out AS"), ("EXPLAIN", 1),
+     "this query is EXPLAINed: 'joinlib explain FILE' prints its plan"),
+    ("explain-declaration", _swap("CREATE STREAM s2", "EXPLAIN CREATE STREAM s2"), ("EXPLAIN", 1),
+     "EXPLAIN goes on the query statement"),
+    ("explain-nothing", BASE + "EXPLAIN;\n", ("EXPLAIN", 1), "EXPLAIN of nothing"),
 ]
 
 
@@ -356,3 +361,19 @@ def test_cli_errors_are_one_message_without_a_traceback(tmp_path: Path) -> None:
     assert "bad.sql:8:3: LEFT JOIN is not supported" in _cli("plan", "bad.sql", cwd=tmp_path).stderr
     with pytest.raises(QueryError, match="an SQL query file"):
         load_query(tmp_path / "bad.sql")
+
+
+def test_explain_is_read_by_explain_only() -> None:
+    """``EXPLAIN CREATE STREAM ...`` and ``EXPLAIN SELECT ...`` read into the query they prefix (with ``explain``);
+    a bare EXPLAIN SELECT is named by its file, as a YAML query without a name."""
+    plain = parse_sql(BASE, "q.sql")
+    assert parse_sql(_swap("CREATE STREAM out AS", "explain CREATE STREAM out AS"), "q.sql", explain=True) == plain
+    bare = _swap("CREATE STREAM out AS\n", "EXPLAIN\n")
+    assert parse_sql(bare, "dir/routers.sql", explain=True) == replace(plain, name="routers")
+    assert parse_sql(bare, "<sql>", explain=True).name == "explain"
+    assert parse_sql(BASE, "q.sql", explain=True) == plain   # explain accepts a query without EXPLAIN too
+    with pytest.raises(SqlError, match="a bare SELECT"):   # SELECT alone is still no query
+        parse_sql(_swap("CREATE STREAM out AS\n", ""), "q.sql", explain=True)
+    # EXPLAIN inside a string or a comment is no keyword
+    quoted = _swap("CREATE STREAM out AS", "-- EXPLAIN this\nCREATE STREAM \"EXPLAIN\" AS")
+    assert parse_sql(quoted, "q.sql").name == "EXPLAIN"
