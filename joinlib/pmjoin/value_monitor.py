@@ -16,6 +16,7 @@ never seen do.
 """
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from typing import Any, Iterable, Optional
 
@@ -28,6 +29,7 @@ BUCKET_MS = 1000
 HORIZON_MS = 60_000
 CAP = 200
 VALUES_EVERY_S = 10.0
+CANON_CACHE = 1 << 16   # values whose canonical form add remembers
 
 
 class ValueMonitor:
@@ -44,6 +46,7 @@ class ValueMonitor:
         self.first: Optional[int] = None   # the earliest ts counted, the latest
         self.last: Optional[int] = None
         self._prune_at = 4 * cap * max(1, len(self.attrs))   # len(seen) that triggers forgetting values
+        self._canon: dict[Value, bytes] = {}                  # value -> canonical(value), for add
 
     @classmethod
     def of(cls, query: Query, site: str) -> Optional["ValueMonitor"]:
@@ -56,24 +59,45 @@ class ValueMonitor:
         return mon if mon.attrs else None
 
     def add(self, stream: str, tups: Iterable[Tup]) -> None:
-        """Count released source tuples of ``stream`` (any order; tuples older than the horizon are not)."""
+        """Count released source tuples of ``stream`` (any order; tuples older than the horizon are not).
+
+        One pass per batch with the look-ups hoisted, canonical forms cached by value (equal values have equal
+        canonical forms, so a value-keyed cache is exact): this runs for every input tuple of a live run."""
         i = self.attrs.get(stream)
         if i is None:
             return
-        seen = self.seen
+        seen, canon, buckets, horizon = self.seen, self._canon, self.buckets, self.horizon
+        first, last = self.first, self.last
+        counts: Optional[Counter[bytes]] = None
+        at = None
         for t in tups:
-            if self.first is None or t.ts < self.first:   # observed since then, even if too old to count
-                self.first = t.ts
-            if self.last is not None and t.ts <= self.last - self.horizon:
+            ts = t.ts
+            if first is None or ts < first:   # observed since then, even if too old to count
+                first = ts
+            if last is not None and ts <= last - horizon:
                 continue
             v = t.key[i]
-            k = canonical(v)
+            k = canon.get(v)
+            if k is None:
+                k = self._canonical(v)
             if k not in seen:
                 seen[k] = v
-            self.buckets.setdefault(t.ts // BUCKET_MS, {}).setdefault(stream, Counter())[k] += 1
-            if self.last is None or t.ts > self.last:
-                self.last = t.ts
+            b = ts // BUCKET_MS
+            if b != at:
+                counts, at = buckets.setdefault(b, {}).setdefault(stream, Counter()), b
+            counts[k] += 1   # type: ignore[index]
+            if last is None or ts > last:
+                last = ts
+        self.first, self.last = first, last
         self._expire()
+
+    def _canonical(self, v: Value) -> bytes:
+        k = canonical(v)
+        if len(self._canon) >= CANON_CACHE:
+            self._canon.clear()
+        if v == v:   # NaN never finds itself in a dict
+            self._canon[v] = k
+        return k
 
     def _expire(self) -> None:
         if self.last is None:
@@ -100,7 +124,10 @@ class ValueMonitor:
         seen = self.seen
         streams = {}
         for s, c in totals.items():
-            top = sorted(c.items(), key=lambda kv: (-kv[1], order_key(seen[kv[0]])))[: self.cap]
+            # the cap-th largest count first (ints only), then the full order over the few at or above it
+            floor = heapq.nlargest(self.cap, c.values())[-1] if len(c) > self.cap else 0
+            top = sorted(((k, n) for k, n in c.items() if n >= floor),
+                         key=lambda kv: (-kv[1], order_key(seen[kv[0]])))[: self.cap]
             streams[s] = [[seen[k], n] for k, n in top]
         return {"span_ms": self.last - self.first + 1, "streams": streams}
 

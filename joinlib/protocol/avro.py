@@ -171,6 +171,17 @@ def encode_tuple(t: Tup) -> bytes:
     return w
 
 
+def tuple_size(t: Tup) -> int:
+    """``len(encode_tuple(t))`` without encoding it (nor caching the encoding): what a tuple that may never
+    ship would cost if it did -- the naive baseline prices every source tuple, and copying a payload into a
+    fresh encoding just to measure it cost more than the join itself."""
+    w = t.wire
+    if w is not None:
+        return len(w)
+    n = len(t.rest)
+    return len(_tup_head(t.pos, t.id, t.ts, t.seq, t.key)) + len(_SMALL[n] if n < _NSMALL else encode_long(n)) + n
+
+
 _get_idb = attrgetter("idb")
 
 

@@ -30,7 +30,6 @@ from joinlib.protocol.avro import (
     decode_whole,
     encode_int,
     encode_long,
-    encode_tuple,
     fastavro_read,
     fastavro_record,
     put_key,
@@ -42,6 +41,7 @@ from joinlib.protocol.avro import (
     read_tups,
     tup_of_record,
     tup_record,
+    tuple_size,
 )
 from joinlib.protocol.bloom import MAX_HASHES
 from joinlib.protocol.messages import (
@@ -220,8 +220,7 @@ def naive_batch_size(epoch: int, tups: list[Tup]) -> int:
     size = 3 + len(encode_long(epoch)) + 1   # part, gen, flow; epoch; body branch
     if tups:
         size += len(encode_long(len(tups))) + 1
-        for t in tups:
-            size += len(t.wire or encode_tuple(t)) + 2  # Row.parts: count 1, the tuple, end of array
+        size += 2 * len(tups) + sum(map(tuple_size, tups))  # per Row: count 1, the tuple, end of array
     else:
         size += 1
     return size

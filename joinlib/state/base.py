@@ -33,6 +33,14 @@ class KeyList:
         self.tups: list[Tup] = []
         self.lo = 0
 
+    @classmethod
+    def of_one(cls, t: Tup) -> "KeyList":
+        """A list holding ``t`` alone: a window's index makes one for every key new to the window, which on
+        selective joins is nearly every tuple (so without the three appends)."""
+        kl = cls.__new__(cls)
+        kl.ts, kl.seq, kl.tups, kl.lo = [t.ts], [t.seq], [t], 0
+        return kl
+
     def __len__(self) -> int:
         return len(self.tups) - self.lo
 

@@ -43,10 +43,11 @@ class MemoryWindowStore:
                 for t, k in zip(tups, _keys(tups, proj), strict=False):
                     kl = table.get(k)
                     if kl is None:
-                        kl = table[k] = KeyList()
-                    kl.ts.append(t.ts)
-                    kl.seq.append(t.seq)
-                    kl.tups.append(t)
+                        table[k] = KeyList.of_one(t)
+                    else:
+                        kl.ts.append(t.ts)
+                        kl.seq.append(t.seq)
+                        kl.tups.append(t)
             return
         for t in tups:  # slow path: out of order or duplicates (replicas)
             n = len(all_)

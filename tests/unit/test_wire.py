@@ -619,3 +619,17 @@ def test_property_result_batch(query, site, part, gen, batch, emit_ms, groups):
     assert records.result_batch_summary(data) == (emit_ms, [(g.head_ts, len(g.last_ids)) for g in b.groups])
     with pytest.raises(ValueError):
         records.result_batch_summary(data[:-1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tup_st, max_size=6), st.integers(0, 2**40))
+def test_the_naive_price_of_a_batch_is_its_envelope_without_encoding_it(tups, epoch):
+    """naive_batch_size prices every source tuple of a live run (what `central` would ship) from sizes alone:
+    it equals the size of the envelope that would carry the batch, and leaves the tuples unencoded."""
+    fresh = [Tup(t.pos, t.id, t.ts, t.seq, t.key, t.rest) for t in tups]
+    assert all(avro.tuple_size(t) == len(avro.encode_tuple(Tup(t.pos, t.id, t.ts, t.seq, t.key, t.rest)))
+               for t in fresh)
+    n = wire.naive_batch_size(epoch, fresh)
+    assert all(t.wire is None for t in fresh)
+    batch = Envelope("", "", 0, epoch, TupleBatch([(t,) for t in fresh]), 0, 0)
+    assert n == len(wire.encode_envelope(batch))

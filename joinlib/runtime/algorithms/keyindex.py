@@ -149,8 +149,8 @@ class KeyIndex:
             if m._set is None:
                 blooms.append((m, tag))
                 continue
-            for k in new:
-                if tag > best[k] and k in m._set:
+            for k in best.keys() & m._set:   # explicit keys: the few new keys they hold, found in C
+                if tag > best[k]:
                     best[k] = tag
         if blooms:
             latest = latest_holding(blooms, new)

@@ -35,6 +35,7 @@ pending key), and a tuple is tested again for an edge only after one of its keys
 from __future__ import annotations
 
 from collections import deque
+from operator import attrgetter, itemgetter
 from typing import Any, Optional, Sequence
 
 from joinlib.model import Stream, Tup
@@ -62,6 +63,8 @@ class _Entry:
         self.keys = keys
         self.rank = rank
 
+
+_RANK = attrgetter("rank")
 
 #: the channel of :meth:`Reducer.ship` among the dirty sets (the others are named by their neighbour)
 _SHIP = ""
@@ -125,20 +128,20 @@ class Reducer:
         indexed by their keys and dirty everywhere (their keys are tested against the live sets by
         :meth:`_settle_keys`, once per batch).  One loop for the batch: this runs for every input tuple."""
         window, pending, rank = self.window, self.pending, self._rank
-        dirty = tuple(self._dirty.values())
-        extract = self._extract
+        extract = [(n, pos, index.add) for n, pos, index in self._extract]
+        seqs = [t.seq for t in batch]
         for t in batch:
             seq, key = t.seq, t.key
-            if e is not None:
-                window.append((t.ts, seq, e))
             keys = {}
-            for n, pos, index in extract:
+            for n, pos, add in extract:
                 k = keys[n] = (key[pos[0]],) if len(pos) == 1 else tuple(key[i] for i in pos)
-                index.add(k, seq)
+                add(k, seq)
             pending[seq] = _Entry(t, keys, rank)
             rank += 1
-            for d in dirty:
-                d.add(seq)
+        if e is not None:
+            window.extend([(t.ts, t.seq, e) for t in batch])
+        for d in self._dirty.values():
+            d.update(seqs)
         self._rank = rank
 
     def _readd(self, t: Tup, sent: Sequence[str], shipped: bool) -> None:
@@ -188,19 +191,26 @@ class Reducer:
                     for d in dirty:
                         d.update(index.seqs[k])
 
-    def _matches(self, x: _Entry, nbr: str) -> bool:
-        return self._index[nbr].best[x.keys[nbr]] >= self.live_from[nbr]
-
-    def _passes(self, x: _Entry, but: Optional[str], among: tuple[str, ...]) -> bool:
-        """Matched by the sets of every neighbour of ``among`` but ``but`` (a neighbour skipped toward us:
-        always)."""
-        return all(self._matches(x, n) for n in among if n != but)
+    def _passing(self, xs: list[_Entry], but: Optional[str], among: tuple[str, ...]) -> list[_Entry]:
+        """The entries of ``xs`` matched by the live sets of every neighbour of ``among`` but ``but`` (a
+        neighbour skipped toward us: always).  One loop with the look-ups hoisted: this runs for every
+        candidate of every channel, every epoch."""
+        tests = [(n, self._index[n].best, self.live_from[n]) for n in among if n != but]
+        out = []
+        for x in xs:
+            keys = x.keys
+            for n, best, lf in tests:
+                if best[keys[n]] < lf:
+                    break
+            else:
+                out.append(x)
+        return out
 
     def _candidates(self, channel: str) -> list[_Entry]:
         """The pending tuples that may have come to pass for ``channel`` since it last looked, in window
         order; the channel is clean afterwards."""
         dirty, pending = self._dirty[channel], self.pending
-        out = sorted((pending[seq] for seq in dirty), key=lambda x: x.rank)
+        out = sorted([pending[seq] for seq in dirty], key=_RANK)
         dirty.clear()
         return out
 
@@ -210,13 +220,19 @@ class Reducer:
         crossing edge's set arrives after the tree's rounds, so tree sets never wait for it (and a
         set sent on a crossing edge does not depend on another one: no wait is circular)."""
         tree = self._tree_filters
-        newly = [x for x in self._candidates(nbr) if nbr not in x.sent and self._passes(x, nbr, tree)]
+        newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, tree)
         for x in newly:
             x.sent.add(nbr)
         self._settle(newly)
-        mine = self._keys[nbr]
-        ks = KeySet.of((tuple(x.t.key[i] for i in mine) for x in newly), self.fpr, keys_bytes,
-                       self.fp_cost.get(nbr))
+        if nbr in self._index:   # its key toward nbr is kept already (nbr's sets test it)
+            keys = [x.keys[nbr] for x in newly]
+        elif len(mine := self._keys[nbr]) == 1:
+            i = mine[0]
+            keys = [(x.t.key[i],) for x in newly]
+        else:
+            get = itemgetter(*mine)
+            keys = [get(x.t.key) for x in newly]
+        ks = KeySet.of(keys, self.fpr, keys_bytes, self.fp_cost.get(nbr))
         back = e - max((x.t.ts // self.tau for x in newly), default=e)
         if ks.bloom is not None:
             return KeyFilter(back, e - self.oldest(e), [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
@@ -224,7 +240,7 @@ class Reducer:
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
-        newly = [x for x in self._candidates(_SHIP) if not x.shipped and self._passes(x, None, self._filters)]
+        newly = self._passing([x for x in self._candidates(_SHIP) if not x.shipped], None, self._filters)
         for x in newly:
             x.shipped = True
         self._settle(newly)
