@@ -48,7 +48,8 @@ PLAN_HELP = """PLAN is one of:
   auto                         (default) search every plan shape with the byte model;
                                with data: measure the statistics, then run the best
                                candidates and central at every node on a sample where
-                               the windows fill, keep the fewest bytes (docs/cost-model.md)
+                               the windows fill, keep the fewest bytes; with data also
+                               pmjoin[...][:mjoin] and mjoin (docs/cost-model.md)
   greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
   sampled[:time]               run every candidate plan on a sample where every window
                                fills, keep the one shipping fewest bytes (or lowest time)
