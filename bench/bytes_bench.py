@@ -6,7 +6,9 @@
 
 The grid (issue 11): 2–4 streams; chain, star and clique join graphs; one shared key (``J``) or a
 key per edge; selectivity f from 0.1 to 0.0001; tuples of 50 B and 1250 B; windows of 500 ms and
-3 s; 100 tuples/s per stream, and skewed cases with the first stream at 1000/s; 15 s of data so
+3 s; 100 tuples/s per stream, and skewed cases with the first stream at 1000/s; three Zipf workloads
+(``zipf-*``, issue 30: keys ranked differently at each site while the query file declares uniform keys);
+15 s of data so
 every window fills.  Workloads whose expected result count exceeds ``--max-results`` are listed
 as skipped (the engine enumerates every result).
 
@@ -46,6 +48,8 @@ GRAPHS = (  # (name, streams, topology, one key per edge)
     ("clique4", 4, "complete", False),
 )
 SELECTIVITIES = (0.1, 0.01, 0.001, 0.0001)
+ZIPF_THETA = 1.0   # the Zipf workloads' exponent (issue 30)
+ZIPF = (("2way", 0.01), ("chain4", 0.01), ("clique3", 0.001))   # (graph, f): 1250 B tuples, 3 s windows
 TUPLES = (50, 1250)
 WINDOWS = (500, 3000)
 
@@ -61,11 +65,20 @@ class Workload:
     window_ms: int
     skew: bool
     duration_ms: int
+    zipf: float = 0.0   # > 0: join keys Zipf(θ = zipf), ranked differently at each site; the query says uniform
 
     @property
     def name(self) -> str:
-        return (f"{self.graph}-f{self.f:g}-{self.tuple_bytes}B-w{self.window_ms}"
+        return (("zipf-" if self.zipf else "") + f"{self.graph}-f{self.f:g}-{self.tuple_bytes}B-w{self.window_ms}"
                 + ("-skew" if self.skew else ""))
+
+    def generate(self, out_dir: str, seed: int = 1) -> None:
+        """The workload's data: the generator's, and for a Zipf workload its join values redrawn."""
+        from joinlib.data.gen import generate
+        q = self.query()
+        generate(q, out_dir, self.duration_ms, seed=seed)
+        if self.zipf:
+            zipf_keys(q, Path(out_dir), self.zipf, seed)
 
     def query(self) -> Any:
         stats = []
@@ -91,6 +104,29 @@ class Workload:
         return total * self.duration_ms / 1000.0
 
 
+def zipf_keys(q: Any, out_dir: Path, theta: float, seed: int) -> None:
+    """Redraw every join value of ``out_dir``'s streams from a Zipf(θ) distribution over the same
+    d = 1/f values, ranked by a permutation of its own at each stream (seeded by the stream's name):
+    a value frequent at one site is rare at another, while the query file still declares f, i.e.
+    uniform keys.  Only measured statistics reveal the skew."""
+    import random
+
+    from joinlib.data.files import stream_path
+    from joinlib.data.gen import distinct_values
+    for s in q.streams:
+        rng = random.Random(f"bytes_bench.zipf:{seed}:{s.name}")
+        path = stream_path(out_dir, s.name)
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for attr in s.join_attrs:
+            d = distinct_values(s, attr)
+            perm = list(range(d))
+            rng.shuffle(perm)
+            weights = [1.0 / (r + 1) ** theta for r in range(d)]
+            for row, rank in zip(rows, rng.choices(range(d), weights=weights, k=len(rows)), strict=True):
+                row[attr] = f"v{perm[rank]:04d}"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def grid(quick: bool, duration_ms: int) -> list[Workload]:
     if quick:
         return [Workload(g, m, t, k, f, 1250, 500, False, duration_ms)
@@ -103,7 +139,13 @@ def grid(quick: bool, duration_ms: int) -> list[Workload]:
                     out.append(Workload(g, m, t, k, f, tb, w, False, duration_ms))
             for tb in TUPLES:  # skewed rates: one stream at 1000/s
                 out.append(Workload(g, m, t, k, f, tb, 500, True, duration_ms))
-    return out
+    return out + zipf_grid(duration_ms)
+
+
+def zipf_grid(duration_ms: int) -> list[Workload]:
+    """Issue 30's held-out workloads: keys skewed differently per site, 1250 B tuples, 3 s windows."""
+    shape = {g: (m, t, k) for g, m, t, k in GRAPHS}
+    return [Workload(g, *shape[g], f, 1250, 3000, False, duration_ms, ZIPF_THETA) for g, f in ZIPF]
 
 
 # ------------------------------------------------------------------ one workload
@@ -111,15 +153,13 @@ def run_workload(w: Workload, out_dir: Path, sampled: bool = False) -> dict[str,
     from joinlib.costs import WireModel, from_data
     from joinlib.costs.floor import floor
     from joinlib.data.files import load_streams
-    from joinlib.data.gen import generate
-    from joinlib.plan.logical import central
+    from joinlib.plan.logical import Plan, central
     from joinlib.planner.auto import auto_ranked
+    from joinlib.planner.measure import run_candidate
     from joinlib.planner.registry import resolve_plan
-    from joinlib.runtime.sink import CountingSink
-    from joinlib.sim.engine import run_embedded
     q = w.query()
     with tempfile.TemporaryDirectory() as tmp:
-        generate(q, tmp, w.duration_ms, seed=1)
+        w.generate(tmp, seed=1)
         streams = load_streams(q, tmp)
     inputs = from_data(q, streams)
     model = WireModel(inputs)
@@ -130,9 +170,12 @@ def run_workload(w: Workload, out_dir: Path, sampled: bool = False) -> dict[str,
     plans: dict[str, Any] = {f"central:{site}": central(q, site) for site in q.sites}
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
-    ranked, measured = auto_ranked(q, streams, inputs)
+    ranked, measured = auto_ranked(q, streams, inputs, every_kind=True)
     timing["auto"] = time.perf_counter() - t0
-    plans["auto"] = (measured or ranked)[0].plan
+    chosen = (measured or ranked)[0]
+    plans["auto"] = chosen.plan
+    # the choice among plans of sequences only (auto before issue 30), from the same measurements
+    plans["auto/plans"] = next(r.plan for r in (measured or ranked) if isinstance(r.plan, Plan))
     for name in ("greedy", "exhaustive", "beam"):
         t0 = time.perf_counter()
         plans[name] = resolve_plan(q, name, "wire")
@@ -149,29 +192,34 @@ def run_workload(w: Workload, out_dir: Path, sampled: bool = False) -> dict[str,
         if key in done:
             runs[name] = dict(done[key])
             continue
-        rep = run_embedded(q, streams, plan, CountingSink())
-        est = model.estimate(q, plan)
+        rep = run_candidate(q, streams, plan)
         kinds: dict[str, int] = {}
         for ln in rep.links:
             kinds[ln["kind"]] = kinds.get(ln["kind"], 0) + ln["bytes"]
         ek: dict[str, float] = {}
-        for (_, _, k), v in est.by_link().items():
-            ek[k] = ek.get(k, 0.0) + v * duration_s
+        if isinstance(plan, Plan):
+            est = model.estimate(q, plan)
+            total = est.bytes(duration_s)
+            for (_, _, k), v in est.by_link().items():
+                ek[k] = ek.get(k, 0.0) + v * duration_s
+        else:   # another run kind: auto's own estimate (joinlib.planner.kinds)
+            total = chosen.estimate * duration_s
         runs[name] = done[key] = {"plan": plan.to_json(), "bytes": rep.bytes, "results": rep.results,
                                   "messages": rep.messages, "by_kind": kinds,
-                                  "estimate": round(est.bytes(duration_s)), "estimate_by_kind": ek}
+                                  "estimate": round(total), "estimate_by_kind": ek}
     counts = {r["results"] for r in runs.values()}
     if len(counts) != 1:
         raise RuntimeError(f"{w.name}: plans disagree on the result count: "
                            f"{ {n: r['results'] for n, r in runs.items()} }")
     centrals = {n: r["bytes"] for n, r in runs.items() if n.startswith("central:")}
     best_central = min(centrals.values())
-    doc = {"workload": w.name, "spec": w.__dict__, "results": counts.pop(), "duration_ms": w.duration_ms,
+    doc = {"workload": w.name, "spec": dict(w.__dict__), "results": counts.pop(), "duration_ms": w.duration_ms,
            "floor": {"site": fl.site, "bytes": fl.bytes, "with_keys": fl.with_keys, "by_site": fl.by_site,
                      "contributors": fl.contributors, "seconds": round(floor_s, 2)},
            "best_central": {"site": min(centrals, key=lambda n: centrals[n]), "bytes": best_central},
            "runs": runs, "planner_seconds": timing,
            "auto": {"chosen": (measured or ranked)[0].name,
+                    "kind": chosen.kind,
                     "measured": [{"name": r.name, "estimate_per_s": r.estimate, "steady_per_s": r.measured,
                                   "sample_bytes": r.measured_bytes} for r in measured],
                     "model_top": [{"name": r.name, "estimate_per_s": r.estimate} for r in ranked[:5]]}}
@@ -184,7 +232,8 @@ def summary_row(doc: dict[str, Any]) -> dict[str, Any]:
     c = doc["best_central"]["bytes"]
     row = {"workload": doc["workload"], "results": doc["results"], "central": c,
            "central_site": doc["best_central"]["site"], "floor": doc["floor"]["bytes"],
-           "floor_keys": doc["floor"]["with_keys"], "auto_choice": doc["auto"]["chosen"]}
+           "floor_keys": doc["floor"]["with_keys"], "auto_choice": doc["auto"]["chosen"],
+           "auto_kind": doc["auto"].get("kind", "plan")}
     for name, r in doc["runs"].items():
         if not name.startswith("central:"):
             row[name] = r["bytes"]
@@ -225,6 +274,7 @@ def checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     sel5 = [r for r in rows if r["floor"] * 5 <= r["central"]]
     ok20 = [r for r in sel20 if r["auto"] * 10 <= r["central"]]
     ratios5 = [r["auto"] / max(1, r["floor"]) for r in sel5]
+    keys = [r["auto"] / max(1, r["floor_keys"]) for r in rows]
     return {
         "workloads": len(rows),
         "auto_le_1.02_central": sum(1 for r in rows if r["auto"] <= 1.02 * r["central"]),
@@ -234,6 +284,9 @@ def checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "floor_le_central/5": len(sel5),
         "mean_auto_over_floor_there": round(sum(ratios5) / len(ratios5), 3) if ratios5 else None,
         "median_auto_over_floor_there": round(_median(ratios5), 3) if ratios5 else None,
+        "auto_le_1.1_floor_keys": sum(1 for r in rows if r["auto"] <= 1.1 * max(1, r["floor_keys"])),
+        "auto_over_floor_keys_max": round(max(keys), 4) if keys else None,
+        "worst_floor_keys": rows[keys.index(max(keys))]["workload"] if keys else None,
     }
 
 
@@ -266,12 +319,14 @@ def table(rows: list[dict[str, Any]], skipped: list[str], command: str) -> str:
         f"{c['auto_10x_below_central_there']} of {c['floor_le_central/20']} |",
         f"| mean auto / floor where floor ≤ central / 5 | ≤ 2 | {c['mean_auto_over_floor_there']} "
         f"(median {c['median_auto_over_floor_there']}, over {c['floor_le_central/5']} workloads) |",
+        f"| auto ≤ 1.1 × (floor + keys) | every workload | {c['auto_le_1.1_floor_keys']} of {c['workloads']} "
+        f"(max {c['auto_over_floor_keys_max']}×, {c['worst_floor_keys']}) |",
         "",
         "## Per workload",
         "",
-        "| workload | results | central B | floor | +keys | auto | auto/floor | auto's plan | est | "
-        "greedy | exhaustive | beam | greedy/paper |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| workload | results | central B | floor | +keys | auto | auto/floor | auto/(floor+keys) | auto's plan | "
+        "est | auto/plans | greedy | exhaustive | beam | greedy/paper |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         cb = r["central"]
@@ -280,8 +335,10 @@ def table(rows: list[dict[str, Any]], skipped: list[str], command: str) -> str:
             return f"{r[name] / cb:.3f}" if name in r else "–"
         lines.append(
             f"| {r['workload']} | {r['results']:,} | {cb:,} | {r['floor'] / cb:.3f} | {r['floor_keys'] / cb:.3f} | "
-            f"**{r['auto'] / cb:.3f}** | {r['auto'] / max(1, r['floor']):.1f} | {r['auto_choice']} | "
-            f"{r['auto:estimate'] / max(1, r['auto']):.2f} | {rel('greedy')} | {rel('exhaustive')} | {rel('beam')} | "
+            f"**{r['auto'] / cb:.3f}** | {r['auto'] / max(1, r['floor']):.1f} | "
+            f"{r['auto'] / max(1, r['floor_keys']):.2f} | {r['auto_choice']} | "
+            f"{r['auto:estimate'] / max(1, r['auto']):.2f} | {rel('auto/plans')} | {rel('greedy')} | "
+            f"{rel('exhaustive')} | {rel('beam')} | "
             f"{rel('greedy/paper')} |")
     if skipped:
         lines += ["", f"Not in this table ({len(skipped)}: expected result count above the bench's cap, or not run "

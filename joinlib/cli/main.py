@@ -10,7 +10,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Optional, Protocol, Sequence
+from typing import IO, Any, Optional, Protocol, Sequence, Union
 from urllib.parse import urlencode
 
 import orjson
@@ -25,9 +25,10 @@ from joinlib.cli.explain import add_command as add_explain
 from joinlib.cli.live import add_commands as add_live_commands
 from joinlib.cli.live import http_json as _http
 from joinlib.cli.live import planner_url
+from joinlib.cli.plan_auto import plan_auto
 from joinlib.cli.progressive import add_command as add_progressive
 from joinlib.cli.sql import add_command as add_sql
-from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun
+from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import get_model
 from joinlib.costs.explain import format_estimate
 from joinlib.data.files import load_streams
@@ -35,11 +36,12 @@ from joinlib.data.gen import generate
 from joinlib.errors import JoinlibError
 from joinlib.mjoin.derived import check_windows, deploy
 from joinlib.mjoin.tree_plans import RUN_HELP as TREE_HELP
-from joinlib.mjoin.tree_plans import plan_partitioned_trees, plan_tree
+from joinlib.mjoin.tree_plans import SharedTrees, plan_partitioned_trees, plan_tree
 from joinlib.model import Query, Tup
 from joinlib.plan.partitioned import RUN_HELP as PARTITION_HELP
 from joinlib.plan.partitioned import check_partitionable, parse_spec
 from joinlib.planner import explain
+from joinlib.planner.kinds import parts_of
 from joinlib.planner.registry import (
     PLAN_HELP,
     PlanKind,
@@ -61,6 +63,8 @@ from joinlib.sim.engine import run_embedded
 from joinlib.sim.tree_engine import run_deployment
 from joinlib.sql import load_query_file
 from joinlib.units import parse_duration
+
+Streams = dict[str, list[Tup]]
 
 
 class Runner(Protocol):
@@ -154,7 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--data", type=Path, help="data directory (used by auto, needed by sampled)")
     pl.add_argument("--model", default="wire", help="cost model: wire | paper | bytes (default wire)")
     pl.add_argument("--explain", action="store_true",
-                    help="also print the estimated bytes per link and kind (byte model) and the cost of each step")
+                    help="also print the estimated bytes per link and kind (byte model) and the cost of each step; "
+                         "for auto, the candidates it weighed (kind, estimated and, where sampled, measured bytes "
+                         "per second; the chosen one marked *)")
     pl.add_argument("--out", type=Path, help="write the plan JSON here instead of stdout")
     pl.set_defaults(func=_cmd_plan)
 
@@ -283,6 +289,8 @@ def _run_plans(args: argparse.Namespace, kind: PlanKind) -> int:
     # adaptive: the nodes re-plan and switch while running (seed 003)
     adaptive = adaptive_runner(args, query) if kind is PlanKind.ADAPTIVE else None
     streams, plan = _plans(args, query, kind, switches, adaptive, progress)
+    if isinstance(plan, TreesRun):   # auto chose MJoin trees
+        return _run_tree(args, PlanKind.TREE, (streams, plan))
     runner: Runner = _cluster_runner(args, query, adaptive) or adaptive or run_embedded
     if args.out:
         _writable(args.out)
@@ -304,7 +312,7 @@ def _run_plans(args: argparse.Namespace, kind: PlanKind) -> int:
 
 
 def _plans(args: argparse.Namespace, query: Query, kind: PlanKind, switches: list[tuple[int, str]],
-           adaptive: Optional[AdaptiveRunner], progress: bool) -> tuple[dict[str, list[Tup]], Deployable]:
+           adaptive: Optional[AdaptiveRunner], progress: bool) -> tuple[Streams, Union[Deployable, TreesRun]]:
     """The data and the plan to run: a partitioned plan (seed 002), the adaptive run's initial plan, or the plan
     and its ``--switch`` generations; plan mistakes are found before the data is loaded where they can be
     (planners that measure the data wait for it)."""
@@ -315,6 +323,10 @@ def _plans(args: argparse.Namespace, query: Query, kind: PlanKind, switches: lis
     streams = _load(args, query)
     if adaptive is not None:
         return streams, AdaptiveRun(adaptive.config, adaptive.initial)
+    if args.plan == "auto" and not switches:   # every run kind: a plan, a plan per partition or MJoin trees
+        chosen = resolve_run_plan(query, "auto", args.model, streams, progress=progress)
+        assert isinstance(chosen, (Generations, PartitionedRun, TreesRun))
+        return streams, chosen
     return streams, Generations(tuple(
         (at, early[at] if at in early else resolve_plan(query, spec, args.model, streams, progress=progress))
         for at, spec in specs))
@@ -337,9 +349,9 @@ def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Op
     return runner
 
 
-def _run_tree(args: argparse.Namespace, kind: PlanKind) -> int:
-    """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin``: every MJoin of a tree an operator query,
-    embedded or (one tree) on Kafka."""
+def _run_tree(args: argparse.Namespace, kind: PlanKind, chosen: Optional[tuple[Streams, TreesRun]] = None) -> int:
+    """``--plan mjoin[:FILE.json]`` or ``pmjoin[...]:mjoin`` (or the trees ``auto`` ``chosen`` on the data):
+    every MJoin of a tree an operator query, embedded or (one tree) on Kafka."""
     query = load_query_file(args.query)
     for flag, given in (("--switch", args.switch), ("--scale-out", args.scale_out is not None), ("--join", args.join),
                         ("--kill", args.kill and args.cluster is None)):
@@ -347,7 +359,12 @@ def _run_tree(args: argparse.Namespace, kind: PlanKind) -> int:
             raise JoinlibError(f"--plan {args.plan} runs without {flag} (an MJoin tree has no generations, its "
                                "partitions are not shared by node instances, and --kill needs --cluster)")
     parse_kills(args.kill, query)   # a mistake in --kill before the data are read
-    streams, whole, inputs = _tree_programs(args, query, kind)
+    if chosen is None:
+        streams, whole, inputs = _tree_programs(args, query, kind)
+    else:
+        streams, whole = chosen[0], chosen[1].plan
+        assert not isinstance(whole, SharedTrees)   # one query's trees
+        inputs = parts_of(query, whole, streams)
     programs = list(getattr(whole, "programs", [whole]))
     if args.out:
         _writable(args.out)
@@ -490,6 +507,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             for op in program.ops:
                 print(f"  {op.name} at {op.node}: joins {', '.join(op.query.names)}")
         return 0
+    if args.planner == "auto":   # every run kind with --data; --explain lists the candidates weighed
+        return plan_auto(query, streams, args.out, args.explain, _print_or_write)
     plan = resolve_plan(query, args.planner, args.model, streams, progress=sys.stderr.isatty())
     _print_or_write(plan.to_json(), args.out)
     if args.explain:

@@ -34,8 +34,8 @@ ships more than the best ``central`` on the sample.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Optional
+from dataclasses import dataclass
+from typing import Generic, Optional, TypeVar
 
 from joinlib.algorithms import ALGORITHMS
 from joinlib.costs import Inputs, WireModel, inputs_for
@@ -43,6 +43,7 @@ from joinlib.model import Query, Tup
 from joinlib.plan import logical as plans
 from joinlib.plan.logical import Plan, Sequence, Step, validate
 from joinlib.planner.exhaustive import exhaustive_sequence
+from joinlib.planner.kinds import Candidate, gen_kinds, kind_of, part_inputs, parts_of, price, span_s, with_rates
 from joinlib.planner.measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
 
 Streams = dict[str, list[Tup]]
@@ -52,15 +53,33 @@ Generator = Callable[[Query, WireModel], Iterable[tuple[str, Plan]]]
 SHORT_LIST = 3          # model candidates measured besides central at every node
 DESCENT_SEEDS = 4       # plans the coordinate descent starts from
 DESCENT_ROUNDS = 4
+#: another run kind is chosen over the best measured plan of sequences only when it measures at most this
+#: share of it: on selective uniform workloads a sample's bytes mis-rank candidates within ~10 % (a partition
+#: function fitted on few tuples per value), while skewed keys make partitioned plans win by 2x
+KIND_MARGIN = 0.9
+
+
+C = TypeVar("C", bound=Candidate, covariant=True)
 
 
 @dataclass(frozen=True)
-class Ranked:
+class Ranked(Generic[C]):
+    """A candidate: its name, the byte model's estimate and, if it was run on a sample, its measurement."""
+
     name: str
-    plan: Plan
+    plan: C                             # a plan of sequences, or (every kind, with data) another run kind
     estimate: float                     # model bytes per second
     measured: Optional[float] = None    # measured bytes per second, windows full
     measured_bytes: Optional[int] = None  # measured bytes of the whole sample
+
+    @property
+    def kind(self) -> str:
+        """plan | pmjoin | mjoin | pmjoin:mjoin (:func:`~.kinds.kind_of`)."""
+        return kind_of(self.plan)
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.plan, Plan) and self.plan.reduce is not None
 
 
 # ------------------------------------------------------------------ generators
@@ -190,9 +209,9 @@ def descent(query: Query, model: WireModel, seed: Plan, pool: dict[str, list[Seq
     return validate(query, plan_of(current))
 
 
-def rank(query: Query, model: WireModel) -> list[Ranked]:
+def rank(query: Query, model: WireModel) -> list[Ranked[Plan]]:
     """Every candidate, cheapest by the model first, duplicates removed (first name kept)."""
-    seen: dict[str, Ranked] = {}
+    seen: dict[str, Ranked[Plan]] = {}
 
     def add(name: str, plan: Plan) -> None:
         key = repr(plan.to_json())
@@ -202,28 +221,29 @@ def rank(query: Query, model: WireModel) -> list[Ranked]:
         for name, plan in gen(query, model):
             add(name, plan)
     pool = pools(query, model)
-    seeds = sorted((r for r in seen.values() if r.plan.reduce is None), key=lambda r: r.estimate)[:DESCENT_SEEDS]
+    seeds = sorted((r for r in seen.values() if not r.is_reduction), key=lambda r: r.estimate)[:DESCENT_SEEDS]
     for r in seeds:
+        assert isinstance(r.plan, Plan)
         add(f"descent({r.name})", descent(query, model, r.plan, pool))
     return sorted(seen.values(), key=lambda r: r.estimate)
 
 
 # ------------------------------------------------------------------ measurement
-def measure_short_list(query: Query, streams: Streams, cands: list[Ranked], length_ms: Optional[int] = None,
-            inputs: Optional[Inputs] = None) -> list[Ranked]:
+def measure_short_list(query: Query, streams: Streams, cands: Iterable[Ranked[Candidate]],
+                       length_ms: Optional[int] = None, inputs: Optional[Inputs] = None) -> list[Ranked[Candidate]]:
     """Measure ``cands``; cheapest first (ties: the model's order).  ``central:NODE`` is priced
     exactly over all of ``streams`` (:func:`~.measure.central_bytes`, no run needed); every other
     candidate runs on the sample, and its bytes per second once the windows are full are put on the
     whole data's scale by the model: × (its estimate at each stream's tuple rate over the data) /
-    (its estimate at the rates of the sample's measured epochs).  A sample's streams run above or
-    below their mean rates by several per cent, and by different amounts: scaling every plan by the
-    total tuple rate made a plan that ships another stream than the best ``central`` look a few per
-    cent cheaper or dearer than it is."""
+    (its estimate at the rates of the sample's measured epochs), per partition for a partitioned
+    candidate.  A sample's streams run above or below their mean rates by several per cent, and by
+    different amounts: scaling every plan by the total tuple rate made a plan that ships another
+    stream than the best ``central`` look a few per cent cheaper or dearer than it is."""
     length = length_ms or sample_ms(query, streams)
-    span = _span_s(streams)
+    span = span_s(streams)
     scale = _rate(streams, span) / max(1e-9, _rate(sample_of(streams, length), None))
     rescale = _rescaler(query, streams, length, inputs)
-    out = []
+    out: list[Ranked[Candidate]] = []
     results = set()
     for r in cands:
         if r.name.startswith("central:") and r.name[8:] in query.nodes:
@@ -241,70 +261,94 @@ def measure_short_list(query: Query, streams: Streams, cands: list[Ranked], leng
 
 
 def _rescaler(query: Query, streams: Streams, length: int,
-              inputs: Optional[Inputs]) -> Optional[Callable[[Plan], Optional[float]]]:
-    """plan -> (model estimate at the data's stream rates) / (at the rates of the sample's
-    measured epochs, those :func:`~.measure.steady_bytes` counts); None when the sample has no
-    such epochs."""
-    sample = sample_of(streams, length)
+              inputs: Optional[Inputs]) -> Optional[Callable[[Candidate], Optional[float]]]:
+    """candidate -> (model estimate at the data's stream rates) / (at the rates of the sample's
+    measured epochs, those :func:`~.measure.steady_bytes` counts), each part of a partitioned
+    candidate at its own rates; None when the sample has no such epochs."""
     tau = query.execution.interval_ms
-    starts = [ts[0].ts for ts in sample.values() if ts]
+    starts = [ts[0].ts for ts in streams.values() if ts]
     if not starts:
         return None
-    e0 = (min(starts) + fill_ms(query, streams)) // tau + 1
+    start, sample = min(starts), sample_of(streams, length)
+    e0 = (start + fill_ms(query, streams)) // tau + 1
     last = max(t.ts for ts in sample.values() for t in ts) // tau
     if last < e0:
         return None
-    dur, span = (last - e0 + 1) * tau / 1000.0, _span_s(streams)
+    dur, span, end = (last - e0 + 1) * tau / 1000.0, span_s(streams), start + length
     base = inputs or inputs_for(query, streams)
-    full = WireModel(_with_rates(base, {n: len(ts) / span for n, ts in streams.items()}))
-    part = WireModel(_with_rates(base, {n: sum(1 for t in ts if t.ts >= e0 * tau) / dur for n, ts in sample.items()}))
 
-    def factor(plan: Plan) -> Optional[float]:
-        a, b = full.plan_cost(query, plan), part.plan_cost(query, plan)
+    def factor(cand: Candidate) -> Optional[float]:
+        parts = parts_of(query, cand, streams)
+        bases = [base] if len(parts) == 1 else [part_inputs(query, p, span) for p in parts]
+        full = [with_rates(b, {n: len(ts) / span for n, ts in p.items()}) for b, p in zip(bases, parts, strict=True)]
+        late = [with_rates(b, {n: sum(1 for t in ts if e0 * tau <= t.ts < end) / dur for n, ts in p.items()})
+                for b, p in zip(bases, parts, strict=True)]
+        a, b = price(query, cand, full), price(query, cand, late)
         return a / b if a > 0 and b > 0 else None
     return factor
 
 
-def _with_rates(inputs: Inputs, rates: dict[str, float]) -> Inputs:
-    q = inputs.query
-    ss = tuple(replace(s, stats=replace(s.stats, rate=rates[s.name])) if rates.get(s.name) else s for s in q.streams)
-    return replace(inputs, query=replace(q, streams=ss))
-
-
-def _span_s(streams: Streams) -> float:
-    ts = [t.ts for tups in streams.values() for t in tups]
-    return (max(ts) - min(ts) + 1) / 1000.0 if ts else 1.0
-
-
 def _rate(streams: Streams, span: Optional[float]) -> float:
     n = sum(len(t) for t in streams.values())
-    return n / (span if span is not None else _span_s(streams))
+    return n / (span if span is not None else span_s(streams))
 
 
-def short_list(query: Query, ranked: list[Ranked], k: int = SHORT_LIST) -> list[Ranked]:
+def short_list(query: Query, candidates: Iterable[Ranked[Candidate]],
+               k: int = SHORT_LIST) -> list[Ranked[Candidate]]:
     """The ``k`` best model candidates other than ``central``, the best reduction if none of them is
     one (the model's pass-through estimates are least sure where reductions win most), plus
-    ``central`` at every node."""
+    ``central`` at every node; with every kind, also the best partitioned plan and the best tree if
+    none of them is one."""
+    ranked = list(candidates)
     others = [r for r in ranked if not r.name.startswith("central:")][:k]
-    if not any(r.plan.reduce is not None for r in others):
-        others += [r for r in ranked if r.plan.reduce is not None][:1]
+    if not any(r.is_reduction for r in others):
+        others += [r for r in ranked if r.is_reduction][:1]
+    for kinds in (("pmjoin",), ("mjoin", "pmjoin:mjoin")):   # the best partitioned plan, the best tree
+        if not any(r.kind in kinds for r in others):
+            others += [r for r in ranked if r.kind in kinds][:1]
     return others + [r for r in ranked if r.name.startswith("central:")]
 
 
-def auto_ranked(query: Query, streams: Optional[Streams] = None,
-                inputs: Optional[Inputs] = None) -> tuple[list[Ranked], list[Ranked]]:
+def auto_ranked(query: Query, streams: Optional[Streams] = None, inputs: Optional[Inputs] = None,
+                every_kind: bool = False) -> tuple[list[Ranked[Candidate]], list[Ranked[Candidate]]]:
     """(every candidate ranked by the model, the short list measured on the data — empty without
-    data)."""
+    data).  ``every_kind`` (with data): partitioned plans, MJoin trees and a tree per partition too
+    (:mod:`.kinds`); without it, plans of sequences only (what a partition's plan or a ``--switch``
+    generation must be)."""
     inputs = inputs or inputs_for(query, streams)
     model = WireModel(inputs)
-    ranked = rank(inputs.query, model)
-    ranked = [Ranked(r.name, validate(query, r.plan), r.estimate) for r in ranked]
+    ranked: list[Ranked[Candidate]] = [Ranked(r.name, validate(query, r.plan), r.estimate)
+                                       for r in rank(inputs.query, model)]
     if not streams:
         return ranked, []
-    return ranked, measure_short_list(query, streams, short_list(query, ranked), inputs=inputs)
+    if every_kind:
+        ranked = sorted(ranked + [Ranked(n, c, e) for n, c, e in gen_kinds(query, streams, inputs)],
+                        key=lambda r: r.estimate)
+    return ranked, prefer_plans(measure_short_list(query, streams, short_list(query, ranked), inputs=inputs))
+
+
+def prefer_plans(measured: list[Ranked[Candidate]]) -> list[Ranked[Candidate]]:
+    """``measured`` with the best plan of sequences first unless another kind measures at most
+    :data:`KIND_MARGIN` of it."""
+    plans_only = [r for r in measured if isinstance(r.plan, Plan)]
+    if not measured or not plans_only or isinstance(measured[0].plan, Plan):
+        return measured
+    best = plans_only[0]
+    if (measured[0].measured or 0.0) <= KIND_MARGIN * (best.measured or 0.0):
+        return measured
+    return [best] + [r for r in measured if r is not best]
 
 
 def auto(query: Query, streams: Optional[Streams] = None) -> Plan:
-    """The ``auto`` plan (see the module docstring)."""
+    """The ``auto`` plan of sequences (see the module docstring): what a partition of a partitioned
+    plan runs, and a ``--switch`` generation."""
     ranked, measured = auto_ranked(query, streams)
-    return (measured or ranked)[0].plan
+    best = (measured or ranked)[0].plan
+    assert isinstance(best, Plan)
+    return best
+
+
+def auto_any(query: Query, streams: Optional[Streams] = None) -> Ranked[Candidate]:
+    """The ``auto`` choice among every run kind (with data; without, :func:`auto`'s)."""
+    ranked, measured = auto_ranked(query, streams, every_kind=True)
+    return (measured or ranked)[0]

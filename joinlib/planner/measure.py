@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, Union
 
 from joinlib.data.stats import DEFAULT_RATE
+from joinlib.mjoin.derived import TreeProgram, deploy
+from joinlib.mjoin.tree_plans import PartitionedTrees
 from joinlib.model import Query, Tup
 from joinlib.plan.logical import Plan
+from joinlib.plan.partitioned import Partitioned
 from joinlib.protocol.messages import Envelope, TupleBatch
 from joinlib.protocol.wire import envelope_size
+from joinlib.runtime.report import Report
 from joinlib.runtime.sink import CountingSink
 from joinlib.sim.engine import run_embedded
+from joinlib.sim.tree_engine import run_deployment, run_tree
 
 Streams = dict[str, list[Tup]]
+Runnable = Union[Plan, Partitioned, TreeProgram, PartitionedTrees]
 MIN_SAMPLE_EPOCHS = 20  # epochs measured after the windows are full
 
 
@@ -67,8 +73,8 @@ class Sample:
     execution_s_per_s: float
 
 
-def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> Sample:
-    """Run ``plan`` on the first ``length_ms`` of ``streams`` (see :class:`Sample`)."""
+def steady_bytes(query: Query, streams: Streams, plan: Runnable, length_ms: int) -> Sample:
+    """Run ``plan`` (any kind ``auto`` weighs) on the first ``length_ms`` of ``streams`` (see :class:`Sample`)."""
     sample = sample_of(streams, length_ms)
     tau = query.execution.interval_ms
     first = min((ts[0].ts for ts in sample.values() if ts), default=0)
@@ -80,7 +86,7 @@ def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> 
         if env.epoch >= e0:
             late[0] += n
         return n
-    rep = run_embedded(query, sample, plan, CountingSink(), size_of=size_of)
+    rep = run_candidate(query, sample, plan, size_of)
     last = max((t.ts for ts in sample.values() for t in ts), default=0) // tau
     epochs = last - e0 + 1
     if epochs <= 0:  # the data is shorter than a window: compare whole runs
@@ -88,6 +94,22 @@ def steady_bytes(query: Query, streams: Streams, plan: Plan, length_ms: int) -> 
     else:
         rate = late[0] / (epochs * tau / 1000.0)
     return Sample(rate, rep.bytes, rep.results, rep.execution_s_per_s)
+
+
+def run_candidate(query: Query, streams: Streams, plan: Runnable,
+                  size_of: Optional[Callable[[Envelope], int]] = None) -> Report:
+    """Run any kind of candidate on the simulated network: a plan or a plan per partition
+    (:func:`~joinlib.sim.engine.run_embedded`), an MJoin tree or a tree per partition (every operator on
+    one network, :func:`~joinlib.sim.tree_engine.run_deployment`)."""
+    if isinstance(plan, (Plan, Partitioned)):
+        return run_embedded(query, streams, plan, CountingSink(), size_of=size_of)
+    if isinstance(plan, TreeProgram):
+        return run_tree(plan, streams, CountingSink(), size_of=size_of)
+    parts = plan.split.split(query, streams)
+    sink = CountingSink()
+    return run_deployment(deploy(plan.programs, share=False),
+                          {p.base.name: s for p, s in zip(plan.programs, parts, strict=True)},
+                          {p.base.name: sink for p in plan.programs}, size_of=size_of)
 
 
 def central_bytes(query: Query, streams: Streams, node: str) -> int:

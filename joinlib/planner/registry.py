@@ -33,10 +33,11 @@ from joinlib.model import Query, Tup
 from joinlib.plan import logical as plans
 from joinlib.plan.logical import Plan
 from joinlib.plan.partitioned import Partitioned, is_partitioned
-from joinlib.planner.auto import auto, auto_ranked
+from joinlib.planner.auto import auto, auto_any, auto_ranked
 from joinlib.planner.beamsearch import beam
 from joinlib.planner.exhaustive import exhaustive
 from joinlib.planner.greedy import greedy
+from joinlib.planner.kinds import Candidate
 from joinlib.planner.sampled import sampled
 from joinlib.pmjoin.partitioned import build, build_from_stats
 
@@ -47,7 +48,8 @@ PLAN_HELP = """PLAN is one of:
   auto                         (default) search every plan shape with the byte model;
                                with data: measure the statistics, then run the best
                                candidates and central at every node on a sample where
-                               the windows fill, keep the fewest bytes (docs/cost-model.md)
+                               the windows fill, keep the fewest bytes; with data also
+                               pmjoin[...][:mjoin] and mjoin (docs/cost-model.md)
   greedy | exhaustive | beam   cost-based planners (--model picks the cost model)
   sampled[:time]               run every candidate plan on a sample where every window
                                fills, keep the one shipping fewest bytes (or lowest time)
@@ -207,8 +209,19 @@ def resolve_run_plan(query: Query, spec: str, model: str = DEFAULT_MODEL, stream
     if kind is PlanKind.ADAPTIVE:
         cfg = parse_plan(spec, adaptive)   # Algorithm 1 on the query file's statistics: the plan it starts with
         return AdaptiveRun(cfg, algorithm1(with_stats(query, {}), cfg.model).to_plan(query))
+    if spec == "auto" and streams is not None and not switches:   # every run kind, chosen on the data
+        return run_plan_of(auto_any(query, streams).plan)
     gens = [(at, resolve_plan(query, s, model, streams, progress)) for at, s in [(0, spec), *switches]]
     return Generations(tuple(gens))
+
+
+def run_plan_of(cand: Candidate) -> RunPlan:
+    """The run of one of ``auto``'s candidates, typed by its kind."""
+    if isinstance(cand, Plan):
+        return Generations.of(cand)
+    if isinstance(cand, Partitioned):
+        return PartitionedRun(cand)
+    return TreesRun(cand)
 
 
 def _partitioned(query: Query, spec: str, model: str, streams: Optional[Streams], values: Any,
@@ -249,7 +262,8 @@ def candidates(query: Query, streams: Optional[Streams] = None) -> dict[str, Pla
     for algorithm in ALGORITHMS:
         out[algorithm] = plans.uniform(query, algorithm)
     for r in auto_ranked(query, streams)[0]:
-        out.setdefault(f"auto/{r.name}", r.plan)
+        if isinstance(r.plan, Plan):
+            out.setdefault(f"auto/{r.name}", r.plan)
     unique: dict[str, Plan] = {}
     seen = set()
     for name, plan in out.items():
