@@ -13,28 +13,30 @@ the keys of B_e, tagged by B_e's latest epoch and the window's oldest -- a funct
 batches alone, never of a set it takes.  (Crossing edges' sets dirty the channel again, but only for
 tuples already sent toward ``n``; they never count.)
 
-How.  A second :class:`Reducer` (the *look-ahead*) with only that edge -- no filters, no replica, the
-same stream, tau, false-positive rate and costs -- admits the same batches in its own lane and sends
-the set of each epoch as soon as the epoch is inserted.  The reducer's own lane still computes the set at
-its place in the rounds (its state moves exactly as before: the tuples it marks sent, what it forgets)
-but does not send it: it checks it against the one the look-ahead sent, so a look-ahead that ever
-disagreed would stop the run instead of changing its output.  Messages, bytes and results are the same;
-only when the sets leave changes.
+How.  A :class:`LookAhead` -- what a reducer with that edge alone, no filters and no replica, would keep:
+the window's (ts, seq, epoch) for its oldest epoch, and the tuples admitted since its last set -- admits the
+same batches in its own lane and sends the set of each epoch as soon as the epoch is inserted.  The reducer's
+own lane still makes the set at its place in the rounds (its state moves exactly as before: the tuples it
+marks sent, what it forgets) but does not send it: it checks the keys and tags against the look-ahead's
+(:class:`CheckedSends`), so a look-ahead that ever disagreed would stop the run instead of changing its
+output.  Messages, bytes and results are the same; only when the sets leave changes.  The check compares
+the sets before the keys-or-filter choice, so a filter is built once.
 
-The look-ahead reducer and its lane are part of the instance's snapshot (its reducer under
-``<stream>><neighbour>``, its lane ``ahead:<stream>:<neighbour>``); the sets it sent and the reducer has
-not checked yet are not (after a restore they are not checked, only resent by the restored lane if it had
-not sent them).
+The look-ahead and its lane are part of the instance's snapshot (under ``<stream>><neighbour>`` among the
+reducers, its lane ``ahead:<stream>:<neighbour>``); the sets it sent and the reducer has not checked yet
+are not (after a restore they are not checked, only resent by the restored lane if it had not sent them).
+A snapshot written when the look-ahead was a whole :class:`Reducer` restores too.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Optional
+from collections import deque
+from typing import Any, Optional, Sequence
 
+from joinlib.model import Tup
 from joinlib.plan.ir import ReducerOp
-from joinlib.protocol.messages import Body
-from joinlib.runtime.algorithms import Reducer
-from joinlib.runtime.algorithms.base import Placed
+from joinlib.protocol.messages import KeyFilter
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
+from joinlib.runtime.algorithms.reduce import Outgoing, key_filter, keys_at
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 
@@ -53,72 +55,106 @@ def ahead_targets(op: ReducerOp) -> list[str]:
             if way == "out" and not op.edge(nbr).cross and tree_filters <= {nbr}]
 
 
-def ahead_op(op: ReducerOp, nbr: str) -> ReducerOp:
-    """``op`` with its edge to ``nbr`` only, sending but filtering by nothing, shipping nothing."""
-    edge = replace(op.edge(nbr), in_flow=None)
-    return replace(op, edges=(edge,), parent=None, replica=None)
+class LookAhead:
+    """What :meth:`Reducer.out_keys` toward ``nbr`` gives for a reducer whose only edge is ``nbr`` and that
+    takes no sets: every tuple passes when admitted, so a set is the keys of the tuples admitted since the
+    last one (less those the window's purge took first), tagged like the reducer's."""
+
+    def __init__(self, op: ReducerOp, nbr: str, tau: int) -> None:
+        self.mine, self.tau = tuple(op.edge(nbr).mine), tau
+        self.window: deque[tuple[int, int, int]] = deque()   # (ts, seq, arrival epoch), as the reducer's
+        self.pending: list[Tup] = []
+
+    def start(self, tuples: Sequence[Tup], tau: int) -> None:
+        """A generation starting mid-stream: the window as it is at the boundary."""
+        self.window.extend((t.ts, t.seq, t.ts // tau) for t in tuples)
+        self.pending.extend(tuples)
+
+    def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
+        self.window.extend((t.ts, t.seq, e) for t in batch)
+        self.pending.extend(batch)
+        col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
+        w, gone = self.window, set()
+        while w and w[0][col] < value:
+            gone.add(w.popleft()[1])
+        if gone:   # only tuples since the last set can be pending: what expired unsent is never sent
+            self.pending = [t for t in self.pending if t.seq not in gone]
+
+    def out_keys(self, e: int) -> Outgoing:
+        newly, self.pending = self.pending, []
+        back = e - max((t.ts // self.tau for t in newly), default=e)
+        return Outgoing(keys_at(self.mine, newly), back, e - (self.window[0][2] if self.window else e + 1))
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        return {"v": "ahead", "window": list(self.window), "pending": [encode(t) for t in self.pending]}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        """The inverse of :meth:`snapshot`, or a look-ahead :class:`Reducer`'s snapshot (whose pending
+        tuples are the unsent ones: a sent tuple was done with)."""
+        self.window = deque((w[0], w[1], w[2]) for w in data["window"])
+        if data.get("v") == "ahead":
+            self.pending = [decode(b) for b in data["pending"]]
+        else:
+            self.pending = [decode(p[0]) for p in data["pending"]]
 
 
 class CheckedSends:
-    """The context a reducer's own phases run in when some of its sets go ahead: sends on those flows are
-    compared with what the look-ahead sent (and dropped), every other call goes to the instance."""
+    """The look-ahead's sends and the reducer's checks of the same sets (see the module docstring); ``flows``:
+    the flows whose sets go ahead."""
 
     def __init__(self, ctx: Any, flows: set[str]) -> None:
         self._ctx = ctx
         self.flows = flows
-        self.sent: dict[tuple[str, int], Body] = {}   # (flow, epoch) -> sent ahead, not checked yet
-        self.made: dict[tuple[str, int], Body] = {}   # (flow, epoch) -> the reducer's, not sent ahead yet
+        self.sent: dict[tuple[str, int], Outgoing] = {}   # (flow, epoch) -> sent ahead, not checked yet
+        self.made: dict[tuple[str, int], Outgoing] = {}   # (flow, epoch) -> the reducer's, not sent ahead yet
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ctx, name)
-
-    def ahead(self, dst: str, flow: str, e: int, body: Body) -> None:
-        """The look-ahead's send: out now, kept until the reducer computes the same set."""
+    def ahead(self, dst: str, flow: str, e: int, out: Outgoing, body: KeyFilter) -> None:
+        """The look-ahead's send: out now, kept until the reducer makes the same set."""
         made = self.made.pop((flow, e), None)
         if made is None:
-            self.sent[(flow, e)] = body
+            self.sent[(flow, e)] = out
         else:
-            _same(flow, e, body, made)
+            _same(flow, e, out, made)
         self._ctx.send(dst, flow, e, body)
 
-    def send(self, dst: str, flow: str, e: int, body: Body) -> None:
-        if flow not in self.flows:
-            self._ctx.send(dst, flow, e, body)
-            return
-        ahead: Optional[Body] = self.sent.pop((flow, e), None)
-        if ahead is None:   # the reducer's lane ran first: the look-ahead sends it and checks
-            self.made[(flow, e)] = body
+    def check(self, flow: str, e: int, out: Outgoing) -> None:
+        """The reducer's set of ``flow`` for epoch e, made at its place in the rounds."""
+        ahead: Optional[Outgoing] = self.sent.pop((flow, e), None)
+        if ahead is None:   # the reducer's lane ran first: the look-ahead checks when it sends
+            self.made[(flow, e)] = out
         else:
-            _same(flow, e, ahead, body)
+            _same(flow, e, ahead, out)
 
 
-def _same(flow: str, e: int, ahead: Body, made: Body) -> None:
+def _same(flow: str, e: int, ahead: Outgoing, made: Outgoing) -> None:
     if ahead != made:
         raise RuntimeError(f"the key set sent ahead on {flow} for epoch {e} differs from the reducer's "
                            f"({ahead!r} vs {made!r}): joinlib.runtime.ahead's premise does not hold here")
 
 
-def ahead_phases(ctx: CheckedSends, op: ReducerOp, nbr: str, make: Any, home: HomeWindow,
-                 reducers: dict[str, Reducer]) -> list[Placed]:
+def ahead_phases(ctx: StepContext, checked: CheckedSends, op: ReducerOp, nbr: str, fp_cost: Optional[float],
+                 home: HomeWindow, reducers: dict[str, Any]) -> list[Placed]:
     """The look-ahead lane toward ``nbr``: admit B_e (the jump start before the instance's first epoch),
-    then send the set of e.  ``make(op)`` builds a reducer as the instance builds its own."""
-    red = reducers[f"{op.stream}>{nbr}"] = make(ahead_op(op, nbr))
+    then send the set of e, priced as the reducer prices its own (the query's false-positive rate, ``fp_cost``)."""
+    tau, fpr = ctx.tau, ctx.q.execution.bloom_fpr or None
+    look = reducers[f"{op.stream}>{nbr}"] = LookAhead(op, nbr, tau)
     edge = op.edge(nbr)
-    flow, dst, start, tau = edge.out_flow, edge.home, ctx.start, ctx.tau
+    flow, dst, start = edge.out_flow, edge.home, ctx.start
     assert flow is not None
 
     def admit(e: int) -> bool:
         if home.next <= e:
             return False
         if e < start:
-            red.start(home.boundary(start), tau)
+            look.start(home.boundary(start), tau)
         else:
-            red.admit(e, home.batches[e], home.lower(e))
+            look.admit(e, home.batches[e], home.lower(e))
         return True
 
     def send(e: int) -> bool:
         if e >= start:
-            ctx.ahead(dst, flow, e, red.out(nbr, e))
+            out = look.out_keys(e)
+            checked.ahead(dst, flow, e, out, key_filter(out, fpr, fp_cost))
         return True
     lane = (AHEAD, op.stream, nbr)
     return [Placed(op.home, lane, Phase((0,), "tick", admit), ("home", op.stream)),

@@ -26,7 +26,7 @@ from joinlib.errors import CheckpointError
 from joinlib.model import Tup
 from joinlib.plan.ir import PlanIR, ReducerOp, ReplicaOp, StepOp
 from joinlib.protocol.messages import Body, Envelope, InstanceKey, Row
-from joinlib.runtime.ahead import AHEAD, CheckedSends, ahead_phases, ahead_targets
+from joinlib.runtime.ahead import AHEAD, CheckedSends, LookAhead, ahead_phases, ahead_targets
 from joinlib.runtime.algorithms import (
     AnyReplica,
     AnySender,
@@ -97,7 +97,8 @@ class Instance:
         self.start, self.stop = spec.start, spec.stop
         self.lo = spec.start - 1 if spec.start > 0 else 0   # replicas are jump-started one epoch early
         self.senders: dict[str, AnySender] = {}
-        self.reducers: dict[str, Reducer] = {}             # stream -> its reducer (a reduction plan)
+        # stream -> its reducer (a reduction plan); <stream>><neighbour> -> a look-ahead (joinlib.runtime.ahead)
+        self.reducers: dict[str, Reducer | LookAhead] = {}
         self.replicas: dict[str, AnyReplica] = {}
         self.stores: dict[str, WindowStore] = {}           # replica sig -> its store
         self.homes: dict[str, HomeWindow] = {}
@@ -235,10 +236,9 @@ class Instance:
         return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
 
     def _reducer(self, op: ReducerOp) -> list[Placed]:
-        def make(o: ReducerOp) -> Reducer:
-            return Reducer(o, self.q.stream(o.stream), self.tau, self.q.execution.bloom_fpr or None,
-                           {e.stream: window_bytes(self.q.stream(e.stream)) for e in o.edges})
-        r = self.reducers[op.stream] = make(op)
+        r = self.reducers[op.stream] = Reducer(op, self.q.stream(op.stream), self.tau,
+                                               self.q.execution.bloom_fpr or None,
+                                               {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
         ship = self.ir.update_flow(self.ir.replica(op.replica)).sig if op.replica else None
         lane = ("serve", op.replica) if op.replica else ("reduce", op.stream)
         home = self.homes[op.stream]
@@ -247,8 +247,9 @@ class Instance:
             return reducer_phases(self, r, home, ship, lane)
         # sets that no round can change leave as soon as their epoch is in (joinlib.runtime.ahead)
         checked = CheckedSends(self, {f for f in (op.edge(n).out_flow for n in targets) if f is not None})
-        placed = [p for n in targets for p in ahead_phases(checked, op, n, make, home, self.reducers)]
-        return placed + reducer_phases(checked, r, home, ship, lane)
+        placed = [p for n in targets
+                  for p in ahead_phases(self, checked, op, n, r.fp_cost.get(n), home, self.reducers)]
+        return placed + reducer_phases(self, r, home, ship, lane, ahead=checked)
 
     def _replica(self, op: ReplicaOp) -> Placed:
         name = f"{self.site}/{self.key[1]}/g{self.key[2]}/{op.kind}/{op.stream}" + (

@@ -19,6 +19,7 @@ from joinlib.protocol import wire
 from joinlib.protocol.messages import Envelope
 from joinlib.query import load_query
 from joinlib.runtime import ahead, instance
+from joinlib.runtime.algorithms.reduce import Outgoing
 from joinlib.runtime.sink import CollectingSink
 from joinlib.sim.engine import run_embedded
 
@@ -101,6 +102,29 @@ def test_the_same_across_plan_switches(selective, monkeypatch):
 
 def test_a_set_that_differs_stops_the_run():
     checked = ahead.CheckedSends(object(), {"f"})
-    checked.sent[("f", 3)] = "ahead"  # type: ignore[assignment]
+    checked.sent[("f", 3)] = Outgoing([("a",)], 0, 2)
     with pytest.raises(RuntimeError, match="differs from the reducer's"):
-        checked.send("r2", "f", 3, "other")  # type: ignore[arg-type]
+        checked.check("f", 3, Outgoing([("b",)], 0, 2))
+    checked.sent[("f", 4)] = Outgoing([("a",)], 0, 2)
+    with pytest.raises(RuntimeError, match="differs from the reducer's"):
+        checked.check("f", 4, Outgoing([("a",)], 1, 2))   # the same keys, another tag
+
+
+def test_a_look_ahead_restores_its_own_snapshot_and_a_whole_reducer_s(selective):
+    """A checkpoint written when the look-ahead was a whole Reducer (pending tuples: the unsent ones, with their
+    edges and shipped flag) restores into a LookAhead with the same window and pending tuples."""
+    from joinlib.protocol.avro import decode_tuple, encode_tuple
+    q, streams = selective
+    op = {r.stream: r for r in lower(q, plans.reduction(q, "r3")).reducers}["S1"]
+    look = ahead.LookAhead(op, "S2", q.execution.interval_ms)
+    tups = streams["S1"][:5]
+    look.admit(0, tups, ("ts", -1))
+    want = (list(look.window), look.pending)
+    back = ahead.LookAhead(op, "S2", q.execution.interval_ms)
+    back.restore(look.snapshot(encode_tuple), decode_tuple)
+    assert (list(back.window), back.pending) == want
+    old = {"v": 2, "window": [list(w) for w in look.window], "pending": [(encode_tuple(t), [], False) for t in tups],
+           "filters": {}, "received": {}, "live_from": {}}
+    back.restore(old, decode_tuple)
+    assert (list(back.window), back.pending) == want
+    assert back.out_keys(0) == look.out_keys(0)

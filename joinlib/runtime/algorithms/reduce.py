@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 from operator import attrgetter, itemgetter
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Protocol, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
@@ -65,6 +65,33 @@ class _Entry:
 
 
 _RANK = attrgetter("rank")
+
+
+class Outgoing(NamedTuple):
+    """A key set as a reducer makes it, before :func:`key_filter` chooses between keys and a filter: the keys
+    of the tuples that newly pass (window order, repeats kept), and the epochs back from the message's to the
+    latest arrival among them and to the oldest arrival in the window."""
+
+    keys: list[Key]
+    back: int
+    live: int
+
+
+def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
+    """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes."""
+    ks = KeySet.of(out.keys, fpr, keys_bytes, fp_cost)
+    if ks.bloom is not None:
+        return KeyFilter(out.back, out.live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
+    return KeyFilter(out.back, out.live, list(ks.keys or ()))
+
+
+def keys_at(positions: Sequence[int], tups: Sequence[Tup]) -> list[Key]:
+    """The tuples' keys at ``positions`` of their join values (one look-up per tuple)."""
+    if len(positions) == 1:
+        i = positions[0]
+        return [(t.key[i],) for t in tups]
+    get = itemgetter(*positions)
+    return [get(t.key) for t in tups]
 
 #: the channel of :meth:`Reducer.ship` among the dirty sets (the others are named by their neighbour)
 _SHIP = ""
@@ -219,6 +246,10 @@ class Reducer:
         """The key set for ``nbr``: keys of the tuples that newly pass every other *tree* neighbour.  A
         crossing edge's set arrives after the tree's rounds, so tree sets never wait for it (and a
         set sent on a crossing edge does not depend on another one: no wait is circular)."""
+        return key_filter(self.out_keys(nbr, e), self.fpr, self.fp_cost.get(nbr))
+
+    def out_keys(self, nbr: str, e: int) -> Outgoing:
+        """What :meth:`out` sends, before the choice between keys and a filter (the tuples are marked sent)."""
         tree = self._tree_filters
         newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, tree)
         for x in newly:
@@ -226,17 +257,10 @@ class Reducer:
         self._settle(newly)
         if nbr in self._index:   # its key toward nbr is kept already (nbr's sets test it)
             keys = [x.keys[nbr] for x in newly]
-        elif len(mine := self._keys[nbr]) == 1:
-            i = mine[0]
-            keys = [(x.t.key[i],) for x in newly]
         else:
-            get = itemgetter(*mine)
-            keys = [get(x.t.key) for x in newly]
-        ks = KeySet.of(keys, self.fpr, keys_bytes, self.fp_cost.get(nbr))
+            keys = keys_at(self._keys[nbr], [x.t for x in newly])
         back = e - max((x.t.ts // self.tau for x in newly), default=e)
-        if ks.bloom is not None:
-            return KeyFilter(back, e - self.oldest(e), [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
-        return KeyFilter(back, e - self.oldest(e), list(ks.keys or ()))
+        return Outgoing(keys, back, e - self.oldest(e))
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
@@ -313,17 +337,33 @@ class ReducedReplica(FullReplica):
 
 # ----------------------------------------------------------------------------- phases
 
+class AheadCheck(Protocol):
+    """Where a reducer's sets sent ahead by a look-ahead (:mod:`joinlib.runtime.ahead`) are checked: on
+    ``flows`` the reducer's lane hands its set to :meth:`check` instead of sending it."""
+
+    flows: set[str]
+
+    def check(self, flow: str, e: int, out: Outgoing) -> None: ...
+
+
 def reducer_phases(ctx: StepContext, red: Reducer, home: HomeWindow, ship_flow: Optional[str],
-                   lane: tuple[str, str]) -> list[Placed]:
+                   lane: tuple[str, str], ahead: Optional[AheadCheck] = None) -> list[Placed]:
     """The reducer's lane at its home: admit the epoch's batch, the rounds of key sets in tree
-    order, then ship what passes (its first epoch, when it starts mid-stream, is the jump start)."""
+    order, then ship what passes (its first epoch, when it starts mid-stream, is the jump start).
+    ``ahead``: the sets on its flows went ahead; the lane makes them at their place in the rounds (its
+    state moves as before) and has them checked rather than sent."""
     op, start = red.op, ctx.start
     phases = [Phase((0,), "tick", _admit(ctx, red, home, ship_flow))]
     for i, (way, nbr) in enumerate(op.schedule, start=1):
         edge = op.edge(nbr)
         flow = edge.in_flow if way == "in" else edge.out_flow
         assert flow is not None  # the schedule has no skipped direction
-        fn = _take(ctx, red, nbr, flow) if way == "in" else _send(ctx, red, nbr, edge.home, flow)
+        if way == "in":
+            fn = _take(ctx, red, nbr, flow)
+        elif ahead is not None and flow in ahead.flows:
+            fn = _check(ctx, red, nbr, flow, ahead)
+        else:
+            fn = _send(ctx, red, nbr, edge.home, flow)
         phases.append(Phase((i,), "semijoin", fn))
     if ship_flow is not None:
         def ship(e: int) -> bool:
@@ -371,3 +411,11 @@ def _send(ctx: StepContext, red: Reducer, nbr: str, dst: str, flow: str) -> Any:
         ctx.send(dst, flow, e, red.out(nbr, e))
         return True
     return send
+
+
+def _check(ctx: StepContext, red: Reducer, nbr: str, flow: str, ahead: AheadCheck) -> Any:
+    def check(e: int) -> bool:
+        if e >= ctx.start:
+            ahead.check(flow, e, red.out_keys(nbr, e))
+        return True
+    return check
