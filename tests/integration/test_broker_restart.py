@@ -37,8 +37,9 @@ def _read(c: Consumer, want: int, timeout_s: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while len(out) < want and time.monotonic() < deadline:
         for m in c.consume(500, 0.5):
-            assert m.error() is None, m.error()
-            out.append(int(m.value()))
+            value = m.value()
+            assert m.error() is None and value is not None, m.error()
+            out.append(int(value))
     return out
 
 
