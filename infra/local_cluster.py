@@ -4,6 +4,8 @@ The Python twin of ``scripts/cluster.sh up``: same jars cache, same broker confi
 (``infra/kafka/server.properties.template``), same log config and Redis config, but on
 random free loopback ports in a temporary directory, owned by the calling process and
 stopped (and the directory removed) by :meth:`LocalCluster.stop` / the context manager.
+The broker can be stopped and started again on its data (topics, records, group offsets kept):
+:meth:`KafkaProcess.stop` / :meth:`KafkaProcess.start_again`, or :meth:`LocalCluster.restart_kafka`.
 Used by ``tests/integration/conftest.py`` when no Kafka/Redis is given and Docker is absent.
 
     from infra.local_cluster import LocalCluster
@@ -219,6 +221,76 @@ class KafkaProcess:
     def stop(self, grace: float = 15.0) -> None:
         _terminate(self.proc, grace)
 
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def start_again(self, timeout: float = 90.0, ready: Optional[Callable[[str], bool]] = None) -> float:
+        """Start the broker again (after :meth:`stop`) on the same data dir, cluster id and ports -- topics,
+        records and consumer-group offsets are kept -- and wait until it serves metadata; returns the seconds
+        it took.  A restart right after a stop may find its ports still held for a moment: retried."""
+        if self.running:
+            raise LocalClusterError(f"the broker on {self.bootstrap} is still running; stop it first")
+        if not (self.workdir / "data" / "meta.properties").is_file():
+            raise LocalClusterError(f"no formatted KRaft data in {self.workdir / 'data'} to start from")
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        while True:
+            since = _log_size(self.log)
+            self.proc = _launch_kafka(self.workdir, self.log)
+            if _wait_ready(self, ready or _kafka_ready, deadline, retry_bind=True, since=since):
+                self.startup_seconds = time.monotonic() - t0
+                return self.startup_seconds
+            time.sleep(0.5)   # the old process's ports not yet free: try again
+
+    def restart(self, grace: float = 30.0, timeout: float = 90.0) -> float:
+        """:meth:`stop` (SIGTERM: a controlled shutdown) then :meth:`start_again`."""
+        self.stop(grace)
+        return self.start_again(timeout)
+
+
+def _launch_kafka(wd: Path, log: Path) -> subprocess.Popen:
+    java = _require("java", "Kafka needs a JRE >= 11 (apt-get install -y openjdk-17-jre-headless)")
+    cp = f"{ensure_kafka_jars()}/*"
+    return _popen([java, *_java_opts(), "-cp", cp, "kafka.Kafka", str(wd / "server.properties")], log, wd)
+
+
+def _log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _wait_ready(kafka: KafkaProcess, ready: Callable[[str], bool], deadline: float, retry_bind: bool,
+                since: int = 0) -> bool:
+    """Wait for the ready line (in the log after byte ``since``: a restarted broker appends to its log) and
+    ``ready``; False: the broker exited on a port in use and ``retry_bind`` (the caller tries again); a
+    LocalClusterError for any other exit or the deadline."""
+    proc, log = kafka.proc, kafka.log
+
+    def text() -> str:
+        with open(log, "rb") as fh:
+            fh.seek(since)
+            return fh.read().decode(errors="replace")
+    seen_line = False
+    while True:
+        if proc.poll() is not None:
+            if retry_bind and "Address already in use" in text() and time.monotonic() < deadline:
+                return False
+            raise LocalClusterError(f"Kafka exited with code {proc.returncode} during startup\n{_tail(log)}")
+        if not seen_line:
+            try:
+                seen_line = READY_LINE in text()
+            except OSError:
+                pass
+        if seen_line and ready(kafka.bootstrap):
+            return True
+        if time.monotonic() > deadline:
+            kafka.stop(grace=5)
+            raise LocalClusterError(f"Kafka not ready before its deadline\n{_tail(log)}")
+        time.sleep(0.1)
+
 
 def _java_opts() -> list[str]:
     heap = os.environ.get("KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS).split()
@@ -259,8 +331,7 @@ def start_kafka(workdir: Path, port: Optional[int] = None, controller_port: Opti
     ``infra/secure_cluster.py``."""
     ready = ready or _kafka_ready
     java = _require("java", "Kafka needs a JRE >= 11 (apt-get install -y openjdk-17-jre-headless)")
-    lib = ensure_kafka_jars()
-    cp = f"{lib}/*"
+    cp = f"{ensure_kafka_jars()}/*"
     opts = _java_opts()
     last_error = ""
     for attempt in range(attempts):
@@ -287,29 +358,11 @@ def start_kafka(workdir: Path, port: Optional[int] = None, controller_port: Opti
         if fmt.returncode != 0:
             raise LocalClusterError(f"formatting the KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
         log = wd / "kafka.log"
-        proc = _popen([java, *opts, "-cp", cp, "kafka.Kafka", str(wd / "server.properties")], log, wd)
-        kafka = KafkaProcess(kp, cport, wd, proc)
-        deadline = time.monotonic() + timeout
-        seen_line = False
-        while True:
-            if proc.poll() is not None:
-                text = log.read_text(errors="replace") if log.exists() else ""
-                last_error = f"Kafka exited with code {proc.returncode} during startup\n{_tail(log)}"
-                if "Address already in use" in text and not (port and controller_port):
-                    break  # lost a race for the random port: retry with new ports
-                raise LocalClusterError(last_error)
-            if not seen_line:
-                try:
-                    seen_line = READY_LINE in log.read_text(errors="replace")
-                except OSError:
-                    pass
-            if seen_line and ready(kafka.bootstrap):
-                kafka.startup_seconds = time.monotonic() - t0
-                return kafka
-            if time.monotonic() > deadline:
-                kafka.stop(grace=5)
-                raise LocalClusterError(f"Kafka not ready after {timeout:.0f}s\n{_tail(log)}")
-            time.sleep(0.1)
+        kafka = KafkaProcess(kp, cport, wd, _launch_kafka(wd, log))
+        if _wait_ready(kafka, ready, time.monotonic() + timeout, retry_bind=not (port and controller_port)):
+            kafka.startup_seconds = time.monotonic() - t0
+            return kafka
+        last_error = f"Kafka exited during startup: a port was taken\n{_tail(log)}"   # retry with new ports
     raise LocalClusterError(last_error)
 
 
@@ -429,6 +482,12 @@ class LocalCluster:
         if self.kafka is None:
             self.kafka = start_kafka(self.workdir, **kw)
         return self.kafka
+
+    def restart_kafka(self, grace: float = 30.0, timeout: float = 90.0) -> float:
+        """Stop the broker and start it again on its data dir and port (:meth:`KafkaProcess.restart`)."""
+        if self.kafka is None:
+            raise LocalClusterError("Kafka not started in this LocalCluster")
+        return self.kafka.restart(grace, timeout)
 
     def start_redis(self, **kw) -> RedisProcess:
         if self.redis is None:

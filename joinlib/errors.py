@@ -27,3 +27,8 @@ class ClusterError(JoinlibError):
 
 class CheckpointError(JoinlibError, ValueError):
     """A checkpoint does not fit the host it is restored into (other plan, other format, damaged)."""
+
+
+class FencedError(ClusterError):
+    """Another instance took over this run's work (a higher owner epoch in Redis): this one may not write its
+    windows, checkpoints or messages any more (docs/reliability.md "Fenced instances")."""

@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from joinlib.errors import ClusterError, JoinlibError
@@ -284,6 +284,9 @@ def reveal(value: Optional[SecretStr]) -> Optional[str]:
 #: broker setting lowered too)
 SESSION_TIMEOUT_ENV = "JOINLIB_SESSION_TIMEOUT_MS"
 SESSION_TIMEOUT_MS = 6000
+#: static membership of the scale-out groups (``group.instance.id``): a stable name of this instance (a
+#: StatefulSet pod's name); unset: dynamic membership (docs/reliability.md "Fenced instances" has the trade-off)
+GROUP_INSTANCE_ENV = "JOINLIB_GROUP_INSTANCE_ID"
 # A test hook (tests/integration/test_drills.py): "N:S" pauses the N-th checkpoint of a run for S seconds
 # after the producer flush and the state snapshot, before the Redis save -- a window in which a drill
 # kills the node "during a checkpoint".  Unset (always, outside tests): no effect.
@@ -311,11 +314,25 @@ class NodeSettings:
 
     session_timeout: Optional[str] = None                 # $JOINLIB_SESSION_TIMEOUT_MS, checked when used
     checkpoint_pause: Optional[tuple[int, float]] = None  # $JOINLIB_TEST_CHECKPOINT_PAUSE
+    group_instance: Optional[str] = None                  # $JOINLIB_GROUP_INSTANCE_ID
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "NodeSettings":
         return cls(env_value(SESSION_TIMEOUT_ENV, None, environ),
-                   _pause_hook(env_value(PAUSE_HOOK_ENV, None, environ)))
+                   _pause_hook(env_value(PAUSE_HOOK_ENV, None, environ)),
+                   env_value(GROUP_INSTANCE_ENV, None, environ))
+
+    def group_config(self) -> dict[str, Any]:
+        """The scale-out group consumer's membership settings: the session timeout, a heartbeat of at most a
+        third of it, and ``group.instance.id`` when static membership is asked for."""
+        session = self.session_timeout_ms
+        conf: dict[str, Any] = {"session.timeout.ms": session, "heartbeat.interval.ms": min(500, session // 3)}
+        if self.group_instance:
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.group_instance):
+                raise ClusterError(f"{GROUP_INSTANCE_ENV}={self.group_instance!r}: expected a name of letters, "
+                                   "digits, '.', '_' and '-' (a pod's name), unique among the site's instances")
+            conf["group.instance.id"] = self.group_instance
+        return conf
 
     @property
     def session_timeout_ms(self) -> int:

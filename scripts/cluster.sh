@@ -7,7 +7,12 @@
 #   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512) and Redis TLS + ACL users;
 #                                certificates, passwords and the planner token in $JOINLIB_SECURE_DIR
 #                                (docs/security.md)
-#   scripts/cluster.sh down      stop both (idempotent)
+#   scripts/cluster.sh down      stop both (idempotent); the next `up` starts afresh
+#   scripts/cluster.sh stop [kafka|redis]   stop both (or one), KEEPING the broker's data (KRaft log
+#                                dirs, meta.properties with the cluster id) and the ports
+#   scripts/cluster.sh start [kafka|redis]  start both (or one) again on the kept data and ports:
+#                                topics, records and consumer-group offsets are still there
+#   scripts/cluster.sh restart-kafka        stop then start the broker with its data (a drill's restart)
 #   scripts/cluster.sh status    show what runs; exit 0 only if both are up
 #   scripts/cluster.sh env       print KAFKA_BOOTSTRAP_SERVERS=... / REDIS_URL=... of the running cluster
 #
@@ -22,8 +27,10 @@
 #   KAFKA_START_TIMEOUT  (90)  REDIS_START_TIMEOUT (15)   seconds
 #   JOINLIB_SECURE_DIR   (<repo>/.secure, git-ignored)  up-secure: certificates and secrets (mode 600)
 #
-# `up` always starts the broker on a freshly formatted data dir (random cluster id);
-# nothing survives a `down`/`up` cycle. Redis runs without persistence.
+# `up` always starts the broker on a freshly formatted data dir (random cluster id): nothing survives a
+# `down`/`up` cycle. `stop`/`start` (and `restart-kafka`) keep the broker's data dir, its cluster id and
+# ports. Redis runs without persistence: its data does not survive any restart (use
+# infra/redis/redis-durable.conf for that: docs/reliability.md).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -246,6 +253,12 @@ start_kafka() {
         port_in_use "$p" && die "port $HOST:$p is already in use by another process; set KAFKA_PORT / KAFKA_CONTROLLER_PORT"
     done
 
+    if [[ "${KEEP_DATA:-0}" == 1 ]]; then
+        [[ -f "$KDIR/data/meta.properties" && -f "$KDIR/server.properties" ]] ||
+            die "no broker data to start from in $KDIR (a 'stop' keeps it, 'down' and 'up' do not); run 'bash scripts/cluster.sh up'"
+        launch_kafka "$(sed -n 's/^cluster.id=//p' "$KDIR/data/meta.properties")" "kept data"
+        return
+    fi
     rm -rf "$KDIR"
     mkdir -p "$KDIR/data"
     local template="$TEMPLATE" extra=()
@@ -273,7 +286,16 @@ start_kafka() {
     java "${jopts[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$cid" -c "$KDIR/server.properties" \
         --ignore-formatted "${extra[@]}" >"$KDIR/format.log" 2>&1 ||
         { show_tail "$KDIR/format.log"; die "formatting the KRaft storage failed"; }
+    launch_kafka "$cid" "incl. storage format" "$t0"
+}
 
+# start the broker on the formatted data dir $KDIR/data and wait until it is ready
+launch_kafka() { # cluster-id what [t0]
+    local cid="$1" what="$2" t0="${3:-$(date +%s.%N)}" pid
+    # shellcheck disable=SC2206
+    local jopts=($KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+        "-Dlog4j.configuration=file:$LOG4J" ${KAFKA_JVM_EXTRA_OPTS:-})
+    local cp="$LIB_DIR/*"
     log "starting Kafka on $HOST:$KAFKA_PORT$([[ "$SECURE" == 1 ]] && echo " (SASL_SSL)") (controller $KAFKA_CONTROLLER_PORT, cluster id $cid) ..."
     # setsid: own session, so the broker outlives this shell / make and ignores the terminal's ^C
     setsid java "${jopts[@]}" -cp "$cp" kafka.Kafka "$KDIR/server.properties" \
@@ -296,7 +318,7 @@ start_kafka() {
         fi
         sleep 0.2
     done
-    log "Kafka ready (pid $pid) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (incl. storage format)"
+    log "Kafka ready (pid $pid) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s ($what)"
 }
 
 # ---------------------------------------------------------------- redis
@@ -321,7 +343,7 @@ start_redis() {
     fi
     need_redis
     port_in_use "$REDIS_PORT" && die "port $HOST:$REDIS_PORT is already in use by another process; set REDIS_PORT"
-    rm -rf "$RDIR"
+    [[ "${KEEP_DATA:-0}" == 1 ]] || rm -rf "$RDIR"
     mkdir -p "$RDIR"
     local port_args=(--port "$REDIS_PORT")
     if [[ "$SECURE" == 1 ]]; then
@@ -388,6 +410,38 @@ cmd_down() {
     rm -f "$ENV_FILE" "$PORTS_FILE" "$SECURE_MARK"
 }
 
+# which of kafka / redis a stop or start names (both when none); called as `pick X` before `$(pick X)`,
+# so that a wrong name stops the script (a die inside $(...) would only end the subshell)
+pick() { # what -> "kafka redis" | "kafka" | "redis"
+    case "${1:-}" in
+        "") echo "kafka redis" ;;
+        kafka | redis) echo "$1" ;;
+        *) die "unknown service '$1': expected kafka or redis (or nothing for both)" ;;
+    esac
+}
+
+cmd_stop() { # [kafka|redis]: stop, keeping the broker's data, the ports and the env file
+    local s
+    pick "${1:-}" >/dev/null
+    for s in $(pick "${1:-}"); do
+        if [[ "$s" == kafka ]]; then stop_pid Kafka "$KAFKA_PIDFILE" kafka.Kafka; else stop_pid Redis "$REDIS_PIDFILE" redis-server; fi
+    done
+}
+
+cmd_start() { # [kafka|redis]: start on the kept data and ports (after a stop)
+    pick "${1:-}" >/dev/null
+    [[ -f "$PORTS_FILE" ]] || die "nothing to start: no cluster was set up in $RUN_DIR (run 'bash scripts/cluster.sh up')"
+    # shellcheck disable=SC1090
+    source "$PORTS_FILE"
+    [[ -f "$SECURE_MARK" ]] && SECURE=1
+    local s
+    for s in $(pick "${1:-}"); do
+        if [[ "$s" == kafka ]]; then KEEP_DATA=1 start_kafka; else KEEP_DATA=1 start_redis; fi
+    done
+    write_env
+    cat "$ENV_FILE"
+}
+
 cmd_status() {
     local rc=0 pid
     [[ -f "$SECURE_MARK" ]] && SECURE=1
@@ -400,6 +454,9 @@ cmd_status() {
             echo "kafka: starting or unhealthy  pid=$pid  (listener $HOST:${port:-?} not accepting)  log=$KAFKA_LOG"
             rc=1
         fi
+    elif [[ -f "$KDIR/data/meta.properties" ]]; then
+        echo "kafka: stopped, data kept in $KDIR/data ('start' resumes it, 'up' starts afresh)"
+        rc=1
     else
         echo "kafka: stopped"
         rc=1
@@ -433,10 +490,14 @@ case "${1:-}" in
     up) cmd_up ;;
     up-secure) cmd_up_secure ;;
     down) cmd_down ;;
+    stop) cmd_stop "${2:-}" ;;
+    start) cmd_start "${2:-}" ;;
+    restart-kafka) cmd_stop kafka && cmd_start kafka ;;
     status) cmd_status ;;
     env) cmd_env ;;
+    -h | --help | help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
     *)
-        echo "usage: $0 {install|up|up-secure|down|status|env}" >&2
+        echo "usage: $0 {install|up|up-secure|down|stop [kafka|redis]|start [kafka|redis]|restart-kafka|status|env}" >&2
         exit 2
         ;;
 esac

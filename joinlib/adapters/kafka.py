@@ -388,6 +388,15 @@ class Producing:
         self.pending_since_poll = 0
         self.check()
 
+    def purge(self) -> int:
+        """Drop every message not yet sent (a fenced run's: :mod:`joinlib.adapters.redis_fence`); returns how
+        many were waiting.  Their delivery reports (errors: purged) are served and forgotten."""
+        left = len(self.producer)
+        self.producer.purge(in_queue=True, in_flight=False)
+        self.producer.poll(0)
+        self.errors.clear()
+        return left
+
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self.producer.flush(timeout_s)
         if left:

@@ -145,6 +145,7 @@ class RedisBlockStore(MemoryReads):
         self.prefix = prefix
         self.base = base = tagged_base(prefix)
         self._kd, self._kx = base + ":d", base + ":x"
+        self.fence: Any = None   # a claimed RedisFence: flushes only while its run owns the store
         self._flush_records = flush_records
         self._flush_after_s = flush_after_s
         self._waiting_since: Optional[float] = None   # when the oldest change not in Redis was made
@@ -378,15 +379,23 @@ class RedisBlockStore(MemoryReads):
 
 
 def flush_stores(client: Any, stores: Iterable[RedisBlockStore]) -> int:
-    """Flush ``stores`` (all on ``client``, in one cluster slot: one node's) in one transaction; returns how
-    many had changes.  Raises on a Redis error, the stores' changes kept for the next flush."""
+    """Flush ``stores`` (all on ``client``, in one cluster slot: one node's, with one ``fence``) in one
+    transaction; returns how many had changes.  Raises on a Redis error, the stores' changes kept for the next
+    flush, and :class:`~joinlib.errors.FencedError` when another instance owns the stores now."""
     dirty = [s for s in stores if s.dirty()]
     if not dirty:
         return 0
-    pipe = client.pipeline(transaction=True)
-    for s in dirty:
-        s._queue(pipe)
-    pipe.execute()
+
+    def queue(pipe: Any) -> None:
+        for s in dirty:
+            s._queue(pipe)
+    fence = dirty[0].fence
+    if fence is not None:   # only while this run owns the stores (joinlib.adapters.redis_fence)
+        fence.transaction(queue)
+    else:
+        pipe = client.pipeline(transaction=True)
+        queue(pipe)
+        pipe.execute()
     for s in dirty:
         s._flushed()
     return len(dirty)

@@ -19,10 +19,15 @@ from __future__ import annotations
 from typing import Optional
 
 from joinlib.adapters.redis_client import glob_escape, unlink_matching
+from joinlib.adapters.redis_fence import FENCED_REPLY, RedisFence
 
 _SAVE = r"""
 local tag = KEYS[1]
 local n = #tag
+if ARGV[4] ~= '' then
+  local owner = redis.call('GET', tag .. '#owner')
+  if owner ~= ARGV[4] then return redis.error_reply('FENCED ' .. tostring(owner)) end
+end
 for _, k in ipairs(redis.call('KEYS', ARGV[2])) do redis.call('UNLINK', k) end
 local live = redis.call('KEYS', ARGV[1])
 for _, k in ipairs(live) do
@@ -52,14 +57,24 @@ class RedisCheckpoints:
     def __init__(self, client, namespace: str, site: str) -> None:
         self.client = client
         self.tag = "{" + namespace + "/" + site + "}"
+        self.fence = RedisFence(client, self.tag)   # claimed by the run that saves (joinlib.adapters.redis_fence)
         esc = glob_escape(self.tag)
         self._live, self._snap = esc + "/*", esc + "#/*"
         self._save = client.register_script(_SAVE)
         self._load = client.register_script(_LOAD)
 
     def save(self, data: bytes) -> int:
-        """Snapshot the stores and keep ``data`` with them; returns the number of keys copied."""
-        return int(self._save(keys=[self.tag], args=[self._live, self._snap, data]))
+        """Snapshot the stores and keep ``data`` with them; returns the number of keys copied.  Once
+        :attr:`fence` is claimed, only while no other instance claimed the work since (else
+        :class:`~joinlib.errors.FencedError`, nothing written)."""
+        from redis.exceptions import ResponseError  # optional dependency: redis (adapters only)
+        try:
+            return int(self._save(keys=[self.tag], args=[self._live, self._snap, data, self.fence.arg()]))
+        except ResponseError as e:
+            if not str(e).startswith(FENCED_REPLY):
+                raise
+            current = str(e).split(" ", 1)[1] if " " in str(e) else None
+            raise self.fence.refuse(None if current in (None, "false") else current, "checkpoint save") from None
 
     def load(self) -> Optional[bytes]:
         """Roll the stores back to the last :meth:`save` and return its data (None: no checkpoint)."""
@@ -71,5 +86,6 @@ class RedisCheckpoints:
         return unlink_matching(self.client, [self._live])
 
     def clear(self) -> int:
-        """Drop the checkpoint and its copies (not the live stores)."""
-        return unlink_matching(self.client, [self._snap]) + int(self.client.unlink(self.tag + "#meta"))
+        """Drop the checkpoint, its copies and the owner epoch (not the live stores): the work is done; an
+        instance still running it finds no owner key and stays fenced."""
+        return unlink_matching(self.client, [self._snap]) + int(self.client.unlink(self.tag + "#meta", self.fence.key))

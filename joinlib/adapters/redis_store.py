@@ -55,7 +55,7 @@ from __future__ import annotations
 import marshal
 import struct
 import weakref
-from typing import Iterable, Optional, Sequence, cast
+from typing import Any, Iterable, Optional, Sequence, cast
 
 from redis.exceptions import ResponseError
 
@@ -370,10 +370,14 @@ class RedisStoreFactory:
                                     "redis": RedisWindowStore}
         self.cls = classes[kind]
         self._blocks: weakref.WeakSet[RedisBlockStore] = weakref.WeakSet()  # what flush() flushes
+        # the run's claim of its stores (joinlib.adapters.redis_fence), set before it makes any: block stores
+        # flush only while it holds; the write-through kinds are not fenced (node services use blocks)
+        self.fence: Any = None
 
     def __call__(self, name: str):
         store = self.cls(self.client, store_prefix(self.namespace, name))
         if isinstance(store, RedisBlockStore):
+            store.fence = self.fence
             self._blocks.add(store)
         return store
 

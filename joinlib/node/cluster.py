@@ -232,8 +232,10 @@ def _check_options(query: Query, mode: str, faults: Sequence[tuple[Any, ...]], r
     for site, *rest in faults:
         if site not in query.nodes:
             raise ClusterError(f"cannot kill site {site!r}: the query's nodes are {', '.join(query.nodes)}")
-        if rest[1:] and rest[1] not in ("kill", "join"):
-            raise ClusterError(f"unknown fault {rest[1]!r} (kill or join)")
+        if rest[1:] and rest[1] not in ("kill", "join", "pause"):
+            raise ClusterError(f"unknown fault {rest[1]!r} (kill, join or pause)")
+        if rest[1:2] == ["pause"] and mode != "process":
+            raise ClusterError("pausing a node needs node processes (mode process): a thread cannot be paused")
     if faults and mode == "serving":
         raise ClusterError("killing nodes needs nodes this run starts (mode process or thread), not serving ones")
     if faults and not redis_url:
@@ -264,6 +266,10 @@ def _restart_line(r: dict[str, Any], d: dict[str, Any]) -> str:
     """What ``joinlib run --kill / --join`` says about a node it killed or started."""
     if r.get("action") == "join":
         return f"started another instance of {r['site']} {r['after_s']:g} s into the replay"
+    if r.get("action") in ("pause", "resume"):
+        what = f"paused an instance of {r['site']} for {r['length_s']:g} s" if r["action"] == "pause" else (
+            f"resumed the paused instance of {r['site']}")
+        return f"{what} {r['after_s']:g} s into the replay"
     if not r.get("successor", True):
         return (f"killed an instance of {r['site']} {r['after_s']:g} s into the replay; the others took its "
                 "partitions")

@@ -41,6 +41,12 @@ class NodeHandle:
     def finish(self, grace: float) -> None:
         raise NotImplementedError
 
+    def pause(self) -> None:
+        raise ClusterError(f"cannot pause the node of {self.site}: only node processes can be (--nodes process)")
+
+    def resume(self) -> None:
+        self.pause()
+
 
 class ProcessNode(NodeHandle):
     def __init__(self, site: str, proc: subprocess.Popen, log: Path) -> None:
@@ -55,8 +61,18 @@ class ProcessNode(NodeHandle):
             return None  # exited cleanly; its done message is on its way
         return f"node process of site {self.site} exited with status {rc}\n{_tail(self.log)}"
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its state and sockets but does nothing (nor heartbeats) until resumed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)   # a paused process acts on SIGTERM only once resumed
             self.proc.terminate()
             try:
                 self.proc.wait(5)
@@ -183,7 +199,9 @@ class Faults:
     """Kills nodes on schedule (seconds after the replay starts) and starts their successors.  A fault is
     ``(site, seconds)`` or ``(site, seconds, action)``: ``kill`` (the default) SIGKILLs the site's oldest
     instance and starts a successor unless another instance serves the site (a scaled-out plan: the others
-    take its partitions); ``join`` starts one more instance of the site."""
+    take its partitions); ``join`` starts one more instance of the site; ``(site, seconds, "pause", length)``
+    SIGSTOPs the site's oldest instance and SIGCONTs it ``length`` seconds later (a zombie, if its group
+    session expired meanwhile: its partitions' new owners fence it)."""
 
     def __init__(self, faults, start_node, nodes: dict) -> None:
         self.todo = sorted(faults, key=lambda f: f[1])
@@ -194,6 +212,9 @@ class Faults:
         while self.todo and t0 is not None and time.monotonic() - t0 >= self.todo[0][1]:
             site, after, *action = self.todo.pop(0)
             keys = [k for k in self.nodes if k == site or k.startswith(site + "#")]
+            if action and action[0] in ("pause", "_resume"):
+                self._pause(site, after, action, keys)
+                continue
             if action and action[0] == "join":
                 n = 1 + max((int(k.rpartition("#")[2]) for k in keys if "#" in k), default=1)
                 self.nodes[f"{site}#{n}"] = self.start_node(site, n - 1)
@@ -207,3 +228,15 @@ class Faults:
                 self.nodes[keys[0]] = self.start_node(site)
             self.done.append({"site": site, "after_s": after, "action": "kill", "successor": len(keys) == 1,
                               "log": str(old.log) if old.log else None})
+
+    def _pause(self, site: str, after: float, action: list[Any], keys: list[str]) -> None:
+        if action[0] == "_resume":
+            self.nodes[action[1]].resume()
+            self.done.append({"site": site, "after_s": after, "action": "resume", "at": time.time()})
+            return
+        length = float(action[1]) if action[1:] else 5.0
+        self.nodes[keys[0]].pause()
+        self.todo.append((site, after + length, "_resume", keys[0]))
+        self.todo.sort(key=lambda f: f[1])
+        self.done.append({"site": site, "after_s": after, "action": "pause", "length_s": length, "at": time.time(),
+                          "log": str(self.nodes[keys[0]].log or "")})

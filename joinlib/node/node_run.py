@@ -19,6 +19,7 @@ from joinlib.adapters.kafka import KafkaTransport, Producing, consume, make_prod
 from joinlib.adapters.redis_outage import no_retry
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, EndMessage, StopMessage
+from joinlib.errors import FencedError
 from joinlib.node.adaptive_service import AdaptivePart
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, publish
 from joinlib.node.recovery import NodeCheckpoints, checkpoints_for, clear_state
@@ -81,6 +82,7 @@ class PlanRun:
         self.made: list[Any] = []
         self.live: Optional[LiveInputs] = None
         self.stopped = False
+        self.fenced: Optional[FencedError] = None   # set when another instance took the work over
         self.resumed_from: Optional[dict[str, int]] = None
         self.startup_s: Optional[float] = None   # execute() to inputs assigned (a resume: restoring the checkpoint)
         self.sensor = QuerySensor(svc.sensor, self.q.name)
@@ -131,6 +133,8 @@ class PlanRun:
         try:
             self._start(offsets, resumed is not None)
             self._loop()
+        except FencedError as e:
+            self._fenced(e)
         finally:
             if self.live is not None:
                 self.live.close()
@@ -230,6 +234,8 @@ class PlanRun:
             if self.halt.is_set():
                 self._halted()
                 return
+            if self.ckpt is not None:   # still the owner of this work: before a round that produces
+                self.ckpt.fence.check("producing")
             now = now_ms()
             for m in self._next():
                 self.inputs.handle(m, now)
@@ -258,6 +264,14 @@ class PlanRun:
         saved = " (checkpoint saved)" if self.ckpt and self.save_on_halt else ""
         self.svc.log(f"{self.q.name}{self.label()}: stopped before finishing{saved}")
         self.out.flush(5)
+
+    def _fenced(self, e: FencedError) -> None:
+        """Another instance owns this work now (a higher owner epoch: :mod:`joinlib.adapters.redis_fence`): drop
+        what the producer still queues and end without a checkpoint and without ``done``."""
+        self.fenced = e
+        left = self.out.purge()
+        self.svc.log(f"{self.q.name}{self.label()}: fenced, stopping without writing ({left} queued message(s) "
+                     f"dropped): {e}")
 
     def _checkpoint(self) -> None:
         assert self.ckpt is not None

@@ -95,6 +95,8 @@ def checkpoints_for(run: Any, factory: Any) -> Optional[NodeCheckpoints]:
     if client is not None and namespace is not None and not (run.adaptive and live_streams(run.q, run.site)):
         ckpt = NodeCheckpoints(client, namespace, run.site, run.svc.log, run.svc.settings.checkpoint_pause,
                                flush=getattr(factory, "flush", None))
+        if run.svc.store_factory is None and hasattr(factory, "fence"):   # the run's own factory: fenced stores
+            factory.fence = ckpt.fence
     if run.adaptive is not None:
         _adaptive_checkpoints(run, ckpt)
     return ckpt
@@ -131,6 +133,7 @@ class NodeCheckpoints:
     def take(self, run: Run, out: Any, sensor: Any) -> None:
         """Flush ``out`` and save a checkpoint of ``run`` (timed, to ``sensor``)."""
         t0 = time.perf_counter()
+        self.fence.check("checkpoint")   # a fenced run's queued messages are dropped, not delivered first
         # what the checkpoint says was sent must be in Kafka: a replay from it won't resend it; a broker outage
         # is waited out (up to message.timeout.ms), not a reason to fail the run
         out.drain(self.log)
@@ -195,9 +198,18 @@ class NodeCheckpoints:
         if adaptive is not None and adaptive.order is not None:
             adaptive.order.checkpointed(tag)   # the input order is logged from this checkpoint on
 
+    @property
+    def fence(self) -> Any:
+        """The run's claim of its work (:mod:`joinlib.adapters.redis_fence`)."""
+        return self.store.fence
+
     def load(self) -> Optional[bytes]:
-        """Roll the Redis stores back to the last checkpoint and return it; with none, empty
-        the stores (a predecessor may have filled them before its first checkpoint)."""
+        """Claim the work (every earlier owner's writes are refused from now on), roll the Redis stores back to
+        the last checkpoint and return it; with none, empty the stores (a predecessor may have filled them
+        before its first checkpoint)."""
+        epoch = self.fence.claim()
+        if epoch > 1:
+            self.log(f"owner epoch {epoch} of {self.store.tag}: earlier owners of this work are fenced")
         data = self.store.load()
         if data is None:
             self.store.reset()

@@ -22,9 +22,14 @@ message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
   delivered result batches); the new owner's run resumes from that checkpoint, as a restarted node
   does (docs/contracts.md "Restart recovery");
 * an instance that dies loses its partitions when its group session expires (``session.timeout.ms``:
-  6 s, or ``$JOINLIB_SESSION_TIMEOUT_MS``); their new owners resume from the last periodic checkpoint
-  and redo the work since: receivers drop the messages sent again, result batches already in
-  ``out.<query>`` are skipped.  So no result is lost or duplicated.
+  6 s, or ``$JOINLIB_SESSION_TIMEOUT_MS`` down to 1 s where the broker's ``group.min.session.timeout.ms``
+  allows it; ``$JOINLIB_GROUP_INSTANCE_ID``: static membership); their new owners resume from the last
+  periodic checkpoint and redo the work since: receivers drop the messages sent again, result batches
+  already in ``out.<query>`` are skipped.  So no result is lost or duplicated;
+* **fencing**: each partition's run claims its work in Redis when it starts (an owner epoch,
+  :mod:`joinlib.adapters.redis_fence`); an instance that lost its partitions but still runs (paused past
+  its session, then resumed) has its checkpoint saves and window flushes refused by Redis and stops at its
+  next round of work, without writing (docs/reliability.md "Fenced instances").
 
 Each partition's run publishes its own ``status`` and ``done`` (with ``part``); the cluster runner
 waits for a ``done`` of every (site, partition) and adds them up per site.  An instance leaves the
@@ -222,7 +227,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     if not svc.redis_url and getattr(svc.store_factory, "client", None) is None:
         raise ClusterError(f"node {svc.site}: a scaled-out plan needs Redis (REDIS_URL): a partition moves to "
                            "another instance with its windows through its checkpoint")
-    session = svc.settings.session_timeout_ms
+    membership = svc.settings.group_config()   # session timeout, static membership (checked here: a ClusterError)
     run_id = rec.run
     topic = parts_topic(q.name, svc.site)
     ensure_partitions(admin, [topic], partitioned.function.d)
@@ -233,8 +238,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
     control.assign([TopicPartition(CONTROL_TOPIC, 0, seen.position)])
     group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
-        "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": session,
-        "heartbeat.interval.ms": 500, "enable.auto.commit": False})
+        "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False, **membership})
     group.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
     svc.log(f"{q.name}: serving partitions of {svc.site} with the other instances of group "
             f"{group_of(q.name, svc.site, run_id)}")

@@ -117,7 +117,6 @@ class OwnKafka:
 
     def __init__(self, workdir: Path) -> None:
         from infra import local_cluster as lc
-        self.lc = lc
         self.k = lc.start_kafka(workdir)
 
     @property
@@ -128,17 +127,7 @@ class OwnKafka:
         self.k.stop(grace=30)
 
     def start_again(self, timeout_s: float = 90.0) -> float:
-        lc = self.lc
-        java = shutil.which("java")
-        assert java
-        t0 = time.monotonic()
-        self.k.proc = lc._popen([java, *lc._java_opts(), "-cp", f"{lc.ensure_kafka_jars()}/*", "kafka.Kafka",
-                                 str(self.k.workdir / "server.properties")], self.k.log, self.k.workdir)
-        while not lc._kafka_ready(self.bootstrap):
-            assert self.k.proc.poll() is None, lc._tail(self.k.log)
-            assert time.monotonic() - t0 < timeout_s, f"the broker did not come back\n{lc._tail(self.k.log)}"
-            time.sleep(0.2)
-        return time.monotonic() - t0
+        return self.k.start_again(timeout_s)
 
 
 class OwnRedis:
