@@ -94,6 +94,7 @@ class _Collector:
         self.adaptive = adaptive
         self.query, self.sink, self.nodes, self.run = query, sink, nodes, run
         self.res = Results()
+        self.batch_ids: set[tuple[str, str, int, int, str, int]] = set()   # result batches taken
         self.pos_of = {q.name: {n: i for i, n in enumerate(q.names)} for q in (outputs or [query])}
         self.pending: list[Any] = []   # results before the replay start time is known
 
@@ -126,6 +127,10 @@ class _Collector:
 
     def _results(self, msg: Any) -> None:
         res = self.res
+        bid = records.result_batch_id(msg.value())
+        if bid in self.batch_ids:   # written twice (a fenced instance's queued messages): counted once
+            return
+        self.batch_ids.add(bid)
         if self.sink is not None:
             b = records.decode_result_batch(msg.value())
             self.pending.append(b)

@@ -235,7 +235,7 @@ class PlanRun:
                 self._halted()
                 return
             if self.ckpt is not None:   # still the owner of this work: before a round that produces
-                self.ckpt.fence.check("producing")
+                self.ckpt.fence.check_often("producing")
             now = now_ms()
             for m in self._next():
                 self.inputs.handle(m, now)

@@ -51,6 +51,7 @@ __all__ = [
     "decode_source_batch",
     "encode_result_batch",
     "decode_result_batch",
+    "result_batch_id",
     "result_batch_summary",
     "encode_control",
     "decode_control",
@@ -241,6 +242,22 @@ def result_batch_summary(data: bytes) -> tuple[int, list[tuple[int, int]]]:
     """(emit_ms, [(head_ts, number of results) per group]) of an encoded ResultBatch, without
     decoding the ids: what a collector that only counts and measures latency needs."""
     return decode_whole(data, "joinlib.ResultBatch", _summary_at)
+
+
+def result_batch_id(data: bytes) -> tuple[str, str, int, int, str, int]:
+    """(query, site, part, gen, head, batch) of an encoded ResultBatch: what names it among a run's batches (a node
+    numbers them per plan instance and head stream, deterministically).  A reader that keeps the ids it saw
+    drops a batch written twice -- a fenced instance's messages still queued in its producer when it was
+    paused, docs/reliability.md -- so the results stay exactly once."""
+    query, i = read_string(data, 0)
+    site, i = read_string(data, i)
+    part, i = read_long(data, i)
+    gen, i = read_long(data, i)
+    batch, i = read_long(data, i)
+    _, i = read_long(data, i)
+    n, i = read_count(data, i)
+    head = read_string(data, i)[0] if n else ""
+    return query, site, part, gen, head, batch
 
 
 def _encode_result_batch_reference(batch: ResultBatch) -> bytes:

@@ -466,6 +466,8 @@ def test_result_batch_roundtrip():
         back = records.decode_result_batch(data)
         assert back == b
         assert len(back) == sum(len(g.last_ids) for g in b.groups)
+        head = b.groups[0].head if b.groups else ""
+        assert records.result_batch_id(data) == (b.query, b.site, b.part, b.gen, head, b.batch)
 
 
 def test_result_batch_expands_to_results():
