@@ -11,7 +11,8 @@ Exactly once, the way result batches are (:mod:`joinlib.node.recovery`): a head'
 order, so a run replaying from a checkpoint numbers them the same; a checkpoint keeps the numbers so far and the
 sink topic's end offset, and a restarted node reads the topic from there and skips every row number it finds of
 its site and run (Kafka keeps an idempotent producer's order within the partition: what was delivered is a
-prefix).  So each result's row is on the topic once, whatever became of ``out.<query>``'s batch.
+prefix; :func:`joinlib.node.recovery.delivered_rows`).  So each result's row is on the topic once, whatever
+became of ``out.<query>``'s batch.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from joinlib.adapters.kafka import Producing, TopicPartition, consume, end_offsets, make_consumer, watermarks
+from joinlib.adapters.kafka import Producing, TopicPartition, consume, make_consumer, watermarks
 from joinlib.errors import ClusterError
 from joinlib.model import Query
 from joinlib.rows import Record, TupleRecords, group_rows
@@ -96,38 +97,6 @@ class RowsOut:
                                  [*self.headers, (SEQ_HEADER, (tag + str(n)).encode())])
             n += 1
         self.seq[key] = n
-
-
-def delivered_rows(bootstrap: str, topic: str, start: Optional[int], site: str, run: Optional[str],
-                   timeout_s: float = 30.0) -> dict[Key, int]:
-    """Per key: 1 + the highest row number ``site`` delivered to partition 0 of ``topic`` in ``run`` from offset
-    ``start`` on (None or negative: the beginning) -- the rows a restarted node must not write again."""
-    skip: dict[Key, int] = {}
-    c = make_consumer(bootstrap, f"joinlib-recover-rows-{site}")
-    try:
-        end = end_offsets(c, [topic], timeout_s)[topic]
-        first = start if start is not None and start >= 0 else 0
-        if first >= end:
-            return skip
-        c.assign([TopicPartition(topic, 0, first)])
-        want_site, want_run = site.encode(), run.encode() if run else None
-        deadline, last = time.monotonic() + timeout_s, first - 1
-        while last < end - 1:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic} from {first} to {end} took over {timeout_s:.0f}s")
-            for m in consume(c, 5000, 0.5):
-                last = m.offset() or 0
-                h = dict(m.headers() or ())
-                seq = h.get(SEQ_HEADER)
-                if h.get(SITE_HEADER) != want_site or (want_run is not None and h.get("run") != want_run) \
-                        or not isinstance(seq, bytes):
-                    continue
-                *k, n = (int(x) for x in seq.decode().split("."))
-                key = (k[0], k[1], k[2])
-                skip[key] = max(skip.get(key, 0), n + 1)
-        return skip
-    finally:
-        c.close()
 
 
 def read_rows(bootstrap: str, query: Query, run: Optional[str], start: int, max_rows: int, wait_s: float,

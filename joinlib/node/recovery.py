@@ -36,12 +36,12 @@ import time
 from typing import Any, Callable, Optional, Protocol
 
 from joinlib.adapters.kafka import KafkaTransport, TopicPartition, consume, end_offsets, make_consumer, out_topic
-from joinlib.adapters.kafka_rows import delivered_rows
+from joinlib.adapters.kafka_rows import SEQ_HEADER, SITE_HEADER
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query
 from joinlib.node.adaptive_service import OrderLog
-from joinlib.node.sources import dlq_topic, live_streams, marks_topic
+from joinlib.node.sources import dlq_topic, live_streams, marks_topic, read_topic_from
 from joinlib.protocol import records
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
@@ -340,6 +340,20 @@ def _restore_host(run: Run, c: dict[str, Any]) -> None:
         run.host = adaptive.restore(c["adaptive"])
     else:
         checkpoint.restore(run.host, c["host"])
+
+
+def delivered_rows(bootstrap: str, topic: str, start: Optional[int], site: str,
+                   run: Optional[str]) -> dict[tuple[int, int, int], int]:
+    """Per (partition, generation, head stream position): 1 + the highest row number ``site`` wrote to partition 0
+    of the sink ``topic`` in ``run`` from offset ``start`` on (None: the beginning) -- the rows a restarted node
+    must not write again (``joinlib.adapters.kafka_rows``)."""
+    skip: dict[tuple[int, int, int], int] = {}
+    for headers, _ in read_topic_from(bootstrap, topic, start, site, run, site_header=SITE_HEADER):
+        seq = headers.get(SEQ_HEADER)
+        if isinstance(seq, bytes):
+            part, gen, head, n = (int(x) for x in seq.decode().split("."))
+            skip[(part, gen, head)] = max(skip.get((part, gen, head), 0), n + 1)
+    return skip
 
 
 def _rows(run: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 import uuid
 from collections import Counter
@@ -29,13 +30,16 @@ from tests.integration.test_live import (
     WAIT_S,
     Recorder,
     Services,
+    _node_process,
     _sites,
     advances,
     generator,
+    kill_and_restart,
     make_topics,
     read_topic,
     results_via_cli,
     services,  # noqa: F401  (a module fixture)
+    stop_processes,
     submit,
 )
 
@@ -166,3 +170,33 @@ def test_a_filtered_stream_ships_fewer_bytes(services, make_topic, tmp_path):  #
         shipped[q.name] = services.planner.status(q.name)["stats"]["bytes"]
         services.planner.stop(q.name)
     assert 0 < shipped[filtered.name] < 0.8 * shipped[plain.name], shipped
+
+
+def test_killing_a_result_site_keeps_the_rows_exact(services, make_topic, kafka_bootstrap, redis_url,  # noqa: F811
+                                                    tmp_path):
+    """Node services as processes with Redis checkpoints; SIGKILL one that writes rows mid-stream and start it
+    again: the sink topic still has each reference row once (rows a checkpoint had not counted are skipped)."""
+    sites = _sites()
+    logs = {s: tmp_path / f"node-{s}.log" for s in sites}
+    procs = {s: _node_process(s, kafka_bootstrap, redis_url, logs[s]) for s in sites}
+    try:
+        sink = make_topic("rows-kill")
+        q = sql_query(tmp_path, f"lvrk{sites[0]}", sites, make_topics(make_topic, 3, partitions=2),
+                      "S1.dest, S2.id AS id2, S3.payload AS p3", "", f"topic = '{sink}', ")
+        out = submit(services, q, "SM-S1")
+        rec = Recorder()
+        gen = generator(kafka_bootstrap, q, rec, rate=150.0, time_base_ms=0, disorder_ms=40)
+        t = threading.Thread(target=gen.run, args=(6.0,))
+        t.start()
+        victim = sites[2]
+        kill_and_restart(procs, victim, logs[victim], f"running query {q.name}", 2.0, kafka_bootstrap, redis_url)
+        t.join()
+        want = wait_rows(services, q, out["run"], rec, tmp_path)
+        assert sum(want.values()) >= 300
+        assert "resumed from the checkpoint" in logs[victim].read_text(), logs[victim].read_text()[-2000:]
+        writers = Counter(dict(m.headers())["joinlib.site"].decode() for m in read_topic(kafka_bootstrap, sink,
+                                                                                          out["run"]))
+        assert writers[victim] > 0, f"{victim} wrote no rows: {writers}"
+        assert cli(["stop", q.name, "--url", services.url]) == 0
+    finally:
+        stop_processes(procs.values())
