@@ -1,7 +1,8 @@
 """Results as rows on a live query's sink topic, on the real broker (docs/sql.md "Results as rows"):
 
 * an SQL query with a projection and a WHERE writes JSON rows to its sink topic, equal (as a multiset) to the
-  reference rows of the on-time records as written, and ``joinlib results`` prints them;
+  reference rows of the on-time records as written, and ``joinlib results`` and the Python API's
+  ``QueryHandle.results()`` give them;
 * an Avro sink's records are in the Confluent wire format, their schema registered at the query's registry, and
   decode with it to the reference rows;
 * a filtered stream ships fewer bytes than the same query without the filter, over the same records.
@@ -20,6 +21,7 @@ from typing import Any
 import fastavro
 import orjson
 
+from joinlib.api import QueryHandle, connect
 from joinlib.cli.main import main as cli
 from joinlib.ingest.contract import expected_output
 from joinlib.model import Query
@@ -113,6 +115,8 @@ def test_json_rows_of_a_projection_and_a_where(services, make_topic, tmp_path): 
     assert len({dict(m.headers())["joinlib.seq"] for m in msgs}) == len(msgs)
     first = json.loads(msgs[0].value())
     assert list(first) == ["dest", "id1", "id2", "p3", "t3", "ids", "ts"] and first["p3"] == "x" * 20
+    handle = QueryHandle(connect(services.url), q, q.name, out["run"], out["plan"])   # the Python API: the same rows
+    assert Counter(map(_key, handle.results())) == want
     services.planner.stop(q.name)
 
 
