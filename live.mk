@@ -10,7 +10,7 @@ LIVE_DEMO_ARGS ?=
 
 SOAK_ARGS ?=
 
-live-demo: deps ## After `make up`: planner, a node per site, JSON router events; prints results and bytes vs central until Ctrl-C
+live-demo: deps ## After `make up`: submits examples/routers_live.sql (planner, a node per site, JSON router events); prints rows with the matched destination and bytes vs central until Ctrl-C (LIVE_DEMO_ARGS="--query examples/routers_live.yaml" for the YAML query)
 	$(PYTHON) scripts/live_demo.py $(LIVE_DEMO_ARGS)
 
 live-bench: deps ## Live JSON topics, Fig. 7 workload at three sites: sustained events/s and p50/p99 latency (bench/out/live.*)

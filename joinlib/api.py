@@ -15,7 +15,7 @@ Why a module of its own: the command line prints and exits; these return values 
 the JSON ``--report`` writes) and raise :class:`~joinlib.errors.JoinlibError` for the mistakes the commands print
 as ``error:`` lines.  Every call takes SQL text, a query file's path (``.sql`` or YAML) or a loaded
 :class:`~joinlib.model.Query`.  It is an entry point like :mod:`joinlib.cli`: the embedded engine and the planner
-service's HTTP API; a Kafka client only for a query whose rows go to its own topic, imported when read.
+service's HTTP API (which reads the topics: no Kafka client here).
 """
 from __future__ import annotations
 
@@ -115,15 +115,11 @@ def explain(query: QueryLike, plan: str = "auto", data_dir: Optional[Union[str, 
 # --------------------------------------------------------------------------- the planner service
 
 class Planner:
-    """A planner service (``python -m services.planner``); ``url`` as ``joinlib submit --url``, ``bootstrap``: the
-    Kafka brokers, read only for a query whose rows go to its own topic (default ``$KAFKA_BOOTSTRAP_SERVERS``)."""
+    """A planner service (``python -m services.planner``); ``url`` as ``joinlib submit --url``."""
 
-    def __init__(self, url: Optional[str] = None, bootstrap: Optional[str] = None) -> None:
+    def __init__(self, url: Optional[str] = None) -> None:
         from joinlib.cli.live import planner_url
-        from joinlib.settings import ServiceEnv
-        env = ServiceEnv.from_env()
-        self.url = (url or planner_url(env)).rstrip("/")
-        self.bootstrap = bootstrap or env.kafka_bootstrap
+        self.url = (url or planner_url()).rstrip("/")
 
     def _http(self, path: str, data: Optional[bytes] = None, timeout: float = 60) -> Any:
         from joinlib.cli.live import http_json  # the commands' client: bearer token, one-line errors
@@ -134,10 +130,9 @@ class Planner:
         """Submit ``query`` (SQL text, a path or a Query) as ``joinlib submit`` does; the planner plans it and
         publishes the plan.  ``plan``: any plan name of the registry (default: the service's, ``auto``)."""
         q = load(query)
-        starts = _topic_ends(self.bootstrap, q.output.topic) if q.output.topic and self.bootstrap else None
         params = {k: v for k, v in (("plan", plan), ("model", model), ("since", since)) if v}
         out = self._http(f"/queries?{urlencode(params)}", yaml.safe_dump(query_to_dict(q), sort_keys=False).encode())
-        return QueryHandle(self, q, str(out["query"]), str(out["run"]), dict(out["plan"]), starts)
+        return QueryHandle(self, q, str(out["query"]), str(out["run"]), dict(out["plan"]))
 
     def explain(self, query: QueryLike, plan: Optional[str] = None, *, model: Optional[str] = None) -> dict[str, Any]:
         """The service's ``POST /explain``: the plan a submission would get, explained (JSON, with ``text``)."""
@@ -152,9 +147,9 @@ class Planner:
         return out
 
 
-def connect(url: Optional[str] = None, *, bootstrap: Optional[str] = None) -> Planner:
+def connect(url: Optional[str] = None) -> Planner:
     """The planner service at ``url`` (default ``$JOINLIB_PLANNER_URL`` or http://localhost:8080)."""
-    return Planner(url, bootstrap)
+    return Planner(url)
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,6 @@ class QueryHandle:
     name: str
     run: str
     plan: dict[str, Any]
-    topic_starts: Optional[dict[str, int]] = None   # the rows topic's ends at submission (query.output.topic)
 
     def status(self) -> dict[str, Any]:
         """The service's status of the query (``joinlib queries NAME --json``): ``state``, ``stats``, ``sites``."""
@@ -187,19 +181,11 @@ class QueryHandle:
         """The run's results as dicts, read lazily.  Without ``follow``: every result so far, then the iterator
         ends; with it: new ones as they come, until none came for ``idle_exit`` seconds (forever without it).
 
-        A query whose rows go to its own topic (SQL ``WITH (topic = ...)``, YAML ``output.topic``) yields that
-        topic's rows (one JSON object per message, as a line of ``joinlib run --out``), from the topic's end at
-        submission; any other query yields ``out.<query>``'s ``{"ids", "ts"}`` through the planner service, as
-        ``joinlib results`` prints them (``from_beginning`` False: only results after this call)."""
-        if self.query.output.topic:
-            if self.topic_starts is None:
-                raise JoinlibError(f"{self.name} writes its rows to topic {self.query.output.topic!r}: connect(..., "
-                                   "bootstrap=HOST:PORT) or set KAFKA_BOOTSTRAP_SERVERS before submitting to read them")
-            return _topic_rows(self.planner.bootstrap, self.query.output.topic, self.topic_starts, follow, idle_exit)
-        return self._out_results(follow, idle_exit, from_beginning)
-
-    def _out_results(self, follow: bool, idle_exit: Optional[float],
-                     from_beginning: bool) -> Iterator[dict[str, Any]]:
+        Read through the planner service, as ``joinlib results`` prints them (``from_beginning`` False: only results
+        after this call): a query whose rows go to a sink topic (a SELECT list and SQL ``WITH (topic = ...)``, YAML
+        ``output.topic``) yields its rows from that topic (the selected columns, ``ids`` and ``ts``; Avro rows
+        decoded with their registered schema; docs/sql.md "Rows on the sink topic"), any other query
+        ``out.<query>``'s ``{"ids", "ts"}``.  No Kafka client in the caller."""
         base = f"/queries/{quote(self.name)}/results"
         start = "beginning" if from_beginning else "end"
         stop_at: Optional[int] = None
@@ -217,43 +203,3 @@ class QueryHandle:
                 return
             if follow and idle_exit is not None and time.monotonic() - last >= idle_exit:
                 return
-
-
-def _topic_ends(bootstrap: str, topic: str) -> dict[str, int]:
-    """The end of the rows topic before the query runs: its rows come after (a Kafka client, imported here)."""
-    from joinlib.adapters.kafka import end_offsets, ensure_topics, make_admin, make_consumer
-    ensure_topics(make_admin(bootstrap), [topic])
-    consumer = make_consumer(bootstrap, "joinlib-api-ends")
-    try:
-        return end_offsets(consumer, [topic])
-    finally:
-        consumer.close()
-
-
-def _topic_rows(bootstrap: Optional[str], topic: str, starts: dict[str, int], follow: bool,
-                idle_exit: Optional[float]) -> Iterator[dict[str, Any]]:
-    """The rows on ``topic`` (partition 0) from ``starts``: to its end now, or on with ``follow``."""
-    assert bootstrap is not None   # _topic_ends checked it at submission
-    from confluent_kafka import TopicPartition
-
-    from joinlib.adapters.kafka import consume, end_offsets, make_consumer
-    consumer = make_consumer(bootstrap, "joinlib-api-rows")
-    try:
-        consumer.assign([TopicPartition(topic, 0, starts.get(topic, 0))])
-        end = end_offsets(consumer, [topic])[topic]
-        last, pos = time.monotonic(), starts.get(topic, 0)
-        while follow or pos < end:
-            msgs = consume(consumer, 1000, 0.5)
-            for m in msgs:
-                pos = (m.offset() or 0) + 1
-                value = m.value()
-                if value:
-                    yield orjson.loads(value)
-            if msgs:
-                last = time.monotonic()
-                continue
-            idle = time.monotonic() - last
-            if (follow and idle_exit is not None and idle >= idle_exit) or (not follow and idle >= 30):
-                return   # nothing for a while: done following, or (not following) the rest is gone
-    finally:
-        consumer.close()

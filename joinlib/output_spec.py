@@ -4,7 +4,8 @@
 output:
   select: [S1.dest, S1.id AS id1, S2.id AS id2, S3.bytes]   # or ['*'], ['S1.*', S2.dest]
   topic: matches                                             # the sink topic (optional)
-  format: json
+  format: json                                               # or avro (Confluent wire format)
+  registry: http://localhost:8081                            # avro: the schema registry the schema goes to
 ```
 
 Why a section of its own, and in both formats: an SQL query (:mod:`joinlib.sql`) always has a SELECT list, and
@@ -28,9 +29,9 @@ from typing import Any, Callable, Optional
 from joinlib.errors import QueryError
 from joinlib.source_spec import is_topic
 
-OUTPUT_KEYS = ("select", "topic", "format")
+OUTPUT_KEYS = ("select", "topic", "format", "registry")
 ROW_KEYS = ("ids", "ts")  # keys every result row has (joinlib.rows); no output column may take them
-SINK_FORMATS = ("json",)  # Avro sinks come with the rows output (issue 28)
+SINK_FORMATS = ("json", "avro")  # rows on the sink topic: JSON text, or Avro in the Confluent wire format
 _COLUMN = re.compile(r"\s*(?:(\*)|([A-Za-z_]\w*)\s*\.\s*(\*|[A-Za-z_]\w*))(?:\s+(?i:as)\s+([A-Za-z_]\w*))?\s*\Z")
 _HINT = "write 'S1.dest', 'S1.id AS id1', 'S1.*' or '*'"
 
@@ -62,16 +63,23 @@ STAR = Column(None, "*")
 @dataclass(frozen=True)
 class Output:
     """The SELECT list (``columns``; None: no SELECT list, results are the members' ids) and the sink: ``topic``
-    (None: only ``out.<query>``) and its ``format``."""
+    (None: only ``out.<query>``), its ``format`` and, for Avro, the schema ``registry`` its schema is registered
+    at (docs/sql.md "Rows on the sink topic")."""
 
     columns: Optional[tuple[Column, ...]] = None
+    topic: Optional[str] = None
+    format: str = "json"
+    registry: Optional[str] = None
 
     @property
     def rows(self) -> bool:
         """Results are rows of the selected columns (:mod:`joinlib.rows`), not ``{"ids": ..., "ts": ...}``."""
         return self.columns is not None
-    topic: Optional[str] = None
-    format: str = "json"
+
+    @property
+    def sink_topic(self) -> Optional[str]:
+        """The topic live runs write rows to: ``topic`` when results are rows (None: no rows on Kafka)."""
+        return self.topic if self.rows else None
 
 
 def parse_output(err: Err, value: Any, streams: tuple[str, ...]) -> Output:
@@ -91,9 +99,32 @@ def parse_output(err: Err, value: Any, streams: tuple[str, ...]) -> Output:
         raise err("output.topic", f"expected a Kafka topic name (letters, digits, '.', '_', '-'), not {topic!r}")
     fmt = value.get("format", "json")
     if fmt not in SINK_FORMATS:
-        later = " (Avro sinks are not supported yet)" if fmt == "avro" else ""
-        raise err("output.format", f"unknown sink format {fmt!r}{later}; choose from {', '.join(SINK_FORMATS)}")
-    return Output(columns, topic, fmt)
+        raise err("output.format", f"unknown sink format {fmt!r}; choose from {', '.join(SINK_FORMATS)}")
+    registry = value.get("registry")
+    if fmt == "avro":
+        _check_avro(err, columns, topic, registry)
+    elif registry is not None:
+        raise err("output.registry", f"'registry' applies to Avro sinks only (format is {fmt}); remove it or "
+                                     "write format: avro")
+    return Output(columns, topic, fmt, registry)
+
+
+def _check_avro(err: Err, columns: Optional[tuple[Column, ...]], topic: Optional[str], registry: Any) -> None:
+    """An Avro sink writes rows (a schema derived from the SELECT list) to a topic, registered at a registry."""
+    if columns is None:
+        raise err("output.format", "an Avro sink writes rows: give a SELECT list (output.select), or drop "
+                                   "format: avro (results as ids go to out.<query> only)")
+    if any(c.field == "*" for c in columns):
+        raise err("output.format", "an Avro sink's schema is derived from the SELECT list, so it names every "
+                                   "column: write S1.dest, S1.id AS id1, ... instead of '*' or 'S1.*'")
+    if topic is None:
+        raise err("output.format", "an Avro sink needs its topic: add topic (SQL: WITH (topic = 'matches', "
+                                   "format = 'avro', registry = 'http://...'))")
+    if registry is None:
+        raise err("output.format", "an Avro sink needs 'registry', the schema registry URL its schema is "
+                                   "registered at (e.g. http://localhost:8081)")
+    if not isinstance(registry, str) or not re.match(r"https?://\S+\Z", registry):
+        raise err("output.registry", f"expected an http(s) URL such as http://localhost:8081, not {registry!r}")
 
 
 def _parse_select(err: Err, value: Any, streams: tuple[str, ...]) -> tuple[Column, ...]:
@@ -137,4 +168,6 @@ def output_to_dict(output: Output) -> Optional[dict[str, Any]]:
         out["topic"] = output.topic
     if output.format != "json":
         out["format"] = output.format
+    if output.registry is not None:
+        out["registry"] = output.registry
     return out

@@ -18,11 +18,11 @@ never the plans' hot path.  ``rest`` holds values, not names: the loader knows t
 """
 from __future__ import annotations
 
-from typing import IO, Any, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import orjson
 
-from joinlib.model import Query, Tup
+from joinlib.model import Query, Stream, Tup
 from joinlib.output_spec import Column
 from joinlib.protocol.messages import InstanceKey
 from joinlib.protocol.values import decode_values
@@ -50,6 +50,61 @@ def project(columns: Sequence[Column], names: Sequence[str], members: Sequence[R
     row["ids"] = {n: m["id"] for n, m in zip(names, members, strict=True)}
     row["ts"] = ts
     return row
+
+
+def group_rows(columns: Sequence[Column], names: Sequence[str], record: Callable[[Tup], Record], head_pos: int,
+               pos: int, groups: list[Group], origin: int = 0) -> Iterator[Record]:
+    """The rows of one :meth:`~joinlib.runtime.sink.Sink.emit` call's ``groups``, in the order the ids-only sinks
+    write them (per group, per tuple of stream ``pos``); ``record``: a member tuple's record, ``origin``: added to
+    the head's ts (a live run's event time 0, in ms since the Unix epoch)."""
+    for row, tups in groups:
+        head_ts = row[head_pos].ts + origin
+        members = [None if t is None else record(t) for t in row]
+        for t in tups:
+            members[pos] = record(t)
+            yield project(columns, names, members, head_ts)  # type: ignore[arg-type]
+
+
+def live_rest_names(stream: Stream) -> Optional[tuple[str, ...]]:
+    """The names of the values of a live source's ``Tup.rest``, as :class:`joinlib.ingest.records.Decoder` encodes
+    them: the carried attributes, sorted; None when the source carries every field (``attributes`` None: the
+    decoder then writes name, value pairs, see :func:`names_every_field`); () for a stream without a live source
+    (a replayed stream's rest is not named at the result site: its rows have its id, ts and join values)."""
+    src = stream.source
+    if src is None or not src.live:
+        return ()
+    return None if src.attributes is None else tuple(sorted(src.attributes))
+
+
+def names_every_field(query: Query) -> bool:
+    """Whether a live source carrying every field (``carry = 'all'``, ``SELECT *``) encodes its ``rest`` as name,
+    value pairs: when the query writes rows to a sink topic, whose result site must name the fields; otherwise the
+    names would only cost bytes."""
+    return query.output.sink_topic is not None
+
+
+class TupleRecords:
+    """A live result site's member records: ``id``, ``ts`` (event time in ms since the Unix epoch: ``origin_ms`` +
+    the tuple's ts), the join values (``Tup.key``) and ``rest`` decoded with :func:`live_rest_names` -- only for
+    the results a rows sink writes (the plans themselves never decode ``rest``)."""
+
+    def __init__(self, query: Query, origin_ms: int) -> None:
+        self.origin = origin_ms
+        self._attrs = [s.join_attrs for s in query.streams]
+        self._rest = [live_rest_names(s) for s in query.streams]
+
+    def __call__(self, t: Tup) -> Record:
+        rec: Record = {}
+        names = self._rest[t.pos]
+        if t.rest and names != ():
+            values = decode_values(t.rest)
+            if names is None:
+                rec.update(zip(values[0::2], values[1::2], strict=True))
+            else:
+                rec.update(zip(names, values, strict=True))
+        rec.update(zip(self._attrs[t.pos], t.key, strict=True))
+        rec["id"], rec["ts"] = t.id, t.ts + self.origin   # the tuple's own: a field of that name does not shadow them
+        return rec
 
 
 class RowsSink(Sink):
@@ -82,15 +137,10 @@ class RowsSink(Sink):
         return rec
 
     def emit(self, inst: InstanceKey, head_pos: int, pos: int, groups: list[Group], now: float) -> None:
-        lines: list[bytes] = []
+        lines = [orjson.dumps(r) for r in group_rows(self.columns, self.names, self.record, head_pos, pos, groups)]
         for row, tups in groups:
-            head_ts = row[head_pos].ts
-            members = [None if t is None else self.record(t) for t in row]
-            for t in tups:
-                members[pos] = self.record(t)
-                lines.append(orjson.dumps(project(self.columns, self.names, members, head_ts)))  # type: ignore[arg-type]
             self.count += len(tups)
-            self.latency_sum += len(tups) * (now - head_ts)
+            self.latency_sum += len(tups) * (now - row[head_pos].ts)
         if lines:
             self.f.write(b"\n".join(lines) + b"\n")
 

@@ -5,8 +5,11 @@ writing JSON router events to per-site topics (``services.generator``: a steady 
 within δ, a few late and malformed records), submits the query (``joinlib submit``), then every few
 seconds prints the results that arrived and the bytes shipped between sites against what ``central``
 would ship, until Ctrl-C (or ``--duration``); on the way out it stops the query and the services.
+The query is ``examples/routers_live.sql`` by default: its results are rows on its sink topic, with the
+matched destination (``row: {"dest": ...}``); a query without rows (``examples/routers_live.yaml``) prints
+its results as ids (``result: {"ids": ...}``).
 
-    python scripts/live_demo.py [--query examples/routers_live.yaml] [--rate 200] [--plan NAME]
+    python scripts/live_demo.py [--query examples/routers_live.sql] [--rate 200] [--plan NAME]
                                 [--every 5] [--duration SECONDS] [--tag TAG] [--logs DIR]
 
 Kafka and Redis: ``$KAFKA_BOOTSTRAP_SERVERS`` / ``$REDIS_URL``, else the local cluster of ``make up``
@@ -69,8 +72,9 @@ class Demo:
         self.url = ""
 
     def _query(self) -> tuple[Path, Any]:
-        from joinlib.query import dump_query, load_query, parse_query, query_to_dict
-        q = load_query(self.args.query)
+        from joinlib.query import dump_query, parse_query, query_to_dict
+        from joinlib.sql import load_query_file
+        q = load_query_file(self.args.query)
         if not self.args.tag:
             return Path(self.args.query), q
         d, tag = query_to_dict(q), self.args.tag
@@ -79,6 +83,8 @@ class Demo:
             spec["site"] = f"{spec['site']}{tag}"
             if spec.get("source"):
                 spec["source"]["topic"] = f"{spec['source']['topic']}.{tag}"
+        if d.get("output", {}).get("topic"):
+            d["output"]["topic"] = f"{d['output']['topic']}.{tag}"
         q = parse_query(d, str(self.args.query))
         path = self.logs / f"{q.name}.yaml"
         dump_query(q, path)
@@ -110,6 +116,8 @@ class Demo:
         argv = ["submit", str(self.query_file), "--url", self.url] + (["--plan", a.plan] if a.plan else [])
         if cli(argv) != 0:
             return 2
+        if q.output.sink_topic:
+            print(f"rows go to topic {q.output.sink_topic} ('joinlib results {q.name} --follow --url {self.url}')")
         return self._tail()
 
     def _wait_healthy(self, timeout_s: float = 60) -> None:
@@ -146,7 +154,7 @@ class Demo:
             start = str(page["next"])
             total += len(page["results"])
             for r in page["results"][: max(0, 3 - shown)]:
-                print("result:", json.dumps(r))
+                print("row:" if self.query.output.sink_topic else "result:", json.dumps(r))
                 shown += 1
             if time.monotonic() >= next_print:
                 next_print += a.every
@@ -190,7 +198,8 @@ class Demo:
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--query", default=str(ROOT / "examples" / "routers_live.yaml"))
+    ap.add_argument("--query", default=str(ROOT / "examples" / "routers_live.sql"),
+                    help="the query file, SQL or YAML (default examples/routers_live.sql)")
     ap.add_argument("--rate", type=float, default=200.0, help="events per second per site (default 200)")
     ap.add_argument("--distinct", type=int, default=2000, help="distinct destinations (default 2000)")
     ap.add_argument("--plan", help="plan name (default: the planner's default)")

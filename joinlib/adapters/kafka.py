@@ -114,14 +114,20 @@ def source_topic(query, stream: str) -> str:
 
 
 def query_topics(query) -> list[str]:
-    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control
-    included; the users' topics of live sources (json, avro) are not among them (they have their own
-    partitions), the dead-letter and idle-advance topics of a live query are."""
+    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control and the
+    rows' sink topic included; the users' topics of live sources (json, avro) are not among them (they have
+    their own partitions), the dead-letter and idle-advance topics of a live query are."""
     live = [s for s in query.streams if s.source is not None and s.source.live]
     return ([source_topic(query, s.name) for s in query.streams if s not in live]
             + [node_topic(query.name, site) for site in query.sites]
             + ([f"dlq.{query.name}", f"wm.{query.name}"] if live else [])
-            + [out_topic(query.name), CONTROL_TOPIC])
+            + [out_topic(query.name), *sink_topics(query), CONTROL_TOPIC])
+
+
+def sink_topics(query) -> list[str]:
+    """The topic a query's rows go to (``output.topic``, with a SELECT list; docs/sql.md), if any."""
+    topic = query.output.sink_topic
+    return [] if topic is None else [topic]
 
 
 # --------------------------------------------------------------------------- clients
@@ -495,9 +501,13 @@ class KafkaResultSink:
     Batches are numbered per plan instance (partition, generation) and head stream: the last step
     of a sequence emits in epoch order, so the numbers are deterministic.  ``skip[(part, gen,
     head_pos)]``: batches numbered below it are counted but not produced -- a restarted node
-    replaying from a checkpoint delivered them before it stopped."""
+    replaying from a checkpoint delivered them before it stopped.
 
-    def __init__(self, producer, query, site: str, *, max_results: int = 50_000, headers=None) -> None:
+    ``rows``: a query with rows on a sink topic also writes each result there
+    (:class:`joinlib.adapters.kafka_rows.RowsOut`, numbered and skipped the same way); None: ids only, and
+    nothing of the rows' work is done."""
+
+    def __init__(self, producer, query, site: str, *, max_results: int = 50_000, headers=None, rows=None) -> None:
         self.out = producer if isinstance(producer, Producing) else Producing(producer)
         self.query = query.name
         self.names = query.names
@@ -510,8 +520,11 @@ class KafkaResultSink:
         self._key = site.encode()
         self._lead = _avro_string(self.query) + _avro_string(site)
         self._names = [_avro_string(n) for n in self.names]
+        self.rows = rows
 
     def emit(self, inst, head_pos: int, pos: int, groups, now: float) -> None:
+        if self.rows is not None:
+            self.rows.emit((inst[1], inst[2], head_pos), head_pos, pos, groups)
         # The bytes records.encode_result_batch writes, assembled per group from cached pieces.
         L, names, limit, encode_ids = _avro_long, self._names, self.max_results, _encode_ids
         head, last = names[head_pos], names[pos]

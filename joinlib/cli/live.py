@@ -4,9 +4,10 @@
   shipped against ``central``'s, dead letters and p50/p99 event-to-result latency;
 * ``joinlib stop NAME``: stop a running query (its nodes end the run and clear its state);
 * ``joinlib results NAME [--follow] [--from-beginning] [--idle-exit SECONDS] [--out FILE]``: results
-  in the OUT format, one JSON object per line.  Without ``--follow``: every result of the current
-  run so far, then exit.  With ``--follow``: new results as they come (from the run's first result
-  with ``--from-beginning``), until Ctrl-C or until none arrived for ``--idle-exit`` seconds.
+  in the OUT format, one JSON object per line, or the rows of a query writing rows to a sink topic.
+  Without ``--follow``: every result of the current run so far, then exit.  With ``--follow``: new results
+  as they come (from the run's first result with ``--from-beginning``), until Ctrl-C or until none arrived
+  for ``--idle-exit`` seconds.
 
 (``joinlib submit`` lives with the other commands in :mod:`joinlib.cli.main`.)  No Kafka client here:
 the planner service reads the topics.  Every request carries the planner's bearer token when
@@ -85,9 +86,12 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
     s.add_argument("--url", default=url)
     s.set_defaults(func=_cmd_stop)
 
-    r = sub.add_parser("results", help="print a query's results (JSON lines), optionally following them",
-                       description="Results of the query's current run in the OUT format "
-                                   '({"ids": {stream: id}, "ts": head event time in ms}), one per line.')
+    r = sub.add_parser("results", help="print a query's results or rows (JSON lines), optionally following them",
+                       description="Results of the query's current run, one JSON object per line: for a query "
+                                   "with a SELECT list and a sink topic (SQL: CREATE STREAM out WITH (topic = "
+                                   "'matches') AS SELECT ...), its rows as on that topic -- the selected columns, "
+                                   '"ids" and "ts" (Avro rows decoded with their registered schema); else the OUT '
+                                   'format ({"ids": {stream: id}, "ts": head event time in ms}) of out.<query>.')
     r.add_argument("name")
     r.add_argument("--follow", "-f", action="store_true", help="keep printing new results until Ctrl-C")
     r.add_argument("--from-beginning", action="store_true",

@@ -129,10 +129,12 @@ class Decoder:
     """Decodes the records of one stream's source (see the module docstring).
 
     ``origin_ms``: event time of the runtime's epoch 0; ``schemas``: for Avro sources, the writer
-    schema of a schema id (the adapter asks a registry); without it, the spec's inline schema."""
+    schema of a schema id (the adapter asks a registry); without it, the spec's inline schema.
+    ``named``: a source carrying every field (``attributes`` None) encodes ``rest`` as name, value pairs, so
+    that a result site writing rows can name them (:func:`joinlib.rows.names_every_field`)."""
 
     def __init__(self, stream: Stream, spec: SourceSpec, origin_ms: int = 0,
-                 schemas: Optional[SchemaLookup] = None) -> None:
+                 schemas: Optional[SchemaLookup] = None, named: bool = False) -> None:
         if not spec.live:
             raise ValueError(f"stream {stream.name}: a {spec.format} source is not decoded per record")
         self.stream, self.spec, self.origin = stream, spec, origin_ms
@@ -146,6 +148,7 @@ class Decoder:
         if spec.id_field is not None:
             used.add(spec.id_field.split(".")[0])
         self._skip = used
+        self._named = named and spec.attributes is None
         self._fixed = None if spec.schema is None else fastavro.parse_schema(orjson.loads(spec.schema))
         self._schemas = schemas
         self._keep = compile_filter(stream.where)
@@ -208,7 +211,9 @@ class Decoder:
                 raise _Malformed(WRONG_TYPE, f"the id field '{self.spec.id_field}' must be a 64-bit integer, "
                                              f"not {_short(id_)}")
         key = tuple(self._scalar(row, a, get, "join attribute") for a, get in self._keys)
-        if self._rest is None:
+        if self._rest is None and self._named:
+            vals = [x for a in sorted(row) if a not in self._skip for x in (a, self._check(a, row[a]))]
+        elif self._rest is None:
             vals = [self._check(a, row[a]) for a in sorted(row) if a not in self._skip]
         else:
             vals = [self._scalar(row, a, get, "attribute") for a, get in self._rest]

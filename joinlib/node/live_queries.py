@@ -6,19 +6,21 @@ results of a run in the OUT format.
   beginning).  They go into the plan message, so every node (and a node restarted before its first
   checkpoint) starts at the same records.
 * :func:`read_results`: the results of one run from ``out.<query>``, as OUT objects
-  ``{"ids": {stream: id}, "ts": <head event time, ms since the Unix epoch>}``.
+  ``{"ids": {stream: id}, "ts": <head event time, ms since the Unix epoch>}``, or, for a query writing rows to a
+  sink topic, its rows from there (docs/sql.md "Results as rows").
 """
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any, Optional
 
-from joinlib.adapters.kafka import TopicPartition, consume, make_consumer, out_topic, watermarks
+from joinlib.adapters.kafka import TopicPartition, make_consumer, out_topic, watermarks
+from joinlib.adapters.kafka_rows import read_page, read_rows
 from joinlib.errors import JoinlibError
 from joinlib.model import Query
 from joinlib.node.sources import live_streams
 from joinlib.protocol import records
+from joinlib.rows_avro import SchemaLookup
 
 
 def source_starts(bootstrap: str, admin: Any, query: Query, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
@@ -47,41 +49,22 @@ def source_starts(bootstrap: str, admin: Any, query: Query, timeout_s: float = 1
 
 
 def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: int, start: int,
-                 max_results: int = 10_000, wait_s: float = 0.0) -> dict[str, Any]:
-    """Results of ``run`` in ``out.<query>`` from offset ``start`` (negative: the end):
-    ``{"results": [OUT, ...], "next": offset to ask from next time, "end": the topic's end offset}``;
-    waits up to ``wait_s`` for the first result when there is none yet."""
-    topic = out_topic(query.name)
-    c = make_consumer(bootstrap, f"joinlib-results-{uuid.uuid4().hex[:8]}")
-    results: list[dict[str, Any]] = []
-    nxt = start
-    try:
-        lo, end = watermarks(c, TopicPartition(topic, 0), 10.0)
-        nxt = end if start < 0 else max(start, lo)
-        deadline = time.monotonic() + wait_s
-        if nxt >= end and wait_s <= 0:
-            return {"results": results, "next": nxt, "end": end}
-        c.assign([TopicPartition(topic, 0, nxt)])
-        run_b = run.encode() if run else None
-        names = query.names
-        seen: set[tuple[str, str, int, int, str, int]] = set()
-        while len(results) < max_results:
-            msgs = consume(c, 2000, 0.2)
-            for m in msgs:
-                nxt = (m.offset() or 0) + 1
-                value = m.value()
-                if value is None or run_b is not None and dict(m.headers() or ()).get("run") != run_b:
-                    continue
-                bid = records.result_batch_id(value)
-                if bid in seen:   # written twice (a fenced instance's queued messages): read once
-                    continue
-                seen.add(bid)
-                for r in records.decode_result_batch(value).results():
-                    results.append({"ids": {n: r.ids[n] for n in names}, "ts": r.head_ts + origin_ms})
-            if nxt >= end and (results or time.monotonic() >= deadline):
-                break  # caught up with the end as of the call (a follower asks again)
-            if not msgs and time.monotonic() >= deadline:
-                break
-        return {"results": results, "next": nxt, "end": max(end, nxt)}
-    finally:
-        c.close()
+                 max_results: int = 10_000, wait_s: float = 0.0,
+                 schemas: Optional[SchemaLookup] = None) -> dict[str, Any]:
+    """Results of ``run`` from offset ``start`` (negative: the end): ``{"results": [...], "next": offset to ask
+    from next time, "end": the topic's end offset}``; waits up to ``wait_s`` for the first result when there is
+    none yet.  A query with rows on a sink topic: its rows (:func:`~joinlib.adapters.kafka_rows.read_rows`, Avro
+    decoded with ``schemas``), the offsets the sink topic's; else OUT objects from ``out.<query>``."""
+    if query.output.sink_topic is not None:
+        return read_rows(bootstrap, query, run, start, max_results, wait_s, schemas)
+    names = query.names
+    seen: set[tuple[str, str, int, int, str, int]] = set()
+
+    def ids(value: bytes) -> list[dict[str, Any]]:
+        bid = records.result_batch_id(value)
+        if bid in seen:   # written twice (a fenced instance's queued messages): read once
+            return []
+        seen.add(bid)
+        return [{"ids": {n: r.ids[n] for n in names}, "ts": r.head_ts + origin_ms}
+                for r in records.decode_result_batch(value).results()]
+    return read_page(bootstrap, out_topic(query.name), run, start, max_results, wait_s, ids)

@@ -14,7 +14,8 @@ Redis holds their current state only after a flush), and saves, in one atomic Re
   received, naive, totals),
 * the state of its live sources (:class:`joinlib.node.sources.LiveInputs`: watermarks, recent
   ids, on-time records not yet handed to the host, ranks),
-* the end offsets of ``out.<query>``, ``dlq.<query>`` and ``wm.<query>`` at that instant.
+* the end offsets of ``out.<query>``, ``dlq.<query>`` and ``wm.<query>`` at that instant, and of the rows'
+  sink topic when the query writes rows there (``joinlib.adapters.kafka_rows``), with the rows' numbers so far.
 
 A restarted node of the same run rolls its stores back to the copy, restores the state and
 counters, and reads its inputs again from the saved positions.  It redoes the same phases
@@ -22,7 +23,8 @@ counters, and reads its inputs again from the saved positions.  It redoes the sa
 (``Host.taken``), and result batches it had delivered before it stopped are skipped -- the
 service reads ``out.<query>`` from the saved end offset and skips, per plan instance and head
 stream, every batch number already there (batches of one head are numbered in epoch order and
-Kafka keeps a producer's order within the partition).  So the output has each result once.
+Kafka keeps a producer's order within the partition), and the rows' sink topic likewise for row numbers.  So
+the output has each result once, and so has the sink topic each row.
 Live sources replay the idle advances logged after the checkpoint at the positions they were
 applied at, and skip the dead letters already written (docs/live.md).
 
@@ -34,11 +36,12 @@ import time
 from typing import Any, Callable, Optional, Protocol
 
 from joinlib.adapters.kafka import KafkaTransport, TopicPartition, consume, end_offsets, make_consumer, out_topic
+from joinlib.adapters.kafka_rows import SEQ_HEADER, SITE_HEADER
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query
 from joinlib.node.adaptive_service import OrderLog
-from joinlib.node.sources import dlq_topic, live_streams, marks_topic
+from joinlib.node.sources import dlq_topic, live_streams, marks_topic, read_topic_from
 from joinlib.protocol import records
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
@@ -127,6 +130,7 @@ class NodeCheckpoints:
         self.out_offset: Optional[int] = None
         self.dlq_offset: Optional[int] = None
         self.marks_offset: Optional[int] = None
+        self.rows_offset: Optional[int] = None
         self.saved = 0
         self.pause = pause
 
@@ -147,7 +151,12 @@ class NodeCheckpoints:
             self.out_offset = offsets.get((out_topic(run.out_query.name), 0))
             self.dlq_offset = offsets.get((dlq_topic(run.live_name), 0))
             self.marks_offset = offsets.get((marks_topic(run.live_name), 0))
+            rows = _rows(run)
+            self.rows_offset = None if rows is None else offsets.get((rows.topic, 0))
         run.sink.skip = self.delivered(run.svc.bootstrap, run.out_query, run.run_id)
+        rows = _rows(run)
+        if rows is not None:
+            rows.skip = delivered_rows(run.svc.bootstrap, rows.topic, self.rows_offset, self.site, run.run_id)
         if run.live is not None:
             n_adv = run.live.replay_marks(self.marks_offset)
             n_dead = run.live.scan_dead(self.dlq_offset)
@@ -155,7 +164,8 @@ class NodeCheckpoints:
                 self.log(f"{run.q.name}: {n_adv} idle advance(s) to replay, {n_dead} dead letter(s) already written")
         if resumed or any(run.sink.skip.values()):
             self.log(f"resumed from {'the checkpoint at epochs %s' % run.report.epochs() if resumed else 'the start'}; "
-                     f"result batches already delivered: {run.sink.skip}")
+                     f"result batches already delivered: {run.sink.skip}"
+                     + (f", rows: {rows.skip}" if rows is not None else ""))
 
     def save(self, run: Run) -> None:
         consumer, tps = run.consumer, run.tps
@@ -166,6 +176,9 @@ class NodeCheckpoints:
                 x.offset for x in tps if (x.topic, x.partition) == (tp.topic, tp.partition))
             positions.append([tp.topic, tp.partition, off])
         self.out_offset = _end(consumer, out_topic(run.out_query.name), self.out_offset)
+        rows = _rows(run)
+        if rows is not None:
+            self.rows_offset = _end(consumer, rows.topic, self.rows_offset)
         if run.live is not None:
             self.dlq_offset = _end(consumer, dlq_topic(run.live_name), self.dlq_offset)
             self.marks_offset = _end(consumer, marks_topic(run.live_name), self.marks_offset)
@@ -178,7 +191,9 @@ class NodeCheckpoints:
             "host": checkpoint.snapshot(run.host), "positions": positions, "out_offset": self.out_offset,
             "dlq_offset": self.dlq_offset, "marks_offset": self.marks_offset,
             "live": run.live.snapshot() if run.live is not None else None,
-            "sink": {"count": run.sink.count, "batches": [(list(k), n) for k, n in run.sink.batches.items()]},
+            "sink": {"count": run.sink.count, "batches": [(list(k), n) for k, n in run.sink.batches.items()],
+                     "rows": None if rows is None else [(list(k), n) for k, n in rows.seq.items()]},
+            "rows_offset": self.rows_offset,
             "links": _links(run.transport.stats), "received": _links(c.received),
             "naive": [(list(k), n) for k, n in c.naive.items()],
             "totals": {"inputs": [(list(k), n) for k, n in totals.inputs.items()],
@@ -231,8 +246,7 @@ class NodeCheckpoints:
         except (CheckpointError, KeyError, TypeError, ValueError) as e:
             raise ClusterError(f"node {self.site}: the checkpoint at {self.store.tag}#meta does not fit this "
                                f"plan ({e}); delete the keys {self.store.tag}* to start the run over") from None
-        run.sink.count = c["sink"]["count"]
-        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}
+        self._restore_sink(run, c)
         _unlinks(c["links"], run.transport.stats)
         _unlinks(c["received"], run.counters.received)
         for k, n in c["naive"]:
@@ -248,6 +262,15 @@ class NodeCheckpoints:
             t.late[tuple(k)] = n
         self.out_offset, self.dlq_offset, self.marks_offset = c["out_offset"], c["dlq_offset"], c["marks_offset"]
         return {(t, p): off for t, p, off in c["positions"]}
+
+    def _restore_sink(self, run: Run, c: dict[str, Any]) -> None:
+        """The sink's counters: results, result batches and rows numbered so far, and the sink topic's offset."""
+        run.sink.count = c["sink"]["count"]
+        run.sink.batches = {tuple(k): n for k, n in c["sink"]["batches"]}
+        rows = _rows(run)
+        if rows is not None:
+            rows.seq = {tuple(k): n for k, n in c["sink"].get("rows") or ()}
+            self.rows_offset = c.get("rows_offset")
 
     def delivered(self, bootstrap: str, query: Query, run: Optional[str],
                   timeout_s: float = 30.0) -> dict[tuple[int, int, int], int]:
@@ -317,6 +340,26 @@ def _restore_host(run: Run, c: dict[str, Any]) -> None:
         run.host = adaptive.restore(c["adaptive"])
     else:
         checkpoint.restore(run.host, c["host"])
+
+
+def delivered_rows(bootstrap: str, topic: str, start: Optional[int], site: str,
+                   run: Optional[str]) -> dict[tuple[int, int, int], int]:
+    """Per (partition, generation, head stream position): 1 + the highest row number ``site`` wrote to partition 0
+    of the sink ``topic`` in ``run`` from offset ``start`` on (None: the beginning) -- the rows a restarted node
+    must not write again (``joinlib.adapters.kafka_rows``)."""
+    skip: dict[tuple[int, int, int], int] = {}
+    for headers, _ in read_topic_from(bootstrap, topic, start, site, run, site_header=SITE_HEADER):
+        seq = headers.get(SEQ_HEADER)
+        if isinstance(seq, bytes):
+            part, gen, head, n = (int(x) for x in seq.decode().split("."))
+            skip[(part, gen, head)] = max(skip.get((part, gen, head), 0), n + 1)
+    return skip
+
+
+def _rows(run: Any) -> Any:
+    """The rows part of ``run``'s sink (:class:`~joinlib.adapters.kafka_rows.RowsOut`), or None: a query without
+    rows on a sink topic, or a tree operator's sink (which writes ids only)."""
+    return getattr(run.sink, "rows", None)
 
 
 def _end(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:

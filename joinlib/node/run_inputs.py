@@ -15,6 +15,7 @@ from joinlib.adapters.kafka import (
     ensure_topics,
     node_topic,
     out_topic,
+    sink_topics,
     source_topic,
     warm_up,
 )
@@ -48,7 +49,7 @@ class RunInputs:
         (absent: the beginning)."""
         run, q = self.run, self.run.q
         extra = [dlq_topic(run.live_name), marks_topic(run.live_name)] if run.live is not None else []
-        ensure_topics(run.admin, [out_topic(q.name), *extra])
+        ensure_topics(run.admin, [out_topic(q.name), *sink_topics(q), *extra])
         ensure_partitions(run.admin, [self.my_topic, *self.src_topics], run.scope.topic_parts)
         part = run.scope.part or 0   # the partition of the source and node topics read here
 
@@ -61,7 +62,7 @@ class RunInputs:
                     + (run.live.topic_partitions() if run.live is not None else []))
         run.consumer.assign(self.tps)
         warm_up(run.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC]
-                + extra)
+                + sink_topics(q) + extra)
 
     # ------------------------------------------------------------------ one message
     def handle(self, m: Any, now: float) -> None:

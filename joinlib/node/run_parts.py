@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 from joinlib.adapters.kafka import KafkaResultSink
+from joinlib.adapters.kafka_rows import RowsOut
 from joinlib.model import Query, Stream, Tup
 from joinlib.runtime.sink import Sink
 
@@ -74,7 +75,7 @@ class PlanOutput:
     out_query: Optional[Query] = None
 
     def sink(self, run: Any) -> Sink:
-        return KafkaResultSink(run.out, run.q, run.site, headers=run.headers)
+        return KafkaResultSink(run.out, run.q, run.site, headers=run.headers, rows=rows_out(run))
 
     def after_step(self, run: Any) -> None:
         """After each step of the host (an operator hands its derived stream over)."""
@@ -88,3 +89,11 @@ class PlanOutput:
 
     def restore(self, st: Any) -> None:
         """The inverse of :meth:`state`, on resuming."""
+
+
+def rows_out(run: Any) -> Optional[RowsOut]:
+    """The rows part of ``run``'s sink when its query writes rows to a sink topic (docs/sql.md), else None."""
+    q = run.q
+    if q.output.sink_topic is None:
+        return None
+    return RowsOut(run.out, q, run.site, run.origin, run.headers)

@@ -48,6 +48,7 @@ from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
 from joinlib.ingest.records import LATE, Filtered
 from joinlib.model import Query, Stream, Tup
 from joinlib.protocol import avro
+from joinlib.rows import names_every_field
 
 MARKS_FLUSH_TIMEOUT_S = 10.0
 MARKS_WARN_S = 5.0       # an idle advance not logged after this long: say that Kafka is awaited
@@ -179,7 +180,7 @@ class LiveInputs:
             schemas = None
             if s.source.format == "avro" and s.source.registry:
                 schemas = RegistrySchemas(s.source.registry, s.source.schema, log)
-            src = _Source(s, Decoder(s, s.source, origin_ms, schemas),
+            src = _Source(s, Decoder(s, s.source, origin_ms, schemas, named=names_every_field(query)),
                           StreamIngest(s, parts, tau=ex.interval_ms, delta=ex.max_delay_ms,
                                        idle_timeout=ex.idle_timeout_ms, now=now))
             self.sources[s.name] = src

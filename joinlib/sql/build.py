@@ -46,7 +46,7 @@ STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 #: options of CREATE STREAM out WITH (...) AS SELECT: the key path each one sets in the query's YAML document
 QUERY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "topic": ("output", "topic"), "format": ("output", "format"),
+    "topic": ("output", "topic"), "format": ("output", "format"), "registry": ("output", "registry"),
     "latency": ("network", "latency"), "bandwidth": ("network", "bandwidth"), "nodes": ("network", "nodes"),
     "links": ("network", "links"), "topology": ("network",),
     "interval": ("execution", "interval"), "max_delay": ("execution", "max_delay"),

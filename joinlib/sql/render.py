@@ -155,6 +155,8 @@ def _query_options(doc: dict[str, Any], output: Output) -> list[tuple[str, Any]]
         opts.append(("topic", output.topic))
     if output.format != "json":
         opts.append(("format", output.format))
+    if output.registry is not None:
+        opts.append(("registry", output.registry))
     net = doc["network"]
     opts += [("latency", net["latency"]), ("bandwidth", net["bandwidth"])]
     if "nodes" in net:

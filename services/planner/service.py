@@ -71,7 +71,7 @@ from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
 from joinlib.node.live_queries import read_results, source_starts
-from joinlib.node.sources import live_streams
+from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
 from joinlib.planner.explained import explain_query
 from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
@@ -120,6 +120,7 @@ class QueryStatus:
     live: bool = False
     origin_ms: int = 0
     out_start: int = 0
+    rows_start: int = 0          # where the run's rows start on its sink topic (a query writing rows there)
     stopping: bool = False
     stats: Optional[QueryStats] = None
     uses: list = field(default_factory=list)      # the operator deployments it reads (docs/multiquery.md)
@@ -157,6 +158,8 @@ def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 
     st.operator = dict(msg.operator) if msg.operator is not None else None
     try:
         st.query = query if query is not None else parse_query(msg.query, name)
+        sink = st.query.output.sink_topic
+        st.rows_start = int((msg.offsets or {}).get(sink) or 0) if sink is not None else 0
         st.stats = QueryStats(st.query, central(st.query).sequences[0].start or st.query.sites[0])
     except (JoinlibError, KeyError, TypeError):
         pass
@@ -182,6 +185,7 @@ class PlannerService:
         self.queries: dict[str, QueryStatus] = {}
         self.lock = threading.Lock()
         self._stop = threading.Event()
+        self._registries: dict[str, RegistrySchemas] = {}
         self.rejections = Rejections("planner", sensor, lambda m: print(f"[planner] {m}", file=sys.stderr, flush=True))
         self._reject = self.rejections.control(CONTROL_TOPIC)
         self._watcher = threading.Thread(target=self._watch, name="control-watcher", daemon=True)
@@ -275,8 +279,9 @@ class PlannerService:
             cur = self.queries.get(name)
         if cur is None or cur.query is None:
             raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
+        rows = cur.query.output.sink_topic is not None
         if start == "beginning":
-            offset = cur.out_start
+            offset = cur.rows_start if rows else cur.out_start
         elif start == "end":
             offset = -1
         else:
@@ -285,7 +290,15 @@ class PlannerService:
             except ValueError:
                 raise JoinlibError(f"from={start!r}: expected beginning, end or an offset") from None
         return read_results(self.bootstrap, cur.query, cur.run, cur.origin_ms, offset,
-                            max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)))
+                            max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)), self._schemas(cur.query))
+
+    def _schemas(self, query: Query) -> Optional[RegistrySchemas]:
+        """The writer schemas of an Avro sink's rows, from its registry (cached per registry URL)."""
+        url = query.output.registry
+        if url is None:
+            return None
+        with self.lock:
+            return self._registries.setdefault(url, RegistrySchemas(url, None, self.rejections.log))
 
     def values(self, name: str) -> dict:
         """The live per-value rates of query ``name`` (``joinlib stats NAME --live --values FILE``)."""

@@ -49,11 +49,11 @@ from joinlib.protocol.messages import (
     WindowSnapshot,
 )
 from joinlib.query import parse_query, query_to_dict
+from tests.integration.registry import Registry
 from tests.integration.test_live import (
     AVRO_SCHEMA,
     Recorder,
     _free_port,
-    _Registry,
     advances,
     dead_letters,
     results_via_cli,
@@ -177,9 +177,9 @@ def stack(kafka_bootstrap, redis_url, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def registry():
-    reg = _Registry({GOOD_ID: AVRO_SCHEMA, WRONG_ID: WRONG_AVRO_SCHEMA})
+    reg = Registry({GOOD_ID: AVRO_SCHEMA, WRONG_ID: WRONG_AVRO_SCHEMA})
     yield reg
-    reg.server.shutdown()
+    reg.close()
 
 
 @pytest.fixture(scope="module")

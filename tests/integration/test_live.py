@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -32,6 +31,7 @@ from joinlib.ingest.records import SchemaLookup
 from joinlib.model import Query, Stream
 from joinlib.query import parse_query, query_to_dict
 from joinlib.source_spec import SourceSpec
+from tests.integration.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 45
@@ -330,32 +330,6 @@ def test_a_silent_site_does_not_stall_the_others(services, make_topic, tmp_path)
 # ----------------------------------------------------------------------------- avro
 
 
-class _Registry:
-    """A tiny Confluent schema registry: GET /schemas/ids/<id> (real HTTP, in this process)."""
-
-    def __init__(self, schemas: dict[int, dict]) -> None:
-        body = {i: json.dumps({"schema": json.dumps(s)}).encode() for i, s in schemas.items()}
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                try:
-                    data = body[int(self.path.rstrip("/").rsplit("/", 1)[1])]
-                except (KeyError, ValueError):
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
 AVRO_SCHEMA = {"type": "record", "name": "Packet", "fields": [
     {"name": "id", "type": "long"}, {"name": "ts", "type": "long"}, {"name": "dest", "type": "string"},
     {"name": "payload", "type": "string"}]}
@@ -372,7 +346,7 @@ def test_avro_with_a_schema_registry(services, make_topic, tmp_path):
     from joinlib.adapters.kafka import make_producer
     from joinlib.ingest.events import EventGen
     from joinlib.source_spec import SourceSpec
-    reg = _Registry({7: AVRO_SCHEMA})
+    reg = Registry({7: AVRO_SCHEMA})
     sites = _sites(2)
     services.start_nodes(sites)
     topics = make_topics(make_topic, 2, partitions=2)
@@ -412,7 +386,7 @@ def test_avro_with_a_schema_registry(services, make_topic, tmp_path):
     dead = {d[0]: d[1] for d in dead_letters(services.bootstrap, q, out["run"])}
     assert dead == want.dead and Counter(dead.values())["bad_avro"] == 8
     services.planner.stop(q.name)
-    reg.server.shutdown()
+    reg.close()
 
 
 # ----------------------------------------------------------------------------- restart

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,8 +169,20 @@ def test_yaml_output_section() -> None:
                          (["C.k"], "unknown stream 'C'"), (["A.k +1"], "cannot read")):
         with pytest.raises(QueryError, match=message):
             parse_query({**d, "output": {"select": bad}}, "q.yaml")
-    with pytest.raises(QueryError, match="Avro sinks are not supported yet"):
-        parse_query({**d, "output": {"format": "avro"}}, "q.yaml")
+    avro: dict[str, Any] = {"select": ["A.k"], "topic": "t", "format": "avro", "registry": "http://localhost:8081"}
+    assert parse_query({**d, "output": avro}, "q.yaml").output.registry == "http://localhost:8081"
+    assert query_to_dict(parse_query({**d, "output": avro}, "q.yaml"))["output"] == avro
+    avro_errors: list[tuple[dict[str, Any], str]] = [
+        ({"format": "avro"}, "an Avro sink writes rows: give a SELECT list"),
+        ({**avro, "select": ["*"]}, "instead of '\\*' or 'S1.\\*'"),
+        ({**avro, "topic": None}, "an Avro sink needs its topic"),
+        ({**avro, "registry": None}, "an Avro sink needs 'registry'"),
+        ({**avro, "registry": "localhost"}, "output.registry: expected an http\\(s\\) URL"),
+        ({"select": ["A.k"], "registry": "http://r"}, "'registry' applies to Avro sinks only"),
+        ({"format": "csv"}, "unknown sink format 'csv'; choose from json, avro")]
+    for output, message in avro_errors:
+        with pytest.raises(QueryError, match=message):
+            parse_query({**d, "output": output}, "q.yaml")
 
 
 def _swap(old: str, new: str, text: str = BASE) -> str:
@@ -267,8 +280,13 @@ ERRORS = [
      "a json source needs its event time"),
     ("source-bad-format", _swap("(site = 'r1')", "(site = 'r1', topic = 'ev', timestamp = 'ts', format = 'csv')"),
      ("'csv'", 1), "format: unknown format 'csv'"),
-    ("sink-format", _swap("CREATE STREAM out AS", "CREATE STREAM out WITH (format = 'avro') AS"), ("'avro'", 1),
-     "Avro sinks are not supported yet"),
+    ("sink-format", _swap("CREATE STREAM out AS", "CREATE STREAM out WITH (format = 'csv') AS"), ("'csv'", 1),
+     "unknown sink format 'csv'; choose from json, avro"),
+    ("sink-avro-star", _swap("CREATE STREAM out AS", "CREATE STREAM out WITH (topic = 'm', format = 'avro') AS"),
+     ("'avro'", 1), "an Avro sink's schema is derived from the SELECT list"),
+    ("sink-avro-registry", _swap("SELECT *", "SELECT s1.dest", _swap(
+        "CREATE STREAM out AS", "CREATE STREAM out WITH (topic = 'm', format = 'avro') AS")), ("'avro'", 1),
+     "an Avro sink needs 'registry'"),
     ("sink-topic", _swap("CREATE STREAM out AS", "CREATE STREAM out WITH (topic = 'a b') AS"), ("'a b'", 1),
      "topic: expected a Kafka topic name"),
     ("links", _swap("CREATE STREAM out AS", "CREATE STREAM out WITH (links = 'x -> r1 5ms') AS"),
