@@ -67,7 +67,8 @@ class RowsOut:
     with each call's groups): numbers, skips (``skip``: per key, how many rows a predecessor delivered) and
     produces; the Avro schema is registered when the first row is written."""
 
-    def __init__(self, out: Producing, query: Query, site: str, origin_ms: int, headers: Any = None) -> None:
+    def __init__(self, out: Producing, query: Query, site: str, origin_ms: int, headers: Any = None,
+                 written: Optional[Callable[[int], None]] = None) -> None:
         assert query.output.columns is not None and query.output.topic is not None
         self.out, self.query = out, query
         self.topic = query.output.topic
@@ -78,6 +79,7 @@ class RowsOut:
         self.seq: dict[Key, int] = {}
         self.skip: dict[Key, int] = {}
         self._avro: Optional[AvroRows] = None
+        self._written = written   # told how many rows each emit produced (the rows/s metric)
 
     def encode(self, row: Record) -> bytes:
         if self.query.output.format == "json":
@@ -91,12 +93,16 @@ class RowsOut:
     def emit(self, key: Key, head_pos: int, pos: int, groups: list[Group]) -> None:
         n, skip = self.seq.get(key, 0), self.skip.get(key, 0)
         tag = f"{key[0]}.{key[1]}.{key[2]}."
+        produced = 0
         for row in group_rows(self.columns, self.names, self.record, head_pos, pos, groups, self.origin):
             if n >= skip:
                 self.out.produce(self.topic, self.encode(row), None,
                                  [*self.headers, (SEQ_HEADER, (tag + str(n)).encode())])
+                produced += 1
             n += 1
         self.seq[key] = n
+        if produced and self._written is not None:
+            self._written(produced)
 
 
 def read_rows(bootstrap: str, query: Query, run: Optional[str], start: int, max_rows: int, wait_s: float,

@@ -98,6 +98,9 @@ class PrometheusSensor(AdaptiveSensor):
         self.results = Counter(
             "joinlib_results", "Join results emitted by the node at site for a query.",
             ["site", "query"], registry=r)
+        self.rows = Counter(
+            "joinlib_rows_written", "Result rows written by the node at site to a query's sink topic (docs/sql.md).",
+            ["site", "query", "topic"], registry=r)
         self.inputs = Counter(
             "joinlib_input_tuples", "Source tuples of a stream received by the node at its home site.",
             ["site", "stream"], registry=r)
@@ -201,6 +204,9 @@ class PrometheusSensor(AdaptiveSensor):
 
     def on_results(self, site: str, query: str, n: int) -> None:
         self._child(self.results, site, query).inc(n)
+
+    def on_rows(self, site: str, query: str, topic: str, n: int) -> None:
+        self._child(self.rows, site, query, topic).inc(n)
 
     def on_late(self, site: str, kind: str) -> None:
         self._child(self.late, site, kind).inc()

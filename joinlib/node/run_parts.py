@@ -96,4 +96,10 @@ def rows_out(run: Any) -> Optional[RowsOut]:
     q = run.q
     if q.output.sink_topic is None:
         return None
-    return RowsOut(run.out, q, run.site, run.origin, run.headers)
+    on_rows = getattr(run.svc.sensor, "on_rows", None)   # the service's Prometheus sensor: rows/s
+    topic = q.output.sink_topic
+
+    def written(n: int) -> None:
+        if on_rows is not None:
+            on_rows(run.site, q.name, topic, n)
+    return RowsOut(run.out, q, run.site, run.origin, run.headers, written)

@@ -121,9 +121,13 @@ def overview_panels(L: Layout) -> None:
         [target(f"sum by (site, stream) (rate(joinlib_input_tuples_total{{{SITE}}}[{RI}]))",
                 "{{site}} {{stream}}")], "short"), 8, 8)
     L.add(timeseries(
-        "Results/s", "Join results per second emitted by each node, per query.",
+        "Results/s and rows/s", "Join results per second emitted by each node, per query; and, for a query "
+        "with a SELECT list and a sink topic, the rows per second written there (joinlib_rows_written_total: "
+        "equal to the results once the node has caught up).",
         [target(f'sum by (site, query) (rate(joinlib_results_total{{{SITE}, query=~"$query"}}[{RI}]))',
-                "{{query}} @ {{site}}")], "short"), 8, 8)
+                "{{query}} @ {{site}}"),
+         target(f'sum by (site, query, topic) (rate(joinlib_rows_written_total{{{SITE}, query=~"$query"}}[{RI}]))',
+                "rows {{query}} @ {{site}} → {{topic}}", "B")], "short"), 8, 8)
     L.add(stat(
         "Shipped / naive bytes", "Bytes actually shipped between sites over the selected time range, "
         "as a fraction of what shipping every tuple to every other site would have cost "

@@ -113,6 +113,10 @@ def test_json_rows_of_a_projection_and_a_where(services, make_topic, tmp_path): 
     msgs = read_topic(services.bootstrap, sink, out["run"])
     assert len(msgs) == sum(want.values()) and all(m.key() is None for m in msgs)
     assert len({dict(m.headers())["joinlib.seq"] for m in msgs}) == len(msgs)
+    written = [s for n in services.nodes for fam in n.registry.collect() for s in fam.samples
+               if s.name == "joinlib_rows_written_total" and s.labels["query"] == q.name]
+    assert {s.labels["topic"] for s in written} == {sink}   # the dashboards' rows/s
+    assert sum(s.value for s in written) == len(msgs)
     first = json.loads(msgs[0].value())
     assert list(first) == ["dest", "id1", "id2", "p3", "t3", "ids", "ts"] and first["p3"] == "x" * 20
     handle = QueryHandle(connect(services.url), q, q.name, out["run"], out["plan"])   # the Python API: the same rows
