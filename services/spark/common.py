@@ -270,6 +270,29 @@ def decode_results(df):
     return good.unionByName(bad)
 
 
+def decode_rows(df, query: str, fmt: str, avro_schema: Optional[str] = None):
+    """Kafka records of a query's sink topic (result rows, docs/sql.md) -> the columns :func:`decode_results`
+    gives, one row per result: ``head`` is ``"rows"`` (a row names no head stream), ``head_ts`` the row's ``ts``,
+    ``emit_ms`` the record's Kafka timestamp (the producer's clock when the result site wrote it), ``ids`` the
+    row's ``ids``.  ``fmt`` ``json``, or ``avro`` in the Confluent wire format with ``avro_schema`` (the rows'
+    schema, :func:`joinlib.rows_avro.row_schema`: the registered one, derived from the query alone)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    if fmt == "json":
+        r = F.from_json(F.col("value").cast("string"), "ts BIGINT, ids MAP<STRING,BIGINT>")
+    else:
+        assert avro_schema is not None, "Avro rows need their schema"
+        body = F.expr("substring(value, 6, length(value) - 5)")   # past the magic byte and the schema id
+        r = from_avro(body, avro_schema, {"mode": "PERMISSIVE"})
+    b = df.select(r.alias("r"), "timestamp", "topic", "offset")
+    b = b.withColumn("malformed", F.col("r.ts").isNull())
+    ids = F.col("r.ids") if fmt == "json" else F.from_json(F.to_json(F.col("r.ids")), "MAP<STRING,BIGINT>")
+    return b.select(F.lit(query).alias("query"), F.when(~F.col("malformed"), F.lit("rows")).alias("head"),
+                    F.col("r.ts").alias("head_ts"), F.unix_millis(F.col("timestamp")).alias("emit_ms"),
+                    F.when(~F.col("malformed"), ids).alias("ids"), "malformed", "topic", "offset")
+
+
 def missing_topics(bootstrap: str, topics: list[str], timeout_s: float = 10.0) -> list[str]:
     """The names of ``topics`` the broker does not have (empty: all there).  Raises
     ``joinlib.adapters.kafka.KafkaUnavailable`` (one line, no client log spam) if no broker answers."""

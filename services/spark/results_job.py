@@ -7,6 +7,10 @@ Reads ``out.<query>`` (every ``out.*`` topic without ``--query``) from the earli
 decodes the ``joinlib.ResultBatch`` values (Avro, in the JVM, one row per result) and keeps, per query, head stream and
 event-time window of ``head_ts`` (tumbling, ``--window``):
 
+With ``--rows --query Q.sql`` (a query file with a SELECT list and a sink ``topic``) it reads the query's result
+rows from that topic instead (JSON, or Avro in the Confluent wire format, decoded with the rows' schema derived
+from the query: docs/sql.md): ``head`` is ``rows``, ``head_ts`` a row's ``ts``, ``emit_ms`` its Kafka timestamp.
+
     results, latency_mean_ms, latency_p50_ms, latency_p95_ms, latency_max_ms
 
 where latency = ``emit_ms - (t0 + head_ts / rate_scale)``: with the defaults (t0 = 0, scale 1)
@@ -50,6 +54,7 @@ from services.spark.common import (
     build_session,
     check_spark_setup,
     decode_results,
+    decode_rows,
     env,
     error_line,
     info_line,
@@ -76,7 +81,7 @@ def query_name(spec: Optional[str]) -> Optional[str]:
     if not spec:
         return None
     p = Path(spec)
-    if p.suffix in (".yaml", ".yml") or p.is_file():
+    if p.suffix in (".yaml", ".yml", ".sql") or p.is_file():
         from joinlib.sql import load_query_file
 
         return load_query_file(p).name
@@ -173,6 +178,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                              "out.<query> topics (Spark Structured Streaming).")
     ap.add_argument("--query", help="query name or query .yaml (default: every out.* topic)")
     ap.add_argument("--topic", help="read this topic instead of out.<query>")
+    ap.add_argument("--rows", action="store_true",
+                    help="read the query's result rows from its sink topic (--query: a query file with a SELECT "
+                         "list and a topic; docs/sql.md) instead of out.<query>")
     ap.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
     sink = ap.add_mutually_exclusive_group()
     sink.add_argument("--out", help="Parquet output directory (default: $SPARK_OUTPUT_DIR; else --console)")
@@ -199,6 +207,7 @@ class _Options:
     trigger_ms: int
     watermark_ms: Optional[int]
     name: Optional[str]  # the query, or None: every out.<query> topic
+    rows: Optional[tuple[str, str, Optional[str]]] = None   # --rows: (sink topic, format, Avro schema JSON)
 
 
 def _options(args: argparse.Namespace) -> _Options:
@@ -209,7 +218,25 @@ def _options(args: argparse.Namespace) -> _Options:
     watermark_ms = parse_window_ms(args.watermark) if args.watermark else None
     if args.rate_scale <= 0:
         raise ValueError(f"--rate-scale must be positive, not {args.rate_scale}")
-    return _Options(bootstrap, window_ms, trigger_ms, watermark_ms, query_name(args.query))
+    rows = _rows_source(args.query) if args.rows else None
+    return _Options(bootstrap, window_ms, trigger_ms, watermark_ms, query_name(args.query), rows)
+
+
+def _rows_source(spec: Optional[str]) -> tuple[str, str, Optional[str]]:
+    """``--rows``: the sink topic, format and (Avro) rows' schema of the query file ``spec``."""
+    import json
+
+    from joinlib.rows_avro import row_schema
+    from joinlib.sql import load_query_file
+
+    if not spec or not Path(spec).is_file():
+        raise ValueError("--rows needs --query QUERY_FILE (.sql or .yaml): the rows' topic and format are the query's")
+    q = load_query_file(Path(spec))
+    topic = q.output.sink_topic
+    if topic is None:
+        raise ValueError(f"{spec}: the query writes no rows to a topic (it needs a SELECT list and WITH (topic = ...))")
+    schema = json.dumps(row_schema(q)) if q.output.format == "avro" else None
+    return topic, q.output.format, schema
 
 
 def _writer(stats: DataFrame, args: argparse.Namespace, opts: _Options, out: Optional[str],
@@ -224,7 +251,7 @@ def _writer(stats: DataFrame, args: argparse.Namespace, opts: _Options, out: Opt
     else:
         out_dir = Path(out)
         checkpoint = (Path(args.checkpoint) if args.checkpoint
-                      else out_dir / "_checkpoints" / (name or topic or "all"))
+                      else out_dir / "_checkpoints" / ((name or topic or "all") + (".rows" if opts.rows else "")))
         w = w.foreachBatch(_parquet_writer(out_dir / "windows")).option("checkpointLocation", str(checkpoint))
     return w.trigger(availableNow=True) if args.once else w.trigger(processingTime=f"{opts.trigger_ms} milliseconds")
 
@@ -257,7 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     name, bootstrap = opts.name, opts.bootstrap
     out = None if args.console else (args.out or env("SPARK_OUTPUT_DIR"))
-    topic = args.topic or (f"out.{name}" if name else None)
+    topic = opts.rows[0] if opts.rows else args.topic or (f"out.{name}" if name else None)
     what = topic or f"every topic matching {OUT_PATTERN}"
 
     try:
@@ -274,7 +301,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         raw = kafka_source(spark, bootstrap, topics=[topic] if topic else None,
                            pattern=None if topic else OUT_PATTERN, streaming=True)
-        stats = window_stats(decode_results(raw), opts.window_ms, t0_ms=args.t0_ms, rate_scale=args.rate_scale,
+        results = decode_rows(raw, name, opts.rows[1], opts.rows[2]) if opts.rows and name else decode_results(raw)
+        stats = window_stats(results, opts.window_ms, t0_ms=args.t0_ms, rate_scale=args.rate_scale,
                              watermark_ms=opts.watermark_ms)
         w = _writer(stats, args, opts, out, topic)
         t0 = time.monotonic()

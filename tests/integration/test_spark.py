@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
@@ -338,3 +339,54 @@ def test_spark_jobs_on_the_output_of_a_real_cluster_run(spark_ready, kafka_boots
     assert p.returncode == 0, f"audit_job exit {p.returncode}:\n{p.stderr[-4000:]}"
     result = json.loads(audit.read_text())
     assert result["ok"] is True and result["expected"] == result["delivered"] == sum(expected.values())
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_results_job_counts_a_query_s_rows_on_its_sink_topic(spark_ready, dataset, kafka_bootstrap, kafka_admin,
+                                                             tmp_path, fmt):
+    """``results_job --rows``: a query's result rows (docs/sql.md, as a result site writes them: JSON, or Avro in
+    the Confluent wire format) give the same per-window counts as the results, with the record's Kafka timestamp
+    as the emit time; a record that does not decode is not counted."""
+    import orjson
+    from confluent_kafka import Producer
+
+    from joinlib.rows_avro import AvroRows, row_schema
+    from services.spark.results_job import read_window_stats
+
+    query, _, _, results = dataset
+    d = query_to_dict(query)
+    d["name"] = f"{query.name}_rows_{fmt}"
+    topic = f"rows.{d['name']}"
+    d["output"] = {"select": ["S1.dest", "S1.id AS id1"], "topic": topic, "format": fmt,
+                   **({"registry": "http://127.0.0.1:9"} if fmt == "avro" else {})}
+    q = parse_query(d, "rows query")
+    qfile = tmp_path / "rows.yaml"
+    dump_query(q, qfile)
+    ensure_topics(kafka_admin, [topic])
+    names = list(q.names)
+    avro = AvroRows(row_schema(q), 7) if fmt == "avro" else None
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    # emitted "now": records stamped in 1970 are past the broker's retention and may be deleted before Spark reads
+    base = int(time.time() * 1000) - 60_000
+    for ids, ts, _ in results:
+        row = {"dest": f"10.0.0.{ids[0] % 7}", "id1": ids[0], "ids": dict(zip(names, ids, strict=True)), "ts": ts}
+        value = orjson.dumps(row) if avro is None else avro.encode(row)
+        p.produce(topic, value, None, timestamp=base + ts + _latency(ids, ts))
+        p.poll(0)
+    p.produce(topic, b"\x00\x00\x00\x00\x07garbage" if avro else b"{not json", None, timestamp=base)
+    assert p.flush(60) == 0
+    out = tmp_path / "spark-rows"
+    r = _run_job("results_job", "--query", str(qfile), "--rows", "--bootstrap", kafka_bootstrap, "--out", str(out),
+                 "--window", f"{WINDOW_MS}ms", "--once", "--t0-ms", str(base))
+    assert r.returncode == 0, f"results_job --rows failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    lat: dict = defaultdict(list)
+    for ids, ts, _ in results:
+        lat[ts // WINDOW_MS * WINDOW_MS].append(_latency(ids, ts))
+    stats = read_window_stats(out, q.name)
+    assert set(stats["head"]) == {"rows"}, r.stderr[-3000:]
+    got = {int(r.window_start_ms): r for r in stats.itertuples()}
+    assert set(got) == set(lat)
+    for w, xs in lat.items():
+        assert got[w].results == len(xs)
+        assert got[w].latency_mean_ms == pytest.approx(sum(xs) / len(xs))
+        assert got[w].latency_max_ms == max(xs)
