@@ -51,11 +51,19 @@ def window_tuples(s: Stream) -> float:
 
 
 def full_bytes(s: Stream) -> float:
-    """F_Si: ``tuple_bytes``, else attributes × 5 + 16 (ts, id) + 8 per join attribute."""
-    if s.stats.tuple_bytes is not None:
-        return float(s.stats.tuple_bytes)
+    """F_Si: ``tuple_bytes``, else attributes × 5 + 16 (ts, id) + 8 per join attribute -- less what a live source
+    does not carry: a source that carries k of the ``attributes`` payload attributes (its ``attributes`` list: what
+    the query's SELECT list needs, docs/sql.md "What is carried") ships k / attributes of the payload, and one that
+    carries none ships no payload at all."""
     attrs = DEFAULT_ATTRIBUTES if s.stats.attributes is None else s.stats.attributes
-    return float(attrs * BYTES_PER_ATTRIBUTE + TUPLE_OVERHEAD + KEY_BYTES * len(s.join_attrs))
+    head = float(TUPLE_OVERHEAD + KEY_BYTES * len(s.join_attrs))
+    full = float(s.stats.tuple_bytes) if s.stats.tuple_bytes is not None else attrs * BYTES_PER_ATTRIBUTE + head
+    carried = None if s.source is None or s.source.attributes is None else len(s.source.attributes)
+    if carried == 0:   # the join values, the id and the time only
+        return min(full, head)
+    if carried is None or not s.stats.attributes or carried >= s.stats.attributes:
+        return full   # everything, or a part of a payload whose attributes are not counted
+    return head + max(0.0, full - head) * carried / s.stats.attributes
 
 
 def selectivity(s: Stream, attr: str) -> float:

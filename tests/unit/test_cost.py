@@ -333,3 +333,28 @@ def test_explain_validates():
     from joinlib.errors import PlanError
     with pytest.raises(PlanError):
         explain(q, bad, PaperModel())
+
+
+def test_a_live_source_s_tuples_are_priced_by_what_they_carry(tmp_path):
+    """Only the attributes the SELECT list needs travel from a live source (docs/sql.md "What is carried"): the
+    byte model prices k of the declared payload attributes, none for a source that carries only its join values;
+    a source carrying everything, and data files, keep the declared size."""
+    from joinlib.sql import load_query_file
+    text = """
+    CREATE STREAM S1 (id BIGINT, ts BIGINT, dest VARCHAR, a VARCHAR, b VARCHAR)
+      WITH (site = 'r1', rate = 10, attributes = 4, tuple_bytes = 416, topic = 'e1', timestamp = 'ts');
+    CREATE STREAM S2 (id BIGINT, ts BIGINT, dest VARCHAR, a VARCHAR)
+      WITH (site = 'r2', rate = 10, attributes = 4, tuple_bytes = 416, topic = 'e2', timestamp = 'ts');
+    CREATE STREAM S3 (id BIGINT, ts BIGINT, dest VARCHAR)
+      WITH (site = 'r3', rate = 10, attributes = 4, tuple_bytes = 416, topic = 'e3', timestamp = 'ts', carry = 'all');
+    CREATE STREAM q WITH (topic = 'rows.q') AS SELECT S1.dest, S1.a, S1.b, S2.id AS i2, S3.id AS i3
+      FROM S1 JOIN S2 WITHIN 1 SECONDS ON S1.dest = S2.dest JOIN S3 WITHIN 1 SECONDS ON S2.dest = S3.dest;
+    """
+    (tmp_path / "q.sql").write_text(text)
+    q = load_query_file(tmp_path / "q.sql")
+    s1, s2, s3 = q.streams
+    assert s1.source is not None and s1.source.attributes == ("a", "b")
+    head = 16 + 8 * len(s1.join_attrs)
+    assert full_bytes(s1) == pytest.approx(head + (416 - head) * 2 / 4)
+    assert full_bytes(s2) == head                      # the join value only: no payload travels
+    assert full_bytes(s3) == 416                       # carry = 'all'
