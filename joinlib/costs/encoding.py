@@ -78,6 +78,9 @@ class Encoding:
         self._key_values = key_values
         self._tups: dict[str, Tup] = {}
         self._cache: dict[tuple[object, ...], float] = {}
+        self._poissons: dict[tuple[tuple[object, ...], float], float] = {}
+        #: expected bytes per (src, dst, message): :func:`joinlib.costs.model.price`'s memo
+        self.priced: dict[tuple[str, str, object], float] = {}
         self._bodies: dict[tuple[object, ...], Body] = {}
         self._flow = 1
         self._epoch = max(0, int(horizon_s * 1000 / self.tau_ms / 2))
@@ -256,6 +259,12 @@ class Encoding:
         n = max(0.0, n)
         if n == 0.0 or n > EXACT:
             return self._expected(tag, n, build)
+        hit = self._poissons.get((tag, n))   # the searches price one probe at many locations and in many plans
+        if hit is None:
+            hit = self._poissons[(tag, n)] = self._poisson_sum(tag, n, build)
+        return hit
+
+    def _poisson_sum(self, tag: tuple[object, ...], n: float, build: Callable[[int], float]) -> float:
         hi = int(n + 6.0 * math.sqrt(n) + 6.0)
         pk, total, mass = math.exp(-n), 0.0, 0.0
         for k in range(hi + 1):

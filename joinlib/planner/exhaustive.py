@@ -41,16 +41,23 @@ def _better(total: float, best: float) -> bool:
     return total < best - _REL_TIE * abs(best)
 
 
-def exhaustive_sequence(query: Query, model: CostModel, head: str,
-                        start: Optional[str] = None) -> tuple[Sequence, float]:
+#: the DP's table: (head, joined set, location) -> cheapest completion (cost, steps)
+Memo = dict[MemoKey, tuple[float, tuple[Step, ...]]]
+
+
+def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Optional[str] = None,
+                        cache: Optional[StepCache] = None, memo: Optional[Memo] = None) -> tuple[Sequence, float]:
     """The optimal join sequence of ``head`` and its cost (steps only), the sequence starting at
     ``start`` (default: the head's site).
 
-    Ties go to the earlier next stream in query order, then the earlier algorithm.
+    Ties go to the earlier next stream in query order, then the earlier algorithm.  ``cache`` and
+    ``memo`` may be shared by the calls of one (query, model): the best completion of a state does
+    not depend on where its sequence started, so the per-start searches of one head (``auto``) reuse
+    each other's states instead of each solving its own DP.
     """
-    memo: dict[MemoKey, tuple[float, tuple[Step, ...]]] = {}
+    memo = {} if memo is None else memo
     m = len(query.streams)
-    cache = StepCache(query, model)
+    cache = cache or StepCache(query, model)
 
     def best(state: SeqState) -> tuple[float, tuple[Step, ...]]:
         if len(state.joined) == m:
