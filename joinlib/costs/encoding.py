@@ -84,6 +84,10 @@ class Encoding:
         self._bodies: dict[tuple[object, ...], Body] = {}
         self._flow = 1
         self._epoch = max(0, int(horizon_s * 1000 / self.tau_ms / 2))
+        #: the wire format leaves the sites out of a message (Kafka's key and topic carry them:
+        #: :func:`joinlib.protocol.wire.encode_envelope`), so every size is the same on every link;
+        #: checked here rather than assumed, so a format that encodes them is priced per link again
+        self.sites_free = self.size("", "", KeyBatch([])) == self.size("N" * 40, "M" * 40, KeyBatch([]))
 
     # ------------------------------------------------------------ representative values
     def tup(self, stream: str) -> Tup:
@@ -142,6 +146,11 @@ class Encoding:
         return rb * asked if rb is not None else None
 
     # ------------------------------------------------------------ the message kinds
+    def link(self, src: str, dst: str) -> tuple[str, str]:
+        """The link a size depends on: ``(src, dst)``, or one for every link when sizes do not depend
+        on the sites (:attr:`sites_free`; the searches then price a message once for all links)."""
+        return ("", "") if self.sites_free else (src, dst)
+
     def size(self, src: str, dst: str, body: Body) -> int:
         """The bytes of one envelope carrying ``body`` from ``src`` to ``dst``."""
         return envelope_size(Envelope(src, dst, self._flow, self._epoch, body))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Optional
 
 from joinlib.costs.encoding import Encoding
 from joinlib.costs.flows import Probe, replica_flows, step_flows
@@ -55,11 +56,11 @@ class Replica:
 @dataclass(frozen=True)
 class SeqParts:
     """One sequence's share of the model: its replica-free steps' bytes per second, the replicas it
-    creates (its start's and its steps'), and its steps that probe one (replica signature, use)."""
+    creates (its start's and its steps'), and per replica the steps that probe it, in step order."""
 
     fixed: float
-    replicas: tuple[Replica, ...]
-    uses: tuple[tuple[str, Use], ...]
+    replicas: dict[str, Replica]
+    uses: dict[str, tuple[Use, ...]]
 
 
 class PlanPricer:
@@ -82,19 +83,19 @@ class PlanPricer:
     def _lower(self, seq: Sequence) -> SeqParts:
         q, enc = self.query, self.enc
         ir = lower(q, Plan((seq,)))
-        fixed, uses = 0.0, []
+        fixed, uses = 0.0, {}
         for sig, (st, pr) in walk(q, ir).items():
             links = tuple((name, (ir.flow(f).src, ir.flow(f).dst)) for name, f in st.flows)
             use = Use(sig, st.algorithm, pr, links)
             if st.replica is None:
                 fixed += self._flows(use, 0.0)
             else:
-                uses.append((st.replica, use))
-        reps = []
+                uses[st.replica] = uses.get(st.replica, ()) + (use,)
+        reps = {}
         for r in ir.replicas:
             f = ir.update_flow(r)
-            reps.append(Replica(r.sig, r.kind, r.stream, r.index, (f.src, f.dst)))
-        return SeqParts(fixed, tuple(reps), tuple(uses))
+            reps[r.sig] = Replica(r.sig, r.kind, r.stream, r.index, (f.src, f.dst))
+        return SeqParts(fixed, reps, uses)
 
     def _flows(self, use: Use, share: float) -> float:
         links = dict(use.links)
@@ -124,49 +125,33 @@ class PlanPricer:
 
 
 class Ensemble:
-    """A plan under change, one head at a time: who uses each replica, so that the cost of replacing
-    one sequence is the change in the replicas it touches (:meth:`delta`)."""
+    """A plan under change, one head at a time: which sequences create and probe each replica, so
+    that the cost of replacing one sequence is the change in the replicas it touches (:meth:`delta`)."""
 
     def __init__(self, pricer: PlanPricer, parts: list[SeqParts]) -> None:
         self.pricer = pricer
         self.parts = list(parts)
 
-    def _users(self, rep: str, swap: int = -1, new: SeqParts | None = None) -> tuple[Use, ...]:
-        out: list[Use] = []
+    def _group(self, sig: str, swap: int = -1, new: Optional[SeqParts] = None) -> float:
+        """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it)."""
+        rep: Optional[Replica] = None
+        users: tuple[Use, ...] = ()
         for i, p in enumerate(self.parts):
-            src = new if i == swap else p
-            assert src is not None
-            out += [u for r, u in src.uses if r == rep]
-        return tuple(out)
-
-    def _present(self, rep: str, swap: int = -1, new: SeqParts | None = None) -> Replica | None:
-        for i, p in enumerate(self.parts):
-            src = new if i == swap else p
-            assert src is not None
-            for r in src.replicas:
-                if r.sig == rep:
-                    return r
-        return None
+            src = new if i == swap and new is not None else p
+            rep = rep or src.replicas.get(sig)
+            users += src.uses.get(sig, ())
+        return self.pricer.group(rep, users) if rep is not None else 0.0
 
     def cost(self) -> float:
-        total = sum(p.fixed for p in self.parts)
-        seen: dict[str, Replica] = {}
-        for p in self.parts:
-            for r in p.replicas:
-                seen.setdefault(r.sig, r)
-        return total + sum(self.pricer.group(r, self._users(sig)) for sig, r in seen.items())
+        sigs = dict.fromkeys(sig for p in self.parts for sig in p.replicas)
+        return sum(p.fixed for p in self.parts) + sum(self._group(sig) for sig in sigs)
 
     def delta(self, i: int, new: SeqParts) -> float:
         """The change in cost when sequence ``i`` is replaced by ``new``."""
         old = self.parts[i]
         d = new.fixed - old.fixed
-        for sig in dict.fromkeys([r.sig for r in old.replicas] + [r.sig for r in new.replicas]):
-            before = self._present(sig)
-            if before is not None:
-                d -= self.pricer.group(before, self._users(sig))
-            after = self._present(sig, i, new)
-            if after is not None:
-                d += self.pricer.group(after, self._users(sig, i, new))
+        for sig in dict.fromkeys([*old.replicas, *new.replicas]):
+            d += self._group(sig, i, new) - self._group(sig)
         return d
 
     def replace(self, i: int, new: SeqParts) -> None:

@@ -32,6 +32,7 @@ from joinlib.costs.flows import (
     Inter,
     Msg,
     Probe,
+    TreeMsg,
     advance_intermediate,
     probe,
     reduction_flows,
@@ -86,6 +87,7 @@ class PlanEstimate:
 def price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
     """Expected bytes of one message ``m`` from ``src`` to ``dst`` (memoised: the searches price the
     same message on the same link in many steps and plans)."""
+    src, dst = enc.link(src, dst)
     key = (src, dst, m)
     hit = enc.priced.get(key)
     if hit is None:
@@ -160,6 +162,19 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
     """The flows of a reduction's reducers: key sets on the tree's edges, tuples shipped."""
     tau = interval_s(query)
     edges, shipped = reduction_flows(query, ir.reducers, enc)
+    est.flows += _key_sets(query, ir, enc, edges)
+    for op in ir.reducers:
+        if op.replica is not None:
+            f = ir.update_flow(ir.replica(op.replica))
+            m = _shipped_msg(query, op.stream, shipped[op.stream])
+            est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
+                                      price(enc, f.src, f.dst, m) / tau))
+
+
+def _key_sets(query: Query, ir: PlanIR, enc: Encoding, edges: dict[tuple[str, str], TreeMsg]) -> list[FlowCost]:
+    """The key-set flows of a reduction's reducers (none between two streams of one site)."""
+    tau = interval_s(query)
+    out = []
     for op in ir.reducers:
         for e in op.sends:
             assert e.out_flow is not None
@@ -169,13 +184,8 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
             t = edges[(op.stream, e.stream)]
             m = Msg(f.name, KEY_SETS.direction, KEY_SETS.kind, "filter", t.keys, op.stream, t.index,
                     fp_cost=enc.window_fp_cost(e.stream))
-            est.flows.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys,
-                                      price(enc, f.src, f.dst, m) / tau))
-        if op.replica is not None:
-            f = ir.update_flow(ir.replica(op.replica))
-            m = _shipped_msg(query, op.stream, shipped[op.stream])
-            est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
-                                      price(enc, f.src, f.dst, m) / tau))
+            out.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys, price(enc, f.src, f.dst, m) / tau))
+    return out
 
 
 def _shipped_msg(query: Query, stream: str, n: float) -> Msg:
@@ -205,12 +215,14 @@ class ReductionShape:
         return total
 
 
-def reduction_shape(inputs: Inputs, red: Reduce, enc: Encoding) -> ReductionShape:
-    """The :class:`ReductionShape` of ``red`` (its ``site`` is ignored)."""
+def reduction_shape(inputs: Inputs, red: Reduce, enc: Encoding,
+                    rhos: Optional[dict[tuple[str, str], float]] = None) -> ReductionShape:
+    """The :class:`ReductionShape` of ``red`` (its ``site`` is ignored; ``rhos``: see
+    :func:`~.flows.reduction_flows`)."""
     query = inputs.query
     ir = lower(query, Plan((), red))   # no sequences: the reducers and their key sets only
-    keys = estimate_ir(inputs, ir, enc).bytes_per_s
-    _, shipped = reduction_flows(query, ir.reducers, enc)
+    edges, shipped = reduction_flows(query, ir.reducers, enc, rhos)
+    keys = sum(f.bytes_per_s for f in _key_sets(query, ir, enc, edges))
     return ReductionShape(keys, {n: _shipped_msg(query, n, v) for n, v in shipped.items()})
 
 
@@ -240,6 +252,8 @@ class WireModel:
         self._shapes: dict[tuple[object, ...], ReductionShape] = {}
         self._probes: dict[tuple[int, str, frozenset[str], str], Probe] = {}
         self._central: dict[tuple[int, str], Plan] = {}
+        self._costs: dict[tuple[object, ...], dict[str, float]] = {}
+        self._rhos: dict[int, dict[tuple[str, str], float]] = {}
 
     def __repr__(self) -> str:
         return f"WireModel(measured={bool(self.inputs and self.inputs.measured)})"
@@ -254,6 +268,8 @@ class WireModel:
                 self._shapes.clear()
                 self._probes.clear()
                 self._central.clear()
+                self._costs.clear()
+                self._rhos.clear()
             inputs = self.inputs if self.inputs is not None and self.inputs.query.names == query.names \
                 else from_query(query)
             if len(self._enc) > 16:
@@ -304,7 +320,8 @@ class WireModel:
         if shape is None:
             if len(self._shapes) > 50_000:
                 self._shapes.clear()
-            shape = self._shapes[key] = reduction_shape(inputs, red, enc)
+            rhos = self._rhos.setdefault(id(query), {})
+            shape = self._shapes[key] = reduction_shape(inputs, red, enc, rhos)
         return shape.cost(q, enc, red.site)
 
     # ---------------------------------------------------------------- step level (CostModel)
@@ -332,12 +349,20 @@ class WireModel:
             return dict.fromkeys(algorithms, 0.0)
         tau = interval_s(q)
         joined = frozenset(state.joined)
+        link = enc.link(src, dst)
+        ckey = (id(query), state.head, joined, stream, link, algorithms)
+        hit = self._costs.get(ckey)   # one computation for every location when sizes are the same on every link
+        if hit is not None:
+            return dict(hit)
         out = {}
         for a in algorithms:
             total = 0.0
             for fwd, m in self._step_msgs(query, state, joined, stream, a):
                 total += price(enc, src, dst, m) if fwd else price(enc, dst, src, m)
             out[a] = total / tau
+        if len(self._costs) > 200_000:
+            self._costs.clear()
+        self._costs[ckey] = dict(out)
         return out
 
     def _step_msgs(self, query: Query, state: SeqState, joined: frozenset[str], stream: str,

@@ -66,15 +66,19 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
         hit = memo.get(key)
         if hit is not None:
             return hit
-        b_cost = math.inf
+        b_cost, b_rank = math.inf, (0, 0)
         b_steps: tuple[Step, ...] = ()
-        for nxt in frontier(query, state):
-            for alg, c, succ in cache.options(state, nxt):
-                if not _better(c, b_cost):      # bound: the rest costs >= 0
-                    continue
-                rest, steps = best(succ)
-                if _better(c + rest, b_cost):
-                    b_cost, b_steps = c + rest, (Step(nxt, alg),) + steps
+        # cheapest step first: the best total found early bounds the rest (a step whose own cost
+        # reaches it is not expanded); ties still go to the earlier stream, then algorithm
+        moves = sorted((c, rank, nxt, alg, succ) for rank, (nxt, alg, c, succ) in enumerate(
+            (nxt, alg, c, succ) for nxt in frontier(query, state) for alg, c, succ in cache.options(state, nxt)))
+        for c, rank, nxt, alg, succ in moves:
+            if not _better(c, b_cost) and (_better(b_cost, c) or rank > b_rank[0]):   # bound: the rest costs >= 0
+                continue
+            rest, steps = best(succ)
+            total = c + rest
+            if _better(total, b_cost) or (not _better(b_cost, total) and rank < b_rank[0]):
+                b_cost, b_rank, b_steps = total, (rank, 0), (Step(nxt, alg),) + steps
         memo[key] = (b_cost, b_steps)
         return b_cost, b_steps
 
