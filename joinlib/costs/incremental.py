@@ -81,9 +81,9 @@ class PlanPricer:
         return hit
 
     def _lower(self, seq: Sequence) -> SeqParts:
-        q, enc = self.query, self.enc
+        q = self.query
         ir = lower(q, Plan((seq,)))
-        fixed, uses = 0.0, {}
+        fixed, uses = 0.0, dict[str, tuple[Use, ...]]()
         for sig, (st, pr) in walk(q, ir).items():
             links = tuple((name, (ir.flow(f).src, ir.flow(f).dst)) for name, f in st.flows)
             use = Use(sig, st.algorithm, pr, links)
@@ -91,7 +91,7 @@ class PlanPricer:
                 fixed += self._flows(use, 0.0)
             else:
                 uses[st.replica] = uses.get(st.replica, ()) + (use,)
-        reps = {}
+        reps: dict[str, Replica] = {}
         for r in ir.replicas:
             f = ir.update_flow(r)
             reps[r.sig] = Replica(r.sig, r.kind, r.stream, r.index, (f.src, f.dst))

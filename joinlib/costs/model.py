@@ -428,5 +428,5 @@ def _canonical_order(q: Query, head: str, joined: frozenset[str]) -> list[str]:
     return order
 
 
-__all__ = ["FlowCost", "PlanEstimate", "ReductionShape", "WireModel", "estimate", "estimate_ir", "price", "reduction_shape",
-           "walk", "window_tuples"]
+__all__ = ["FlowCost", "PlanEstimate", "ReductionShape", "WireModel", "estimate", "estimate_ir", "price",
+           "reduction_shape", "walk", "window_tuples"]

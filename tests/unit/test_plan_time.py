@@ -21,7 +21,7 @@ from joinlib.model import Execution, Network, Query
 from joinlib.plan import logical as plans
 from joinlib.plan.logical import Plan, Sequence, Step
 from joinlib.planner.auto import auto_ranked
-from joinlib.planner.exhaustive import exhaustive_sequence
+from joinlib.planner.exhaustive import Memo, exhaustive_sequence
 from joinlib.planner.improved import random_query
 
 
@@ -121,9 +121,9 @@ def test_a_shared_dp_table_gives_every_start_its_optimum(seed, m, topology):
     optimum is the one a search of its own finds."""
     q = _query(seed, m, topology)
     model = WireModel()
-    cache, memo = StepCache(q, model), {}
+    cache = StepCache(q, model)
     for head in q.names:
-        memo = {}
+        memo: Memo = {}
         for node in q.nodes:
             _, shared = exhaustive_sequence(q, model, head, node, cache, memo)
             _, alone = exhaustive_sequence(q, WireModel(), head, node)
