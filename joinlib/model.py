@@ -211,11 +211,12 @@ class Query:
         """Streams by name, built once: results look their streams up per row (an MJoin root's rows)."""
         return {s.name: s for s in self.streams}
 
-    @property
+    # The join graph's look-ups are built once per query: the planners ask them millions of times.
+    @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.streams)
 
-    @property
+    @cached_property
     def sites(self) -> tuple[str, ...]:
         """Distinct sites in order of first appearance."""
         seen: dict[str, None] = {}
@@ -223,19 +224,34 @@ class Query:
             seen.setdefault(s.site, None)
         return tuple(seen)
 
-    @property
+    @cached_property
     def nodes(self) -> tuple[str, ...]:
         """Every node a plan of this query may use: the stream sites, then the processing-only
         nodes of the network section."""
         return self.sites + tuple(n for n in self.network.nodes if n not in self.sites)
 
     def predicates_between(self, a: str, b: str) -> tuple[Predicate, ...]:
-        return tuple(p for p in self.predicates if {p.left, p.right} == {a, b})
+        return self._pairs.get(frozenset((a, b)), ())
+
+    @cached_property
+    def _pairs(self) -> dict[frozenset[str], tuple[Predicate, ...]]:
+        out: dict[frozenset[str], tuple[Predicate, ...]] = {}
+        for p in self.predicates:
+            key = frozenset((p.left, p.right))
+            out[key] = out.get(key, ()) + (p,)
+        return out
 
     def neighbours(self, name: str) -> tuple[str, ...]:
         """Streams sharing a predicate with ``name``, in query order."""
-        out = {p.other(name)[0] for p in self.predicates if p.side(name) is not None}
-        return tuple(n for n in self.names if n in out)
+        hit = self._neighbours.get(name)
+        if hit is None:
+            out = {p.other(name)[0] for p in self.predicates if p.side(name) is not None}
+            hit = self._neighbours[name] = tuple(n for n in self.names if n in out)
+        return hit
+
+    @cached_property
+    def _neighbours(self) -> dict[str, tuple[str, ...]]:
+        return {}
 
 
 class Tup:

@@ -78,9 +78,16 @@ class Encoding:
         self._key_values = key_values
         self._tups: dict[str, Tup] = {}
         self._cache: dict[tuple[object, ...], float] = {}
+        self._poissons: dict[tuple[tuple[object, ...], float], float] = {}
+        #: expected bytes per (src, dst, message): :func:`joinlib.costs.model.price`'s memo
+        self.priced: dict[tuple[str, str, object], float] = {}
         self._bodies: dict[tuple[object, ...], Body] = {}
         self._flow = 1
         self._epoch = max(0, int(horizon_s * 1000 / self.tau_ms / 2))
+        #: the wire format leaves the sites out of a message (Kafka's key and topic carry them:
+        #: :func:`joinlib.protocol.wire.encode_envelope`), so every size is the same on every link;
+        #: checked here rather than assumed, so a format that encodes them is priced per link again
+        self.sites_free = self.size("", "", KeyBatch([])) == self.size("N" * 40, "M" * 40, KeyBatch([]))
 
     # ------------------------------------------------------------ representative values
     def tup(self, stream: str) -> Tup:
@@ -139,6 +146,11 @@ class Encoding:
         return rb * asked if rb is not None else None
 
     # ------------------------------------------------------------ the message kinds
+    def link(self, src: str, dst: str) -> tuple[str, str]:
+        """The link a size depends on: ``(src, dst)``, or one for every link when sizes do not depend
+        on the sites (:attr:`sites_free`; the searches then price a message once for all links)."""
+        return ("", "") if self.sites_free else (src, dst)
+
     def size(self, src: str, dst: str, body: Body) -> int:
         """The bytes of one envelope carrying ``body`` from ``src`` to ``dst``."""
         return envelope_size(Envelope(src, dst, self._flow, self._epoch, body))
@@ -256,6 +268,12 @@ class Encoding:
         n = max(0.0, n)
         if n == 0.0 or n > EXACT:
             return self._expected(tag, n, build)
+        hit = self._poissons.get((tag, n))   # the searches price one probe at many locations and in many plans
+        if hit is None:
+            hit = self._poissons[(tag, n)] = self._poisson_sum(tag, n, build)
+        return hit
+
+    def _poisson_sum(self, tag: tuple[object, ...], n: float, build: Callable[[int], float]) -> float:
         hi = int(n + 6.0 * math.sqrt(n) + 6.0)
         pk, total, mass = math.exp(-n), 0.0, 0.0
         for k in range(hi + 1):

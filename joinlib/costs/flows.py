@@ -355,11 +355,14 @@ def _spread(mu: float) -> float:
     return total / mass if mass > 0 else 0.0
 
 
-def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
-                    ks: Optional[KeySets] = None) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
+def reduction_flows(query: Query, reducers: Sequence[ReducerOp], ks: Optional[KeySets] = None,
+                    rhos: Optional[dict[tuple[str, str], float]] = None,
+                    ) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
     """A reduction's key sets per directed tree edge (those not skipped) and tuples shipped to the
-    result site per stream and epoch (see the module docstring)."""
+    result site per stream and epoch (see the module docstring).  ``rhos``: a memo of the pairs'
+    join selectivities, kept by a caller that prices many reductions of one query."""
     ops = {op.stream: op for op in reducers}
+    rhos = {} if rhos is None else rhos
     tau = interval_s(query)
     memo: dict[tuple[str, str], TreeMsg] = {}
 
@@ -380,7 +383,9 @@ def reduction_flows(query: Query, reducers: Sequence[ReducerOp],
         tuples = b * c_shared * c_indep
         keys = distinct(tuples, 1.0 / _key_f(query, u, mine))
         fp = ks.key_filter_fp(u, mine, keys, ks.window_fp_cost(v)) if ks is not None else 0.0
-        rho = SeqState.start(query, v).join_selectivity(query, u)
+        rho = rhos.get((v, u))
+        if rho is None:
+            rho = rhos[(v, u)] = SeqState.start(query, v).join_selectivity(query, u)
         valid = life - delay
         if any(shared):  # the key's confirmations, over the reach of all of a v tuple's u witnesses
             reach = _lifetime(query, v) + valid - 1.0

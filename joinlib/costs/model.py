@@ -32,6 +32,7 @@ from joinlib.costs.flows import (
     Inter,
     Msg,
     Probe,
+    TreeMsg,
     advance_intermediate,
     probe,
     reduction_flows,
@@ -42,7 +43,7 @@ from joinlib.costs.inputs import Inputs, from_query
 from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
 from joinlib.model import Query
 from joinlib.plan.ir import PlanIR, StepOp, lower
-from joinlib.plan.logical import Plan, Sequence, validate
+from joinlib.plan.logical import Plan, Reduce, Sequence, central, validate
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,19 @@ class PlanEstimate:
 
 
 def price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
-    """Expected bytes of one message ``m`` from ``src`` to ``dst``."""
+    """Expected bytes of one message ``m`` from ``src`` to ``dst`` (memoised: the searches price the
+    same message on the same link in many steps and plans)."""
+    src, dst = enc.link(src, dst)
+    key = (src, dst, m)
+    hit = enc.priced.get(key)
+    if hit is None:
+        if len(enc.priced) > 500_000:
+            enc.priced.clear()
+        hit = enc.priced[key] = _price(enc, src, dst, m)
+    return hit
+
+
+def _price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
     if m.what == "rows":
         return enc.rows(src, dst, m.parts, m.n)
     if m.what == "keys":
@@ -101,7 +114,7 @@ def price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
     return enc.dja(src, dst, m.stream, m.index, m.n, touched, gap, count, full, arrivals)
 
 
-def _walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
+def walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
     """Every cross-site step of the plan with what it probes."""
     out: dict[str, tuple[StepOp, Probe]] = {}
     for seq in ir.plan.sequences:
@@ -119,7 +132,7 @@ def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None) -> P
     query = inputs.query
     enc = enc or inputs.encoding()
     tau = interval_s(query)
-    steps = _walk(query, ir)
+    steps = walk(query, ir)
     users: dict[str, list[str]] = {}
     for sig, (st, _) in steps.items():
         if st.replica is not None:
@@ -149,6 +162,19 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
     """The flows of a reduction's reducers: key sets on the tree's edges, tuples shipped."""
     tau = interval_s(query)
     edges, shipped = reduction_flows(query, ir.reducers, enc)
+    est.flows += _key_sets(query, ir, enc, edges)
+    for op in ir.reducers:
+        if op.replica is not None:
+            f = ir.update_flow(ir.replica(op.replica))
+            m = _shipped_msg(query, op.stream, shipped[op.stream])
+            est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
+                                      price(enc, f.src, f.dst, m) / tau))
+
+
+def _key_sets(query: Query, ir: PlanIR, enc: Encoding, edges: dict[tuple[str, str], TreeMsg]) -> list[FlowCost]:
+    """The key-set flows of a reduction's reducers (none between two streams of one site)."""
+    tau = interval_s(query)
+    out = []
     for op in ir.reducers:
         for e in op.sends:
             assert e.out_flow is not None
@@ -158,15 +184,46 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
             t = edges[(op.stream, e.stream)]
             m = Msg(f.name, KEY_SETS.direction, KEY_SETS.kind, "filter", t.keys, op.stream, t.index,
                     fp_cost=enc.window_fp_cost(e.stream))
-            est.flows.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys,
-                                      price(enc, f.src, f.dst, m) / tau))
-        if op.replica is not None:
-            f = ir.update_flow(ir.replica(op.replica))
-            s = query.stream(op.stream)
-            arrivals = 0.0 if s.window.is_time else stream_rate(s) * tau
-            m = Msg.on(REDUCED.update_flow, "shipped", shipped[op.stream], op.stream, extra=(arrivals,))
-            est.flows.append(FlowCost(f.sig, op.sig, "ship", f.src, f.dst, f.kind, m.n,
-                                      price(enc, f.src, f.dst, m) / tau))
+            out.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys, price(enc, f.src, f.dst, m) / tau))
+    return out
+
+
+def _shipped_msg(query: Query, stream: str, n: float) -> Msg:
+    """A reducer's ShippedBatch of ``n`` tuples per epoch (and, for a tuple window, the arrivals)."""
+    s = query.stream(stream)
+    arrivals = 0.0 if s.window.is_time else stream_rate(s) * interval_s(query)
+    return Msg.on(REDUCED.update_flow, "shipped", n, stream, extra=(arrivals,))
+
+
+@dataclass(frozen=True)
+class ReductionShape:
+    """What a reduction costs wherever its results go: its key sets (bytes per second) and each
+    stream's ShippedBatch message.  The key sets and the tuples that pass them do not depend on the
+    result site, only where the ShippedBatches go does, so ``auto``'s search prices a shape once for
+    every node and every greedy ``skip`` trial (:meth:`WireModel.plan_cost`)."""
+
+    key_sets: float
+    shipped: dict[str, Msg]
+
+    def cost(self, query: Query, enc: Encoding, site: str) -> float:
+        """Bytes per second of the reduction with its results at ``site``."""
+        tau = interval_s(query)
+        total = self.key_sets
+        for s in query.streams:
+            if s.site != site:
+                total += price(enc, s.site, site, self.shipped[s.name]) / tau
+        return total
+
+
+def reduction_shape(inputs: Inputs, red: Reduce, enc: Encoding,
+                    rhos: Optional[dict[tuple[str, str], float]] = None) -> ReductionShape:
+    """The :class:`ReductionShape` of ``red`` (its ``site`` is ignored; ``rhos``: see
+    :func:`~.flows.reduction_flows`)."""
+    query = inputs.query
+    ir = lower(query, Plan((), red))   # no sequences: the reducers and their key sets only
+    edges, shipped = reduction_flows(query, ir.reducers, enc, rhos)
+    keys = sum(f.bytes_per_s for f in _key_sets(query, ir, enc, edges))
+    return ReductionShape(keys, {n: _shipped_msg(query, n, v) for n, v in shipped.items()})
 
 
 def estimate(query: Query, plan: Plan, inputs: Optional[Inputs] = None) -> PlanEstimate:
@@ -191,6 +248,12 @@ class WireModel:
         self._enc: dict[int, tuple[Query, Encoding, Inputs]] = {}
         self._heads: dict[tuple[int, str, frozenset[str]], float] = {}
         self._plans: dict[tuple[int, str], float] = {}
+        self._msgs: dict[tuple[int, str, frozenset[str], str, str], tuple[tuple[bool, Msg], ...]] = {}
+        self._shapes: dict[tuple[object, ...], ReductionShape] = {}
+        self._probes: dict[tuple[int, str, frozenset[str], str], Probe] = {}
+        self._central: dict[tuple[int, str], Plan] = {}
+        self._costs: dict[tuple[object, ...], dict[str, float]] = {}
+        self._rhos: dict[int, dict[tuple[str, str], float]] = {}
 
     def __repr__(self) -> str:
         return f"WireModel(measured={bool(self.inputs and self.inputs.measured)})"
@@ -198,12 +261,25 @@ class WireModel:
     def _ctx(self, query: Query) -> tuple[Encoding, Inputs]:
         hit = self._enc.get(id(query))
         if hit is None or hit[0] is not query:
+            if hit is not None:   # another query under a reused id: nothing cached for the old one holds
+                self._heads.clear()
+                self._plans.clear()
+                self._msgs.clear()
+                self._shapes.clear()
+                self._probes.clear()
+                self._central.clear()
+                self._costs.clear()
+                self._rhos.clear()
             inputs = self.inputs if self.inputs is not None and self.inputs.query.names == query.names \
                 else from_query(query)
             if len(self._enc) > 16:
                 self._enc.clear()
             hit = self._enc[id(query)] = (query, inputs.encoding(self.horizon_s), inputs)
         return hit[1], hit[2]
+
+    def context(self, query: Query) -> tuple[Encoding, Inputs]:
+        """The encoding and the statistics the model prices ``query`` with."""
+        return self._ctx(query)
 
     def stats_query(self, query: Query) -> Query:
         """The query whose statistics the model uses (measured ones when it has data)."""
@@ -222,8 +298,31 @@ class WireModel:
         if hit is None:
             if len(self._plans) > 50_000:
                 self._plans.clear()
-            hit = self._plans[key] = self.estimate(query, plan).bytes_per_s
+            fast = self._reduction_cost(query, plan)
+            hit = self._plans[key] = fast if fast is not None else self.estimate(query, plan).bytes_per_s
         return hit
+
+    def _reduction_cost(self, query: Query, plan: Plan) -> Optional[float]:
+        """A reduction's cost from its :class:`ReductionShape` (None: not a reduction of ``central``'s
+        sequences, priced in full)."""
+        red = plan.reduce
+        if red is None:
+            return None
+        enc, inputs = self._ctx(query)
+        q = inputs.query
+        base = self._central.get((id(query), red.site))
+        if base is None:
+            base = self._central[(id(query), red.site)] = central(q, red.site)
+        if plan.sequences != base.sequences:
+            return None
+        key = (id(query), red.tree, red.root, red.skip, red.cross)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) > 50_000:
+                self._shapes.clear()
+            rhos = self._rhos.setdefault(id(query), {})
+            shape = self._shapes[key] = reduction_shape(inputs, red, enc, rhos)
+        return shape.cost(q, enc, red.site)
 
     # ---------------------------------------------------------------- step level (CostModel)
     def _inter(self, query: Query, state: SeqState) -> Inter:
@@ -239,27 +338,61 @@ class WireModel:
         return Inter(state, rows, min(heads, rows))
 
     def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
+        return self.step_costs(query, state, stream, (algorithm,))[algorithm]
+
+    def step_costs(self, query: Query, state: SeqState, stream: str,
+                   algorithms: tuple[str, ...] = ALGORITHMS) -> dict[str, float]:
         enc, inputs = self._ctx(query)
         q = inputs.query
         src, dst = state.location, q.stream(stream).site
         if src == dst:
-            return 0.0
-        pr = probe(q, self._inter(query, state), stream)
+            return dict.fromkeys(algorithms, 0.0)
         tau = interval_s(q)
-        total = 0.0
+        joined = frozenset(state.joined)
+        link = enc.link(src, dst)
+        ckey = (id(query), state.head, joined, stream, link, algorithms)
+        hit = self._costs.get(ckey)   # one computation for every location when sizes are the same on every link
+        if hit is not None:
+            return dict(hit)
+        out = {}
+        for a in algorithms:
+            total = 0.0
+            for fwd, m in self._step_msgs(query, state, joined, stream, a):
+                total += price(enc, src, dst, m) if fwd else price(enc, dst, src, m)
+            out[a] = total / tau
+        if len(self._costs) > 200_000:
+            self._costs.clear()
+        self._costs[ckey] = dict(out)
+        return out
+
+    def _step_msgs(self, query: Query, state: SeqState, joined: frozenset[str], stream: str,
+                   algorithm: str) -> tuple[tuple[bool, Msg], ...]:
+        """The messages of one step with a replica of its own, each with its direction (True: from the
+        intermediate's site to ``stream``'s): a function of (head, joined set, stream, algorithm) only, so
+        the per-start searches price one step at every location from one computation."""
+        key = (id(query), state.head, joined, stream, algorithm)
+        hit = self._msgs.get(key)
+        if hit is not None:
+            return hit
+        enc, inputs = self._ctx(query)
+        q = inputs.query
+        pkey = (id(query), state.head, joined, stream)
+        pr = self._probes.get(pkey)
+        if pr is None:
+            pr = self._probes[pkey] = probe(q, self._inter(query, state), stream)
+        out: list[tuple[bool, Msg]] = []
         shares = [0.0]
         rec = REGISTRY.get(algorithm)
         if rec is not None and rec.replica is not None:
             idx = pr.index if rec.replica.keyed else ()
             msg, shares = replica_flows(q, rec.replica.name, stream, idx, [pr], enc)
-            total += price(enc, dst, src, msg)
-        for m in step_flows(q, algorithm, pr, shares[0], enc):
-            a, b = (src, dst) if m.direction == "fwd" else (dst, src)
-            total += price(enc, a, b, m)
-        return total / tau
-
-    def step_costs(self, query: Query, state: SeqState, stream: str) -> dict[str, float]:
-        return {a: self.step_cost(query, state, stream, a) for a in ALGORITHMS}
+            out.append((False, msg))
+        out += [(m.direction == "fwd", m) for m in step_flows(q, algorithm, pr, shares[0], enc)]
+        if len(self._msgs) > 200_000:
+            self._msgs.clear()
+            self._probes.clear()
+        hit = self._msgs[key] = tuple(out)
+        return hit
 
     def start_cost(self, query: Query, head: str, site: str) -> float:
         """A sequence started at ``site``: its head's batches shipped there."""
@@ -295,4 +428,5 @@ def _canonical_order(q: Query, head: str, joined: frozenset[str]) -> list[str]:
     return order
 
 
-__all__ = ["FlowCost", "PlanEstimate", "WireModel", "estimate", "estimate_ir", "price", "window_tuples"]
+__all__ = ["FlowCost", "PlanEstimate", "ReductionShape", "WireModel", "estimate", "estimate_ir", "price",
+           "reduction_shape", "walk", "window_tuples"]

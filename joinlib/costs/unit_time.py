@@ -22,7 +22,7 @@ formulas and the readings chosen where the paper is garbled or silent.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
 
 from joinlib.algorithms import ALGORITHMS, REGISTRY, at_source, get_algorithm
@@ -478,9 +478,17 @@ class StepCache:
         self._costs: dict[tuple[MemoKey, str], dict[str, float]] = {}
         self._options: dict[tuple[MemoKey, str], list[tuple[str, float, SeqState]]] = {}
         self._states: dict[MemoKey, SeqState] = {}
+        self._infos: dict[tuple[str, frozenset[str]], dict[tuple[int, str], tuple[Query, _StepInfo]]] = {}
 
     def canonical(self, state: SeqState) -> SeqState:
-        return self._states.setdefault(state.memo_key(), state)
+        key = state.memo_key()
+        hit = self._states.get(key)
+        if hit is None:
+            # the step information (links, ρ, next classes) does not depend on the location: one
+            # cache for every location of a (head, joined set)
+            shared = self._infos.setdefault((state.head, state.joined_set), state._cache)
+            hit = self._states[key] = state if state._cache is shared else replace(state, _cache=shared)
+        return hit
 
     def costs(self, state: SeqState, stream: str) -> dict[str, float]:
         key = (state.memo_key(), stream)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -243,6 +243,15 @@ def reduction(query: Query, site: Optional[str] = None, tree: Optional[list[tupl
     cross = cross and bool(off_tree(query, edges))   # an acyclic graph has no edge off its tree
     used = edges + (off_tree(query, edges) if cross else ())
     return Plan(base.sequences, Reduce(at, edges, root, _check_skip(query, used, skip), cross))
+
+
+def with_skip(query: Query, plan: Plan, skip: Iterable[tuple[str, str]]) -> Plan:
+    """The reduction ``plan`` with ``skip`` as its skipped directions (validated and ordered as
+    :func:`reduction` does), its sequences kept: what a search over skips builds per trial."""
+    red = plan.reduce
+    if red is None:
+        raise PlanError("with_skip: not a reduction")
+    return Plan(plan.sequences, replace(red, skip=_check_skip(query, red.edges(query), skip)))
 
 
 def off_tree(query: Query, tree: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

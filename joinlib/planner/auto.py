@@ -20,6 +20,9 @@ bytes per second with every shipment counted once):
   one selective head reduces by semijoins.  (Reductions are whole-plan shapes: not descent seeds.)
 
 A new plan shape plugs in as one more generator (``GENERATORS``) plus its pricing in the model.
+The generators share one :class:`Search` (the per-head DP's table and step costs, each head's best
+sequence per start); reductions are priced by shape and the descent incrementally, so an 8-stream query
+plans in well under a second (docs/cost-model.md, "How auto searches fast"; ``bench/plan_time.py``).
 
 Without data, ``auto`` returns the model's best plan over the query file's statistics.  With data,
 it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the candidates, and runs a
@@ -34,21 +37,23 @@ ships more than the best ``central`` on the sample.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Optional, TypeVar
 
 from joinlib.algorithms import ALGORITHMS
 from joinlib.costs import Inputs, WireModel, inputs_for
+from joinlib.costs.incremental import Ensemble, PlanPricer
+from joinlib.costs.unit_time import StepCache
 from joinlib.model import Query, Tup
 from joinlib.plan import logical as plans
 from joinlib.plan.logical import Plan, Sequence, Step, validate
-from joinlib.planner.exhaustive import exhaustive_sequence
+from joinlib.planner.exhaustive import Memo, exhaustive_sequence
 from joinlib.planner.kinds import Candidate, gen_kinds, kind_of, part_inputs, parts_of, price, span_s, with_rates
 from joinlib.planner.measure import central_bytes, fill_ms, sample_ms, sample_of, steady_bytes
 
 Streams = dict[str, list[Tup]]
-#: a candidate generator: named plans for a query under a model
-Generator = Callable[[Query, WireModel], Iterable[tuple[str, Plan]]]
+#: a candidate generator: named plans for a query under a model (a :class:`Search`)
+Generator = Callable[["Search"], Iterable[tuple[str, Plan]]]
 
 SHORT_LIST = 3          # model candidates measured besides central at every node
 DESCENT_SEEDS = 4       # plans the coordinate descent starts from
@@ -82,39 +87,66 @@ class Ranked(Generic[C]):
         return isinstance(self.plan, Plan) and self.plan.reduce is not None
 
 
+# ------------------------------------------------------------------ the search's shared work
+@dataclass(frozen=True)
+class Search:
+    """One search of a query under a model, and the work its generators share: the per-head DP's
+    step costs and table (one per head, shared by every start node: a state's best completion does
+    not depend on where its sequence started) and each head's best sequence per start, which both
+    ``per-head`` and the descent's pools use.  Computed once each, on first use."""
+
+    query: Query
+    model: WireModel
+    cache: StepCache
+    pricer: PlanPricer
+    memo: dict[str, Memo] = field(default_factory=dict)
+    per_start: dict[str, dict[str, tuple[Sequence, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, query: Query, model: WireModel) -> "Search":
+        enc, inputs = model.context(query)
+        return cls(query, model, StepCache(query, model), PlanPricer(inputs, enc))
+
+    def best_sequences(self, head: str) -> dict[str, tuple[Sequence, float]]:
+        """Per start node, the model-optimal sequence of ``head`` and its step-level cost."""
+        hit = self.per_start.get(head)
+        if hit is not None:
+            return hit
+        query, model = self.query, self.model
+        memo = self.memo.setdefault(head, {})
+        out = {}
+        home = query.stream(head).site
+        for node in query.nodes:
+            start = None if node == home else node
+            seq, cost = exhaustive_sequence(query, model, head, start, self.cache, memo)
+            out[node] = (seq, cost + (model.start_cost(query, head, node) if start else 0.0))
+        self.per_start[head] = out
+        return out
+
+
 # ------------------------------------------------------------------ generators
-def gen_central(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
-    for node in query.nodes:
-        yield f"central:{node}", plans.central(query, node)
+def gen_central(search: Search) -> Iterable[tuple[str, Plan]]:
+    for node in search.query.nodes:
+        yield f"central:{node}", plans.central(search.query, node)
 
 
-def gen_uniform(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+def gen_uniform(search: Search) -> Iterable[tuple[str, Plan]]:
     for a in ALGORITHMS:
-        yield a, plans.uniform(query, a)
+        yield a, plans.uniform(search.query, a)
 
 
-def best_sequences(query: Query, model: WireModel, head: str) -> dict[str, tuple[Sequence, float]]:
-    """Per start node, the model-optimal sequence of ``head`` and its step-level cost."""
-    out = {}
-    home = query.stream(head).site
-    for node in query.nodes:
-        start = None if node == home else node
-        seq, cost = exhaustive_sequence(query, model, head, start)
-        out[node] = (seq, cost + (model.start_cost(query, head, node) if start else 0.0))
-    return out
-
-
-def gen_per_head(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+def gen_per_head(search: Search) -> Iterable[tuple[str, Plan]]:
     seqs = []
-    for s in query.streams:
-        options = best_sequences(query, model, s.name)
+    for s in search.query.streams:
+        options = search.best_sequences(s.name)
         seqs.append(min(options.values(), key=lambda v: v[1])[0])
-    yield "per-head", validate(query, Plan(tuple(seqs)))
+    yield "per-head", validate(search.query, Plan(tuple(seqs)))
 
 
-def gen_reduce(query: Query, model: WireModel) -> Iterable[tuple[str, Plan]]:
+def gen_reduce(search: Search) -> Iterable[tuple[str, Plan]]:
     """A reduction to every node: over the default tree, and over the breadth-first tree from each
     other stream when that is another tree (a cyclic join graph has several)."""
+    query, model = search.query, search.model
     default = plans.center(query)
     trees = {frozenset(map(frozenset, plans.spanning_tree(query, default))): default}
     for root in query.names:
@@ -152,11 +184,11 @@ def skip_directions(query: Query, model: WireModel, plan: Plan) -> Plan:
         trials = []
         for d in directed:
             if d not in red.skip:
-                trial = plans.reduction(query, red.site, list(red.tree), red.root, red.skip + (d,), red.cross)
+                trial = plans.with_skip(query, plan, red.skip + (d,))
                 trials.append((model.plan_cost(query, trial), trial))
         if not trials:
             return plan
-        cost, trial = min(trials, key=lambda t: t[0])
+        cost, trial = min(trials, key=lambda t: tie_key(t[0]))
         if cost >= best * (1 - 1e-9):
             return plan
         best, plan = cost, trial
@@ -168,64 +200,72 @@ GENERATORS: dict[str, Generator] = {"central": gen_central, "uniform": gen_unifo
                                     "reduce": gen_reduce}
 
 
-def pools(query: Query, model: WireModel) -> dict[str, list[Sequence]]:
+def pools(search: Search) -> dict[str, list[Sequence]]:
     """Per head, the sequences the descent may give it."""
+    query = search.query
     out: dict[str, list[Sequence]] = {}
     for s in query.streams:
-        pool: dict[str, Sequence] = {}
-        for seq, _ in best_sequences(query, model, s.name).values():
-            pool.setdefault(repr(seq), seq)
+        pool: dict[Sequence, None] = {}
+        for seq, _ in search.best_sequences(s.name).values():
+            pool.setdefault(seq)
         for node in query.nodes:
-            seq = plans.central(query, node).sequence(s.name)
-            pool.setdefault(repr(seq), seq)
+            pool.setdefault(plans.central(query, node).sequence(s.name))
         for a in ALGORITHMS:
-            seq = Sequence(s.name, tuple(Step(o, a) for o in plans.bfs_order(query, s.name)))
-            pool.setdefault(repr(seq), seq)
-        out[s.name] = list(pool.values())
+            pool.setdefault(Sequence(s.name, tuple(Step(o, a) for o in plans.bfs_order(query, s.name))))
+        out[s.name] = list(pool)
     return out
 
 
-def descent(query: Query, model: WireModel, seed: Plan, pool: dict[str, list[Sequence]]) -> Plan:
-    """Coordinate descent over heads from ``seed`` (see the module docstring)."""
-    current = {seq.head: seq for seq in seed.sequences}
+def descent(search: Search, seed: Plan, pool: dict[str, list[Sequence]]) -> Plan:
+    """Coordinate descent over heads from ``seed`` (see the module docstring).  Each trial is priced
+    by how it changes the replicas it touches (:class:`~joinlib.costs.incremental.Ensemble`), not by
+    lowering the whole plan: the same costs, a few µs instead of a few ms at 8 streams."""
+    query, pricer = search.query, search.pricer
     names = query.names
-
-    def plan_of(c: dict[str, Sequence]) -> Plan:
-        return Plan(tuple(c[n] for n in names))
-    best = model.plan_cost(query, plan_of(current))
+    current = [seed.sequence(n) for n in names]
+    plan = Ensemble(pricer, [pricer.parts(s) for s in current])
+    best = plan.cost()
     for _ in range(DESCENT_ROUNDS):
         improved = False
-        for head in names:
+        for i, head in enumerate(names):
             for seq in pool[head]:
-                if seq == current[head]:
+                if seq == current[i]:
                     continue
-                trial = dict(current)
-                trial[head] = seq
-                cost = model.plan_cost(query, plan_of(trial))
+                new = pricer.parts(seq)
+                cost = best + plan.delta(i, new)
                 if cost < best * (1 - 1e-9):
-                    best, current, improved = cost, trial, True
+                    plan.replace(i, new)
+                    current[i], improved = seq, True
+                    best = plan.cost()   # exact again: no drift from the deltas
         if not improved:
             break
-    return validate(query, plan_of(current))
+    return validate(query, Plan(tuple(current)))
 
 
 def rank(query: Query, model: WireModel) -> list[Ranked[Plan]]:
     """Every candidate, cheapest by the model first, duplicates removed (first name kept)."""
     seen: dict[str, Ranked[Plan]] = {}
+    search = Search.of(query, model)
 
     def add(name: str, plan: Plan) -> None:
         key = repr(plan.to_json())
         if key not in seen:
             seen[key] = Ranked(name, plan, model.plan_cost(query, plan))
     for gen in GENERATORS.values():
-        for name, plan in gen(query, model):
+        for name, plan in gen(search):
             add(name, plan)
-    pool = pools(query, model)
+    pool = pools(search)
     seeds = sorted((r for r in seen.values() if not r.is_reduction), key=lambda r: r.estimate)[:DESCENT_SEEDS]
     for r in seeds:
         assert isinstance(r.plan, Plan)
-        add(f"descent({r.name})", descent(query, model, r.plan, pool))
-    return sorted(seen.values(), key=lambda r: r.estimate)
+        add(f"descent({r.name})", descent(search, r.plan, pool))
+    return sorted(seen.values(), key=lambda r: tie_key(r.estimate))
+
+
+def tie_key(cost: float) -> float:
+    """``cost`` to 12 significant digits: candidates whose estimates differ only by rounding (the
+    same bytes summed in another order, mirror-image plans) tie, and ties keep the generators' order."""
+    return float(f"{cost:.12g}")
 
 
 # ------------------------------------------------------------------ measurement

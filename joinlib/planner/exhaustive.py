@@ -41,16 +41,23 @@ def _better(total: float, best: float) -> bool:
     return total < best - _REL_TIE * abs(best)
 
 
-def exhaustive_sequence(query: Query, model: CostModel, head: str,
-                        start: Optional[str] = None) -> tuple[Sequence, float]:
+#: the DP's table: (head, joined set, location) -> cheapest completion (cost, steps)
+Memo = dict[MemoKey, tuple[float, tuple[Step, ...]]]
+
+
+def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Optional[str] = None,
+                        cache: Optional[StepCache] = None, memo: Optional[Memo] = None) -> tuple[Sequence, float]:
     """The optimal join sequence of ``head`` and its cost (steps only), the sequence starting at
     ``start`` (default: the head's site).
 
-    Ties go to the earlier next stream in query order, then the earlier algorithm.
+    Ties go to the earlier next stream in query order, then the earlier algorithm.  ``cache`` and
+    ``memo`` may be shared by the calls of one (query, model): the best completion of a state does
+    not depend on where its sequence started, so the per-start searches of one head (``auto``) reuse
+    each other's states instead of each solving its own DP.
     """
-    memo: dict[MemoKey, tuple[float, tuple[Step, ...]]] = {}
+    memo = {} if memo is None else memo
     m = len(query.streams)
-    cache = StepCache(query, model)
+    cache = cache or StepCache(query, model)
 
     def best(state: SeqState) -> tuple[float, tuple[Step, ...]]:
         if len(state.joined) == m:
@@ -59,15 +66,19 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str,
         hit = memo.get(key)
         if hit is not None:
             return hit
-        b_cost = math.inf
+        b_cost, b_rank = math.inf, (0, 0)
         b_steps: tuple[Step, ...] = ()
-        for nxt in frontier(query, state):
-            for alg, c, succ in cache.options(state, nxt):
-                if not _better(c, b_cost):      # bound: the rest costs >= 0
-                    continue
-                rest, steps = best(succ)
-                if _better(c + rest, b_cost):
-                    b_cost, b_steps = c + rest, (Step(nxt, alg),) + steps
+        # cheapest step first: the best total found early bounds the rest (a step whose own cost
+        # reaches it is not expanded); ties still go to the earlier stream, then algorithm
+        moves = sorted((c, rank, nxt, alg, succ) for rank, (nxt, alg, c, succ) in enumerate(
+            (nxt, alg, c, succ) for nxt in frontier(query, state) for alg, c, succ in cache.options(state, nxt)))
+        for c, rank, nxt, alg, succ in moves:
+            if not _better(c, b_cost) and (_better(b_cost, c) or rank > b_rank[0]):   # bound: the rest costs >= 0
+                continue
+            rest, steps = best(succ)
+            total = c + rest
+            if _better(total, b_cost) or (not _better(b_cost, total) and rank < b_rank[0]):
+                b_cost, b_rank, b_steps = total, (rank, 0), (Step(nxt, alg),) + steps
         memo[key] = (b_cost, b_steps)
         return b_cost, b_steps
 

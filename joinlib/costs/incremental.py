@@ -1,0 +1,161 @@
+"""The plan-level byte model, priced one sequence at a time: for searches that try many plans
+which differ in one head's sequence (``auto``'s coordinate descent).
+
+:func:`~joinlib.costs.model.estimate_ir` lowers the whole plan and walks every sequence for each
+plan it prices: at 8 streams that is a few ms, and the descent prices thousands of plans.  But
+steps are never shared between sequences (a step's operator is named by its head's intermediate),
+only replicas are.  So a plan of sequences (no reduction) costs
+
+    Σ_sequences (its cross-site steps that probe no replica)
+    + Σ_replicas (the replica's update + the flows of every step probing it, with its share)
+
+where a sequence contributes the first term alone (:class:`SeqParts`, computed once per sequence)
+and a replica's term depends only on which steps use it (:meth:`PlanPricer.group`, memoised on
+their signatures).  Replacing one head's sequence changes only the replicas it or its replacement
+touch (:meth:`PlanPricer.delta`).  The sums are the same terms as :func:`estimate_ir`'s, added in
+another order (equal up to rounding).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Optional
+
+from joinlib.costs.encoding import Encoding
+from joinlib.costs.flows import Probe, replica_flows, step_flows
+from joinlib.costs.inputs import Inputs
+from joinlib.costs.model import price, walk
+from joinlib.costs.unit_time import interval_s
+from joinlib.plan.ir import lower
+from joinlib.plan.logical import Plan, Sequence
+
+Link = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Use:
+    """A cross-site step probing a replica: what its flows need."""
+
+    sig: str                              # the step's operator signature (head, joined set, location, stream)
+    algorithm: str
+    probe: Probe
+    links: tuple[tuple[str, Link], ...]   # flow name -> (src, dst)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A replica a sequence needs, and the link of its update flow."""
+
+    sig: str
+    kind: str
+    stream: str
+    index: tuple[int, ...]
+    link: Link
+
+
+@dataclass(frozen=True)
+class SeqParts:
+    """One sequence's share of the model: its replica-free steps' bytes per second, the replicas it
+    creates (its start's and its steps'), and per replica the steps that probe it, in step order."""
+
+    fixed: float
+    replicas: dict[str, Replica]
+    uses: dict[str, tuple[Use, ...]]
+
+
+class PlanPricer:
+    """Bytes per second of plans of sequences (no reduction), from :class:`SeqParts` and memoised
+    replica groups: equal to :meth:`~joinlib.costs.model.WireModel.plan_cost` up to rounding."""
+
+    def __init__(self, inputs: Inputs, enc: Encoding) -> None:
+        self.inputs, self.enc = inputs, enc
+        self.query = inputs.query
+        self.tau = interval_s(self.query)
+        self._parts: dict[Sequence, SeqParts] = {}
+        self._groups: dict[tuple[str, tuple[str, ...]], float] = {}
+
+    def parts(self, seq: Sequence) -> SeqParts:
+        hit = self._parts.get(seq)
+        if hit is None:
+            hit = self._parts[seq] = self._lower(seq)
+        return hit
+
+    def _lower(self, seq: Sequence) -> SeqParts:
+        q = self.query
+        ir = lower(q, Plan((seq,)))
+        fixed, uses = 0.0, dict[str, tuple[Use, ...]]()
+        for sig, (st, pr) in walk(q, ir).items():
+            links = tuple((name, (ir.flow(f).src, ir.flow(f).dst)) for name, f in st.flows)
+            use = Use(sig, st.algorithm, pr, links)
+            if st.replica is None:
+                fixed += self._flows(use, 0.0)
+            else:
+                uses[st.replica] = uses.get(st.replica, ()) + (use,)
+        reps: dict[str, Replica] = {}
+        for r in ir.replicas:
+            f = ir.update_flow(r)
+            reps[r.sig] = Replica(r.sig, r.kind, r.stream, r.index, (f.src, f.dst))
+        return SeqParts(fixed, reps, uses)
+
+    def _flows(self, use: Use, share: float) -> float:
+        links = dict(use.links)
+        total = 0.0
+        for m in step_flows(self.query, use.algorithm, use.probe, share, self.enc):
+            src, dst = links[m.name]
+            total += price(self.enc, src, dst, m)
+        return total / self.tau
+
+    def group(self, rep: Replica, users: tuple[Use, ...]) -> float:
+        """A replica's update and the flows of the steps probing it (in plan order)."""
+        key = (rep.sig, tuple(u.sig for u in users))
+        hit = self._groups.get(key)
+        if hit is None:
+            msg, shares = replica_flows(self.query, rep.kind, rep.stream, rep.index, [u.probe for u in users],
+                                        self.enc)
+            hit = price(self.enc, *rep.link, msg) / self.tau
+            hit += sum(self._flows(u, s) for u, s in zip(users, shares, strict=True))
+            if len(self._groups) > 200_000:
+                self._groups.clear()
+            self._groups[key] = hit
+        return hit
+
+    def cost(self, seqs: Iterable[Sequence]) -> float:
+        """Bytes per second of the plan of ``seqs`` (in plan order)."""
+        return Ensemble(self, [self.parts(s) for s in seqs]).cost()
+
+
+class Ensemble:
+    """A plan under change, one head at a time: which sequences create and probe each replica, so
+    that the cost of replacing one sequence is the change in the replicas it touches (:meth:`delta`)."""
+
+    def __init__(self, pricer: PlanPricer, parts: list[SeqParts]) -> None:
+        self.pricer = pricer
+        self.parts = list(parts)
+
+    def _group(self, sig: str, swap: int = -1, new: Optional[SeqParts] = None) -> float:
+        """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it)."""
+        rep: Optional[Replica] = None
+        users: tuple[Use, ...] = ()
+        for i, p in enumerate(self.parts):
+            src = new if i == swap and new is not None else p
+            rep = rep or src.replicas.get(sig)
+            users += src.uses.get(sig, ())
+        return self.pricer.group(rep, users) if rep is not None else 0.0
+
+    def cost(self) -> float:
+        sigs = dict.fromkeys(sig for p in self.parts for sig in p.replicas)
+        return sum(p.fixed for p in self.parts) + sum(self._group(sig) for sig in sigs)
+
+    def delta(self, i: int, new: SeqParts) -> float:
+        """The change in cost when sequence ``i`` is replaced by ``new``."""
+        old = self.parts[i]
+        d = new.fixed - old.fixed
+        for sig in dict.fromkeys([*old.replicas, *new.replicas]):
+            d += self._group(sig, i, new) - self._group(sig)
+        return d
+
+    def replace(self, i: int, new: SeqParts) -> None:
+        self.parts[i] = new
+
+
+__all__ = ["PlanPricer", "Ensemble", "SeqParts", "Use", "Replica"]
