@@ -95,7 +95,7 @@ def test_a_partitions_done_is_not_the_sites_done():
     assert log.done == {("x", "r1")} and log.copy().parts_done == {("x", "r1", 2)}
 
 
-def test_plan_messages_scale_out_only_partitioned_replayed_plans():
+def test_plan_messages_scale_out_only_partitioned_plans_replayed_or_live():
     query = load_query(ROUTERS)
     msg = {"query": query_to_dict(query), "run": "x", "nodes": ["r1", "r2", "r3"], "scale_out": True}
     ok = {**msg, "plan": _hash_plan(2, query).to_json(), "part_offsets": {"src.routers.S1": [0, 5]}}
@@ -103,7 +103,9 @@ def test_plan_messages_scale_out_only_partitioned_replayed_plans():
     assert "needs a partitioned plan" in (check_control(query.name, "plan",
                                                          {**msg, "plan": uniform(query, "SP-S").to_json()}) or "")
     live = {**ok, "live": {"origin_ms": 0, "sources": {}}}
-    assert "live sources are not split" in (check_control(query.name, "plan", live) or "")
+    assert check_control(query.name, "plan", live) is None   # re-keyed at each site (joinlib.node.rekey)
+    tree = {**msg, "plan": {"mjoin_tree": {}}}
+    assert "MJoin tree plans do not scale out" in (check_control(query.name, "plan", tree) or "")
     assert "wrong type" in (check_control(query.name, "plan", {**ok, "part_offsets": {"t": [-1]}}) or "")
 
 
