@@ -8,7 +8,9 @@ message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
 
 * the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>`` have D Kafka
   partitions; the replayer writes partition p's tuples to partition p (a stream the plan does not
-  partition, to every one), and a node sends partition p's messages to partition p;
+  partition, to every one), and a node sends partition p's messages to partition p.  A live query's
+  streams are written there by each site's re-keyer (:mod:`.rekey`), a role of the site's group: partition
+  D of ``parts.<query>.<site>``; the partitions' runs then read them as replayed sources;
 * every node instance of a site joins the consumer group ``joinlib-parts.<query>.<site>.<run>`` on
   the topic ``parts.<query>.<site>`` (D partitions, never written): the group's assignment says which
   plan partitions the instance runs.  Any number of instances may serve a site (``python -m
@@ -106,9 +108,14 @@ class PartReader(SourceReader):
     def tuples(self, run: Any, b: Any, stream: Stream) -> Optional[list[Tup]]:
         tups = super().tuples(run, b, stream)
         route = self.router.get(stream.name)
-        if tups is None or route is None or all(route(t) == self.part for t in tups):
-            return tups
-        return None
+        if tups is None or (route is not None and any(route(t) != self.part for t in tups)):
+            return None
+        # a batch's tuples are at or above the previous batch's watermark; below it they are copies of tuples
+        # fed already -- epochs a re-keyer that lost its role (paused past its session, not fenced) wrote again
+        window = run.host.windows.get((run.q.name, self.part, stream.name))
+        if tups and window is not None and tups[0].ts < window.watermark:
+            tups = [t for t in tups if t.ts >= window.watermark]
+        return tups
 
 
 def part_run(svc: NodeOwner, rec: ControlRecord, compiled: Compiled, consumer: Any, admin: Any, ctl: ControlLog,
