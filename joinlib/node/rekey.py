@@ -25,6 +25,11 @@ idle advances logged after the checkpoint, skips the dead letters already writte
 partitions from the saved ends: every epoch up to the last one found there is not written again.  The re-done
 epochs have the same content (the ingest is deterministic), so each epoch of each partition is in the topic
 once.  Batches carry the headers ``run`` and ``epoch`` (the last epoch they cover).
+
+**Fenced** (:mod:`joinlib.adapters.redis_fence`): a re-keyer claims its work when it starts; one that lost its
+role but still runs (paused past its group session) has its checkpoint saves refused and stops at its next
+round, its queued batches dropped.  Batches it wrote before it noticed are copies of epochs its successor writes
+too: the partitions drop source tuples below what their window was fed already.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ from joinlib.adapters.kafka import (
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import StopMessage
-from joinlib.errors import ClusterError
+from joinlib.errors import ClusterError, FencedError
 from joinlib.model import Tup
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message
 from joinlib.node.rekey_split import EpochSplit
@@ -111,11 +116,17 @@ class Rekeyer:
             svc.log(f"{self.q.name}: re-keying {', '.join(self.streams)} of {self.site} into {self.d} partitions "
                     f"(run {self.run_id})")
             self._loop(consumer)
+        except FencedError as e:   # another instance re-keys this site now: write nothing more
+            left = self.out.purge()
+            svc.log(f"{self.q.name}: re-keyer of {self.site} fenced, stopping without writing ({left} queued "
+                    f"message(s) dropped): {e}")
         finally:
             self.live.close()
 
     def _resume(self) -> None:
-        """From the checkpoint, or from the plan's start offsets; then what a predecessor wrote since."""
+        """Claim the work (an earlier owner still running is fenced), then resume from the checkpoint or from the
+        plan's start offsets; then what a predecessor wrote since."""
+        self.store.fence.claim()
         data = self.store.load()
         pos = self.msg.positions()
         if data is None:
@@ -156,6 +167,7 @@ class Rekeyer:
                     self._checkpoint()
                 self.out.flush(5)
                 return
+            self.store.fence.check_often("producing")   # still the owner: before a round that produces
             now = now_ms()
             for m in consume(consumer, 2000, 0.05):
                 if m.topic() == CONTROL_TOPIC:
@@ -201,6 +213,7 @@ class Rekeyer:
         """Everything written is in Kafka first (a restart from here will not write it again), then the ends of
         what it writes (a restart scans from them) and its state, in one Redis write."""
         self.live.settle()
+        self.store.fence.check("checkpoint")   # a fenced re-keyer's queued batches are dropped, not delivered
         self.out.drain(self.svc.log)
         c = self.consumer
         ends = {"dlq": partition_ends(c, dlq_topic(self.q.name), 1)[0],

@@ -111,7 +111,7 @@ class PartReader(SourceReader):
         if tups is None or (route is not None and any(route(t) != self.part for t in tups)):
             return None
         # a batch's tuples are at or above the previous batch's watermark; below it they are copies of tuples
-        # fed already -- epochs a re-keyer that lost its role (paused past its session, not fenced) wrote again
+        # fed already -- epochs a re-keyer that lost its role wrote before it found itself fenced
         window = run.host.windows.get((run.q.name, self.part, stream.name))
         if tups and window is not None and tups[0].ts < window.watermark:
             tups = [t for t in tups if t.ts >= window.watermark]

@@ -6,6 +6,7 @@ the live contract's (docs/live.md: the reference join of the on-time records, ea
 record a dead letter) -- also after the instance running a re-keyer is SIGKILLed mid-stream."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import threading
@@ -14,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
@@ -72,31 +74,36 @@ def test_a_scaled_out_live_query_equals_the_contract(services, make_topic, redis
         stop.set()
 
 
-def _node_process(site: str, bootstrap: str, redis_url: str, log: Path, shared: bool) -> subprocess.Popen:
+def _node_process(site: str, bootstrap: str, redis_url: str, log: Path, shared: bool, **env: str) -> subprocess.Popen:
     import os
     import sys
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "REDIS_URL": redis_url, "METRICS_PORT": "0",
-           "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "JOINLIB_CHECKPOINT_EVERY_S": "0.5"}
+           "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "JOINLIB_CHECKPOINT_EVERY_S": "0.5", **env}
     cmd = [sys.executable, "-m", "services.node", "--site", site, "--serve"] + (["--shared"] if shared else [])
     with open(log, "ab") as fh:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def test_killing_the_instance_that_re_keys_keeps_the_output_exact(services, make_topic, kafka_bootstrap,  # noqa: F811
-                                                                  redis_url, tmp_path):
-    """Node processes, two shared instances of the first site; mid-stream the one running that site's re-keyer
-    is SIGKILLed and not restarted: the other takes over the re-keyer and the partitions from their checkpoints
-    when the dead one's session expires, and the output stays the contract's."""
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_the_instance_that_re_keys_killed_or_paused_keeps_the_output_exact(services, make_topic,  # noqa: F811
+                                                                          kafka_bootstrap, redis_url, tmp_path,
+                                                                          fault):
+    """Node processes, two shared instances of the first site.  Mid-stream the one running that site's re-keyer
+    is SIGKILLed (and not restarted), or SIGSTOPped for 5 s -- past its 2 s group session -- and then resumed, a
+    zombie.  The other instance takes over the re-keyer and the partitions from their checkpoints; the zombie
+    must write nothing more (fenced, or told that its session is lost).  The output stays the contract's."""
     sites = _sites()
     logs = [tmp_path / f"node-{i}.log" for i in range(4)]
-    procs = [_node_process(site, kafka_bootstrap, redis_url, logs[i], i < 2)
+    env = {"JOINLIB_SESSION_TIMEOUT_MS": "2000"} if fault == "pause" else {}
+    procs = [_node_process(site, kafka_bootstrap, redis_url, logs[i], i < 2, **env)
              for i, site in enumerate([sites[0], *sites])]
     try:
-        q = live_query(f"lvsk{sites[0]}", sites, make_topics(make_topic, 3, partitions=2), window="2s", idle="2s")
+        q = live_query(f"lvs{fault[0]}{sites[0]}", sites, make_topics(make_topic, 3, partitions=2), window="2s",
+                       idle="2s")
         out = _submit(services, q)
         rec = Recorder()
         gen = generator(kafka_bootstrap, q, rec, rate=150.0, late_every=60, malformed_every=70, time_base_ms=0)
-        t = threading.Thread(target=gen.run, args=(8.0,))
+        t = threading.Thread(target=gen.run, args=(10.0,))
         t.start()
         deadline = time.monotonic() + 60
         victim = None
@@ -105,14 +112,21 @@ def test_killing_the_instance_that_re_keys_keeps_the_output_exact(services, make
                            if logs[i].exists() and f"re-keying S1 of {sites[0]}" in logs[i].read_text()), None)
             time.sleep(0.1)
         assert victim is not None, "no instance of the first site started its re-keyer"
-        time.sleep(2.5)   # a few checkpoints (every 0.5 s), then the kill
-        procs[victim].send_signal(signal.SIGKILL)
-        procs[victim].wait(10)
+        time.sleep(2.5)   # a few checkpoints (every 0.5 s), then the fault
+        if fault == "kill":
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait(10)
+        else:
+            procs[victim].send_signal(signal.SIGSTOP)
+            time.sleep(5.0)
+            procs[victim].send_signal(signal.SIGCONT)
         t.join()
         wait_exact(services, q, out["run"], 0, rec, tmp_path, timeout_s=90, min_results=300)
-        other = logs[1 - victim].read_text()
         _wait_for_text(logs[1 - victim], "re-keyer resumed from its checkpoint", timeout_s=5)
-        assert f"the re-keyer of {sites[0]} runs here" in other, other[-2000:]
+        assert f"the re-keyer of {sites[0]} runs here" in logs[1 - victim].read_text()
+        if fault == "pause":
+            zombie = logs[victim].read_text(errors="replace")
+            assert re.search(r"fenced, stopping without writing|session lost: no checkpoint", zombie), zombie[-3000:]
         services.planner.stop(q.name)
     finally:
         stop_processes(procs)
