@@ -26,6 +26,11 @@ partitions from the saved ends: every epoch up to the last one found there is no
 epochs have the same content (the ingest is deterministic), so each epoch of each partition is in the topic
 once.  Batches carry the headers ``run`` and ``epoch`` (the last epoch they cover).
 
+**Reporting.**  The partitions' runs report their results, bytes and latency; the re-keyer, every 2 s, a
+``status`` (``part`` D) with what only it knows: its streams' inputs, dead letters and watermarks, and the naive
+baseline (every epoch of them shipped to every other site), so that ``joinlib queries`` shows bytes against
+``central``.
+
 **Fenced** (:mod:`joinlib.adapters.redis_fence`): a re-keyer claims its work when it starts; one that lost its
 role but still runs (paused past its group session) has its checkpoint saves refused and stops at its next
 round, its queued batches dropped.  Batches it wrote before it noticed are copies of epochs its successor writes
@@ -53,19 +58,20 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.control.compile import Compiled
-from joinlib.control.messages import StopMessage
+from joinlib.control.messages import Naive, StatusMessage, StopMessage
 from joinlib.errors import ClusterError, FencedError
 from joinlib.model import Tup
-from joinlib.node.control import ControlLog, ControlRecord, decode_control_message
+from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, publish
 from joinlib.node.rekey_split import EpochSplit
 from joinlib.node.sources import LiveInputs, dlq_topic, live_streams, marks_topic
-from joinlib.protocol import records
+from joinlib.protocol import records, wire
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
 
 EPOCH_HEADER = "epoch"
 FORMAT = 1
 SCAN_TIMEOUT_S = 30.0
+STATUS_EVERY_S = 2.0
 
 
 def rekey_namespace(query: str, run: Optional[str]) -> str:
@@ -161,6 +167,7 @@ class Rekeyer:
     def _loop(self, consumer: Any) -> None:
         every = self.svc.checkpoint_every_s
         next_ckpt = time.monotonic() + every if every > 0 else float("inf")
+        next_status = time.monotonic()
         while self.finished is None:
             if self.halt.is_set():
                 if self.save_on_halt:
@@ -180,6 +187,10 @@ class Rekeyer:
             if time.monotonic() >= next_ckpt:
                 next_ckpt = time.monotonic() + every
                 self._checkpoint()
+            if time.monotonic() >= next_status:
+                next_status = time.monotonic() + STATUS_EVERY_S
+                publish(self.out, self.q.name, self.status(), flush=False)
+        publish(self.out, self.q.name, self.status(), flush=False)
         self.out.flush()
         self.store.clear()
         self.svc.log(f"{self.q.name}: re-keyer of {self.site} {self.finished}: {self.tuples} tuples in "
@@ -204,8 +215,19 @@ class Rekeyer:
             self.batches += 1
             self.tuples += len(b.tuples)
 
+    def status(self) -> StatusMessage:
+        """What the site's live streams did: the inputs, dead letters, watermarks and naive baseline of the
+        query's ``status`` (the partitions' runs report their results, bytes and latency; ``part``: the role's
+        number, D; ``epoch``: the epochs every partition has been sent)."""
+        stats = self.live.stats()
+        return StatusMessage(
+            self.site, self.run_id, round(now_ms()), inputs=stats["inputs"],
+            epoch=min(min(s.written) for s in self.splits.values()) + 1, epochs={}, last_epoch=None,
+            naive=tuple(Naive(self.site, dst, n) for dst, n in sorted(self.naive.items())), part=self.d,
+            instance=getattr(self.svc, "instance", None), live=True, dead_letters=stats["dead_letters"],
+            watermarks_ms=self.live.watermarks_ms())
+
     def _on_naive(self, dst: str, epoch: int, tups: list[Tup]) -> None:
-        from joinlib.protocol import wire
         self.naive[dst] = self.naive.get(dst, 0) + wire.naive_batch_size(epoch, tups)
 
     # ------------------------------------------------------------------ checkpoints

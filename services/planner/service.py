@@ -170,8 +170,15 @@ def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 
 
 
 def _on_status(cur: QueryStatus, site: dict, status: StatusMessage) -> None:
-    """A node's ``status`` of the query's current run."""
-    site.update(epoch=status.epoch, last_epoch=status.last_epoch, results=status.results)
+    """A node's ``status`` of the query's current run (a scaled-out plan's: of one partition at the site, or of
+    the site's re-keyer; the site shows the least epoch and the sum of the results)."""
+    if status.part is not None:
+        parts = site.setdefault("parts", {})
+        parts[str(status.part)] = {"epoch": status.epoch, "results": status.results}
+        site.update(epoch=min(p["epoch"] for p in parts.values()), last_epoch=status.last_epoch,
+                    results=sum(p["results"] for p in parts.values()))
+    else:
+        site.update(epoch=status.epoch, last_epoch=status.last_epoch, results=status.results)
     if status.adaptive is not None:  # an adaptive plan: the node's generation and plan changes
         site["adaptive"] = status.adaptive
     if cur.stats is not None:

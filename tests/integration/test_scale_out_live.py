@@ -68,7 +68,17 @@ def test_a_scaled_out_live_query_equals_the_contract(services, make_topic, redis
         rec = Recorder()
         generator(services.bootstrap, q, rec, late_every=40, late_by_ms=600, malformed_every=45,
                   time_base_ms=0).burst(300)
-        wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, timeout_s=90, min_results=200)
+        want = wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, timeout_s=90, min_results=200)
+        # what 'joinlib queries' shows: the partitions' results added up, the re-keyers' dead letters and naive
+        # baseline (bytes against central); statuses come every 2 s
+        deadline, stats = time.monotonic() + 20, {}
+        while time.monotonic() < deadline:
+            stats = services.planner.status(q.name)["stats"]
+            if stats["results"] == want.count and sum(stats["dead_letters"].values()) == len(want.dead):
+                break
+            time.sleep(0.5)
+        assert stats["results"] == want.count and sum(stats["dead_letters"].values()) == len(want.dead), stats
+        assert stats["central_bytes"] > 0 and stats["bytes"] > 0, stats
         services.planner.stop(q.name)
     finally:
         stop.set()
