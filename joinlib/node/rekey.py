@@ -90,6 +90,7 @@ class Rekeyer:
         split = compiled.partitioned
         if split is None or self.msg.live is None:
             raise ClusterError("a re-keyer serves a scaled-out live query (a partitioned plan with live sources)")
+        self.start = self.msg.live   # origin and where each source partition starts
         self.run_id, self.d = self.msg.run, split.function.d
         self.headers = [("run", self.run_id.encode())] if self.run_id else []
         self.streams = [s.name for s in live_streams(self.q, self.site)]
@@ -103,6 +104,7 @@ class Rekeyer:
         self.batches = self.tuples = 0
         self.naive: dict[str, int] = {}
         self.offsets: dict[str, Any] = {}   # the end offsets a restart scans from (see _checkpoint)
+        self.consumer: Any = None
 
     # ------------------------------------------------------------------ setup
     def execute(self, consumer: Any, admin: Any) -> None:
@@ -112,7 +114,7 @@ class Rekeyer:
         ensure_topics(admin, [dlq_topic(self.q.name), marks_topic(self.q.name)])
         ensure_partitions(admin, list(self.topics.values()), self.d)
         self.out = Producing(make_producer(svc.bootstrap, **{"enable.idempotence": True, "acks": "all"}))
-        self.live = LiveInputs(self.q, self.site, self.msg.origin_ms, self.msg.live.starts(),  # type: ignore[union-attr]
+        self.live = LiveInputs(self.q, self.site, self.start.origin_ms, self.start.starts(),
                                bootstrap=svc.bootstrap, out=self.out, run_id=self.run_id, sensor=svc.sensor,
                                log=svc.log, on_naive=self._on_naive, now=now_ms())
         try:
