@@ -9,7 +9,7 @@ re-keyer (joinlib/node/rekey.py) splits its stream into the plan's 4 partitions;
 them.  Node processes, Redis windows and checkpoints (every second).  Each run's result count must equal the
 reference's.
 
-    python bench/scale_out_live_bench.py [--out results/scale-out-live] [--seconds 40] [--instances 1,2,4]
+    python bench/scale_out_live_bench.py [--out results/scale-out-live] [--seconds 120] [--instances 1,2,4]
 
 Reported per run: drain seconds (submission to the last result), events/s, the CPU seconds of the busy site's
 instances (total and per instance), CPU microseconds per event at that site (total CPU / events), and every node
@@ -142,7 +142,9 @@ def table(res: dict[str, Any]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "scale-out-live")
-    ap.add_argument("--seconds", type=float, default=40, help="seconds of events per site in the backlog (default 40)")
+    ap.add_argument("--seconds", type=float, default=120,
+                    help="seconds of events per site in the backlog (default 120: long enough that the instances' "
+                         "start-up and idle rounds do not weigh on the CPU per event)")
     ap.add_argument("--instances", default="1,2,4", help="instance counts at the busy site (default 1,2,4)")
     args = ap.parse_args(argv)
     try:

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from joinlib.cli.main import main as cli
 from joinlib.node.node_service import NodeService
-from joinlib.query import query_to_dict
+from joinlib.query import dump_query, query_to_dict
 from tests.integration.test_live import (  # noqa: F401  (the module's fixture)
     REPO,
     Recorder,
@@ -61,7 +62,12 @@ def test_a_scaled_out_live_query_equals_the_contract(services, make_topic, redis
     _node_threads(services, sites, redis_url, stop)
     try:
         q = live_query(f"lvso{sites[0]}", sites, make_topics(make_topic, 3))
-        out = _submit(services, q)
+        qfile = tmp_path / "q.yaml"
+        dump_query(q, qfile)
+        # as a user submits it: the command line, the planner's HTTP API
+        assert cli(["submit", str(qfile), "--plan", "pmjoin:hash:3", "--scale-out", "--since", "0",
+                    "--url", services.url]) == 0
+        out = services.planner.status(q.name)
         assert "partitioned" in out["plan"]
         topic = f"src.{q.name}.S1"
         assert len(kafka_admin.list_topics(topic, timeout=10).topics[topic].partitions) >= 3
@@ -82,6 +88,17 @@ def test_a_scaled_out_live_query_equals_the_contract(services, make_topic, redis
         services.planner.stop(q.name)
     finally:
         stop.set()
+
+
+def test_scale_out_without_a_partitioned_plan_is_refused_with_one_line(services, make_topic, tmp_path,  # noqa: F811
+                                                                      capsys):
+    sites = _sites()
+    q = live_query(f"lvsr{sites[0]}", sites, make_topics(make_topic, 3))
+    qfile = tmp_path / "q.yaml"
+    dump_query(q, qfile)
+    assert cli(["submit", str(qfile), "--plan", "SP-S", "--scale-out", "--url", services.url]) != 0
+    err = capsys.readouterr().err
+    assert "--scale-out needs a partitioned plan" in err and "Traceback" not in err, err
 
 
 def _node_process(site: str, bootstrap: str, redis_url: str, log: Path, shared: bool, **env: str) -> subprocess.Popen:
