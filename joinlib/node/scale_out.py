@@ -252,7 +252,8 @@ class _Owner:
             if t.finished():
                 self.done.add(p)
             elif t.error is not None:
-                raise ClusterError(f"node {self.svc.site}: partition {p} of {self.query} failed: "
+                what = "the re-keyer" if p == self.rekey else f"partition {p}"
+                raise ClusterError(f"node {self.svc.site}: {what} of {self.query} failed: "
                                    f"{type(t.error).__name__}: {t.error}") from t.error
 
     def over(self) -> bool:
