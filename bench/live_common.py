@@ -240,6 +240,18 @@ def kafka(bootstrap: Optional[str]) -> tuple[str, Any]:
     return cluster.kafka_bootstrap, cluster
 
 
+def kafka_and_redis() -> tuple[str, str, Any]:
+    """$KAFKA_BOOTSTRAP_SERVERS and $REDIS_URL (``make up``), else a throw-away local broker and Redis; the third
+    item is that cluster (None: the environment's), to stop when done."""
+    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
+    if bootstrap and redis_url:
+        return bootstrap, redis_url, None
+    from infra.local_cluster import LocalCluster
+    print("starting a local broker and Redis", file=sys.stderr)
+    cluster = LocalCluster.start(kafka=True, redis=True)
+    return cluster.kafka_bootstrap, cluster.redis_url, cluster
+
+
 def machine() -> dict[str, Any]:
     import platform
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),

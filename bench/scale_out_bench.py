@@ -140,13 +140,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.seconds < 4 or args.rate <= 0:
         ap.error("--seconds must be at least 4 and --rate positive")
-    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
-    cluster = None
-    if not bootstrap or not redis_url:
-        from infra.local_cluster import LocalCluster
-        print("starting a local broker and Redis", file=sys.stderr)
-        cluster = LocalCluster.start(kafka=True, redis=True)
-        bootstrap, redis_url = cluster.kafka_bootstrap, cluster.redis_url
+    sys.path.insert(0, str(ROOT / "bench"))
+    from live_common import kafka_and_redis
+    bootstrap, redis_url, cluster = kafka_and_redis()
     try:
         res = run(args.seconds, args.rate, bootstrap, redis_url)
     finally:

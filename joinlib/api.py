@@ -126,11 +126,13 @@ class Planner:
         return http_json(self.url + path, data, timeout=timeout)
 
     def submit(self, query: QueryLike, plan: Optional[str] = None, *, model: Optional[str] = None,
-               since: Optional[str] = None) -> "QueryHandle":
+               since: Optional[str] = None, scale_out: bool = False) -> "QueryHandle":
         """Submit ``query`` (SQL text, a path or a Query) as ``joinlib submit`` does; the planner plans it and
-        publishes the plan.  ``plan``: any plan name of the registry (default: the service's, ``auto``)."""
+        publishes the plan.  ``plan``: any plan name of the registry (default: the service's, ``auto``);
+        ``scale_out``: as ``joinlib submit --scale-out`` (a ``pmjoin`` plan shared by each site's instances)."""
         q = load(query)
-        params = {k: v for k, v in (("plan", plan), ("model", model), ("since", since)) if v}
+        params = {k: v for k, v in (("plan", plan), ("model", model), ("since", since),
+                                    ("scale_out", "1" if scale_out else None)) if v}
         out = self._http(f"/queries?{urlencode(params)}", yaml.safe_dump(query_to_dict(q), sort_keys=False).encode())
         return QueryHandle(self, q, str(out["query"]), str(out["run"]), dict(out["plan"]))
 

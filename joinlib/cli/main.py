@@ -178,6 +178,11 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--no-reuse", action="store_true",
                     help="--plan mjoin: deploy the whole tree for this query, neither reusing running operators "
                          "nor offering its own to later queries")
+    sm.add_argument("--scale-out", action="store_true",
+                    help="with --plan pmjoin[:hash|range|rate][:D]: the plan's partitions are shared by every node "
+                         "instance of a site (several 'python -m services.node --site S --serve --shared'); a "
+                         "live query's records are re-keyed by partition at each site (docs/pmjoin.md "
+                         "'Scale-out within a site'). Needs Redis at the nodes")
     sm.add_argument("--model", help="cost model of the planner (default: the registry's)")
     sm.add_argument("--since", help="live queries: records with an earlier event time are late: now (default, "
                                     "less 2 s), now-5min, an ISO-8601 time, or ms since the Unix epoch (0 for "
@@ -538,6 +543,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             raise JoinlibError(f"--plan mjoin:{tree}: not a readable JSON file ({e})") from None
     if args.no_reuse:
         params["reuse"] = "0"
+    if args.scale_out:
+        params["scale_out"] = "1"
     url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
     if args.values is not None:  # per-value rates for a partitioned plan, sent with the query
         try:

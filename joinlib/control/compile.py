@@ -75,9 +75,6 @@ def compile_plan(q: Query, msg: PlanMessage) -> RunPlan:
     if is_partitioned_json(msg.plan):  # PMJoin: a plan per partition, no switches, not adaptive
         if msg.switches or msg.adaptive is not None:
             raise PlanError("a partitioned plan has no 'switches' and is not adaptive")
-        if msg.scale_out and msg.live is not None:
-            raise PlanError("a scaled-out plan reads replayed sources (src.<query>.<stream>, a partition per "
-                            "plan partition); live sources are not split by the partition function")
         return PartitionedRun(Partitioned.from_json(q, dict(msg.plan)))
     if msg.scale_out:
         raise PlanError("scale_out needs a partitioned plan (pmjoin): its partitions are what the instances share")
@@ -101,6 +98,9 @@ def compile_trees(q: Query, msg: PlanMessage) -> TreesRun:
     one operator only (:func:`tree_scope`)."""
     if msg.switches or msg.adaptive is not None:
         raise PlanError("an MJoin tree plan has no 'switches' and is not adaptive")
+    if msg.scale_out:
+        raise PlanError("MJoin tree plans do not scale out: only a partitioned plan (pmjoin) shares a site's "
+                        "partitions between instances")
     live = [s.name for s in q.streams if s.source is not None and s.source.live]
     several = "mjoin_trees" in msg.plan or "mjoin_trees_of" in msg.plan
     if several and (live or msg.live is not None):

@@ -48,6 +48,11 @@ def origin_for(since: Optional[str], now_ms: float, tau: int) -> int:
     return t // tau * tau
 
 
+def unit(site: str, part: Optional[int]) -> str:
+    """Who a ``status`` or ``done`` speaks for: a site, or one partition of it (``r1/p2``)."""
+    return site if part is None else f"{site}/p{part}"
+
+
 class QueryStats:
     """The figures of one run of a query, from its nodes' ``status`` and ``done`` messages.
 
@@ -56,40 +61,50 @@ class QueryStats:
 
     def __init__(self, query: Query, central_site: str) -> None:
         self.query, self.central = query, central_site
-        self.last: dict[str, StatusMessage] = {}   # site -> latest status
-        self.prev: dict[str, StatusMessage] = {}   # site -> the status before it
+        # per reporting unit (:func:`unit`): a site, or one partition of a scaled-out plan at a site (or the
+        # site's re-keyer of a scaled-out live query, joinlib.node.rekey), each with its own counters
+        self.last: dict[str, StatusMessage] = {}   # unit -> latest status
+        self.prev: dict[str, StatusMessage] = {}   # unit -> the status before it
         self.done: dict[str, DoneMessage] = {}
-        self.values: dict[str, Any] = {}   # site -> its latest per-value report
+        self.values: dict[str, Any] = {}   # unit -> its latest per-value report
+        self.site_of: dict[str, str] = {}
 
     def on_status(self, status: Union[StatusMessage, Mapping[str, Any]]) -> None:
         """A node's ``status`` (its JSON is read as :meth:`StatusMessage.from_json` reads it)."""
         st = status if isinstance(status, StatusMessage) else StatusMessage.from_json(status)
-        if st.site in self.last:
-            self.prev[st.site] = self.last[st.site]
-        self.last[st.site] = st
+        key = unit(st.site, st.part)
+        self.site_of[key] = st.site
+        if key in self.last:
+            self.prev[key] = self.last[key]
+        self.last[key] = st
         if st.values is not None:
-            self.values[st.site] = st.values
+            self.values[key] = st.values
 
     def value_stats(self) -> Optional[dict[str, Any]]:
         """The live per-value rates (:func:`joinlib.pmjoin.value_monitor.merge_reports`), None before any report."""
         return merge_reports(self.query, self.values.values()) if self.values else None
 
     def on_done(self, done: DoneMessage) -> None:
-        self.done[done.site] = done
+        self.done[unit(done.site, done.part)] = done
 
-    def _rate(self, site: str, get: Callable[[StatusMessage], int]) -> Optional[float]:
-        a, b = self.prev.get(site), self.last.get(site)
-        if a is None or b is None or site in self.done or b.t_ms is None or a.t_ms is None:
+    def _rate(self, key: str, get: Callable[[StatusMessage], int]) -> Optional[float]:
+        a, b = self.prev.get(key), self.last.get(key)
+        if a is None or b is None or key in self.done or b.t_ms is None or a.t_ms is None:
             return None
         dt = (b.t_ms - a.t_ms) / 1000.0
         return None if dt <= 0 else max(0.0, (get(b) - get(a)) / dt)
+
+    def _site_rate(self, site: str, get: Callable[[StatusMessage], int]) -> Optional[float]:
+        """The rate of ``get`` summed over the units of ``site`` (None if none has one yet)."""
+        rates = [r for key, at in self.site_of.items() if at == site if (r := self._rate(key, get)) is not None]
+        return sum(rates) if rates else None
 
     def summary(self) -> dict[str, Any]:
         """Input rates per stream, results/s, bytes, central's bytes, dead letters, latency."""
         rates: dict[str, Optional[float]] = {}
         for s in self.query.streams:
-            rates[s.name] = self._rate(s.site, lambda p, n=s.name: (p.inputs or {}).get(n, 0))  # type: ignore[misc]
-        res_rates = [r for r in (self._rate(site, lambda p: p.results) for site in self.last) if r is not None]
+            rates[s.name] = self._site_rate(s.site, lambda p, n=s.name: (p.inputs or {}).get(n, 0))  # type: ignore[misc]
+        res_rates = [r for r in (self._rate(key, lambda p: p.results) for key in self.last) if r is not None]
         latest: dict[str, Union[StatusMessage, DoneMessage]] = {**self.last, **self.done}
         sent = sum(p.sent_bytes for p in latest.values())
         central = sum(n.bytes for p in latest.values() for n in p.naive if n.dst == self.central)

@@ -174,8 +174,9 @@ class PlanRun:
             host.set_last(self.q.name, end.last_epoch)
 
     def _live(self) -> Optional[LiveInputs]:
-        """The live sources of the home streams (None if they are all replayed SourceBatch topics)."""
-        if not live_streams(self.q, self.site):
+        """The live sources of the home streams (None if they are all replayed SourceBatch topics, or re-keyed
+        into them: :mod:`.rekey`)."""
+        if self.scope.rekeyed or not live_streams(self.q, self.site):   # re-keyed: read as replayed sources
             return None
         starts = self.msg.live.starts() if self.msg.live is not None else {}
         return LiveInputs(self.q, self.site, self.origin, starts, name=self.live_name, bootstrap=self.svc.bootstrap,

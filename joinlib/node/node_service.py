@@ -140,8 +140,8 @@ class NodeService:
         generations; a plan that does not compile is a QueryError or PlanError."""
         if self.shared and not rec.plan.scale_out:
             raise PlanError(f"this node is one of several instances of {self.site} (--shared): it runs only "
-                            f"scaled-out plans (joinlib run ... --plan pmjoin... --scale-out), not plan {rec.query} "
-                            "(each instance would run it whole)")
+                            "scaled-out plans ('joinlib run|submit ... --plan pmjoin... --scale-out'), not plan "
+                            f"{rec.query} (each instance would run it whole)")
         compiled = rec.compile()
         if isinstance(compiled.plan, TreesRun):
             run_tree_plan(self, rec, compiled, admin, ctl)

@@ -37,7 +37,7 @@ class RunInputs:
         self.homes = {s.name for s in q.streams if s.site == site}
         self.others = [x for x in q.sites if x != site]  # the naive baseline: every stream to every site
         self.my_topic = node_topic(q.name, site)
-        live = {s.name for s in live_streams(q, site)}
+        live = set() if run.scope.rekeyed else {s.name for s in live_streams(q, site)}
         self.src_topics = {source_topic(q, s.name): s.name for s in q.streams if s.site == site and s.name not in live}
         self.tps: list[TopicPartition] = []
         self.gate = InboundGate(site, q.execution.interval_ms)

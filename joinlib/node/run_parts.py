@@ -42,7 +42,9 @@ class RunScope:
     partition) of a scaled-out plan, whose source and node topics have ``topic_parts`` partitions and whose
     status and done name ``part`` and ``instance``; ``ctl_query``: the query whose ``end`` and ``stop`` apply,
     ``live_name``: whose ``dlq`` and ``wm`` topics the live ingest writes (a tree operator's: its tree query's;
-    None: the run's own query); ``topic_runs``: input topics another run writes (a shared operator's)."""
+    None: the run's own query); ``topic_runs``: input topics another run writes (a shared operator's);
+    ``rekeyed``: the live streams' tuples come as SourceBatches on ``src.<query>.<stream>``, written by the
+    site's re-keyer (a scaled-out live query's partition: :mod:`.rekey`), not from the users' topics."""
 
     part: Optional[int] = None
     topic_parts: int = 1
@@ -50,6 +52,7 @@ class RunScope:
     ctl_query: Optional[str] = None
     live_name: Optional[str] = None
     topic_runs: Mapping[str, str] = field(default_factory=dict)
+    rekeyed: bool = False
 
 
 class SourceReader:

@@ -130,14 +130,17 @@ class RunReport:
         r = self.run
         epochs = self.epochs()
         live = r.live
+        # a scaled-out live query's partition: live, but its site's re-keyer reports the inputs (joinlib.node.rekey)
+        rekeyed = r.scope.rekeyed
         return StatusMessage(
             r.site, r.run_id, round(now_ms()), r.sink.count, sum(st.bytes for st in r.transport.stats.values()),
-            r.counters.inputs(), epoch=min(epochs.values(), default=0), epochs=epochs,
+            {} if rekeyed else r.counters.inputs(), epoch=min(epochs.values(), default=0), epochs=epochs,
             last_epoch=r.host.last.get(r.q.name), naive=r.counters.naive_rows(), part=r.scope.part,
-            instance=r.scope.instance, live=live is not None,
-            dead_letters=live.stats()["dead_letters"] if live is not None else None,
-            watermarks_ms=live.watermarks_ms() if live is not None else None,
-            latency_ms=r.tap.take() if live is not None else None, values=self._values() if live is not None else None,
+            instance=r.scope.instance, live=live is not None or rekeyed,
+            dead_letters=live.stats()["dead_letters"] if live is not None else {} if rekeyed else None,
+            watermarks_ms=live.watermarks_ms() if live is not None else {} if rekeyed else None,
+            latency_ms=r.tap.take() if live is not None or rekeyed else None,
+            values=self._values() if live is not None else None,
             adaptive=r.adaptive.status() if r.adaptive is not None else None)
 
     def _values(self) -> Optional[dict[str, Any]]:

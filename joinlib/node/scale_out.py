@@ -8,7 +8,9 @@ message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
 
 * the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>`` have D Kafka
   partitions; the replayer writes partition p's tuples to partition p (a stream the plan does not
-  partition, to every one), and a node sends partition p's messages to partition p;
+  partition, to every one), and a node sends partition p's messages to partition p.  A live query's
+  streams are written there by each site's re-keyer (:mod:`.rekey`), a role of the site's group: partition
+  D of ``parts.<query>.<site>``; the partitions' runs then read them as replayed sources;
 * every node instance of a site joins the consumer group ``joinlib-parts.<query>.<site>.<run>`` on
   the topic ``parts.<query>.<site>`` (D partitions, never written): the group's assignment says which
   plan partitions the instance runs.  Any number of instances may serve a site (``python -m
@@ -53,13 +55,16 @@ from joinlib.adapters.kafka import (
     partition_ends,
     source_topic,
 )
+from joinlib.adapters.redis_client import redis_client
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, Naive, PlanMessage, merge_done
 from joinlib.errors import ClusterError, PlanError
 from joinlib.model import Stream, Tup
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, read_control_to_end
 from joinlib.node.node_run import PlanRun
+from joinlib.node.rekey import Rekeyer
 from joinlib.node.run_parts import NodeOwner, RunScope, SourceReader
+from joinlib.node.sources import live_streams
 from joinlib.plan.partitioned import Partitioned
 from joinlib.protocol import wire
 from joinlib.runtime.deploy import generations
@@ -103,9 +108,14 @@ class PartReader(SourceReader):
     def tuples(self, run: Any, b: Any, stream: Stream) -> Optional[list[Tup]]:
         tups = super().tuples(run, b, stream)
         route = self.router.get(stream.name)
-        if tups is None or route is None or all(route(t) == self.part for t in tups):
-            return tups
-        return None
+        if tups is None or (route is not None and any(route(t) != self.part for t in tups)):
+            return None
+        # a batch's tuples are at or above the previous batch's watermark; below it they are copies of tuples
+        # fed already -- epochs a re-keyer that lost its role wrote before it found itself fenced
+        window = run.host.windows.get((run.q.name, self.part, stream.name))
+        if tups and window is not None and tups[0].ts < window.watermark:
+            tups = [t for t in tups if t.ts >= window.watermark]
+        return tups
 
 
 def part_run(svc: NodeOwner, rec: ControlRecord, compiled: Compiled, consumer: Any, admin: Any, ctl: ControlLog,
@@ -115,7 +125,8 @@ def part_run(svc: NodeOwner, rec: ControlRecord, compiled: Compiled, consumer: A
     done."""
     partitioned = compiled.partitioned
     assert partitioned is not None
-    scope = RunScope(part, partitioned.function.d, instance=svc.instance)
+    # a live query's sources come re-keyed into src.<query>.<stream> (joinlib.node.rekey), as replayed ones do
+    scope = RunScope(part, partitioned.function.d, instance=svc.instance, rekeyed=rec.plan.live is not None)
     return PlanRun(svc, rec, compiled, consumer, admin, ctl, scope=scope,
                    reader=PartReader(partitioned.router(compiled.query), part), halt=halt)
 
@@ -126,7 +137,7 @@ class _PartThread(threading.Thread):
         super().__init__(name=f"node-{svc.site}-p{part}", daemon=True)
         self.svc, self.rec, self.compiled, self.admin, self.ctl, self.part = svc, rec, compiled, admin, ctl, part
         self.halt = threading.Event()
-        self.run_: Optional[PlanRun] = None
+        self.run_: Any = None   # its PlanRun (a re-keyer's: its Rekeyer), once started
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
@@ -151,14 +162,44 @@ class _PartThread(threading.Thread):
         self.join()
 
 
-class _Owner:
-    """The plan partitions this instance owns, as the group assigns them; the rebalance callbacks run in
-    the group consumer's poll, on the coordinating thread."""
+class _RekeyThread(_PartThread):
+    """The site's re-keyer (:mod:`.rekey`) of a scaled-out live run, in the role of partition D of the group."""
 
-    def __init__(self, svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog) -> None:
+    def __init__(self, svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog,
+                 part: int, redis: Any) -> None:
+        super().__init__(svc, rec, compiled, admin, ctl, part)
+        self.name, self.redis = f"rekey-{svc.site}", redis
+
+    def run(self) -> None:
+        consumer = make_consumer(self.svc.bootstrap, f"joinlib-rekey-{self.svc.site}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.run_ = Rekeyer(self.svc, self.rec, self.compiled, self.redis, self.ctl.copy(), self.halt)
+            self.run_.execute(consumer, self.admin)
+        except BaseException as e:  # reported by the owner
+            self.error = e
+        finally:
+            consumer.close()
+
+
+def rekey_role(compiled: Compiled, rec: ControlRecord, site: str) -> Optional[int]:
+    """The group partition standing for the site's re-keyer (D, after the plan partitions), or None: the run is
+    not live, or no live stream is born at ``site``."""
+    partitioned = compiled.partitioned
+    if partitioned is None or rec.plan.live is None or not live_streams(compiled.query, site):
+        return None
+    return partitioned.function.d
+
+
+class _Owner:
+    """The plan partitions (and, for a live query, the re-keyer: :func:`rekey_role`) this instance owns, as the
+    group assigns them; the rebalance callbacks run in the group consumer's poll, on the coordinating thread."""
+
+    def __init__(self, svc: NodeOwner, rec: ControlRecord, compiled: Compiled, admin: Any, ctl: ControlLog,
+                 redis: Any = None) -> None:
         self.svc, self.rec, self.compiled, self.admin, self.ctl = svc, rec, compiled, admin, ctl
         self.query, self.run_id = compiled.query.name, rec.run
         self.mine = {p for p, sites in part_sites(compiled.specs).items() if svc.site in sites}
+        self.rekey, self.redis = rekey_role(compiled, rec, svc.site), redis
         self.done: set[int] = set()
         self.runs: dict[int, _PartThread] = {}
 
@@ -171,6 +212,11 @@ class _Owner:
         if new:
             self.svc.log(f"{self.query}: partitions {new} of {self.svc.site} start here (running "
                          f"{sorted(self.runs)})")
+        r = self.rekey
+        if r is not None and r not in self.done and r not in self.runs and any(tp.partition == r for tp in tps):
+            self.runs[r] = t = _RekeyThread(self.svc, self.rec, self.compiled, self.admin, self.ctl, r, self.redis)
+            t.start()
+            self.svc.log(f"{self.query}: the re-keyer of {self.svc.site} runs here")
 
     def revoked(self, _consumer: Any, tps: list[TopicPartition]) -> None:
         self._release(tps, save=True)
@@ -206,11 +252,14 @@ class _Owner:
             if t.finished():
                 self.done.add(p)
             elif t.error is not None:
-                raise ClusterError(f"node {self.svc.site}: partition {p} of {self.query} failed: "
+                what = "the re-keyer" if p == self.rekey else f"partition {p}"
+                raise ClusterError(f"node {self.svc.site}: {what} of {self.query} failed: "
                                    f"{type(t.error).__name__}: {t.error}") from t.error
 
     def over(self) -> bool:
-        return self.mine <= self.done
+        """Every plan partition of the site is done, and the re-keyer, if it runs here, has seen the stop."""
+        r = self.runs.get(self.rekey) if self.rekey is not None else None
+        return self.mine <= self.done and (r is None or r.finished())
 
     def stop_all(self) -> None:
         for t in self.runs.values():
@@ -230,8 +279,12 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     membership = svc.settings.group_config()   # session timeout, static membership (checked here: a ClusterError)
     run_id = rec.run
     topic = parts_topic(q.name, svc.site)
-    ensure_partitions(admin, [topic], partitioned.function.d)
-    owner = _Owner(svc, rec, compiled, admin, ctl)
+    role = rekey_role(compiled, rec, svc.site)
+    ensure_partitions(admin, [topic], partitioned.function.d + (role is not None))
+    redis = None
+    if role is not None:
+        redis = getattr(svc.store_factory, "client", None) or redis_client(svc.redis_url)
+    owner = _Owner(svc, rec, compiled, admin, ctl, redis)
     control = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
     # the partitions already done (an instance that joins late, or a restarted one) are not run again
     seen = read_control_to_end(control, ControlLog(position=rec.offset + 1), reject=svc.reject_control)

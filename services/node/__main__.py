@@ -36,8 +36,9 @@ def main(argv=None) -> int:
                     help="with REDIS_URL: save a checkpoint (windows + state + offsets) this often, so that a "
                          "restarted node resumes where it was; 0 = never (default: $JOINLIB_CHECKPOINT_EVERY_S or 1)")
     ap.add_argument("--shared", action="store_true", default=(env.shared or "") in ("1", "true", "yes"),
-                    help="one of several instances of this site (e.g. Helm replicas): run only scaled-out plans, "
-                         "whose partitions the instances share as a consumer group; skip other plans with an "
+                    help="one of several instances of this site (e.g. Helm replicas): run only scaled-out plans "
+                         "('joinlib run|submit ... --plan pmjoin... --scale-out'), whose partitions the instances "
+                         "share as a consumer group (a live query's re-keyer too); skip other plans with an "
                          "error line, since each instance would run them whole (default: $JOINLIB_SHARED=1)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)

@@ -13,6 +13,8 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   name is still running.  ``plan=mjoin`` (a tree in the file's ``mjoin_tree``, or STREAMJOINOPT's): a live
   query's inner MJoins are operator deployments shared with other queries (:mod:`.trees`), unless
   ``reuse=0``; the answer adds ``deployed`` and ``reused`` (operator deployments);
+  ``scale_out=1`` (with ``plan=pmjoin...``): the plan's partitions are shared by each site's node instances,
+  a live query's sources re-keyed by partition at each site (docs/pmjoin.md "Scale-out within a site");
 * ``POST /explain?plan=auto&model=wire``, body: the query file (YAML, as for ``POST /queries``): the plan that
   submission would choose, explained without running anything (:mod:`joinlib.costs.explanation`: per site what
   runs and what it sends, bytes per link and kind, ``central``'s and the floor's estimates): 200 with the
@@ -63,7 +65,7 @@ from joinlib.adapters.kafka import (
 from joinlib.adapters.rejections import Rejections
 from joinlib.control.check import INVALID
 from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, StatusMessage, StopMessage
-from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, TreesRun
+from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import DEFAULT_MODEL
 from joinlib.costs.explanation import format_explanation
 from joinlib.errors import JoinlibError
@@ -71,6 +73,7 @@ from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
 from joinlib.node.live_queries import read_results, source_starts
+from joinlib.node.scale_out import scale_message, scaled_topics
 from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
 from joinlib.planner.explained import explain_query
@@ -167,8 +170,15 @@ def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 
 
 
 def _on_status(cur: QueryStatus, site: dict, status: StatusMessage) -> None:
-    """A node's ``status`` of the query's current run."""
-    site.update(epoch=status.epoch, last_epoch=status.last_epoch, results=status.results)
+    """A node's ``status`` of the query's current run (a scaled-out plan's: of one partition at the site, or of
+    the site's re-keyer; the site shows the least epoch and the sum of the results)."""
+    if status.part is not None:
+        parts = site.setdefault("parts", {})
+        parts[str(status.part)] = {"epoch": status.epoch, "results": status.results}
+        site.update(epoch=min(p["epoch"] for p in parts.values()), last_epoch=status.last_epoch,
+                    results=sum(p["results"] for p in parts.values()))
+    else:
+        site.update(epoch=status.epoch, last_epoch=status.last_epoch, results=status.results)
     if status.adaptive is not None:  # an adaptive plan: the node's generation and plan changes
         site["adaptive"] = status.adaptive
     if cur.stats is not None:
@@ -193,11 +203,12 @@ class PlannerService:
 
     # ------------------------------------------------------------------ submission
     def submit(self, text: str, planner: Optional[str] = None, model: Optional[str] = None,
-               since: Optional[str] = None, reuse: bool = True) -> dict:
+               since: Optional[str] = None, reuse: bool = True, scale_out: bool = False) -> dict:
         """Plan a query file's text (``planner``: any plan name of the registry, default
         :func:`default_plan`; ``model``: its cost model, default the registry's; ``mjoin`` or a tree sent as
         the file's ``mjoin_tree``: an MJoin tree whose inner operators are shared with other queries unless
-        not ``reuse``, :mod:`.trees`) and publish the plan; JoinlibError for user mistakes."""
+        not ``reuse``, :mod:`.trees`; ``scale_out``: a partitioned plan whose partitions a site's node
+        instances share, :meth:`scaled`) and publish the plan; JoinlibError for user mistakes."""
         data = _query_document(text)
         values = data.pop("partition_values", None) if isinstance(data, dict) else None
         tree = data.pop("mjoin_tree", None) if isinstance(data, dict) else None
@@ -209,11 +220,17 @@ class PlannerService:
                            f"'joinlib stop {query.name}'")
         planner = planner or default_plan()
         if tree is not None or plan_kind(planner) is PlanKind.TREE:
+            if scale_out:
+                raise JoinlibError("MJoin tree plans do not scale out: --scale-out needs --plan "
+                                   "pmjoin[:hash|range|rate][:D]")
             return submit_tree(self, query, planner, tree, since, reuse)
         plan = plan_of(query, planner, model, values)
         live = self.live_of(query, since)
         run = uuid.uuid4().hex[:12]
-        msg = self.publish(query, replace(plan.message(query, run, {}), switches=None, live=live), planner)
+        msg = replace(plan.message(query, run, {}), switches=None, live=live)
+        if scale_out:
+            msg = self.scaled(query, plan, msg)
+        msg = self.publish(query, msg, planner)
         if self.sensor is not None:
             self.sensor.set_plan(query.name, plan.first)
         out: dict[str, object] = {"query": query.name, "run": run, "plan": msg.plan}
@@ -230,6 +247,21 @@ class PlannerService:
             data.pop("mjoin_tree", None)
         e = explain_query(parse_query(data, "<explained query>"), planner or default_plan(), model or DEFAULT_MODEL)
         return {**e.to_json(), "text": format_explanation(e)}
+
+    def scaled(self, query: Query, plan: Deployable, msg: PlanMessage) -> PlanMessage:
+        """``msg`` scaled out (docs/pmjoin.md "Scale-out within a site"): its source and node topics with a
+        partition per plan partition, and where each of those partitions starts.  A live query's sources are
+        re-keyed into ``src.<query>.<stream>`` at each site (:mod:`joinlib.node.rekey`)."""
+        split = plan.plan if isinstance(plan, PartitionedRun) else None
+        if split is None:
+            raise JoinlibError("--scale-out needs a partitioned plan (--plan pmjoin[:hash|range|rate][:D]): its "
+                               "partitions are what a site's instances share")
+        topics = scaled_topics(query, split, self.admin, split)
+        consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
+        try:
+            return scale_message(msg, consumer, split, topics)
+        finally:
+            consumer.close()
 
     def live_of(self, query: Query, since: Optional[str]) -> Optional[LiveStart]:
         """A live query's origin and the offsets its sources start at (None for a replayed query)."""
@@ -414,7 +446,8 @@ def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str
     if not root or name is not None:
         return 404, {"error": "POST /queries (or /explain) with the query file as the body, or POST /queries/NAME/stop"}
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
-                               args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"))
+                               args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"),
+                               args.get("scale_out", "0") in ("1", "true", "yes"))
 
 
 def _delete(service: PlannerService, path: str) -> tuple[int, object]:

@@ -15,6 +15,7 @@ import yaml
 
 from joinlib.cli.live import format_query
 from joinlib.cli.main import main as cli
+from joinlib.control.messages import DoneMessage
 from joinlib.errors import JoinlibError, QueryError
 from joinlib.ingest import Bad, Decoder, Event, StreamIngest, derived_id
 from joinlib.ingest.contract import Written, classify_partition, expected_output
@@ -256,6 +257,26 @@ def test_query_stats_rates_bytes_against_central_and_latency() -> None:
     assert s["p99_latency_ms"] == 300.0 and s["dead_letters"] == {"late": 2} and s["results"] == 45
     text = format_query({"query": "q", "state": "running", "run": "r", "planner": "auto", "live": True, "stats": s})
     assert "S1 100.0" in text and "80%" in text and "late 2" in text
+
+
+def test_query_stats_of_a_scaled_out_live_query_add_up_its_partitions_and_re_keyer() -> None:
+    """Each partition's run reports its results and bytes, the site's re-keyer (part D) the inputs, dead letters
+    and naive baseline: the figures are per (site, partition), added up."""
+    q = parse_query(doc(), "q")
+    st = QueryStats(q, "r1")
+    for t, n in ((0, 0), (2000, 1)):
+        for part in (0, 1):
+            st.on_status({"site": "r1", "part": part, "t_ms": t, "inputs": {}, "results": 10 * n * (part + 1),
+                          "sent_bytes": 100 * n, "naive": []})
+        st.on_status({"site": "r1", "part": 2, "t_ms": t, "inputs": {"S1": 300 * n}, "results": 0,
+                      "sent_bytes": 0, "naive": [["r1", "r2", 700 * n]], "dead_letters": {"S1": {"late": n}}})
+        st.on_status({"site": "r2", "t_ms": t, "inputs": {"S2": 0}, "results": 0, "sent_bytes": 0,
+                      "naive": [["r2", "r1", 1000 * n]]})
+    s = st.summary()
+    assert s["input_per_s"] == {"S1": 150.0, "S2": 0.0} and s["results_per_s"] == 15.0 and s["results"] == 30
+    assert (s["bytes"], s["central_bytes"], s["dead_letters"]) == (200, 1000, {"late": 1})
+    st.on_done(DoneMessage("r1", "x", 12, part=0))   # a partition's done replaces its latest status
+    assert st.summary()["results"] == 32
 
 
 def test_results_flags_need_follow(capsys) -> None:

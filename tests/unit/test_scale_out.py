@@ -95,7 +95,7 @@ def test_a_partitions_done_is_not_the_sites_done():
     assert log.done == {("x", "r1")} and log.copy().parts_done == {("x", "r1", 2)}
 
 
-def test_plan_messages_scale_out_only_partitioned_replayed_plans():
+def test_plan_messages_scale_out_only_partitioned_plans_replayed_or_live():
     query = load_query(ROUTERS)
     msg = {"query": query_to_dict(query), "run": "x", "nodes": ["r1", "r2", "r3"], "scale_out": True}
     ok = {**msg, "plan": _hash_plan(2, query).to_json(), "part_offsets": {"src.routers.S1": [0, 5]}}
@@ -103,7 +103,9 @@ def test_plan_messages_scale_out_only_partitioned_replayed_plans():
     assert "needs a partitioned plan" in (check_control(query.name, "plan",
                                                          {**msg, "plan": uniform(query, "SP-S").to_json()}) or "")
     live = {**ok, "live": {"origin_ms": 0, "sources": {}}}
-    assert "live sources are not split" in (check_control(query.name, "plan", live) or "")
+    assert check_control(query.name, "plan", live) is None   # re-keyed at each site (joinlib.node.rekey)
+    tree = {**msg, "plan": {"mjoin_tree": {}}}
+    assert "MJoin tree plans do not scale out" in (check_control(query.name, "plan", tree) or "")
     assert "wrong type" in (check_control(query.name, "plan", {**ok, "part_offsets": {"t": [-1]}}) or "")
 
 
@@ -161,3 +163,23 @@ def test_the_session_timeout_is_configurable_and_checked(monkeypatch):
         monkeypatch.setenv(SESSION_TIMEOUT_ENV, bad)
         with pytest.raises(ClusterError, match="expected milliseconds, at least 1000"):
             session_timeout_ms()
+
+
+def test_a_partition_drops_source_tuples_below_what_its_window_was_fed():
+    """Copies of epochs fed already (a re-keyer that lost its role writing them again) are dropped; another
+    partition's tuples still reject the batch."""
+    from types import SimpleNamespace
+
+    from joinlib.node.scale_out import PartReader
+    from joinlib.protocol.records import SourceBatch
+    query = load_query(ROUTERS)
+    s1 = query.stream("S1")
+    reader = PartReader({"S1": lambda t: t.key[0] % 2}, part=0)
+    window = SimpleNamespace(watermark=300)
+    run = SimpleNamespace(q=query, host=SimpleNamespace(windows={(query.name, 0, "S1"): window}))
+    tups = [Tup(s1.pos, i, ts, i, (k,)) for i, (ts, k) in enumerate([(250, 0), (299, 2), (300, 4), (350, 0)])]
+    assert reader.tuples(run, SourceBatch("S1", tups, 400), s1) == tups[2:]
+    assert reader.tuples(run, SourceBatch("S1", tups[:2], 300), s1) == []
+    window.watermark = 200
+    assert reader.tuples(run, SourceBatch("S1", tups, 400), s1) == tups
+    assert reader.tuples(run, SourceBatch("S1", [Tup(s1.pos, 9, 350, 9, (1,))], 400), s1) is None
