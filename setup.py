@@ -1,9 +1,13 @@
-"""The one compiled part of joinlib: the Bloom filter kernels (joinlib/protocol/_bloomc.c).
+"""The compiled parts of joinlib: the Bloom filter kernels (joinlib/protocol/_bloomc.c) and DJA's Fenwick tree
+(joinlib/runtime/algorithms/_fenwickc.c).
 
-``optional``: without a C compiler the install still succeeds, and joinlib.protocol.bloom keeps its numpy form
-(same answers, slower); ``python -c "import joinlib.protocol._bloomc"`` says whether the kernels are built.
-Everything else about the package is in pyproject.toml."""
+``optional``: without a C compiler the install still succeeds, and the modules that use them keep their Python
+or numpy forms (same answers, slower); ``python -c "import joinlib.protocol._bloomc"`` says whether the kernels
+are built.  Everything else about the package is in pyproject.toml."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("joinlib.protocol._bloomc", ["joinlib/protocol/_bloomc.c"], optional=True,
-                             extra_compile_args=["-O2", "-Wall"])])
+KERNELS = {"joinlib.protocol._bloomc": "joinlib/protocol/_bloomc.c",
+           "joinlib.runtime.algorithms._fenwickc": "joinlib/runtime/algorithms/_fenwickc.c"}
+
+setup(ext_modules=[Extension(name, [src], optional=True, extra_compile_args=["-O2", "-Wall"])
+                   for name, src in KERNELS.items()])

@@ -128,12 +128,17 @@ def test_services_image_is_python_311_slim():
 
 
 def test_services_image_carries_the_compiled_kernels_without_a_compiler():
-    """The Bloom kernels are built in a stage of their own (same Python as the final image, so the same
-    EXT_SUFFIX) and only the shared object reaches the image, next to joinlib/protocol/bloom.py."""
+    """The C kernels (every Extension of setup.py) are built in a stage of their own (same Python as the final
+    image, so the same EXT_SUFFIX) and only the shared objects reach the image, next to their modules."""
     df = Dockerfile.parse(SERVICES_DOCKERFILE)
     kernels = next(s for s in df.stages if s["name"] == "kernels")
-    assert any("_bloomc.c" in r and "EXT_SUFFIX" in r for r in df.ops("RUN", kernels))
-    assert any(r.startswith("--from=kernels") and r.endswith(" joinlib/protocol/") for r in df.ops("COPY"))
+    sources = re.findall(r'"(joinlib/[\w/]+\.c)"', (REPO / "setup.py").read_text())
+    assert sources, "setup.py lists no kernel"
+    built = " ".join(df.ops("RUN", kernels))
+    assert "EXT_SUFFIX" in built and all(src in built for src in sources)
+    copied = " ".join(df.ops("COPY", kernels))
+    assert all(src in copied for src in sources)
+    assert any(r.startswith("--from=kernels") and r.endswith(" joinlib/") for r in df.ops("COPY"))
     assert not any("gcc" in r for r in df.ops("RUN")), "the final image needs no compiler"
 
 

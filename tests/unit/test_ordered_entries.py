@@ -1,19 +1,55 @@
-"""OrderedEntries keeps a dict's order and gives the same positions as a walk of it (DJA's V, issue 27)."""
+"""OrderedEntries keeps a dict's order and gives the same positions as a walk of it (DJA's V, issue 27), with the
+Fenwick tree's loops in C (``_fenwickc.c``) and in Python (the fallback without a compiler) alike."""
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from joinlib.runtime.algorithms import ordered
 from joinlib.runtime.algorithms.ordered import OrderedEntries
+
+KERNELS = pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "python"])
+
+
+@contextmanager
+def kernels(c: bool) -> Iterator[None]:
+    saved = ordered._c
+    ordered._c = saved if c else None
+    try:
+        yield
+    finally:
+        ordered._c = saved
+
+
+def test_the_kernels_are_built() -> None:
+    assert ordered._c is not None, "joinlib/runtime/algorithms/_fenwickc.c is not built: `pip install -e .`"
+
+
+def test_the_kernels_refuse_what_is_outside_the_tree() -> None:
+    tree = ordered._tree(4)
+    for call in (lambda: ordered._c.mark(tree, 3), lambda: ordered._c.removed_before(tree, 4),
+                 lambda: ordered._c.slot_of(tree, 4, 0)):
+        with pytest.raises(IndexError):
+            call()
+    with pytest.raises(TypeError):
+        ordered._c.removed_before((0, 0), 0)   # not the list ordered.py keeps
 
 ops = st.lists(st.tuples(st.sampled_from(["add", "del"]), st.integers(0, 40)), max_size=300)
 
 
+@KERNELS
 @settings(max_examples=300, deadline=None)
 @given(ops)
-def test_positions_match_a_walk_of_the_dict(steps) -> None:
+def test_positions_match_a_walk_of_the_dict(c, steps) -> None:
+    with kernels(c):
+        _positions(steps)
+
+
+def _positions(steps) -> None:
     oe, ref = OrderedEntries(), {}
     for op, v in steps:
         key = (v,)
@@ -38,11 +74,17 @@ def test_positions_match_a_walk_of_the_dict(steps) -> None:
 counts = st.lists(st.tuples(st.sampled_from(["add", "drop", "flag"]), st.integers(0, 20)), max_size=300)
 
 
+@KERNELS
 @settings(max_examples=200, deadline=None)
 @given(counts)
-def test_count_operations_match_a_dict(steps) -> None:
+def test_count_operations_match_a_dict(c, steps) -> None:
     """add / bump / drop_empty / unflagged (DJA's loops) do what the same edits of a plain dict do, and keep
     the positions."""
+    with kernels(c):
+        _counts(steps)
+
+
+def _counts(steps) -> None:
     oe, ref = OrderedEntries(), dict[tuple[int, ...], list[Any]]()
     for op, v in steps:
         key = (v,)

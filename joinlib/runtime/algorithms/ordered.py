@@ -9,12 +9,29 @@ of the removed slots (keys are appended, so an insert costs nothing there) gives
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
 from joinlib.protocol.messages import Key
 
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
+
+
+def _kernels() -> Any:
+    """The tree's loops in C (``_fenwickc.c``, built by setup.py), or None: the Python loops below answer."""
+    try:
+        return importlib.import_module("joinlib.runtime.algorithms._fenwickc")
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+
+
+_c: Any = _kernels()
+
+
+def _tree(size: int) -> list[int]:
+    """A zeroed Fenwick tree of ``size`` entries."""
+    return [0] * size
 
 
 class OrderedEntries(MutableMapping[Key, Entry]):
@@ -25,7 +42,7 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         self._entries: dict[Key, Entry] = {}
         self._slot: dict[Key, int] = {}
         self._keys: list[Optional[Key]] = []
-        self._tree: list[int] = [0]   # Fenwick tree of removed slots, 1-based
+        self._tree = _tree(1)   # Fenwick tree of removed slots, 1-based
         for k, e in items:
             self[k] = e
 
@@ -65,6 +82,9 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         del self._entries[key]
         slot = self._slot.pop(key)
         self._keys[slot] = None
+        if _c is not None:
+            _c.mark(self._tree, slot)
+            return
         i, tree = slot + 1, self._tree
         while i < len(tree):
             tree[i] += 1
@@ -107,6 +127,8 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         """The 0-based position of ``key`` among the live keys, in insertion order: its slot less the
         removed slots before it."""
         slot = self._slot[key]
+        if _c is not None:
+            return slot - int(_c.removed_before(self._tree, slot))
         i, removed = slot, 0
         while i > 0:
             removed += self._tree[i]
@@ -118,14 +140,17 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         if not 0 <= position < len(self._entries):
             raise IndexError(position)
         tree, n = self._tree, len(self._keys)
-        i, rest, step = 0, position + 1, 1 << n.bit_length()
-        while step:   # the largest slot prefix holding fewer than position + 1 live keys
-            j = i + step
-            if j <= n:
-                live = step - tree[j]
-                if live < rest:
-                    i, rest = j, rest - live
-            step >>= 1
+        if _c is not None:
+            i = int(_c.slot_of(tree, n, position))
+        else:
+            i, rest, step = 0, position + 1, 1 << n.bit_length()
+            while step:   # the largest slot prefix holding fewer than position + 1 live keys
+                j = i + step
+                if j <= n:
+                    live = step - tree[j]
+                    if live < rest:
+                        i, rest = j, rest - live
+                step >>= 1
         key = self._keys[i]
         assert key is not None
         return key
@@ -135,4 +160,4 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         keys = list(self._entries)
         self._keys = list(keys)
         self._slot = {k: i for i, k in enumerate(keys)}
-        self._tree = [0] * (max(capacity, len(keys) + 1) + 1)
+        self._tree = _tree(max(capacity, len(keys) + 1) + 1)
