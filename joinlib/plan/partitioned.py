@@ -33,7 +33,7 @@ from joinlib.plan.partition import PartitionFunction
 from joinlib.plan.partition import from_json as function_from_json
 
 Streams = dict[str, list[Tup]]
-SCHEMES = ("hash", "range", "rate")
+SCHEMES = ("hash", "range", "rate", "site")
 DEFAULT_PARTS = 4
 MAX_PARTS = 1024   # a plan instance per partition at each node it uses
 
@@ -42,7 +42,9 @@ RUN_HELP = """Partitioned plans (PMJoin, seed 002; time windows only; embedded o
                                class into D partitions (default rate, D = 4; rate: k-means
                                over the values' per-stream rates measured on the data; range:
                                equal counts of its distinct values), and run per partition
-                               the plan 'auto' picks on that partition's data (docs/pmjoin.md)"""
+                               the plan 'auto' picks on that partition's data (docs/pmjoin.md)
+  pmjoin:site                  one partition per site: each value to the site that holds most
+                               of its tuples (results where a value's tuples are born)"""
 
 
 def attribute_class(query: Query) -> tuple[tuple[str, str], ...]:
@@ -152,16 +154,21 @@ def check_partitionable(query: Query) -> None:
 
 
 def parse_spec(spec: str) -> tuple[str, int]:
-    """``pmjoin[:hash|range|rate][:D]`` -> (scheme, D)."""
-    scheme, parts = "rate", DEFAULT_PARTS
+    """``pmjoin[:hash|range|rate][:D]`` or ``pmjoin:site`` -> (scheme, D); ``site``'s D is its number of sites
+    (0 here: the function knows it)."""
+    scheme, parts, given = "rate", DEFAULT_PARTS, False
     for arg in spec.split(":")[1:]:
         if arg in SCHEMES:
             scheme = arg
         elif arg.isdigit() and 1 <= int(arg) <= MAX_PARTS:
-            parts = int(arg)
+            parts, given = int(arg), True
         else:
-            raise PlanError(f"pmjoin: unknown argument {arg!r} in {spec!r} "
-                            f"(pmjoin[:{'|'.join(SCHEMES)}][:D], D a number of partitions from 1 to {MAX_PARTS})")
+            raise PlanError(f"pmjoin: unknown argument {arg!r} in {spec!r} (pmjoin[:hash|range|rate][:D], D a "
+                            f"number of partitions from 1 to {MAX_PARTS}, or pmjoin:site: one partition per site)")
+    if scheme == "site":
+        if given:
+            raise PlanError(f"pmjoin:site takes no D ({spec!r}): it has one partition per site")
+        parts = 0
     return scheme, parts
 
 

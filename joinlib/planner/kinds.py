@@ -107,7 +107,8 @@ def part_plan(query: Query, inputs: Inputs) -> tuple[Plan, float]:
 
 
 def gen_partitioned(query: Query, streams: Streams) -> Iterable[tuple[str, Candidate, float]]:
-    """``pmjoin:SCHEME:D`` for every scheme and D of :data:`PARTS`, each partition's plan by
+    """``pmjoin:SCHEME:D`` for every scheme and D of :data:`PARTS` (and ``pmjoin:site``, one partition per site),
+    each partition's plan by
     :func:`part_plan`; nothing for a query that cannot be partitioned (tuple windows, no key)."""
     try:
         check_partitionable(query)
@@ -116,11 +117,11 @@ def gen_partitioned(query: Query, streams: Streams) -> Iterable[tuple[str, Candi
         return
     span = span_s(streams)
     for scheme in SCHEMES:
-        for d in PARTS:
+        for d in ((0,) if scheme == "site" else PARTS):   # site: one partition per site
             fn = function_for(query, streams, by, scheme, d)
             skeleton = Partitioned(by, fn, tuple(Plan(()) for _ in range(fn.d)))
             chosen = [part_plan(query, part_inputs(query, part, span)) for part in skeleton.split(query, streams)]
-            yield (f"pmjoin:{scheme}:{d}", Partitioned(by, fn, tuple(p for p, _ in chosen)),
+            yield (f"pmjoin:{scheme}" + (f":{d}" if d else ""), Partitioned(by, fn, tuple(p for p, _ in chosen)),
                    sum(c for _, c in chosen))
 
 
@@ -151,7 +152,7 @@ def tree_cost(program: TreeProgram, inputs: Inputs) -> float:
 
 
 def gen_trees(query: Query, streams: Streams, inputs: Inputs) -> Iterable[tuple[str, Candidate, float]]:
-    """``mjoin`` (STREAMJOINOPT on the data) and ``pmjoin:SCHEME:D:mjoin`` for every scheme and D;
+    """``mjoin`` (STREAMJOINOPT on the data) and ``pmjoin:SCHEME:D:mjoin`` for every scheme and D (``site``: no D);
     nothing for a query whose trees cannot run (tuple windows, an MJoin that would be a cross product)."""
     try:
         program = plan_tree(query, "mjoin", streams)
@@ -163,8 +164,8 @@ def gen_trees(query: Query, streams: Streams, inputs: Inputs) -> Iterable[tuple[
         return
     span = span_s(streams)
     for scheme in SCHEMES:
-        for d in PARTS:
-            name = f"pmjoin:{scheme}:{d}:mjoin"
+        for d in ((0,) if scheme == "site" else PARTS):
+            name = f"pmjoin:{scheme}" + (f":{d}" if d else "") + ":mjoin"
             try:
                 trees, parts = plan_partitioned_trees(query, streams, name)
                 cost = sum(tree_cost(p, part_inputs(query, s, span))

@@ -16,6 +16,7 @@ from joinlib.plan.partition import HashPartition, PartitionFunction, RangePartit
 from joinlib.plan.partitioned import Partitioned, Streams, attribute_class, check_partitionable, parse_spec
 from joinlib.pmjoin.ratepart import rate_partition
 from joinlib.pmjoin.rates import ValueRates
+from joinlib.pmjoin.sitepart import site_partition
 from joinlib.query import parse_query, query_to_dict
 
 
@@ -72,6 +73,11 @@ def function_from_stats(query: Query, stats: Any, scheme: str, parts: int) -> Pa
                            tuple(tuple(float(r) for r in row) for row in stats["rates"]))
     except (TypeError, ValueError) as e:
         raise PlanError(f"value statistics: malformed rates ({e})") from None
+    for name in rates.streams:
+        if name not in query.names:
+            raise PlanError(f"value statistics: {name!r} is not a stream of query {query.name}")
+    if scheme == "site":
+        return site_partition(query, rates)
     return rate_partition(rates, parts)
 
 

@@ -57,11 +57,13 @@ def test_partitioned_plans_are_exact_through_the_wire_codec(data):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_pmjoin_with_auto_per_partition_is_exact(data):
-    """``pmjoin[:hash|range][:D]``: auto chooses each partition's plan on the partition's data."""
+    """``pmjoin[:hash|range|rate][:D]`` and ``pmjoin:site``: auto chooses each partition's plan on the partition's
+    data."""
     from joinlib.planner.registry import resolve_plan
     query = time_windows(data.draw(queries(max_streams=3)), data.draw(st.integers(5, 80)))
     streams = data.draw(stream_data(query))
-    spec = f"pmjoin:{data.draw(st.sampled_from(pm.SCHEMES))}:{data.draw(st.sampled_from([1, 2, 5]))}"
+    scheme = data.draw(st.sampled_from(pm.SCHEMES))
+    spec = "pmjoin:site" if scheme == "site" else f"pmjoin:{scheme}:{data.draw(st.sampled_from([1, 2, 5]))}"
     plan = choose_pm.build(query, streams, spec, lambda q, s: resolve_plan(q, "auto", streams=s))
     assert_exact(query, streams, plan)
 
@@ -85,7 +87,7 @@ def test_spec(spec, want):
 
 @pytest.mark.parametrize("spec", ["pmjoin:zig", "pmjoin:0", "pmjoin:hash:x"])
 def test_bad_specs_say_what_is_accepted(spec):
-    with pytest.raises(PlanError, match=r"pmjoin\[:hash\|range\|rate\]\[:D\]"):
+    with pytest.raises(PlanError, match=r"pmjoin\[:hash\|range\|rate\]\[:D\].*or pmjoin:site"):
         pm.parse_spec(spec)
 
 

@@ -16,7 +16,7 @@ from joinlib.query import load_query
 from tests.unit.test_pmjoin_stats import write_data
 
 
-@pytest.mark.parametrize("scheme,parts", [("rate", 2), ("rate", 3), ("range", 2), ("hash", 4)])
+@pytest.mark.parametrize("scheme,parts", [("rate", 2), ("rate", 3), ("range", 2), ("hash", 4), ("site", 0)])
 def test_values_file_gives_the_function_the_data_gives(tmp_path: Path, capsys, scheme: str, parts: int) -> None:
     qpath, data = write_data(tmp_path)
     out = tmp_path / "values.json"
@@ -35,6 +35,22 @@ def test_rate_partition_of_the_values_file_separates_the_hot_sites(tmp_path: Pat
     query = load_query(qpath)
     fn = choose_pm.function_from_stats(query, choose_pm.value_stats(query, load_streams(query, data)), "rate", 3)
     assert sorted(fn(v) for v in "abc") == [0, 1, 2]
+
+
+def test_site_partition_sends_each_value_to_the_site_holding_most_of_its_tuples(tmp_path: Path) -> None:
+    """S1 (at its site) is mostly c, S2 mostly b, S3 mostly a: c to S1's site's partition, b to S2's, a to S3's
+    (issue 30 item 2: results where a value's tuples are born); one partition per site, values unseen hashed."""
+    qpath, data = write_data(tmp_path)
+    query = load_query(qpath)
+    fn = choose_pm.function_from_stats(query, choose_pm.value_stats(query, load_streams(query, data)), "site", 0)
+    sites = [query.stream(s).site for s in ("S1", "S2", "S3")]
+    assert fn.d == len(set(sites)) == 3
+    order = [s for s in query.sites if s in sites]
+    assert [fn(v) for v in "cba"] == [order.index(site) for site in sites]
+    assert 0 <= fn("never seen") < 3
+    assert pm.parse_spec("pmjoin:site") == ("site", 0)
+    with pytest.raises(PlanError, match="takes no D"):
+        pm.parse_spec("pmjoin:site:3")
 
 
 @pytest.mark.parametrize("stats,message", [
