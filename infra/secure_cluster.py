@@ -3,7 +3,8 @@ passwords and TLS, as local processes (docs/security.md).
 
 The secure twin of :mod:`infra.local_cluster` (same jars, same process handling): certificates
 from ``scripts/gen-certs.sh`` (a CA of its own and a server certificate for 127.0.0.1/localhost),
-random passwords for the Kafka SCRAM users and the Redis ACL users (``infra/redis/users.acl.template``),
+random passwords for the Kafka SCRAM users (each with the ACLs of ``infra/kafka_acls.py``) and the
+Redis ACL users (``infra/redis/users.acl.template``),
 a planner API token, all in files of mode 600 in one directory.
 
     from infra.secure_cluster import SecureCluster
@@ -163,6 +164,12 @@ def start_secure_kafka(workdir: Path, s: Secrets, **kw) -> KafkaProcess:
                                       "ADMIN_PASSWORD": s.kafka_password(KAFKA_ADMIN)}, **kw)
 
 
+def grant_service_acls(bootstrap: str, s: Secrets) -> None:
+    """The ACLs of every service principal (infra/kafka_acls.py), created as the super user ``admin``."""
+    from infra.kafka_acls import admin_client, apply, service_grants
+    apply(admin_client(bootstrap, s.dir), service_grants())
+
+
 def start_secure_redis(workdir: Path, s: Secrets, **kw) -> RedisProcess:
     return start_redis(workdir, extra_args=lambda p: redis_tls_args(s, p), ping=_redis_ping(s), **kw)
 
@@ -183,6 +190,7 @@ class SecureCluster:
         try:
             if kafka:
                 c.kafka = start_secure_kafka(wd, c.secrets)
+                grant_service_acls(c.kafka.bootstrap, c.secrets)
             if redis:
                 c.redis = start_secure_redis(wd, c.secrets)
         except BaseException:

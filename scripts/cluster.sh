@@ -4,7 +4,8 @@
 #   scripts/cluster.sh install   fetch the Kafka classpath into the cache (skipped when cached)
 #                                and apt-get install redis-server when it is missing
 #   scripts/cluster.sh up        start both on 127.0.0.1, wait until ready, print the env lines
-#   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512) and Redis TLS + ACL users;
+#   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512), ACLs per service user
+#                                (infra/kafka_acls.py) and Redis TLS + ACL users;
 #                                certificates, passwords and the planner token in $JOINLIB_SECURE_DIR
 #                                (docs/security.md)
 #   scripts/cluster.sh down      stop both (idempotent); the next `up` starts afresh
@@ -402,6 +403,9 @@ cmd_up_secure() {
         die "could not write the certificates and secrets into $SECURE_DIR"
     log "certificates, passwords and the planner token in $SECURE_DIR (mode 600; docs/security.md)"
     cmd_up
+    # the ACLs per service principal (kept in the broker's metadata across stop/start)
+    (cd "$ROOT" && python3 -m infra.kafka_acls apply "$HOST:$KAFKA_PORT" "$SECURE_DIR") ||
+        die "could not create the Kafka ACLs (infra/kafka_acls.py)"
 }
 
 cmd_down() {

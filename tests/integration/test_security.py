@@ -11,7 +11,9 @@ redis-server with TLS and ACL users, both started by the ``secure_cluster`` sess
 from __future__ import annotations
 
 import json
-import threading
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -94,6 +96,103 @@ def test_kafka_wrong_password_is_an_authentication_error(secure_cluster):
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
 
 
+# ---------------------------------------------------------------------------------------------- Kafka ACLs
+
+def _produce(secure_cluster, user: str, topic: str, key: bytes = b"r2"):
+    """Produce one message as ``user``: None when the broker took it, else the KafkaError it answered."""
+    from confluent_kafka import Producer
+    box: dict = {}
+    p = Producer({"bootstrap.servers": secure_cluster.kafka_bootstrap, **secure_cluster.secrets.kafka_client_conf(user),
+                  "message.timeout.ms": 10000, "log_level": 0})
+    p.produce(topic, b"forged", key, on_delivery=lambda err, msg: box.setdefault("err", err))
+    p.flush(15)
+    assert "err" in box, f"no delivery report for {user} -> {topic}"
+    return box["err"]
+
+
+def _admin(secure_cluster, user: str):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": secure_cluster.kafka_bootstrap,
+                        **secure_cluster.secrets.kafka_client_conf(user), "log_level": 0})
+
+
+def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
+    """The matrix of infra/kafka_acls.py on the real broker: a forged flow, result or source batch under the
+    wrong service's credentials is refused with TOPIC_AUTHORIZATION_FAILED; what the service needs is not."""
+    from confluent_kafka import KafkaError
+    q = f"acl{int(time.time())}"
+    allowed = [("joinlib-source", f"src.{q}.S1"), ("joinlib-node", f"node.{q}.r2"), ("joinlib-node", f"out.{q}"),
+               ("joinlib-node", f"derived.{q}.mj0"), ("joinlib-planner", "control")]
+    refused = [("joinlib-node", f"src.{q}.S1"),      # a node forging a source's tuples
+               ("joinlib-source", f"node.{q}.r2"),   # a source forging a flow into a node
+               ("joinlib-source", f"out.{q}"),       # ... or results
+               ("joinlib-planner", f"node.{q}.r2"),  # the planner only plans
+               ("joinlib-planner", f"src.{q}.S1"),
+               ("joinlib-spark", f"out.{q}"),        # the Spark jobs read only
+               ("joinlib-spark", f"src.{q}.S1"),
+               ("joinlib-spark", "control")]
+    for user, topic in allowed:
+        assert _produce(secure_cluster, user, topic) is None, (user, topic)
+    for user, topic in refused:
+        err = _produce(secure_cluster, user, topic)
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, topic, err)
+    # the Spark jobs' user still reads them
+    assert {f"src.{q}.S1", f"out.{q}", "control"} <= set(_admin(secure_cluster, "joinlib-spark").list_topics(
+        timeout=10).topics)
+
+
+def test_acls_keep_topics_and_acls_to_the_admin(secure_cluster):
+    """No service may delete a topic or change an ACL; only the super user ``admin`` may."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from infra.kafka_acls import Grant, W, apply
+    for user in ("joinlib-node", "joinlib-planner", "joinlib-cli"):
+        admin = _admin(secure_cluster, user)   # kept alive until the answer (its futures die with it)
+        with pytest.raises(KafkaException) as e:
+            admin.delete_topics(["control"], operation_timeout=10)["control"].result()
+        assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, e.value)
+    with pytest.raises(RuntimeError, match="CLUSTER_AUTHORIZATION_FAILED|Cluster authorization failed"):
+        apply(_admin(secure_cluster, "joinlib-node"), [Grant("joinlib-node", "src.", (W,))])
+    assert "control" in _admin(secure_cluster, "admin").list_topics(timeout=10).topics
+
+
+def test_a_user_without_grants_gets_nothing(secure_cluster):
+    """Valid credentials alone give nothing: a SCRAM user with no ACL sees no topic and writes none."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    password = "nobody-" + secure_cluster.secrets.kafka_password("joinlib-spark")[:8]
+    up = UserScramCredentialUpsertion("joinlib-nobody", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                      password.encode())
+    admin = _admin(secure_cluster, "admin")
+    for fut in admin.alter_user_scram_credentials([up]).values():
+        fut.result()
+    conf = {**secure_cluster.secrets.kafka_client_conf("joinlib-spark"), "sasl.username": "joinlib-nobody",
+            "sasl.password": password}
+    from confluent_kafka.admin import AdminClient
+    deadline = time.monotonic() + 20   # the new credential reaches the broker through the metadata log
+    while True:
+        try:
+            md = AdminClient({"bootstrap.servers": secure_cluster.kafka_bootstrap, **conf, "log_level": 0}
+                             ).list_topics(timeout=5)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    assert md.brokers and not md.topics   # authenticated, but no topic is visible
+    from confluent_kafka import Producer
+    box: dict = {}
+    p = Producer({"bootstrap.servers": secure_cluster.kafka_bootstrap, **conf, "message.timeout.ms": 10000,
+                  "log_level": 0})
+    p.produce("control", b"forged plan", on_delivery=lambda err, msg: box.setdefault("err", err))
+    p.flush(15)
+    assert box["err"] is not None and box["err"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, box
+
+
 # ---------------------------------------------------------------------------------------------- Redis
 
 def test_redis_refuses_clients_without_valid_credentials(secure_cluster, client_env):
@@ -129,11 +228,14 @@ def test_redis_refuses_clients_without_valid_credentials(secure_cluster, client_
 
 @pytest.fixture
 def planner(secure_cluster, client_env):
+    """The planner service in this process, as the Kafka user ``joinlib-planner`` (the environment keeps that
+    user for the test: clients the planner opens later get it too)."""
     from prometheus_client import CollectorRegistry
 
     from joinlib.adapters.prometheus import PrometheusSensor
     from joinlib.settings import planner_token
     from services.planner.service import PlannerService, serve
+    client_env({}, kafka_user="joinlib-planner")
     svc = PlannerService(secure_cluster.kafka_bootstrap, sensor=PrometheusSensor(CollectorRegistry()))
     port = _free_port()
     server = serve(svc, port, planner_token())
@@ -180,12 +282,18 @@ def test_planner_api_needs_the_bearer_token(planner, secure_cluster, client_env,
 
 # ---------------------------------------------------------------------------------------------- pipeline
 
-def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_cluster, client_env, tmp_path, capsys):
-    import redis
-    from prometheus_client import CollectorRegistry
+def _service(module: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``python -m module args`` with only ``env``'s identity (the test's own credentials removed)."""
+    base = {k: v for k, v in os.environ.items() if k not in CLIENT_VARS}
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**base, **env, "METRICS_PORT": "0"})
 
-    from joinlib.node.node_service import NodeService
-    from services.source.__main__ import main as source_main
+
+def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_cluster, client_env, tmp_path, capsys):
+    """Each service under its own Kafka user and ACLs: the planner (here, as ``joinlib-planner``), three
+    node services (``joinlib-node``, Redis windows as the node ACL user), the source (``joinlib-source``)."""
+    import redis
     url, svc = planner
     bootstrap = secure_cluster.kafka_bootstrap
     text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: sec{int(time.time())}")
@@ -202,35 +310,31 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     admin.config_resetstat()
 
     assert cli(["submit", str(qfile), "--plan", "SP-S", "--url", url]) == 0
-    stop = threading.Event()
-    nodes = [NodeService(site, bootstrap, query=query.name, redis_url=secure_cluster.redis_url,
-                         registry=CollectorRegistry(), stop=stop, plan_timeout_s=60, quiet=True,
-                         checkpoint_every_s=0.5)
-             for site in query.sites]
-    crashed: dict[str, BaseException] = {}
-
-    def run(node) -> None:
-        try:
-            node.run()
-        except BaseException as e:  # shown in the assertion below instead of a thread warning
-            crashed[node.site] = e
-
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
-    for t in threads:
-        t.start()
+    node_env = secure_cluster.client_env("joinlib-node", "joinlib-node")
+    logs = {site: tmp_path / f"node-{site}.log" for site in query.sites}
+    nodes = {site: _service("services.node", ["--site", site, "--query", query.name, "--plan-timeout", "60",
+                                              "--checkpoint-every", "0.5", "--quiet"], node_env, logs[site])
+             for site in query.sites}
     try:
-        assert source_main(["--query", str(qfile), "--data", str(tmp_path / "data"), "--fast",
-                            "--bootstrap", bootstrap, "--no-progress"]) == 0
+        source = subprocess.run([sys.executable, "-m", "services.source", "--query", str(qfile), "--data",
+                                 str(tmp_path / "data"), "--fast", "--bootstrap", bootstrap, "--no-progress"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                env={**{k: v for k, v in os.environ.items() if k not in CLIENT_VARS},
+                                     **secure_cluster.client_env("joinlib-source")})
+        assert source.returncode == 0, source.stderr
         deadline = time.monotonic() + 120
-        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline and not crashed:
+        while svc.status(query.name)["state"] != "done" and time.monotonic() < deadline:
+            assert all(p.poll() in (None, 0) for p in nodes.values()), {s: logs[s].read_text() for s in nodes}
             time.sleep(0.5)
         st = svc.status(query.name)
-        assert not crashed, {site: repr(e) for site, e in crashed.items()}
-        assert st["state"] == "done", st
+        assert st["state"] == "done", (st, {s: logs[s].read_text()[-2000:] for s in nodes})
+        for site, p in nodes.items():
+            assert p.wait(30) == 0, logs[site].read_text()
     finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
+        for p in nodes.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
     assert sum(s["results"] for s in st["sites"].values()) == sum(expected.values())
     assert _results(bootstrap, query) == Counter({(tuple(ids), ts): n for (ids, ts), n in expected.items()})
     # the windows were in Redis, over TLS, written by the joinlib-node ACL user
@@ -245,10 +349,10 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     admin.close()
     # nothing printed carries a secret
     out = capsys.readouterr()
-    s = secure_cluster.secrets
-    for secret in [s.kafka_password("joinlib-node"), s.redis_password("joinlib-node"),
-                   s.token_file.read_text().strip()]:
-        assert secret not in out.out and secret not in out.err
+    printed = [out.out, out.err, source.stdout, source.stderr, *(log.read_text() for log in logs.values())]
+    hidden = [secrets.kafka_password(u) for u in ("joinlib-node", "joinlib-source", "joinlib-planner")]
+    for secret in [*hidden, secrets.redis_password("joinlib-node"), secrets.token_file.read_text().strip()]:
+        assert not any(secret in text for text in printed)
 
 
 def _results(bootstrap: str, query) -> Counter:
