@@ -20,6 +20,7 @@ the hosts ``kafka`` and ``redis``, files readable by the containers' users).
 """
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from infra.local_cluster import (
     KafkaProcess,
     LocalClusterError,
     RedisProcess,
+    free_port,
     start_kafka,
     start_redis,
 )
@@ -72,6 +74,13 @@ class Secrets:
     def acl_file(self) -> Path:
         return self.dir / "users.acl"
 
+    def client_cert(self, user: str) -> Path:
+        """``user``'s client certificate (CN=``user``) for the mutual-TLS listener; its key is :meth:`client_key`."""
+        return self.dir / f"client-{user}.crt"
+
+    def client_key(self, user: str) -> Path:
+        return self.dir / f"client-{user}.key"
+
     def kafka_password(self, user: str) -> str:
         return self.kafka_password_file(user).read_text().strip()
 
@@ -82,6 +91,11 @@ class Secrets:
         """librdkafka settings of ``user`` (for checks and tests; services read the environment)."""
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM, "sasl.username": user,
                 "sasl.password": self.kafka_password(user), "ssl.ca.location": str(self.ca)}
+
+    def kafka_mtls_conf(self, user: str) -> dict[str, str]:
+        """librdkafka settings of ``user`` on the mutual-TLS listener (no password: the certificate names it)."""
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca),
+                "ssl.certificate.location": str(self.client_cert(user)), "ssl.key.location": str(self.client_key(user))}
 
     def scram_format_args(self) -> tuple[str, ...]:
         """``kafka-storage format`` arguments creating every Kafka user's SCRAM credential."""
@@ -105,7 +119,9 @@ def prepare(directory: Path, hosts: tuple[str, ...] = (), *, shared: bool = Fals
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    res = subprocess.run(["bash", str(GEN_CERTS), str(directory), *hosts], capture_output=True, text=True)
+    clients = " ".join(u for u in KAFKA_USERS if u != KAFKA_ADMIN)   # client certificates for mutual TLS
+    res = subprocess.run(["bash", str(GEN_CERTS), str(directory), *hosts], capture_output=True, text=True,
+                         env={**os.environ, "CLIENTS": clients})
     if res.returncode != 0:
         raise LocalClusterError(f"generating certificates failed:\n{res.stderr[-2000:]}")
     s = Secrets(directory)
@@ -158,9 +174,10 @@ def redis_tls_args(s: Secrets, port: int) -> list[str]:
             "--tls-auth-clients", "no", "--aclfile", str(s.acl_file)]
 
 
-def start_secure_kafka(workdir: Path, s: Secrets, **kw) -> KafkaProcess:
+def start_secure_kafka(workdir: Path, s: Secrets, ssl_port: int, **kw) -> KafkaProcess:
+    """The secure broker: SASL_SSL on its port, mutual TLS on ``ssl_port``."""
     return start_kafka(workdir, template=SECURE_TEMPLATE, format_args=s.scram_format_args(), ready=_kafka_ready(s),
-                       substitutions={"CERT_DIR": str(s.dir), "ADMIN_USER": KAFKA_ADMIN,
+                       substitutions={"CERT_DIR": str(s.dir), "ADMIN_USER": KAFKA_ADMIN, "SSL_PORT": str(ssl_port),
                                       "ADMIN_PASSWORD": s.kafka_password(KAFKA_ADMIN)}, **kw)
 
 
@@ -180,6 +197,7 @@ class SecureCluster:
     secrets: Secrets
     kafka: Optional[KafkaProcess] = None
     redis: Optional[RedisProcess] = None
+    mtls_port: int = 0   # the broker's mutual-TLS (SSL, client certificate required) listener
     _own_workdir: bool = field(default=True, repr=False)
 
     @classmethod
@@ -189,7 +207,8 @@ class SecureCluster:
         c = cls(wd, prepare(wd / "secrets"), _own_workdir=own)
         try:
             if kafka:
-                c.kafka = start_secure_kafka(wd, c.secrets)
+                c.mtls_port = free_port()
+                c.kafka = start_secure_kafka(wd, c.secrets, c.mtls_port)
                 grant_service_acls(c.kafka.bootstrap, c.secrets)
             if redis:
                 c.redis = start_secure_redis(wd, c.secrets)
@@ -209,6 +228,20 @@ class SecureCluster:
         if self.redis is None:
             raise LocalClusterError("the secure Redis was not started")
         return f"rediss://{HOST}:{self.redis.port}/0"
+
+    @property
+    def kafka_mtls_bootstrap(self) -> str:
+        """The mutual-TLS listener (SSL, a client certificate of the cluster's CA required)."""
+        if self.kafka is None:
+            raise LocalClusterError("the secure Kafka was not started")
+        return f"{HOST}:{self.mtls_port}"
+
+    def mtls_env(self, kafka_user: str = "joinlib-cli") -> dict[str, str]:
+        """The Kafka settings of ``kafka_user`` on the mutual-TLS listener (instead of SCRAM)."""
+        s = self.secrets
+        return {"KAFKA_BOOTSTRAP_SERVERS": self.kafka_mtls_bootstrap, "KAFKA_SECURITY_PROTOCOL": "SSL",
+                "KAFKA_SSL_CA_FILE": str(s.ca), "KAFKA_SSL_CERT_FILE": str(s.client_cert(kafka_user)),
+                "KAFKA_SSL_KEY_FILE": str(s.client_key(kafka_user))}
 
     def client_env(self, kafka_user: str = "joinlib-cli", redis_user: str = "joinlib-node") -> dict[str, str]:
         """The environment a joinlib client of these servers needs (secrets as ``*_FILE``)."""

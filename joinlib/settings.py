@@ -45,7 +45,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 MASK = "***"
 # keys of client configuration dicts whose values are secrets (librdkafka, Spark's kafka.*, redis-py)
-_SECRET_KEY = re.compile(r"(password|secret|token|jaas)", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(password|secret|token|jaas|keystore\.key)", re.IGNORECASE)
 
 
 class SettingsError(JoinlibError):
@@ -103,10 +103,17 @@ class KafkaSecurity:
     password: Optional[str] = field(default=None, repr=False)
     ca_file: Optional[str] = None
     verify_hostname: bool = True
+    cert_file: Optional[str] = None   # mutual TLS: the client's certificate (PEM), its CN the Kafka user
+    key_file: Optional[str] = None    # ... and its private key (PEM, unencrypted)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise SettingsError(f"KAFKA_SECURITY_PROTOCOL={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("a client certificate needs both KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE")
+        if self.cert_file is not None and not self.tls:
+            raise SettingsError(f"KAFKA_SSL_CERT_FILE needs KAFKA_SECURITY_PROTOCOL=SSL (or SASL_SSL), "
+                                f"not {self.protocol}")
         if self.sasl:
             if self.mechanism not in MECHANISMS:
                 raise SettingsError(f"KAFKA_SASL_MECHANISM={self.mechanism!r}: expected one of {', '.join(MECHANISMS)}")
@@ -133,7 +140,9 @@ class KafkaSecurity:
                    username=username if sasl else None,
                    password=secret("KAFKA_SASL_PASSWORD", env) if sasl else None,
                    ca_file=_existing_file("KAFKA_SSL_CA_FILE", _plain("KAFKA_SSL_CA_FILE", env)),
-                   verify_hostname=_flag("KAFKA_SSL_VERIFY_HOSTNAME", env, True))
+                   verify_hostname=_flag("KAFKA_SSL_VERIFY_HOSTNAME", env, True),
+                   cert_file=_existing_file("KAFKA_SSL_CERT_FILE", _plain("KAFKA_SSL_CERT_FILE", env)),
+                   key_file=_existing_file("KAFKA_SSL_KEY_FILE", _plain("KAFKA_SSL_KEY_FILE", env)))
 
     def librdkafka(self) -> dict[str, str]:
         """Settings for confluent-kafka clients (empty for PLAINTEXT)."""
@@ -148,6 +157,8 @@ class KafkaSecurity:
             if self.ca_file:
                 conf["ssl.ca.location"] = self.ca_file
             conf["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else "none"
+        if self.cert_file and self.key_file:
+            conf.update({"ssl.certificate.location": self.cert_file, "ssl.key.location": self.key_file})
         return conf
 
     def spark_options(self) -> dict[str, str]:
@@ -167,6 +178,10 @@ class KafkaSecurity:
                 opts["kafka.ssl.truststore.type"] = "PEM"
                 opts["kafka.ssl.truststore.location"] = self.ca_file
             opts["kafka.ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else ""
+        if self.cert_file and self.key_file:  # the Java client takes PEM key and chain as values
+            opts.update({"kafka.ssl.keystore.type": "PEM",
+                         "kafka.ssl.keystore.certificate.chain": Path(self.cert_file).read_text(),
+                         "kafka.ssl.keystore.key": Path(self.key_file).read_text()})
         return opts
 
     def describe(self) -> str:
@@ -178,6 +193,8 @@ class KafkaSecurity:
             parts.append(f"{self.mechanism} user {self.username} password {MASK}")
         if self.tls:
             parts.append(f"CA {self.ca_file or 'system'}" + ("" if self.verify_hostname else ", hostname not verified"))
+        if self.cert_file:
+            parts.append(f"client certificate {self.cert_file}")
         return ", ".join(parts)
 
 

@@ -193,6 +193,51 @@ def test_a_user_without_grants_gets_nothing(secure_cluster):
     assert box["err"] is not None and box["err"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, box
 
 
+# ---------------------------------------------------------------------------------------------- mutual TLS
+
+def test_mutual_tls_is_an_alternative_to_scram_with_the_same_acls(secure_cluster, client_env, tmp_path):
+    """The broker's SSL listener wants a client certificate of its CA; the certificate's CN is the Kafka user,
+    so the ACLs of SCRAM users apply unchanged.  Without a certificate, or with one of another CA: nothing."""
+    from confluent_kafka import KafkaError
+
+    from joinlib.adapters.kafka import KafkaUnavailable, check_reachable
+    from joinlib.settings import KafkaSecurity
+    s = secure_cluster.secrets
+    mtls = secure_cluster.kafka_mtls_bootstrap
+    client_env(secure_cluster.mtls_env("joinlib-node"))
+    check_reachable(mtls, timeout_s=10)   # the services' settings: KAFKA_SSL_CERT_FILE / KAFKA_SSL_KEY_FILE
+    assert "client certificate" in KafkaSecurity.from_env().describe()
+
+    def produce(conf: dict, topic: str):
+        from confluent_kafka import Producer
+        box: dict = {}
+        p = Producer({"bootstrap.servers": mtls, **conf, "message.timeout.ms": 10000, "log_level": 0})
+        p.produce(topic, b"x", on_delivery=lambda err, msg: box.setdefault("err", err))
+        p.flush(15)
+        return box.get("err", "no delivery report")
+    q = f"mtls{int(time.time())}"
+    assert produce(s.kafka_mtls_conf("joinlib-node"), f"node.{q}.r2") is None
+    err = produce(s.kafka_mtls_conf("joinlib-node"), f"src.{q}.S1")    # the node's ACLs, by certificate
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    assert produce(s.kafka_mtls_conf("joinlib-source"), f"src.{q}.S1") is None
+
+    client_env({**secure_cluster.mtls_env("joinlib-node"), "KAFKA_SSL_CERT_FILE": None, "KAFKA_SSL_KEY_FILE": None})
+    with pytest.raises(KafkaUnavailable):   # TLS without a client certificate: the handshake fails
+        check_reachable(mtls, timeout_s=3)
+    other = tmp_path / "other-ca"
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "gen-certs.sh"), str(other)], capture_output=True, text=True,
+                         env={**os.environ, "CLIENTS": "joinlib-node"})
+    assert res.returncode == 0, res.stderr
+    client_env({**secure_cluster.mtls_env("joinlib-node"),
+                "KAFKA_SSL_CERT_FILE": str(other / "client-joinlib-node.crt"),
+                "KAFKA_SSL_KEY_FILE": str(other / "client-joinlib-node.key")})
+    with pytest.raises(KafkaUnavailable):   # a certificate the broker's CA did not sign
+        check_reachable(mtls, timeout_s=3)
+    client_env({})
+    with pytest.raises(KafkaUnavailable):   # SCRAM credentials are no certificate
+        check_reachable(mtls, timeout_s=3)
+
+
 # ---------------------------------------------------------------------------------------------- Redis
 
 def test_redis_refuses_clients_without_valid_credentials(secure_cluster, client_env):
