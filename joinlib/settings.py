@@ -32,8 +32,10 @@ variable                           meaning
 """
 from __future__ import annotations
 
+import hmac
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -226,6 +228,81 @@ class RedisSecurity:
         if self.ca_file and url.startswith("rediss://"):
             kw["ssl_ca_certs"] = self.ca_file
         return kw
+
+
+def authorized(header: Optional[str], token: Optional[str]) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <token>``, compared in constant time;
+    always true without a token (an open endpoint, the local default; docs/security.md)."""
+    if token is None:
+        return True
+    scheme, _, given = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class HttpSecurity:
+    """The services' HTTP endpoints (the planner API, every ``/metrics``): HTTPS with this certificate and
+    key when set, and the bearer token ``/metrics`` requires (the API has its own, :func:`planner_token`)."""
+
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    metrics_token: Optional[str] = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("HTTPS needs both JOINLIB_TLS_CERT_FILE and JOINLIB_TLS_KEY_FILE")
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSecurity":
+        env = os.environ if environ is None else environ
+        token = secret("JOINLIB_METRICS_TOKEN", env)
+        return cls(cert_file=_existing_file("JOINLIB_TLS_CERT_FILE", _plain("JOINLIB_TLS_CERT_FILE", env)),
+                   key_file=_existing_file("JOINLIB_TLS_KEY_FILE", _plain("JOINLIB_TLS_KEY_FILE", env)),
+                   metrics_token=token.strip() if token and token.strip() else None)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.cert_file else "http"
+
+    def server_context(self) -> Optional[ssl.SSLContext]:
+        """A TLS server context (TLS 1.2 or later) with the certificate, None for plain HTTP."""
+        if self.cert_file is None:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (ssl.SSLError, OSError) as e:
+            raise SettingsError(f"JOINLIB_TLS_CERT_FILE={self.cert_file} / JOINLIB_TLS_KEY_FILE: cannot load the "
+                                f"certificate and key ({getattr(e, 'reason', None) or e})") from None
+        return ctx
+
+
+def tls_server(server: Any, tls: Optional[ssl.SSLContext]) -> Any:
+    """``server`` (a :class:`socketserver.TCPServer`, not serving yet) over TLS with ``tls``; unchanged when None.
+    The handshake runs in the request's thread (not in the accept loop, where a silent client would stall
+    every other), and a failed one -- a plain-HTTP client, an untrusted certificate -- is not printed."""
+    if tls is None:
+        return server
+    server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    report = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        import sys
+        if not isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError)):
+            report(request, client_address)
+    server.handle_error = handle_error
+    return server
+
+
+def planner_client_context(environ: Optional[Mapping[str, str]] = None) -> Optional[ssl.SSLContext]:
+    """The CLI's TLS context for an ``https://`` planner: trusts ``JOINLIB_PLANNER_CA_FILE`` (PEM) when set,
+    else None (the system's CAs)."""
+    env = os.environ if environ is None else environ
+    ca = _existing_file("JOINLIB_PLANNER_CA_FILE", _plain("JOINLIB_PLANNER_CA_FILE", env))
+    return None if ca is None else ssl.create_default_context(cafile=ca)
 
 
 def planner_token(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:

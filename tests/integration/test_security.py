@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_VARS = ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
                "KAFKA_SASL_PASSWORD_FILE", "KAFKA_SSL_CA_FILE", "KAFKA_SSL_VERIFY_HOSTNAME", "REDIS_USERNAME",
                "REDIS_PASSWORD", "REDIS_PASSWORD_FILE", "REDIS_SSL_CA_FILE", "JOINLIB_PLANNER_TOKEN",
-               "JOINLIB_PLANNER_TOKEN_FILE", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")
+               "JOINLIB_PLANNER_TOKEN_FILE", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "KAFKA_SSL_CERT_FILE",
+               "KAFKA_SSL_KEY_FILE", "JOINLIB_PLANNER_CA_FILE", "JOINLIB_TLS_CERT_FILE", "JOINLIB_TLS_KEY_FILE",
+               "JOINLIB_METRICS_TOKEN", "JOINLIB_METRICS_TOKEN_FILE")
 
 
 @pytest.fixture
@@ -323,6 +325,79 @@ def test_planner_api_needs_the_bearer_token(planner, secure_cluster, client_env,
     with pytest.raises(JoinlibError, match="the one set was refused"):
         from joinlib.cli.live import http_json
         http_json(f"{url}/queries")
+
+
+# ---------------------------------------------------------------------------------------------- HTTPS
+
+def _https(url: str, token: Optional[str] = None, ca: Optional[Path] = None) -> tuple[int, bytes]:
+    import ssl
+    req = urllib.request.Request(url)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_planner_api_and_metrics_over_https_with_tokens(secure_cluster, client_env, tmp_path, capsys):
+    """``python -m services.planner`` with JOINLIB_TLS_CERT_FILE/KEY_FILE serves its API and /metrics over
+    HTTPS only; /metrics wants JOINLIB_METRICS_TOKEN, the API the planner token; the CLI trusts the planner
+    through JOINLIB_PLANNER_CA_FILE.  (Node services serve /metrics the same way: serve_metrics.)"""
+    import http.client
+    s = secure_cluster.secrets
+    api_port, metrics_port = _free_port(), _free_port()
+    metrics_token = "metrics-" + s.token_file.read_text().strip()[:12]
+    env = {**{k: v for k, v in os.environ.items() if k not in CLIENT_VARS},
+           **secure_cluster.client_env("joinlib-planner"), "PLANNER_PORT": str(api_port),
+           "METRICS_PORT": str(metrics_port), "JOINLIB_TLS_CERT_FILE": str(s.dir / "server.crt"),
+           "JOINLIB_TLS_KEY_FILE": str(s.dir / "server.key"), "JOINLIB_METRICS_TOKEN": metrics_token}
+    with open(tmp_path / "planner.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "services.planner"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    api, metrics = f"https://127.0.0.1:{api_port}", f"https://127.0.0.1:{metrics_port}/metrics"
+    token = s.token_file.read_text().strip()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if _https(f"{api}/healthz", ca=s.ca)[0] == 200:
+                    break
+            except (urllib.error.URLError, OSError):
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "planner.log").read_text()
+            time.sleep(0.3)
+        assert _https(f"{api}/queries", token, s.ca)[0] == 200
+        assert _https(f"{api}/queries", None, s.ca)[0] == 401
+        status, body = _https(metrics, metrics_token, s.ca)
+        assert status == 200 and b"# TYPE" in body
+        assert _https(metrics, None, s.ca)[0] == 401
+        assert _https(metrics, "wrong", s.ca)[0] == 401
+        assert _https(metrics, token, s.ca)[0] == 401   # the API's token is not the metrics token
+        for url in (metrics, f"{api}/healthz"):
+            with pytest.raises((urllib.error.URLError, ssl_error())):   # a CA that did not sign it
+                _https(url, metrics_token, ROOT / "infra" / "kafka" / "pom.xml")
+            with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):   # plain HTTP
+                urllib.request.urlopen(url.replace("https:", "http:"), timeout=10).read()
+        # the CLI: trusts the planner's certificate through JOINLIB_PLANNER_CA_FILE, else refuses it
+        client_env({"JOINLIB_PLANNER_CA_FILE": str(s.ca)})
+        assert cli(["queries", "--url", api]) == 0
+        client_env({})
+        assert cli(["queries", "--url", api]) == 2
+        assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    printed = (tmp_path / "planner.log").read_text()
+    assert f"https://:{api_port}" in printed and "bearer token" in printed
+    assert metrics_token not in printed and token not in printed
+
+
+def ssl_error() -> type:
+    import ssl
+    return ssl.SSLError
 
 
 # ---------------------------------------------------------------------------------------------- pipeline

@@ -66,6 +66,27 @@ def test_mutual_tls_client_certificate(tmp_path):
         KafkaSecurity.from_env({**env, "KAFKA_SSL_KEY_FILE": "/nope"})
 
 
+def test_https_and_metrics_token_settings(tmp_path):
+    from joinlib.settings import HttpSecurity
+    assert HttpSecurity.from_env({}) == HttpSecurity() and HttpSecurity().server_context() is None
+    assert HttpSecurity().scheme == "http"
+    tok = tmp_path / "tok"
+    tok.write_text("mtok\n")
+    crt, key = tmp_path / "c.crt", tmp_path / "c.key"
+    crt.write_text("not a certificate")
+    key.write_text("not a key")
+    sec = HttpSecurity.from_env({"JOINLIB_TLS_CERT_FILE": str(crt), "JOINLIB_TLS_KEY_FILE": str(key),
+                                 "JOINLIB_METRICS_TOKEN_FILE": str(tok)})
+    assert sec.scheme == "https" and sec.metrics_token == "mtok" and "mtok" not in repr(sec)
+    with pytest.raises(SettingsError, match="cannot load the certificate and key"):
+        sec.server_context()
+    with pytest.raises(SettingsError, match="needs both JOINLIB_TLS_CERT_FILE and JOINLIB_TLS_KEY_FILE"):
+        HttpSecurity.from_env({"JOINLIB_TLS_CERT_FILE": str(crt)})
+    with pytest.raises(SettingsError, match="JOINLIB_PLANNER_CA_FILE=/nope: no such file"):
+        from joinlib.settings import planner_client_context
+        planner_client_context({"JOINLIB_PLANNER_CA_FILE": "/nope"})
+
+
 def test_variable_wins_over_file_and_errors_name_the_variable_not_the_value(tmp_path):
     assert secret("X", {"X": "a", "X_FILE": "/nonexistent"}) == "a"
     with pytest.raises(SettingsError, match="X_FILE=/nonexistent: cannot read it"):
