@@ -16,7 +16,7 @@ the nodes' status/done and the sources' end messages, so nodes and sources may w
 inbound topic is named after the receiving site, so any node may write any site's ``node.*`` topic.
 
     python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR     # what scripts/cluster.sh up-secure runs
-    python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml   # users' live/sink topics
+    python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]   # a query's own
     python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
 """
 from __future__ import annotations
@@ -103,19 +103,70 @@ def service_grants() -> list[Grant]:
     return [*planner_grants(), *source_grants(), *node_grants(), *spark_grants(), *cli_grants()]
 
 
+def site_user(site: str) -> str:
+    """The Kafka user of one site's node service (``grant-query --per-site``)."""
+    return f"joinlib-node-{site}"
+
+
+def site_grants(query) -> list[Grant]:
+    """Per-site node users for ``query``: each reads only its own inbound topic ``node.<query>.<site>`` and
+    writes the other nodes' (a flow's topic is named after its receiver); everything else as
+    :func:`node_grants`, without the ``node.*`` prefix grant (create, describe and alter only)."""
+    grants: list[Grant] = []
+    for site in query.nodes:
+        user = site_user(site)
+        own = ("out.", "derived.", "dlq.", "wm.", "parts.")
+        grants += [*_topics(user, own, (R, W, C, D, A)), Grant(user, "node.", (C, D, A)),
+                   Grant(user, "src.", (R, D, A)), Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user),
+                   Grant(user, f"node.{query.name}.{site}", (R,), literal=True),
+                   *(Grant(user, f"node.{query.name}.{dst}", (W,), literal=True) for dst in query.nodes if dst != site)]
+    return grants
+
+
 def query_grants(query) -> list[Grant]:
     """LITERAL grants for the users' topics a query names (a :class:`~joinlib.model.Query`): nodes read its
     live sources' topics and write its sink topic; the source user may write the live topics."""
     grants: list[Grant] = []
     for s in query.streams:
         if s.source is not None and s.source.live:
-            grants += [Grant("joinlib-node", s.source.topic, (R, D), literal=True),
+            grants += [*(Grant(u, s.source.topic, (R, D), literal=True) for u in _node_users(query)),
                        Grant("joinlib-source", s.source.topic, (W, C, D), literal=True),
                        Grant("joinlib-cli", s.source.topic, (R, W, C, D), literal=True)]
     topic = query.output.sink_topic
     if topic is not None:
-        grants += [Grant(u, topic, (W, C, D), literal=True) for u in ("joinlib-node", "joinlib-cli")]
+        grants += [Grant(u, topic, (W, C, D), literal=True) for u in ("joinlib-cli", *_node_users(query))]
     return grants
+
+
+def _node_users(query) -> list[str]:
+    return ["joinlib-node", *(site_user(site) for site in query.nodes)]
+
+
+def add_site_users(admin: AdminClient, query, secrets_dir: Path, timeout_s: float = 30.0) -> list[str]:
+    """Create the SCRAM user of each of ``query``'s node sites (password ``kafka-<user>.password`` in
+    ``secrets_dir``, written if missing, mode 600); returns the users."""
+    import secrets as pwgen
+
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    users = [site_user(site) for site in query.nodes]
+    ups = []
+    for user in users:
+        f = Path(secrets_dir) / f"kafka-{user}.password"
+        if not f.exists():
+            f.write_text(pwgen.token_hex(16) + "\n")
+        f.chmod(0o600)
+        ups.append(UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                                f.read_text().strip().encode()))
+    for user, fut in admin.alter_user_scram_credentials(ups, request_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except Exception as e:
+            raise RuntimeError(f"creating the SCRAM user {user} failed: {e}") from None
+    return users
 
 
 def apply(admin: AdminClient, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
@@ -144,29 +195,55 @@ def admin_client(bootstrap: str, secrets_dir: Path) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, **conf, "log_level": 3})
 
 
+def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = False) -> int:
+    """:func:`query_grants` of ``query``; with ``per_site`` also its site users (:func:`add_site_users`,
+    :func:`site_grants`).  Returns how many ACL bindings were sent."""
+    grants = query_grants(query)
+    if per_site:
+        add_site_users(admin, query, secrets_dir)
+        grants += site_grants(query)
+    return apply(admin, grants)
+
+
+USAGE = """usage: python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]
+
+apply        the ACLs of every service user (what 'make up-secure' runs)
+list         every ACL the broker holds
+grant-query  the query's own topics (live sources' topics, output.topic); --per-site also creates the
+             SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
+             SECRETS_DIR), who reads only its own node.<query>.<site> topic (docs/security.md)"""
+
+
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m infra.kafka_acls {apply|list} BOOTSTRAP SECRETS_DIR\n"
-             "       python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml")
-    if len(argv) < 3 or (argv[0], len(argv)) not in (("apply", 3), ("list", 3), ("grant-query", 4)):
-        print(usage, file=sys.stderr)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    per_site = "--per-site" in argv
+    args = [a for a in argv if a != "--per-site"]
+    if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
+            or (per_site and args[0] != "grant-query"):
+        print(USAGE, file=sys.stderr)
         return 2
-    admin = admin_client(argv[1], Path(argv[2]))
+    admin = admin_client(args[1], Path(args[2]))
     try:
-        if argv[0] == "list":
+        if args[0] == "list":
             for b in sorted(describe(admin), key=str):
                 print(b)
             return 0
-        if argv[0] == "grant-query":
+        if args[0] == "apply":
+            n = apply(admin, service_grants())
+        else:
             from joinlib.errors import JoinlibError
             from joinlib.query import load_query
             try:
-                grants = query_grants(load_query(Path(argv[3])))
+                query = load_query(Path(args[3]))
             except JoinlibError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
-        else:
-            grants = service_grants()
-        print(f"[acl] {apply(admin, grants)} ACL bindings in place", file=sys.stderr)
+            n = grant_query(admin, query, Path(args[2]), per_site)
+        print(f"[acl] {n} ACL bindings in place", file=sys.stderr)
         return 0
     except RuntimeError as e:
         print(f"[acl] ERROR: {e}", file=sys.stderr)

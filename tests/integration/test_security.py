@@ -143,6 +143,42 @@ def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
         timeout=10).topics)
 
 
+def test_per_site_node_users_read_only_their_own_flows(secure_cluster):
+    """``grant-query --per-site``: site r1's user reads its inbound topic only, so it cannot read the flows
+    other sites receive, and it writes the other nodes' topics but not its own."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    from infra.kafka_acls import admin_client, grant_query, site_user
+    query = load_query(ROOT / "examples" / "routers.yaml")
+    from dataclasses import replace
+    query = replace(query, name=f"site{int(time.time())}")
+    s = secure_cluster.secrets
+    assert grant_query(admin_client(secure_cluster.kafka_bootstrap, s.dir), query, s.dir, per_site=True) > 0
+    r1 = site_user("r1")
+    for site in ("r1", "r2"):   # something to read (the real senders: r2 -> r1 and r1 -> r2)
+        assert _produce(secure_cluster, site_user("r2" if site == "r1" else "r1"), f"node.{query.name}.{site}") is None
+
+    def read(topic: str):
+        c = Consumer({"bootstrap.servers": secure_cluster.kafka_bootstrap, **s.kafka_client_conf(r1),
+                      "group.id": f"t-{r1}", "enable.auto.commit": False, "log_level": 0})
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        try:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None:
+                    return m.error()
+            return "nothing read"
+        finally:
+            c.close()
+    assert read(f"node.{query.name}.r1") is None
+    err = read(f"node.{query.name}.r2")
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    assert _produce(secure_cluster, r1, f"node.{query.name}.r3") is None
+    err = _produce(secure_cluster, r1, f"node.{query.name}.r1")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+
+
 def test_acls_keep_topics_and_acls_to_the_admin(secure_cluster):
     """No service may delete a topic or change an ACL; only the super user ``admin`` may."""
     from confluent_kafka import KafkaError, KafkaException
@@ -412,7 +448,8 @@ def _service(module: str, args: list[str], env: dict[str, str], log: Path) -> su
 
 def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_cluster, client_env, tmp_path, capsys):
     """Each service under its own Kafka user and ACLs: the planner (here, as ``joinlib-planner``), three
-    node services (``joinlib-node``, Redis windows as the node ACL user), the source (``joinlib-source``)."""
+    node services (each as its site's ``joinlib-node-<site>``, Redis windows as the node ACL user), the
+    source (``joinlib-source``)."""
     import redis
     url, svc = planner
     bootstrap = secure_cluster.kafka_bootstrap
@@ -429,11 +466,13 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
                                  password=secrets.redis_password("joinlib-admin"))
     admin.config_resetstat()
 
+    from infra.kafka_acls import admin_client, grant_query, site_user
+    grant_query(admin_client(bootstrap, secrets.dir), query, secrets.dir, per_site=True)   # joinlib-node-<site>
     assert cli(["submit", str(qfile), "--plan", "SP-S", "--url", url]) == 0
-    node_env = secure_cluster.client_env("joinlib-node", "joinlib-node")
     logs = {site: tmp_path / f"node-{site}.log" for site in query.sites}
     nodes = {site: _service("services.node", ["--site", site, "--query", query.name, "--plan-timeout", "60",
-                                              "--checkpoint-every", "0.5", "--quiet"], node_env, logs[site])
+                                              "--checkpoint-every", "0.5", "--quiet"],
+                            secure_cluster.client_env(site_user(site), "joinlib-node"), logs[site])
              for site in query.sites}
     try:
         source = subprocess.run([sys.executable, "-m", "services.source", "--query", str(qfile), "--data",
@@ -470,7 +509,7 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     # nothing printed carries a secret
     out = capsys.readouterr()
     printed = [out.out, out.err, source.stdout, source.stderr, *(log.read_text() for log in logs.values())]
-    hidden = [secrets.kafka_password(u) for u in ("joinlib-node", "joinlib-source", "joinlib-planner")]
+    hidden = [secrets.kafka_password(u) for u in ("joinlib-source", "joinlib-planner", *map(site_user, query.sites))]
     for secret in [*hidden, secrets.redis_password("joinlib-node"), secrets.token_file.read_text().strip()]:
         assert not any(secret in text for text in printed)
 
