@@ -2,10 +2,10 @@
 passwords and TLS, as local processes (docs/security.md).
 
 The secure twin of :mod:`infra.local_cluster` (same jars, same process handling): certificates
-from ``scripts/gen-certs.sh`` (a CA of its own and a server certificate for 127.0.0.1/localhost),
-random passwords for the Kafka SCRAM users (each with the ACLs of ``infra/kafka_acls.py``) and the
-Redis ACL users (``infra/redis/users.acl.template``),
-a planner API token, all in files of mode 600 in one directory.
+from ``scripts/gen-certs.sh`` (a CA of its own, a server certificate for 127.0.0.1/localhost, client
+certificates), the planner's plan-signing key pair, random passwords for the Kafka SCRAM users (each with
+the ACLs of ``infra/kafka_acls.py``) and the Redis ACL users (``infra/redis/users.acl.template``), a
+planner API token, all in files of mode 600 in one directory.
 
     from infra.secure_cluster import SecureCluster
     with SecureCluster.start() as c:
@@ -71,6 +71,15 @@ class Secrets:
         return self.dir / "planner.token"
 
     @property
+    def plan_signing_key(self) -> Path:
+        """The planner's Ed25519 key signing plan and stop messages (joinlib/adapters/plan_signing.py)."""
+        return self.dir / "plan-signing.key"
+
+    @property
+    def plan_verify_key(self) -> Path:
+        return self.dir / "plan-signing.pub"
+
+    @property
     def acl_file(self) -> Path:
         return self.dir / "users.acl"
 
@@ -130,6 +139,8 @@ def prepare(directory: Path, hosts: tuple[str, ...] = (), *, shared: bool = Fals
     for user in REDIS_USERS:
         _write_secret(s.redis_password_file(user), secrets.token_hex(16))
     _write_secret(s.token_file, secrets.token_urlsafe(32))
+    from joinlib.adapters.plan_signing import generate
+    generate(s.plan_signing_key, s.plan_verify_key)
     acl = ACL_TEMPLATE.read_text()
     for user in REDIS_USERS:
         acl = acl.replace(f"@{user.removeprefix('joinlib-').upper()}_PASSWORD@", s.redis_password(user))
@@ -246,7 +257,9 @@ class SecureCluster:
     def client_env(self, kafka_user: str = "joinlib-cli", redis_user: str = "joinlib-node") -> dict[str, str]:
         """The environment a joinlib client of these servers needs (secrets as ``*_FILE``)."""
         s = self.secrets
-        env = {"JOINLIB_PLANNER_TOKEN_FILE": str(s.token_file)}
+        env = {"JOINLIB_PLANNER_TOKEN_FILE": str(s.token_file),
+               "JOINLIB_PLAN_SIGNING_KEY_FILE": str(s.plan_signing_key),
+               "JOINLIB_PLAN_VERIFY_KEY_FILE": str(s.plan_verify_key)}
         if self.kafka is not None:
             env.update(KAFKA_BOOTSTRAP_SERVERS=self.kafka_bootstrap, KAFKA_SECURITY_PROTOCOL="SASL_SSL",
                        KAFKA_SASL_MECHANISM=MECHANISM, KAFKA_SASL_USERNAME=kafka_user,

@@ -231,6 +231,8 @@ write_secure_env() {
         echo "REDIS_PASSWORD_FILE=$SECURE_DIR/redis-joinlib-node.password"
         echo "REDIS_SSL_CA_FILE=$SECURE_DIR/ca.crt"
         echo "JOINLIB_PLANNER_TOKEN_FILE=$SECURE_DIR/planner.token"
+        echo "JOINLIB_PLAN_SIGNING_KEY_FILE=$SECURE_DIR/plan-signing.key"
+        echo "JOINLIB_PLAN_VERIFY_KEY_FILE=$SECURE_DIR/plan-signing.pub"
     } >"$ENV_FILE"
 }
 

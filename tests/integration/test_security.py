@@ -37,7 +37,8 @@ CLIENT_VARS = ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_US
                "REDIS_PASSWORD", "REDIS_PASSWORD_FILE", "REDIS_SSL_CA_FILE", "JOINLIB_PLANNER_TOKEN",
                "JOINLIB_PLANNER_TOKEN_FILE", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "KAFKA_SSL_CERT_FILE",
                "KAFKA_SSL_KEY_FILE", "JOINLIB_PLANNER_CA_FILE", "JOINLIB_TLS_CERT_FILE", "JOINLIB_TLS_KEY_FILE",
-               "JOINLIB_METRICS_TOKEN", "JOINLIB_METRICS_TOKEN_FILE")
+               "JOINLIB_METRICS_TOKEN", "JOINLIB_METRICS_TOKEN_FILE", "JOINLIB_PLAN_SIGNING_KEY_FILE",
+               "JOINLIB_PLAN_VERIFY_KEY_FILE")
 
 
 @pytest.fixture
@@ -363,6 +364,57 @@ def test_planner_api_needs_the_bearer_token(planner, secure_cluster, client_env,
         http_json(f"{url}/queries")
 
 
+# ---------------------------------------------------------------------------------------------- signed plans
+
+def test_nodes_reject_a_plan_the_planner_did_not_sign(planner, secure_cluster, client_env, tmp_path):
+    """A node's credentials may write ``control`` (its status and done messages go there), so the broker takes
+    a forged plan; the nodes, with JOINLIB_PLAN_VERIFY_KEY_FILE, act only on plans the planner's key signed."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from joinlib.adapters.kafka import consume, end_offsets, make_consumer
+    from joinlib.node.control import decode_control_message
+    url, _ = planner
+    text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: sig{int(time.time())}")
+    (tmp_path / "q.yaml").write_text(text)
+    name = load_query(tmp_path / "q.yaml").name
+    assert cli(["submit", str(tmp_path / "q.yaml"), "--plan", "SP-S", "--url", url]) == 0   # signed by the planner
+    client_env({"JOINLIB_PLAN_SIGNING_KEY_FILE": None})   # from here on: a node's environment
+    consumer = make_consumer(secure_cluster.kafka_bootstrap, "sig-test")
+    end = end_offsets(consumer, ["control"])["control"]
+    consumer.assign([TopicPartition("control", 0, OFFSET_BEGINNING)])
+    msgs: list = []
+    while not msgs or msgs[-1].offset() < end - 1:
+        msgs += consume(consumer, 1000, 1.0)
+    genuine = [m for m in msgs if m.key() == name.encode() and dict(m.headers() or []).get("sig")]
+    assert len(genuine) == 1
+    value, sig = genuine[0].value(), dict(genuine[0].headers())["sig"]
+    # forgeries under the node's credentials: the broker takes them (the node may write control) ...
+    for headers in (None, [("sig", b"\0" * 64)], [("sig", sig)]):
+        forged = value if headers != [("sig", sig)] else value.replace(name.encode(), name[:-1].encode() + b"X")
+        assert _forge(secure_cluster, forged, headers) is None
+    consumer.assign([TopicPartition("control", 0, genuine[0].offset())])
+    later: list = []
+    while len(later) < 4:
+        later += consume(consumer, 1000, 1.0)
+    consumer.close()
+    # ... and a node drops them: unsigned, a bad signature, a signature of another message
+    reasons: list[str] = []
+    recs = [decode_control_message(m, lambda off, why, detail: reasons.append(detail)) for m in later[:4]]
+    assert recs[0] is not None and recs[0].kind == "plan" and recs[1:] == [None, None, None], recs
+    assert "unsigned plan message" in reasons[0] and "does not verify" in reasons[1], reasons
+    assert len(reasons) == 3
+
+
+def _forge(secure_cluster, value: bytes, headers):
+    from confluent_kafka import Producer
+    box: dict = {}
+    p = Producer({"bootstrap.servers": secure_cluster.kafka_bootstrap,
+                  **secure_cluster.secrets.kafka_client_conf("joinlib-node"), "log_level": 0})
+    p.produce("control", value, b"forged", headers=headers, on_delivery=lambda err, msg: box.setdefault("err", err))
+    p.flush(15)
+    return box.get("err", "no delivery report")
+
+
 # ---------------------------------------------------------------------------------------------- HTTPS
 
 def _https(url: str, token: Optional[str] = None, ca: Optional[Path] = None) -> tuple[int, bytes]:
@@ -472,7 +524,8 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
     logs = {site: tmp_path / f"node-{site}.log" for site in query.sites}
     nodes = {site: _service("services.node", ["--site", site, "--query", query.name, "--plan-timeout", "60",
                                               "--checkpoint-every", "0.5", "--quiet"],
-                            secure_cluster.client_env(site_user(site), "joinlib-node"), logs[site])
+                            {**secure_cluster.client_env(site_user(site), "joinlib-node"),
+                             "JOINLIB_PLAN_SIGNING_KEY_FILE": ""}, logs[site])   # nodes verify, never sign
              for site in query.sites}
     try:
         source = subprocess.run([sys.executable, "-m", "services.source", "--query", str(qfile), "--data",
