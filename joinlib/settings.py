@@ -28,6 +28,14 @@ variable                           meaning
 ``REDIS_PASSWORD[_FILE]``          its password (secret; overrides one in the URL)
 ``REDIS_SSL_CA_FILE``              PEM CA bundle for ``rediss://`` URLs
 ``JOINLIB_PLANNER_TOKEN[_FILE]``   bearer token of the planner's HTTP API (server and CLI)
+``KAFKA_SSL_CERT_FILE``            mutual TLS: the client's certificate (PEM) ...
+``KAFKA_SSL_KEY_FILE``             ... and its unencrypted key (PEM)
+``JOINLIB_TLS_CERT_FILE``          HTTPS certificate (PEM) of the planner API and ``/metrics`` ...
+``JOINLIB_TLS_KEY_FILE``           ... and its key
+``JOINLIB_METRICS_TOKEN[_FILE]``   bearer token ``/metrics`` requires (secret)
+``JOINLIB_PLANNER_CA_FILE``        PEM CA the CLI trusts for an ``https://`` planner
+``JOINLIB_PLAN_SIGNING_KEY_FILE``  the planner's Ed25519 key signing plan/stop messages (PEM)
+``JOINLIB_PLAN_VERIFY_KEY_FILE``   its public key, with which nodes check them (PEM)
 =================================  ==========================================================
 """
 from __future__ import annotations
@@ -295,6 +303,13 @@ def tls_server(server: Any, tls: Optional[ssl.SSLContext]) -> Any:
             report(request, client_address)
     server.handle_error = handle_error
     return server
+
+
+def plan_key_files(environ: Optional[Mapping[str, str]] = None) -> tuple[Optional[str], Optional[str]]:
+    """(``JOINLIB_PLAN_SIGNING_KEY_FILE``, ``JOINLIB_PLAN_VERIFY_KEY_FILE``): the planner's key signing plans and
+    the public key checking them (:mod:`joinlib.adapters.plan_signing`); None where unset."""
+    env = os.environ if environ is None else environ
+    return _plain("JOINLIB_PLAN_SIGNING_KEY_FILE", env), _plain("JOINLIB_PLAN_VERIFY_KEY_FILE", env)
 
 
 def planner_client_context(environ: Optional[Mapping[str, str]] = None) -> Optional[ssl.SSLContext]:

@@ -14,7 +14,6 @@ another query or run, but a recorded genuine message can be published again (rep
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -23,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from joinlib.settings import SettingsError
+from joinlib.settings import SettingsError, plan_key_files
 
 SIGNED_KINDS = frozenset({"plan", "stop"})
 HEADER = "sig"
@@ -52,14 +51,10 @@ def _verify_key(path: str) -> Ed25519PublicKey:
     return key
 
 
-def _env(name: str) -> Optional[str]:
-    return os.environ.get(name, "").strip() or None
-
-
 def sign_headers(kind: str, value: bytes) -> list[tuple[str, Union[str, bytes, None]]]:
     """The ``sig`` header of a control message of ``kind`` (none unless it is a signed kind and
     ``JOINLIB_PLAN_SIGNING_KEY_FILE`` is set)."""
-    path = _env("JOINLIB_PLAN_SIGNING_KEY_FILE")
+    path = plan_key_files()[0]
     if kind not in SIGNED_KINDS or path is None:
         return []
     return [(HEADER, _signing_key(path).sign(value))]
@@ -68,7 +63,7 @@ def sign_headers(kind: str, value: bytes) -> list[tuple[str, Union[str, bytes, N
 def verify(kind: str, value: bytes, headers: Any) -> Optional[str]:
     """None if a control message of ``kind`` may be acted on, else why not: with
     ``JOINLIB_PLAN_VERIFY_KEY_FILE`` set, a signed kind needs a ``sig`` header that verifies."""
-    path = _env("JOINLIB_PLAN_VERIFY_KEY_FILE")
+    path = plan_key_files()[1]
     if kind not in SIGNED_KINDS or path is None:
         return None
     sigs = [v for k, v in (headers or []) if k == HEADER and isinstance(v, bytes)]
