@@ -2,9 +2,10 @@
 passwords and TLS, as local processes (docs/security.md).
 
 The secure twin of :mod:`infra.local_cluster` (same jars, same process handling): certificates
-from ``scripts/gen-certs.sh`` (a CA of its own and a server certificate for 127.0.0.1/localhost),
-random passwords for the Kafka SCRAM users and the Redis ACL users (``infra/redis/users.acl.template``),
-a planner API token, all in files of mode 600 in one directory.
+from ``scripts/gen-certs.sh`` (a CA of its own, a server certificate for 127.0.0.1/localhost, client
+certificates), the planner's plan-signing key pair, random passwords for the Kafka SCRAM users (each with
+the ACLs of ``infra/kafka_acls.py``) and the Redis ACL users (``infra/redis/users.acl.template``), a
+planner API token, all in files of mode 600 in one directory.
 
     from infra.secure_cluster import SecureCluster
     with SecureCluster.start() as c:
@@ -19,6 +20,7 @@ the hosts ``kafka`` and ``redis``, files readable by the containers' users).
 """
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -34,6 +36,7 @@ from infra.local_cluster import (
     KafkaProcess,
     LocalClusterError,
     RedisProcess,
+    free_port,
     start_kafka,
     start_redis,
 )
@@ -68,8 +71,24 @@ class Secrets:
         return self.dir / "planner.token"
 
     @property
+    def plan_signing_key(self) -> Path:
+        """The planner's Ed25519 key signing plan and stop messages (joinlib/adapters/plan_signing.py)."""
+        return self.dir / "plan-signing.key"
+
+    @property
+    def plan_verify_key(self) -> Path:
+        return self.dir / "plan-signing.pub"
+
+    @property
     def acl_file(self) -> Path:
         return self.dir / "users.acl"
+
+    def client_cert(self, user: str) -> Path:
+        """``user``'s client certificate (CN=``user``) for the mutual-TLS listener; its key is :meth:`client_key`."""
+        return self.dir / f"client-{user}.crt"
+
+    def client_key(self, user: str) -> Path:
+        return self.dir / f"client-{user}.key"
 
     def kafka_password(self, user: str) -> str:
         return self.kafka_password_file(user).read_text().strip()
@@ -81,6 +100,11 @@ class Secrets:
         """librdkafka settings of ``user`` (for checks and tests; services read the environment)."""
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM, "sasl.username": user,
                 "sasl.password": self.kafka_password(user), "ssl.ca.location": str(self.ca)}
+
+    def kafka_mtls_conf(self, user: str) -> dict[str, str]:
+        """librdkafka settings of ``user`` on the mutual-TLS listener (no password: the certificate names it)."""
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca),
+                "ssl.certificate.location": str(self.client_cert(user)), "ssl.key.location": str(self.client_key(user))}
 
     def scram_format_args(self) -> tuple[str, ...]:
         """``kafka-storage format`` arguments creating every Kafka user's SCRAM credential."""
@@ -104,7 +128,9 @@ def prepare(directory: Path, hosts: tuple[str, ...] = (), *, shared: bool = Fals
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    res = subprocess.run(["bash", str(GEN_CERTS), str(directory), *hosts], capture_output=True, text=True)
+    clients = " ".join(u for u in KAFKA_USERS if u != KAFKA_ADMIN)   # client certificates for mutual TLS
+    res = subprocess.run(["bash", str(GEN_CERTS), str(directory), *hosts], capture_output=True, text=True,
+                         env={**os.environ, "CLIENTS": clients})
     if res.returncode != 0:
         raise LocalClusterError(f"generating certificates failed:\n{res.stderr[-2000:]}")
     s = Secrets(directory)
@@ -113,6 +139,8 @@ def prepare(directory: Path, hosts: tuple[str, ...] = (), *, shared: bool = Fals
     for user in REDIS_USERS:
         _write_secret(s.redis_password_file(user), secrets.token_hex(16))
     _write_secret(s.token_file, secrets.token_urlsafe(32))
+    from joinlib.adapters.plan_signing import generate
+    generate(s.plan_signing_key, s.plan_verify_key)
     acl = ACL_TEMPLATE.read_text()
     for user in REDIS_USERS:
         acl = acl.replace(f"@{user.removeprefix('joinlib-').upper()}_PASSWORD@", s.redis_password(user))
@@ -157,10 +185,17 @@ def redis_tls_args(s: Secrets, port: int) -> list[str]:
             "--tls-auth-clients", "no", "--aclfile", str(s.acl_file)]
 
 
-def start_secure_kafka(workdir: Path, s: Secrets, **kw) -> KafkaProcess:
+def start_secure_kafka(workdir: Path, s: Secrets, ssl_port: int, **kw) -> KafkaProcess:
+    """The secure broker: SASL_SSL on its port, mutual TLS on ``ssl_port``."""
     return start_kafka(workdir, template=SECURE_TEMPLATE, format_args=s.scram_format_args(), ready=_kafka_ready(s),
-                       substitutions={"CERT_DIR": str(s.dir), "ADMIN_USER": KAFKA_ADMIN,
+                       substitutions={"CERT_DIR": str(s.dir), "ADMIN_USER": KAFKA_ADMIN, "SSL_PORT": str(ssl_port),
                                       "ADMIN_PASSWORD": s.kafka_password(KAFKA_ADMIN)}, **kw)
+
+
+def grant_service_acls(bootstrap: str, s: Secrets) -> None:
+    """The ACLs of every service principal (infra/kafka_acls.py), created as the super user ``admin``."""
+    from infra.kafka_acls import admin_client, apply, service_grants
+    apply(admin_client(bootstrap, s.dir), service_grants())
 
 
 def start_secure_redis(workdir: Path, s: Secrets, **kw) -> RedisProcess:
@@ -173,6 +208,7 @@ class SecureCluster:
     secrets: Secrets
     kafka: Optional[KafkaProcess] = None
     redis: Optional[RedisProcess] = None
+    mtls_port: int = 0   # the broker's mutual-TLS (SSL, client certificate required) listener
     _own_workdir: bool = field(default=True, repr=False)
 
     @classmethod
@@ -182,7 +218,9 @@ class SecureCluster:
         c = cls(wd, prepare(wd / "secrets"), _own_workdir=own)
         try:
             if kafka:
-                c.kafka = start_secure_kafka(wd, c.secrets)
+                c.mtls_port = free_port()
+                c.kafka = start_secure_kafka(wd, c.secrets, c.mtls_port)
+                grant_service_acls(c.kafka.bootstrap, c.secrets)
             if redis:
                 c.redis = start_secure_redis(wd, c.secrets)
         except BaseException:
@@ -202,10 +240,26 @@ class SecureCluster:
             raise LocalClusterError("the secure Redis was not started")
         return f"rediss://{HOST}:{self.redis.port}/0"
 
+    @property
+    def kafka_mtls_bootstrap(self) -> str:
+        """The mutual-TLS listener (SSL, a client certificate of the cluster's CA required)."""
+        if self.kafka is None:
+            raise LocalClusterError("the secure Kafka was not started")
+        return f"{HOST}:{self.mtls_port}"
+
+    def mtls_env(self, kafka_user: str = "joinlib-cli") -> dict[str, str]:
+        """The Kafka settings of ``kafka_user`` on the mutual-TLS listener (instead of SCRAM)."""
+        s = self.secrets
+        return {"KAFKA_BOOTSTRAP_SERVERS": self.kafka_mtls_bootstrap, "KAFKA_SECURITY_PROTOCOL": "SSL",
+                "KAFKA_SSL_CA_FILE": str(s.ca), "KAFKA_SSL_CERT_FILE": str(s.client_cert(kafka_user)),
+                "KAFKA_SSL_KEY_FILE": str(s.client_key(kafka_user))}
+
     def client_env(self, kafka_user: str = "joinlib-cli", redis_user: str = "joinlib-node") -> dict[str, str]:
         """The environment a joinlib client of these servers needs (secrets as ``*_FILE``)."""
         s = self.secrets
-        env = {"JOINLIB_PLANNER_TOKEN_FILE": str(s.token_file)}
+        env = {"JOINLIB_PLANNER_TOKEN_FILE": str(s.token_file),
+               "JOINLIB_PLAN_SIGNING_KEY_FILE": str(s.plan_signing_key),
+               "JOINLIB_PLAN_VERIFY_KEY_FILE": str(s.plan_verify_key)}
         if self.kafka is not None:
             env.update(KAFKA_BOOTSTRAP_SERVERS=self.kafka_bootstrap, KAFKA_SECURITY_PROTOCOL="SASL_SSL",
                        KAFKA_SASL_MECHANISM=MECHANISM, KAFKA_SASL_USERNAME=kafka_user,

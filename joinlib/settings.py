@@ -28,12 +28,22 @@ variable                           meaning
 ``REDIS_PASSWORD[_FILE]``          its password (secret; overrides one in the URL)
 ``REDIS_SSL_CA_FILE``              PEM CA bundle for ``rediss://`` URLs
 ``JOINLIB_PLANNER_TOKEN[_FILE]``   bearer token of the planner's HTTP API (server and CLI)
+``KAFKA_SSL_CERT_FILE``            mutual TLS: the client's certificate (PEM) ...
+``KAFKA_SSL_KEY_FILE``             ... and its unencrypted key (PEM)
+``JOINLIB_TLS_CERT_FILE``          HTTPS certificate (PEM) of the planner API and ``/metrics`` ...
+``JOINLIB_TLS_KEY_FILE``           ... and its key
+``JOINLIB_METRICS_TOKEN[_FILE]``   bearer token ``/metrics`` requires (secret)
+``JOINLIB_PLANNER_CA_FILE``        PEM CA the CLI trusts for an ``https://`` planner
+``JOINLIB_PLAN_SIGNING_KEY_FILE``  the planner's Ed25519 key signing plan/stop messages (PEM)
+``JOINLIB_PLAN_VERIFY_KEY_FILE``   its public key, with which nodes check them (PEM)
 =================================  ==========================================================
 """
 from __future__ import annotations
 
+import hmac
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -45,7 +55,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 MASK = "***"
 # keys of client configuration dicts whose values are secrets (librdkafka, Spark's kafka.*, redis-py)
-_SECRET_KEY = re.compile(r"(password|secret|token|jaas)", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(password|secret|token|jaas|keystore\.key)", re.IGNORECASE)
 
 
 class SettingsError(JoinlibError):
@@ -103,10 +113,17 @@ class KafkaSecurity:
     password: Optional[str] = field(default=None, repr=False)
     ca_file: Optional[str] = None
     verify_hostname: bool = True
+    cert_file: Optional[str] = None   # mutual TLS: the client's certificate (PEM), its CN the Kafka user
+    key_file: Optional[str] = None    # ... and its private key (PEM, unencrypted)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise SettingsError(f"KAFKA_SECURITY_PROTOCOL={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("a client certificate needs both KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE")
+        if self.cert_file is not None and not self.tls:
+            raise SettingsError(f"KAFKA_SSL_CERT_FILE needs KAFKA_SECURITY_PROTOCOL=SSL (or SASL_SSL), "
+                                f"not {self.protocol}")
         if self.sasl:
             if self.mechanism not in MECHANISMS:
                 raise SettingsError(f"KAFKA_SASL_MECHANISM={self.mechanism!r}: expected one of {', '.join(MECHANISMS)}")
@@ -133,7 +150,9 @@ class KafkaSecurity:
                    username=username if sasl else None,
                    password=secret("KAFKA_SASL_PASSWORD", env) if sasl else None,
                    ca_file=_existing_file("KAFKA_SSL_CA_FILE", _plain("KAFKA_SSL_CA_FILE", env)),
-                   verify_hostname=_flag("KAFKA_SSL_VERIFY_HOSTNAME", env, True))
+                   verify_hostname=_flag("KAFKA_SSL_VERIFY_HOSTNAME", env, True),
+                   cert_file=_existing_file("KAFKA_SSL_CERT_FILE", _plain("KAFKA_SSL_CERT_FILE", env)),
+                   key_file=_existing_file("KAFKA_SSL_KEY_FILE", _plain("KAFKA_SSL_KEY_FILE", env)))
 
     def librdkafka(self) -> dict[str, str]:
         """Settings for confluent-kafka clients (empty for PLAINTEXT)."""
@@ -148,6 +167,8 @@ class KafkaSecurity:
             if self.ca_file:
                 conf["ssl.ca.location"] = self.ca_file
             conf["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else "none"
+        if self.cert_file and self.key_file:
+            conf.update({"ssl.certificate.location": self.cert_file, "ssl.key.location": self.key_file})
         return conf
 
     def spark_options(self) -> dict[str, str]:
@@ -167,6 +188,10 @@ class KafkaSecurity:
                 opts["kafka.ssl.truststore.type"] = "PEM"
                 opts["kafka.ssl.truststore.location"] = self.ca_file
             opts["kafka.ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else ""
+        if self.cert_file and self.key_file:  # the Java client takes PEM key and chain as values
+            opts.update({"kafka.ssl.keystore.type": "PEM",
+                         "kafka.ssl.keystore.certificate.chain": Path(self.cert_file).read_text(),
+                         "kafka.ssl.keystore.key": Path(self.key_file).read_text()})
         return opts
 
     def describe(self) -> str:
@@ -178,6 +203,8 @@ class KafkaSecurity:
             parts.append(f"{self.mechanism} user {self.username} password {MASK}")
         if self.tls:
             parts.append(f"CA {self.ca_file or 'system'}" + ("" if self.verify_hostname else ", hostname not verified"))
+        if self.cert_file:
+            parts.append(f"client certificate {self.cert_file}")
         return ", ".join(parts)
 
 
@@ -209,6 +236,88 @@ class RedisSecurity:
         if self.ca_file and url.startswith("rediss://"):
             kw["ssl_ca_certs"] = self.ca_file
         return kw
+
+
+def authorized(header: Optional[str], token: Optional[str]) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <token>``, compared in constant time;
+    always true without a token (an open endpoint, the local default; docs/security.md)."""
+    if token is None:
+        return True
+    scheme, _, given = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class HttpSecurity:
+    """The services' HTTP endpoints (the planner API, every ``/metrics``): HTTPS with this certificate and
+    key when set, and the bearer token ``/metrics`` requires (the API has its own, :func:`planner_token`)."""
+
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    metrics_token: Optional[str] = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("HTTPS needs both JOINLIB_TLS_CERT_FILE and JOINLIB_TLS_KEY_FILE")
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "HttpSecurity":
+        env = os.environ if environ is None else environ
+        token = secret("JOINLIB_METRICS_TOKEN", env)
+        return cls(cert_file=_existing_file("JOINLIB_TLS_CERT_FILE", _plain("JOINLIB_TLS_CERT_FILE", env)),
+                   key_file=_existing_file("JOINLIB_TLS_KEY_FILE", _plain("JOINLIB_TLS_KEY_FILE", env)),
+                   metrics_token=token.strip() if token and token.strip() else None)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.cert_file else "http"
+
+    def server_context(self) -> Optional[ssl.SSLContext]:
+        """A TLS server context (TLS 1.2 or later) with the certificate, None for plain HTTP."""
+        if self.cert_file is None:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (ssl.SSLError, OSError) as e:
+            raise SettingsError(f"JOINLIB_TLS_CERT_FILE={self.cert_file} / JOINLIB_TLS_KEY_FILE: cannot load the "
+                                f"certificate and key ({getattr(e, 'reason', None) or e})") from None
+        return ctx
+
+
+def tls_server(server: Any, tls: Optional[ssl.SSLContext]) -> Any:
+    """``server`` (a :class:`socketserver.TCPServer`, not serving yet) over TLS with ``tls``; unchanged when None.
+    The handshake runs in the request's thread (not in the accept loop, where a silent client would stall
+    every other), and a failed one -- a plain-HTTP client, an untrusted certificate -- is not printed."""
+    if tls is None:
+        return server
+    server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    report = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        import sys
+        if not isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError)):
+            report(request, client_address)
+    server.handle_error = handle_error
+    return server
+
+
+def plan_key_files(environ: Optional[Mapping[str, str]] = None) -> tuple[Optional[str], Optional[str]]:
+    """(``JOINLIB_PLAN_SIGNING_KEY_FILE``, ``JOINLIB_PLAN_VERIFY_KEY_FILE``): the planner's key signing plans and
+    the public key checking them (:mod:`joinlib.adapters.plan_signing`); None where unset."""
+    env = os.environ if environ is None else environ
+    return _plain("JOINLIB_PLAN_SIGNING_KEY_FILE", env), _plain("JOINLIB_PLAN_VERIFY_KEY_FILE", env)
+
+
+def planner_client_context(environ: Optional[Mapping[str, str]] = None) -> Optional[ssl.SSLContext]:
+    """The CLI's TLS context for an ``https://`` planner: trusts ``JOINLIB_PLANNER_CA_FILE`` (PEM) when set,
+    else None (the system's CAs)."""
+    env = os.environ if environ is None else environ
+    ca = _existing_file("JOINLIB_PLANNER_CA_FILE", _plain("JOINLIB_PLANNER_CA_FILE", env))
+    return None if ca is None else ssl.create_default_context(cafile=ca)
 
 
 def planner_token(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:

@@ -4,7 +4,8 @@
 #   scripts/cluster.sh install   fetch the Kafka classpath into the cache (skipped when cached)
 #                                and apt-get install redis-server when it is missing
 #   scripts/cluster.sh up        start both on 127.0.0.1, wait until ready, print the env lines
-#   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512) and Redis TLS + ACL users;
+#   scripts/cluster.sh up-secure the same with Kafka SASL_SSL (SCRAM-SHA-512), ACLs per service user
+#                                (infra/kafka_acls.py) and Redis TLS + ACL users;
 #                                certificates, passwords and the planner token in $JOINLIB_SECURE_DIR
 #                                (docs/security.md)
 #   scripts/cluster.sh down      stop both (idempotent); the next `up` starts afresh
@@ -15,12 +16,15 @@
 #   scripts/cluster.sh restart-kafka        stop then start the broker with its data (a drill's restart)
 #   scripts/cluster.sh status    show what runs; exit 0 only if both are up
 #   scripts/cluster.sh env       print KAFKA_BOOTSTRAP_SERVERS=... / REDIS_URL=... of the running cluster
+#   scripts/cluster.sh env-mtls [USER]  up-secure: the same with Kafka over mutual TLS (USER's client
+#                                certificate, default joinlib-cli) instead of SCRAM
 #
 # Environment (defaults):
 #   JOINLIB_CACHE        ($HOME/.cache/joinlib)  jars in $JOINLIB_CACHE/kafka-lib
 #   JOINLIB_RUN_DIR      ($JOINLIB_CACHE/run)    configs, data, logs, pidfiles
 #   KAFKA_PORT           (19092)  broker listener
 #   KAFKA_CONTROLLER_PORT(19093)  KRaft controller listener
+#   KAFKA_SSL_PORT       (19094)  up-secure: the mutual-TLS listener (client certificates instead of SCRAM)
 #   REDIS_PORT           (16379)
 #   KAFKA_HEAP_OPTS      (-Xms256m -Xmx512m)
 #   KAFKA_JVM_EXTRA_OPTS ()       appended to the JVM options
@@ -48,6 +52,7 @@ SECURE=0
 HOST=127.0.0.1
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+KAFKA_SSL_PORT="${KAFKA_SSL_PORT:-19094}"
 REDIS_PORT="${REDIS_PORT:-16379}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
@@ -226,6 +231,8 @@ write_secure_env() {
         echo "REDIS_PASSWORD_FILE=$SECURE_DIR/redis-joinlib-node.password"
         echo "REDIS_SSL_CA_FILE=$SECURE_DIR/ca.crt"
         echo "JOINLIB_PLANNER_TOKEN_FILE=$SECURE_DIR/planner.token"
+        echo "JOINLIB_PLAN_SIGNING_KEY_FILE=$SECURE_DIR/plan-signing.key"
+        echo "JOINLIB_PLAN_VERIFY_KEY_FILE=$SECURE_DIR/plan-signing.pub"
     } >"$ENV_FILE"
 }
 
@@ -249,8 +256,10 @@ start_kafka() {
     need_java
     jars_cached || install_kafka # a user-level cache; no root needed
     local p
-    for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
-        port_in_use "$p" && die "port $HOST:$p is already in use by another process; set KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+    local ports=("$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")
+    [[ "$SECURE" == 1 ]] && ports+=("$KAFKA_SSL_PORT")
+    for p in "${ports[@]}"; do
+        port_in_use "$p" && die "port $HOST:$p is already in use by another process; set KAFKA_PORT / KAFKA_CONTROLLER_PORT / KAFKA_SSL_PORT"
     done
 
     if [[ "${KEEP_DATA:-0}" == 1 ]]; then
@@ -267,7 +276,7 @@ start_kafka() {
         mapfile -t extra < <(scram_args)
     fi
     (umask 077 && sed -e "s|@HOST@|$HOST|g" -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" \
-        -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$KDIR/data|g" \
+        -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" -e "s|@SSL_PORT@|$KAFKA_SSL_PORT|g" -e "s|@DATA_DIR@|$KDIR/data|g" \
         -e "s|@CERT_DIR@|$SECURE_DIR|g" -e "s|@ADMIN_USER@|admin|g" \
         -e "s|@ADMIN_PASSWORD@|$(cat "$SECURE_DIR/kafka-admin.password" 2>/dev/null)|g" \
         "$template" >"$KDIR/server.properties")
@@ -383,8 +392,8 @@ cmd_up() {
             log "cluster already running on other ports (kafka $KAFKA_PORT, redis $REDIS_PORT); 'down' first to change them"
     fi
     mkdir -p "$RUN_DIR"
-    printf 'KAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nREDIS_PORT=%s\n' \
-        "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$REDIS_PORT" >"$PORTS_FILE"
+    printf 'KAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nKAFKA_SSL_PORT=%s\nREDIS_PORT=%s\n' \
+        "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SSL_PORT" "$REDIS_PORT" >"$PORTS_FILE"
     start_kafka
     start_redis
     write_env
@@ -402,6 +411,9 @@ cmd_up_secure() {
         die "could not write the certificates and secrets into $SECURE_DIR"
     log "certificates, passwords and the planner token in $SECURE_DIR (mode 600; docs/security.md)"
     cmd_up
+    # the ACLs per service principal (kept in the broker's metadata across stop/start)
+    (cd "$ROOT" && python3 -m infra.kafka_acls apply "$HOST:$KAFKA_PORT" "$SECURE_DIR") ||
+        die "could not create the Kafka ACLs (infra/kafka_acls.py)"
 }
 
 cmd_down() {
@@ -480,6 +492,21 @@ cmd_status() {
     return $rc
 }
 
+# the secure cluster's env with mutual TLS (a client certificate) instead of SCRAM for Kafka
+cmd_env_mtls() { # [user]
+    local user="${1:-joinlib-cli}"
+    [[ -f "$ENV_FILE" && -f "$SECURE_MARK" ]] || die "no secure cluster running (run 'bash scripts/cluster.sh up-secure')"
+    [[ -f "$SECURE_DIR/client-$user.crt" ]] || die "no client certificate for '$user' in $SECURE_DIR"
+    # shellcheck disable=SC1090
+    source "$PORTS_FILE"
+    grep -v '^KAFKA_' "$ENV_FILE"
+    echo "KAFKA_BOOTSTRAP_SERVERS=$HOST:$KAFKA_SSL_PORT"
+    echo "KAFKA_SECURITY_PROTOCOL=SSL"
+    echo "KAFKA_SSL_CA_FILE=$SECURE_DIR/ca.crt"
+    echo "KAFKA_SSL_CERT_FILE=$SECURE_DIR/client-$user.crt"
+    echo "KAFKA_SSL_KEY_FILE=$SECURE_DIR/client-$user.key"
+}
+
 cmd_env() {
     [[ -f "$ENV_FILE" ]] || die "no running cluster (no $ENV_FILE); run 'bash scripts/cluster.sh up'"
     cat "$ENV_FILE"
@@ -495,9 +522,10 @@ case "${1:-}" in
     restart-kafka) cmd_stop kafka && cmd_start kafka ;;
     status) cmd_status ;;
     env) cmd_env ;;
+    env-mtls) cmd_env_mtls "${2:-}" ;;
     -h | --help | help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
     *)
-        echo "usage: $0 {install|up|up-secure|down|stop [kafka|redis]|start [kafka|redis]|restart-kafka|status|env}" >&2
+        echo "usage: $0 {install|up|up-secure|down|stop [kafka|redis]|start [kafka|redis]|restart-kafka|status|env|env-mtls [user]}" >&2
         exit 2
         ;;
 esac

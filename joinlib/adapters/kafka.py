@@ -36,6 +36,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
+from joinlib.adapters.plan_signing import sign_headers
 from joinlib.errors import ClusterError
 from joinlib.protocol import records, wire
 from joinlib.protocol.avro import encode_ids as _encode_ids
@@ -559,7 +560,8 @@ class KafkaResultSink:
 # --------------------------------------------------------------------------- control
 
 def publish_control(out: Producing, query: str, kind: str, payload, *, flush: bool = True) -> None:
-    out.produce(CONTROL_TOPIC, records.encode_control(records.Control(query, kind, payload)), query.encode())
+    value = records.encode_control(records.Control(query, kind, payload))
+    out.produce(CONTROL_TOPIC, value, query.encode(), sign_headers(kind, value) or None)
     if flush:
         out.flush()
 
@@ -571,8 +573,8 @@ def produce_control_sync(producer: Producer, query: str, kind: str, payload, tim
     def cb(err, msg):
         box["err"], box["offset"] = err, (msg.offset() if err is None else None)
 
-    producer.produce(CONTROL_TOPIC, records.encode_control(records.Control(query, kind, payload)), query.encode(),
-                     on_delivery=cb)
+    value = records.encode_control(records.Control(query, kind, payload))
+    producer.produce(CONTROL_TOPIC, value, query.encode(), on_delivery=cb, headers=sign_headers(kind, value) or None)
     left = producer.flush(timeout_s)
     if left or "err" not in box:
         raise KafkaDeliveryError(f"control message {kind!r} not delivered after {timeout_s:.0f}s")

@@ -19,14 +19,26 @@ it also writes a line per trigger and plan switch (:class:`~joinlib.adaptive.con
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Optional, Sequence
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 
 from joinlib.adaptive.config import AdaptiveSensor, LogSensor
 from joinlib.adaptive.jep import JEP
 from joinlib.adaptive.stats import StreamStatistics
 from joinlib.plan.logical import Plan
+from joinlib.settings import HttpSecurity, authorized, tls_server
 
 TRANSMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PROCESSING_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -38,13 +50,45 @@ OPERATORS = {"tick": "tick", "start": "tick", "sync": "sync", "probe": "probe", 
              "ship": "ship"}
 
 
-def serve_metrics(port: int, registry: Optional[CollectorRegistry] = None) -> None:
-    """Serve ``registry`` (default: the global registry) on ``port``'s /metrics in a daemon thread.
+def serve_metrics(port: int, registry: Optional[CollectorRegistry] = None,
+                  http: Optional[HttpSecurity] = None) -> None:
+    """Serve ``registry`` (default: the global registry) on ``port``'s /metrics in a daemon thread; over
+    HTTPS and behind a bearer token when ``http`` (default: :meth:`HttpSecurity.from_env`) says so.
 
-    The node service calls this rather than prometheus_client, so that the client stays behind the
+    The services call this rather than prometheus_client, so that the client stays behind the
     adapters layer (pyproject's node contract forbids importing it from joinlib.node).
     """
-    start_http_server(port, registry=registry or REGISTRY)
+    http = HttpSecurity.from_env() if http is None else http
+    registry = registry or REGISTRY
+    if http.cert_file is None and http.metrics_token is None:
+        start_http_server(port, registry=registry)
+        return
+    server = tls_server(ThreadingHTTPServer(("0.0.0.0", port), _metrics_handler(registry, http.metrics_token)),
+                        http.server_context())
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+
+
+def _metrics_handler(registry: CollectorRegistry, token: Optional[str]) -> type:
+    class Metrics(BaseHTTPRequestHandler):
+        timeout = 30   # a client that opens a connection and sends nothing
+
+        def do_GET(self) -> None:
+            if not authorized(self.headers.get("Authorization"), token):
+                self._send(401, b"unauthorized: send Authorization: Bearer <token> (JOINLIB_METRICS_TOKEN)\n",
+                           "text/plain", [("WWW-Authenticate", 'Bearer realm="joinlib-metrics"')])
+                return
+            self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+
+        def _send(self, code: int, body: bytes, ctype: str, extra: Sequence[tuple[str, str]] = ()) -> None:
+            self.send_response(code)
+            for k, v in [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra]:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:   # scrapes are not news
+            pass
+    return Metrics
 
 
 class PrometheusSensor(AdaptiveSensor):

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 from urllib.request import Request, urlopen
 
 from joinlib.errors import JoinlibError
-from joinlib.settings import ServiceEnv, planner_token
+from joinlib.settings import ServiceEnv, planner_client_context, planner_token
 
 DEFAULT_URL = "http://localhost:8080"
 
@@ -45,7 +45,8 @@ def http_json(url: str, data: Optional[bytes] = None, method: Optional[str] = No
         req = Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
         if token is not None:
             req.add_header("Authorization", f"Bearer {token}")
-        with urlopen(req, timeout=timeout) as r:
+        context = planner_client_context() if url.startswith("https:") else None
+        with urlopen(req, timeout=timeout, context=context) as r:
             return json.loads(r.read())
     except HTTPError as e:
         if e.code == 401:

@@ -3,7 +3,7 @@ it deploys (seed 001's operator reuse on the running system; docs/multiquery.md 
 
 Each inner MJoin of a submitted tree is an *operator deployment* of its own: a query in the control log
 (``op-<key>-<run>``) whose plan runs that one operator and publishes its results, as a derived stream,
-on ``src.<producer>.out`` for any reader.  The query's own deployment runs the root and reads its
+on ``derived.<producer>`` for any reader.  The query's own deployment runs the root and reads its
 derived inputs from those topics.  So an operator lives apart from the query that deployed it: the
 planner service stops it once no running query uses it (a reference count, :func:`users`), and a later
 query whose tree has an operator of the same :func:`operator_key` subscribes to the running one instead
@@ -36,7 +36,7 @@ from joinlib.pmjoin.tree import Leaf, MJoin, Tree, from_json, members, operators
 @dataclass(frozen=True)
 class RunningOp:
     """An operator deployment: its control-log name and run, the operator query publishing its derived
-    stream (``src.<producer>.out``), its origin, :func:`operator_key`, and every deployment it reads
+    stream (``derived.<producer>``), its origin, :func:`operator_key`, and every deployment it reads
     (itself included: what a query using it holds a reference to)."""
 
     name: str

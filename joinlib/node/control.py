@@ -24,6 +24,7 @@ from joinlib.adapters.kafka import (
     produce_control_sync,
     publish_control,
 )
+from joinlib.adapters.plan_signing import verify
 from joinlib.control.check import INVALID, UNDECODABLE, accept_control
 from joinlib.control.compile import Compiled, compile_message
 from joinlib.control.messages import (
@@ -132,8 +133,9 @@ Reject = Callable[[int, str, str], None]
 
 
 def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optional[ControlRecord]:
-    """The control record of a message, or None (and ``reject`` called) if it does not decode or does
-    not validate (:func:`joinlib.control.check.check_control`): such a message changes nothing."""
+    """The control record of a message, or None (and ``reject`` called) if it does not decode, does not
+    validate (:func:`joinlib.control.check.check_control`) or is a plan without the planner's signature
+    where one is required (:mod:`joinlib.adapters.plan_signing`): such a message changes nothing."""
     offset = msg.offset()
     try:
         c = records.decode_control(msg.value())
@@ -141,7 +143,8 @@ def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optiona
         if reject is not None:
             reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}")
         return None
-    got = accept_control(c.query, c.kind, c.payload)
+    got = verify(c.kind, msg.value(), getattr(msg, "headers", lambda: None)()) or accept_control(
+        c.query, c.kind, c.payload)
     if isinstance(got, str):
         if reject is not None:
             reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {got}")

@@ -10,11 +10,11 @@ producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three dif
   to their position in the operator query) or, for a live stream, its own topic (one operator reads
   each base stream, so one ingest decides its records; dead letters and idle advances go to the tree
   query's ``dlq`` and ``wm`` topics) and, for a derived stream, from its producer's
-  ``src.<producer>.out``;
+  ``derived.<producer>``;
 * at the operator's node its results go through :class:`~joinlib.mjoin.output.OpOutput`: checked on
   the exact window condition, a root's as rows of the tree query to ``out.<query>``, the others'
   handed over per head epoch, once every sequence has finished it, as ``SourceBatch`` messages on
-  ``src.<operator>.out`` with the epoch's end as the watermark. A derived stream is
+  ``derived.<operator>`` with the epoch's end as the watermark. A derived stream is
   born at its producer's node, so that topic is read at the same site: a derived tuple crosses the
   network only as the reader's plan ships it, as in the simulator;
 * the tree query's ``end`` applies to it.
@@ -112,12 +112,12 @@ def one_operator(query: Query, prog: TreeProgram, i: int, external: Mapping[str,
 def derived_topic(producer: str) -> str:
     """Where operator query ``producer`` publishes its derived stream: one topic, whoever reads it (each
     reader moves the tuples to its own position), so a shared operator publishes once."""
-    return f"src.{producer}.out"
+    return f"derived.{producer}"
 
 
 def operator_query(tr: TreeRun, i: int) -> Query:
     """Operator ``i``'s query with the topic of each input as its source: a derived stream's producer's
-    ``src.<producer>.out`` (``sourcebatch``), a base stream's live source, or the tree query's replayed
+    ``derived.<producer>`` (``sourcebatch``), a base stream's live source, or the tree query's replayed
     ``src.<query>.<stream>``."""
     op, base = tr.dep.ops[i], tr.base
     producers = {slot: tr.dep.ops[j].name for j, cons in enumerate(tr.dep.consumers) for p, slot in cons if p == i}

@@ -7,12 +7,12 @@ import sys
 import threading
 from typing import Optional, Sequence
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from joinlib.adapters.kafka import check_reachable
-from joinlib.adapters.prometheus import PrometheusSensor
+from joinlib.adapters.prometheus import PrometheusSensor, serve_metrics
 from joinlib.errors import JoinlibError
-from joinlib.settings import KafkaSecurity, ServiceEnv, planner_token
+from joinlib.settings import HttpSecurity, KafkaSecurity, ServiceEnv, planner_token
 from services.common import error_line, info_line
 from services.planner.service import PlannerService, serve
 
@@ -29,15 +29,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         token = planner_token()
+        http = HttpSecurity.from_env()
+        tls = http.server_context()   # a bad certificate fails here, before Kafka is asked
         check_reachable(args.bootstrap)
         registry = CollectorRegistry()
         service = PlannerService(args.bootstrap, sensor=PrometheusSensor(registry))
-        start_http_server(args.metrics_port, registry=registry)
-        server = serve(service, args.port, token)
+        serve_metrics(args.metrics_port, registry, http)
+        server = serve(service, args.port, token, tls)
     except (JoinlibError, OSError) as e:
         error_line(f"planner: {e}")
         return 2
-    info_line("planner", f"listening on :{args.port} (metrics :{args.metrics_port}), Kafka {args.bootstrap} "
+    info_line("planner", f"listening on {http.scheme}://:{args.port} (metrics {http.scheme}://:{args.metrics_port}"
+                         f"{', bearer token' if http.metrics_token else ''}), Kafka {args.bootstrap} "
                          f"({KafkaSecurity.from_env().describe()})")
     if token is None:
         info_line("planner", "no API token configured (JOINLIB_PLANNER_TOKEN / JOINLIB_PLANNER_TOKEN_FILE): "

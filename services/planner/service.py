@@ -38,8 +38,8 @@ With a token (``JOINLIB_PLANNER_TOKEN[_FILE]``, docs/security.md) every route bu
 """
 from __future__ import annotations
 
-import hmac
 import json
+import ssl
 import sys
 import threading
 import time
@@ -80,6 +80,7 @@ from joinlib.planner.explained import explain_query
 from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query
+from joinlib.settings import authorized, tls_server
 from services.planner.trees import released, status_json, submit_tree, used_by
 
 
@@ -457,17 +458,6 @@ def _delete(service: PlannerService, path: str) -> tuple[int, object]:
     return 200, service.stop(name)
 
 
-def authorized(header: Optional[str], token: Optional[str]) -> bool:
-    """Whether an ``Authorization`` header carries ``Bearer <token>``, compared in constant time;
-    always true without a token (an open API, the local default; docs/security.md)."""
-    if token is None:
-        return True
-    scheme, _, given = (header or "").strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
-
-
 def _admit(handler: BaseHTTPRequestHandler, token: Optional[str]) -> bool:
     """True if the request may go on; else answers 401 (``/healthz`` is always open, for probes)."""
     if urlparse(handler.path).path == "/healthz" or authorized(handler.headers.get("Authorization"), token):
@@ -532,8 +522,10 @@ def make_handler(service: PlannerService, token: Optional[str] = None):
     return Handler
 
 
-def serve(service: PlannerService, port: int, token: Optional[str] = None) -> ThreadingHTTPServer:
-    """Serve the API on ``port``; with ``token`` every route but ``/healthz`` needs ``Bearer <token>``."""
-    server = ThreadingHTTPServer(("0.0.0.0", port), make_handler(service, token))
+def serve(service: PlannerService, port: int, token: Optional[str] = None,
+          tls: Optional[ssl.SSLContext] = None) -> ThreadingHTTPServer:
+    """Serve the API on ``port``; with ``token`` every route but ``/healthz`` needs ``Bearer <token>``;
+    with ``tls`` (:meth:`joinlib.settings.HttpSecurity.server_context`) over HTTPS only."""
+    server = tls_server(ThreadingHTTPServer(("0.0.0.0", port), make_handler(service, token)), tls)
     threading.Thread(target=server.serve_forever, name="planner-http", daemon=True).start()
     return server

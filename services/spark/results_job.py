@@ -152,10 +152,12 @@ def _serve_metrics() -> None:
     except ValueError:
         raise ValueError(f"METRICS_PORT={raw!r} is not a port number") from None
     if port:
-        from prometheus_client import start_http_server
+        from joinlib.adapters.prometheus import serve_metrics
+        from joinlib.settings import HttpSecurity
 
-        start_http_server(port)
-        info_line(PREFIX, f"metrics on :{port}/metrics")
+        http = HttpSecurity.from_env()   # HTTPS and a bearer token when set (docs/security.md)
+        serve_metrics(port, http=http)
+        info_line(PREFIX, f"metrics on {http.scheme}://:{port}/metrics")
 
 
 def _wait_for_topic(bootstrap: str, topic: str, *, wait: bool, every_s: float = 5.0) -> bool:

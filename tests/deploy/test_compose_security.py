@@ -76,6 +76,17 @@ def test_kafka_start_script_is_valid_bash(overlay, tmp_path):
     assert "--add-scram" in script and "server-secure.properties.template" in script
 
 
+def test_every_kafka_client_starts_after_the_acls(compose, overlay):
+    """The broker refuses users without ACLs: every Kafka client waits for the one-shot kafka-acls service."""
+    acls = overlay["services"]["kafka-acls"]
+    assert acls["entrypoint"][-3:] == ["apply", "kafka:9092", SECRET_DIR.rstrip("/")]
+    assert {"ca.crt", "kafka-admin.password"} <= set(acls["secrets"])
+    for name, svc in compose["services"].items():
+        if "KAFKA_BOOTSTRAP_SERVERS" in env_of(svc):
+            dep = overlay["services"][name]["depends_on"]["kafka-acls"]
+            assert dep["condition"] == "service_completed_successfully", name
+
+
 def test_base_file_stays_without_security(compose):
     assert "secrets" not in compose
     for name, svc in compose["services"].items():

@@ -45,6 +45,48 @@ def test_sasl_ssl_from_env_and_password_file(tmp_path):
     assert PW not in str(mask(sec.librdkafka())) and PW not in str(mask(spark))
 
 
+def test_mutual_tls_client_certificate(tmp_path):
+    crt, key = tmp_path / "c.crt", tmp_path / "c.key"
+    crt.write_text("-----BEGIN CERTIFICATE-----\nC\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nK\n")
+    env = {"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CERT_FILE": str(crt), "KAFKA_SSL_KEY_FILE": str(key)}
+    sec = KafkaSecurity.from_env(env)
+    conf = sec.librdkafka()
+    assert conf["security.protocol"] == "SSL" and "sasl.username" not in conf
+    assert conf["ssl.certificate.location"] == str(crt) and conf["ssl.key.location"] == str(key)
+    spark = sec.spark_options()
+    assert spark["kafka.ssl.keystore.type"] == "PEM" and spark["kafka.ssl.keystore.key"].endswith("K\n")
+    assert "K\n" not in str(mask(spark))   # the key is a secret in dumps
+    assert f"client certificate {crt}" in sec.describe()
+    with pytest.raises(SettingsError, match="needs both KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE"):
+        KafkaSecurity.from_env({**env, "KAFKA_SSL_KEY_FILE": ""})
+    with pytest.raises(SettingsError, match="KAFKA_SSL_CERT_FILE needs KAFKA_SECURITY_PROTOCOL=SSL"):
+        KafkaSecurity.from_env({**env, "KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"})
+    with pytest.raises(SettingsError, match="KAFKA_SSL_KEY_FILE=/nope: no such file"):
+        KafkaSecurity.from_env({**env, "KAFKA_SSL_KEY_FILE": "/nope"})
+
+
+def test_https_and_metrics_token_settings(tmp_path):
+    from joinlib.settings import HttpSecurity
+    assert HttpSecurity.from_env({}) == HttpSecurity() and HttpSecurity().server_context() is None
+    assert HttpSecurity().scheme == "http"
+    tok = tmp_path / "tok"
+    tok.write_text("mtok\n")
+    crt, key = tmp_path / "c.crt", tmp_path / "c.key"
+    crt.write_text("not a certificate")
+    key.write_text("not a key")
+    sec = HttpSecurity.from_env({"JOINLIB_TLS_CERT_FILE": str(crt), "JOINLIB_TLS_KEY_FILE": str(key),
+                                 "JOINLIB_METRICS_TOKEN_FILE": str(tok)})
+    assert sec.scheme == "https" and sec.metrics_token == "mtok" and "mtok" not in repr(sec)
+    with pytest.raises(SettingsError, match="cannot load the certificate and key"):
+        sec.server_context()
+    with pytest.raises(SettingsError, match="needs both JOINLIB_TLS_CERT_FILE and JOINLIB_TLS_KEY_FILE"):
+        HttpSecurity.from_env({"JOINLIB_TLS_CERT_FILE": str(crt)})
+    with pytest.raises(SettingsError, match="JOINLIB_PLANNER_CA_FILE=/nope: no such file"):
+        from joinlib.settings import planner_client_context
+        planner_client_context({"JOINLIB_PLANNER_CA_FILE": "/nope"})
+
+
 def test_variable_wins_over_file_and_errors_name_the_variable_not_the_value(tmp_path):
     assert secret("X", {"X": "a", "X_FILE": "/nonexistent"}) == "a"
     with pytest.raises(SettingsError, match="X_FILE=/nonexistent: cannot read it"):

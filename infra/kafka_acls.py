@@ -1,0 +1,254 @@
+"""Kafka ACLs per service principal for the secure local broker (docs/security.md "Kafka ACLs").
+
+The broker of ``make up-secure`` runs KRaft's ``StandardAuthorizer`` with
+``allow.everyone.if.no.acl.found=false``: a SCRAM user may do only what an ACL below grants it, and
+``admin`` (the broker's own user, a super user) everything.  The grants follow the topic layout of
+:mod:`joinlib.adapters.kafka` (``src.<query>.<stream>``, ``node.<query>.<site>``, ``out.<query>``,
+``control``, ...).  Per-query topics are created when a query is planned, so every grant is a PREFIXED
+pattern (``src.``, ``node.``, ...) or the literal ``control``; consumer groups and transactional ids are
+named per run, so every principal may use any (``*``: a group holds offsets, not data).
+
+What the broker enforces: only nodes write ``node.*`` flows, results ``out.*``, derived streams
+``derived.*``, dead letters and idle marks; only sources (and the CLI) write ``src.*``; the Spark jobs
+read only; nobody but ``admin`` deletes a topic or changes an ACL; a user without grants sees no topic.
+What it cannot enforce with this layout (see docs/security.md "Limitations"): ``control`` also carries
+the nodes' status/done and the sources' end messages, so nodes and sources may write it; a node's
+inbound topic is named after the receiving site, so any node may write any site's ``node.*`` topic.
+
+    python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR     # what scripts/cluster.sh up-secure runs
+    python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]   # a query's own
+    python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+R, W, C, D, A = AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.ALTER
+QUERY_PREFIXES = ("src.", "node.", "out.", "derived.", "dlq.", "wm.", "parts.")
+CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Operations ``ops`` of ``principal`` on topics named ``name`` (PREFIXED unless ``literal``)."""
+
+    principal: str
+    name: str
+    ops: tuple[AclOperation, ...]
+    literal: bool = False
+    resource: ResourceType = ResourceType.TOPIC
+
+    def bindings(self) -> list[AclBinding]:
+        pattern = ResourcePatternType.LITERAL if self.literal else ResourcePatternType.PREFIXED
+        return [AclBinding(self.resource, self.name, pattern, f"User:{self.principal}", "*", op,
+                           AclPermissionType.ALLOW) for op in self.ops]
+
+
+def _topics(user: str, prefixes: Iterable[str], ops: tuple[AclOperation, ...]) -> list[Grant]:
+    return [Grant(user, p, ops) for p in prefixes]
+
+
+def _anywhere(user: str) -> list[Grant]:
+    """Any consumer group (runs name their own) and transactional id (fenced producers)."""
+    return [Grant(user, "*", (R, D), literal=True, resource=ResourceType.GROUP),
+            Grant(user, "*", (W, D), literal=True, resource=ResourceType.TRANSACTIONAL_ID)]
+
+
+def planner_grants(user: str = "joinlib-planner") -> list[Grant]:
+    """Publishes plans on ``control``; creates (and grows) a query's topics; reads results and dead letters."""
+    return [Grant(user, CONTROL, (R, W, C, D), literal=True), *_topics(user, QUERY_PREFIXES, (C, D, A)),
+            *_topics(user, ("out.", "dlq."), (R,)), *_anywhere(user)]
+
+
+def source_grants(user: str = "joinlib-source") -> list[Grant]:
+    """Writes ``src.*``; creates the query's topics; reads ``control`` for the plan, writes its end message."""
+    return [Grant(user, "src.", (W, R, C, D, A)), *_topics(user, QUERY_PREFIXES[1:], (C, D)),
+            Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user)]
+
+
+def node_grants(user: str = "joinlib-node") -> list[Grant]:
+    """Reads sources, flows and ``control``; writes flows, results, derived streams, dead letters, marks and
+    its status/done on ``control``; never writes ``src.*``."""
+    own = ("node.", "out.", "derived.", "dlq.", "wm.", "parts.")
+    return [*_topics(user, own, (R, W, C, D, A)), Grant(user, "src.", (R, D, A)),
+            Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user)]
+
+
+def spark_grants(user: str = "joinlib-spark") -> list[Grant]:
+    """Reads every topic, writes none."""
+    return [Grant(user, "*", (R, D), literal=True), Grant(user, "*", (R, D), literal=True,
+                                                           resource=ResourceType.GROUP)]
+
+
+def cli_grants(user: str = "joinlib-cli") -> list[Grant]:
+    """``joinlib run --cluster`` plays planner, sources and nodes in one identity: their union."""
+    return [*planner_grants(user), *source_grants(user), *node_grants(user)]
+
+
+def service_grants() -> list[Grant]:
+    """The whole matrix of the secure local cluster (``admin`` is a super user and needs none)."""
+    return [*planner_grants(), *source_grants(), *node_grants(), *spark_grants(), *cli_grants()]
+
+
+def site_user(site: str) -> str:
+    """The Kafka user of one site's node service (``grant-query --per-site``)."""
+    return f"joinlib-node-{site}"
+
+
+def site_grants(query) -> list[Grant]:
+    """Per-site node users for ``query``: each reads only its own inbound topic ``node.<query>.<site>`` and
+    writes the other nodes' (a flow's topic is named after its receiver); everything else as
+    :func:`node_grants`, without the ``node.*`` prefix grant (create, describe and alter only)."""
+    grants: list[Grant] = []
+    for site in query.nodes:
+        user = site_user(site)
+        own = ("out.", "derived.", "dlq.", "wm.", "parts.")
+        grants += [*_topics(user, own, (R, W, C, D, A)), Grant(user, "node.", (C, D, A)),
+                   Grant(user, "src.", (R, D, A)), Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user),
+                   Grant(user, f"node.{query.name}.{site}", (R,), literal=True),
+                   *(Grant(user, f"node.{query.name}.{dst}", (W,), literal=True) for dst in query.nodes if dst != site)]
+    return grants
+
+
+def query_grants(query) -> list[Grant]:
+    """LITERAL grants for the users' topics a query names (a :class:`~joinlib.model.Query`): nodes read its
+    live sources' topics and write its sink topic; the source user may write the live topics."""
+    grants: list[Grant] = []
+    for s in query.streams:
+        if s.source is not None and s.source.live:
+            grants += [*(Grant(u, s.source.topic, (R, D), literal=True) for u in _node_users(query)),
+                       Grant("joinlib-source", s.source.topic, (W, C, D), literal=True),
+                       Grant("joinlib-cli", s.source.topic, (R, W, C, D), literal=True)]
+    topic = query.output.sink_topic
+    if topic is not None:
+        grants += [Grant(u, topic, (W, C, D), literal=True) for u in ("joinlib-cli", *_node_users(query))]
+    return grants
+
+
+def _node_users(query) -> list[str]:
+    return ["joinlib-node", *(site_user(site) for site in query.nodes)]
+
+
+def add_site_users(admin: AdminClient, query, secrets_dir: Path, timeout_s: float = 30.0) -> list[str]:
+    """Create the SCRAM user of each of ``query``'s node sites (password ``kafka-<user>.password`` in
+    ``secrets_dir``, written if missing, mode 600); returns the users."""
+    import secrets as pwgen
+
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    users = [site_user(site) for site in query.nodes]
+    ups = []
+    for user in users:
+        f = Path(secrets_dir) / f"kafka-{user}.password"
+        if not f.exists():
+            f.write_text(pwgen.token_hex(16) + "\n")
+        f.chmod(0o600)
+        ups.append(UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                                f.read_text().strip().encode()))
+    for user, fut in admin.alter_user_scram_credentials(ups, request_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except Exception as e:
+            raise RuntimeError(f"creating the SCRAM user {user} failed: {e}") from None
+    return users
+
+
+def apply(admin: AdminClient, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
+    """Create the ACLs of ``grants`` (existing ones are kept: creating an ACL twice is a no-op); returns
+    how many bindings were sent.  Raises RuntimeError naming the first binding the broker refused."""
+    bindings = list(dict.fromkeys(b for g in grants for b in g.bindings()))
+    for binding, fut in admin.create_acls(bindings, request_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except Exception as e:
+            raise RuntimeError(f"creating the ACL {binding} failed: {e}") from None
+    return len(bindings)
+
+
+def describe(admin: AdminClient, timeout_s: float = 30.0) -> list[AclBinding]:
+    """Every ACL of the cluster."""
+    flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                           AclPermissionType.ANY)
+    return list(admin.describe_acls(flt, request_timeout=timeout_s).result())
+
+
+def admin_client(bootstrap: str, secrets_dir: Path) -> AdminClient:
+    """An admin client of the secure cluster as its super user ``admin``."""
+    from infra.secure_cluster import Secrets
+    conf = Secrets(Path(secrets_dir)).kafka_client_conf()
+    return AdminClient({"bootstrap.servers": bootstrap, **conf, "log_level": 3})
+
+
+def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = False) -> int:
+    """:func:`query_grants` of ``query``; with ``per_site`` also its site users (:func:`add_site_users`,
+    :func:`site_grants`).  Returns how many ACL bindings were sent."""
+    grants = query_grants(query)
+    if per_site:
+        add_site_users(admin, query, secrets_dir)
+        grants += site_grants(query)
+    return apply(admin, grants)
+
+
+USAGE = """usage: python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]
+
+apply        the ACLs of every service user (what 'make up-secure' runs)
+list         every ACL the broker holds
+grant-query  the query's own topics (live sources' topics, output.topic); --per-site also creates the
+             SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
+             SECRETS_DIR), who reads only its own node.<query>.<site> topic (docs/security.md)"""
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    per_site = "--per-site" in argv
+    args = [a for a in argv if a != "--per-site"]
+    if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
+            or (per_site and args[0] != "grant-query"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    admin = admin_client(args[1], Path(args[2]))
+    try:
+        if args[0] == "list":
+            for b in sorted(describe(admin), key=str):
+                print(b)
+            return 0
+        if args[0] == "apply":
+            n = apply(admin, service_grants())
+        else:
+            from joinlib.errors import JoinlibError
+            from joinlib.query import load_query
+            try:
+                query = load_query(Path(args[3]))
+            except JoinlibError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            n = grant_query(admin, query, Path(args[2]), per_site)
+        print(f"[acl] {n} ACL bindings in place", file=sys.stderr)
+        return 0
+    except RuntimeError as e:
+        print(f"[acl] ERROR: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
