@@ -51,6 +51,8 @@ NO_DATA = {
     "joinlib_measured_tuple_bytes": "adaptive re-planning only",
     "joinlib_measured_selectivity": "adaptive re-planning only",
     "joinlib_adaptive_messages_total": "adaptive re-planning only",
+    "joinlib_rows_written_total": "rows on a sink topic only (a query with a SELECT list and a topic); this run's "
+                                  "query writes ids, and tests/integration/test_live_rows.py checks the counter",
 }
 #: alerts this run provokes: they must have been pending or firing
 PROVOKED = {

@@ -148,7 +148,7 @@ def test_the_instance_that_re_keys_killed_or_paused_keeps_the_output_exact(servi
             time.sleep(5.0)
             procs[victim].send_signal(signal.SIGCONT)
         t.join()
-        wait_exact(services, q, out["run"], 0, rec, tmp_path, timeout_s=90, min_results=300)
+        wait_exact(services, q, out["run"], 0, rec, tmp_path, timeout_s=90, min_results=300, zombie=fault == "pause")
         _wait_for_text(logs[1 - victim], "re-keyer resumed from its checkpoint", timeout_s=5)
         assert f"the re-keyer of {sites[0]} runs here" in logs[1 - victim].read_text()
         if fault == "pause":
