@@ -207,13 +207,19 @@ def _skip_longs(b: bytes, i: int, n: int) -> int:
     return m.end()
 
 
-def _summary_at(data: bytes) -> tuple[tuple[int, list[tuple[int, int]]], int]:
-    _, i = read_string(data, 0)
-    _, i = read_string(data, i)
-    _, i = read_long(data, i)
-    _, i = read_long(data, i)
-    _, i = read_long(data, i)
+def _header_at(data: bytes) -> tuple[tuple[str, str, int, int, int, int], int]:
+    """(query, site, part, gen, batch, emit_ms) of an encoded ResultBatch, and where its groups begin."""
+    query, i = read_string(data, 0)
+    site, i = read_string(data, i)
+    part, i = read_long(data, i)
+    gen, i = read_long(data, i)
+    batch, i = read_long(data, i)
     emit_ms, i = read_long(data, i)
+    return (query, site, part, gen, batch, emit_ms), i
+
+
+def _summary_at(data: bytes) -> tuple[tuple[int, list[tuple[int, int]]], int]:
+    (_, _, _, _, _, emit_ms), i = _header_at(data)
     groups: list[tuple[int, int]] = []
     n, i = read_count(data, i)
     while n:
@@ -249,12 +255,7 @@ def result_batch_id(data: bytes) -> tuple[str, str, int, int, str, int]:
     numbers them per plan instance and head stream, deterministically).  A reader that keeps the ids it saw
     drops a batch written twice -- a fenced instance's messages still queued in its producer when it was
     paused, docs/reliability.md -- so the results stay exactly once."""
-    query, i = read_string(data, 0)
-    site, i = read_string(data, i)
-    part, i = read_long(data, i)
-    gen, i = read_long(data, i)
-    batch, i = read_long(data, i)
-    _, i = read_long(data, i)
+    (query, site, part, gen, batch, _), i = _header_at(data)
     n, i = read_count(data, i)
     head = read_string(data, i)[0] if n else ""
     return query, site, part, gen, head, batch

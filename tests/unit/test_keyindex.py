@@ -3,9 +3,6 @@ and the C kernels (joinlib/protocol/_bloomc.c) must not change which tuples a re
 twice: with the kernels, and with the numpy form a machine without a compiler falls back to."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,23 +10,11 @@ from hypothesis import strategies as st
 from joinlib.protocol import bloom
 from joinlib.protocol.bloom import Bloom, KeySet, filter_bits, key_hash
 from joinlib.runtime.algorithms.keyindex import KeyIndex, LiveSet, held_keys
+from tests.kernels import BOTH, kernels
 
 values = st.one_of(st.integers(-5, 40), st.sampled_from([1.0, 2.5, True, None]), st.text("ab", max_size=2))
 keys = st.tuples(values) | st.tuples(values, values)
 
-
-KERNELS = pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "numpy"])
-
-
-@contextmanager
-def kernels(c: bool) -> Iterator[None]:
-    """The C kernels on (as installed) or off (the numpy form)."""
-    saved = bloom._c
-    bloom._c = saved if c else None
-    try:
-        yield
-    finally:
-        bloom._c = saved
 
 
 def test_the_kernels_are_built() -> None:
@@ -51,11 +36,11 @@ def live_sets(draw: st.DrawFn) -> list[LiveSet]:
     return out
 
 
-@KERNELS
+@BOTH
 @settings(max_examples=300, deadline=None)
 @given(st.lists(keys, max_size=30), st.lists(keys, max_size=10), live_sets(), st.data())
 def test_settle_and_holding_agree_with_the_matchers(c, pending, later, live, data) -> None:
-    with kernels(c):
+    with kernels(bloom, c):
         _settle_and_holding(pending, later, live, data)
 
 
@@ -90,22 +75,22 @@ def _bits_by_definition(ks: list, m: int, k: int) -> bytes:
     return bytes(out)
 
 
-@KERNELS
+@BOTH
 @settings(max_examples=200, deadline=None)
 @given(st.lists(keys, max_size=60), st.integers(1, 16), st.integers(1, 300))
 def test_filter_bits_are_the_definitions(c, ks, k, bytes_) -> None:
     """Bloom.of sets its bits in array operations (or C) for more than a few keys: the same bits as one at a
     time."""
-    with kernels(c):
+    with kernels(bloom, c):
         assert filter_bits(ks, 8 * bytes_, k) == _bits_by_definition(ks, 8 * bytes_, k)
 
 
-@KERNELS
+@BOTH
 @settings(max_examples=200, deadline=None)
 @given(st.lists(keys, max_size=40), st.lists(keys, min_size=1, max_size=20),
        st.sampled_from([0.5, 0.1, 0.01, 0.004, 1e-6]))
 def test_held_keys_agree_with_the_matcher(c, probe, held, fpr) -> None:
-    with kernels(c):
+    with kernels(bloom, c):
         m = KeySet(bloom=Bloom.of(held, fpr)).matcher()
         assert held_keys(m, probe) == [k for k in probe if m.has(k)]
 

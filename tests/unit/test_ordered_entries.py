@@ -2,8 +2,7 @@
 Fenwick tree's loops in C (``_fenwickc.c``) and in Python (the fallback without a compiler) alike."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,18 +10,7 @@ from hypothesis import strategies as st
 
 from joinlib.runtime.algorithms import ordered
 from joinlib.runtime.algorithms.ordered import OrderedEntries
-
-KERNELS = pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "python"])
-
-
-@contextmanager
-def kernels(c: bool) -> Iterator[None]:
-    saved = ordered._c
-    ordered._c = saved if c else None
-    try:
-        yield
-    finally:
-        ordered._c = saved
+from tests.kernels import BOTH, kernels
 
 
 def test_the_kernels_are_built() -> None:
@@ -41,11 +29,11 @@ def test_the_kernels_refuse_what_is_outside_the_tree() -> None:
 ops = st.lists(st.tuples(st.sampled_from(["add", "del"]), st.integers(0, 40)), max_size=300)
 
 
-@KERNELS
+@BOTH
 @settings(max_examples=300, deadline=None)
 @given(ops)
 def test_positions_match_a_walk_of_the_dict(c, steps) -> None:
-    with kernels(c):
+    with kernels(ordered, c):
         _positions(steps)
 
 
@@ -74,13 +62,13 @@ def _positions(steps) -> None:
 counts = st.lists(st.tuples(st.sampled_from(["add", "drop", "flag"]), st.integers(0, 20)), max_size=300)
 
 
-@KERNELS
+@BOTH
 @settings(max_examples=200, deadline=None)
 @given(counts)
 def test_count_operations_match_a_dict(c, steps) -> None:
     """add / bump / drop_empty / unflagged (DJA's loops) do what the same edits of a plain dict do, and keep
     the positions."""
-    with kernels(c):
+    with kernels(ordered, c):
         _counts(steps)
 
 
