@@ -95,6 +95,35 @@ static PyObject *hits(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* hit_index(bits, k, rows) -> list[int]: the numbers of the rows whose keys the filter holds (a reducer's
+ * pending keys against a new filter: the few hits, without a byte per row to scan again in Python). */
+static PyObject *hit_index(PyObject *self, PyObject *args) {
+    Py_buffer f, d;
+    int k;
+    if (!PyArg_ParseTuple(args, "y*iy*", &f, &k, &d))
+        return NULL;
+    Py_ssize_t n;
+    PyObject *out = NULL;
+    if (check_filter(f.len, k) == 0 && rows_of(&d, &n) == 0 && (out = PyList_New(0)) != NULL) {
+        const uint32_t *h = (const uint32_t *)d.buf;
+        uint32_t m = (uint32_t)(f.len * 8);
+        for (Py_ssize_t r = 0; r < n; r++, h += WORDS) {
+            if (!held((const uint8_t *)f.buf, m, k, h))
+                continue;
+            PyObject *v = PyLong_FromSsize_t(r);
+            if (v == NULL || PyList_Append(out, v) < 0) {
+                Py_XDECREF(v);
+                Py_CLEAR(out);
+                break;
+            }
+            Py_DECREF(v);
+        }
+    }
+    PyBuffer_Release(&f);
+    PyBuffer_Release(&d);
+    return out;
+}
+
 /* latest(filters, rows) -> list[int]: per row, the largest tag of a filter holding its key (-1:
  * none); filters is a sequence of (bits, k, tag). */
 static PyObject *latest(PyObject *self, PyObject *args) {
@@ -157,6 +186,7 @@ done:
 static PyMethodDef methods[] = {
     {"filter_bits", filter_bits, METH_VARARGS, "filter_bits(digests, m, k) -> bytes"},
     {"hits", hits, METH_VARARGS, "hits(bits, k, rows) -> bytes (one 0/1 byte per row)"},
+    {"hit_index", hit_index, METH_VARARGS, "hit_index(bits, k, rows) -> list[int] (the rows held)"},
     {"latest", latest, METH_VARARGS, "latest([(bits, k, tag), ...], rows) -> list[int]"},
     {NULL, NULL, 0, NULL},
 };

@@ -268,11 +268,28 @@ def bloom_hits_np(m: Matcher, rows: np.ndarray) -> np.ndarray:
     return np.asarray((words[:, 0] if k == 8 else words[:, 0] & words[:, 1]) == ALL_SET)
 
 
+def hit_index(m: Matcher, digests: Any) -> list[int]:
+    """The numbers of the keys whose :func:`key_digest` are ``digests`` (64 bytes each, end to end: bytes or a
+    bytearray) that the Bloom filter of ``m`` holds, in order."""
+    assert m._bloom is not None
+    if _c is not None:
+        out: list[int] = _c.hit_index(m._bloom.bits, m._bloom.k, digests)
+        return out
+    rows = np.frombuffer(digests, dtype="<u4").reshape(-1, MAX_HASHES)
+    return np.flatnonzero(bloom_hits_np(m, rows)).tolist()
+
+
 def latest_holding(filters: Sequence[tuple[Matcher, int]], keys: Sequence[Key]) -> Optional[list[int]]:
     """Per key of ``keys``, the largest tag of the Bloom filters ``(matcher, tag)`` holding it (-1: none); None
     without the C kernels (the caller then tests in its own array form, :class:`KeyIndex`'s bank)."""
+    return latest_tags([(m._bloom.bits, m._bloom.k, tag) for m, tag in filters],  # type: ignore[union-attr]
+                       b"".join(map(key_digest, keys)))
+
+
+def latest_tags(filters: Sequence[tuple[bytes, int, int]], digests: bytes) -> Optional[list[int]]:
+    """:func:`latest_holding` of filters given as ``(bits, k, tag)`` and keys as their digests end to end (a
+    caller that keeps its live filters in this form builds nothing per call); None without the C kernels."""
     if _c is None:
         return None
-    out: list[int] = _c.latest([(m._bloom.bits, m._bloom.k, tag) for m, tag in filters  # type: ignore[union-attr]
-                                ], b"".join(map(key_digest, keys)))
+    out: list[int] = _c.latest(filters, digests)
     return out

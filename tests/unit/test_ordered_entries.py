@@ -20,7 +20,8 @@ def test_the_kernels_are_built() -> None:
 def test_the_kernels_refuse_what_is_outside_the_tree() -> None:
     tree = ordered._tree(4)
     for call in (lambda: ordered._c.mark(tree, 3), lambda: ordered._c.removed_before(tree, 4),
-                 lambda: ordered._c.slot_of(tree, 4, 0)):
+                 lambda: ordered._c.slot_of(tree, 4, 0), lambda: ordered._c.slots_of(tree, 4, [0]),
+                 lambda: ordered._c.positions(tree, [4]), lambda: ordered._c.slots_of(tree, 2, [-1])):
         with pytest.raises(IndexError):
             call()
     with pytest.raises(TypeError):
@@ -49,6 +50,14 @@ def _positions(steps) -> None:
     order = list(ref)
     for i, k in enumerate(order):
         assert oe.position(k) == i and oe.at(i) == k and oe[k] is ref[k]
+    picked = order[::2]   # the batch forms: keys at many positions, and an update's (gap, count) pairs
+    assert oe.keys_at([order.index(k) for k in picked]) == picked
+    pairs, last = [], -1
+    for i, k in enumerate(order):
+        if k in picked:
+            pairs += (i - last - 1, ref[k][0])
+            last = i
+    assert oe.changes(reversed(picked)) == pairs
     for bad in (-1, len(order)):
         try:
             oe.at(bad)

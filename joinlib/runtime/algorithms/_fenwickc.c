@@ -68,8 +68,67 @@ static PyObject *removed_before(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(removed);
 }
 
-/* slot_of(tree, used, position) -> int: the 0-based slot holding the live key at 0-based ``position``
- * among the first ``used`` slots (the caller checked that it exists). */
+/* positions(tree, slots) -> list[int]: per 0-based slot of ``slots``, the slot less the removed slots
+ * below it (the live key's position): the positions of an epoch's changed entries in one call. */
+static PyObject *positions(PyObject *self, PyObject *args) {
+    PyObject *tree, *slots;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OO!", &tree, &PyList_Type, &slots) || tree_of(tree, &n) < 0)
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(slots);
+    PyObject *out = PyList_New(m);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(slots, j));
+        if (slot == -1 && PyErr_Occurred())
+            goto fail;
+        if (slot < 0 || slot >= n) {
+            PyErr_SetString(PyExc_IndexError, "slot outside the tree");
+            goto fail;
+        }
+        long long removed = 0;
+        for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
+            long long v;
+            if (item(tree, i, &v) < 0)
+                goto fail;
+            removed += v;
+        }
+        PyObject *w = PyLong_FromLongLong((long long)slot - removed);
+        if (w == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, j, w);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* The 0-based slot holding the live key at 0-based ``position`` among the first ``used`` slots (the
+ * caller checked that it exists); -1 with an exception set on a malformed tree. */
+static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position) {
+    Py_ssize_t i = 0, step = 1;
+    long long rest = position + 1;
+    while (step <= used)
+        step <<= 1;
+    for (; step; step >>= 1) {   /* the largest slot prefix holding fewer than position + 1 live keys */
+        Py_ssize_t j = i + step;
+        if (j <= used) {
+            long long v;
+            if (item(tree, j, &v) < 0)
+                return -1;
+            long long live = (long long)step - v;
+            if (live < rest) {
+                i = j;
+                rest -= live;
+            }
+        }
+    }
+    return i;
+}
+
+/* slot_of(tree, used, position) -> int: the slot of the live key at ``position`` (see find_slot). */
 static PyObject *slot_of(PyObject *self, PyObject *args) {
     PyObject *tree;
     Py_ssize_t used, position, n;
@@ -79,30 +138,51 @@ static PyObject *slot_of(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "position or used slots outside the tree");
         return NULL;
     }
-    Py_ssize_t i = 0, step = 1;
-    long long rest = (long long)position + 1;
-    while (step <= used)
-        step <<= 1;
-    for (; step; step >>= 1) {   /* the largest slot prefix holding fewer than position + 1 live keys */
-        Py_ssize_t j = i + step;
-        if (j <= used) {
-            long long v;
-            if (item(tree, j, &v) < 0)
-                return NULL;
-            long long live = (long long)step - v;
-            if (live < rest) {
-                i = j;
-                rest -= live;
-            }
-        }
+    Py_ssize_t i = find_slot(tree, used, position);
+    return i < 0 ? NULL : PyLong_FromSsize_t(i);
+}
+
+/* slots_of(tree, used, positions) -> list[int]: slot_of for each of ``positions`` (one call for the
+ * entries an update names). */
+static PyObject *slots_of(PyObject *self, PyObject *args) {
+    PyObject *tree, *positions;
+    Py_ssize_t used, n;
+    if (!PyArg_ParseTuple(args, "OnO!", &tree, &used, &PyList_Type, &positions) || tree_of(tree, &n) < 0)
+        return NULL;
+    if (used < 0 || used >= n) {
+        PyErr_SetString(PyExc_IndexError, "used slots outside the tree");
+        return NULL;
     }
-    return PyLong_FromSsize_t(i);
+    Py_ssize_t m = PyList_GET_SIZE(positions);
+    PyObject *out = PyList_New(m);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        long long position = PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
+        if (position == -1 && PyErr_Occurred())
+            goto fail;
+        if (position < 0) {
+            PyErr_SetString(PyExc_IndexError, "a position is negative");
+            goto fail;
+        }
+        Py_ssize_t i = find_slot(tree, used, position);
+        PyObject *w = i < 0 ? NULL : PyLong_FromSsize_t(i);
+        if (w == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, j, w);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"mark", mark, METH_VARARGS, "mark(tree, slot): one more removed slot"},
     {"removed_before", removed_before, METH_VARARGS, "removed_before(tree, slot) -> removed slots below slot"},
+    {"positions", positions, METH_VARARGS, "positions(tree, slots) -> the live keys' positions at those slots"},
     {"slot_of", slot_of, METH_VARARGS, "slot_of(tree, used, position) -> the slot of the live key at position"},
+    {"slots_of", slots_of, METH_VARARGS, "slots_of(tree, used, positions) -> slot_of of each position"},
     {NULL, NULL, 0, NULL},
 };
 

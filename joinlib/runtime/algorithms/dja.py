@@ -22,7 +22,8 @@ fits in the batch interval τ.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable, Optional, Sequence
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
@@ -39,7 +40,16 @@ from joinlib.state.base import WindowStore
 
 
 def project(t: Tup, index: tuple[int, ...]) -> Key:
-    return tuple(t.key[i] for i in index)
+    return tuple([t.key[i] for i in index])
+
+
+def projector(index: tuple[int, ...]) -> Callable[[Tup], Key]:
+    """:func:`project` onto ``index`` as a function, for the per-tuple loops (one look-up per tuple)."""
+    if len(index) == 1:
+        i = index[0]
+        return lambda t: (t.key[i],)
+    get = itemgetter(*index)
+    return lambda t: get(t.key)
 
 
 def count_changes(entries: OrderedEntries, touched: set[Key]) -> list[int]:
@@ -47,24 +57,18 @@ def count_changes(entries: OrderedEntries, touched: set[Key]) -> list[int]:
     flattened (gap, count) pairs over V order (gap = entries skipped since the previous one).
     The paper sends the whole vector every epoch; an untouched entry's count has not changed.
     O(touched log V): positions come from the entries' order index, not from a walk of V."""
-    out: list[int] = []
-    last = -1
-    position = entries.position
-    for pos, key in sorted((position(k), k) for k in touched):
-        out += (pos - last - 1, entries[key][0])
-        last = pos
-    return out
+    return entries.changes(touched)
 
 
 def changed_entries(entries: OrderedEntries, vc: list[int]) -> list[tuple[Key, Entry, int]]:
     """(key, entry, new count) of the (gap, count) pairs of :func:`count_changes` (IndexError: a pair
     names a position past V's end)."""
-    out, pos = [], -1
+    positions, pos = [], -1
     for j in range(0, len(vc), 2):
         pos += vc[j] + 1
-        key = entries.at(pos)
-        out.append((key, entries[key], vc[j + 1]))
-    return out
+        positions.append(pos)
+    keys = entries.keys_at(positions)
+    return [(key, entries[key], vc[j + 1]) for key, j in zip(keys, range(0, len(vc), 2), strict=True)]
 
 
 class DjaSender:
@@ -74,6 +78,7 @@ class DjaSender:
     def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
         self.stream = stream
         self.index = index
+        self._key_of = projector(index)
         self.entries = OrderedEntries()  # key -> [count, shipped?]; insertion order = V order
         self.fifo: deque[tuple[int, int, Key]] = deque()
 
@@ -97,10 +102,10 @@ class DjaSender:
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
         vj, touched, entries = [], set(), self.entries
-        add = entries.add
+        add, key_of, fifo = entries.add, self._key_of, self.fifo
         for t in batch:
-            key = project(t, self.index)
-            self.fifo.append((t.ts, t.seq, key))
+            key = key_of(t)
+            fifo.append((t.ts, t.seq, key))
             touched.add(key)
             e = add(key)
             if e is None:
@@ -108,9 +113,10 @@ class DjaSender:
             elif e[1] and sf is not None:
                 sf.append(t)
         bump = entries.bump
-        for key in self._dying(bound):
+        dying = self._dying(bound)
+        for key in dying:
             bump(key, -1)
-            touched.add(key)
+        touched.update(dying)
         vc = count_changes(entries, touched)
         entries.drop_empty(touched)   # only a touched entry can have dropped to 0
         return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))

@@ -3,9 +3,10 @@
 Why a module of its own: this is where a reduction's per-epoch work is spent.  A set that arrives must
 find the pending keys it holds, and a key that arrives must find the latest live set holding it.  For
 explicit key sets both are dictionary look-ups; for Bloom filters every (key, filter) pair must be
-tested, so the keys' hashes are kept as rows of one array and a filter is tested against all pending
-keys at once (:meth:`KeyIndex.holding`), and the new keys of an epoch against all live filters at once
-(:meth:`KeyIndex.settle`): a handful of array operations in place of a Python call per pair.
+tested, so the keys' hash digests are kept end to end in one buffer and a filter is tested against all
+pending keys at once (:meth:`KeyIndex.holding`), and the new keys of an epoch against all live filters at
+once (:meth:`KeyIndex.settle`): one call of a C kernel (or a handful of array operations without the
+kernels) in place of a Python call per pair, with the live filters kept in the form the kernel takes.
 
 The answers are exactly :meth:`joinlib.protocol.bloom.Matcher.has`'s: the same hash words, the same bit
 positions (word mod m for the filter's first k words).
@@ -16,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, bloom_hits, hash_rows, latest_holding, unpacked
+from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, hash_rows, hit_index, key_digest, latest_tags, unpacked
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
@@ -84,9 +85,9 @@ class _Bank:
 
 
 class KeyIndex:
-    """Pending seqs by key, the latest tag of a live set holding each key (``best``), and the keys' hashes
-    as array rows (slots reused as keys come and go; a new key's row is written with the others of its
-    batch, before the next test)."""
+    """Pending seqs by key, the latest tag of a live set holding each key (``best``), the live sets (:meth:`live`),
+    and the keys' digests end to end in one buffer, 64 bytes per slot (slots reused as keys come and go; a slot's
+    digest is written when its key is placed, so a filter is tested against the buffer as it is)."""
 
     def __init__(self) -> None:
         self.seqs: dict[Key, set[int]] = {}
@@ -94,18 +95,21 @@ class KeyIndex:
         self._slot: dict[Key, int] = {}
         self._keys: list[Optional[Key]] = []
         self._free: list[int] = []
-        self._rows = np.zeros((0, MAX_HASHES), dtype=np.uint32)
+        self._dig = bytearray()
         self._new: list[Key] = []        # added since the last settle
-        self._unhashed: list[Key] = []   # placed, its row not yet written
+        self._exact: list[tuple[set[Key], int]] = []       # the live explicit sets, with their tags
+        self._blooms: list[tuple[bytes, int, int]] = []     # the live Bloom filters as (bits, k, tag)
+        self._matchers: list[tuple[Matcher, int]] = []      # the same, as matchers (the numpy form's bank)
         self._bank = _Bank()
 
     def add(self, k: Key, seq: int) -> None:
         seqs = self.seqs.get(k)
         if seqs is None:
-            seqs = self.seqs[k] = set()
+            self.seqs[k] = {seq}
             self._new.append(k)
             self._place(k)
-        seqs.add(seq)
+        else:
+            seqs.add(seq)
 
     def discard(self, k: Key, seq: int) -> None:
         seqs = self.seqs[k]
@@ -118,55 +122,53 @@ class KeyIndex:
             self._free.append(slot)
 
     def _place(self, k: Key) -> None:
-        if not self._free:
+        free = self._free
+        if not free:
             n = len(self._keys)
             grow = max(64, n)
-            self._rows = np.concatenate([self._rows, np.zeros((grow, MAX_HASHES), dtype=np.uint32)])
+            self._dig.extend(bytes(64 * grow))
             self._keys.extend([None] * grow)
-            self._free.extend(range(n + grow - 1, n - 1, -1))
-        slot = self._free.pop()
+            free.extend(range(n + grow - 1, n - 1, -1))
+        slot = free.pop()
         self._slot[k], self._keys[slot] = slot, k
-        self._unhashed.append(k)
-
-    def _hash_new(self) -> None:
-        """Write the rows of the keys placed since the last test, in one step."""
-        slot = self._slot
-        ks = [k for k in self._unhashed if k in slot]
-        self._unhashed = []
-        if ks:
-            self._rows[[slot[k] for k in ks]] = hash_rows(ks)
+        self._dig[64 * slot:64 * slot + 64] = key_digest(k)
 
     # ------------------------------------------------------------------ sets against keys
-    def settle(self, live: Sequence[LiveSet]) -> None:
-        """The latest tag of a live set holding each key added since the last call (-1: none)."""
-        new = [k for k in self._new if k in self.seqs]
+    def live(self, sets: Sequence[LiveSet]) -> None:
+        """The live sets are now ``sets`` (their owner calls this when one arrives or expires): kept in the forms
+        the tests below take, so an epoch's :meth:`settle` builds nothing."""
+        self._exact = [(m._set, tag) for _, tag, m in sets if m._set is not None]
+        self._matchers = [(m, tag) for _, tag, m in sets if m._set is None]
+        self._blooms = [(m._bloom.bits, m._bloom.k, tag) for m, tag in self._matchers]  # type: ignore[union-attr]
+
+    def settle(self, live: Optional[Sequence[LiveSet]] = None) -> None:
+        """The latest tag of a live set holding each key added since the last call (-1: none); ``live``: the
+        live sets changed to these first."""
+        if live is not None:
+            self.live(live)
+        seqs = self.seqs
+        new = [k for k in self._new if k in seqs]
         self._new = []
         if not new:
             return
         best = dict.fromkeys(new, -1)
-        blooms: list[tuple[Matcher, int]] = []
-        for _, tag, m in live:
-            if m._set is None:
-                blooms.append((m, tag))
-                continue
-            for k in best.keys() & m._set:   # explicit keys: the few new keys they hold, found in C
+        for held, tag in self._exact:
+            for k in best.keys() & held:   # explicit keys: the few new keys they hold, found in C
                 if tag > best[k]:
                     best[k] = tag
-        if blooms:
-            latest = latest_holding(blooms, new)
+        if self._blooms:
+            latest = latest_tags(self._blooms, b"".join(map(key_digest, new)))
             if latest is None:
-                latest = self._latest_np(blooms, new)
+                latest = self._latest_np(new)
             for k, tag in zip(new, latest, strict=True):
                 if tag > best[k]:
                     best[k] = tag
         self.best.update(best)
 
-    def _latest_np(self, blooms: Sequence[tuple[Matcher, int]], new: Sequence[Key]) -> list[int]:
-        """:func:`latest_holding` in array form, without the C kernels: the bank's test of every (key, filter)."""
-        self._hash_new()
-        slot = self._slot
-        hit = self._bank.test([m for m, _ in blooms], self._rows[[slot[k] for k in new]])
-        tags = np.array([tag for _, tag in blooms], dtype=np.int64)
+    def _latest_np(self, new: Sequence[Key]) -> list[int]:
+        """:func:`latest_tags` in array form, without the C kernels: the bank's test of every (key, filter)."""
+        hit = self._bank.test([m for m, _ in self._matchers], hash_rows(new))
+        tags = np.array([tag for _, tag in self._matchers], dtype=np.int64)
         latest: list[int] = np.where(hit, tags[None, :], -1).max(axis=1).tolist()
         return latest
 
@@ -178,9 +180,8 @@ class KeyIndex:
             return [k for k in self.seqs if k in m._set]
         if not self.seqs:
             return []
-        self._hash_new()
-        keys = self._keys     # a free slot's row is stale: its key is None
-        return [k for k in (keys[i] for i in np.flatnonzero(bloom_hits(m, self._rows)).tolist()) if k is not None]
+        keys = self._keys     # a free slot's digest is stale: its key is None
+        return [k for k in map(keys.__getitem__, hit_index(m, self._dig)) if k is not None]
 
 
 def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
@@ -188,5 +189,4 @@ def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
     once (a semijoin's home answering a request sent as a filter tests every key of its window)."""
     if m._set is not None or len(keys) < 8:
         return [k for k in keys if m.has(k)]
-    hit = bloom_hits(m, hash_rows(keys)).tolist()
-    return [k for k, h in zip(keys, hit, strict=True) if h]
+    return [keys[i] for i in hit_index(m, b"".join(map(key_digest, keys)))]

@@ -100,7 +100,11 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         in V, last, with entry ``[1, False]``)."""
         entry = self._entries.get(key)
         if entry is None:
-            self[key] = [1, False]
+            if len(self._keys) + 1 >= len(self._tree):
+                self._rebuild(max(16, 2 * len(self._entries) + 2))
+            self._slot[key] = len(self._keys)   # as __setitem__ does for a new key
+            self._keys.append(key)
+            self._entries[key] = [1, False]
         else:
             entry[0] += 1
         return entry
@@ -129,6 +133,25 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         slot = self._slot[key]
         if _c is not None:
             return slot - int(_c.removed_before(self._tree, slot))
+        return self._position_of(slot)
+
+    def changes(self, keys: Iterable[Key]) -> list[int]:
+        """DJA's v_C for the entries of ``keys`` (each in V): (gap, count) pairs in V order, gap = entries
+        skipped since the previous one.  Positions grow with slots, so the slots are sorted once and their
+        positions found in one pass (one call of the C kernel)."""
+        slots = sorted([self._slot[k] for k in keys])
+        if _c is not None:
+            found: list[int] = _c.positions(self._tree, slots)
+        else:
+            found = [self._position_of(s) for s in slots]
+        entries, at, last = self._entries, self._keys, -1
+        out: list[int] = []
+        for s, pos in zip(slots, found, strict=True):
+            out += (pos - last - 1, entries[at[s]][0])  # type: ignore[index]
+            last = pos
+        return out
+
+    def _position_of(self, slot: int) -> int:
         i, removed = slot, 0
         while i > 0:
             removed += self._tree[i]
@@ -137,23 +160,33 @@ class OrderedEntries(MutableMapping[Key, Entry]):
 
     def at(self, position: int) -> Key:
         """The key at ``position`` (0-based); IndexError past the end."""
-        if not 0 <= position < len(self._entries):
-            raise IndexError(position)
-        tree, n = self._tree, len(self._keys)
+        return self.keys_at([position])[0]
+
+    def keys_at(self, positions: list[int]) -> list[Key]:
+        """The keys at ``positions`` (0-based; an update's changed entries, in one call of the C kernel);
+        IndexError if one is past the end."""
+        if positions and not (0 <= min(positions) and max(positions) < len(self._entries)):
+            raise IndexError(positions)
+        tree, n, keys = self._tree, len(self._keys), self._keys
         if _c is not None:
-            i = int(_c.slot_of(tree, n, position))
+            slots: list[int] = _c.slots_of(tree, n, positions)
         else:
-            i, rest, step = 0, position + 1, 1 << n.bit_length()
-            while step:   # the largest slot prefix holding fewer than position + 1 live keys
-                j = i + step
-                if j <= n:
-                    live = step - tree[j]
-                    if live < rest:
-                        i, rest = j, rest - live
-                step >>= 1
-        key = self._keys[i]
-        assert key is not None
-        return key
+            slots = [self._slot_at(position) for position in positions]
+        out = [keys[i] for i in slots]
+        assert None not in out
+        return out  # type: ignore[return-value]
+
+    def _slot_at(self, position: int) -> int:
+        tree, n = self._tree, len(self._keys)
+        i, rest, step = 0, position + 1, 1 << n.bit_length()
+        while step:   # the largest slot prefix holding fewer than position + 1 live keys
+            j = i + step
+            if j <= n:
+                live = step - tree[j]
+                if live < rest:
+                    i, rest = j, rest - live
+            step >>= 1
+        return i
 
     def _rebuild(self, capacity: int) -> None:
         """Slots for the live keys only, in order (no removed slot left), and room for ``capacity``."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
@@ -51,12 +51,12 @@ from joinlib.runtime.window import HomeWindow
 
 class _Entry:
     """A tuple of the window not yet sent on every edge or shipped: which edges it went out on, its
-    key toward each neighbour whose sets it is tested against, and its rank in the window (the
-    order key sets list their keys in)."""
+    key toward each neighbour whose sets it is tested against (in the order of ``Reducer._filters``),
+    and its rank in the window (the order key sets list their keys in)."""
 
     __slots__ = ("t", "sent", "shipped", "keys", "rank")
 
-    def __init__(self, t: Tup, keys: dict[str, Key], rank: int) -> None:
+    def __init__(self, t: Tup, keys: tuple[Key, ...], rank: int) -> None:
         self.t = t
         self.sent: set[str] = set()
         self.shipped = False
@@ -104,7 +104,12 @@ class Reducer:
     toward each neighbour, and per (neighbour, key) the reducer keeps the latest tag of a live set
     holding that key.  A set that arrives touches only the keys it names (explicit keys), or tests
     each distinct pending key once (a Bloom filter); a tuple is re-tested for an edge only when one of
-    its keys newly matched since it was last tested (its seq is then *dirty* for that edge)."""
+    its keys newly matched since it was last tested (its seq is then *dirty* for that edge).
+
+    Per channel (an edge it sends on, or shipping) the candidates to test are the entries admitted since the
+    channel last looked (``_fresh``, already in window order) and the seqs made dirty since (``_again``).  An
+    entry that leaves is not taken out of them: they are emptied every time the channel looks, and what is
+    no longer pending is skipped then."""
 
     def __init__(self, op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
                  fp_cost: Optional[dict[str, Optional[float]]] = None) -> None:
@@ -124,9 +129,12 @@ class Reducer:
         self._sends = len(op.sends)
         self._rank = 0
         # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
+        self._pos = {n: i for i, n in enumerate(self._filters)}
         self._index: dict[str, KeyIndex] = {n: KeyIndex() for n in self._filters}
         self._extract = self._extractors()
-        self._dirty: dict[str, set[int]] = {n: set() for n in (*(e.stream for e in op.sends), _SHIP)}
+        self._channels = (*(e.stream for e in op.sends), _SHIP)
+        self._fresh: dict[str, list[_Entry]] = {c: [] for c in self._channels}
+        self._again: dict[str, set[int]] = {c: set() for c in self._channels}
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
@@ -152,23 +160,31 @@ class Reducer:
 
     def _add_all(self, batch: Sequence[Tup], e: Optional[int]) -> None:
         """New pending tuples of arrival epoch e, in the window (e None: already there, a snapshot's):
-        indexed by their keys and dirty everywhere (their keys are tested against the live sets by
+        indexed by their keys and fresh for every channel (their keys are tested against the live sets by
         :meth:`_settle_keys`, once per batch).  One loop for the batch: this runs for every input tuple."""
-        window, pending, rank = self.window, self.pending, self._rank
-        extract = [(n, pos, index.add) for n, pos, index in self._extract]
-        seqs = [t.seq for t in batch]
-        for t in batch:
-            seq, key = t.seq, t.key
-            keys = {}
-            for n, pos, add in extract:
-                k = keys[n] = (key[pos[0]],) if len(pos) == 1 else tuple(key[i] for i in pos)
-                add(k, seq)
-            pending[seq] = _Entry(t, keys, rank)
-            rank += 1
+        pending, rank, new = self.pending, self._rank, []
+        extract = self._extract
+        if len(extract) == 1:   # the common case (a leaf, or one neighbour filtering): no inner loop
+            (get, add), = extract
+            for t in batch:
+                k = get(t.key)
+                add(k, t.seq)
+                x = pending[t.seq] = _Entry(t, (k,), rank)
+                new.append(x)
+                rank += 1
+        else:
+            for t in batch:
+                key, seq = t.key, t.seq
+                keys = tuple([get(key) for get, _ in extract])
+                for (_, add), k in zip(extract, keys, strict=True):
+                    add(k, seq)
+                x = pending[seq] = _Entry(t, keys, rank)
+                new.append(x)
+                rank += 1
         if e is not None:
-            window.extend([(t.ts, t.seq, e) for t in batch])
-        for d in self._dirty.values():
-            d.update(seqs)
+            self.window.extend([(t.ts, t.seq, e) for t in batch])
+        for fresh in self._fresh.values():
+            fresh.extend(new)
         self._rank = rank
 
     def _readd(self, t: Tup, sent: Sequence[str], shipped: bool) -> None:
@@ -177,39 +193,42 @@ class Reducer:
         x = self.pending[t.seq]
         x.sent, x.shipped = set(sent), shipped
 
-    def _extractors(self) -> list[tuple[str, tuple[int, ...], KeyIndex]]:
-        """Per neighbour whose sets are tested: the key positions toward it and its index."""
-        return [(n, tuple(self._keys[n]), self._index[n]) for n in self._filters]
+    def _extractors(self) -> list[tuple[Callable[[tuple[Any, ...]], Key], Callable[[Key, int], None]]]:
+        """Per neighbour whose sets are tested (in ``_filters`` order): its key of a tuple's join values, and
+        its index's ``add``."""
+        return [(_key_of(tuple(self._keys[n])), self._index[n].add) for n in self._filters]
 
     def _settle_keys(self) -> None:
-        for n, index in self._index.items():
-            index.settle(self.filters[n])
+        for index in self._index.values():
+            index.settle()
 
     def _forget(self, x: _Entry) -> None:
         seq = x.t.seq
-        for n, k in x.keys.items():
+        for n, k in zip(self._filters, x.keys, strict=True):
             self._index[n].discard(k, seq)
-        for d in self._dirty.values():
-            d.discard(seq)
 
     # ------------------------------------------------------------------ filters
     def take(self, nbr: str, e: int, body: KeyFilter) -> None:
         """The key set ``nbr`` sent for epoch e."""
         lf = self.live_from[nbr] = max(self.live_from[nbr], e - body.live)
-        fs = self.filters[nbr] = [f for f in self.filters[nbr] if f[1] >= lf]
+        was = self.filters[nbr]
+        fs = self.filters[nbr] = [f for f in was if f[1] >= lf]
         if body.keys or body.n:
             self.received[nbr] += 1
             ks = KeySet(bloom=Bloom(body.bits, body.hashes, body.n)) if body.bits else KeySet(keys=tuple(body.keys))
             m = ks.matcher()
             fs.append((self.received[nbr], e - body.back, m))
+            self._index[nbr].live(fs)
             self._matched(nbr, e - body.back, m)
+        elif len(fs) < len(was):
+            self._index[nbr].live(fs)
 
     def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
         match ``nbr`` before are dirty for every other edge and for shipping."""
         index, lf = self._index[nbr], self.live_from[nbr]
         best = index.best
-        dirty = [d for c, d in self._dirty.items() if c != nbr]
+        dirty = [d for c, d in self._again.items() if c != nbr]
         for k in index.holding(m):
             old = best[k]
             if tag > old:
@@ -222,12 +241,13 @@ class Reducer:
         """The entries of ``xs`` matched by the live sets of every neighbour of ``among`` but ``but`` (a
         neighbour skipped toward us: always).  One loop with the look-ups hoisted: this runs for every
         candidate of every channel, every epoch."""
-        tests = [(n, self._index[n].best, self.live_from[n]) for n in among if n != but]
+        pos = self._pos
+        tests = [(pos[n], self._index[n].best, self.live_from[n]) for n in among if n != but]
         out = []
         for x in xs:
             keys = x.keys
-            for n, best, lf in tests:
-                if best[keys[n]] < lf:
+            for i, best, lf in tests:
+                if best[keys[i]] < lf:
                     break
             else:
                 out.append(x)
@@ -236,10 +256,18 @@ class Reducer:
     def _candidates(self, channel: str) -> list[_Entry]:
         """The pending tuples that may have come to pass for ``channel`` since it last looked, in window
         order; the channel is clean afterwards."""
-        dirty, pending = self._dirty[channel], self.pending
-        out = sorted([pending[seq] for seq in dirty], key=_RANK)
-        dirty.clear()
-        return out
+        pending, again = self.pending, self._again[channel]
+        fresh = [x for x in self._fresh[channel] if x.t.seq in pending]
+        self._fresh[channel] = []
+        if not again:
+            return fresh
+        got = {x.t.seq: x for x in fresh}
+        for seq in again:
+            x = pending.get(seq)
+            if x is not None:
+                got[seq] = x
+        again.clear()
+        return sorted(got.values(), key=_RANK)
 
     # ------------------------------------------------------------------ what goes out
     def out(self, nbr: str, e: int) -> KeyFilter:
@@ -255,8 +283,9 @@ class Reducer:
         for x in newly:
             x.sent.add(nbr)
         self._settle(newly)
-        if nbr in self._index:   # its key toward nbr is kept already (nbr's sets test it)
-            keys = [x.keys[nbr] for x in newly]
+        if nbr in self._pos:   # its key toward nbr is kept already (nbr's sets test it)
+            i = self._pos[nbr]
+            keys = [x.keys[i] for x in newly]
         else:
             keys = keys_at(self._keys[nbr], [x.t for x in newly])
         back = e - max((x.t.ts // self.tau for x in newly), default=e)
@@ -298,11 +327,23 @@ class Reducer:
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
         self.pending, self._rank = {}, 0
         self._index = {n: KeyIndex() for n in self._filters}
+        for n, index in self._index.items():
+            index.live(self.filters[n])
         self._extract = self._extractors()
-        self._dirty = {c: set() for c in self._dirty}
+        self._fresh = {c: [] for c in self._channels}
+        self._again = {c: set() for c in self._channels}
         for b, sent, shipped, *_ in data["pending"]:
             self._readd(decode(b), sent, shipped)
         self._settle_keys()
+
+
+def _key_of(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Key]:
+    """The key at ``positions`` of a tuple's join values, as a function (one look-up per tuple)."""
+    if len(positions) == 1:
+        i = positions[0]
+        return lambda key: (key[i],)
+    get = itemgetter(*positions)
+    return lambda key: get(key)
 
 
 def _plain(m: Matcher) -> Any:
