@@ -22,7 +22,7 @@ from joinlib.control.messages import DoneMessage, EndMessage, StopMessage
 from joinlib.errors import FencedError
 from joinlib.node.adaptive_service import AdaptivePart
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, publish
-from joinlib.node.recovery import NodeCheckpoints, checkpoints_for, clear_state
+from joinlib.node.recovery import NodeCheckpoints, checkpoints_for, clear_state, next_checkpoint
 from joinlib.node.run_inputs import RunInputs
 from joinlib.node.run_parts import NodeOwner, PlanOutput, RunScope, SourceReader
 from joinlib.node.run_report import Counters, QuerySensor, RunReport, StatusLatencySampler, TeeSensor
@@ -34,8 +34,6 @@ from joinlib.settings import redact_url
 STATUS_EVERY_S = 2.0
 GAUGES_EVERY_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
-
-
 def info_line(prefix: str, msg: str) -> None:
     print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
 
@@ -248,8 +246,9 @@ class PlanRun:
             self.out.poll()
             t = time.monotonic()
             if t >= next_ckpt:
-                next_ckpt = t + every
                 self._checkpoint()
+                done = time.monotonic()
+                next_ckpt = next_checkpoint(done, every, done - t)
             if t >= next_gauges:
                 next_gauges = t + GAUGES_EVERY_S
                 self.report.gauges()

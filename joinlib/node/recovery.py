@@ -48,6 +48,17 @@ from joinlib.runtime.checkpoint import CheckpointError
 from joinlib.runtime.host import Host
 from joinlib.settings import PAUSE_HOOK_ENV
 
+#: a checkpoint is taken at most this share of the time: when one takes d seconds, the next waits at least
+#: d / CHECKPOINT_SHARE (a node draining a backlog reads far ahead of its watermark, and its checkpoint names
+#: every record read ahead; see docs/reliability.md "How often a node checkpoints")
+CHECKPOINT_SHARE = 0.05
+
+
+def next_checkpoint(now: float, every: float, took: float) -> float:
+    """When the checkpoint after one that ended at ``now`` and took ``took`` seconds is due: ``every`` seconds
+    later, or later still when checkpoints would take more than :data:`CHECKPOINT_SHARE` of the time."""
+    return now + max(every, took / CHECKPOINT_SHARE)
+
 
 class Run(Protocol):
     """What a checkpoint saves and restores of a node service's run (:class:`~.node_run.PlanRun`)."""

@@ -62,6 +62,7 @@ from joinlib.control.messages import Naive, StatusMessage, StopMessage
 from joinlib.errors import ClusterError, FencedError
 from joinlib.model import Tup
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, publish
+from joinlib.node.recovery import next_checkpoint
 from joinlib.node.rekey_split import EpochSplit
 from joinlib.node.sources import LiveInputs, dlq_topic, live_streams, marks_topic
 from joinlib.protocol import records, wire
@@ -186,9 +187,10 @@ class Rekeyer:
             self.live.tick(now, consumer)
             self.live.drain(self)
             self.out.poll()
-            if time.monotonic() >= next_ckpt:
-                next_ckpt = time.monotonic() + every
+            if (t := time.monotonic()) >= next_ckpt:
                 self._checkpoint()
+                done = time.monotonic()
+                next_ckpt = next_checkpoint(done, every, done - t)
             if time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_EVERY_S
                 publish(self.out, self.q.name, self.status(), flush=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from joinlib.ingest.stream import pending_refs
 from joinlib.node.sources import LiveInputs
 from joinlib.query import parse_query
 from joinlib.runtime import checkpoint
@@ -85,13 +86,14 @@ def test_pending_records_named_by_position_come_back_before_anything_moves_on() 
         first.handle(m, 0.0)
         first.drain(before)
     snap = _stored(first)
-    assert snap["S1"]["ingest"]["pending_refs"], "the scenario must leave records pending"
-    assert all(len(r) == 4 for r in snap["S1"]["ingest"]["pending_refs"])   # positions, no payloads
+    refs = pending_refs(snap["S1"]["ingest"])
+    assert refs, "the scenario must leave records pending"
+    assert "pending_cols" in snap["S1"]["ingest"] and all(len(r) == 4 for r in refs)   # positions, no payloads
 
     again, after = _inputs(), _Host()
     again.restore(snap, 0.0)
     (tp,) = again.topic_partitions()
-    pending_offsets = [r[3] for r in snap["S1"]["ingest"]["pending_refs"]]
+    pending_offsets = [r[3] for r in refs]
     assert tp.offset == min(pending_offsets) < 9
     again.drain(after)
     assert after.fed == [], "nothing -- no watermark either -- before the named records are back"
@@ -114,7 +116,7 @@ def test_a_named_record_the_topic_no_longer_has_is_an_error() -> None:
         first.handle(m, 0.0)
         first.drain(_Host())
     snap = _stored(first)
-    lost = min(r[3] for r in snap["S1"]["ingest"]["pending_refs"])
+    lost = min(r[3] for r in pending_refs(snap["S1"]["ingest"]))
     again = _inputs()
     again.restore(snap, 0.0)
     with pytest.raises(ClusterError, match="no longer holds offsets"):
@@ -135,3 +137,10 @@ def test_a_partition_read_past_every_named_record_is_an_error_not_a_stall() -> N
     again.restore(_stored(first), 0.0)
     with pytest.raises(ClusterError, match="no longer holds offsets"):
         again.handle(msgs[9], 0.0)   # the topic starts past the checkpoint's position now
+
+
+def test_checkpoints_take_at_most_a_twentieth_of_the_time() -> None:
+    from joinlib.node.recovery import CHECKPOINT_SHARE, next_checkpoint
+    assert next_checkpoint(100.0, 1.0, 0.01) == 101.0            # cheap: every second, as configured
+    assert next_checkpoint(100.0, 1.0, 0.2) == 100.0 + 0.2 / CHECKPOINT_SHARE == 104.0   # costly: spaced out
+    assert next_checkpoint(100.0, 5.0, 0.1) == 105.0
