@@ -144,7 +144,8 @@ def read_page(bootstrap: str, topic: str, run: Runs, start: int, max_results: in
             for m in msgs:
                 nxt = (m.offset() or 0) + 1
                 value = m.value()
-                header = dict(m.headers() or ()).get("run") or b""
+                got = dict(m.headers() or ()).get("run") or b""
+                header = got.encode() if isinstance(got, str) else got
                 if value is None or runs_b is not None and header not in runs_b:
                     continue
                 results += decode(value) if decode_of is None else decode_of(value, header)

@@ -55,7 +55,8 @@ def source_starts(bootstrap: str, admin: Any, query: Query, timeout_s: float = 1
 
 def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: int, start: int,
                  max_results: int = 10_000, wait_s: float = 0.0,
-                 schemas: Optional[SchemaLookup] = None, replaced: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
+                 schemas: Optional[SchemaLookup] = None,
+                 replaced: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
     """Results of ``run`` from offset ``start`` (negative: the end): ``{"results": [...], "next": offset to ask
     from next time, "end": the topic's end offset}``; waits up to ``wait_s`` for the first result when there is
     none yet.  A query with rows on a sink topic: its rows (:func:`~joinlib.adapters.kafka_rows.read_rows`, Avro

@@ -18,8 +18,8 @@ from joinlib.protocol import records
 from services.planner.service import Conflict, NotFound
 from tests.integration.test_live import (
     WAIT_S,
-    Services,
     Recorder,
+    Services,
     _sites,
     advances,
     generator,
