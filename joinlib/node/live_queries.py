@@ -116,13 +116,14 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
                 tp = TopicPartition(s.source.topic, part)
                 hi = watermarks(consumer, tp, timeout_s)[1]
                 handover[s.name][str(part)] = hi
-                tail = _event_at(consumer, tp, hi - 1, decoder, timeout_s) if hi > start else None
+                tail = next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)   # a well-formed one
+                                          for o in range(hi - 1, max(start, hi - 5) - 1, -1))), None)
                 if tail is not None:
                     tails[(s.name, part)] = tail
                     newest = max(newest, tail[0])
         switch = origin + tau * -(-(newest + margin_ms - origin) // tau)
-        reach = max(s.window.size for s in query.streams) + query.execution.max_delay_ms + slack_ms
-        target = switch - reach
+        need = switch - max(s.window.size for s in query.streams) - query.execution.max_delay_ms   # the warm-up's start
+        target = need - slack_ms
         starts: dict[str, dict[str, int]] = {}
         reread = False
         for s in live_streams(query):
@@ -130,9 +131,10 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
             decoder = Decoder(s, s.source, 0)
             starts[s.name] = {}
             for part, start in sorted(first.get(s.name, {}).items()):
-                at = _start_at(consumer, TopicPartition(s.source.topic, part), start, handover[s.name][str(part)],
-                               tails.get((s.name, part)), target, decoder, timeout_s)
-                reread = reread or (at == start and start < handover[s.name][str(part)])
+                tp = TopicPartition(s.source.topic, part)
+                at, mapped = _start_at(consumer, tp, (start, handover[s.name][str(part)]), tails.get((s.name, part)),
+                                       (target, need), decoder, timeout_s)
+                reread = reread or not mapped
                 starts[s.name][str(part)] = at
         new_origin = origin if reread else max(origin, origin + tau * ((target - origin) // tau))
         return ReplanPoint(switch, new_origin, starts, handover, reread)
@@ -140,21 +142,25 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         consumer.close()
 
 
-def _start_at(consumer: Any, tp: TopicPartition, start: int, hi: int, tail: Optional[tuple[int, int]], target: int,
-              decoder: Decoder, timeout_s: float) -> int:
-    """The first offset of ``tp`` a replanned run reads: the first whose Kafka timestamp maps to ``target`` or later
-    (event time), checked on the record before it; ``start`` (the old run's) where the mapping fails."""
-    if tail is None or hi <= start:
-        return hi
+def _start_at(consumer: Any, tp: TopicPartition, span: tuple[int, int], tail: Optional[tuple[int, int]],
+              times: tuple[int, int], decoder: Decoder, timeout_s: float) -> tuple[int, bool]:
+    """The first offset of ``tp`` (holding the query's records in ``span``: the old run's start offset, the end) a
+    replanned run reads: the first whose Kafka timestamp maps to event time ``target`` or later (``times``: target,
+    need), where the record before it must be older than ``need`` -- else ``start`` and False (the timestamps did
+    not locate the window)."""
+    (start, hi), (target, need) = span, times
+    if hi <= start:
+        return hi, True
+    if tail is None:
+        return start, False
     ts, kafka_ts = tail
     found = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, target + kafka_ts - ts)], timeout_s)
-    at = found[0].offset if found and found[0].offset >= 0 else hi
-    at = max(at, start)
+    at = max(found[0].offset if found and found[0].offset >= 0 else hi, start)
     if at > start:
         before = _event_at(consumer, tp, at - 1, decoder, timeout_s)
-        if before is None or before[0] >= target:
-            return start
-    return at
+        if before is None or before[0] >= need:
+            return start, False
+    return at, True
 
 
 def _event_at(consumer: Any, tp: TopicPartition, offset: int, decoder: Decoder,
