@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from joinlib.adapters.kafka import TopicPartition, consume, make_consumer, out_topic, watermarks
 from joinlib.adapters.kafka_rows import read_page, read_rows
@@ -108,38 +108,38 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         handover: dict[str, dict[str, int]] = {}
         first = live.starts()
         newest = max([origin] + ([int(watermark_ms)] if watermark_ms is not None else []))
-        for s in live_streams(query):
-            assert s.source is not None
-            decoder = Decoder(s, s.source, 0)
-            handover[s.name] = {}
-            for part, start in sorted(first.get(s.name, {}).items()):
-                tp = TopicPartition(s.source.topic, part)
-                hi = watermarks(consumer, tp, timeout_s)[1]
-                handover[s.name][str(part)] = hi
-                tail = next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)   # a well-formed one
-                                          for o in range(hi - 1, max(start, hi - 5) - 1, -1))), None)
-                if tail is not None:
-                    tails[(s.name, part)] = tail
-                    newest = max(newest, tail[0])
+        for s, decoder, part, start, tp in _partitions(query, first):
+            hi = watermarks(consumer, tp, timeout_s)[1]
+            handover.setdefault(s, {})[str(part)] = hi
+            tail = next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)   # a well-formed one
+                                      for o in range(hi - 1, max(start, hi - 5) - 1, -1))), None)
+            if tail is not None:
+                tails[(s, part)] = tail
+                newest = max(newest, tail[0])
         switch = origin + tau * -(-(newest + margin_ms - origin) // tau)
         need = switch - max(s.window.size for s in query.streams) - query.execution.max_delay_ms   # the warm-up's start
         target = need - slack_ms
         starts: dict[str, dict[str, int]] = {}
         reread = False
-        for s in live_streams(query):
-            assert s.source is not None
-            decoder = Decoder(s, s.source, 0)
-            starts[s.name] = {}
-            for part, start in sorted(first.get(s.name, {}).items()):
-                tp = TopicPartition(s.source.topic, part)
-                at, mapped = _start_at(consumer, tp, (start, handover[s.name][str(part)]), tails.get((s.name, part)),
-                                       (target, need), decoder, timeout_s)
-                reread = reread or not mapped
-                starts[s.name][str(part)] = at
+        for s, decoder, part, start, tp in _partitions(query, first):
+            at, mapped = _start_at(consumer, tp, (start, handover[s][str(part)]), tails.get((s, part)),
+                                   (target, need), decoder, timeout_s)
+            reread = reread or not mapped
+            starts.setdefault(s, {})[str(part)] = at
         new_origin = origin if reread else max(origin, origin + tau * ((target - origin) // tau))
         return ReplanPoint(switch, new_origin, starts, handover, reread)
     finally:
         consumer.close()
+
+
+def _partitions(query: Query, first: dict[str, dict[int, int]]) -> Iterator[tuple[str, Decoder, int, int,
+                                                                                 TopicPartition]]:
+    """(stream, its decoder, partition, the old run's start offset, the topic partition) of every live source."""
+    for s in live_streams(query):
+        assert s.source is not None
+        decoder = Decoder(s, s.source, 0)
+        for part, start in sorted(first.get(s.name, {}).items()):
+            yield s.name, decoder, part, start, TopicPartition(s.source.topic, part)
 
 
 def _start_at(consumer: Any, tp: TopicPartition, span: tuple[int, int], tail: Optional[tuple[int, int]],
