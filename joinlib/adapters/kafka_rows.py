@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional, Union
 
 import orjson
 
@@ -34,6 +34,7 @@ from joinlib.runtime.sink import Group
 
 SEQ_HEADER, SITE_HEADER = "joinlib.seq", "joinlib.site"
 Key = tuple[int, int, int]   # (plan partition, generation, head stream position), as result batches
+Runs = Union[None, str, Collection[str]]   # the runs to read: one, several (a replanned query's) or every one
 
 
 def register_schema(url: str, subject: str, schema: dict[str, Any], timeout_s: float = 5.0,
@@ -105,7 +106,7 @@ class RowsOut:
             self._written(produced)
 
 
-def read_rows(bootstrap: str, query: Query, run: Optional[str], start: int, max_rows: int, wait_s: float,
+def read_rows(bootstrap: str, query: Query, run: Runs, start: int, max_rows: int, wait_s: float,
               schemas: Optional[SchemaLookup] = None) -> dict[str, Any]:
     """Rows of ``run`` on ``query``'s sink topic from offset ``start`` (negative: the end), decoded (JSON, or Avro
     with ``schemas``: the writer schema of an id), as :func:`read_page` pages them."""
@@ -120,11 +121,14 @@ def read_rows(bootstrap: str, query: Query, run: Optional[str], start: int, max_
     return read_page(bootstrap, query.output.topic, run, start, max_rows, wait_s, avro)
 
 
-def read_page(bootstrap: str, topic: str, run: Optional[str], start: int, max_results: int, wait_s: float,
-              decode: Callable[[bytes], list[Record]]) -> dict[str, Any]:
-    """The records of ``run`` (header ``run``; None: every record) in partition 0 of ``topic`` from offset ``start``
-    (negative: the end), each message ``decode``d into results: ``{"results": [...], "next": offset to ask from
-    next time, "end": the topic's end offset}``; waits up to ``wait_s`` for the first result when there is none."""
+def read_page(bootstrap: str, topic: str, run: Runs, start: int, max_results: int, wait_s: float,
+              decode: Callable[[bytes], list[Record]],
+              decode_of: Optional[Callable[[bytes, bytes], list[Record]]] = None) -> dict[str, Any]:
+    """The records of ``run`` (header ``run``; several runs: a replanned query's, docs/live.md "Replan"; None: every
+    record) in partition 0 of ``topic`` from offset ``start`` (negative: the end), each message ``decode``d into
+    results (``decode_of``: given the value and the run header instead): ``{"results": [...], "next": offset to ask
+    from next time, "end": the topic's end offset}``; waits up to ``wait_s`` for the first result when there is
+    none."""
     c = make_consumer(bootstrap, f"joinlib-results-{uuid.uuid4().hex[:8]}")
     results: list[Record] = []
     try:
@@ -134,15 +138,17 @@ def read_page(bootstrap: str, topic: str, run: Optional[str], start: int, max_re
         if nxt >= end and wait_s <= 0:
             return {"results": results, "next": nxt, "end": end}
         c.assign([TopicPartition(topic, 0, nxt)])
-        run_b = run.encode() if run else None
+        runs_b = None if not run else {run.encode()} if isinstance(run, str) else {r.encode() for r in run}
         while len(results) < max_results:
             msgs = consume(c, 2000, 0.2)
             for m in msgs:
                 nxt = (m.offset() or 0) + 1
                 value = m.value()
-                if value is None or run_b is not None and dict(m.headers() or ()).get("run") != run_b:
+                got = dict(m.headers() or ()).get("run") or b""
+                header = got.encode() if isinstance(got, str) else got
+                if value is None or runs_b is not None and header not in runs_b:
                     continue
-                results += decode(value)
+                results += decode(value) if decode_of is None else decode_of(value, header)
             if nxt >= end and (results or time.monotonic() >= deadline):
                 break  # caught up with the end as of the call (a follower asks again)
             if not msgs and time.monotonic() >= deadline:

@@ -3,6 +3,8 @@
 * ``joinlib queries [NAME] [--json]``: every query with its state, input rates, results/s, bytes
   shipped against ``central``'s, dead letters and p50/p99 event-to-result latency;
 * ``joinlib stop NAME``: stop a running query (its nodes end the run and clear its state);
+* ``joinlib replan NAME --plan P [--margin SECONDS]``: move a running live query to another plan without
+  stopping it (docs/live.md "Replan");
 * ``joinlib results NAME [--follow] [--from-beginning] [--idle-exit SECONDS] [--out FILE]``: results
   in the OUT format, one JSON object per line, or the rows of a query writing rows to a sink topic.
   Without ``--follow``: every result of the current run so far, then exit.  With ``--follow``: new results
@@ -87,6 +89,27 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
     s.add_argument("--url", default=url)
     s.set_defaults(func=_cmd_stop)
 
+    rp = sub.add_parser("replan", help="move a running live query to another plan without stopping it",
+                        description="Start a new run of the query with plan P that serves every result whose newest "
+                                    "tuple has event time T or later; the running run serves those before T and then "
+                                    "ends by itself, so each result is on out.<query> once, none missing. T is "
+                                    "--margin after the newest event time the sources hold. The new run warms its "
+                                    "windows by reading the sources again from one window (plus max_delay and a 5 s "
+                                    "slack) before T: both runs work until the old one's watermark passes T. "
+                                    "Static plans (auto, greedy, central, reductions, algorithms) and pmjoin "
+                                    "without --scale-out, in both directions; docs/live.md \"Replan\".")
+    rp.add_argument("name")
+    rp.add_argument("--plan", required=True, metavar="P",
+                    help="the plan to move to: any static plan name or pmjoin[:hash|range|rate][:D]")
+    rp.add_argument("--model", help="the cost model the planner prices P with (default: the registry's)")
+    rp.add_argument("--margin", type=float, default=3.0, metavar="SECONDS",
+                    help="how far after the newest event time the switch lies (default 3; raise it when a node "
+                         "takes longer than that to see a control message)")
+    rp.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                    help="wait until the old run has ended at every node (default 0: do not wait)")
+    rp.add_argument("--url", default=url)
+    rp.set_defaults(func=_cmd_replan)
+
     r = sub.add_parser("results", help="print a query's results or rows (JSON lines), optionally following them",
                        description="Results of the query's current run, one JSON object per line: for a query "
                                    "with a SELECT list and a sink topic (SQL: CREATE STREAM out WITH (topic = "
@@ -124,6 +147,10 @@ def format_query(q: dict[str, Any]) -> str:
     """A few lines per query for people (``joinlib queries``)."""
     lines = [f"{q['query']}  {q['state']}  run {q['run']}  plan {q.get('planner')}"
              + ("  live" if q.get("live") else "")]
+    rp = q.get("replan")
+    if isinstance(rp, dict):
+        lines.append(f"  replan     {rp.get('state')} from run {rp.get('from_run')} (plan {rp.get('from_planner')}, "
+                     f"{rp.get('from_state')}) at event time {rp.get('switch_ms')} ms")
     changes = _plan_changes(q.get("sites") or {})
     if changes:
         lines.append(changes)
@@ -187,6 +214,29 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     while args.wait > 0 and state != "stopped" and time.monotonic() < deadline:
         time.sleep(0.5)
         state = http_json(base)["state"]
+    if args.wait > 0:
+        print(f"query {out['query']}: {state}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- replan
+
+def _cmd_replan(args: argparse.Namespace) -> int:
+    if args.margin <= 0:
+        raise JoinlibError(f"--margin {args.margin}: must be positive (seconds after the newest event time)")
+    base = f"{args.url.rstrip('/')}/queries/{quote(args.name)}"
+    params = {k: v for k, v in (("plan", args.plan), ("model", args.model), ("margin", str(args.margin))) if v}
+    out = http_json(f"{base}/replan?{urlencode(params)}", b"")
+    print(f"query {out['query']}: run {out['run']} (plan {args.plan}) takes run {out['replaces']} over from event "
+          f"time {out['switch_ms']} ms; the old run ends by itself once its watermark passes it")
+    if out.get("reread_all"):
+        print("note: the sources' Kafka timestamps do not follow their event times; the new run reads them again "
+              "from the query's start to warm its windows")
+    deadline = time.monotonic() + max(0.0, args.wait)
+    state = "switching"
+    while args.wait > 0 and state == "switching" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = (http_json(base).get("replan") or {}).get("state", "switched")
     if args.wait > 0:
         print(f"query {out['query']}: {state}")
     return 0

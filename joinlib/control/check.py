@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from joinlib.control.compile import Compiled, compile_plan, compile_trees, short, tree_scope
+from joinlib.control.compile import Compiled, compile_plan, compile_trees, compiled_of, short, tree_scope
 from joinlib.control.messages import CONTROL_VERSION, ControlMessage, PlanMessage, parse
 from joinlib.control.run_plan import AdaptiveRun, PartitionedRun, TreesRun
 from joinlib.errors import JoinlibError
@@ -133,6 +133,9 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "last_epoch": (False, _opt(is_int)), "live": (False, lambda v: type(v) is dict),
         "adaptive": (False, _opt(lambda v: type(v) is dict)),
         "scale_out": (False, lambda v: type(v) is bool), "part_offsets": (False, _dict_of(_list_of(is_count))),
+        "replan": (False, lambda v: type(v) is dict and is_str(v.get("replaces")) and is_int(v.get("switch_ms"))
+                   and is_int(v.get("gen", 1)) and _dict_of(_dict_of(is_count))(v.get("handover") or {})
+                   and all(k.isdigit() for parts in (v.get("handover") or {}).values() for k in parts)),
     },
 }
 
@@ -194,7 +197,7 @@ def _check_plan(query: str, p: dict[str, Any]) -> Union[Compiled, str]:
         q = parse_query(msg.query, "control")
         if q.name != query:
             return f"plan: the query in the payload is {q.name!r}, the message is for {query!r}"
-        return Compiled(q, compile_plan(q, msg))
+        return compiled_of(q, msg)
     except JoinlibError as e:
         return f"plan does not compile: {short(str(e), 200)}"
     except Exception as e:  # a hostile payload may trip any of the parsers

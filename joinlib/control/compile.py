@@ -37,6 +37,8 @@ class Compiled:
     query: Query
     plan: RunPlan
     specs: tuple[InstanceSpec, ...] = ()
+    first_epoch: int = 0   # a replanned run's first head epoch (docs/live.md "Replan"): the epochs before are not its
+    gen_base: int = 0      # ... and the number of its first plan generation (after the replaced run's)
 
     @property
     def partitioned(self) -> Optional[Partitioned]:
@@ -50,16 +52,38 @@ class Compiled:
         """With the instance specs of its generations (or partitions); PlanError for plans that cannot be."""
         if self.specs or isinstance(self.plan, TreesRun):
             return self
-        return replace(self, specs=tuple(generations(self.query, self.plan.plans)))
+        specs = generations(self.query, self.plan.plans)
+        if self.first_epoch or self.gen_base:   # a replanned run: head epochs from first_epoch, generations renumbered
+            specs = [replace(s, gen=s.gen + self.gen_base, start=max(s.start, self.first_epoch)) for s in specs
+                     if s.stop is None or s.stop >= self.first_epoch]
+        return replace(self, specs=tuple(specs))
 
 
 def compile_message(msg: PlanMessage, where: str) -> Compiled:
     """The query of ``msg`` and what it runs, lowered; errors prefixed ``where`` (PlanError for what cannot run)."""
     q = parse_query(msg.query, where)
     try:
-        return Compiled(q, compile_plan(q, msg)).lowered()
+        return compiled_of(q, msg).lowered()
     except PlanError as e:
         raise PlanError(f"{where}: {e}") from None
+
+
+def compiled_of(q: Query, msg: PlanMessage) -> Compiled:
+    """``msg`` compiled against its parsed query ``q`` (not lowered yet); a replanned run (``msg.replan``) only
+    as a static or partitioned plan of a live query that starts at or after epoch 1."""
+    plan = compile_plan(q, msg)
+    rp = msg.replan
+    if rp is None:
+        return Compiled(q, plan)
+    if msg.live is None:
+        raise PlanError("a replanned run ('replan') is a live query's: the plan message needs 'live'")
+    if not isinstance(plan, (Generations, PartitionedRun)) or msg.scale_out:
+        raise PlanError("a replanned run runs a static plan or a partitioned one (pmjoin) without scale-out")
+    first = rp.switch_epoch(msg.live.origin_ms, q.execution.interval_ms)
+    if first < 1 or rp.gen < 1:
+        raise PlanError(f"replan: the switch ({rp.switch_ms} ms) must lie after the run's origin "
+                        f"({msg.live.origin_ms} ms) and its first generation be 1 or more, not {rp.gen}")
+    return Compiled(q, plan, first_epoch=first, gen_base=rp.gen)
 
 
 def is_tree_json(plan: Any) -> bool:

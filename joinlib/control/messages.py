@@ -69,6 +69,36 @@ class LiveStart:
 
 
 @dataclass(frozen=True)
+class Replan:
+    """A run that takes a running live query over (``joinlib replan``, docs/live.md "Replan"): it serves the
+    results whose trigger (head tuple) has event time ``switch_ms`` or later, the run ``replaces`` those before;
+    its plan generations are numbered from ``gen`` (after the replaced run's, so that the two runs' result
+    batches and rows are told apart); ``handover``: stream -> {partition (as text): offset}, the end of each
+    source partition when the replan was asked -- dead letters of records before it are the replaced run's,
+    from it on the new run's."""
+
+    replaces: str
+    switch_ms: int
+    gen: int = 1
+    handover: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"replaces": self.replaces, "switch_ms": self.switch_ms, "gen": self.gen, "handover": self.handover}
+
+    @classmethod
+    def from_json(cls, d: JSON) -> Replan:
+        return cls(str(d["replaces"]), int(d["switch_ms"]), int(d.get("gen", 1)), d.get("handover") or {})
+
+    def handover_at(self) -> dict[str, dict[int, int]]:
+        """stream -> {partition: offset}, as numbers."""
+        return {name: {int(k): int(v) for k, v in (parts or {}).items()} for name, parts in self.handover.items()}
+
+    def switch_epoch(self, origin_ms: int, tau_ms: int) -> int:
+        """The first head epoch at or after ``switch_ms`` of a run with this origin and batch interval."""
+        return -(-(self.switch_ms - origin_ms) // tau_ms)
+
+
+@dataclass(frozen=True)
 class PlanMessage:
     """A ``plan``: the query (``query_to_dict``), its first plan and the later ones (``switches``), the run id,
     where each topic starts, the nodes involved, and per kind of plan its extras (docs/contracts.md)."""
@@ -87,6 +117,7 @@ class PlanMessage:
     part_offsets: Optional[Mapping[str, tuple[int, ...]]] = None
     last_epoch: Optional[int] = None
     version: int = CONTROL_VERSION
+    replan: Optional[Replan] = None                     # a run taking a running live query over
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"query": self.query, "plan": self.plan}
@@ -96,14 +127,14 @@ class PlanMessage:
               adaptive=self.adaptive, operator=self.operator, uses=None if self.uses is None else list(self.uses),
               live=None if self.live is None else self.live.to_json(), scale_out=self.scale_out,
               part_offsets=None if self.part_offsets is None else {t: list(o) for t, o in self.part_offsets.items()},
-              last_epoch=self.last_epoch)
+              last_epoch=self.last_epoch, replan=None if self.replan is None else self.replan.to_json())
         return _versioned(out, self.version)
 
     @classmethod
     def from_json(cls, p: JSON) -> PlanMessage:
         """The message of a payload :func:`~joinlib.control.check.check_control` accepted (missing keys:
         absent)."""
-        switches, live, parts = p.get("switches"), p.get("live"), p.get("part_offsets")
+        switches, live, parts, rp = p.get("switches"), p.get("live"), p.get("part_offsets"), p.get("replan")
         return cls(
             p.get("query") or {}, p.get("plan") or {}, p.get("run"), p.get("offsets"),
             None if p.get("nodes") is None else tuple(p["nodes"]),
@@ -112,7 +143,7 @@ class PlanMessage:
             None if p.get("uses") is None else tuple(str(u) for u in p["uses"]),
             LiveStart.from_json(live) if isinstance(live, dict) else None, p.get("scale_out"),
             None if parts is None else {t: tuple(o) for t, o in parts.items()}, p.get("last_epoch"),
-            int(p.get("version", CONTROL_VERSION)))
+            int(p.get("version", CONTROL_VERSION)), Replan.from_json(rp) if isinstance(rp, dict) else None)
 
     def positions(self) -> dict[tuple[str, int], int]:
         """``offsets`` (topic -> offset of partition 0) and ``part_offsets`` (topic -> the offset of each

@@ -115,6 +115,19 @@ class ControlLog:
                 latest[rec.query] = rec
         return sorted(latest.values(), key=lambda r: r.offset)
 
+    def successor(self, rec: ControlRecord) -> Optional[ControlRecord]:
+        """The plan of the run that takes ``rec``'s run over (``joinlib replan``), if one was read."""
+        return next((p for p in self.plans if p.offset > rec.offset and p.query == rec.query
+                     and p.plan.replan is not None and p.plan.replan.replaces == rec.run), None)
+
+    def predecessor(self, rec: ControlRecord) -> Optional[ControlRecord]:
+        """The plan of the run that ``rec``'s run takes over (``joinlib replan``), if ``rec`` is a replan."""
+        rp = rec.plan.replan
+        if rp is None:
+            return None
+        return next((p for p in reversed(self.plans) if p.offset < rec.offset and p.query == rec.query
+                     and p.run == rp.replaces), None)
+
     def is_stopped(self, rec: ControlRecord) -> bool:
         return (rec.query, rec.run) in self.stopped
 

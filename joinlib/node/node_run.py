@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from joinlib.adapters.kafka import KafkaTransport, Producing, consume, make_producer, now_ms
 from joinlib.adapters.redis_outage import no_retry
 from joinlib.control.compile import Compiled
-from joinlib.control.messages import DoneMessage, EndMessage, StopMessage
+from joinlib.control.messages import DoneMessage, EndMessage, PlanMessage, StopMessage
 from joinlib.errors import FencedError
 from joinlib.node.adaptive_service import AdaptivePart
 from joinlib.node.control import ControlLog, ControlRecord, decode_control_message, publish
@@ -170,6 +170,21 @@ class PlanRun:
             host.set_last(self.q.name, int(self.msg.last_epoch))
         for end in self.ctl.ends_after(self.rec, self.ctl_query, self.run_id):
             host.set_last(self.q.name, end.last_epoch)
+        succ = self.ctl.successor(self.rec)
+        if succ is not None and self.adaptive is None:
+            self._replaced(succ.plan, host)
+
+    def _replaced(self, succ: PlanMessage, host: Host) -> None:
+        """Run ``succ.run`` takes this one over from ``succ.replan.switch_ms`` on (``joinlib replan``, docs/live.md
+        "Replan"): this run serves the head epochs before it and then ends by itself; the dead letters of records
+        from the handover offsets on are the new run's."""
+        assert succ.replan is not None
+        last = succ.replan.switch_epoch(self.origin, self.q.execution.interval_ms) - 1
+        host.set_last(self.q.name, last)
+        if self.live is not None:
+            self.live.own_dead_letters(until=succ.replan.handover_at())
+        self.svc.log(f"{self.q.name}: run {succ.run} takes run {self.run_id} over from epoch {last + 1}; "
+                     f"this run ends after epoch {last}")
 
     def _live(self) -> Optional[LiveInputs]:
         """The live sources of the home streams (None if they are all replayed SourceBatch topics, or re-keyed
@@ -177,9 +192,15 @@ class PlanRun:
         if self.scope.rekeyed or not live_streams(self.q, self.site):   # re-keyed: read as replayed sources
             return None
         starts = self.msg.live.starts() if self.msg.live is not None else {}
-        return LiveInputs(self.q, self.site, self.origin, starts, name=self.live_name, bootstrap=self.svc.bootstrap,
+        live = LiveInputs(self.q, self.site, self.origin, starts, name=self.live_name, bootstrap=self.svc.bootstrap,
                           out=self.out, run_id=self.run_id, sensor=self.svc.sensor, log=self.svc.log,
                           on_naive=self.inputs.naive, now=now_ms())
+        if self.msg.replan is not None:   # a replanned run: the dead letters before the handover are the old run's
+            live.own_dead_letters(since=self.msg.replan.handover_at())
+        succ = self.ctl.successor(self.rec)   # replaced already (a restart): those from the handover on are not
+        if succ is not None and succ.plan.replan is not None:
+            live.own_dead_letters(until=succ.plan.replan.handover_at())
+        return live
 
     def _start(self, offsets: dict[tuple[str, int], int], resumed: bool) -> None:
         """Read the inputs from ``offsets``; with checkpoints, skip what a predecessor delivered already."""
@@ -290,6 +311,9 @@ class PlanRun:
         msg = r.message
         if isinstance(msg, EndMessage) and msg.applies_to(self.run_id):
             self.host.set_last(self.q.name, msg.last_epoch)
+        elif isinstance(msg, PlanMessage) and msg.replan is not None and msg.replan.replaces == self.run_id \
+                and self.adaptive is None:
+            self._replaced(msg, self.host)
         elif isinstance(msg, StopMessage) and self.ctl.is_stopped(self.rec):
             self.stopped = True
         elif isinstance(msg, DoneMessage) and self.adaptive is not None and msg.run == self.run_id:

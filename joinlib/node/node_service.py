@@ -165,19 +165,21 @@ class NodeService:
     def _serve(self, consumer: Any, admin: Any, ctl: ControlLog) -> int:
         """Run the latest plan of every query that involves this site, each in its own thread, until
         the service is stopped; a query's next plan starts when its current run has ended."""
-        runs: dict[str, _RunThread] = {}
+        runs: dict[Any, _RunThread] = {}   # by run: a replan's two runs of a query overlap (docs/live.md "Replan")
         accept = self._accept(ctl)
         consumer.assign([TopicPartition(CONTROL_TOPIC, 0, ctl.position or OFFSET_BEGINNING)])
         self.log("serving every query with a stream or an operator here")
         try:
             while not self.stop.is_set():
-                for q, t in list(runs.items()):
+                for key, t in list(runs.items()):
                     if not t.is_alive():
-                        del runs[q]
+                        del runs[key]
                         ctl.done.add((t.run_id, self.site))
-                for rec in ctl.latest_plans(accept):
-                    if rec.query not in runs:
-                        runs[rec.query] = t = _RunThread(self, rec, admin, ctl.copy())
+                for rec in _wanted(ctl, accept):
+                    key = rec.run or rec.offset
+                    busy = [t for t in runs.values() if t.rec.query == rec.query]
+                    if key not in runs and all(t.run_id == _replaced_run(rec) for t in busy):
+                        runs[key] = t = _RunThread(self, rec, admin, ctl.copy())
                         t.start()
                 for m in consume(consumer, 1000, 0.2):
                     r = decode_control_message(m, self.reject_control)
@@ -248,6 +250,19 @@ class NodeService:
         self.log(f"{run.q.name}: Redis answers again after {time.monotonic() - t0:.1f} s; resuming")
         return True
 
+
+
+def _replaced_run(rec: ControlRecord) -> Optional[str]:
+    """The run that the run of plan ``rec`` takes over (``joinlib replan``), if any."""
+    return rec.plan.replan.replaces if rec.plan.replan is not None else None
+
+
+def _wanted(ctl: ControlLog, accept: Callable[[ControlRecord], bool]) -> list[ControlRecord]:
+    """The plans a serving node runs: the latest accepted plan of each query and, while a replan switches it, the
+    plan of the run it replaces (until that run is done here), in control order."""
+    latest = ctl.latest_plans(accept)
+    before = [p for p in (ctl.predecessor(r) for r in latest) if p is not None and accept(p)]
+    return sorted(before + latest, key=lambda r: r.offset)
 
 
 class _RunThread(threading.Thread):

@@ -195,6 +195,21 @@ class LiveInputs:
         self._last_tick = now
         self.skip_dead: set[tuple[str, int, int]] = set()   # (topic, partition, offset) already in the DLQ
         self.dead_total = 0
+        # a replan (docs/live.md "Replan"): stream -> {partition: offset} from which (since) or before which (until)
+        # this run writes dead letters; the other run of the switch writes the others
+        self.dead_since: dict[str, dict[int, int]] = {}
+        self.dead_until: dict[str, dict[int, int]] = {}
+
+    def own_dead_letters(self, since: Optional[dict[str, dict[int, int]]] = None,
+                         until: Optional[dict[str, dict[int, int]]] = None) -> None:
+        """Write dead letters only for records at or after ``since`` and before ``until`` (per stream and
+        partition): two runs of a replan read the same records for a while, and each bad record is written once."""
+        self.dead_since.update(since or {})
+        self.dead_until.update(until or {})
+
+    def _owns(self, stream: str, part: int, offset: int) -> bool:
+        lo, hi = self.dead_since.get(stream, {}).get(part), self.dead_until.get(stream, {}).get(part)
+        return (lo is None or offset >= lo) and (hi is None or offset < hi)
 
     # ------------------------------------------------------------------ assignment
     def topic_partitions(self) -> list[TopicPartition]:
@@ -246,6 +261,8 @@ class LiveInputs:
         _restored(src.ingest.check_lost, part, offset)
 
     def _dead(self, src: _Source, m: Any, bad: Bad, event_ts: Optional[int] = None) -> None:
+        if not self._owns(src.stream.name, m.partition(), m.offset()):
+            return   # the other run of a replan writes it
         src.dead[bad.reason] += 1
         self.dead_total += 1
         self.sensor.on_dead_letter(self.site, self.q.name, src.stream.name, bad.reason)

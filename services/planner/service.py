@@ -22,6 +22,10 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
 * ``GET /queries``: every known query with its state and figures (input rates, results/s, bytes
   shipped against ``central``'s, dead letters, p50/p99 latency);
 * ``GET /queries/<name>``: the same for one query, plus its plan and per-site progress;
+* ``POST /queries/<name>/replan?plan=P&margin=SECONDS``: moves a running live query to plan P without stopping it
+  (docs/live.md "Replan"): a new run from a switch time on, the running one ends by itself there; 200 ``{"query",
+  "run", "replaces", "plan", "switch_ms", "origin_ms", "reread_all"}``; 404 unknown query, 409 not running or
+  switching already, 400 a plan kind that cannot be replanned;
 * ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run, then for
   each operator deployment it used that no running query still uses; 409 for an operator still in use;
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
@@ -64,7 +68,7 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.adapters.rejections import Rejections
 from joinlib.control.check import INVALID
-from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, StatusMessage, StopMessage
+from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, Replan, StatusMessage, StopMessage
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import DEFAULT_MODEL
 from joinlib.costs.explanation import format_explanation
@@ -72,7 +76,7 @@ from joinlib.errors import JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
-from joinlib.node.live_queries import read_results, source_starts
+from joinlib.node.live_queries import read_results, replan_point, source_starts
 from joinlib.node.scale_out import scale_message, scaled_topics
 from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
@@ -103,6 +107,27 @@ def plan_of(query: Query, planner: str, model: Optional[str] = None, values: Any
     return plan
 
 
+#: how far after the newest event time a replan's switch lies, by default (``joinlib replan --margin``)
+DEFAULT_MARGIN_MS = 3_000
+
+
+def _replannable(q: Query, msg: PlanMessage, planner: str) -> None:
+    """JoinlibError unless ``q``, running ``msg``, can move to ``planner``'s plan with a replan."""
+    kinds = (PlanKind.PLANS, PlanKind.PARTITIONED)
+    if plan_kind(planner) not in kinds:
+        raise JoinlibError(f"--plan {planner}: a replan moves a query to a static plan (auto, greedy, central, a "
+                           "reduction, an algorithm) or a partitioned one (pmjoin[:hash|range|rate][:D]); adaptive "
+                           "and MJoin tree plans are not replanned yet")
+    if msg.adaptive is not None or msg.scale_out or msg.operator is not None or msg.uses \
+            or isinstance(msg.plan, dict) and any(k.startswith("mjoin") for k in msg.plan):
+        raise JoinlibError(f"query {q.name} runs an adaptive, scaled-out or MJoin tree plan: a replan moves only "
+                           "static and partitioned (pmjoin) plans; stop it and submit it again")
+    counted = [s.name for s in q.streams if not s.window.is_time]
+    if counted:
+        raise JoinlibError(f"{', '.join(counted)} have tuple windows: a replan warms the new run's windows from one "
+                           "window of event time before the switch, which a count window has not")
+
+
 class Conflict(JoinlibError):
     """The request does not fit the query's state (HTTP 409)."""
 
@@ -129,6 +154,9 @@ class QueryStatus:
     stats: Optional[QueryStats] = None
     uses: list = field(default_factory=list)      # the operator deployments it reads (docs/multiquery.md)
     operator: Optional[dict] = None               # an operator deployment's key, producer, node, streams
+    message: Optional[PlanMessage] = None         # the run's plan message
+    previous: Optional["QueryStatus"] = None      # the run a replan switched from (docs/live.md "Replan")
+    replaced: dict = field(default_factory=dict)  # every earlier run of a replanned query -> its origin
 
     def state(self) -> str:
         nodes = self.nodes or list(self.sites)
@@ -148,14 +176,27 @@ class QueryStatus:
             out["origin_ms"] = self.origin_ms
         if self.stats is not None:
             out["stats"] = self.stats.summary()
+        rp = self.message.replan if self.message is not None else None
+        if rp is not None and self.previous is not None:
+            prev = self.previous.state()
+            out["replan"] = {"from_run": rp.replaces, "from_planner": self.previous.planner, "switch_ms": rp.switch_ms,
+                             "state": "switched" if prev in ("done", "stopped") else "switching",
+                             "from_state": prev, "from_sites": self.previous.sites}
         return out
+
+    def chain(self, prev: "QueryStatus") -> None:
+        """This run takes ``prev``'s over (a replan): one query to its readers -- its results from ``prev``'s first
+        result on, every earlier run's results too."""
+        self.previous = replace(prev, previous=None)
+        self.replaced = {**prev.replaced, prev.run: prev.origin_ms}
+        self.out_start, self.rows_start = prev.out_start, prev.rows_start
 
 
 def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 0.0,
                query: Optional[Query] = None) -> QueryStatus:
     """A query's status from its ``plan`` control message (``query``: the message's, parsed already)."""
     st = QueryStatus(name, msg.run or "", dict(msg.plan), planner, submitted_ms=submitted_ms,
-                     nodes=list(msg.nodes or []))
+                     nodes=list(msg.nodes or []), message=msg)
     st.live, st.origin_ms = msg.live is not None, msg.origin_ms
     st.out_start = int((msg.offsets or {}).get(f"out.{name}") or 0)
     st.uses = list(msg.uses or [])
@@ -239,6 +280,34 @@ class PlannerService:
             out["origin_ms"] = live.origin_ms
         return out
 
+    def replan(self, name: str, planner: str, model: Optional[str] = None, margin_ms: int = DEFAULT_MARGIN_MS) -> dict:
+        """Move the running live query ``name`` to a plan of ``planner`` without stopping it (docs/live.md "Replan"):
+        publish a new run that serves the results triggered from a switch time on, reading its sources from one
+        window before it (its jump-start); the running run serves those before and ends by itself."""
+        with self.lock:
+            cur = self.queries.get(name)
+        if cur is None or cur.query is None:
+            raise NotFound(f"no query {name!r}; 'joinlib queries' lists them")
+        q, msg = cur.query, cur.message
+        if not cur.live or cur.state() != "running" or msg is None or msg.live is None:
+            raise Conflict(f"query {name} is not a running live query ({cur.state()}); 'joinlib submit' starts one")
+        if cur.previous is not None and cur.previous.state() not in ("done", "stopped"):
+            raise Conflict(f"query {name} is switching already (run {cur.previous.run} -> {cur.run}); replan it "
+                           f"again once that switch is over ('joinlib queries {name}' shows it)")
+        _replannable(q, msg, planner)
+        plan = plan_of(q, planner, model)
+        watermarks = (cur.stats.summary().get("watermarks_ms") or {}) if cur.stats is not None else {}
+        point = replan_point(self.bootstrap, q, msg.live, max(watermarks.values(), default=None), margin_ms)
+        run = uuid.uuid4().hex[:12]
+        gen = (msg.replan.gen if msg.replan is not None else 0) + 1 + len(msg.switches or ())
+        new = replace(plan.message(q, run, {}), switches=None, live=LiveStart(point.origin_ms, point.starts),
+                      replan=Replan(cur.run, point.switch_ms, gen, point.handover))
+        new = self.publish(q, new, planner)
+        if self.sensor is not None:
+            self.sensor.set_plan(name, plan.first)
+        return {"query": name, "run": run, "replaces": cur.run, "plan": new.plan, "switch_ms": point.switch_ms,
+                "origin_ms": point.origin_ms, "reread_all": point.reread_all}
+
     def explain(self, text: str, planner: Optional[str] = None, model: Optional[str] = None) -> dict:
         """The plan a submission of the query file's ``text`` would get (``planner``, ``model``: as for
         :meth:`submit`), explained; nothing is published (``joinlib explain --url``, SQL's ``EXPLAIN``)."""
@@ -285,6 +354,9 @@ class PlannerService:
         publish_sync(self.producer, query.name, msg)
         status = _status_of(query.name, msg, planner, time.time() * 1000)
         with self.lock:
+            prev = self.queries.get(query.name)
+            if msg.replan is not None and prev is not None:
+                status.chain(prev if prev.run == msg.replan.replaces else prev.previous or prev)
             self.queries[query.name] = status
         return msg
 
@@ -301,6 +373,9 @@ class PlannerService:
             raise Conflict(f"{name} is a shared operator that {', '.join(used_by(self, name))} still use(s); it "
                            "stops with the last of them")
         publish_sync(self.producer, name, StopMessage(cur.run))
+        prev = cur.previous
+        if prev is not None and prev.state() not in ("done", "stopped"):   # stopped mid-replan: the old run too
+            publish_sync(self.producer, name, StopMessage(prev.run))
         with self.lock:
             cur.stopping = True
         for op in released(self, cur):
@@ -323,7 +398,8 @@ class PlannerService:
             except ValueError:
                 raise JoinlibError(f"from={start!r}: expected beginning, end or an offset") from None
         return read_results(self.bootstrap, cur.query, cur.run, cur.origin_ms, offset,
-                            max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)), self._schemas(cur.query))
+                            max(1, min(max_results, 100_000)), max(0.0, min(wait_s, 30.0)), self._schemas(cur.query),
+                            cur.replaced)
 
     def _schemas(self, query: Query) -> Optional[RegistrySchemas]:
         """The writer schemas of an Avro sink's rows, from its registry (cached per registry URL)."""
@@ -376,11 +452,15 @@ class PlannerService:
             if isinstance(m, PlanMessage):
                 cur = self.queries.get(query)
                 if m.run and (cur is None or cur.run != m.run):
-                    self.queries[query] = _status_of(query, m, "external",
-                                                     query=rec.compiled.query if rec.compiled else None)
+                    st = _status_of(query, m, "external", query=rec.compiled.query if rec.compiled else None)
+                    if m.replan is not None and cur is not None and m.replan.replaces == cur.run:
+                        st.chain(cur)
+                    self.queries[query] = st
                     self._restore_plan_metric(query, rec)
                 return
             cur = self.queries.get(query)
+            if cur is not None and cur.previous is not None and m.run == cur.previous.run:
+                cur = cur.previous   # the run a replan switches from: its status and done go on
             if cur is None or m.run != cur.run:
                 return
             if isinstance(m, StopMessage):
@@ -444,8 +524,14 @@ def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str
     root, name, action = _route(path)
     if root and name and action == "stop":
         return 200, service.stop(name)
+    if root and name and action == "replan":
+        if not args.get("plan"):
+            raise JoinlibError("POST /queries/NAME/replan needs ?plan=P (the plan to move the query to)")
+        return 200, service.replan(name, args["plan"], args.get("model"),
+                                   int(float(args.get("margin", DEFAULT_MARGIN_MS / 1000)) * 1000))
     if not root or name is not None:
-        return 404, {"error": "POST /queries (or /explain) with the query file as the body, or POST /queries/NAME/stop"}
+        return 404, {"error": "POST /queries (or /explain) with the query file as the body, or POST "
+                              "/queries/NAME/stop|replan"}
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
                                args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"),
                                args.get("scale_out", "0") in ("1", "true", "yes"))

@@ -217,11 +217,13 @@ def results_via_cli(services: HasPlanner, query: Query, origin: int, tmp_path: P
 
 
 def wait_exact(services: Services, query: Query, run: str, origin: int, rec: Recorder, tmp_path: Path,
-               timeout_s: float = WAIT_S, min_results: int = 1, zombie: bool = False) -> Expected:
+               timeout_s: float = WAIT_S, min_results: int = 1, zombie: bool = False,
+               replaced: tuple[str, ...] = ()) -> Expected:
     """Poll until the results equal the contract's; then check the dead letters too.  ``zombie``: an instance
     was paused past its session and resumed: what its producer still held when it was paused may reach the
     dead-letter topic after the new owner wrote the same records (docs/reliability.md, "Fenced instances"), so
-    a record may be there twice -- as byte-identical copies, which a reader drops by their place."""
+    a record may be there twice -- as byte-identical copies, which a reader drops by their place.  ``replaced``:
+    the runs a replan switched from (docs/live.md "Replan"), whose dead letters count too."""
     bs = services.bootstrap
     deadline = time.monotonic() + timeout_s
     while True:
@@ -236,7 +238,7 @@ def wait_exact(services: Services, query: Query, run: str, origin: int, rec: Rec
                                  f"extra {list(extra)[:3]}")
         time.sleep(1.0)
     assert want.count >= min_results, f"only {want.count} results: the test data is too thin"
-    dead = dead_letters(bs, query, run)
+    dead = [d for r in (*replaced, run) for d in dead_letters(bs, query, r)]
     if zombie:
         firsts: dict = {}
         for d in dead:

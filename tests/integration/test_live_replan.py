@@ -1,0 +1,110 @@
+"""``joinlib replan`` on the real broker (docs/live.md "Replan"): a running live query moves from a reduction to
+``pmjoin:hash:2`` and back while events flow, and its output stays exact -- every result of the reference join
+of all the records once, none missing, each malformed record in ``dlq.<query>`` once -- with results from every
+run of the switches; and the planner's clear errors for what cannot be replanned.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from joinlib.cli.main import main as cli
+from joinlib.protocol import records
+from services.planner.service import Conflict, NotFound
+from tests.integration.test_live import (
+    WAIT_S,
+    Recorder,
+    Services,
+    _sites,
+    generator,
+    live_query,
+    make_topics,
+    read_topic,
+    services,  # noqa: F401  (a module fixture)
+    submit,
+    wait_exact,
+)
+
+
+def _switched(svc: Services, name: str, run: str) -> None:
+    """Wait until ``run`` is the query's and the run it replaced has ended at every node."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        st = svc.planner.status(name)
+        if st["run"] == run and (st.get("replan") or {}).get("state") == "switched":
+            return
+        assert time.monotonic() < deadline, f"{name}: the switch to run {run} did not finish: {st.get('replan')}"
+        time.sleep(0.3)
+
+
+def _replan(svc: Services, name: str, plan: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """``joinlib replan NAME --plan PLAN``; the new run's id."""
+    assert cli(["replan", name, "--plan", plan, "--margin", "1.5", "--url", svc.url]) == 0
+    out = capsys.readouterr().out
+    assert f"(plan {plan}) takes run" in out, out
+    assert "note:" not in out, "wall-clock sources: the Kafka timestamps locate the window, no re-read from the start"
+    return svc.planner.status(name)["run"]
+
+
+def test_reduction_to_pmjoin_and_back_is_exact(services, make_topic, tmp_path: Path, capsys):  # noqa: F811
+    sites = _sites()
+    services.start_nodes(sites)
+    q = live_query(f"lvrp{sites[0]}", sites, make_topics(make_topic, 3, partitions=2))
+    first = submit(services, q, "reduce", since="now")
+    origin = first["origin_ms"]
+    rec = Recorder()
+    gen = generator(services.bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
+    flowing = threading.Thread(target=gen.run, args=(16.0,))
+    flowing.start()
+    try:
+        time.sleep(7.0)   # more than a window, δ and the 5 s slack: the new run starts reading after the query's start
+        mid = _replan(services, q.name, "pmjoin:hash:2", capsys)
+        assert services.planner.status(q.name)["replan"]["from_run"] == first["run"]
+        with pytest.raises(Conflict, match="switching already"):
+            services.planner.replan(q.name, "reduce")
+        assert cli(["queries", q.name, "--url", services.url]) == 0
+        assert "replan     switch" in capsys.readouterr().out
+        _switched(services, q.name, mid)
+        last = _replan(services, q.name, "reduce", capsys)
+        _switched(services, q.name, last)
+    finally:
+        flowing.join()
+    runs = [first["run"], mid, last]
+    # every result of the reference join of all the records, once, whichever run made it; each bad record's dead
+    # letter, whichever run wrote it -- once, or as byte-identical copies of one place (a bad record the old run read
+    # after the handover offset, before it read the switch: docs/live.md "Replan"), which a reader drops by place
+    want = wait_exact(services, q, last, origin, rec, tmp_path, min_results=200, zombie=True,
+                      replaced=(first["run"], mid))
+    assert want.dead, "the test data has no malformed record"
+    made = Counter({run: sum(sum(1 for _ in records.decode_result_batch(m.value()).results())
+                             for m in read_topic(services.bootstrap, f"out.{q.name}", run)) for run in runs})
+    assert all(made[r] > 0 for r in runs), f"every run serves part of the results: {made}"
+    assert sum(made.values()) == want.count
+    services.planner.stop(q.name)
+
+
+def test_replan_errors(services, make_topic):  # noqa: F811
+    with pytest.raises(NotFound):
+        services.planner.replan("no-such-query", "reduce")
+    sites = _sites(2)
+    services.start_nodes(sites)
+    q = live_query(f"lvrpe{sites[0]}", sites, make_topics(make_topic, 2, partitions=1))
+    submit(services, q, "SP-S", since="now")
+    with pytest.raises(Exception, match="adaptive and MJoin tree plans are not replanned"):
+        services.planner.replan(q.name, "adaptive")
+    with pytest.raises(Exception, match="no such|unknown|plan"):
+        services.planner.replan(q.name, "no-such-plan")
+    deadline = time.monotonic() + WAIT_S
+    while len(services.planner.status(q.name)["sites"]) < len(sites):   # every node runs it (a stop read before
+        assert time.monotonic() < deadline                               # a node started would never be done)
+        time.sleep(0.3)
+    services.planner.stop(q.name)
+    while services.planner.status(q.name)["state"] != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    with pytest.raises(Conflict, match="not a running live query"):
+        services.planner.replan(q.name, "reduce")
