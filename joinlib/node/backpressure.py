@@ -128,9 +128,9 @@ class SourceGate:
         return out
 
 
-def apply(decision: Optional[bool], consumer: Any, tp: Any) -> None:
-    """Pause (True) or resume (False) ``tp`` on a confluent-kafka ``consumer``; None: nothing."""
-    if decision is True:
-        consumer.pause([tp])
-    elif decision is False:
-        consumer.resume([tp])
+def apply(decision: Optional[bool], consumer: Any, tps: list[Any]) -> None:
+    """Pause (True) or resume (False) the partitions ``tps`` on a confluent-kafka ``consumer``; None: nothing."""
+    if decision is True and tps:
+        consumer.pause(tps)
+    elif decision is False and tps:
+        consumer.resume(tps)

@@ -45,7 +45,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import KafkaResultSink, Producing, ensure_topics, make_consumer, make_producer, source_topic
+from joinlib.adapters.kafka import (
+    KafkaResultSink,
+    Producing,
+    ensure_topics,
+    flow_topics,
+    make_consumer,
+    make_producer,
+    source_topic,
+)
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, StatusMessage, merge_done
 from joinlib.control.run_plan import Generations, TreesRun
@@ -136,7 +144,7 @@ def tree_topics(tr: TreeRun) -> list[str]:
     out: list[str] = []
     for i, op in enumerate(tr.dep.ops):
         out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
-        out += [f"node.{op.name}.{site}" for site in op.sites]
+        out += flow_topics(op.name, [*op.query.nodes, *op.sites])
     return out
 
 

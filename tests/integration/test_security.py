@@ -399,7 +399,7 @@ def test_nodes_reject_a_plan_the_planner_did_not_sign(planner, secure_cluster, c
     consumer.close()
     # ... and a node drops them: unsigned, a bad signature, a signature of another message
     reasons: list[str] = []
-    recs = [decode_control_message(m, lambda off, why, detail: reasons.append(detail)) for m in later[:4]]
+    recs = [decode_control_message(m, lambda off, why, detail, *_: reasons.append(detail)) for m in later[:4]]
     assert recs[0] is not None and recs[0].kind == "plan" and recs[1:] == [None, None, None], recs
     assert "unsigned plan message" in reasons[0] and "does not verify" in reasons[1], reasons
     assert len(reasons) == 3
