@@ -21,6 +21,7 @@ is not at the start of a flow topic's name, and a query's name is a prefix of it
 (``<query>.mj<i>``).  What it cannot enforce: docs/security.md "Limitations".
 
     python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR     # what scripts/cluster.sh up-secure runs
+    python -m infra.kafka_acls apply --env     # as the environment's Kafka user (the Helm chart's ACL job)
     python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]   # a query's own
     python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
 """
@@ -223,10 +224,14 @@ def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = F
 
 
 USAGE = """usage: python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls apply --env
        python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
        python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]
 
-apply        the ACLs of every service user (what 'make up-secure' runs)
+apply        the ACLs of every service user (what 'make up-secure' runs), as the user 'admin' of
+             SECRETS_DIR (the local secure cluster's); with --env as the super user the environment names
+             (KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*: docs/security.md;
+             the Helm chart's ACL job)
 list         every ACL the broker holds
 grant-query  the query's own topics (live sources' topics, output.topic); --per-site also creates the
              SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
@@ -238,6 +243,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
         return 0
+    if argv == ["apply", "--env"]:
+        return _apply_from_env()
     per_site = "--per-site" in argv
     args = [a for a in argv if a != "--per-site"]
     if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
@@ -266,6 +273,22 @@ def main(argv: list[str]) -> int:
     except RuntimeError as e:
         print(f"[acl] ERROR: {e}", file=sys.stderr)
         return 1
+
+
+def _apply_from_env() -> int:
+    """``apply --env``: the service matrix, as the Kafka user of the environment's client settings."""
+    from joinlib.adapters.kafka import check_reachable, make_admin
+    from joinlib.errors import JoinlibError
+    from joinlib.settings import ServiceEnv
+    bootstrap = ServiceEnv.from_env().kafka_bootstrap or ""
+    try:
+        check_reachable(bootstrap, timeout_s=30)
+        n = apply(make_admin(bootstrap), service_grants())
+    except (JoinlibError, RuntimeError) as e:
+        print(f"[acl] ERROR: {e}", file=sys.stderr)
+        return 1
+    print(f"[acl] {n} ACL bindings in place on {bootstrap}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
