@@ -7,7 +7,7 @@ A node's run (:class:`~.node_run.PlanRun`) of a plan message with an ``adaptive`
   started by the node, not by the home's snapshot) and wraps it in an
   :class:`~joinlib.adaptive.node.AdaptiveNode`, which installs generation 0 (Algorithm 1's plan, the
   plan message's ``plan``);
-* sends the protocol's messages on the same topics as the envelopes (``node.<query>.<dst>``, key the
+* sends the protocol's messages on the same topics as the envelopes (``node.<query>.<dst>.from.<src>``, key the
   sending site, headers ``run``, ``sent_ms``, ``kind`` and ``adaptive: 1``): one consumer and one
   producer per node, so every link keeps its order;
 * feeds the home streams' tuples *without* their watermark and advances the node with the least

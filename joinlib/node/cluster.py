@@ -2,7 +2,7 @@
 
 :func:`run_cluster` does one run of a plan end to end on a real broker:
 
-1. creates the query's topics (``src.<q>.<stream>``, ``node.<q>.<site>``, ``out.<q>``,
+1. creates the query's topics (``src.<q>.<stream>``, ``node.<q>.<r>.from.<s>``, ``out.<q>``,
    ``control``; one partition each) and notes their end offsets;
 2. publishes the plan on ``control`` (kind ``plan``, with a fresh run id and those offsets,
    so earlier runs of the same query on the same broker are not re-read);

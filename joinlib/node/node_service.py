@@ -8,11 +8,11 @@ One process (or thread) per site.  It
    waiting for one if there is none;
 2. lowers the plan and its generations (``switches``: later plans taking over at given epochs)
    and installs every generation that places anything here in a Host, with a
-   :class:`KafkaTransport` (node-to-node messages on ``node.<query>.<dst>``), a
+   :class:`KafkaTransport` (node-to-node messages on ``node.<query>.<dst>.from.<src>``), a
    :class:`KafkaResultSink` (``out.<query>``), a window store factory (Redis when ``REDIS_URL``
    is set, else memory) and a :class:`PrometheusSensor`;
 3. consumes ``src.<query>.<stream>`` of its home streams (``SourceBatch``: tuples + watermark ->
-   ``Host.feed``), ``node.<query>.<site>`` (-> ``Host.on_message`` with the wall-clock receive
+   ``Host.feed``), ``node.<query>.<site>.from.<peer>`` (-> ``Host.on_message`` with the wall-clock receive
    time and the ``sent_ms`` header) and ``control`` (``end`` -> ``Host.set_last``), calling
    ``Host.run(now)`` after each batch of messages;
 4. when the host is ``finished``: flushes, publishes ``done`` (per link and kind message and byte

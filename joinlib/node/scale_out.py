@@ -6,7 +6,7 @@ the tuples the partition function sends to p, and its messages name p.  So parti
 unit of work that can live in any process of that site.  With ``"scale_out": true`` in the plan
 message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
 
-* the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>`` have D Kafka
+* the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>.from.<peer>`` have D Kafka
   partitions; the replayer writes partition p's tuples to partition p (a stream the plan does not
   partition, to every one), and a node sends partition p's messages to partition p.  A live query's
   streams are written there by each site's re-keyer (:mod:`.rekey`), a role of the site's group: partition

@@ -4,7 +4,7 @@ A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.com
 lowered by every node the same way (:func:`joinlib.mjoin.derived.lower_tree`). Each node then runs, in a
 thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
 has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
-producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
+producer, node topics (``node.<query>.mj<i>.<r>.from.<s>``) and windows, and three differences:
 
 * its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
   to their position in the operator query) or, for a live stream, its own topic (one operator reads
