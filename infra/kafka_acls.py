@@ -3,19 +3,25 @@
 The broker of ``make up-secure`` runs KRaft's ``StandardAuthorizer`` with
 ``allow.everyone.if.no.acl.found=false``: a SCRAM user may do only what an ACL below grants it, and
 ``admin`` (the broker's own user, a super user) everything.  The grants follow the topic layout of
-:mod:`joinlib.adapters.kafka` (``src.<query>.<stream>``, ``node.<query>.<site>``, ``out.<query>``,
-``control``, ...).  Per-query topics are created when a query is planned, so every grant is a PREFIXED
-pattern (``src.``, ``node.``, ...) or the literal ``control``; consumer groups and transactional ids are
-named per run, so every principal may use any (``*``: a group holds offsets, not data).
+:mod:`joinlib.adapters.kafka` (``src.<query>.<stream>``, ``node.<query>.<receiver>.from.<sender>``,
+``out.<query>``, ``control``, ``status``, ...).  Per-query topics are created when a query is planned, so the
+service grants are PREFIXED patterns (``src.``, ``node.``, ...) or the literals ``control`` and ``status``;
+consumer groups and transactional ids are named per run, so every principal may use any (``*``: a group
+holds offsets, not data).
 
-What the broker enforces: only nodes write ``node.*`` flows, results ``out.*``, derived streams
-``derived.*``, dead letters and idle marks; only sources (and the CLI) write ``src.*``; the Spark jobs
-read only; nobody but ``admin`` deletes a topic or changes an ACL; a user without grants sees no topic.
-What it cannot enforce with this layout (see docs/security.md "Limitations"): ``control`` also carries
-the nodes' status/done and the sources' end messages, so nodes and sources may write it; a node's
-inbound topic is named after the receiving site, so any node may write any site's ``node.*`` topic.
+What the broker enforces: only the planner (and the CLI, which plays it) writes ``control`` -- the plans and
+stops; the nodes' status/done and the sources' end go to ``status``; only nodes write ``node.*`` flows,
+results ``out.*``, derived streams ``derived.*``, dead letters and idle marks; only sources (and the CLI)
+write ``src.*``; the Spark jobs read only; nobody but ``admin`` deletes a topic or changes an ACL; a user
+without grants sees no topic.  With per-site node users (``grant-query --per-site``), also: site s writes
+only the flows it sends (``node.<query>.<r>.from.<s>``) and reads only those it receives
+(``node.<query>.<s>.from.<r>``), so one site's credentials cannot forge another site's flow.  These grants
+are LITERAL, one per topic of the query: a PREFIXED pattern can only fix the start of a name, the sender
+is not at the start of a flow topic's name, and a query's name is a prefix of its MJoin operators'
+(``<query>.mj<i>``).  What it cannot enforce: docs/security.md "Limitations".
 
     python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR     # what scripts/cluster.sh up-secure runs
+    python -m infra.kafka_acls apply --env     # as the environment's Kafka user (the Helm chart's ACL job)
     python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]   # a query's own
     python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
 """
@@ -36,9 +42,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
+from joinlib.adapters.kafka import inbound_topics, node_topic
+
 R, W, C, D, A = AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.ALTER
 QUERY_PREFIXES = ("src.", "node.", "out.", "derived.", "dlq.", "wm.", "parts.")
 CONTROL = "control"
+STATUS = "status"
 
 
 @dataclass(frozen=True)
@@ -67,24 +76,31 @@ def _anywhere(user: str) -> list[Grant]:
             Grant(user, "*", (W, D), literal=True, resource=ResourceType.TRANSACTIONAL_ID)]
 
 
+def _reports(user: str) -> list[Grant]:
+    """Reads ``control`` (plans) and may create it; reads and writes ``status`` (ends, status, done)."""
+    return [Grant(user, CONTROL, (R, C, D), literal=True), Grant(user, STATUS, (R, W, C, D), literal=True)]
+
+
 def planner_grants(user: str = "joinlib-planner") -> list[Grant]:
-    """Publishes plans on ``control``; creates (and grows) a query's topics; reads results and dead letters."""
-    return [Grant(user, CONTROL, (R, W, C, D), literal=True), *_topics(user, QUERY_PREFIXES, (C, D, A)),
-            *_topics(user, ("out.", "dlq."), (R,)), *_anywhere(user)]
+    """Publishes plans and stops on ``control`` (alone); reads the reports on ``status``; creates (and grows) a
+    query's topics; reads results and dead letters."""
+    return [Grant(user, CONTROL, (R, W, C, D), literal=True), Grant(user, STATUS, (R, C, D), literal=True),
+            *_topics(user, QUERY_PREFIXES, (C, D, A)), *_topics(user, ("out.", "dlq."), (R,)), *_anywhere(user)]
 
 
 def source_grants(user: str = "joinlib-source") -> list[Grant]:
-    """Writes ``src.*``; creates the query's topics; reads ``control`` for the plan, writes its end message."""
+    """Writes ``src.*``; creates the query's topics; reads ``control`` for the plan, writes its end message
+    on ``status``."""
     return [Grant(user, "src.", (W, R, C, D, A)), *_topics(user, QUERY_PREFIXES[1:], (C, D)),
-            Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user)]
+            *_reports(user), *_anywhere(user)]
 
 
 def node_grants(user: str = "joinlib-node") -> list[Grant]:
     """Reads sources, flows and ``control``; writes flows, results, derived streams, dead letters, marks and
-    its status/done on ``control``; never writes ``src.*``."""
+    its status/done on ``status``; never writes ``src.*`` nor ``control``."""
     own = ("node.", "out.", "derived.", "dlq.", "wm.", "parts.")
-    return [*_topics(user, own, (R, W, C, D, A)), Grant(user, "src.", (R, D, A)),
-            Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user)]
+    return [*_topics(user, own, (R, W, C, D, A)), Grant(user, "src.", (R, D, A)), *_reports(user),
+            *_anywhere(user)]
 
 
 def spark_grants(user: str = "joinlib-spark") -> list[Grant]:
@@ -109,17 +125,19 @@ def site_user(site: str) -> str:
 
 
 def site_grants(query) -> list[Grant]:
-    """Per-site node users for ``query``: each reads only its own inbound topic ``node.<query>.<site>`` and
-    writes the other nodes' (a flow's topic is named after its receiver); everything else as
-    :func:`node_grants`, without the ``node.*`` prefix grant (create, describe and alter only)."""
+    """Per-site node users for ``query``: site s reads only the flows it receives
+    (``node.<query>.<s>.from.<r>``) and writes only those it sends (``node.<query>.<r>.from.<s>``), LITERAL
+    grants (see the module docstring); everything else as :func:`node_grants`, without the ``node.*`` prefix
+    grant (create, describe and alter only)."""
     grants: list[Grant] = []
     for site in query.nodes:
         user = site_user(site)
         own = ("out.", "derived.", "dlq.", "wm.", "parts.")
         grants += [*_topics(user, own, (R, W, C, D, A)), Grant(user, "node.", (C, D, A)),
-                   Grant(user, "src.", (R, D, A)), Grant(user, CONTROL, (R, W, C, D), literal=True), *_anywhere(user),
-                   Grant(user, f"node.{query.name}.{site}", (R,), literal=True),
-                   *(Grant(user, f"node.{query.name}.{dst}", (W,), literal=True) for dst in query.nodes if dst != site)]
+                   Grant(user, "src.", (R, D, A)), *_reports(user), *_anywhere(user),
+                   *(Grant(user, t, (R,), literal=True) for t in inbound_topics(query.name, site, query.nodes)),
+                   *(Grant(user, node_topic(query.name, dst, site), (W,), literal=True)
+                     for dst in query.nodes if dst != site)]
     return grants
 
 
@@ -206,20 +224,27 @@ def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = F
 
 
 USAGE = """usage: python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR
+       python -m infra.kafka_acls apply --env
        python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
        python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]
 
-apply        the ACLs of every service user (what 'make up-secure' runs)
+apply        the ACLs of every service user (what 'make up-secure' runs), as the user 'admin' of
+             SECRETS_DIR (the local secure cluster's); with --env as the super user the environment names
+             (KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*: docs/security.md;
+             the Helm chart's ACL job)
 list         every ACL the broker holds
 grant-query  the query's own topics (live sources' topics, output.topic); --per-site also creates the
              SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
-             SECRETS_DIR), who reads only its own node.<query>.<site> topic (docs/security.md)"""
+             SECRETS_DIR), who writes only the flows it sends, node.<query>.<peer>.from.<site>, and
+             reads only those it receives, node.<query>.<site>.from.<peer> (docs/security.md)"""
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
         return 0
+    if argv == ["apply", "--env"]:
+        return _apply_from_env()
     per_site = "--per-site" in argv
     args = [a for a in argv if a != "--per-site"]
     if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
@@ -248,6 +273,22 @@ def main(argv: list[str]) -> int:
     except RuntimeError as e:
         print(f"[acl] ERROR: {e}", file=sys.stderr)
         return 1
+
+
+def _apply_from_env() -> int:
+    """``apply --env``: the service matrix, as the Kafka user of the environment's client settings."""
+    from joinlib.adapters.kafka import check_reachable, make_admin
+    from joinlib.errors import JoinlibError
+    from joinlib.settings import ServiceEnv
+    bootstrap = ServiceEnv.from_env().kafka_bootstrap or ""
+    try:
+        check_reachable(bootstrap, timeout_s=30)
+        n = apply(make_admin(bootstrap), service_grants())
+    except (JoinlibError, RuntimeError) as e:
+        print(f"[acl] ERROR: {e}", file=sys.stderr)
+        return 1
+    print(f"[acl] {n} ACL bindings in place on {bootstrap}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,12 +5,17 @@ Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 
 * ``src.<query>.<stream>`` -- source tuples (``records.SourceBatch``, one message per stream
   per batch interval), key = stream name, header ``run`` when the replay knows the run;
-* ``node.<query>.<site>`` -- inbound messages of a node (``wire`` Envelope; the topic names the
-  query, the envelope the plan instance's partition and generation), key = sending
+* ``node.<query>.<receiver>.from.<sender>`` -- the flow of one link (``wire`` Envelope; the topic names
+  the query and both ends, the envelope the plan instance's partition and generation), key = sending
   site, headers ``sent_ms`` (wall-clock ms at send, for transmission time), ``kind`` and
-  ``run`` (the run id of the plan, when there is one);
+  ``run`` (the run id of the plan, when there is one).  A topic per sender, so that the broker's ACLs can
+  let a site's principal write only its own outbound flows (docs/security.md) and a receiver can take
+  the sender from the topic, not from what the sender wrote; a receiver reads one such topic per peer;
 * ``out.<query>`` -- results (``records.ResultBatch``, many per message), key = producing site;
-* ``control`` -- ``records.Control`` messages of every query (plan, end, status, done).
+* ``control`` -- the planner's ``records.Control`` messages of every query (plan, stop): only the planner
+  (and the CLI's cluster runner) writes it;
+* ``status`` -- the other ``records.Control`` messages (end from the sources, status and done from the
+  nodes), on a topic of their own so that the broker can keep every other writer off ``control``.
 
 :class:`KafkaTransport` is what a :class:`~joinlib.runtime.host.Host` sends through:
 ``send(env)`` encodes the envelope once with :func:`joinlib.protocol.wire.encode_envelope` and
@@ -46,6 +51,16 @@ from joinlib.runtime.report import LinkStats
 from joinlib.settings import KafkaSecurity
 
 CONTROL_TOPIC = "control"
+STATUS_TOPIC = "status"
+#: the two topics of ``records.Control`` messages
+CONTROL_TOPICS = (CONTROL_TOPIC, STATUS_TOPIC)
+#: the kinds the planner publishes, on ``control``; every other kind goes to ``status``
+PLANNER_KINDS = frozenset({"plan", "stop"})
+
+
+def control_topic_of(kind: str) -> str:
+    """The topic of a control message of ``kind``: ``control`` for the planner's, ``status`` for the rest."""
+    return CONTROL_TOPIC if kind in PLANNER_KINDS else STATUS_TOPIC
 
 # Producer settings: one Kafka message already carries a whole flow's epoch, so there is
 # nothing to wait for (linger 0: a semijoin round trip per epoch is two hops; linger 5 ms
@@ -99,8 +114,21 @@ def src_topic(query: str, stream: str) -> str:
     return f"src.{query}.{stream}"
 
 
-def node_topic(query: str, site: str) -> str:
-    return f"node.{query}.{site}"
+def node_topic(query: str, dst: str, src: str) -> str:
+    """The topic of the flow from site ``src`` to site ``dst`` of ``query``."""
+    return f"node.{query}.{dst}.from.{src}"
+
+
+def flow_topics(query: str, nodes: Iterable[str]) -> list[str]:
+    """The flow topic of every ordered pair of distinct ``nodes`` of ``query`` (a plan, adaptive ones
+    included, may send between any two)."""
+    nodes = list(dict.fromkeys(nodes))
+    return [node_topic(query, dst, src) for dst in nodes for src in nodes if src != dst]
+
+
+def inbound_topics(query: str, site: str, nodes: Iterable[str]) -> dict[str, str]:
+    """The flow topics ``site`` reads, each with its sender."""
+    return {node_topic(query, site, src): src for src in dict.fromkeys(nodes) if src != site}
 
 
 def out_topic(query: str) -> str:
@@ -115,14 +143,14 @@ def source_topic(query, stream: str) -> str:
 
 
 def query_topics(query) -> list[str]:
-    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control and the
-    rows' sink topic included; the users' topics of live sources (json, avro) are not among them (they have
+    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control, status and
+    the rows' sink topic included; the users' topics of live sources (json, avro) are not among them (they have
     their own partitions), the dead-letter and idle-advance topics of a live query are."""
     live = [s for s in query.streams if s.source is not None and s.source.live]
     return ([source_topic(query, s.name) for s in query.streams if s not in live]
-            + [node_topic(query.name, site) for site in query.sites]
+            + flow_topics(query.name, query.nodes)
             + ([f"dlq.{query.name}", f"wm.{query.name}"] if live else [])
-            + [out_topic(query.name), *sink_topics(query), CONTROL_TOPIC])
+            + [out_topic(query.name), *sink_topics(query), *CONTROL_TOPICS])
 
 
 def sink_topics(query) -> list[str]:
@@ -441,7 +469,7 @@ def links_to_list(stats: dict) -> list[dict]:
 
 
 class KafkaTransport:
-    """The node's transport on Kafka: ``send(env)`` -> topic ``node.<query>.<dst>``, key = src site.
+    """The node's transport on Kafka: ``send(env)`` -> topic ``node.<query>.<dst>.from.<src>``, key = src site.
 
     ``stats[(src, dst, kind)]`` counts messages and value bytes as the simulator does;
     ``sensor`` (optional) gets ``on_ship(src, dst, kind, nbytes)``; ``run`` (optional) goes in a
@@ -459,13 +487,13 @@ class KafkaTransport:
         self.clock = clock
         self._run = [("run", run.encode())] if run else []
         self.stats: dict[tuple[str, str, str], LinkStats] = defaultdict(LinkStats)
-        self._topics: dict[str, str] = {}
+        self._topics: dict[tuple[str, str], str] = {}
         self._keys: dict[str, bytes] = {}
 
-    def topic(self, dst: str) -> str:
-        t = self._topics.get(dst)
+    def topic(self, src: str, dst: str) -> str:
+        t = self._topics.get((src, dst))
         if t is None:
-            t = self._topics[dst] = node_topic(self.query, dst)
+            t = self._topics[(src, dst)] = node_topic(self.query, dst, src)
         return t
 
     def send(self, env: Envelope) -> None:
@@ -478,7 +506,7 @@ class KafkaTransport:
         if key is None:
             key = self._keys[env.src] = env.src.encode()
         headers = [("sent_ms", repr(self.clock()).encode()), ("kind", kind.encode()), *self._run]
-        self.out.produce(self.topic(env.dst), value, key, headers, env.part if self.by_part else 0)
+        self.out.produce(self.topic(env.src, env.dst), value, key, headers, env.part if self.by_part else 0)
         if self.sensor is not None:
             self.sensor.on_ship(env.src, env.dst, kind, len(value))
 
@@ -560,21 +588,24 @@ class KafkaResultSink:
 # --------------------------------------------------------------------------- control
 
 def publish_control(out: Producing, query: str, kind: str, payload, *, flush: bool = True) -> None:
+    """Publish a control message on its topic (:func:`control_topic_of`)."""
     value = records.encode_control(records.Control(query, kind, payload))
-    out.produce(CONTROL_TOPIC, value, query.encode(), sign_headers(kind, value) or None)
+    out.produce(control_topic_of(kind), value, query.encode(), sign_headers(kind, value) or None)
     if flush:
         out.flush()
 
 
 def produce_control_sync(producer: Producer, query: str, kind: str, payload, timeout_s: float = 30.0) -> int:
-    """Publish a control message and wait for it; returns its offset in ``control``."""
+    """Publish a control message on its topic (:func:`control_topic_of`) and wait for it; returns its offset
+    there."""
     box: dict = {}
 
     def cb(err, msg):
         box["err"], box["offset"] = err, (msg.offset() if err is None else None)
 
     value = records.encode_control(records.Control(query, kind, payload))
-    producer.produce(CONTROL_TOPIC, value, query.encode(), on_delivery=cb, headers=sign_headers(kind, value) or None)
+    producer.produce(control_topic_of(kind), value, query.encode(), on_delivery=cb,
+                     headers=sign_headers(kind, value) or None)
     left = producer.flush(timeout_s)
     if left or "err" not in box:
         raise KafkaDeliveryError(f"control message {kind!r} not delivered after {timeout_s:.0f}s")

@@ -51,7 +51,7 @@ class Rejections:
             more = f" ({n} so far)" if n > LOG_FIRST else ""
             self.log(f"error: rejected a message of {topic}{at} ({reason}): {detail[:300]}{more}")
 
-    def control(self, topic: str) -> Callable[[int, str, str], None]:
-        """The ``reject(offset, reason, detail)`` callback :func:`joinlib.node.control.decode_control_message`
-        takes, for the control topic ``topic``."""
-        return lambda offset, reason, detail: self.reject(topic, reason, detail, 0, offset)
+    def control(self, topic: str) -> Callable[..., None]:
+        """The ``reject(offset, reason, detail[, topic])`` callback :func:`joinlib.node.control.decode_control_message`
+        takes, for the control topics (``topic`` when the call names none)."""
+        return lambda offset, reason, detail, at=topic: self.reject(at, reason, detail, 0, offset)

@@ -251,7 +251,7 @@ def _parts(body: Any) -> tuple[list[Any], list[Any]]:
 
 class InboundFlows:
     """The flows of a plan IR that end at ``site``, by rank (the envelope's ``flow``), with the body
-    classes each carries: what a node accepts on ``node.<query>.<site>``."""
+    classes each carries: what a node accepts on ``node.<query>.<site>.from.<peer>``."""
 
     def __init__(self, ir: Any, site: str) -> None:
         self.site = site

@@ -170,7 +170,7 @@ class PlanMessage:
 
 @dataclass(frozen=True)
 class EndMessage:
-    """``end``: the last epoch of the run ``run`` (None: of the latest plan before it)."""
+    """``end``: the last epoch of the run ``run`` (None: of plans without a run id)."""
 
     last_epoch: int
     run: Optional[str] = None
@@ -186,8 +186,9 @@ class EndMessage:
         return cls(int(p.get("last_epoch") or 0), p.get("run"), int(p.get("version", CONTROL_VERSION)))
 
     def applies_to(self, run: Optional[str]) -> bool:
-        """Does this ``end`` apply to a run with id ``run``?"""
-        return self.run is None or self.run == run
+        """Does this ``end`` apply to a run with id ``run``?  Only to the run it names (one without a run: to
+        plans without one): ``end`` travels on ``status``, which is not ordered with the plans on ``control``."""
+        return self.run == run
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ A node's run (:class:`~.node_run.PlanRun`) of a plan message with an ``adaptive`
   started by the node, not by the home's snapshot) and wraps it in an
   :class:`~joinlib.adaptive.node.AdaptiveNode`, which installs generation 0 (Algorithm 1's plan, the
   plan message's ``plan``);
-* sends the protocol's messages on the same topics as the envelopes (``node.<query>.<dst>``, key the
+* sends the protocol's messages on the same topics as the envelopes (``node.<query>.<dst>.from.<src>``, key the
   sending site, headers ``run``, ``sent_ms``, ``kind`` and ``adaptive: 1``): one consumer and one
   producer per node, so every link keeps its order;
 * feeds the home streams' tuples *without* their watermark and advances the node with the least
@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import CONTROL_TOPIC, node_topic, now_ms
+from joinlib.adapters.kafka import CONTROL_TOPICS, node_topic, now_ms
 from joinlib.adaptive import protocol
 from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, LogSensor, adaptive_sensor
 from joinlib.adaptive.embedded import AdaptiveTotals
@@ -65,10 +65,10 @@ class OrderLog:
         self.tag = "start"   # before the first checkpoint
 
     def append(self, msgs: list[Any]) -> None:
-        """Log an iteration's messages, but those of ``control``: a restarted node reads ``control`` from its
-        end (it knows the run's ``end`` from the start), and its other control messages (``done``, ``stop``)
+        """Log an iteration's messages, but those of ``control`` and ``status``: a restarted node reads them from
+        their ends (it knows the run's ``end`` from the start), and their other messages (``done``, ``stop``)
         only end the run."""
-        items = [[m.topic(), m.offset()] for m in msgs if m.topic() != CONTROL_TOPIC]
+        items = [[m.topic(), m.offset()] for m in msgs if m.topic() not in CONTROL_TOPICS]
         if items:
             self.client.rpush(self.key, json.dumps([self.tag, items]))
 
@@ -217,7 +217,7 @@ class AdaptivePart:
         control: list[Any] = []   # not logged: handed over as it comes
         while any(k not in self.buffer for k in entry):
             for m in more():
-                if m.topic() == CONTROL_TOPIC:
+                if m.topic() in CONTROL_TOPICS:
                     control.append(m)
                 else:
                     self.buffer[(m.topic(), m.offset())] = m
@@ -246,19 +246,22 @@ class AdaptivePart:
         headers = [("sent_ms", repr(now_ms()).encode()), ("kind", kind.encode()), (ADAPTIVE_HEADER, b"1")]
         if run.run_id:
             headers.append(("run", run.run_id.encode()))
-        run.out.produce(node_topic(self.q.name, msg.dst), value, self.site.encode(), headers)
+        run.out.produce(node_topic(self.q.name, msg.dst, self.site), value, self.site.encode(), headers)
         run.svc.sensor.on_ship(msg.src, msg.dst, kind, len(value))
         self.tally.on_send(msg, len(value))
 
     def on_kafka(self, m: Any, now: float, sent: float) -> None:
-        """A protocol message from ``node.<query>.<site>``: checked, counted, handed to the node."""
+        """A protocol message from an inbound flow topic: checked, counted, handed to the node."""
         run = self.run
         try:
             msg = protocol.decode(m.value())
         except Exception as e:  # garbage may trip the decoder in several ways
             run.inputs.reject(m, UNDECODABLE, f"not an AdaptiveMessage: {type(e).__name__}: {str(e)[:200]}")
             return
-        why = self._invalid(msg, (m.key() or b"").decode(errors="replace"))
+        src = run.inputs.sender(m)   # the site the topic names
+        if src is None:
+            return
+        why = self._invalid(msg, src)
         if why is not None:
             run.inputs.reject(m, INVALID, why)
             return
@@ -274,12 +277,13 @@ class AdaptivePart:
         self.tally.on_receive(msg.src)
         self.node.on_message(msg)
 
-    def _invalid(self, msg: Message, key: str) -> Optional[str]:
+    def _invalid(self, msg: Message, sender: str) -> Optional[str]:
         """Why the node must not take ``msg`` (it would fail on it), or None."""
         if msg.query != self.q.name or msg.dst != self.site:
             return f"a protocol message for {msg.query[:40]}/{msg.dst[:40]} on the topic of {self.q.name}/{self.site}"
-        if msg.src not in self.participants or msg.src != key:
-            return f"a protocol message from {msg.src[:40]!r} keyed {key[:40]!r}: not a node of {self.q.name}"
+        if msg.src not in self.participants or msg.src != sender:
+            return f"a protocol message from {msg.src[:40]!r} on the flow topic of {sender[:40]!r}: not a node of " \
+                   f"{self.q.name} or not its sender"
         node = self.node
         assert node is not None
         if isinstance(msg.body, StatsReport) and node.cnu is None:

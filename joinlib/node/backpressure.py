@@ -1,6 +1,6 @@
 """Back-pressure on a node's inbound topic: stop reading other sites' messages while they are far ahead.
 
-A node reads its home sources and ``node.<query>.<site>`` through one consumer, a batch of messages at a
+A node reads its home sources and ``node.<query>.<site>.from.<peer>`` through one consumer, a batch of messages at a
 time.  A source record is one event; an inbound message is a whole flow's epoch (hundreds of tuples).  A
 node that falls behind therefore reads the other sites' data many times faster than its own, and the
 host's inbox -- kept in memory and in every checkpoint -- grows with the backlog (the soak's central node:
@@ -128,9 +128,9 @@ class SourceGate:
         return out
 
 
-def apply(decision: Optional[bool], consumer: Any, tp: Any) -> None:
-    """Pause (True) or resume (False) ``tp`` on a confluent-kafka ``consumer``; None: nothing."""
-    if decision is True:
-        consumer.pause([tp])
-    elif decision is False:
-        consumer.resume([tp])
+def apply(decision: Optional[bool], consumer: Any, tps: list[Any]) -> None:
+    """Pause (True) or resume (False) the partitions ``tps`` on a confluent-kafka ``consumer``; None: nothing."""
+    if decision is True and tps:
+        consumer.pause(tps)
+    elif decision is False and tps:
+        consumer.resume(tps)

@@ -2,7 +2,7 @@
 
 :func:`run_cluster` does one run of a plan end to end on a real broker:
 
-1. creates the query's topics (``src.<q>.<stream>``, ``node.<q>.<site>``, ``out.<q>``,
+1. creates the query's topics (``src.<q>.<stream>``, ``node.<q>.<r>.from.<s>``, ``out.<q>``,
    ``control``; one partition each) and notes their end offsets;
 2. publishes the plan on ``control`` (kind ``plan``, with a fresh run id and those offsets,
    so earlier runs of the same query on the same broker are not re-read);
@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPIC,
+    CONTROL_TOPICS,
+    STATUS_TOPIC,
     Producing,
     TopicPartition,
     check_reachable,
@@ -144,13 +145,14 @@ def _topics(query: Query, tree: Optional[TreeRun], split: Optional[Partitioned],
 
 def _publish(query: Query, rp: RunPlan, tree: Optional[TreeRun], split: Optional[Partitioned], consumer: Any,
              producer: Any, run: str, topics: list[str], partitioned_topics: list[str]) -> tuple[list[Any], list[str]]:
-    """Publish the run's plan message, from the end of its topics; the consumer then reads ``control`` after
-    it and the ``out`` topics of the run's queries.  Returns the plan generations (none for a tree) and the
-    sites to start a node at."""
-    offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
+    """Publish the run's plan message, from the end of its topics; the consumer then reads ``status`` (the
+    nodes' reports) and the ``out`` topics of the run's queries from there.  Returns the plan generations (none
+    for a tree) and the sites to start a node at."""
+    offsets = end_offsets(consumer, [t for t in topics if t not in CONTROL_TOPICS])
+    status_start = end_offsets(consumer, [STATUS_TOPIC])[STATUS_TOPIC]
     msg = scale_message(rp.message(query, run, offsets), consumer, split, partitioned_topics)
-    plan_offset = publish_sync(producer, query.name, msg)
-    consumer.assign([TopicPartition(CONTROL_TOPIC, 0, plan_offset + 1)]
+    publish_sync(producer, query.name, msg)
+    consumer.assign([TopicPartition(STATUS_TOPIC, 0, status_start)]
                     + [TopicPartition(out_topic(q.name), 0, offsets[out_topic(q.name)])
                        for q in _outputs(query, tree)])
     specs = [] if isinstance(rp, TreesRun) else generations(query, rp.plans)

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
-from joinlib.adapters.kafka import CONTROL_TOPIC, consume
+from joinlib.adapters.kafka import STATUS_TOPIC, consume
 from joinlib.adaptive.service import quiescent
 from joinlib.control.check import accept_control
 from joinlib.control.messages import DoneMessage, StatusMessage
@@ -99,7 +99,7 @@ class _Collector:
         self.pending: list[Any] = []   # results before the replay start time is known
 
     def take(self, msg: Any) -> None:
-        if msg.topic() == CONTROL_TOPIC:
+        if msg.topic() == STATUS_TOPIC:
             self._control(msg)
         else:
             self._results(msg)

@@ -1,12 +1,14 @@
-"""The ``control`` topic as the node services read it: plans, ends and dones with their offsets.
+"""The ``control`` and ``status`` topics as the node services read them: plans, ends and dones with their offsets.
 
-Control messages (``records.Control``, topic ``control``, key = query name) are ``plan``, ``end``, ``status``,
-``done`` and ``stop``, typed in :mod:`joinlib.control.messages` (docs/contracts.md, "Control kinds");
+Control messages (``records.Control``, key = query name) are the planner's ``plan`` and ``stop`` on ``control``
+and everyone else's ``end``, ``status`` and ``done`` on ``status`` (so that the broker can keep all but the
+planner off ``control``), typed in :mod:`joinlib.control.messages` (docs/contracts.md, "Control kinds");
 :func:`decode_control_message` accepts one only once it validates (:mod:`joinlib.control.check`), and a plan
 compiles, once, on the way in.  A plan's ``offsets`` (optional) are the partition-0 offsets of the query's
 topics when the plan was published: nodes start reading there, so several runs of one query can share a
-broker; without them nodes read from the beginning.  An ``end`` applies to the run of the latest plan before
-it (``run`` missing) or to the named run.
+broker; without them nodes read from the beginning.  An ``end`` applies to the run it names (the two topics
+are not ordered with each other, so "the latest plan before it" means nothing; an ``end`` without a run
+applies to plans without one).
 """
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
+    CONTROL_TOPICS,
     OFFSET_BEGINNING,
+    STATUS_TOPIC,
     Producing,
     TopicPartition,
     consume,
+    control_topic_of,
     end_offsets,
     produce_control_sync,
     publish_control,
@@ -42,14 +47,15 @@ from joinlib.protocol import records
 
 @dataclass
 class ControlRecord:
-    """A control message read at ``offset`` of ``control``: its query, kind and typed message; a plan's also
-    compiled, once, when it was checked (:func:`decode_control_message`)."""
+    """A control message read at ``offset`` of ``topic`` (``control`` or ``status``): its query, kind and typed
+    message; a plan's also compiled, once, when it was checked (:func:`decode_control_message`)."""
 
     offset: int
     query: str
     kind: str
     message: ControlMessage
     compiled: Optional[Compiled] = None
+    topic: str = CONTROL_TOPIC
 
     @property
     def run(self) -> Optional[str]:
@@ -75,7 +81,8 @@ class ControlRecord:
 
 @dataclass
 class ControlLog:
-    """Control messages read so far (plans, ends and dones), with their offsets."""
+    """Control messages read so far (plans, ends and dones), with their offsets; ``position`` and
+    ``status_position``: the next offsets to read of ``control`` and ``status``."""
 
     plans: list[ControlRecord] = field(default_factory=list)
     ends: list[ControlRecord] = field(default_factory=list)
@@ -84,6 +91,7 @@ class ControlLog:
     position: int = 0                               # next offset to read
     started: set[tuple[Any, Any]] = field(default_factory=set)  # (run, site) with a status: a node ran it
     parts_done: set[tuple[Any, Any, Any]] = field(default_factory=set)  # (run, site, partition): scale-out
+    status_position: int = 0                        # next offset of ``status`` to read
 
     def add(self, rec: ControlRecord) -> None:
         m = rec.message
@@ -99,7 +107,20 @@ class ControlLog:
             self.stopped.add((rec.query, m.run))
         elif isinstance(m, StatusMessage):
             self.started.add((m.run, m.site))
-        self.position = max(self.position, rec.offset + 1)
+        self.advance(rec.topic, rec.offset)
+
+    def advance(self, topic: str, offset: int) -> None:
+        """``offset`` of ``topic`` is read."""
+        if topic == STATUS_TOPIC:
+            self.status_position = max(self.status_position, offset + 1)
+        else:
+            self.position = max(self.position, offset + 1)
+
+    def assignment(self, after: int = -1) -> list[Any]:
+        """The partitions of ``control`` (from its position, at least ``after`` + 1) and ``status`` to read on."""
+        ctl = max(self.position, after + 1)
+        return [TopicPartition(CONTROL_TOPIC, 0, ctl or OFFSET_BEGINNING),
+                TopicPartition(STATUS_TOPIC, 0, self.status_position or OFFSET_BEGINNING)]
 
     def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
         for rec in reversed(self.plans):
@@ -131,18 +152,18 @@ class ControlLog:
     def is_stopped(self, rec: ControlRecord) -> bool:
         return (rec.query, rec.run) in self.stopped
 
-    def ends_after(self, rec: ControlRecord, query: str, run: Optional[str]) -> list[EndMessage]:
-        """The ``end`` messages of ``query`` read after ``rec`` that apply to run ``run``."""
-        return [e.message for e in self.ends if e.offset > rec.offset and e.query == query
+    def ends_of(self, query: str, run: Optional[str]) -> list[EndMessage]:
+        """The ``end`` messages of ``query`` read so far that apply to run ``run``."""
+        return [e.message for e in self.ends if e.query == query
                 and isinstance(e.message, EndMessage) and e.message.applies_to(run)]
 
     def copy(self) -> ControlLog:
         return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position,
-                          set(self.started), set(self.parts_done))
+                          set(self.started), set(self.parts_done), self.status_position)
 
 
-#: ``reject(offset, reason, detail)``: called for a control message that is rejected
-Reject = Callable[[int, str, str], None]
+#: ``reject(offset, reason, detail, topic)``: called for a control message that is rejected
+Reject = Callable[[int, str, str, str], None]
 
 
 def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optional[ControlRecord]:
@@ -150,38 +171,47 @@ def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optiona
     validate (:func:`joinlib.control.check.check_control`) or is a plan without the planner's signature
     where one is required (:mod:`joinlib.adapters.plan_signing`): such a message changes nothing."""
     offset = msg.offset()
+    topic = msg.topic() or CONTROL_TOPIC
     try:
         c = records.decode_control(msg.value())
     except Exception as e:  # garbage may trip fastavro or the JSON payload in several ways
         if reject is not None:
-            reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}")
+            reject(offset, UNDECODABLE, f"not a Control message: {type(e).__name__}: {str(e)[:200]}", topic)
         return None
     got = verify(c.kind, msg.value(), getattr(msg, "headers", lambda: None)()) or accept_control(
         c.query, c.kind, c.payload)
     if isinstance(got, str):
         if reject is not None:
-            reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {got}")
+            reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {got}", topic)
         return None
-    return ControlRecord(offset, c.query, c.kind, got.message, got.compiled)
+    if control_topic_of(c.kind) != topic:
+        if reject is not None:
+            reject(offset, INVALID, f"a {c.kind!r} message of query {str(c.query)[:80]!r} on {topic!r}, which does "
+                                    f"not carry that kind (it goes to {control_topic_of(c.kind)!r})", topic)
+        return None
+    return ControlRecord(offset, c.query, c.kind, got.message, got.compiled, topic)
 
 
 def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0,
                         reject: Optional[Reject] = None) -> ControlLog:
-    """Read ``control`` from ``log.position`` (0 = beginning) up to its current end (``reject``: see
-    :func:`decode_control_message`)."""
-    end = end_offsets(consumer, [CONTROL_TOPIC], timeout_s)[CONTROL_TOPIC]
-    if log.position >= end:
+    """Read ``control`` from ``log.position`` and ``status`` from ``log.status_position`` (0 = beginning) up to
+    their current ends (``reject``: see :func:`decode_control_message`)."""
+    ends = end_offsets(consumer, CONTROL_TOPICS, timeout_s)
+
+    def behind() -> bool:
+        return log.position < ends[CONTROL_TOPIC] or log.status_position < ends[STATUS_TOPIC]
+    if not behind():
         return log
-    consumer.assign([TopicPartition(CONTROL_TOPIC, 0, log.position or OFFSET_BEGINNING)])
+    consumer.assign(log.assignment())
     deadline = time.monotonic() + max(timeout_s, 30.0)
-    while log.position < end:
+    while behind():
         for m in consume(consumer, 5000, 0.2):
             rec = decode_control_message(m, reject)
             offset = m.offset()
             if rec is not None:
                 log.add(rec)
             elif offset is not None:  # always, for a consumed message
-                log.position = max(log.position, offset + 1)
+                log.advance(m.topic() or CONTROL_TOPIC, offset)
         if time.monotonic() > deadline:
             break
     return log
@@ -193,5 +223,5 @@ def publish(out: Producing, query: str, msg: ControlMessage, *, flush: bool = Tr
 
 
 def publish_sync(producer: Any, query: str, msg: ControlMessage) -> int:
-    """Publish a control message of ``query`` and wait for it; returns its offset in ``control``."""
+    """Publish a control message of ``query`` and wait for it; returns its offset in its topic."""
     return int(produce_control_sync(producer, query, kind_of(msg), msg.to_json()))

@@ -168,7 +168,7 @@ class PlanRun:
         """The plan's last epoch, and ends already read (after the plan), apply to ``host``."""
         if self.msg.last_epoch is not None:
             host.set_last(self.q.name, int(self.msg.last_epoch))
-        for end in self.ctl.ends_after(self.rec, self.ctl_query, self.run_id):
+        for end in self.ctl.ends_of(self.ctl_query, self.run_id):
             host.set_last(self.q.name, end.last_epoch)
         succ = self.ctl.successor(self.rec)
         if succ is not None and self.adaptive is None:
@@ -301,7 +301,8 @@ class PlanRun:
         self.ckpt.take(self, self.out, self.svc.sensor)
 
     def on_control(self, m: Any) -> None:
-        """A message of ``control`` read during the run: an end or stop of its query, a done of its run."""
+        """A message of ``control`` or ``status`` read during the run: an end or stop of its query, a done of its
+        run."""
         r = decode_control_message(m, self.svc.reject_control)
         if r is None:
             return

@@ -8,11 +8,11 @@ One process (or thread) per site.  It
    waiting for one if there is none;
 2. lowers the plan and its generations (``switches``: later plans taking over at given epochs)
    and installs every generation that places anything here in a Host, with a
-   :class:`KafkaTransport` (node-to-node messages on ``node.<query>.<dst>``), a
+   :class:`KafkaTransport` (node-to-node messages on ``node.<query>.<dst>.from.<src>``), a
    :class:`KafkaResultSink` (``out.<query>``), a window store factory (Redis when ``REDIS_URL``
    is set, else memory) and a :class:`PrometheusSensor`;
 3. consumes ``src.<query>.<stream>`` of its home streams (``SourceBatch``: tuples + watermark ->
-   ``Host.feed``), ``node.<query>.<site>`` (-> ``Host.on_message`` with the wall-clock receive
+   ``Host.feed``), ``node.<query>.<site>.from.<peer>`` (-> ``Host.on_message`` with the wall-clock receive
    time and the ``sent_ms`` header) and ``control`` (``end`` -> ``Host.set_last``), calling
    ``Host.run(now)`` after each batch of messages;
 4. when the host is ``finished``: flushes, publishes ``done`` (per link and kind message and byte
@@ -39,8 +39,7 @@ from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
-    OFFSET_BEGINNING,
-    TopicPartition,
+    CONTROL_TOPICS,
     check_reachable,
     consume,
     ensure_topics,
@@ -110,7 +109,7 @@ class NodeService:
             serve_metrics(self.metrics_port, self.registry)
             self.log(f"metrics on :{self.metrics_port}/metrics")
         admin = make_admin(self.bootstrap)
-        ensure_topics(admin, [CONTROL_TOPIC])
+        ensure_topics(admin, list(CONTROL_TOPICS))
         consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
         try:
             ctl = read_control_to_end(consumer, ControlLog(), reject=self.reject_control)
@@ -167,7 +166,7 @@ class NodeService:
         the service is stopped; a query's next plan starts when its current run has ended."""
         runs: dict[Any, _RunThread] = {}   # by run: a replan's two runs of a query overlap (docs/live.md "Replan")
         accept = self._accept(ctl)
-        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, ctl.position or OFFSET_BEGINNING)])
+        consumer.assign(ctl.assignment())
         self.log("serving every query with a stream or an operator here")
         try:
             while not self.stop.is_set():
@@ -198,7 +197,7 @@ class NodeService:
             return rec
         what = f"query {self.query_name}" if self.query_name else f"a query with a stream or operator at {self.site}"
         self.log(f"waiting for a plan of {what} on '{CONTROL_TOPIC}'")
-        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, ctl.position or OFFSET_BEGINNING)])
+        consumer.assign(ctl.assignment())
         deadline = None if self.plan_timeout_s is None else time.monotonic() + self.plan_timeout_s
         while not self.stop.is_set():
             for m in consume(consumer, 1000, 0.2):

@@ -44,7 +44,7 @@ import uuid
 from typing import Any, Optional
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPIC,
+    CONTROL_TOPICS,
     Producing,
     TopicPartition,
     consume,
@@ -120,8 +120,7 @@ class Rekeyer:
                                log=svc.log, on_naive=self._on_naive, now=now_ms())
         try:
             self._resume()
-            consumer.assign([TopicPartition(CONTROL_TOPIC, 0, max(self.rec.offset + 1, self.ctl.position))]
-                            + self.live.topic_partitions())
+            consumer.assign(self.ctl.assignment(self.rec.offset) + self.live.topic_partitions())
             svc.log(f"{self.q.name}: re-keying {', '.join(self.streams)} of {self.site} into {self.d} partitions "
                     f"(run {self.run_id})")
             self._loop(consumer)
@@ -180,7 +179,7 @@ class Rekeyer:
             self.store.fence.check_often("producing")   # still the owner: before a round that produces
             now = now_ms()
             for m in consume(consumer, 2000, 0.05):
-                if m.topic() == CONTROL_TOPIC:
+                if m.topic() in CONTROL_TOPICS:
                     self._control(m)
                 else:
                     self.live.handle(m, now)

@@ -8,11 +8,13 @@ import math
 from typing import Any, Optional
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPIC,
+    CONTROL_TOPICS,
     OFFSET_BEGINNING,
+    STATUS_TOPIC,
     TopicPartition,
     ensure_partitions,
     ensure_topics,
+    inbound_topics,
     node_topic,
     out_topic,
     sink_topics,
@@ -28,15 +30,17 @@ from joinlib.protocol import records, wire
 
 
 class RunInputs:
-    """What ``run`` reads: ``control`` (from after its plan), its home streams' source topics (or their live
-    sources), and its inbound topic ``node.<query>.<site>``; :meth:`handle` takes one message."""
+    """What ``run`` reads: ``control`` (from after its plan) and ``status``, its home streams' source topics (or
+    their live sources), and its inbound flow topics ``node.<query>.<site>.from.<peer>``; :meth:`handle` takes one
+    message."""
 
     def __init__(self, run: Any) -> None:
         self.run = run
         q, site = run.q, run.site
         self.homes = {s.name for s in q.streams if s.site == site}
         self.others = [x for x in q.sites if x != site]  # the naive baseline: every stream to every site
-        self.my_topic = node_topic(q.name, site)
+        self.inbound = inbound_topics(q.name, site, q.nodes)   # topic -> the sending site
+        self.outbound = [node_topic(q.name, dst, site) for dst in q.nodes if dst != site]
         live = set() if run.scope.rekeyed else {s.name for s in live_streams(q, site)}
         self.src_topics = {source_topic(q, s.name): s.name for s in q.streams if s.site == site and s.name not in live}
         self.tps: list[TopicPartition] = []
@@ -50,25 +54,25 @@ class RunInputs:
         run, q = self.run, self.run.q
         extra = [dlq_topic(run.live_name), marks_topic(run.live_name)] if run.live is not None else []
         ensure_topics(run.admin, [out_topic(q.name), *sink_topics(q), *extra])
-        ensure_partitions(run.admin, [self.my_topic, *self.src_topics], run.scope.topic_parts)
+        ensure_partitions(run.admin, [*self.inbound, *self.src_topics], run.scope.topic_parts)
         part = run.scope.part or 0   # the partition of the source and node topics read here
 
         def start(topic: str) -> int:
             off = offsets.get((topic, part))
             return OFFSET_BEGINNING if off is None else int(off)
-        self.tps = ([TopicPartition(CONTROL_TOPIC, 0, max(run.rec.offset + 1, run.ctl.position))]
+        self.tps = (run.ctl.assignment(run.rec.offset)
                     + [TopicPartition(t, part, start(t)) for t in self.src_topics]
-                    + [TopicPartition(self.my_topic, part, start(self.my_topic))]
+                    + [TopicPartition(t, part, start(t)) for t in self.inbound]
                     + (run.live.topic_partitions() if run.live is not None else []))
         run.consumer.assign(self.tps)
-        warm_up(run.out.producer, [node_topic(q.name, x) for x in q.nodes] + [out_topic(q.name), CONTROL_TOPIC]
+        warm_up(run.out.producer, self.outbound + [out_topic(q.name), STATUS_TOPIC]
                 + sink_topics(q) + extra)
 
     # ------------------------------------------------------------------ one message
     def handle(self, m: Any, now: float) -> None:
         run = self.run
         topic = m.topic()
-        if topic == CONTROL_TOPIC:
+        if topic in CONTROL_TOPICS:
             run.on_control(m)
             return
         if run.live is not None and topic in run.live.by_topic:
@@ -88,16 +92,25 @@ class RunInputs:
                     return
             elif k == "run" and run.run_id is not None and v != run.scope.topic_runs.get(topic, run.run_id).encode():
                 return  # a message of another run of this query
-        if topic == self.my_topic:
+        if topic in self.inbound:
             self._inbound(m, now, sent if sent is not None else float(m.timestamp()[1]), proto)
         elif topic in self.src_topics:
             self._source(m)
+
+    def sender(self, m: Any) -> Optional[str]:
+        """The site that sent ``m``, as its topic names it; None (rejected) if its key names another."""
+        src = self.inbound[m.topic()]
+        key = m.key()
+        if key is not None and key != src.encode():
+            self.reject(m, INVALID, f"keyed {bytes(key)[:40]!r} on the flow topic of {src[:40]!r}")
+            return None
+        return src
 
     def reject(self, m: Any, reason: str, detail: str) -> None:
         self.run.svc.rejections.reject(m.topic(), reason, detail, m.partition() or 0, m.offset())
 
     def _inbound(self, m: Any, now: float, sent: float, proto: bool) -> None:
-        """A message of ``node.<query>.<site>``: an envelope, or (header ``adaptive``) a protocol message."""
+        """A message of an inbound flow topic: an envelope, or (header ``adaptive``) a protocol message."""
         if not proto:
             self._message(m, now, sent)
         elif self.run.adaptive is not None:
@@ -106,11 +119,15 @@ class RunInputs:
             self.reject(m, INVALID, "an adaptive protocol message in a run of a plan that is not adaptive")
 
     def _envelope(self, m: Any) -> Optional[Any]:
-        """The envelope of a message of ``node.<query>.<site>``, or None (rejected) if it does not decode or
-        names no flow of a plan instance here that ends at this site and starts at the sending site."""
+        """The envelope of a message of an inbound flow topic, or None (rejected) if it does not decode or
+        names no flow of a plan instance here that ends at this site and starts at the sending site -- the
+        site the topic names (only its principal may write the topic), whatever the message's key says."""
         run = self.run
+        src = self.sender(m)
+        if src is None:
+            return None
         try:
-            env = wire.decode_envelope(m.value(), (m.key() or b"").decode(), run.site)
+            env = wire.decode_envelope(m.value(), src, run.site)
         except Exception as e:  # garbage may trip the decoder in several ways
             self.reject(m, UNDECODABLE, f"not an Envelope: {type(e).__name__}: {str(e)[:200]}")
             return None
@@ -174,9 +191,10 @@ class RunInputs:
 
     # ------------------------------------------------------------------ back-pressure
     def pace(self) -> None:
-        """After a step of the host: pause or resume the inbound partition and the source topics."""
+        """After a step of the host: pause or resume the inbound partitions and the source topics."""
         run = self.run
-        apply(self.gate.decide(run.host), run.consumer, TopicPartition(self.my_topic, run.scope.part or 0))
+        part = run.scope.part or 0
+        apply(self.gate.decide(run.host), run.consumer, [TopicPartition(t, part) for t in self.inbound])
         changes = self.src_gate.decide(run.host, run.q.name)
         if changes:
             self._pause_sources(changes)

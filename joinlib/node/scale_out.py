@@ -6,7 +6,7 @@ the tuples the partition function sends to p, and its messages name p.  So parti
 unit of work that can live in any process of that site.  With ``"scale_out": true`` in the plan
 message (``joinlib run ... --plan pmjoin... --cluster --scale-out``):
 
-* the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>`` have D Kafka
+* the source topics ``src.<query>.<stream>`` and the node topics ``node.<query>.<site>.from.<peer>`` have D Kafka
   partitions; the replayer writes partition p's tuples to partition p (a stream the plan does not
   partition, to every one), and a node sends partition p's messages to partition p.  A live query's
   streams are written there by each site's re-keyer (:mod:`.rekey`), a role of the site's group: partition
@@ -46,12 +46,11 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPIC,
     TopicPartition,
     consume,
     ensure_partitions,
+    flow_topics,
     make_consumer,
-    node_topic,
     partition_ends,
     source_topic,
 )
@@ -289,7 +288,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     # the partitions already done (an instance that joins late, or a restarted one) are not run again
     seen = read_control_to_end(control, ControlLog(position=rec.offset + 1), reject=svc.reject_control)
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
-    control.assign([TopicPartition(CONTROL_TOPIC, 0, seen.position)])
+    control.assign(seen.assignment())
     group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
         "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False, **membership})
     group.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
@@ -339,7 +338,7 @@ def scaled_topics(query: Any, plan: Any, admin: Any, split: Optional[Partitioned
     if split is None:
         return []
     nodes = dict.fromkeys(site for at in part_sites(generations(query, plan)).values() for site in at)
-    topics = [source_topic(query, s.name) for s in query.streams] + [node_topic(query.name, n) for n in nodes]
+    topics = [source_topic(query, s.name) for s in query.streams] + flow_topics(query.name, nodes)
     ensure_partitions(admin, topics, split.function.d)
     return topics
 

@@ -4,7 +4,7 @@ A plan message whose plan is ``{"mjoin_tree": ...}`` (:func:`joinlib.control.com
 lowered by every node the same way (:func:`joinlib.mjoin.derived.lower_tree`). Each node then runs, in a
 thread of its own, every operator query (``<query>.mj<i>``, ``central`` at the operator's node) that
 has an input or the operator at its site: an ordinary :class:`~.node_run.PlanRun` with its own consumer,
-producer, node topics (``node.<query>.mj<i>.<site>``) and windows, and three differences:
+producer, node topics (``node.<query>.mj<i>.<r>.from.<s>``) and windows, and three differences:
 
 * its inputs are read from the tree query's source topics (``src.<query>.<stream>``, the tuples moved
   to their position in the operator query) or, for a live stream, its own topic (one operator reads
@@ -45,7 +45,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import KafkaResultSink, Producing, ensure_topics, make_consumer, make_producer, source_topic
+from joinlib.adapters.kafka import (
+    KafkaResultSink,
+    Producing,
+    ensure_topics,
+    flow_topics,
+    make_consumer,
+    make_producer,
+    source_topic,
+)
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, StatusMessage, merge_done
 from joinlib.control.run_plan import Generations, TreesRun
@@ -136,7 +144,7 @@ def tree_topics(tr: TreeRun) -> list[str]:
     out: list[str] = []
     for i, op in enumerate(tr.dep.ops):
         out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
-        out += [f"node.{op.name}.{site}" for site in op.sites]
+        out += flow_topics(op.name, [*op.query.nodes, *op.sites])
     return out
 
 

@@ -121,7 +121,7 @@ InstanceKey = tuple[str, int, int]
 class Envelope:
     """One message on flow ``flow`` of instance (``query``, ``part``, ``gen``) for batch
     ``epoch``, sent by site ``src`` to ``dst``.  ``query`` is not on the wire: the topic
-    (``node.<query>.<dst>``) names it."""
+    (``node.<query>.<dst>.from.<src>``) names it."""
 
     src: str
     dst: str

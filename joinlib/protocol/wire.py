@@ -1,5 +1,5 @@
 """Avro wire encoding of the node-to-node messages: :class:`~joinlib.protocol.messages.Envelope` and its
-bodies (``joinlib.Envelope``, topic ``node.<query>.<site>``).
+bodies (``joinlib.Envelope``, topic ``node.<query>.<site>.from.<peer>``).
 
 * :func:`encode_envelope` / :func:`decode_envelope`; :func:`envelope_size` is the exact byte count the
   simulator charges, :func:`naive_batch_size` what shipping a source batch whole would cost;

@@ -58,6 +58,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
+    CONTROL_TOPICS,
+    STATUS_TOPIC,
     consume,
     end_offsets,
     ensure_topics,
@@ -232,7 +234,7 @@ class PlannerService:
         self.bootstrap = bootstrap
         self.sensor = sensor
         self.admin = make_admin(bootstrap)
-        ensure_topics(self.admin, [CONTROL_TOPIC])
+        ensure_topics(self.admin, list(CONTROL_TOPICS))
         self.producer = make_producer(bootstrap)
         self.queries: dict[str, QueryStatus] = {}
         self.lock = threading.Lock()
@@ -347,7 +349,7 @@ class PlannerService:
         ensure_topics(self.admin, topics)
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
         try:
-            offsets = end_offsets(consumer, [t for t in topics if t != CONTROL_TOPIC])
+            offsets = end_offsets(consumer, [t for t in topics if t not in CONTROL_TOPICS])
         finally:
             consumer.close()
         msg = replace(msg, offsets=offsets)
@@ -431,20 +433,34 @@ class PlannerService:
 
     # ------------------------------------------------------------------ control log
     def _watch(self) -> None:
+        """Follow ``control`` (plans, stops) and ``status`` (the nodes' reports).  ``control`` is read to its end
+        first: a report counts only for the run of the query's current plan, and the two topics are not
+        ordered with each other."""
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-watch-{uuid.uuid4().hex[:8]}")
-        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, OFFSET_BEGINNING)])
         try:
+            end = end_offsets(consumer, [CONTROL_TOPIC])[CONTROL_TOPIC]
+            consumer.assign([TopicPartition(CONTROL_TOPIC, 0, OFFSET_BEGINNING)])
+            position = 0
+            while position < end and not self._stop.is_set():
+                for msg in consume(consumer, 1000, 0.5):
+                    self._take(msg)
+                    position = max(position, (msg.offset() or 0) + 1)
+            consumer.assign([TopicPartition(CONTROL_TOPIC, 0, position or OFFSET_BEGINNING),
+                             TopicPartition(STATUS_TOPIC, 0, OFFSET_BEGINNING)])
             while not self._stop.is_set():
                 for msg in consume(consumer, 1000, 0.5):
-                    rec = decode_control_message(msg, self._reject)   # a tombstone too is rejected
-                    if rec is None:  # rejected: logged and counted, changes nothing
-                        continue
-                    try:
-                        self._apply(rec)
-                    except Exception as e:  # the watcher must outlive any message
-                        self._reject(msg.offset() or 0, INVALID, f"cannot apply: {type(e).__name__}: {e}")
+                    self._take(msg)
         finally:
             consumer.close()
+
+    def _take(self, msg: Any) -> None:
+        rec = decode_control_message(msg, self._reject)   # a tombstone too is rejected
+        if rec is None:  # rejected: logged and counted, changes nothing
+            return
+        try:
+            self._apply(rec)
+        except Exception as e:  # the watcher must outlive any message
+            self._reject(rec.offset, INVALID, f"cannot apply: {type(e).__name__}: {e}", rec.topic)
 
     def _apply(self, rec: ControlRecord) -> None:
         m, query = rec.message, rec.query

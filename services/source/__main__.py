@@ -2,10 +2,11 @@
 
 Replays every stream of the query into ``src.<query>.<stream>`` (one SourceBatch per batch
 interval, event time preserved; real time by default, X times faster with --rate-scale,
-unpaced with --fast), then publishes ``end {"last_epoch": E}`` on ``control``.  If that plan is
+unpaced with --fast), then publishes ``end {"last_epoch": E, "run": R}`` on ``status``.  If that plan is
 scaled out (``joinlib run ... --scale-out``), partition p of each source topic gets plan partition p's tuples.
-Env: ``KAFKA_BOOTSTRAP_SERVERS``.  The run id of ``end`` defaults to the latest plan of the
-query on ``control``.
+Env: ``KAFKA_BOOTSTRAP_SERVERS``.  The run id R defaults to the latest plan of the query on ``control``
+(read again when the replay is over if there was none at its start: an ``end`` applies only to the run
+it names).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import argparse
 import sys
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from joinlib.adapters.kafka import (
     Producing,
@@ -25,9 +27,10 @@ from joinlib.adapters.kafka import (
     query_topics,
     source_topic,
 )
+from joinlib.control.messages import EndMessage
 from joinlib.data.files import load_streams
 from joinlib.errors import JoinlibError
-from joinlib.node.control import ControlLog, ControlRecord, read_control_to_end
+from joinlib.node.control import ControlLog, ControlRecord, publish, read_control_to_end
 from joinlib.node.replay import replay
 from joinlib.plan.partitioned import Partitioned
 from joinlib.settings import ServiceEnv
@@ -69,15 +72,7 @@ def _run(args) -> int:
     streams = load_streams(query, args.data)
     check_reachable(args.bootstrap)
     ensure_topics(make_admin(args.bootstrap), query_topics(query))
-    consumer = make_consumer(args.bootstrap, f"joinlib-source-{uuid.uuid4().hex[:8]}")
-    try:
-        ctl = read_control_to_end(consumer, ControlLog())
-    finally:
-        consumer.close()
-
-    def ours(r: ControlRecord) -> bool:
-        return r.query == query.name and (args.run is None or r.run == args.run)
-    rec = ctl.latest_plan(ours)
+    rec = _latest_plan(args.bootstrap, query.name, args.run)
     plan = rec.plan if rec is not None else None
     run = args.run or (plan.run if plan is not None else None)
     if rec is None and args.run is None:
@@ -92,11 +87,33 @@ def _run(args) -> int:
                             f"{split.function.d} partitions")
     out = Producing(make_producer(args.bootstrap))
     info = replay(out, query, streams, rate_scale=None if args.fast else args.rate_scale, run=run,
-                  progress=not args.no_progress and sys.stderr.isatty(), end=not args.no_end, split=split)
+                  progress=not args.no_progress and sys.stderr.isatty(), end=not args.no_end and run is not None,
+                  split=split)
+    if run is None and not args.no_end:   # the plan published meanwhile, if any, is the run this end is for
+        run = _latest_run(args.bootstrap, query.name)
+        publish(out, query.name, EndMessage(info.last_epoch, run))
+        if run is None:
+            info_line("source", f"still no plan of query {query.name} on 'control': the end names no run, "
+                                "so it ends only plans without a run id")
     info_line("source", f"{query.name}: {info.tuples} tuples in {info.messages} batches ({info.bytes:,} bytes) "
                         f"in {info.wall_s:.2f}s; last epoch {info.last_epoch}"
                         + (f"; worst lag behind schedule {info.behind_ms:.0f} ms" if info.rate_scale else ""))
     return 0
+
+
+def _latest_plan(bootstrap: str, query: str, run: Optional[str] = None) -> Optional[ControlRecord]:
+    """The latest plan of ``query`` (of run ``run``, if given) on ``control``."""
+    consumer = make_consumer(bootstrap, f"joinlib-source-{uuid.uuid4().hex[:8]}")
+    try:
+        ctl = read_control_to_end(consumer, ControlLog())
+    finally:
+        consumer.close()
+    return ctl.latest_plan(lambda r: r.query == query and (run is None or r.run == run))
+
+
+def _latest_run(bootstrap: str, query: str) -> Optional[str]:
+    rec = _latest_plan(bootstrap, query)
+    return None if rec is None else rec.run
 
 
 if __name__ == "__main__":

@@ -140,3 +140,45 @@ def test_security_without_a_secret_fails_with_the_keys_to_provide(helm_runner):
 def test_schema_rejects_bad_security_values(helm_runner, bad):
     res = helm_runner.template_raw("-f", str(helm_runner.values_file("bad-schema", bad)))
     assert res.returncode != 0 and "schema" in res.stderr.lower(), res.stderr
+
+
+def acl_job(docs: list[dict]) -> dict:
+    return next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-acls"))
+
+
+def test_production_values_create_the_acls_in_a_hook_job(helm_runner):
+    """security.acls: a post-install/upgrade Job applies infra/kafka_acls.py's matrix as the admin user."""
+    docs = helm_runner.template("-f", str(PRODUCTION))
+    job = acl_job(docs)
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    container = pod_spec(job)["containers"][0]
+    assert container["command"] == ["python", "-m", "infra.kafka_acls", "apply", "--env"]
+    env, files = container_env(job, docs), credential_files(job)
+    assert env["KAFKA_SASL_USERNAME"] == "admin" and files["kafka-password"] == "kafka-admin-password"
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] and "REDIS_PASSWORD_FILE" not in env
+    assert not any(d["kind"] == "Job" and d["metadata"]["name"].endswith("-acls") for d in helm_runner.template())
+
+
+def test_mutual_tls_values_give_each_component_its_certificate(helm_runner):
+    """protocol SSL with clientCertFromSecret: no password, the certificate and key of each component's
+    keys kafka-<component>.crt/.key (the ACL job's: kafka-admin.*); renders valid for Kubernetes 1.30."""
+    kv = require_module("kubernetes_validate")
+    mtls = {"security": {"existingSecret": "creds", "acls": {"enabled": True},
+                         "kafka": {"protocol": "SSL", "caFromSecret": True, "clientCertFromSecret": True}}}
+    docs = helm_runner.template("-f", str(helm_runner.values_file("mtls", mtls)))
+    for comp, w in [*workloads(docs).items(), ("admin", acl_job(docs))]:
+        env, files = container_env(w, docs), credential_files(w)
+        assert env["KAFKA_SECURITY_PROTOCOL"] == "SSL" and "KAFKA_SASL_USERNAME" not in env, comp
+        assert env["KAFKA_SSL_CERT_FILE"] == f"{SECRET_DIR}/kafka-client.crt"
+        assert env["KAFKA_SSL_KEY_FILE"] == f"{SECRET_DIR}/kafka-client.key"
+        assert files["kafka-client.crt"] == f"kafka-{comp}.crt" and files["kafka-client.key"] == f"kafka-{comp}.key"
+        assert "kafka-password" not in files
+    for doc in docs:
+        if doc["kind"] != "ServiceMonitor":
+            kv.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_acls_need_an_authenticated_kafka(helm_runner):
+    plain = {"security": {"acls": {"enabled": True}}}
+    res = helm_runner.template_raw("-f", str(helm_runner.values_file("acl-plain", plain)))
+    assert res.returncode != 0 and "security.acls.enabled needs an authenticated Kafka" in res.stderr

@@ -363,10 +363,12 @@ class Garbage:
             lambda: ShippedBatch([self.tup(pos)], [1]),
         ])()
 
-    def envelope(self, sites: list[str], dst: str) -> tuple[str, Optional[bytes], Optional[bytes], list]:
-        """(kind, key, value, extra headers) of one hostile message for ``node.<query>.<dst>``."""
+    def envelope(self, sites: list[str], dst: str) -> tuple[str, str, Optional[bytes], Optional[bytes], list]:
+        """(kind, sender, key, value, extra headers) of one hostile message for the flow topic
+        ``node.<query>.<dst>.from.<sender>``."""
         rng = self.rng
-        key = rng.choice(sites).encode()
+        src = rng.choice([s for s in sites if s != dst])
+        key = src.encode()
         # far-future epochs: a forged envelope that happens to fit a real flow is only used at that epoch
         env = Envelope(key.decode(), dst, rng.randrange(0, 40), rng.randrange(10**6, 10**7), self.body(),
                        rng.choice([0, 0, 1, 7]), rng.choice([0, 0, 1, 3]))
@@ -390,7 +392,7 @@ class Garbage:
             headers = [("sent_ms", rng.choice([b"soon", b"nan", b"inf", b"", b"\xff"]))]
         elif choice == "out_of_range":   # part beyond an Avro int, or a body branch that does not exist
             value = rng.choice([avro.encode_long(1 << 40) + encoded[1:], encoded[:4] + b"\x7e" + encoded[5:]])
-        return choice, key, value, headers
+        return choice, src, key, value, headers
 
     # ---- control messages
     def control(self, query: str, run: str, good_plan: dict) -> tuple[str, Optional[bytes], bytes]:
@@ -516,18 +518,21 @@ def test_garbage_on_source_topics_goes_to_the_dead_letter_topic(stack, make_topi
 def test_garbage_on_node_topics_is_rejected_logged_and_counted(stack, kafka_bootstrap, state, tmp_path):
     """Random bytes, truncated envelopes, valid envelopes with wrong content (unknown instances and flows,
     bodies of the wrong class, out-of-range fields), bad keys and headers, tombstones and ~900 kB values
-    on every node.<query>.<site> of the running query (with its run header): each node rejects them
-    with a logged error and a counter; nothing crashes and the query's output is unchanged."""
-    from joinlib.adapters.kafka import make_producer, node_topic
+    on every flow topic node.<query>.<site>.from.<peer> of the running query (with its run header): each node
+    rejects them with a logged error and a counter; nothing crashes and the query's output is unchanged."""
+    from joinlib.adapters.kafka import inbound_topics, make_producer, node_topic
     q, run = state["query"], state["run"]
     g = Garbage(SEED + 1)
+
+    def inbound(topic: str, site: str) -> bool:
+        return topic in inbound_topics(q.name, site, q.nodes)
     p = make_producer(kafka_bootstrap, **{"message.max.bytes": 1_000_000})
     before = {s: stack.rejected(s) for s in stack.sites}
     sent: Counter = Counter()
     for _ in range(60):
         for site in stack.sites:
-            choice, key, value, headers = g.envelope(stack.sites, site)
-            p.produce(node_topic(q.name, site), value, key,
+            choice, src, key, value, headers = g.envelope(stack.sites, site)
+            p.produce(node_topic(q.name, site, src), value, key,
                       headers=[("run", run.encode()), ("sent_ms", str(int(time.time() * 1000)).encode()),
                                *headers] if choice != "bad_sent" else [("run", run.encode()), *headers])
             sent[(site, choice)] += 1
@@ -537,9 +542,9 @@ def test_garbage_on_node_topics_is_rejected_logged_and_counted(stack, kafka_boot
     while True:
         after = {s: stack.rejected(s) for s in stack.sites}
         got = {s: Counter({k: v - before[s].get(k, 0) for k, v in after[s].items()}) for s in stack.sites}
-        reasons = {s: {r for (t, r), v in got[s].items() if t == node_topic(q.name, s) and v > 0} for s in stack.sites}
+        reasons = {s: {r for (t, r), v in got[s].items() if inbound(t, s) and v > 0} for s in stack.sites}
         # every message is rejected, but for forged envelopes that fit a flow of the plan (far-future epochs)
-        counted = {s: sum(v for (t, _), v in got[s].items() if t == node_topic(q.name, s)) for s in stack.sites}
+        counted = {s: sum(v for (t, _), v in got[s].items() if inbound(t, s)) for s in stack.sites}
         written = {s: sum(v for (site, _), v in sent.items() if site == s) for s in stack.sites}
         if all(reasons[s] >= {"undecodable", "invalid", "bad_header"} and counted[s] >= 0.8 * written[s]
                for s in stack.sites):
@@ -547,7 +552,7 @@ def test_garbage_on_node_topics_is_rejected_logged_and_counted(stack, kafka_boot
         assert time.monotonic() < deadline, f"rejections per node: {got} of {written}"
         time.sleep(1)
     for s in stack.sites:
-        assert f"rejected a message of {node_topic(q.name, s)}" in stack.log(s)
+        assert f"rejected a message of node.{q.name}.{s}.from." in stack.log(s)
     stack.assert_alive()
     assert results_via_cli(stack, q, 0, tmp_path) == state["want"].results
     print(f"\nnode-topic garbage: {dict(g.kinds)}; rejected per node: "
@@ -628,7 +633,7 @@ def test_forged_envelopes_on_real_flows_are_rejected_and_crash_nothing(stack, ma
     (tuples of a stream position the query lacks or with a join value too many, keys of mixed lengths --
     before the check, such a message failed the query's run with an IndexError in a DJA replica): each is
     rejected as invalid, and the nodes and the query keep running."""
-    from joinlib.adapters.kafka import make_producer, node_topic
+    from joinlib.adapters.kafka import inbound_topics, make_producer, node_topic
     from joinlib.control.check import InboundFlows
     from joinlib.plan import logical as plans
     from joinlib.runtime.deploy import generations
@@ -649,7 +654,7 @@ def test_forged_envelopes_on_real_flows_are_rejected_and_crash_nothing(stack, ma
                 if body is None:
                     continue
                 env = Envelope(f.src, site, rank, epoch, body, 0, 0)
-                p.produce(node_topic(q.name, site), wire.encode_envelope(env), f.src.encode(),
+                p.produce(node_topic(q.name, site, f.src), wire.encode_envelope(env), f.src.encode(),
                           headers=[("run", out["run"].encode()), ("sent_ms", str(int(time.time() * 1000)).encode())])
                 forged[site] += 1
     assert p.flush(30) == 0 and sum(forged.values()) > 20
@@ -659,7 +664,8 @@ def test_forged_envelopes_on_real_flows_are_rejected_and_crash_nothing(stack, ma
     w.flush()
     want = wait_exact(stack, q, out["run"], rec, schemas_for(q, registry.url), tmp_path_for(stack), min_results=10)
     for s in stack.sites:
-        got = stack.rejected(s)[(node_topic(q.name, s), "invalid")] - before[s][(node_topic(q.name, s), "invalid")]
+        got = sum(stack.rejected(s)[(t, "invalid")] - before[s][(t, "invalid")]
+                  for t in inbound_topics(q.name, s, q.nodes))
         assert got == forged[s], (s, got, forged[s])
     stack.assert_alive()
     assert stack.http("GET", f"/queries/{q.name}")["state"] == "running"

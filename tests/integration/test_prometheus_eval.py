@@ -208,8 +208,8 @@ def provoke(stack: Stack, q, run: str, bootstrap: str) -> list[str]:
         p.produce(topic, b"{not json " + str(i).encode(), b"k", partition=i % 2)
     g = Garbage(7)
     for _ in range(40):
-        _, key, value, headers = g.envelope(stack.sites, stack.sites[0])
-        p.produce(node_topic(q.name, stack.sites[0]), value, key, headers=[("run", run.encode()), *headers])
+        _, src, key, value, headers = g.envelope(stack.sites, stack.sites[0])
+        p.produce(node_topic(q.name, stack.sites[0], src), value, key, headers=[("run", run.encode()), *headers])
         _, key, value = g.control(q.name, run, {"query": {}, "plan": {}, "run": run})
         p.produce(CONTROL_TOPIC, value, key)
     assert p.flush(30) == 0

@@ -15,7 +15,8 @@ from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPIC,
+    CONTROL_TOPICS,
+    STATUS_TOPIC,
     consume,
     end_offsets,
     ensure_topics,
@@ -73,7 +74,7 @@ def test_instances_sharing_a_sites_partitions_are_exact(routers, kafka_bootstrap
         assert sorted(p["part"] for p in parts) == list(range(d))
         assert sum(p["results"] for p in parts) == report["sites"][site]["results"]
     assert _partitions(kafka_admin, f"src.{query.name}.S1") >= d
-    assert _partitions(kafka_admin, f"node.{query.name}.r2") >= d
+    assert _partitions(kafka_admin, f"node.{query.name}.r2.from.r1") >= d
     assert not list(redis_client.scan_iter(match="{joinlib:%s:%s*" % (query.name, report["run"]), count=1000))
 
 
@@ -154,12 +155,13 @@ def test_shared_serving_nodes_take_a_scaled_plan_replayed_by_the_source_service(
         run = uuid.uuid4().hex[:12]
         specs = generations(query, plan)
         msg = PartitionedRun(plan).message(query, run, end_offsets(consumer, [t for t in query_topics(query)
-                                                                              if t != CONTROL_TOPIC]))
+                                                                              if t not in CONTROL_TOPICS]))
         msg = scale_message(msg, consumer, plan, topics)
-        offset = produce_control_sync(make_producer(kafka_bootstrap), query.name, "plan", msg.to_json())
+        status_start = end_offsets(consumer, [STATUS_TOPIC])[STATUS_TOPIC]
+        produce_control_sync(make_producer(kafka_bootstrap), query.name, "plan", msg.to_json())
         assert source_main(["--query", str(out / "q.yaml"), "--data", str(out), "--fast", "--run", run,
                             "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
-        consumer.assign([TopicPartition(CONTROL_TOPIC, 0, offset + 1)])
+        consumer.assign([TopicPartition(STATUS_TOPIC, 0, status_start)])   # the dones
         done: dict[str, dict] = {}
         deadline = time.monotonic() + 90
         every = wanted(specs, plan)

@@ -124,13 +124,18 @@ def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
     wrong service's credentials is refused with TOPIC_AUTHORIZATION_FAILED; what the service needs is not."""
     from confluent_kafka import KafkaError
     q = f"acl{int(time.time())}"
-    allowed = [("joinlib-source", f"src.{q}.S1"), ("joinlib-node", f"node.{q}.r2"), ("joinlib-node", f"out.{q}"),
-               ("joinlib-node", f"derived.{q}.mj0"), ("joinlib-planner", "control")]
+    flow = f"node.{q}.r2.from.r1"
+    allowed = [("joinlib-source", f"src.{q}.S1"), ("joinlib-node", flow), ("joinlib-node", f"out.{q}"),
+               ("joinlib-node", f"derived.{q}.mj0"), ("joinlib-planner", "control"), ("joinlib-node", "status"),
+               ("joinlib-source", "status")]
     refused = [("joinlib-node", f"src.{q}.S1"),      # a node forging a source's tuples
-               ("joinlib-source", f"node.{q}.r2"),   # a source forging a flow into a node
+               ("joinlib-node", "control"),          # ... or a plan: the planner alone writes control
+               ("joinlib-source", "control"),
+               ("joinlib-source", flow),             # a source forging a flow into a node
                ("joinlib-source", f"out.{q}"),       # ... or results
-               ("joinlib-planner", f"node.{q}.r2"),  # the planner only plans
+               ("joinlib-planner", flow),            # the planner only plans
                ("joinlib-planner", f"src.{q}.S1"),
+               ("joinlib-planner", "status"),        # ... and does not report as a node
                ("joinlib-spark", f"out.{q}"),        # the Spark jobs read only
                ("joinlib-spark", f"src.{q}.S1"),
                ("joinlib-spark", "control")]
@@ -144,20 +149,24 @@ def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
         timeout=10).topics)
 
 
-def test_per_site_node_users_read_only_their_own_flows(secure_cluster):
-    """``grant-query --per-site``: site r1's user reads its inbound topic only, so it cannot read the flows
-    other sites receive, and it writes the other nodes' topics but not its own."""
+def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster):
+    """``grant-query --per-site``: site r1's user writes only the flows r1 sends and reads only those it
+    receives -- so r1's credentials cannot forge r2's flow to r3 (or to r1 itself), read the flows r2
+    receives, or publish a plan on ``control``; its reports go to ``status``."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     from infra.kafka_acls import admin_client, grant_query, site_user
+    from joinlib.adapters.kafka import CONTROL_TOPICS, ensure_topics, flow_topics, node_topic
     query = load_query(ROOT / "examples" / "routers.yaml")
     from dataclasses import replace
     query = replace(query, name=f"site{int(time.time())}")
     s = secure_cluster.secrets
-    assert grant_query(admin_client(secure_cluster.kafka_bootstrap, s.dir), query, s.dir, per_site=True) > 0
+    admin = admin_client(secure_cluster.kafka_bootstrap, s.dir)
+    ensure_topics(admin, [*flow_topics(query.name, query.nodes), *CONTROL_TOPICS])   # as planning the query does
+    assert grant_query(admin, query, s.dir, per_site=True) > 0
     r1 = site_user("r1")
-    for site in ("r1", "r2"):   # something to read (the real senders: r2 -> r1 and r1 -> r2)
-        assert _produce(secure_cluster, site_user("r2" if site == "r1" else "r1"), f"node.{query.name}.{site}") is None
+    for dst, src in (("r1", "r2"), ("r2", "r3")):   # something to read, written by the real senders
+        assert _produce(secure_cluster, site_user(src), node_topic(query.name, dst, src), src.encode()) is None
 
     def read(topic: str):
         c = Consumer({"bootstrap.servers": secure_cluster.kafka_bootstrap, **s.kafka_client_conf(r1),
@@ -172,12 +181,17 @@ def test_per_site_node_users_read_only_their_own_flows(secure_cluster):
             return "nothing read"
         finally:
             c.close()
-    assert read(f"node.{query.name}.r1") is None
-    err = read(f"node.{query.name}.r2")
+    assert read(node_topic(query.name, "r1", "r2")) is None          # r1 receives r2's flow
+    err = read(node_topic(query.name, "r2", "r3"))                    # ... not the flows r2 receives
     assert isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
-    assert _produce(secure_cluster, r1, f"node.{query.name}.r3") is None
-    err = _produce(secure_cluster, r1, f"node.{query.name}.r1")
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    assert _produce(secure_cluster, r1, node_topic(query.name, "r3", "r1"), b"r1") is None    # r1's own flow
+    assert _produce(secure_cluster, r1, "status", b"r1") is None                              # its reports
+    forged = [node_topic(query.name, "r3", "r2"),    # r2's flow to r3, under r1's credentials
+              node_topic(query.name, "r1", "r2"),    # r2's flow to r1 itself
+              "control"]                             # a plan
+    for topic in forged:
+        err = _produce(secure_cluster, r1, topic, b"r2")
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (topic, err)
 
 
 def test_acls_keep_topics_and_acls_to_the_admin(secure_cluster):
@@ -255,7 +269,7 @@ def test_mutual_tls_is_an_alternative_to_scram_with_the_same_acls(secure_cluster
         p.flush(15)
         return box.get("err", "no delivery report")
     q = f"mtls{int(time.time())}"
-    assert produce(s.kafka_mtls_conf("joinlib-node"), f"node.{q}.r2") is None
+    assert produce(s.kafka_mtls_conf("joinlib-node"), f"node.{q}.r2.from.r1") is None
     err = produce(s.kafka_mtls_conf("joinlib-node"), f"src.{q}.S1")    # the node's ACLs, by certificate
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
     assert produce(s.kafka_mtls_conf("joinlib-source"), f"src.{q}.S1") is None
@@ -367,9 +381,11 @@ def test_planner_api_needs_the_bearer_token(planner, secure_cluster, client_env,
 # ---------------------------------------------------------------------------------------------- signed plans
 
 def test_nodes_reject_a_plan_the_planner_did_not_sign(planner, secure_cluster, client_env, tmp_path):
-    """A node's credentials may write ``control`` (its status and done messages go there), so the broker takes
-    a forged plan; the nodes, with JOINLIB_PLAN_VERIFY_KEY_FILE, act only on plans the planner's key signed."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    """The broker refuses a plan written under a node's credentials (the planner alone writes ``control``);
+    under credentials that may write it (the CLI's, which plays the planner in ``joinlib run --cluster``) the
+    broker takes a forged plan, and the nodes, with JOINLIB_PLAN_VERIFY_KEY_FILE, act only on plans the
+    planner's key signed."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     from joinlib.adapters.kafka import consume, end_offsets, make_consumer
     from joinlib.node.control import decode_control_message
@@ -388,10 +404,12 @@ def test_nodes_reject_a_plan_the_planner_did_not_sign(planner, secure_cluster, c
     genuine = [m for m in msgs if m.key() == name.encode() and dict(m.headers() or []).get("sig")]
     assert len(genuine) == 1
     value, sig = genuine[0].value(), dict(genuine[0].headers())["sig"]
-    # forgeries under the node's credentials: the broker takes them (the node may write control) ...
+    err = _forge(secure_cluster, value, [("sig", sig)], "joinlib-node")   # a node replaying the genuine plan
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    # forgeries under credentials that may write control: the broker takes them ...
     for headers in (None, [("sig", b"\0" * 64)], [("sig", sig)]):
         forged = value if headers != [("sig", sig)] else value.replace(name.encode(), name[:-1].encode() + b"X")
-        assert _forge(secure_cluster, forged, headers) is None
+        assert _forge(secure_cluster, forged, headers, "joinlib-cli") is None
     consumer.assign([TopicPartition("control", 0, genuine[0].offset())])
     later: list = []
     while len(later) < 4:
@@ -399,17 +417,17 @@ def test_nodes_reject_a_plan_the_planner_did_not_sign(planner, secure_cluster, c
     consumer.close()
     # ... and a node drops them: unsigned, a bad signature, a signature of another message
     reasons: list[str] = []
-    recs = [decode_control_message(m, lambda off, why, detail: reasons.append(detail)) for m in later[:4]]
+    recs = [decode_control_message(m, lambda off, why, detail, *_: reasons.append(detail)) for m in later[:4]]
     assert recs[0] is not None and recs[0].kind == "plan" and recs[1:] == [None, None, None], recs
     assert "unsigned plan message" in reasons[0] and "does not verify" in reasons[1], reasons
     assert len(reasons) == 3
 
 
-def _forge(secure_cluster, value: bytes, headers):
+def _forge(secure_cluster, value: bytes, headers, user: str):
     from confluent_kafka import Producer
     box: dict = {}
-    p = Producer({"bootstrap.servers": secure_cluster.kafka_bootstrap,
-                  **secure_cluster.secrets.kafka_client_conf("joinlib-node"), "log_level": 0})
+    p = Producer({"bootstrap.servers": secure_cluster.kafka_bootstrap, "message.timeout.ms": 10000,
+                  **secure_cluster.secrets.kafka_client_conf(user), "log_level": 0})
     p.produce("control", value, b"forged", headers=headers, on_delivery=lambda err, msg: box.setdefault("err", err))
     p.flush(15)
     return box.get("err", "no delivery report")

@@ -126,7 +126,8 @@ env:
 
 {{/* ---------------------------------------------------------------- security (docs/security.md)
 Credentials are files from one Secret mounted at /etc/joinlib/secrets; the env only names them.
-Every helper takes (dict "ctx" $ "component" "node"|"planner"|"source"|"spark" ["redis" true]). */}}
+Every helper takes (dict "ctx" $ "component" "node"|"planner"|"source"|"spark"|"admin" ["redis" true]);
+"admin" is the ACL job's (security.acls). */}}
 
 {{- define "joinlib.credentialsSecret" -}}
 {{- .Values.security.existingSecret | default (printf "%s-credentials" (include "joinlib.fullname" .)) -}}
@@ -141,6 +142,10 @@ Every helper takes (dict "ctx" $ "component" "node"|"planner"|"source"|"spark" [
 {{- end -}}
 {{- if and (ne $s.kafka.protocol "PLAINTEXT") $s.kafka.caFromSecret -}}
 {{- $items = append $items (dict "key" "kafka-ca.crt" "path" "kafka-ca.crt") -}}
+{{- end -}}
+{{- if and (ne $s.kafka.protocol "PLAINTEXT") $s.kafka.clientCertFromSecret -}}
+{{- $items = append $items (dict "key" (printf "kafka-%s.crt" .component) "path" "kafka-client.crt") -}}
+{{- $items = append $items (dict "key" (printf "kafka-%s.key" .component) "path" "kafka-client.key") -}}
 {{- end -}}
 {{- if and .redis $s.redis.user -}}
 {{- $items = append $items (dict "key" "redis-node-password" "path" "redis-password") -}}
@@ -185,6 +190,10 @@ Every helper takes (dict "ctx" $ "component" "node"|"planner"|"source"|"spark" [
 {{- end -}}
 {{- if $k.caFromSecret -}}
 {{- $out = append $out (dict "name" "KAFKA_SSL_CA_FILE" "value" (printf "%s/kafka-ca.crt" $dir)) -}}
+{{- end -}}
+{{- if $k.clientCertFromSecret -}}
+{{- $out = append $out (dict "name" "KAFKA_SSL_CERT_FILE" "value" (printf "%s/kafka-client.crt" $dir)) -}}
+{{- $out = append $out (dict "name" "KAFKA_SSL_KEY_FILE" "value" (printf "%s/kafka-client.key" $dir)) -}}
 {{- end -}}
 {{- if not $k.verifyHostname -}}
 {{- $out = append $out (dict "name" "KAFKA_SSL_VERIFY_HOSTNAME" "value" "false") -}}
