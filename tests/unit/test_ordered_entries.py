@@ -52,7 +52,8 @@ def _positions(steps) -> None:
         assert oe.position(k) == i and oe.at(i) == k and oe[k] is ref[k]
     picked = order[::2]   # the batch forms: keys at many positions, and an update's (gap, count) pairs
     assert oe.keys_at([order.index(k) for k in picked]) == picked
-    pairs, last = [], -1
+    pairs: list[int] = []
+    last = -1
     for i, k in enumerate(order):
         if k in picked:
             pairs += (i - last - 1, ref[k][0])
