@@ -111,6 +111,31 @@ class KeyIndex:
         else:
             seqs.add(seq)
 
+    def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        """:meth:`add` of each (key, seq) pair, in one call (a reducer's batch)."""
+        index, new, place = self.seqs, self._new, self._place
+        for k, seq in zip(keys, seqs, strict=True):
+            got = index.get(k)
+            if got is None:
+                index[k] = {seq}
+                new.append(k)
+                place(k)
+            else:
+                got.add(seq)
+
+    def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        """:meth:`discard` of each (key, seq) pair, in one call (the tuples that left a reducer's window)."""
+        index, best, slot_of, at, free = self.seqs, self.best, self._slot, self._keys, self._free
+        for k, seq in zip(keys, seqs, strict=True):
+            got = index[k]
+            got.discard(seq)
+            if not got:
+                del index[k]
+                best.pop(k, None)
+                slot = slot_of.pop(k)
+                at[slot] = None
+                free.append(slot)
+
     def discard(self, k: Key, seq: int) -> None:
         seqs = self.seqs[k]
         seqs.discard(seq)

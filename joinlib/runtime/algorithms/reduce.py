@@ -142,11 +142,13 @@ class Reducer:
         self._add_all(batch, e)
         self._settle_keys()
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
-        w, pending = self.window, self.pending
+        w, pending, gone = self.window, self.pending, []
         while w and w[0][col] < value:
             x = pending.pop(w.popleft()[1], None)
             if x is not None:
-                self._forget(x)
+                gone.append(x)
+        if gone:
+            self._forget_all(gone)
 
     def start(self, tuples: Sequence[Tup], tau: int) -> None:
         """A generation starting mid-stream: the window as it is at the boundary."""
@@ -162,25 +164,22 @@ class Reducer:
         """New pending tuples of arrival epoch e, in the window (e None: already there, a snapshot's):
         indexed by their keys and fresh for every channel (their keys are tested against the live sets by
         :meth:`_settle_keys`, once per batch).  One loop for the batch: this runs for every input tuple."""
-        pending, rank, new = self.pending, self._rank, []
-        extract = self._extract
-        if len(extract) == 1:   # the common case (a leaf, or one neighbour filtering): no inner loop
-            (get, add), = extract
-            for t in batch:
-                k = get(t.key)
-                add(k, t.seq)
-                x = pending[t.seq] = _Entry(t, (k,), rank)
-                new.append(x)
-                rank += 1
+        pending, rank = self.pending, self._rank
+        seqs = [t.seq for t in batch]
+        cols = []
+        for key_of, index in self._extract:   # per neighbour: the batch's keys toward it, indexed in one call
+            col = key_of([t.key for t in batch])
+            index.add_all(col, seqs)
+            cols.append(col)
+        ranks = range(rank, rank + len(batch))
+        if len(cols) == 1:   # the common case (a leaf, or one neighbour filtering)
+            new = [_Entry(t, (k,), r) for t, k, r in zip(batch, cols[0], ranks, strict=True)]
+        elif not cols:       # no neighbour's sets test it (every direction toward it skipped)
+            new = [_Entry(t, (), r) for t, r in zip(batch, ranks, strict=True)]
         else:
-            for t in batch:
-                key, seq = t.key, t.seq
-                keys = tuple([get(key) for get, _ in extract])
-                for (_, add), k in zip(extract, keys, strict=True):
-                    add(k, seq)
-                x = pending[seq] = _Entry(t, keys, rank)
-                new.append(x)
-                rank += 1
+            new = [_Entry(t, ks, r) for t, ks, r in zip(batch, zip(*cols), ranks, strict=True)]
+        pending.update(zip(seqs, new))
+        rank += len(batch)
         if e is not None:
             self.window.extend([(t.ts, t.seq, e) for t in batch])
         for fresh in self._fresh.values():
@@ -193,10 +192,10 @@ class Reducer:
         x = self.pending[t.seq]
         x.sent, x.shipped = set(sent), shipped
 
-    def _extractors(self) -> list[tuple[Callable[[tuple[Any, ...]], Key], Callable[[Key, int], None]]]:
-        """Per neighbour whose sets are tested (in ``_filters`` order): its key of a tuple's join values, and
-        its index's ``add``."""
-        return [(_key_of(tuple(self._keys[n])), self._index[n].add) for n in self._filters]
+    def _extractors(self) -> list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]], KeyIndex]]:
+        """Per neighbour whose sets are tested (in ``_filters`` order): its keys of a batch's join values, and
+        its index."""
+        return [(_keys_of(tuple(self._keys[n])), self._index[n]) for n in self._filters]
 
     def _settle_keys(self) -> None:
         for index in self._index.values():
@@ -206,6 +205,12 @@ class Reducer:
         seq = x.t.seq
         for n, k in zip(self._filters, x.keys, strict=True):
             self._index[n].discard(k, seq)
+
+    def _forget_all(self, xs: list[_Entry]) -> None:
+        """:meth:`_forget` of every entry of ``xs`` (those that left the window), an index call per neighbour."""
+        seqs = [x.t.seq for x in xs]
+        for i, n in enumerate(self._filters):
+            self._index[n].discard_all([x.keys[i] for x in xs], seqs)
 
     # ------------------------------------------------------------------ filters
     def take(self, nbr: str, e: int, body: KeyFilter) -> None:
@@ -337,13 +342,13 @@ class Reducer:
         self._settle_keys()
 
 
-def _key_of(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Key]:
-    """The key at ``positions`` of a tuple's join values, as a function (one look-up per tuple)."""
+def _keys_of(positions: tuple[int, ...]) -> Callable[[list[tuple[Any, ...]]], list[Key]]:
+    """The keys at ``positions`` of a batch's join values, as a function (a list comprehension per batch)."""
     if len(positions) == 1:
         i = positions[0]
-        return lambda key: (key[i],)
+        return lambda keys: [(key[i],) for key in keys]
     get = itemgetter(*positions)
-    return lambda key: get(key)
+    return lambda keys: [get(key) for key in keys]
 
 
 def _plain(m: Matcher) -> Any:
