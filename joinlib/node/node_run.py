@@ -180,6 +180,11 @@ class PlanRun:
         from the handover offsets on are the new run's."""
         assert succ.replan is not None
         last = succ.replan.switch_epoch(self.origin, self.q.execution.interval_ms) - 1
+        ahead = max((w.lane.epoch - 1 for (q, _, _), w in host.windows.items() if q == self.q.name), default=-1)
+        if ahead > last:   # the switch came too late here: results of the epochs between may come from both runs
+            self.svc.log(f"error: {self.q.name}: run {self.run_id} has taken in epoch {ahead} already, past the "
+                         f"switch to run {succ.run} at epoch {last + 1}: results of epochs {last + 1}..{ahead} may "
+                         f"be written by both runs (replan again with a larger --margin; docs/live.md 'Replan')")
         host.set_last(self.q.name, last)
         if self.live is not None:
             self.live.own_dead_letters(until=succ.replan.handover_at())
