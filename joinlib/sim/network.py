@@ -32,12 +32,16 @@ class SimNetwork:
     _free_at: dict[tuple[str, str], float] = field(default_factory=dict)
     _queue: list[tuple[float, int, Event]] = field(default_factory=list)
     _seq: int = 0
+    _links: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)   # the model's, looked up once
 
     def send(self, env: Envelope) -> None:
         size = self.size_of(env)
-        lat, bw = self.model.link(env.src, env.dst)
-        tx = size * 8.0 / bw
         link = (env.src, env.dst)
+        got = self._links.get(link)
+        if got is None:
+            got = self._links[link] = self.model.link(env.src, env.dst)
+        lat, bw = got
+        tx = size * 8.0 / bw
         depart = max(self.now, self._free_at.get(link, 0.0))
         self._free_at[link] = depart + tx
         arrive = depart + tx + lat

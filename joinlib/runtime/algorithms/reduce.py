@@ -177,8 +177,8 @@ class Reducer:
         elif not cols:       # no neighbour's sets test it (every direction toward it skipped)
             new = [_Entry(t, (), r) for t, r in zip(batch, ranks, strict=True)]
         else:
-            new = [_Entry(t, ks, r) for t, ks, r in zip(batch, zip(*cols), ranks, strict=True)]
-        pending.update(zip(seqs, new))
+            new = [_Entry(t, ks, r) for t, ks, r in zip(batch, zip(*cols, strict=True), ranks, strict=True)]
+        pending.update(zip(seqs, new, strict=True))
         rank += len(batch)
         if e is not None:
             self.window.extend([(t.ts, t.seq, e) for t in batch])
@@ -293,7 +293,7 @@ class Reducer:
             keys = [x.keys[i] for x in newly]
         else:
             keys = keys_at(self._keys[nbr], [x.t for x in newly])
-        back = e - max((x.t.ts // self.tau for x in newly), default=e)
+        back = e - max(x.t.ts for x in newly) // self.tau if newly else 0
         return Outgoing(keys, back, e - self.oldest(e))
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
