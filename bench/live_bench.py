@@ -80,7 +80,7 @@ def backlog_run(bs: str, seconds: float, f: float, plan, logs: Path, exact: bool
     n_events = sum(len(v) for v in rec.written.values())
     svc = Joinlib(bs, sites, logs / f"backlog-{t}", redis_url=redis_url)
     try:
-        time.sleep(2.0)  # the node processes start and read the control topic
+        svc.ready()  # the node processes start and read the control topic: not the query's CPU
         cpu0 = svc.cpu_s()
         t_submit = time.time() * 1000
         out = svc.submit(q, plan, since=str(BASE_MS))
@@ -128,7 +128,7 @@ def paced_run(bs: str, rate: float, wall: float, f: float, plan, logs: Path) -> 
     dump_query(q, qfile)
     svc = Joinlib(bs, sites, logs / f"paced-{t}")
     try:
-        time.sleep(2.0)
+        svc.ready()
         out = svc.submit(q, plan, since="now")
         time.sleep(1.0)
         reader = OutReader(bs, q, out["run"], out["origin_ms"])

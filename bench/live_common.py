@@ -141,6 +141,18 @@ class Joinlib:
             self.procs[site] = subprocess.Popen([sys.executable, "-m", "services.node", "--site", site, "--serve"],
                                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
+    def ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until every node service logs that it serves (interpreter start and imports done: about a CPU-second
+        each, which a CPU reading taken after this call does not charge to the query), at least 2 s."""
+        time.sleep(2.0)
+        deadline = time.monotonic() + timeout_s
+        for site in self.procs:
+            log = self.log_dir / f"node-{site}.log"
+            while b"serving every query" not in log.read_bytes():
+                if time.monotonic() > deadline or self.procs[site].poll() is not None:
+                    raise RuntimeError(f"node {site} did not start serving: see {log}")
+                time.sleep(0.1)
+
     def submit(self, query: Query, plan: Optional[str] = None, since: str = "0") -> dict:
         import yaml
 
