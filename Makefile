@@ -8,7 +8,7 @@ STAMP := .make
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml setup.py joinlib/protocol/_bloomc.c joinlib/runtime/algorithms/_fenwickc.c
+$(STAMP)/deps: requirements.txt requirements-dev.txt pyproject.toml setup.py $(wildcard joinlib/*/_*.c joinlib/*/*/_*.c)
 	@mkdir -p $(STAMP)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps -e .

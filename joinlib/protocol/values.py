@@ -6,11 +6,24 @@ those bytes as they are.  Join-attribute values travel separately (``Tup.key``).
 """
 from __future__ import annotations
 
+import importlib
 import io
 import struct
 from typing import Any, Sequence, cast
 
 import fastavro
+
+
+def _kernels() -> Any:
+    """The Avro kernel (_avroc.c, built by setup.py), or None: no compiler at install; then the Python forms
+    below encode, byte for byte the same."""
+    try:
+        return importlib.import_module("joinlib.protocol._avroc")
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+
+
+_c: Any = _kernels()
 
 VALUE_TYPES = ["null", "boolean", "long", "double", "string"]
 _SCHEMA = fastavro.parse_schema({"type": "array", "items": VALUE_TYPES})
@@ -49,6 +62,12 @@ def encode_values(values: Sequence[Any]) -> bytes:
     one separator join when every string has the same length; other scalars by
     :func:`_encode_any`.  Anything else goes to fastavro, which raises.
     """
+    if _c is not None:   # one C call; what it does not take (subclasses, ints beyond 64 bits) goes on below
+        try:
+            out: bytes = _c.encode_values(values)
+            return out
+        except (TypeError, OverflowError):
+            pass
     if not values:
         return b"\x00"
     try:

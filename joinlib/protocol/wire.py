@@ -41,7 +41,7 @@ from joinlib.protocol.avro import (
     read_tups,
     tup_of_record,
     tup_record,
-    tuple_size,
+    tuples_size,
 )
 from joinlib.protocol.bloom import MAX_HASHES
 from joinlib.protocol.messages import (
@@ -220,7 +220,7 @@ def naive_batch_size(epoch: int, tups: list[Tup]) -> int:
     size = 3 + len(encode_long(epoch)) + 1   # part, gen, flow; epoch; body branch
     if tups:
         size += len(encode_long(len(tups))) + 1
-        size += 2 * len(tups) + sum(map(tuple_size, tups))  # per Row: count 1, the tuple, end of array
+        size += 2 * len(tups) + tuples_size(tups)  # per Row: count 1, the tuple, end of array
     else:
         size += 1
     return size

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from joinlib.data.files import iter_rows, load_rows, load_stream, load_streams, write_stream
 from joinlib.errors import DataError
+from joinlib.protocol import values as values_module
 from joinlib.protocol.values import _encode_slow, decode_values, encode_values
 from joinlib.query import parse_query
+from tests.kernels import BOTH, kernels
 
 QUERY = parse_query({
     "name": "t",
@@ -147,16 +149,22 @@ _scalar = st.one_of(
 )
 
 
+@BOTH
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_scalar, max_size=300))
-def test_encode_rest_matches_fastavro(values: list) -> None:
-    assert encode_values(tuple(values)) == _encode_slow(values)
+def test_encode_rest_matches_fastavro(c: bool, values: list) -> None:
+    """The C kernel (_avroc.encode_values) and the Python forms, byte for byte fastavro's."""
+    with kernels(values_module, c):
+        assert encode_values(tuple(values)) == _encode_slow(values)
+        assert encode_values(list(values)) == _encode_slow(values)
 
 
+@BOTH
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(max_size=70), max_size=200))
-def test_encode_rest_strings_match_fastavro(values: list) -> None:
-    assert encode_values(tuple(values)) == _encode_slow(values)
+def test_encode_rest_strings_match_fastavro(c: bool, values: list) -> None:
+    with kernels(values_module, c):
+        assert encode_values(tuple(values)) == _encode_slow(values)
 
 
 def test_encode_rest_uniform_and_mixed_lengths() -> None:

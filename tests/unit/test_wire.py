@@ -25,6 +25,7 @@ from joinlib.protocol.messages import (
     TupleBatch,
     WindowSnapshot,
 )
+from tests.kernels import BOTH, kernels
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -623,12 +624,25 @@ def test_property_result_batch(query, site, part, gen, batch, emit_ms, groups):
         records.result_batch_summary(data[:-1])
 
 
+@BOTH
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tup_st, max_size=6), st.integers(0, 2**40))
-def test_the_naive_price_of_a_batch_is_its_envelope_without_encoding_it(tups, epoch):
-    """naive_batch_size prices every source tuple of a live run (what `central` would ship) from sizes alone:
-    it equals the size of the envelope that would carry the batch, and leaves the tuples unencoded."""
+def test_the_naive_price_of_a_batch_is_its_envelope_without_encoding_it(c, tups, epoch):
+    """naive_batch_size prices every source tuple of a live run (what `central` would ship) from sizes alone
+    (the C size kernel, or its Python form): it equals the size of the envelope that would carry the batch, and
+    leaves the tuples unencoded."""
+    with kernels(avro, c):
+        _naive_price(tups, epoch)
+
+
+def test_the_size_kernel_is_built() -> None:
+    assert avro._c is not None, "joinlib/protocol/_avroc.c is not built: run `pip install -e .` with a C compiler"
+
+
+def _naive_price(tups, epoch) -> None:
     fresh = [Tup(t.pos, t.id, t.ts, t.seq, t.key, t.rest) for t in tups]
+    assert avro.tuples_size(fresh) == sum(len(avro.encode_tuple(Tup(t.pos, t.id, t.ts, t.seq, t.key, t.rest)))
+                                          for t in fresh)
     assert all(avro.tuple_size(t) == len(avro.encode_tuple(Tup(t.pos, t.id, t.ts, t.seq, t.key, t.rest)))
                for t in fresh)
     n = wire.naive_batch_size(epoch, fresh)
