@@ -560,12 +560,15 @@ class KafkaResultSink:
         key = (inst[1], inst[2], head_pos)
         parts: list[bytes] = []
         ngroups = nresults = 0
+        tail: dict[int, bytes] = {}   # by list object: groups of one head often share theirs (base.join)
         for row, tups in groups:
             if not tups:
                 continue
             ids = [names[i] + L(t.id) for i, t in enumerate(row) if t is not None]
-            parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00"
-                         + last + L(len(tups)) + encode_ids(tups) + b"\x00")
+            end = tail.get(id(tups))   # the groups list keeps every tups alive: an id is not reused meanwhile
+            if end is None:
+                end = tail[id(tups)] = last + L(len(tups)) + encode_ids(tups) + b"\x00"
+            parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00" + end)
             ngroups += 1
             nresults += len(tups)
             if nresults >= limit:

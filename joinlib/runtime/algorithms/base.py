@@ -196,7 +196,9 @@ def join(ctx: StepContext, st: StepOp, rows: list[Row], lookup: Callable[[list[K
          progress: Optional[Progress]) -> list[Group]:
     """The T-limit join of ``rows`` with the probed stream's tuples found by ``lookup``: for each
     row, the contiguous range of its key's list that lies in the window as seen by the row's
-    head tuple (two bisections)."""
+    head tuple (two bisections).  Rows with the same key and head time get the same range, as one
+    list object (groups are read, never changed): a later step of a chain probes once per head for
+    all of its rows, and the sink encodes the list's ids once."""
     bykey = by_key(st, rows)
     if not bykey:
         return []
@@ -215,12 +217,16 @@ def join(ctx: StepContext, st: StepOp, rows: list[Row], lookup: Callable[[list[K
     upper = bisect_right if stream.pos < st.head_pos else bisect_left
     for k, kl in found.items():
         ts, tups, first = kl.ts, kl.tups, kl.lo
+        seen, got = None, None
         for row in bykey[k]:
             h = row[hp].ts
-            hi = upper(ts, h, first)
-            lo = bisect_left(ts, h - size, first, hi)
-            if lo < hi:
-                groups.append((row, tups[lo:hi]))
+            if h != seen:   # rows of one head come together (a later step's rows): one range, one list, shared
+                seen = h
+                hi = upper(ts, h, first)
+                lo = bisect_left(ts, h - size, first, hi)
+                got = tups[lo:hi] if lo < hi else None
+            if got is not None:
+                groups.append((row, got))
     return groups
 
 
