@@ -44,8 +44,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from joinlib.adapters.plan_signing import sign_headers
 from joinlib.errors import ClusterError
 from joinlib.protocol import records, wire
-from joinlib.protocol.avro import encode_ids as _encode_ids
 from joinlib.protocol.avro import encode_long as _avro_long  # the table-driven zig-zag varint of the wire encoder
+from joinlib.protocol.avro import result_group_runs as _group_runs
 from joinlib.protocol.messages import Envelope
 from joinlib.runtime.report import LinkStats
 from joinlib.settings import KafkaSecurity
@@ -554,28 +554,10 @@ class KafkaResultSink:
     def emit(self, inst, head_pos: int, pos: int, groups, now: float) -> None:
         if self.rows is not None:
             self.rows.emit((inst[1], inst[2], head_pos), head_pos, pos, groups)
-        # The bytes records.encode_result_batch writes, assembled per group from cached pieces.
-        L, names, limit, encode_ids = _avro_long, self._names, self.max_results, _encode_ids
-        head, last = names[head_pos], names[pos]
+        # The bytes records.encode_result_batch writes, assembled per group (avro.result_group_runs).
         key = (inst[1], inst[2], head_pos)
-        parts: list[bytes] = []
-        ngroups = nresults = 0
-        tail: dict[int, bytes] = {}   # by list object: groups of one head often share theirs (base.join)
-        for row, tups in groups:
-            if not tups:
-                continue
-            ids = [names[i] + L(t.id) for i, t in enumerate(row) if t is not None]
-            end = tail.get(id(tups))   # the groups list keeps every tups alive: an id is not reused meanwhile
-            if end is None:
-                end = tail[id(tups)] = last + L(len(tups)) + encode_ids(tups) + b"\x00"
-            parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00" + end)
-            ngroups += 1
-            nresults += len(tups)
-            if nresults >= limit:
-                self._produce(key, now, ngroups, parts, nresults)
-                parts, ngroups, nresults = [], 0, 0
-        if ngroups:
-            self._produce(key, now, ngroups, parts, nresults)
+        for part, ngroups, nresults in _group_runs(groups, head_pos, self._names, self._names[pos], self.max_results):
+            self._produce(key, now, ngroups, [part], nresults)
 
     def _produce(self, key: tuple[int, int, int], now: float, ngroups: int, parts: list, nresults: int) -> None:
         n = self.batches.get(key, 0)

@@ -215,7 +215,172 @@ fail:
     return NULL;
 }
 
+/* A growable byte buffer. */
+typedef struct {
+    uint8_t *b;
+    Py_ssize_t n, cap;
+} Buf;
+
+static int buf_room(Buf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + more)
+        cap *= 2;
+    uint8_t *nb = PyMem_Realloc(b->b, cap);
+    if (nb == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->b = nb;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_room(b, n) < 0)
+        return -1;
+    memcpy(b->b + b->n, s, n);
+    b->n += n;
+    return 0;
+}
+
+static int buf_long(Buf *b, long long v) {
+    if (buf_room(b, 10) < 0)
+        return -1;
+    b->n += put_varint(b->b + b->n, v);
+    return 0;
+}
+
+/* The 64-bit value of attribute ``name`` of ``o``, or -1 with an exception (see *err). */
+static int attr_ll(PyObject *o, PyObject *name, long long *v) {
+    PyObject *x = PyObject_GetAttr(o, name);
+    if (x == NULL)
+        return -1;
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    Py_DECREF(x);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "beyond an Avro long");
+        return -1;
+    }
+    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int bytes_of(PyObject *o, const char **s, Py_ssize_t *n) {
+    if (!PyBytes_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "names must be bytes");
+        return -1;
+    }
+    *s = PyBytes_AS_STRING(o);
+    *n = PyBytes_GET_SIZE(o);
+    return 0;
+}
+
+/* encode_groups(groups, head_pos, names, last, limit) -> [(bytes, ngroups, nresults), ...]: the groups of a
+ * ResultBatch as KafkaResultSink writes them (per group: the head stream's name, the head's ts, the row's
+ * (stream, id) pairs, the last stream's name and its tuples' ids), cut into runs of at least ``limit`` results
+ * as its loop does.  ``names``: each stream's name as an Avro string; ``last``: the last stream's.  A run of
+ * groups that share one tuples list (one head's rows, base.join) writes its ids once. */
+static PyObject *encode_groups(PyObject *self, PyObject *args) {
+    PyObject *groups, *names, *last;
+    Py_ssize_t head_pos, limit;
+    if (!PyArg_ParseTuple(args, "O!nO!On", &PyList_Type, &groups, &head_pos, &PyList_Type, &names, &last, &limit))
+        return NULL;
+    const char *head_s, *last_s;
+    Py_ssize_t head_n, last_n, nnames = PyList_GET_SIZE(names);
+    if (head_pos < 0 || head_pos >= nnames) {
+        PyErr_SetString(PyExc_IndexError, "head_pos outside the names");
+        return NULL;
+    }
+    if (bytes_of(PyList_GET_ITEM(names, head_pos), &head_s, &head_n) < 0 || bytes_of(last, &last_s, &last_n) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Buf b = {NULL, 0, 0}, ids = {NULL, 0, 0};
+    PyObject *ids_of = NULL;   /* the tuples list whose ids ``ids`` holds */
+    Py_ssize_t ngroups = 0, nresults = 0, g = PyList_GET_SIZE(groups);
+    for (Py_ssize_t i = 0; i < g; i++) {
+        PyObject *grp = PyList_GET_ITEM(groups, i);
+        if (!PyTuple_Check(grp) || PyTuple_GET_SIZE(grp) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(grp, 0)) ||
+            !PyList_Check(PyTuple_GET_ITEM(grp, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a group is (row tuple, tuples list)");
+            goto fail;
+        }
+        PyObject *row = PyTuple_GET_ITEM(grp, 0), *tups = PyTuple_GET_ITEM(grp, 1);
+        Py_ssize_t nt = PyList_GET_SIZE(tups), nr = PyTuple_GET_SIZE(row);
+        if (nt == 0)
+            continue;
+        if (head_pos >= nr || nr > nnames) {
+            PyErr_SetString(PyExc_IndexError, "a row does not fit the names");
+            goto fail;
+        }
+        long long v;
+        if (buf_put(&b, head_s, head_n) < 0 || attr_ll(PyTuple_GET_ITEM(row, head_pos), s_ts, &v) < 0 ||
+            buf_long(&b, v) < 0)
+            goto fail;
+        Py_ssize_t present = 0;
+        for (Py_ssize_t j = 0; j < nr; j++)
+            present += PyTuple_GET_ITEM(row, j) != Py_None;
+        if (present && buf_long(&b, present) < 0)
+            goto fail;
+        for (Py_ssize_t j = 0; j < nr; j++) {
+            PyObject *t = PyTuple_GET_ITEM(row, j);
+            if (t == Py_None)
+                continue;
+            const char *ns;
+            Py_ssize_t nn;
+            if (bytes_of(PyList_GET_ITEM(names, j), &ns, &nn) < 0 || buf_put(&b, ns, nn) < 0 ||
+                attr_ll(t, s_id, &v) < 0 || buf_long(&b, v) < 0)
+                goto fail;
+        }
+        if (buf_put(&b, "\0", 1) < 0 || buf_put(&b, last_s, last_n) < 0 || buf_long(&b, nt) < 0)
+            goto fail;
+        if (tups != ids_of) {
+            ids.n = 0;
+            ids_of = NULL;
+            for (Py_ssize_t j = 0; j < nt; j++)
+                if (attr_ll(PyList_GET_ITEM(tups, j), s_id, &v) < 0 || buf_long(&ids, v) < 0)
+                    goto fail;
+            ids_of = tups;
+        }
+        if (buf_put(&b, (const char *)ids.b, ids.n) < 0 || buf_put(&b, "\0", 1) < 0)
+            goto fail;
+        ngroups++;
+        nresults += nt;
+        if (nresults >= limit) {
+            PyObject *item = Py_BuildValue("(y#nn)", (const char *)b.b, b.n, ngroups, nresults);
+            if (item == NULL || PyList_Append(out, item) < 0) {
+                Py_XDECREF(item);
+                goto fail;
+            }
+            Py_DECREF(item);
+            b.n = 0;
+            ngroups = nresults = 0;
+        }
+    }
+    if (ngroups) {
+        PyObject *item = Py_BuildValue("(y#nn)", b.b ? (const char *)b.b : "", b.n, ngroups, nresults);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    PyMem_Free(b.b);
+    PyMem_Free(ids.b);
+    return out;
+fail:
+    PyMem_Free(b.b);
+    PyMem_Free(ids.b);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"encode_groups", encode_groups, METH_VARARGS,
+     "encode_groups(groups, head_pos, names, last, limit) -> [(bytes, ngroups, nresults), ...]"},
     {"encode_values", encode_values, METH_O, "encode_values(values) -> bytes (values.encode_values)"},
     {"tuples_size", tuples_size, METH_O, "tuples_size(tups) -> the sum of len(avro.encode_tuple(t))"},
     {NULL, NULL, 0, NULL},

@@ -206,6 +206,46 @@ def tuples_size(tups: Sequence[Tup]) -> int:
     return sum(map(tuple_size, tups))
 
 
+def result_group_runs(groups: Sequence[tuple[tuple[Any, ...], list[Tup]]], head_pos: int, names: list[bytes],
+                      last: bytes, limit: int) -> list[tuple[bytes, int, int]]:
+    """The groups of ``joinlib.ResultBatch`` messages, encoded, in runs of at least ``limit`` results (the last run
+    may be shorter): ``[(bytes of the run's groups, groups, results), ...]``.  Per group: the head stream's name
+    and the head's ts, the row's (stream, id) pairs, the last stream's name and its tuples' ids; ``names``: every
+    stream's name as an Avro string, ``last``: the last stream's.  Empty groups are left out.  One C call where
+    the kernel is built (a node emitting ~80 results per input tuple spent a quarter of its CPU here)."""
+    if _c is not None and type(groups) is list:
+        try:
+            out: list[tuple[bytes, int, int]] = _c.encode_groups(groups, head_pos, names, last, limit)
+            return out
+        except (TypeError, OverflowError):   # not the shapes the kernel reads: the Python form's answer or error
+            pass
+    return _result_group_runs(groups, head_pos, names, last, limit)
+
+
+def _result_group_runs(groups: Sequence[tuple[tuple[Any, ...], list[Tup]]], head_pos: int, names: list[bytes],
+                       last: bytes, limit: int) -> list[tuple[bytes, int, int]]:
+    L, head, out = encode_long, names[head_pos], []
+    parts: list[bytes] = []
+    ngroups = nresults = 0
+    tail: dict[int, bytes] = {}   # by list object: groups of one head often share theirs (runtime base.join)
+    for row, tups in groups:
+        if not tups:
+            continue
+        ids = [names[i] + L(t.id) for i, t in enumerate(row) if t is not None]
+        end = tail.get(id(tups))   # ``groups`` keeps every list alive: an id is not reused meanwhile
+        if end is None:
+            end = tail[id(tups)] = last + L(len(tups)) + encode_ids(tups) + b"\x00"
+        parts.append(head + L(row[head_pos].ts) + (L(len(ids)) + b"".join(ids) if ids else b"") + b"\x00" + end)
+        ngroups += 1
+        nresults += len(tups)
+        if nresults >= limit:
+            out.append((b"".join(parts), ngroups, nresults))
+            parts, ngroups, nresults = [], 0, 0
+    if ngroups:
+        out.append((b"".join(parts), ngroups, nresults))
+    return out
+
+
 _get_idb = attrgetter("idb")
 
 

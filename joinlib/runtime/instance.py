@@ -16,6 +16,7 @@ messages on its flows.
 """
 from __future__ import annotations
 
+import importlib
 from collections import defaultdict
 from dataclasses import dataclass
 from operator import itemgetter
@@ -47,6 +48,31 @@ from joinlib.state.base import KeyList, WindowStore
 
 InboxKey = tuple[str, int, int, int, int]  # (query, part, gen, flow, epoch)
 _second = itemgetter(1)
+
+
+def _kernels() -> Any:
+    """The row expansion in C (``_rowsc.c``, built by setup.py: it says why), or None: the Python form below."""
+    try:
+        return importlib.import_module("joinlib.runtime._rowsc")
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+
+
+_c: Any = _kernels()
+
+
+def expand_rows(out: list[Row], groups: list[Group], pos: int) -> None:
+    """``out`` += one row per result of ``groups`` (a step's factorised output): the group's row with the tuple at
+    ``pos``, what the next step probes with."""
+    if _c is not None and type(out) is list and type(groups) is list:
+        try:
+            _c.expand(out, groups, pos)
+            return
+        except TypeError:   # not the shapes the kernel reads (it appends nothing then)
+            pass
+    for row, tups in groups:
+        a, b = row[:pos], row[pos + 1:]
+        out.extend(a + (t,) + b for t in tups)
 
 
 @dataclass(frozen=True)
@@ -144,9 +170,7 @@ class Instance:
             host.sensor.on_emit(self.site, sum(map(len, map(_second, groups))))
             return
         nxt, pos = self.pending[(st.seq_index, st.j + 1, e)], st.pos
-        for row, tups in groups:
-            a, b = row[:pos], row[pos + 1:]
-            nxt.extend(a + (t,) + b for t in tups)
+        expand_rows(nxt, groups, pos)
 
     def results_through(self) -> dict[int, int]:
         """Per sequence, the last head epoch whose results its last step has all handed on here
