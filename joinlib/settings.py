@@ -416,6 +416,12 @@ def _pause_hook(value: Optional[str]) -> Optional[tuple[int, float]]:
         return None
 
 
+GC_GEN0_ENV = "JOINLIB_GC_GEN0"
+#: a node's young-generation GC threshold: a node allocates a tuple per intermediate result and keeps them for a
+#: step, and at Python's 700 the collector ran every ~700 of them over everything young (docs/runtime.md "What an operator costs per epoch")
+GC_GEN0 = 50_000
+
+
 @dataclass(frozen=True)
 class NodeSettings:
     """What a node service reads from the environment besides its command line, read once where the service
@@ -424,12 +430,24 @@ class NodeSettings:
     session_timeout: Optional[str] = None                 # $JOINLIB_SESSION_TIMEOUT_MS, checked when used
     checkpoint_pause: Optional[tuple[int, float]] = None  # $JOINLIB_TEST_CHECKPOINT_PAUSE
     group_instance: Optional[str] = None                  # $JOINLIB_GROUP_INSTANCE_ID
+    gc_gen0: Optional[str] = None                         # $JOINLIB_GC_GEN0, checked when used
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "NodeSettings":
         return cls(env_value(SESSION_TIMEOUT_ENV, None, environ),
                    _pause_hook(env_value(PAUSE_HOOK_ENV, None, environ)),
-                   env_value(GROUP_INSTANCE_ENV, None, environ))
+                   env_value(GROUP_INSTANCE_ENV, None, environ), env_value(GC_GEN0_ENV, None, environ))
+
+    @property
+    def gc_threshold(self) -> int:
+        """The allocations between two young-generation collections of Python's garbage collector in a node
+        (:data:`GC_GEN0`; Python's own is 700); a :class:`~joinlib.errors.ClusterError` for a bad value."""
+        raw = self.gc_gen0
+        if not raw:
+            return GC_GEN0
+        if not raw.isdigit() or int(raw) < 1:
+            raise ClusterError(f"{GC_GEN0_ENV}={raw!r}: expected a positive number of allocations (Python's is 700)")
+        return int(raw)
 
     def group_config(self) -> dict[str, Any]:
         """The scale-out group consumer's membership settings: the session timeout, a heartbeat of at most a
