@@ -418,7 +418,8 @@ def _pause_hook(value: Optional[str]) -> Optional[tuple[int, float]]:
 
 GC_GEN0_ENV = "JOINLIB_GC_GEN0"
 #: a node's young-generation GC threshold: a node allocates a tuple per intermediate result and keeps them for a
-#: step, and at Python's 700 the collector ran every ~700 of them over everything young (docs/runtime.md "What an operator costs per epoch")
+#: step, and at Python's 700 the collector ran every ~700 of them over everything young (docs/runtime.md, "What an
+#: operator costs per epoch")
 GC_GEN0 = 50_000
 
 

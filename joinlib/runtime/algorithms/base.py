@@ -9,7 +9,6 @@ clock.
 """
 from __future__ import annotations
 
-import functools
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
@@ -99,16 +98,11 @@ def window_bytes(s: Stream) -> Optional[float]:
 def keys_bytes(keys: Iterable[Key]) -> int:
     """About what ``keys`` take written out (an Avro array of keys): the side of the keys-or-filter
     choice both requests and reductions weigh a Bloom filter against."""
-    return 1 + sum(map(_key_bytes, keys))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _key_bytes(key: Key) -> int:
-    """One key's share of :func:`keys_bytes` (cached: a reduction weighs every key set it sends, and join keys
-    repeat)."""
     n = 1
-    for v in key:
-        n += len(v.encode()) + 2 if isinstance(v, str) else 9 if isinstance(v, float) else 4
+    for k in keys:   # a loop, not nested sums: this runs for every key set a reduction sends (a cache per key
+        n += 1       # cost more than it saved: most keys a request names are new)
+        for v in k:
+            n += len(v.encode()) + 2 if isinstance(v, str) else 9 if isinstance(v, float) else 4
     return n
 
 
