@@ -233,7 +233,7 @@ class Chaos:
         a = self.args
         warmup, cooldown, gap = timing(duration, len(a.faults), a.gap)
         schedule = make_schedule(a.seed, duration, a.faults, sorted(self.stack.nodes), warmup_s=warmup,
-                                 cooldown_s=cooldown, gap_s=gap)
+                                 cooldown_s=cooldown, gap_s=gap, shared=self.stack.shared())
         print("schedule: " + "; ".join(f"{f.at_s:.0f}s {f.kind} {f.target} ({f.hold_s}s)" for f in schedule),
               flush=True)
         clock = lambda: time.monotonic() - t0   # noqa: E731
@@ -309,7 +309,7 @@ def run(args: argparse.Namespace) -> dict:
     import shutil
 
     from infra.local_cluster import LocalCluster, start_redis
-    logs = ROOT / "bench" / "out" / f"{args.name}-logs"
+    logs = args.logs or ROOT / "bench" / "out" / f"{args.name}-logs"
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     before = machine()
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> dict:
                                               "malformed_every": args.malformed_every, "partitions": 3,
                                               "queries": {REDUCE: "reduce", PMJOIN: "pmjoin:hash:2 --scale-out"}},
             "recovery_bounds": {"p99_ms": chaos.bounds[0], "lag": chaos.bounds[1]},
-            "input_end_s": input_end, "faults": faults, "check": checked, "alive_at_end": alive,
+            "input_end_s": input_end, "logs": str(logs), "faults": faults, "check": checked, "alive_at_end": alive,
             "verdicts": verdicts(checked, done, alive), "samples": sampler.samples,
             "machine_before": before, "machine_after": machine()}
 
@@ -435,6 +435,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--malformed-every", type=int, default=400, help="every N-th record malformed (default 400)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "chaos")
     ap.add_argument("--name", default="chaos", help="file name of the JSON and PNG (default chaos)")
+    ap.add_argument("--logs", type=Path, help="the services' logs (default bench/out/NAME-logs, emptied first)")
     args = ap.parse_args(argv)
     kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
@@ -456,7 +457,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(doc, args.out / f"{args.name}.png")
     report(doc)
-    print(f"wrote {args.out / (args.name + '.json')} and .png; logs in bench/out/{args.name}-logs")
+    print(f"wrote {args.out / (args.name + '.json')} and .png; logs in {doc['logs']}")
     return 0 if doc["verdicts"]["ok"] else 1
 
 

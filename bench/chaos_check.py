@@ -134,7 +134,7 @@ def wait_exact(results: dict[str, Results], wants: dict[str, Counter], timeout_s
             return last
         report("  waiting for the last results: " + ", ".join(f"{q} {v['got']:,}/{v['reference']:,}"
                                                              for q, v in last.items()))
-        time.sleep(5.0)
+        time.sleep(2.0)
 
 
 def dead_letters(bootstrap: str, query: Any, runs: list[str]) -> list[tuple[tuple[str, int, int], str, bytes, str]]:

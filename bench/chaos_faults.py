@@ -43,22 +43,28 @@ class Fault:
 
 
 def make_schedule(seed: int, duration_s: float, kinds: tuple[str, ...], nodes: list[str], *, warmup_s: float,
-                  cooldown_s: float, gap_s: float) -> list[Fault]:
+                  cooldown_s: float, gap_s: float, shared: tuple[str, ...] = ()) -> list[Fault]:
     """Slots every ``gap_s`` (plus a seeded jitter of up to 30 %) from ``warmup_s`` to ``cooldown_s`` before the
-    end; every kind once in a seeded order, then seeded choices; targets and hold times seeded too."""
+    end; every kind once in a seeded order, then a replan back (if replans are drawn), then seeded choices;
+    targets and hold times seeded too; the first pause of a node hits one of the ``shared`` instances (where
+    another instance takes its work over: fencing), if any."""
     rng = random.Random(seed)
     last = duration_s - cooldown_s
     slots = int((last - warmup_s) // gap_s) + 1 if last >= warmup_s else 0
     order = list(kinds)
     rng.shuffle(order)
+    if "replan" in kinds:   # there and back: the reduction query ends on its first plan kind again
+        order.append("replan")
     while len(order) < slots:
         order.append(rng.choice(kinds))
-    out, replans = [], 0
+    out, replans, paused = [], 0, False
     for i, kind in enumerate(order[:slots]):
         at = min(last, warmup_s + i * gap_s + rng.uniform(0, 0.3 * gap_s))
         lo, hi = HOLD_S[kind]
         hold = round(rng.uniform(lo, hi), 1)
-        if kind in ("kill-node", "pause-node"):
+        if kind == "pause-node" and shared and not paused:
+            target, paused = rng.choice(shared), True
+        elif kind in ("kill-node", "pause-node"):
             target = rng.choice(nodes)
         elif kind == "replan":
             target, replans = REPLAN_PLANS[replans % len(REPLAN_PLANS)], replans + 1

@@ -190,6 +190,10 @@ class Stack:
         return subprocess.run([sys.executable, "-m", "joinlib", *args, "--url", self.url], cwd=ROOT,
                               env={**self.planner.env}, capture_output=True, text=True, timeout=timeout_s)
 
+    def shared(self) -> tuple[str, ...]:
+        """The scaled-out query's instances at s1 (where a paused one's work moves to the other)."""
+        return tuple(n for n, p in self.nodes.items() if "--shared" in p.cmd)
+
     def lags(self) -> dict[str, Optional[float]]:
         return {name: n.lag() for name, n in self.nodes.items()}
 

@@ -1,6 +1,6 @@
 """The chaos benchmark's fault schedule (bench/chaos_faults.py): the same seed gives the same schedule, every kind
-comes once before any repeats, faults keep their spacing and stay out of the warm-up and the cool-down, and a
-replan alternates between its two plans."""
+comes once before any repeats (then a replan back), faults keep their spacing and stay out of the warm-up and the
+cool-down, the first pause hits a shared instance, and a replan alternates between its two plans."""
 from __future__ import annotations
 
 import sys
@@ -17,7 +17,8 @@ NODES = ["s1-P1", "s1-P2", "s1-R", "s2", "s3"]
 
 
 def _schedule(seed: int, duration: float = 600.0, kinds: tuple[str, ...] = KINDS, gap: float = 50.0):
-    return make_schedule(seed, duration, kinds, NODES, warmup_s=45.0, cooldown_s=45.0, gap_s=gap)
+    return make_schedule(seed, duration, kinds, NODES, warmup_s=45.0, cooldown_s=45.0, gap_s=gap,
+                         shared=("s1-P1", "s1-P2"))
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
@@ -43,6 +44,10 @@ def test_every_kind_before_repeats_spacing_window_targets(seed, duration, gap, k
         assert lo <= f.hold_s <= hi
         if f.kind in ("kill-node", "pause-node"):
             assert f.target in NODES
+    if "replan" in kinds and len(sched) > len(kinds):
+        assert sched[len(kinds)].kind == "replan", "no replan back after every kind came once"
+    pauses = [f.target for f in sched if f.kind == "pause-node"]
+    assert not pauses or pauses[0] in ("s1-P1", "s1-P2"), "the first pause does not test fencing"
     replans = [f.target for f in sched if f.kind == "replan"]
     assert replans == [REPLAN_PLANS[i % 2] for i in range(len(replans))]
 
