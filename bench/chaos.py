@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_check import Results, check_dead_letters, dead_letters, expected, wait_exact  # noqa: E402
 from chaos_faults import KINDS, Done, Faults, fencing_evidence, make_schedule  # noqa: E402
-from chaos_stack import ROOT, Stack, wait_running  # noqa: E402
+from chaos_stack import ROOT, Stack, wait_running, wait_state  # noqa: E402
 from live_common import BASE_MS, fig7_query, machine, make_topics, percentiles, tag, write_backlog  # noqa: E402
 
 SITES = ["s1", "s2", "s3"]
@@ -172,6 +172,9 @@ def measure(bs: str, redis_url: str, seconds: float, density: float, logs: Path)
             time.sleep(0.5)
         drain = time.monotonic() - t_submit
         counts = {q: r.take()[1] for q, r in readers.items()}
+        for q in readers:   # stopped: else the chaos run's nodes at s2 and s3 (no --query) would run them on
+            stack.cli("stop", q)
+        wait_state(stack, list(readers), "stopped")
     finally:
         for r in readers.values():
             r.close()

@@ -218,3 +218,14 @@ def wait_running(stack: Stack, queries: list[str], timeout_s: float = 120.0) -> 
                                    + "\n".join(p.text()[-1500:] for p in stack.procs().values()))
             time.sleep(0.5)
 
+
+
+def wait_state(stack: Stack, queries: list[str], state: str, timeout_s: float = 60.0) -> bool:
+    """Until each query's state (``joinlib queries``) is ``state``; False if one is not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    for q in queries:
+        while (stack.status(q) or {}).get("state") != state:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+    return True

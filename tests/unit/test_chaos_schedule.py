@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from chaos_faults import HOLD_S, KINDS, REPLAN_PLANS, make_schedule  # noqa: E402
+from chaos_faults import HOLD_S, KINDS, REPLAN_PLANS, make_schedule  # type: ignore[import-not-found]  # noqa: E402
 
 NODES = ["s1-P1", "s1-P2", "s1-R", "s2", "s3"]
 
