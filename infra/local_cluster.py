@@ -403,7 +403,8 @@ class RedisProcess:
         if self.proc.poll() is None:
             raise LocalClusterError(f"redis-server on port {self.port} is still running; stop it first")
         t0 = time.monotonic()
-        self.proc = _popen(_redis_cmd(self.conf, self.port, self.workdir), self.workdir / "redis.stdout", self.workdir)
+        wd = self.workdir
+        self.proc = _popen(_redis_cmd(self.conf, self.port, wd), wd / "redis.stdout", wd)
         while not _redis_ping(self.port):
             if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise LocalClusterError(f"redis-server did not start again on port {self.port}\n{_tail(self.log)}")
