@@ -398,8 +398,8 @@ class RedisProcess:
 
     def start_again(self, timeout: float = 30.0) -> float:
         """Start redis-server again (after :meth:`kill` or :meth:`stop`) on the same dir, port and config -- with
-        :data:`REDIS_DURABLE_CONF` its data are kept -- and wait for PING; returns the seconds it took.  Not for a server
-        started with ``extra_args`` (TLS, ACLs): those are not repeated."""
+        :data:`REDIS_DURABLE_CONF` its data are kept -- and wait for PING; returns the seconds it took.  Not for a
+        server started with ``extra_args`` (TLS, ACLs): those are not repeated."""
         if self.proc.poll() is None:
             raise LocalClusterError(f"redis-server on port {self.port} is still running; stop it first")
         t0 = time.monotonic()
