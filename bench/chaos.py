@@ -18,8 +18,8 @@ backlog (``--measure-seconds`` per site) drained by the same layout running both
 Faults (bench/chaos_faults.py): SIGKILL and SIGSTOP/SIGCONT of node instances and of the planner, a broker
 restart with its data kept, a Redis restart (SIGKILL, data kept in the AOF), ``joinlib replan`` of the reduction
 query to ``pmjoin:hash:2`` and back.  ``--seed`` decides the order, the targets and the hold times; each kind
-comes once before any repeats; a fault waits until the system recovered from the previous one (results flowing
-again with their latency and the consumer lag back near the warm-up's), at most ``--recovery-limit`` seconds.
+comes once before any repeats; a fault waits until the system recovered from the previous one (both queries'
+results flowing again, their p99 latency within 3 x the warm-up's), at most ``--recovery-limit`` seconds.
 
 At the end the generator stops, the queries drain, and the verdicts: for BOTH queries every result of the
 reference join of every well-formed record written, once, none missing (results of every run of the query,
