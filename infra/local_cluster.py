@@ -46,6 +46,8 @@ POM = INFRA_DIR / "kafka" / "pom.xml"
 LOG4J = INFRA_DIR / "kafka" / "log4j.properties"
 SERVER_TEMPLATE = INFRA_DIR / "kafka" / "server.properties.template"
 REDIS_CONF = INFRA_DIR / "redis" / "redis.conf"
+# AOF with appendfsync always: what a Redis restart with the nodes' windows kept needs (docs/reliability.md)
+REDIS_DURABLE_CONF = INFRA_DIR / "redis" / "redis-durable.conf"
 
 HOST = "127.0.0.1"
 READY_LINE = "Kafka Server started"
@@ -375,6 +377,7 @@ class RedisProcess:
     workdir: Path
     proc: subprocess.Popen
     startup_seconds: float = 0.0
+    conf: Path = REDIS_CONF
 
     @property
     def url(self) -> str:
@@ -386,6 +389,34 @@ class RedisProcess:
 
     def stop(self, grace: float = 10.0) -> None:
         _terminate(self.proc, grace)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: with the durable config every acknowledged write is in its AOF."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def start_again(self, timeout: float = 30.0) -> float:
+        """Start redis-server again (after :meth:`kill` or :meth:`stop`) on the same dir, port and config -- with
+        :data:`REDIS_DURABLE_CONF` its data are kept -- and wait for PING; returns the seconds it took.  Not for a
+        server started with ``extra_args`` (TLS, ACLs): those are not repeated."""
+        if self.proc.poll() is None:
+            raise LocalClusterError(f"redis-server on port {self.port} is still running; stop it first")
+        t0 = time.monotonic()
+        wd = self.workdir
+        self.proc = _popen(_redis_cmd(self.conf, self.port, wd), wd / "redis.stdout", wd)
+        while not _redis_ping(self.port):
+            if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
+                raise LocalClusterError(f"redis-server did not start again on port {self.port}\n{_tail(self.log)}")
+            time.sleep(0.05)
+        self.startup_seconds = time.monotonic() - t0
+        return self.startup_seconds
+
+
+def _redis_cmd(conf: Path, port: int, wd: Path) -> list[str]:
+    server = _require("redis-server", "install it with `apt-get install -y redis-server` (Debian/Ubuntu)")
+    return [server, str(conf), "--port", str(port), "--bind", HOST, "--dir", str(wd), "--daemonize", "no",
+            "--logfile", str(wd / "redis.log")]
 
 
 def _redis_ping(port: int) -> bool:
@@ -408,13 +439,15 @@ def _redis_ping(port: int) -> bool:
 
 def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0,
                 attempts: int = 3, *, extra_args: Callable[[int], list[str]] = lambda p: [],
-                ping: Optional[Callable[[int], bool]] = None) -> RedisProcess:
-    """Start ``redis-server`` (no persistence) in the foreground as our child; wait for PING.
+                ping: Optional[Callable[[int], bool]] = None, durable: bool = False) -> RedisProcess:
+    """Start ``redis-server`` (no persistence; ``durable``: AOF, appendfsync always, so that
+    :meth:`RedisProcess.kill` + :meth:`RedisProcess.start_again` keep its data) in the foreground as our child;
+    wait for PING.
 
     ``extra_args(port)`` (arguments appended to the command line) and ``ping`` serve the TLS and
     ACL server of ``infra/secure_cluster.py``."""
     ping = ping or _redis_ping
-    server = _require("redis-server", "install it with `apt-get install -y redis-server` (Debian/Ubuntu)")
+    conf = REDIS_DURABLE_CONF if durable else REDIS_CONF
     last_error = ""
     for attempt in range(attempts):
         p = port or free_port()
@@ -423,9 +456,8 @@ def start_redis(workdir: Path, port: Optional[int] = None, timeout: float = 15.0
         wd.mkdir(parents=True)
         log = wd / "redis.log"
         t0 = time.monotonic()
-        proc = _popen([server, str(REDIS_CONF), "--port", str(p), "--bind", HOST, "--dir", str(wd),
-                       "--daemonize", "no", "--logfile", str(log), *extra_args(p)], wd / "redis.stdout", wd)
-        rp = RedisProcess(p, wd, proc)
+        proc = _popen([*_redis_cmd(conf, p, wd), *extra_args(p)], wd / "redis.stdout", wd)
+        rp = RedisProcess(p, wd, proc, conf=conf)
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:

@@ -319,9 +319,11 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float, timeout
             return int(lo), int(hi)
         except KafkaException as e:
             err = e.args[0] if e.args else None
+            # _UNKNOWN_PARTITION: the client's metadata lost the partition for a moment -- right after a broker
+            # restart (bench/chaos.py: a scaled-out query's re-keyers failed on it at their first checkpoint)
             retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
                 KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                KafkaError.LEADER_NOT_AVAILABLE))
+                KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION))
             if not retriable or time.monotonic() > deadline:
                 where = tp.topic if tp.partition == 0 else f"{tp.topic}[{tp.partition}]"
                 raise KafkaUnavailable(f"cannot read the end offset of {where}: "
