@@ -272,9 +272,9 @@ class PlanRun:
             self.out.poll()
             t = time.monotonic()
             if t >= next_ckpt:
+                cpu = time.thread_time()
                 self._checkpoint()
-                done = time.monotonic()
-                next_ckpt = next_checkpoint(done, every, done - t)
+                next_ckpt = next_checkpoint(time.monotonic(), every, time.thread_time() - cpu)
             if t >= next_gauges:
                 next_gauges = t + GAUGES_EVERY_S
                 self.report.gauges()

@@ -48,16 +48,21 @@ from joinlib.runtime.checkpoint import CheckpointError
 from joinlib.runtime.host import Host
 from joinlib.settings import PAUSE_HOOK_ENV
 
-#: a checkpoint is taken at most this share of the time: when one takes d seconds, the next waits at least
+#: a checkpoint takes at most this share of a node's CPU: when one used d CPU-seconds, the next waits at least
 #: d / CHECKPOINT_SHARE (a node draining a backlog reads far ahead of its watermark, and its checkpoint names
 #: every record read ahead; see docs/reliability.md "How often a node checkpoints")
 CHECKPOINT_SHARE = 0.05
+#: ... but never longer than this: a crash redoes at most this much input (a checkpoint that waited out a broker
+#: outage used little CPU, so it does not push the next one out either)
+CHECKPOINT_MAX_S = 30.0
 
 
-def next_checkpoint(now: float, every: float, took: float) -> float:
-    """When the checkpoint after one that ended at ``now`` and took ``took`` seconds is due: ``every`` seconds
-    later, or later still when checkpoints would take more than :data:`CHECKPOINT_SHARE` of the time."""
-    return now + max(every, took / CHECKPOINT_SHARE)
+def next_checkpoint(now: float, every: float, took_cpu: float) -> float:
+    """When the checkpoint after one that ended at ``now`` and used ``took_cpu`` CPU-seconds (its thread's: the
+    waits for Kafka or Redis are not counted) is due: ``every`` seconds later, or later still when checkpoints
+    would take more than :data:`CHECKPOINT_SHARE` of the CPU, but at most :data:`CHECKPOINT_MAX_S` (or ``every``
+    if that is longer)."""
+    return now + min(max(every, took_cpu / CHECKPOINT_SHARE), max(every, CHECKPOINT_MAX_S))
 
 
 class Run(Protocol):

@@ -186,10 +186,10 @@ class Rekeyer:
             self.live.tick(now, consumer)
             self.live.drain(self)
             self.out.poll()
-            if (t := time.monotonic()) >= next_ckpt:
+            if time.monotonic() >= next_ckpt:
+                cpu = time.thread_time()
                 self._checkpoint()
-                done = time.monotonic()
-                next_ckpt = next_checkpoint(done, every, done - t)
+                next_ckpt = next_checkpoint(time.monotonic(), every, time.thread_time() - cpu)
             if time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_EVERY_S
                 publish(self.out, self.q.name, self.status(), flush=False)

@@ -139,8 +139,10 @@ def test_a_partition_read_past_every_named_record_is_an_error_not_a_stall() -> N
         again.handle(msgs[9], 0.0)   # the topic starts past the checkpoint's position now
 
 
-def test_checkpoints_take_at_most_a_twentieth_of_the_time() -> None:
-    from joinlib.node.recovery import CHECKPOINT_SHARE, next_checkpoint
+def test_checkpoints_take_at_most_a_twentieth_of_the_cpu() -> None:
+    from joinlib.node.recovery import CHECKPOINT_MAX_S, CHECKPOINT_SHARE, next_checkpoint
     assert next_checkpoint(100.0, 1.0, 0.01) == 101.0            # cheap: every second, as configured
     assert next_checkpoint(100.0, 1.0, 0.2) == 100.0 + 0.2 / CHECKPOINT_SHARE == 104.0   # costly: spaced out
     assert next_checkpoint(100.0, 5.0, 0.1) == 105.0
+    assert next_checkpoint(100.0, 1.0, 60.0) == 100.0 + CHECKPOINT_MAX_S   # never more than 30 s of input to redo
+    assert next_checkpoint(100.0, 60.0, 0.0) == 160.0                      # unless asked for
