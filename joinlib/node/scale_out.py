@@ -55,6 +55,7 @@ from joinlib.adapters.kafka import (
     source_topic,
 )
 from joinlib.adapters.redis_client import redis_client
+from joinlib.adapters.redis_outage import REDIS_WAIT_S, redis_outage, wait_for_redis
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, Naive, PlanMessage, merge_done
 from joinlib.errors import ClusterError, PlanError
@@ -140,15 +141,52 @@ class _PartThread(threading.Thread):
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
-        consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
-        try:
-            self.run_ = part_run(self.svc, self.rec, self.compiled, consumer, self.admin, self.ctl.copy(),
-                                 self.part, self.halt)
-            self.run_.execute()
-        except BaseException as e:  # reported by the owner
+        while True:   # again from the last checkpoint after a Redis outage, as a node's plain runs do
+            consumer = make_consumer(self.svc.bootstrap, f"joinlib-node-{self.svc.site}-{uuid.uuid4().hex[:8]}")
+            try:
+                self.run_ = None
+                self._execute(consumer)
+                return
+            except BaseException as e:  # reported by the owner, unless Redis went away and came back
+                if not self._rode_out(e):
+                    return
+            finally:
+                consumer.close()
+
+    def _execute(self, consumer: Any) -> None:
+        self.run_ = part_run(self.svc, self.rec, self.compiled, consumer, self.admin, self.ctl.copy(),
+                             self.part, self.halt)
+        self.run_.execute()
+
+    def _redis(self) -> Any:
+        factory = getattr(self.run_, "factory", None) or getattr(self.svc, "store_factory", None)
+        return getattr(factory, "client", None)
+
+    def _rode_out(self, e: BaseException) -> bool:
+        """True if ``e`` was Redis going away, Redis answers again and the run should start over from its last
+        checkpoint (what it produced delivered first, so that the next run's count of delivered batches is
+        final); else ``e`` is this thread's error (False)."""
+        cause = redis_outage(e) if isinstance(e, Exception) else None
+        client = self._redis()
+        if cause is None or client is None or self.halt.is_set():
             self.error = e
-        finally:
-            consumer.close()
+            return False
+        what = "the re-keyer" if isinstance(self, _RekeyThread) else f"partition {self.part}"
+        self.svc.log(f"{self.rec.query}: Redis went away under {what} ({type(cause).__name__}); it restarts from "
+                     "its last checkpoint when Redis answers")
+        out = getattr(self.run_, "out", None)
+        try:
+            if out is not None:
+                out.drain(self.svc.log)
+            stop = _Either(self.halt, self.svc.stop)
+            if wait_for_redis(client, timeout_s=REDIS_WAIT_S, stop=stop, log=self.svc.log):
+                return True
+            if not stop.is_set():
+                self.error = ClusterError(f"node {self.svc.site}: Redis did not answer for {REDIS_WAIT_S:.0f} s; "
+                                          "restart the node once it is back (it resumes from its checkpoint)")
+        except BaseException as again:
+            self.error = again
+        return False
 
     def finished(self) -> bool:
         return self.run_ is not None and self.run_.finished is not None
@@ -169,15 +207,22 @@ class _RekeyThread(_PartThread):
         super().__init__(svc, rec, compiled, admin, ctl, part)
         self.name, self.redis = f"rekey-{svc.site}", redis
 
-    def run(self) -> None:
-        consumer = make_consumer(self.svc.bootstrap, f"joinlib-rekey-{self.svc.site}-{uuid.uuid4().hex[:8]}")
-        try:
-            self.run_ = Rekeyer(self.svc, self.rec, self.compiled, self.redis, self.ctl.copy(), self.halt)
-            self.run_.execute(consumer, self.admin)
-        except BaseException as e:  # reported by the owner
-            self.error = e
-        finally:
-            consumer.close()
+    def _execute(self, consumer: Any) -> None:
+        self.run_ = Rekeyer(self.svc, self.rec, self.compiled, self.redis, self.ctl.copy(), self.halt)
+        self.run_.execute(consumer, self.admin)
+
+    def _redis(self) -> Any:
+        return self.redis
+
+
+class _Either:
+    """Set when either event is (a partition's halt, the service's stop): what a wait for Redis watches."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
 
 
 def rekey_role(compiled: Compiled, rec: ControlRecord, site: str) -> Optional[int]:
