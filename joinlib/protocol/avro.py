@@ -11,7 +11,6 @@ checks that the schema files still have the layouts these encoders write
 """
 from __future__ import annotations
 
-import importlib
 import io
 import struct
 from operator import attrgetter
@@ -19,22 +18,15 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import fastavro
 
+from joinlib.kernels import kernel
 from joinlib.model import Tup, Value
 from joinlib.protocol.messages import Key
 from joinlib.protocol.schemas import SCHEMAS, check_layouts
 from joinlib.protocol.values import varint
 
-
-def _kernels() -> Any:
-    """The size kernel (_avroc.c, built by setup.py: it says why), or None: no compiler at install; then
-    :func:`tuples_size` adds up :func:`tuple_size`, the same sizes more slowly."""
-    try:
-        return importlib.import_module("joinlib.protocol._avroc")
-    except ImportError:  # pragma: no cover - depends on the install
-        return None
-
-
-_c: Any = _kernels()
+#: The size kernel (_avroc.c, built by setup.py: it says why), or None: no compiler at install; then
+#: :func:`tuples_size` adds up :func:`tuple_size`, the same sizes more slowly.
+_c: Any = kernel("joinlib.protocol._avroc")
 
 check_layouts(SCHEMAS)  # schema files that disagree with the hand-written encoders below fail the import
 

@@ -16,7 +16,6 @@ design rate.  With k capped at 16, rates below ~1e-5 cost a few more bits than t
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import struct
 from dataclasses import dataclass
@@ -25,17 +24,11 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from joinlib.kernels import kernel
 
-def _kernels() -> Any:
-    """The C kernels (setup.py builds them; _bloomc.c says why), or None: no compiler at install, or a
-    big-endian machine; then the numpy forms below answer, the same answers more slowly."""
-    try:
-        return importlib.import_module("joinlib.protocol._bloomc")
-    except ImportError:  # pragma: no cover - depends on the install
-        return None
-
-
-_c: Any = _kernels()
+#: The C kernels (setup.py builds them; _bloomc.c says why), or None: no compiler at install, or a
+#: big-endian machine; then the numpy forms below answer, the same answers more slowly.
+_c: Any = kernel("joinlib.protocol._bloomc")
 
 Key = tuple[Any, ...]
 

@@ -6,24 +6,17 @@ those bytes as they are.  Join-attribute values travel separately (``Tup.key``).
 """
 from __future__ import annotations
 
-import importlib
 import io
 import struct
 from typing import Any, Sequence, cast
 
 import fastavro
 
+from joinlib.kernels import kernel
 
-def _kernels() -> Any:
-    """The Avro kernel (_avroc.c, built by setup.py), or None: no compiler at install; then the Python forms
-    below encode, byte for byte the same."""
-    try:
-        return importlib.import_module("joinlib.protocol._avroc")
-    except ImportError:  # pragma: no cover - depends on the install
-        return None
-
-
-_c: Any = _kernels()
+#: The Avro kernel (_avroc.c, built by setup.py), or None: no compiler at install; then the Python forms
+#: below encode, byte for byte the same.
+_c: Any = kernel("joinlib.protocol._avroc")
 
 VALUE_TYPES = ["null", "boolean", "long", "double", "string"]
 _SCHEMA = fastavro.parse_schema({"type": "array", "items": VALUE_TYPES})

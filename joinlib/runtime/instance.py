@@ -16,7 +16,6 @@ messages on its flows.
 """
 from __future__ import annotations
 
-import importlib
 from collections import defaultdict
 from dataclasses import dataclass
 from operator import itemgetter
@@ -24,6 +23,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from joinlib.algorithms import REGISTRY
 from joinlib.errors import CheckpointError
+from joinlib.kernels import kernel
 from joinlib.model import Tup
 from joinlib.plan.ir import PlanIR, ReducerOp, ReplicaOp, StepOp
 from joinlib.protocol.messages import Body, Envelope, InstanceKey, Row
@@ -50,15 +50,8 @@ InboxKey = tuple[str, int, int, int, int]  # (query, part, gen, flow, epoch)
 _second = itemgetter(1)
 
 
-def _kernels() -> Any:
-    """The row expansion in C (``_rowsc.c``, built by setup.py: it says why), or None: the Python form below."""
-    try:
-        return importlib.import_module("joinlib.runtime._rowsc")
-    except ImportError:  # pragma: no cover - depends on the install
-        return None
-
-
-_c: Any = _kernels()
+#: The row expansion in C (``_rowsc.c``, built by setup.py: it says why), or None: the Python form below.
+_c: Any = kernel("joinlib.runtime._rowsc")
 
 
 def expand_rows(out: list[Row], groups: list[Group], pos: int) -> None:

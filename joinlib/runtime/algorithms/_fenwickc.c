@@ -48,23 +48,29 @@ static PyObject *mark(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The removed slots among slots 0 .. slot - 1 of a tree of n entries, in *removed; -1 with an exception. */
+static int prefix(PyObject *tree, Py_ssize_t n, Py_ssize_t slot, long long *removed) {
+    if (slot < 0 || slot >= n) {
+        PyErr_SetString(PyExc_IndexError, "slot outside the tree");
+        return -1;
+    }
+    *removed = 0;
+    for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
+        long long v;
+        if (item(tree, i, &v) < 0)
+            return -1;
+        *removed += v;
+    }
+    return 0;
+}
+
 /* removed_before(tree, slot) -> int: removed slots among slots 0 .. slot - 1. */
 static PyObject *removed_before(PyObject *self, PyObject *args) {
     PyObject *tree;
     Py_ssize_t slot, n;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0)
+    long long removed;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || prefix(tree, n, slot, &removed) < 0)
         return NULL;
-    if (slot < 0 || slot >= n) {
-        PyErr_SetString(PyExc_IndexError, "slot outside the tree");
-        return NULL;
-    }
-    long long removed = 0;
-    for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
-        long long v;
-        if (item(tree, i, &v) < 0)
-            return NULL;
-        removed += v;
-    }
     return PyLong_FromLongLong(removed);
 }
 
@@ -81,19 +87,9 @@ static PyObject *positions(PyObject *self, PyObject *args) {
         return NULL;
     for (Py_ssize_t j = 0; j < m; j++) {
         Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(slots, j));
-        if (slot == -1 && PyErr_Occurred())
+        long long removed;
+        if ((slot == -1 && PyErr_Occurred()) || prefix(tree, n, slot, &removed) < 0)
             goto fail;
-        if (slot < 0 || slot >= n) {
-            PyErr_SetString(PyExc_IndexError, "slot outside the tree");
-            goto fail;
-        }
-        long long removed = 0;
-        for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
-            long long v;
-            if (item(tree, i, &v) < 0)
-                goto fail;
-            removed += v;
-        }
         PyObject *w = PyLong_FromLongLong((long long)slot - removed);
         if (w == NULL)
             goto fail;

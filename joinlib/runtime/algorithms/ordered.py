@@ -9,24 +9,17 @@ of the removed slots (keys are appended, so an insert costs nothing there) gives
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
+from joinlib.kernels import kernel
 from joinlib.protocol.messages import Key
 
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
 
 
-def _kernels() -> Any:
-    """The tree's loops in C (``_fenwickc.c``, built by setup.py), or None: the Python loops below answer."""
-    try:
-        return importlib.import_module("joinlib.runtime.algorithms._fenwickc")
-    except ImportError:  # pragma: no cover - depends on the install
-        return None
-
-
-_c: Any = _kernels()
+#: The tree's loops in C (``_fenwickc.c``, built by setup.py), or None: the Python loops below answer.
+_c: Any = kernel("joinlib.runtime.algorithms._fenwickc")
 
 
 def _tree(size: int) -> list[int]:
