@@ -132,7 +132,9 @@ class Reducer:
         self._pos = {n: i for i, n in enumerate(self._filters)}
         self._index: dict[str, KeyIndex] = {n: KeyIndex() for n in self._filters}
         self._extract = self._extractors()
-        self._channels = (*(e.stream for e in op.sends), _SHIP)
+        # only channels something looks at: a fresh list is emptied when its channel looks (a reducer that ships
+        # nothing has no shipping channel, else that list would keep every tuple it ever admitted)
+        self._channels = (*(e.stream for e in op.sends), *((_SHIP,) if op.replica else ()))
         self._fresh: dict[str, list[_Entry]] = {c: [] for c in self._channels}
         self._again: dict[str, set[int]] = {c: set() for c in self._channels}
 
