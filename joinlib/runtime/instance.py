@@ -33,6 +33,7 @@ from joinlib.runtime.algorithms import (
     AnySender,
     Reducer,
     has_sender,
+    make_reducer,
     make_replica,
     make_sender,
     reducer_phases,
@@ -253,9 +254,9 @@ class Instance:
         return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
 
     def _reducer(self, op: ReducerOp) -> list[Placed]:
-        r = self.reducers[op.stream] = Reducer(op, self.q.stream(op.stream), self.tau,
-                                               self.q.execution.bloom_fpr or None,
-                                               {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
+        r = self.reducers[op.stream] = make_reducer(op, self.q.stream(op.stream), self.tau,
+                                                    self.q.execution.bloom_fpr or None,
+                                                    {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
         ship = self.ir.update_flow(self.ir.replica(op.replica)).sig if op.replica else None
         lane = ("serve", op.replica) if op.replica else ("reduce", op.stream)
         home = self.homes[op.stream]

@@ -21,7 +21,7 @@ from joinlib.model import Stream
 from joinlib.plan.ir import ReplicaOp, StepOp
 from joinlib.runtime.algorithms.base import Placed, Replica, Sender, StepContext
 from joinlib.runtime.algorithms.dja import DjaReplica, DjaSender, MixedReplica, MixedSender, smd1_phases, sms2_phases
-from joinlib.runtime.algorithms.reduce import ReducedReplica, Reducer, reducer_phases
+from joinlib.runtime.algorithms.reduce import ReducedReplica, Reducer, make_reducer, reducer_phases
 from joinlib.runtime.algorithms.semijoin import FifoReplica, FifoSender, smd2_phases, sms1_phases
 from joinlib.runtime.algorithms.simple import FullReplica, FullSender, local_phases, spd_phases, sps_phases
 from joinlib.state.base import WindowStore
@@ -98,4 +98,5 @@ def make_replica(op: ReplicaOp, stream: Stream, store: StoreFactory, tau: int) -
 
 
 __all__ = ["PHASES", "ENDS", "Ends", "Placed", "Replica", "Sender", "StepContext", "step_phases", "has_sender",
-           "make_sender", "make_replica", "AnySender", "AnyReplica", "Reducer", "reducer_phases"]
+           "make_sender", "make_replica", "AnySender", "AnyReplica", "Reducer", "make_reducer",
+           "reducer_phases"]

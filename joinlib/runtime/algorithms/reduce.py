@@ -65,6 +65,7 @@ class _Entry:
 
 
 _RANK = attrgetter("rank")
+_SEQ = attrgetter("seq")
 
 
 class Outgoing(NamedTuple):
@@ -305,7 +306,7 @@ class Reducer:
             x.shipped = True
         self._settle(newly)
         arrivals = [t.ts for t in batch] if not self.stream.window.is_time else []
-        return ShippedBatch(sorted((x.t for x in newly), key=lambda t: t.seq), arrivals)
+        return ShippedBatch(sorted((x.t for x in newly), key=_SEQ), arrivals)
 
     def _settle(self, done: list[_Entry]) -> None:
         """Forget the entries with nothing left to do (sent on every edge it sends on, shipped if it
@@ -342,6 +343,74 @@ class Reducer:
         for b, sent, shipped, *_ in data["pending"]:
             self._readd(decode(b), sent, shipped)
         self._settle_keys()
+
+
+class PassReducer(Reducer):
+    """A reducer whose sets no neighbour tests (every direction toward it skipped): each tuple passes every
+    test the moment it is admitted, so a channel's newly passing tuples are exactly those admitted since it
+    last looked.  It keeps the window's (ts, seq, epoch) and, per channel, those tuples -- no entries, no key
+    indexes: what :class:`Reducer` would compute, with none of its per-tuple bookkeeping (in a reduction that
+    ``auto`` trims with skips, often one stream in three).  A tuple that leaves the window before a channel
+    looked is dropped from it, as the reducer forgets it.  Snapshots are :class:`Reducer`'s (version 2)."""
+
+    def __init__(self, op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
+                 fp_cost: Optional[dict[str, Optional[float]]] = None) -> None:
+        assert not op.filters, "a reducer that takes sets is not a pass-through"
+        super().__init__(op, stream, tau, fpr, fp_cost)
+        self._new: dict[str, list[Tup]] = {c: [] for c in self._channels}
+
+    def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
+        self.window.extend([(t.ts, t.seq, e) for t in batch])
+        for new in self._new.values():
+            new.extend(batch)
+        col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
+        w, gone = self.window, set()
+        while w and w[0][col] < value:
+            gone.add(w.popleft()[1])
+        if gone:   # only tuples no channel looked at yet can be among them
+            for c, new in self._new.items():
+                if new and new[0].seq in gone:
+                    self._new[c] = [t for t in new if t.seq not in gone]
+
+    def start(self, tuples: Sequence[Tup], tau: int) -> None:
+        self.window.extend([(t.ts, t.seq, t.ts // tau) for t in tuples])
+        for new in self._new.values():
+            new.extend(tuples)
+
+    def out_keys(self, nbr: str, e: int) -> Outgoing:
+        newly, self._new[nbr] = self._new[nbr], []
+        back = e - max(t.ts for t in newly) // self.tau if newly else 0
+        return Outgoing(keys_at(self._keys[nbr], newly), back, e - self.oldest(e))
+
+    def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
+        newly, self._new[_SHIP] = self._new[_SHIP], []
+        arrivals = [t.ts for t in batch] if not self.stream.window.is_time else []
+        return ShippedBatch(sorted(newly, key=_SEQ), arrivals)
+
+    def snapshot(self, encode: Encode) -> dict[str, Any]:
+        """:meth:`Reducer.snapshot`'s form: the pending tuples are those some channel has not looked at yet."""
+        waiting = {c: {t.seq for t in new} for c, new in self._new.items()}
+        pending = {t.seq: t for new in self._new.values() for t in new}
+        sends = [e.stream for e in self.op.sends]
+        rows = [(encode(t), sorted(c for c in sends if seq not in waiting[c]),
+                 _SHIP in waiting and seq not in waiting[_SHIP]) for seq, t in sorted(pending.items())]
+        return {"v": 2, "window": list(self.window), "pending": rows, "filters": {}, "received": {},
+                "live_from": {}}
+
+    def restore(self, data: dict[str, Any], decode: Decode) -> None:
+        self.window = deque((w[0], w[1], w[2]) for w in data["window"])
+        self._new = {c: [] for c in self._channels}
+        for b, sent, shipped, *_ in data["pending"]:
+            t = decode(b)
+            for c, new in self._new.items():
+                if (c == _SHIP and not shipped) or (c != _SHIP and c not in sent):
+                    new.append(t)
+
+
+def make_reducer(op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
+                 fp_cost: Optional[dict[str, Optional[float]]] = None) -> Reducer:
+    """The reducer of ``op``: a :class:`PassReducer` when it takes no sets."""
+    return (PassReducer if not op.filters else Reducer)(op, stream, tau, fpr, fp_cost)
 
 
 def _keys_of(positions: tuple[int, ...]) -> Callable[[list[tuple[Any, ...]]], list[Key]]:
