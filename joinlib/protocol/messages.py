@@ -89,7 +89,10 @@ class KeyFilter:
     ``hashes``, ``n`` keys) when that is shorter.  Epochs count back from the envelope's epoch e
     (a byte each, however long the stream runs): ``back`` to the latest arrival epoch of the keys
     (0 when there are none), ``live`` to the oldest arrival epoch still in the sender's window --
-    a receiver forgets the sets older than that."""
+    a receiver forgets the sets older than that.  ``ages``: written-out keys of several arrival epochs
+    as runs ``[age, count, age, count, ...]`` over ``keys`` in order, age = e - the arrival epoch of the
+    latest tuple with that key; a receiver forgets each run when its tuples leave the sender's window,
+    not when the set's latest does (empty: every key is at ``back``)."""
 
     back: int = 0
     live: int = 0
@@ -97,6 +100,7 @@ class KeyFilter:
     bits: bytes = b""
     hashes: int = 0
     n: int = 0
+    ages: list[int] = field(default_factory=list)
     kind: ClassVar[str] = "partial"
 
 

@@ -96,7 +96,7 @@ _HAND_ENCODED = {
     ),
     "joinlib.KeyFilter": (
         f"joinlib.KeyFilter{{back:long,live:long,keys:array<array<{_V}>>,"
-        "bloom:[null|joinlib.Bloom{bits:bytes,hashes:int,n:long}]}"
+        "bloom:[null|joinlib.Bloom{bits:bytes,hashes:int,n:long}|joinlib.Ages{runs:array<long>}]}"
     ),
     "joinlib.ShippedBatch": "joinlib.ShippedBatch{tuples:array<joinlib.BaseTuple>,arrivals:array<long>}",
     "joinlib.Envelope": (

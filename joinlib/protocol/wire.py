@@ -149,6 +149,10 @@ def _put_key_filter(ap: Append, body: KeyFilter) -> None:
     ap(encode_long(body.back))
     ap(encode_long(body.live))
     _put_keys(ap, body.keys)
+    if body.ages:
+        ap(b"\x04")        # bloom: the Ages record (written-out keys of several arrival epochs)
+        put_longs(ap, body.ages)
+        return
     if not body.bits:
         ap(b"\x00")        # bloom: null
         return
@@ -237,15 +241,24 @@ def decode_body(data: bytes) -> Body:
 
 
 def _bloom_of(rec: Any) -> tuple[Any, ...]:
-    """(bits, hashes, n) of a KeyFilter's ``bloom`` union as fastavro reads it (a (name, record)
+    """(bits, hashes, n, ages) of a KeyFilter's ``bloom`` union as fastavro reads it (a (name, record)
     pair with ``return_record_name``), () for null."""
     if rec is None:
         return ()
     if isinstance(rec, tuple):
         rec = rec[1]
+    if "runs" in rec:   # the Ages branch
+        return b"", 0, 0, _ages_of(rec["runs"])
     if rec["bits"] and not 1 <= rec["hashes"] <= MAX_HASHES:  # the Bloom tests read k of sixteen words
         raise ValueError(f"a Bloom filter with {rec['hashes']} hash functions (1..{MAX_HASHES})")
     return rec["bits"], rec["hashes"], rec["n"]
+
+
+def _ages_of(runs: list[int]) -> list[int]:
+    """A KeyFilter's runs of ages, checked: (age, count) pairs, ages >= 0, counts >= 1."""
+    if len(runs) % 2 or any(a < 0 for a in runs[::2]) or any(n < 1 for n in runs[1::2]):
+        raise ValueError(f"a key set's ages must be (age >= 0, count >= 1) pairs, not {runs[:8]}")
+    return list(runs)
 
 
 def _keys_of(rec: list[list[Value]]) -> list[Key]:
@@ -336,8 +349,9 @@ def _envelope_record(env: Envelope) -> Record:
                "keys": [list(k) for k in body.keys], "counts": list(body.counts)}
         name = "joinlib.WindowSnapshot"
     elif isinstance(body, KeyFilter):
-        rec = {"back": body.back, "live": body.live, "keys": [list(k) for k in body.keys],
-               "bloom": {"bits": body.bits, "hashes": body.hashes, "n": body.n} if body.bits else None}
+        bloom = (("joinlib.Ages", {"runs": list(body.ages)}) if body.ages else
+                 {"bits": body.bits, "hashes": body.hashes, "n": body.n} if body.bits else None)
+        rec = {"back": body.back, "live": body.live, "keys": [list(k) for k in body.keys], "bloom": bloom}
         name = "joinlib.KeyFilter"
     elif isinstance(body, ShippedBatch):
         rec = {"tuples": [tup_record(t) for t in body.tuples], "arrivals": list(body.arrivals)}

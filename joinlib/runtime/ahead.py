@@ -82,8 +82,10 @@ class LookAhead:
 
     def out_keys(self, e: int) -> Outgoing:
         newly, self.pending = self.pending, []
-        back = e - max((t.ts // self.tau for t in newly), default=e)
-        return Outgoing(keys_at(self.mine, newly), back, e - (self.window[0][2] if self.window else e + 1))
+        tau = self.tau
+        ages = [e - t.ts // tau for t in newly]
+        oldest = self.window[0][2] if self.window else e + 1
+        return Outgoing(keys_at(self.mine, newly), min(ages, default=0), e - oldest, ages)
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
         return {"v": "ahead", "window": list(self.window), "pending": [encode(t) for t in self.pending]}

@@ -70,7 +70,7 @@ def norm(env: Envelope):
         body = ("snapshot", b.base, [tup_fields(t) for t in b.tuples], [key_fields(k) for k in b.keys],
                 list(b.counts))
     elif isinstance(b, KeyFilter):
-        body = ("filter", b.back, b.live, [key_fields(k) for k in b.keys], b.bits, b.hashes, b.n)
+        body = ("filter", b.back, b.live, [key_fields(k) for k in b.keys], b.bits, b.hashes, b.n, list(b.ages))
     elif isinstance(b, ShippedBatch):
         body = ("shipped", [tup_fields(t) for t in b.tuples], list(b.arrivals))
     else:
@@ -437,6 +437,19 @@ def test_a_bloom_filter_with_a_hash_count_the_tests_cannot_read_is_malformed(has
     assert isinstance(back, KeyFilter) and back.hashes == 16
 
 
+def test_key_filter_ages_cost_nothing_when_absent_and_are_checked():
+    """A key set of one arrival epoch is encoded as before (the union's null branch); runs of ages take the
+    union's third branch, and malformed runs (odd length, a negative age, an empty run) are refused."""
+    plain = wire.encode_envelope(env(KeyFilter(0, 3, [("a",), ("b",)])))
+    aged = wire.encode_envelope(env(KeyFilter(0, 3, [("a",), ("b",)], ages=[0, 1, 4, 1])))
+    assert len(aged) == len(plain) + 6   # count, two runs of two one-byte varints, end of array
+    back = roundtrip(env(KeyFilter(0, 3, [("a",), ("b",)], ages=[0, 1, 4, 1]))).body
+    assert isinstance(back, KeyFilter) and back.ages == [0, 1, 4, 1] and not back.bits
+    for runs in ([0, 1, 4], [-1, 2], [0, 0]):
+        with pytest.raises(ValueError, match="ages"):
+            wire.decode_envelope(wire.encode_envelope(env(KeyFilter(0, 3, [("a",)], ages=runs))))
+
+
 # ------------------------------------------------------ source, result, control
 
 
@@ -532,6 +545,9 @@ body_st = st.one_of(
     st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4)),       # keys (bloom null)
     st.builds(KeyFilter, long_st, long_st, st.lists(key_st, max_size=4), st.binary(min_size=1, max_size=16),
               st.integers(1, 16), long_st),   # a filter's k: 1..16 (more is malformed, see below)
+    st.builds(lambda back, live, keys, runs: KeyFilter(back, live, keys, ages=[x for r in runs for x in r]),
+              long_st, long_st, st.lists(key_st, max_size=4),   # keys of several arrival epochs
+              st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(1, 1 << 20)), min_size=1, max_size=4)),
     st.builds(ShippedBatch, st.lists(tup_st, max_size=3), st.lists(long_st, max_size=4)),
 )
 envelope_st = st.builds(

@@ -28,7 +28,9 @@ epoch, so its key is in that epoch's crossing set before anything ships.
 Key sets are deltas: a reducer sends the keys of tuples that pass for the first time, tagged with
 the latest arrival epoch among them, and the oldest arrival epoch still in its window (both as
 epochs back from the message's epoch, a byte each); a receiver
-keeps every set whose tag is not below the sender's latest such epoch.  Each epoch costs what changed:
+keeps every set whose tag is not below the sender's latest such epoch.  A set of written-out keys whose
+tuples arrived in several epochs carries each key's own age (:func:`age_runs`), so each key is forgotten
+when its own tuple leaves the sender's window.  Each epoch costs what changed:
 a set touches only the pending tuples whose key it holds (a Bloom filter is tested once per distinct
 pending key), and a tuple is tested again for an edge only after one of its keys newly matched.
 """
@@ -70,20 +72,63 @@ _SEQ = attrgetter("seq")
 
 class Outgoing(NamedTuple):
     """A key set as a reducer makes it, before :func:`key_filter` chooses between keys and a filter: the keys
-    of the tuples that newly pass (window order, repeats kept), and the epochs back from the message's to the
-    latest arrival among them and to the oldest arrival in the window."""
+    of the tuples that newly pass (window order, repeats kept), the epochs back from the message's to the
+    latest arrival among them and to the oldest arrival in the window, and per key the epochs back to its
+    own tuple's arrival."""
 
     keys: list[Key]
     back: int
     live: int
+    ages: list[int] = []
 
 
 def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
-    """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes."""
+    """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes.  Written-out
+    keys of several arrival epochs carry their ages (:func:`age_runs`): each key then lives at the receiver
+    as long as its own tuple is in the sender's window, not as long as the set's latest tuple -- a tuple that
+    passes late (its partner arrived after it) would otherwise keep its key live for up to a window more."""
+    keys, runs = age_runs(out.keys, out.ages)
+    if runs:
+        return KeyFilter(out.back, out.live, keys, ages=runs)
     ks = KeySet.of(out.keys, fpr, keys_bytes, fp_cost)
     if ks.bloom is not None:
         return KeyFilter(out.back, out.live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
     return KeyFilter(out.back, out.live, list(ks.keys or ()))
+
+
+def age_runs(keys: Sequence[Key], ages: Sequence[int]) -> tuple[list[Key], list[int]]:
+    """The distinct keys ordered by age, each at the age of its latest tuple (the smallest), and the runs
+    ``[age, count, ...]`` over them; no runs when every key has the same age (``back`` says it)."""
+    if len(set(ages)) < 2:
+        return [], []
+    youngest: dict[Key, int] = {}
+    for k, a in zip(keys, ages, strict=True):
+        if a < youngest.get(k, a + 1):
+            youngest[k] = a
+    order = sorted(youngest, key=youngest.__getitem__)   # stable: window order within an age
+    runs: list[int] = []
+    for k in order:
+        a = youngest[k]
+        if runs and runs[-2] == a:
+            runs[-1] += 1
+        else:
+            runs += [a, 1]
+    return (order, runs) if len(runs) > 2 else ([], [])
+
+
+def key_groups(e: int, body: KeyFilter) -> list[tuple[int, KeySet]]:
+    """A received key set as (tag, keys) groups: one, tagged ``e - back``, or one per run of ages."""
+    if body.bits:
+        return [(e - body.back, KeySet(bloom=Bloom(body.bits, body.hashes, body.n)))]
+    if not body.ages:
+        return [(e - body.back, KeySet(keys=tuple(body.keys)))]
+    out, i, runs = [], 0, body.ages
+    for a, n in zip(runs[::2], runs[1::2], strict=True):
+        out.append((e - a, KeySet(keys=tuple(body.keys[i:i + n]))))
+        i += n
+    if i != len(body.keys):
+        raise ValueError(f"a key set's ages count {i} keys, it has {len(body.keys)}")
+    return out
 
 
 def keys_at(positions: Sequence[int], tups: Sequence[Tup]) -> list[Key]:
@@ -222,12 +267,15 @@ class Reducer:
         was = self.filters[nbr]
         fs = self.filters[nbr] = [f for f in was if f[1] >= lf]
         if body.keys or body.n:
-            self.received[nbr] += 1
-            ks = KeySet(bloom=Bloom(body.bits, body.hashes, body.n)) if body.bits else KeySet(keys=tuple(body.keys))
-            m = ks.matcher()
-            fs.append((self.received[nbr], e - body.back, m))
+            new = []
+            for tag, ks in key_groups(e, body):
+                if tag >= lf:   # a run whose tuples already left the sender's window holds nothing live
+                    self.received[nbr] += 1
+                    new.append((tag, ks.matcher()))
+                    fs.append((self.received[nbr], tag, new[-1][1]))
             self._index[nbr].live(fs)
-            self._matched(nbr, e - body.back, m)
+            for tag, m in new:
+                self._matched(nbr, tag, m)
         elif len(fs) < len(was):
             self._index[nbr].live(fs)
 
@@ -296,8 +344,9 @@ class Reducer:
             keys = [x.keys[i] for x in newly]
         else:
             keys = keys_at(self._keys[nbr], [x.t for x in newly])
-        back = e - max(x.t.ts for x in newly) // self.tau if newly else 0
-        return Outgoing(keys, back, e - self.oldest(e))
+        tau = self.tau
+        ages = [e - x.t.ts // tau for x in newly]
+        return Outgoing(keys, min(ages, default=0), e - self.oldest(e), ages)
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
