@@ -428,8 +428,9 @@ class PassReducer(Reducer):
 
     def out_keys(self, nbr: str, e: int) -> Outgoing:
         newly, self._new[nbr] = self._new[nbr], []
-        back = e - max(t.ts for t in newly) // self.tau if newly else 0
-        return Outgoing(keys_at(self._keys[nbr], newly), back, e - self.oldest(e))
+        tau = self.tau
+        ages = [e - t.ts // tau for t in newly]
+        return Outgoing(keys_at(self._keys[nbr], newly), min(ages, default=0), e - self.oldest(e), ages)
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         newly, self._new[_SHIP] = self._new[_SHIP], []
