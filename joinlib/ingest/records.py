@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 from datetime import datetime, timedelta, timezone
+from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import fastavro
@@ -34,6 +35,8 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+_PLAIN = frozenset({str, float, bool, type(None)})   # scalars with nothing to check (an int's range is)
 _MISSING = object()
 
 #: a parsed Avro writer schema for a schema id (None: unknown id); may raise for a registry outage
@@ -125,6 +128,27 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _getters(names: list[str]) -> Callable[[dict[str, Any]], Any]:
+    """The values of ``names`` in a row, as a tuple (KeyError when one is missing)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda row: (row[name],)
+    return itemgetter(*names)
+
+
+class _Layout(NamedTuple):
+    """How :meth:`Decoder._fast` reads rows with one set of fields: ``width`` their number (None: any, the
+    source names the attributes it keeps), ``get`` the values of the event time, the id (``has_id``), the
+    ``keys`` join attributes and the payload's attributes in order; ``names``: the payload's names when it
+    carries them (a source keeping every field, for rows)."""
+
+    width: Optional[int]
+    get: Callable[[dict[str, Any]], Any]
+    has_id: bool
+    keys: int
+    names: Optional[tuple[str, ...]]
+
+
 class Decoder:
     """Decodes the records of one stream's source (see the module docstring).
 
@@ -152,6 +176,11 @@ class Decoder:
         self._fixed = None if spec.schema is None else fastavro.parse_schema(orjson.loads(spec.schema))
         self._schemas = schemas
         self._keep = compile_filter(stream.where)
+        # the fast path (_Layout): every field a top-level name, event times in ms
+        fields = [spec.time_field, *([spec.id_field] if spec.id_field else []), *stream.join_attrs,
+                  *(spec.attributes or ())]
+        self._can_fast = spec.time_unit == "ms" and not any("." in f for f in fields)
+        self._lay: Optional[_Layout] = None
 
     def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad, Filtered]:
         """The record's event, why it is malformed, or :data:`FILTERED` when the stream's filter drops it (tested
@@ -196,6 +225,59 @@ class Decoder:
 
     # ------------------------------------------------------------------ fields
     def _event(self, row: dict[str, Any], partition: int, offset: int) -> Event:
+        """The row's event: by the layout of the last row when this one has the same fields and plain values
+        (:meth:`_fast`), else field by field (:meth:`_slow`, which names what is wrong)."""
+        lay = self._lay
+        if lay is not None and (lay.width is None or len(row) == lay.width):
+            try:
+                vals = lay.get(row)
+            except KeyError:   # other fields: the slow path, then a layout of this row's fields
+                pass
+            else:
+                ev = self._fast(lay, vals, partition, offset)
+                if ev is not None:
+                    return ev
+        ev = self._slow(row, partition, offset)
+        if self._can_fast:
+            self._lay = self._layout(row)
+        return ev
+
+    def _layout(self, row: dict[str, Any]) -> "_Layout":
+        spec = self.spec
+        head = [self.time_field, *([spec.id_field] if spec.id_field else []), *self.stream.join_attrs]
+        if self._rest is not None:
+            return _Layout(None, _getters([*head, *(a for a, _ in self._rest)]), spec.id_field is not None,
+                           len(self.stream.join_attrs), None)
+        rest = [a for a in sorted(row) if a not in self._skip]
+        return _Layout(len(row), _getters(head + rest), spec.id_field is not None, len(self.stream.join_attrs),
+                       tuple(rest) if self._named else None)
+
+    def _fast(self, lay: "_Layout", vals: Any, partition: int, offset: int) -> Optional[Event]:
+        """The event of ``vals`` (the layout's fields), or None when a value needs the slow path's checks: an
+        event time or id that is not a 64-bit int, a value that is not a plain scalar or an int out of range."""
+        t = vals[0]
+        if type(t) is not int or not _LONG_MIN <= t <= _LONG_MAX:
+            return None
+        if lay.has_id:
+            id_, i = vals[1], 2
+            if type(id_) is not int or not _LONG_MIN <= id_ <= _LONG_MAX:
+                return None
+        else:
+            id_, i = derived_id(partition, offset), 1
+        rest = vals[i:]
+        kinds = set(map(type, rest))
+        if not _PLAIN.issuperset(kinds):
+            if not _SCALAR_TYPES.issuperset(kinds) or not all(
+                    _LONG_MIN <= v <= _LONG_MAX for v in rest if type(v) is int):
+                return None
+        k = i + lay.keys
+        if lay.names is None:
+            payload = list(vals[k:])
+        else:
+            payload = [x for pair in zip(lay.names, vals[k:], strict=True) for x in pair]
+        return Event(t - self.origin, id_, tuple(vals[i:k]), encode_values(payload))
+
+    def _slow(self, row: dict[str, Any], partition: int, offset: int) -> Event:
         t = self._time(row)
         if t is _MISSING or t is None:
             raise _Malformed(MISSING_FIELD, f"the event-time field '{self.time_field}' is missing"
