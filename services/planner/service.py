@@ -75,7 +75,7 @@ from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, Replan
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import DEFAULT_MODEL
 from joinlib.costs.explanation import format_explanation
-from joinlib.errors import JoinlibError
+from joinlib.errors import ClusterError, JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
@@ -446,12 +446,16 @@ class PlannerService:
             while positions[CONTROL_TOPIC] < end and not self._stop.is_set():
                 for msg in consume(consumer, 1000, 0.5):
                     self._take(msg, positions)
-            assigned = 0   # how many topics the consumer reads
+            assigned, unusable = 0, set()   # how many topics the consumer reads; report topics it cannot make
             while not self._stop.is_set():
-                new = [status_topic(site) for site in sorted(self._sites) if status_topic(site) not in positions]
+                new = [t for t in map(status_topic, sorted(self._sites)) if t not in positions and t not in unusable]
                 if new:   # a plan named a site whose reports are not read yet (one not published here: made now)
-                    ensure_topics(self.admin, new)
-                    positions.update(dict.fromkeys(new, 0))
+                    try:
+                        ensure_topics(self.admin, new)
+                        positions.update(dict.fromkeys(new, 0))
+                    except ClusterError as e:   # a site name no topic may have: the watcher goes on without it
+                        unusable.update(new)
+                        print(f"[planner] not reading {', '.join(new)}: {e}", file=sys.stderr, flush=True)
                 if assigned != len(positions):
                     consumer.assign([TopicPartition(t, 0, pos or OFFSET_BEGINNING) for t, pos in positions.items()])
                     assigned = len(positions)
