@@ -4,25 +4,27 @@ The broker of ``make up-secure`` runs KRaft's ``StandardAuthorizer`` with
 ``allow.everyone.if.no.acl.found=false``: a SCRAM user may do only what an ACL below grants it, and
 ``admin`` (the broker's own user, a super user) everything.  The grants follow the topic layout of
 :mod:`joinlib.adapters.kafka` (``src.<query>.<stream>``, ``node.<query>.<receiver>.from.<sender>``,
-``out.<query>``, ``control``, ``status``, ...).  Per-query topics are created when a query is planned, so the
-service grants are PREFIXED patterns (``src.``, ``node.``, ...) or the literals ``control`` and ``status``;
-consumer groups and transactional ids are named per run, so every principal may use any (``*``: a group
-holds offsets, not data).
+``out.<query>``, ``control``, ``status.node.<site>``, ``status.source``, ...).  Per-query topics are created
+when a query is planned, so the service grants are PREFIXED patterns (``src.``, ``node.``, ``status.``, ...) or
+literals (``control``, ``status.source``); consumer groups and transactional ids are named per run, so every
+principal may use any (``*``: a group holds offsets, not data).
 
 What the broker enforces: only the planner (and the CLI, which plays it) writes ``control`` -- the plans and
-stops; the nodes' status/done and the sources' end go to ``status``; only nodes write ``node.*`` flows,
+stops; only sources write ``status.source`` -- their ends -- and only nodes ``status.node.*`` -- their status
+and done, each on its site's topic; only nodes write ``node.*`` flows,
 results ``out.*``, derived streams ``derived.*``, dead letters and idle marks; only sources (and the CLI)
 write ``src.*``; the Spark jobs read only; nobody but ``admin`` deletes a topic or changes an ACL; a user
 without grants sees no topic.  With per-site node users (``grant-query --per-site``), also: site s writes
-only the flows it sends (``node.<query>.<r>.from.<s>``) and reads only those it receives
-(``node.<query>.<s>.from.<r>``), so one site's credentials cannot forge another site's flow.  These grants
-are LITERAL, one per topic of the query: a PREFIXED pattern can only fix the start of a name, the sender
+only the flows it sends (``node.<query>.<r>.from.<s>``, and those of the query's MJoin operators with
+``--plan mjoin...``) and reads only those it receives (``node.<query>.<s>.from.<r>``), and writes only its own
+reports (``status.node.<s>``), so one site's credentials cannot forge another site's flow, status or done.
+These grants are LITERAL, one per topic of the query: a PREFIXED pattern can only fix the start of a name, the sender
 is not at the start of a flow topic's name, and a query's name is a prefix of its MJoin operators'
 (``<query>.mj<i>``).  What it cannot enforce: docs/security.md "Limitations".
 
     python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR     # what scripts/cluster.sh up-secure runs
     python -m infra.kafka_acls apply --env     # as the environment's Kafka user (the Helm chart's ACL job)
-    python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]   # a query's own
+    python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site [--plan SPEC]]
     python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional, Sequence
 
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AclBinding,
@@ -42,12 +44,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
-from joinlib.adapters.kafka import inbound_topics, node_topic
+from joinlib.adapters.kafka import CONTROL_TOPIC as CONTROL
+from joinlib.adapters.kafka import ENDS_TOPIC, REPORTS_PREFIX, inbound_topics, node_topic, status_topic
 
 R, W, C, D, A = AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.ALTER
 QUERY_PREFIXES = ("src.", "node.", "out.", "derived.", "dlq.", "wm.", "parts.")
-CONTROL = "control"
-STATUS = "status"
+#: every node's status topic (a prefix: the service-wide node user reports for any site)
+NODE_REPORTS = status_topic("")
 
 
 @dataclass(frozen=True)
@@ -76,31 +79,33 @@ def _anywhere(user: str) -> list[Grant]:
             Grant(user, "*", (W, D), literal=True, resource=ResourceType.TRANSACTIONAL_ID)]
 
 
-def _reports(user: str) -> list[Grant]:
-    """Reads ``control`` (plans) and may create it; reads and writes ``status`` (ends, status, done)."""
-    return [Grant(user, CONTROL, (R, C, D), literal=True), Grant(user, STATUS, (R, W, C, D), literal=True)]
+def _reads_control(user: str) -> list[Grant]:
+    """Reads ``control`` (plans) and the report topics ``status.*`` (ends, status, done), and may create them
+    (a query's are made when it is planned, a node's own when it starts); writes none of them."""
+    return [Grant(user, CONTROL, (R, C, D), literal=True), Grant(user, REPORTS_PREFIX, (R, C, D))]
 
 
 def planner_grants(user: str = "joinlib-planner") -> list[Grant]:
-    """Publishes plans and stops on ``control`` (alone); reads the reports on ``status``; creates (and grows) a
+    """Publishes plans and stops on ``control`` (alone); reads the reports on ``status.*``; creates (and grows) a
     query's topics; reads results and dead letters."""
-    return [Grant(user, CONTROL, (R, W, C, D), literal=True), Grant(user, STATUS, (R, C, D), literal=True),
+    return [Grant(user, CONTROL, (R, W, C, D), literal=True), Grant(user, REPORTS_PREFIX, (R, C, D)),
             *_topics(user, QUERY_PREFIXES, (C, D, A)), *_topics(user, ("out.", "dlq."), (R,)), *_anywhere(user)]
 
 
 def source_grants(user: str = "joinlib-source") -> list[Grant]:
     """Writes ``src.*``; creates the query's topics; reads ``control`` for the plan, writes its end message
-    on ``status``."""
+    on ``status.source`` (and no node's report)."""
     return [Grant(user, "src.", (W, R, C, D, A)), *_topics(user, QUERY_PREFIXES[1:], (C, D)),
-            *_reports(user), *_anywhere(user)]
+            *_reads_control(user), Grant(user, ENDS_TOPIC, (W,), literal=True), *_anywhere(user)]
 
 
 def node_grants(user: str = "joinlib-node") -> list[Grant]:
     """Reads sources, flows and ``control``; writes flows, results, derived streams, dead letters, marks and
-    its status/done on ``status``; never writes ``src.*`` nor ``control``."""
+    its status/done on ``status.node.<site>`` (any site's: per-site users are confined to their own); never
+    writes ``src.*``, ``control`` nor the sources' ends."""
     own = ("node.", "out.", "derived.", "dlq.", "wm.", "parts.")
-    return [*_topics(user, own, (R, W, C, D, A)), Grant(user, "src.", (R, D, A)), *_reports(user),
-            *_anywhere(user)]
+    return [*_topics(user, own, (R, W, C, D, A)), Grant(user, "src.", (R, D, A)), *_reads_control(user),
+            Grant(user, NODE_REPORTS, (W,)), *_anywhere(user)]
 
 
 def spark_grants(user: str = "joinlib-spark") -> list[Grant]:
@@ -124,21 +129,41 @@ def site_user(site: str) -> str:
     return f"joinlib-node-{site}"
 
 
-def site_grants(query) -> list[Grant]:
+def site_grants(query, operators: Sequence[tuple[str, Sequence[str]]] = ()) -> list[Grant]:
     """Per-site node users for ``query``: site s reads only the flows it receives
-    (``node.<query>.<s>.from.<r>``) and writes only those it sends (``node.<query>.<r>.from.<s>``), LITERAL
-    grants (see the module docstring); everything else as :func:`node_grants`, without the ``node.*`` prefix
-    grant (create, describe and alter only)."""
+    (``node.<query>.<s>.from.<r>``), writes only those it sends (``node.<query>.<r>.from.<s>``) and only its own
+    reports (``status.node.<s>``), LITERAL grants (see the module docstring); likewise the flows of each of
+    ``operators``, (name, nodes) of the query's MJoin operators (:func:`mjoin_operators`); everything else as
+    :func:`node_grants`, without the ``node.*`` prefix grant (create, describe and alter only)."""
+    links = [(query.name, tuple(query.nodes)), *operators]
     grants: list[Grant] = []
     for site in query.nodes:
         user = site_user(site)
         own = ("out.", "derived.", "dlq.", "wm.", "parts.")
+        mine = [(name, nodes) for name, nodes in links if site in nodes]
         grants += [*_topics(user, own, (R, W, C, D, A)), Grant(user, "node.", (C, D, A)),
-                   Grant(user, "src.", (R, D, A)), *_reports(user), *_anywhere(user),
-                   *(Grant(user, t, (R,), literal=True) for t in inbound_topics(query.name, site, query.nodes)),
-                   *(Grant(user, node_topic(query.name, dst, site), (W,), literal=True)
-                     for dst in query.nodes if dst != site)]
+                   Grant(user, "src.", (R, D, A)), *_reads_control(user), *_anywhere(user),
+                   Grant(user, status_topic(site), (W,), literal=True),
+                   *(Grant(user, t, (R,), literal=True)
+                     for name, nodes in mine for t in inbound_topics(name, site, nodes)),
+                   *(Grant(user, node_topic(name, dst, site), (W,), literal=True)
+                     for name, nodes in mine for dst in dict.fromkeys(nodes) if dst != site)]
     return grants
+
+
+def mjoin_operators(query, spec: Optional[str]) -> list[tuple[str, list[str]]]:
+    """(name, nodes) of each MJoin operator that plan ``spec`` (``mjoin``, ``mjoin:TREE.json``) runs for
+    ``query``, named as the runtime names them when it plans the tree (:func:`~joinlib.node.tree_service.tree_flows`
+    of the tree :func:`~joinlib.planner.registry.resolve_run_plan` makes, as ``joinlib run --cluster`` and the
+    planner service do); none for ``spec`` None or a plan without operators.  A PlanError (a JoinlibError) for a
+    spec that cannot be planned from the query file (``pmjoin...:mjoin`` chooses its trees on the data)."""
+    if spec is None:
+        return []
+    from joinlib.control.run_plan import TreesRun
+    from joinlib.node.tree_service import tree_flows, tree_run
+    from joinlib.planner.registry import resolve_run_plan
+    rp = resolve_run_plan(query, spec)
+    return tree_flows(tree_run(query, rp.plan)) if isinstance(rp, TreesRun) else []
 
 
 def query_grants(query) -> list[Grant]:
@@ -213,20 +238,22 @@ def admin_client(bootstrap: str, secrets_dir: Path) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, **conf, "log_level": 3})
 
 
-def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = False) -> int:
+def grant_query(admin: AdminClient, query, secrets_dir: Path, per_site: bool = False,
+                operators: Sequence[tuple[str, Sequence[str]]] = ()) -> int:
     """:func:`query_grants` of ``query``; with ``per_site`` also its site users (:func:`add_site_users`,
-    :func:`site_grants`).  Returns how many ACL bindings were sent."""
+    :func:`site_grants`, with the flows of its MJoin ``operators``: :func:`mjoin_operators`).  Returns how many
+    ACL bindings were sent."""
     grants = query_grants(query)
     if per_site:
         add_site_users(admin, query, secrets_dir)
-        grants += site_grants(query)
+        grants += site_grants(query, operators)
     return apply(admin, grants)
 
 
 USAGE = """usage: python -m infra.kafka_acls apply BOOTSTRAP SECRETS_DIR
        python -m infra.kafka_acls apply --env
        python -m infra.kafka_acls list BOOTSTRAP SECRETS_DIR
-       python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site]
+       python -m infra.kafka_acls grant-query BOOTSTRAP SECRETS_DIR QUERY.yaml [--per-site [--plan SPEC]]
 
 apply        the ACLs of every service user (what 'make up-secure' runs), as the user 'admin' of
              SECRETS_DIR (the local secure cluster's); with --env as the super user the environment names
@@ -236,7 +263,10 @@ list         every ACL the broker holds
 grant-query  the query's own topics (live sources' topics, output.topic); --per-site also creates the
              SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
              SECRETS_DIR), who writes only the flows it sends, node.<query>.<peer>.from.<site>, and
-             reads only those it receives, node.<query>.<site>.from.<peer> (docs/security.md)"""
+             its reports, status.node.<site>, and reads only the flows it receives,
+             node.<query>.<site>.from.<peer> (docs/security.md); --plan mjoin or mjoin:TREE.json
+             (what the query is submitted with) also the flows of the tree's MJoin operators,
+             node.<query>.mj<i>.<peer>.from.<site>, as the planner names them"""
 
 
 def main(argv: list[str]) -> int:
@@ -245,12 +275,20 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["apply", "--env"]:
         return _apply_from_env()
-    per_site = "--per-site" in argv
-    args = [a for a in argv if a != "--per-site"]
-    if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
-            or (per_site and args[0] != "grant-query"):
+    parsed = _arguments(argv)
+    if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
+    args, per_site, plan = parsed
+    if args[0] == "grant-query":   # the query and its plan first: a mistake there asks nothing of the broker
+        from joinlib.errors import JoinlibError
+        from joinlib.query import load_query
+        try:
+            query = load_query(Path(args[3]))
+            operators = mjoin_operators(query, plan)
+        except JoinlibError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     admin = admin_client(args[1], Path(args[2]))
     try:
         if args[0] == "list":
@@ -260,19 +298,27 @@ def main(argv: list[str]) -> int:
         if args[0] == "apply":
             n = apply(admin, service_grants())
         else:
-            from joinlib.errors import JoinlibError
-            from joinlib.query import load_query
-            try:
-                query = load_query(Path(args[3]))
-            except JoinlibError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            n = grant_query(admin, query, Path(args[2]), per_site)
+            n = grant_query(admin, query, Path(args[2]), per_site, operators)
         print(f"[acl] {n} ACL bindings in place", file=sys.stderr)
         return 0
     except RuntimeError as e:
         print(f"[acl] ERROR: {e}", file=sys.stderr)
         return 1
+
+
+def _arguments(argv: list[str]) -> Optional[tuple[list[str], bool, Optional[str]]]:
+    """(command and its operands, ``--per-site``, ``--plan``'s value) of ``argv``; None when it does not fit
+    :data:`USAGE`."""
+    per_site = "--per-site" in argv
+    args = [a for a in argv if a != "--per-site"]
+    plan = None
+    if "--plan" in args[:-1]:
+        i = args.index("--plan")
+        plan, args = args[i + 1], args[:i] + args[i + 2:]
+    if len(args) < 3 or (args[0], len(args)) not in (("apply", 3), ("list", 3), ("grant-query", 4)) \
+            or (per_site and args[0] != "grant-query") or (plan is not None and not per_site):
+        return None
+    return args, per_site, plan
 
 
 def _apply_from_env() -> int:

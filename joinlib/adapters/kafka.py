@@ -14,8 +14,10 @@ Topic layout (docs/contracts.md, "Topics"); every topic has one partition:
 * ``out.<query>`` -- results (``records.ResultBatch``, many per message), key = producing site;
 * ``control`` -- the planner's ``records.Control`` messages of every query (plan, stop): only the planner
   (and the CLI's cluster runner) writes it;
-* ``status`` -- the other ``records.Control`` messages (end from the sources, status and done from the
-  nodes), on a topic of their own so that the broker can keep every other writer off ``control``.
+* ``status.node.<site>`` -- the ``status`` and ``done`` messages of the node service(s) of one site, every
+  query's; ``status.source`` -- the sources' ``end`` messages.  A topic per writer, so that the broker can keep
+  every other writer off ``control`` and one site's credentials off another site's reports, and a reader
+  takes the site from the topic (a report naming another site is rejected), as it does for flows.
 
 :class:`KafkaTransport` is what a :class:`~joinlib.runtime.host.Host` sends through:
 ``send(env)`` encodes the envelope once with :func:`joinlib.protocol.wire.encode_envelope` and
@@ -51,16 +53,37 @@ from joinlib.runtime.report import LinkStats
 from joinlib.settings import KafkaSecurity
 
 CONTROL_TOPIC = "control"
-STATUS_TOPIC = "status"
-#: the two topics of ``records.Control`` messages
-CONTROL_TOPICS = (CONTROL_TOPIC, STATUS_TOPIC)
-#: the kinds the planner publishes, on ``control``; every other kind goes to ``status``
+#: the start of every report topic's name (the topics of ``records.Control`` messages but ``control``)
+REPORTS_PREFIX = "status."
+#: the sources' ``end`` messages (the source service, the CLI's replay)
+ENDS_TOPIC = "status.source"
+#: the kinds the planner publishes, on ``control``
 PLANNER_KINDS = frozenset({"plan", "stop"})
+#: the kinds a node publishes, on its site's :func:`status_topic`; the rest (``end``) go to ``status.source``
+NODE_KINDS = frozenset({"status", "done"})
 
 
-def control_topic_of(kind: str) -> str:
-    """The topic of a control message of ``kind``: ``control`` for the planner's, ``status`` for the rest."""
-    return CONTROL_TOPIC if kind in PLANNER_KINDS else STATUS_TOPIC
+def status_topic(site: str) -> str:
+    """The topic of the ``status`` and ``done`` messages of the node service(s) of ``site`` (every query's)."""
+    return f"{REPORTS_PREFIX}node.{site}"
+
+
+def report_topics(nodes: Iterable[str]) -> list[str]:
+    """The topics of what is reported about a run on ``nodes``: the sources' ends and each node's status topic."""
+    return [ENDS_TOPIC, *(status_topic(s) for s in dict.fromkeys(nodes))]
+
+
+def is_control_topic(topic: Optional[str]) -> bool:
+    """Whether ``topic`` carries ``records.Control`` messages: ``control`` or a report topic."""
+    return topic is not None and (topic == CONTROL_TOPIC or topic.startswith(REPORTS_PREFIX))
+
+
+def control_topic_of(kind: str, site: Any = None) -> str:
+    """The topic of a control message of ``kind``: ``control`` for the planner's, the status topic of the
+    node's ``site`` for a node's (``status``, ``done``), ``status.source`` for the rest (``end``)."""
+    if kind in PLANNER_KINDS:
+        return CONTROL_TOPIC
+    return status_topic(str(site)) if kind in NODE_KINDS else ENDS_TOPIC
 
 # Producer settings: one Kafka message already carries a whole flow's epoch, so there is
 # nothing to wait for (linger 0: a semijoin round trip per epoch is two hops; linger 5 ms
@@ -143,14 +166,15 @@ def source_topic(query, stream: str) -> str:
 
 
 def query_topics(query) -> list[str]:
-    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, control, status and
-    the rows' sink topic included; the users' topics of live sources (json, avro) are not among them (they have
-    their own partitions), the dead-letter and idle-advance topics of a live query are."""
+    """Every topic (partition 0) a run of ``query`` (a :class:`~joinlib.model.Query`) uses, ``control``, the
+    report topics of its nodes and the rows' sink topic included; the users' topics of live sources (json, avro)
+    are not among them (they have their own partitions), the dead-letter and idle-advance topics of a live query
+    are."""
     live = [s for s in query.streams if s.source is not None and s.source.live]
     return ([source_topic(query, s.name) for s in query.streams if s not in live]
             + flow_topics(query.name, query.nodes)
             + ([f"dlq.{query.name}", f"wm.{query.name}"] if live else [])
-            + [out_topic(query.name), *sink_topics(query), *CONTROL_TOPICS])
+            + [out_topic(query.name), *sink_topics(query), CONTROL_TOPIC, *report_topics(query.nodes)])
 
 
 def sink_topics(query) -> list[str]:
@@ -577,9 +601,14 @@ class KafkaResultSink:
 def publish_control(out: Producing, query: str, kind: str, payload, *, flush: bool = True) -> None:
     """Publish a control message on its topic (:func:`control_topic_of`)."""
     value = records.encode_control(records.Control(query, kind, payload))
-    out.produce(control_topic_of(kind), value, query.encode(), sign_headers(kind, value) or None)
+    out.produce(control_topic_of(kind, _site(payload)), value, query.encode(), sign_headers(kind, value) or None)
     if flush:
         out.flush()
+
+
+def _site(payload: Any) -> Any:
+    """The site a node's control message names (its ``status`` topic's)."""
+    return payload.get("site") if isinstance(payload, dict) else None
 
 
 def produce_control_sync(producer: Producer, query: str, kind: str, payload, timeout_s: float = 30.0) -> int:
@@ -591,7 +620,7 @@ def produce_control_sync(producer: Producer, query: str, kind: str, payload, tim
         box["err"], box["offset"] = err, (msg.offset() if err is None else None)
 
     value = records.encode_control(records.Control(query, kind, payload))
-    producer.produce(control_topic_of(kind), value, query.encode(), on_delivery=cb,
+    producer.produce(control_topic_of(kind, _site(payload)), value, query.encode(), on_delivery=cb,
                      headers=sign_headers(kind, value) or None)
     left = producer.flush(timeout_s)
     if left or "err" not in box:

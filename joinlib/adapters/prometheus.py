@@ -153,8 +153,9 @@ class PrometheusSensor(AdaptiveSensor):
             "Messages that arrived after the allowed delay (max_delay) and were counted as late, per kind.",
             ["site", "kind"], registry=r)
         self.lag = Gauge(
-            "joinlib_consumer_lag_messages", "Messages a node's Kafka consumer is behind the end of a topic.",
-            ["site", "topic"], registry=r)
+            "joinlib_consumer_lag_messages",
+            "Messages the Kafka consumer of a query's run at a node is behind the end of a topic.",
+            ["site", "query", "topic"], registry=r)
         self.plan_info = Gauge(
             "joinlib_plan_info",
             "Always 1; labels describe the plan currently executed for a query "
@@ -276,8 +277,10 @@ class PrometheusSensor(AdaptiveSensor):
     def on_resume(self, site: str, query: str) -> None:
         self._child(self.resumes, site, query).inc()
 
-    def set_lag(self, site: str, topic: str, messages: int) -> None:
-        self._child(self.lag, site, topic).set(messages)
+    def set_lag(self, site: str, query: str, topic: str, messages: int) -> None:
+        """Per query: the runs of two queries at a node that read one topic (``control``, a shared source) each
+        have their own consumer, and their own position in it."""
+        self._child(self.lag, site, query, topic).set(messages)
 
     def on_dead_letter(self, site: str, query: str, stream: str, reason: str) -> None:
         self._child(self.dead_letters, site, query, stream, reason).inc()

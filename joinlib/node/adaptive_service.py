@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any, Callable, Optional
 
-from joinlib.adapters.kafka import CONTROL_TOPICS, node_topic, now_ms
+from joinlib.adapters.kafka import is_control_topic, node_topic, now_ms
 from joinlib.adaptive import protocol
 from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, LogSensor, adaptive_sensor
 from joinlib.adaptive.embedded import AdaptiveTotals
@@ -65,10 +65,10 @@ class OrderLog:
         self.tag = "start"   # before the first checkpoint
 
     def append(self, msgs: list[Any]) -> None:
-        """Log an iteration's messages, but those of ``control`` and ``status``: a restarted node reads them from
-        their ends (it knows the run's ``end`` from the start), and their other messages (``done``, ``stop``)
+        """Log an iteration's messages, but those of ``control`` and the report topics: a restarted node reads
+        them from their ends (it knows the run's ``end`` from the start), and their other messages (``done``, ``stop``)
         only end the run."""
-        items = [[m.topic(), m.offset()] for m in msgs if m.topic() not in CONTROL_TOPICS]
+        items = [[m.topic(), m.offset()] for m in msgs if not is_control_topic(m.topic())]
         if items:
             self.client.rpush(self.key, json.dumps([self.tag, items]))
 
@@ -217,7 +217,7 @@ class AdaptivePart:
         control: list[Any] = []   # not logged: handed over as it comes
         while any(k not in self.buffer for k in entry):
             for m in more():
-                if m.topic() in CONTROL_TOPICS:
+                if is_control_topic(m.topic()):
                     control.append(m)
                 else:
                     self.buffer[(m.topic(), m.offset())] = m

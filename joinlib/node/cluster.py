@@ -36,19 +36,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPICS,
-    STATUS_TOPIC,
     Producing,
     TopicPartition,
     check_reachable,
     end_offsets,
     ensure_topics,
+    is_control_topic,
     make_admin,
     make_consumer,
     make_producer,
     out_topic,
     query_topics,
     source_topic,
+    status_topic,
     warm_up,
 )
 from joinlib.adaptive.jep import from_plan
@@ -145,14 +145,14 @@ def _topics(query: Query, tree: Optional[TreeRun], split: Optional[Partitioned],
 
 def _publish(query: Query, rp: RunPlan, tree: Optional[TreeRun], split: Optional[Partitioned], consumer: Any,
              producer: Any, run: str, topics: list[str], partitioned_topics: list[str]) -> tuple[list[Any], list[str]]:
-    """Publish the run's plan message, from the end of its topics; the consumer then reads ``status`` (the
-    nodes' reports) and the ``out`` topics of the run's queries from there.  Returns the plan generations (none
-    for a tree) and the sites to start a node at."""
-    offsets = end_offsets(consumer, [t for t in topics if t not in CONTROL_TOPICS])
-    status_start = end_offsets(consumer, [STATUS_TOPIC])[STATUS_TOPIC]
+    """Publish the run's plan message, from the end of its topics; the consumer then reads the status topics of
+    its nodes (their reports) and the ``out`` topics of the run's queries from there.  Returns the plan
+    generations (none for a tree) and the sites to start a node at."""
+    offsets = end_offsets(consumer, [t for t in topics if not is_control_topic(t)])
     msg = scale_message(rp.message(query, run, offsets), consumer, split, partitioned_topics)
+    reports = end_offsets(consumer, [status_topic(site) for site in msg.nodes or query.nodes])
     publish_sync(producer, query.name, msg)
-    consumer.assign([TopicPartition(STATUS_TOPIC, 0, status_start)]
+    consumer.assign([TopicPartition(t, 0, start) for t, start in reports.items()]
                     + [TopicPartition(out_topic(q.name), 0, offsets[out_topic(q.name)])
                        for q in _outputs(query, tree)])
     specs = [] if isinstance(rp, TreesRun) else generations(query, rp.plans)

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
-from joinlib.adapters.kafka import STATUS_TOPIC, consume
+from joinlib.adapters.kafka import consume, control_topic_of, is_control_topic
 from joinlib.adaptive.service import quiescent
 from joinlib.control.check import accept_control
 from joinlib.control.messages import DoneMessage, StatusMessage
@@ -99,7 +99,7 @@ class _Collector:
         self.pending: list[Any] = []   # results before the replay start time is known
 
     def take(self, msg: Any) -> None:
-        if msg.topic() == STATUS_TOPIC:
+        if is_control_topic(msg.topic()):
             self._control(msg)
         else:
             self._results(msg)
@@ -116,6 +116,8 @@ class _Collector:
             return   # another run's, or not a message a node writes
         m = got.message
         assert isinstance(m, (DoneMessage, StatusMessage))
+        if control_topic_of(c.kind, m.site) != msg.topic():
+            return   # a report naming another site than its topic's: forged
         key = done_key(m.site, m.part)
         if isinstance(m, DoneMessage):
             self.res.done[key] = m

@@ -1,14 +1,15 @@
-"""The ``control`` and ``status`` topics as the node services read them: plans, ends and dones with their offsets.
+"""The ``control`` and report topics as the node services read them: plans, ends and dones with their offsets.
 
-Control messages (``records.Control``, key = query name) are the planner's ``plan`` and ``stop`` on ``control``
-and everyone else's ``end``, ``status`` and ``done`` on ``status`` (so that the broker can keep all but the
-planner off ``control``), typed in :mod:`joinlib.control.messages` (docs/contracts.md, "Control kinds");
-:func:`decode_control_message` accepts one only once it validates (:mod:`joinlib.control.check`), and a plan
-compiles, once, on the way in.  A plan's ``offsets`` (optional) are the partition-0 offsets of the query's
-topics when the plan was published: nodes start reading there, so several runs of one query can share a
-broker; without them nodes read from the beginning.  An ``end`` applies to the run it names (the two topics
-are not ordered with each other, so "the latest plan before it" means nothing; an ``end`` without a run
-applies to plans without one).
+Control messages (``records.Control``, key = query name) are the planner's ``plan`` and ``stop`` on ``control``,
+the sources' ``end`` on ``status.source`` and each node's ``status`` and ``done`` on its site's
+``status.node.<site>`` (a topic per writer, so that the broker can keep all but the planner off ``control`` and
+each site off the others' reports; a report naming another site than its topic's is rejected), typed in
+:mod:`joinlib.control.messages` (docs/contracts.md, "Control kinds"); :func:`decode_control_message` accepts one
+only once it validates (:mod:`joinlib.control.check`), and a plan compiles, once, on the way in.  A plan's
+``offsets`` (optional) are the partition-0 offsets of the query's topics when the plan was published: nodes
+start reading there, so several runs of one query can share a broker; without them nodes read from the
+beginning.  An ``end`` applies to the run it names (the topics are not ordered with each other, so "the latest
+plan before it" means nothing; an ``end`` without a run applies to plans without one).
 """
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
-    CONTROL_TOPICS,
+    ENDS_TOPIC,
     OFFSET_BEGINNING,
-    STATUS_TOPIC,
     Producing,
     TopicPartition,
     consume,
@@ -28,6 +28,7 @@ from joinlib.adapters.kafka import (
     end_offsets,
     produce_control_sync,
     publish_control,
+    report_topics,
 )
 from joinlib.adapters.plan_signing import verify
 from joinlib.control.check import INVALID, UNDECODABLE, accept_control
@@ -47,7 +48,7 @@ from joinlib.protocol import records
 
 @dataclass
 class ControlRecord:
-    """A control message read at ``offset`` of ``topic`` (``control`` or ``status``): its query, kind and typed
+    """A control message read at ``offset`` of ``topic`` (``control`` or a report topic): its query, kind and typed
     message; a plan's also compiled, once, when it was checked (:func:`decode_control_message`)."""
 
     offset: int
@@ -81,8 +82,10 @@ class ControlRecord:
 
 @dataclass
 class ControlLog:
-    """Control messages read so far (plans, ends and dones), with their offsets; ``position`` and
-    ``status_position``: the next offsets to read of ``control`` and ``status``."""
+    """Control messages read so far (plans, ends and dones), with their offsets; ``position``: the next offset
+    of ``control`` to read; ``reports``: the report topics read (the sources' ends, by default) with the next
+    offset of each (0: the beginning).  A reader names the sites whose reports it needs (:meth:`of`,
+    :meth:`watch`): a node its own (its dones), an adaptive run its peers' too, the planner its queries'."""
 
     plans: list[ControlRecord] = field(default_factory=list)
     ends: list[ControlRecord] = field(default_factory=list)
@@ -91,7 +94,18 @@ class ControlLog:
     position: int = 0                               # next offset to read
     started: set[tuple[Any, Any]] = field(default_factory=set)  # (run, site) with a status: a node ran it
     parts_done: set[tuple[Any, Any, Any]] = field(default_factory=set)  # (run, site, partition): scale-out
-    status_position: int = 0                        # next offset of ``status`` to read
+    reports: dict[str, int] = field(default_factory=lambda: {ENDS_TOPIC: 0})   # report topic -> next offset
+
+    @classmethod
+    def of(cls, sites: Any, position: int = 0) -> ControlLog:
+        """A log reading ``control`` from ``position`` and the reports about runs on ``sites``."""
+        return cls(position=position, reports=dict.fromkeys(report_topics(sites), 0))
+
+    def watch(self, topics: Any) -> list[str]:
+        """Read the report topics ``topics`` too (from their beginning); returns those that are new."""
+        new = [t for t in topics if t not in self.reports]
+        self.reports.update(dict.fromkeys(new, 0))
+        return new
 
     def add(self, rec: ControlRecord) -> None:
         m = rec.message
@@ -111,16 +125,31 @@ class ControlLog:
 
     def advance(self, topic: str, offset: int) -> None:
         """``offset`` of ``topic`` is read."""
-        if topic == STATUS_TOPIC:
-            self.status_position = max(self.status_position, offset + 1)
-        else:
+        if topic == CONTROL_TOPIC:
             self.position = max(self.position, offset + 1)
+        elif topic in self.reports:
+            self.reports[topic] = max(self.reports[topic], offset + 1)
 
     def assignment(self, after: int = -1) -> list[Any]:
-        """The partitions of ``control`` (from its position, at least ``after`` + 1) and ``status`` to read on."""
+        """The partitions of ``control`` (from its position, at least ``after`` + 1) and of the report topics to
+        read on."""
         ctl = max(self.position, after + 1)
         return [TopicPartition(CONTROL_TOPIC, 0, ctl or OFFSET_BEGINNING),
-                TopicPartition(STATUS_TOPIC, 0, self.status_position or OFFSET_BEGINNING)]
+                *(TopicPartition(t, 0, pos or OFFSET_BEGINNING) for t, pos in self.reports.items())]
+
+    def behind(self, ends: dict[str, int]) -> bool:
+        """Whether a topic of ``ends`` (end offsets) has messages not read yet."""
+        return any((self.position if t == CONTROL_TOPIC else self.reports.get(t, 0)) < end for t, end in ends.items())
+
+    def take(self, msg: Any, reject: Optional[Reject] = None) -> Optional[ControlRecord]:
+        """Read ``msg``: its record added (:func:`decode_control_message`), or, rejected, only its offset."""
+        rec = decode_control_message(msg, reject)
+        offset = msg.offset()
+        if rec is not None:
+            self.add(rec)
+        elif offset is not None:  # always, for a consumed message
+            self.advance(msg.topic() or CONTROL_TOPIC, offset)
+        return rec
 
     def latest_plan(self, accept: Callable[[ControlRecord], bool]) -> Optional[ControlRecord]:
         for rec in reversed(self.plans):
@@ -159,7 +188,7 @@ class ControlLog:
 
     def copy(self) -> ControlLog:
         return ControlLog(list(self.plans), list(self.ends), set(self.done), set(self.stopped), self.position,
-                          set(self.started), set(self.parts_done), self.status_position)
+                          set(self.started), set(self.parts_done), dict(self.reports))
 
 
 #: ``reject(offset, reason, detail, topic)``: called for a control message that is rejected
@@ -184,34 +213,27 @@ def decode_control_message(msg: Any, reject: Optional[Reject] = None) -> Optiona
         if reject is not None:
             reject(offset, INVALID, f"control message of query {str(c.query)[:80]!r}: {got}", topic)
         return None
-    if control_topic_of(c.kind) != topic:
+    home = control_topic_of(c.kind, getattr(got.message, "site", None))
+    if home != topic:
         if reject is not None:
-            reject(offset, INVALID, f"a {c.kind!r} message of query {str(c.query)[:80]!r} on {topic!r}, which does "
-                                    f"not carry that kind (it goes to {control_topic_of(c.kind)!r})", topic)
+            reject(offset, INVALID, f"a {c.kind!r} message of query {str(c.query)[:80]!r} on {topic[:120]!r}, which "
+                                    f"does not carry it (it goes to {home[:120]!r})", topic)
         return None
     return ControlRecord(offset, c.query, c.kind, got.message, got.compiled, topic)
 
 
 def read_control_to_end(consumer: Any, log: ControlLog, timeout_s: float = 10.0,
                         reject: Optional[Reject] = None) -> ControlLog:
-    """Read ``control`` from ``log.position`` and ``status`` from ``log.status_position`` (0 = beginning) up to
+    """Read ``control`` from ``log.position`` and the log's report topics from theirs (0 = beginning) up to
     their current ends (``reject``: see :func:`decode_control_message`)."""
-    ends = end_offsets(consumer, CONTROL_TOPICS, timeout_s)
-
-    def behind() -> bool:
-        return log.position < ends[CONTROL_TOPIC] or log.status_position < ends[STATUS_TOPIC]
-    if not behind():
+    ends = end_offsets(consumer, [CONTROL_TOPIC, *log.reports], timeout_s)
+    if not log.behind(ends):
         return log
     consumer.assign(log.assignment())
     deadline = time.monotonic() + max(timeout_s, 30.0)
-    while behind():
+    while log.behind(ends):
         for m in consume(consumer, 5000, 0.2):
-            rec = decode_control_message(m, reject)
-            offset = m.offset()
-            if rec is not None:
-                log.add(rec)
-            elif offset is not None:  # always, for a consumed message
-                log.advance(m.topic() or CONTROL_TOPIC, offset)
+            log.take(m, reject)
         if time.monotonic() > deadline:
             break
     return log

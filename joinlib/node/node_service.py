@@ -39,12 +39,12 @@ from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
-    CONTROL_TOPICS,
     check_reachable,
     consume,
     ensure_topics,
     make_admin,
     make_consumer,
+    report_topics,
 )
 from joinlib.adapters.prometheus import PrometheusSensor, serve_metrics
 from joinlib.adapters.redis_outage import REDIS_WAIT_S, redis_outage, wait_for_redis
@@ -109,10 +109,10 @@ class NodeService:
             serve_metrics(self.metrics_port, self.registry)
             self.log(f"metrics on :{self.metrics_port}/metrics")
         admin = make_admin(self.bootstrap)
-        ensure_topics(admin, list(CONTROL_TOPICS))
+        ensure_topics(admin, [CONTROL_TOPIC, *report_topics([self.site])])   # the ends, its own reports
         consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
         try:
-            ctl = read_control_to_end(consumer, ControlLog(), reject=self.reject_control)
+            ctl = read_control_to_end(consumer, ControlLog.of([self.site]), reject=self.reject_control)
             if self.serve and self.run_id is None:
                 return self._serve(consumer, admin, ctl)
             while not self.stop.is_set():

@@ -44,12 +44,12 @@ import uuid
 from typing import Any, Optional
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPICS,
     Producing,
     TopicPartition,
     consume,
     ensure_partitions,
     ensure_topics,
+    is_control_topic,
     make_consumer,
     make_producer,
     now_ms,
@@ -179,7 +179,7 @@ class Rekeyer:
             self.store.fence.check_often("producing")   # still the owner: before a round that produces
             now = now_ms()
             for m in consume(consumer, 2000, 0.05):
-                if m.topic() in CONTROL_TOPICS:
+                if is_control_topic(m.topic()):
                     self._control(m)
                 else:
                     self.live.handle(m, now)

@@ -8,17 +8,18 @@ import math
 from typing import Any, Optional
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPICS,
     OFFSET_BEGINNING,
-    STATUS_TOPIC,
     TopicPartition,
     ensure_partitions,
     ensure_topics,
     inbound_topics,
+    is_control_topic,
     node_topic,
     out_topic,
+    report_topics,
     sink_topics,
     source_topic,
+    status_topic,
     warm_up,
 )
 from joinlib.control.check import BAD_HEADER, INVALID, UNDECODABLE, InboundFlows
@@ -30,7 +31,8 @@ from joinlib.protocol import records, wire
 
 
 class RunInputs:
-    """What ``run`` reads: ``control`` (from after its plan) and ``status``, its home streams' source topics (or
+    """What ``run`` reads: ``control`` (from after its plan) and the report topics (an adaptive run: its peers'
+    too, for their dones), its home streams' source topics (or
     their live sources), and its inbound flow topics ``node.<query>.<site>.from.<peer>``; :meth:`handle` takes one
     message."""
 
@@ -53,7 +55,9 @@ class RunInputs:
         (absent: the beginning)."""
         run, q = self.run, self.run.q
         extra = [dlq_topic(run.live_name), marks_topic(run.live_name)] if run.live is not None else []
-        ensure_topics(run.admin, [out_topic(q.name), *sink_topics(q), *extra])
+        peers = report_topics(run.adaptive.participants) if run.adaptive is not None else []
+        ensure_topics(run.admin, [out_topic(q.name), *sink_topics(q), *extra, *peers])
+        run.ctl.watch(peers)   # an adaptive run ends when every participant's done is read (AdaptivePart.on_done)
         ensure_partitions(run.admin, [*self.inbound, *self.src_topics], run.scope.topic_parts)
         part = run.scope.part or 0   # the partition of the source and node topics read here
 
@@ -65,14 +69,14 @@ class RunInputs:
                     + [TopicPartition(t, part, start(t)) for t in self.inbound]
                     + (run.live.topic_partitions() if run.live is not None else []))
         run.consumer.assign(self.tps)
-        warm_up(run.out.producer, self.outbound + [out_topic(q.name), STATUS_TOPIC]
+        warm_up(run.out.producer, self.outbound + [out_topic(q.name), status_topic(run.site)]
                 + sink_topics(q) + extra)
 
     # ------------------------------------------------------------------ one message
     def handle(self, m: Any, now: float) -> None:
         run = self.run
         topic = m.topic()
-        if topic in CONTROL_TOPICS:
+        if is_control_topic(topic):
             run.on_control(m)
             return
         if run.live is not None and topic in run.live.by_topic:

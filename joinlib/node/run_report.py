@@ -190,7 +190,7 @@ class RunReport:
                 lo, hi = r.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
                 if hi >= 0:
                     pos = tp.offset if tp.offset >= 0 else lo
-                    sens.set_lag(site, tp.topic, max(0, hi - pos))
+                    sens.set_lag(site, r.q.name, tp.topic, max(0, hi - pos))
             if r.live is not None:
                 now = now_ms()
                 for name, wm in r.live.watermarks_ms().items():

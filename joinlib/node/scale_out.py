@@ -331,7 +331,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     owner = _Owner(svc, rec, compiled, admin, ctl, redis)
     control = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
     # the partitions already done (an instance that joins late, or a restarted one) are not run again
-    seen = read_control_to_end(control, ControlLog(position=rec.offset + 1), reject=svc.reject_control)
+    seen = read_control_to_end(control, ControlLog.of([svc.site], rec.offset + 1), reject=svc.reject_control)
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
     control.assign(seen.assignment())
     group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{

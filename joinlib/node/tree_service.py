@@ -139,12 +139,18 @@ def operator_query(tr: TreeRun, i: int) -> Query:
     return replace(op.query, streams=tuple(replace(s, source=source(s)) for s in op.query.streams))
 
 
+def tree_flows(tr: TreeRun) -> list[tuple[str, list[str]]]:
+    """Each operator's name with the nodes its flows join (a flow topic per ordered pair, :func:`flow_topics`;
+    what ``infra.kafka_acls`` grants per site)."""
+    return [(op.name, list(dict.fromkeys([*op.query.nodes, *op.sites]))) for op in tr.dep.ops]
+
+
 def tree_topics(tr: TreeRun) -> list[str]:
     """Every topic a tree run uses besides its query's own (``src``, ``out``, ``control``)."""
     out: list[str] = []
-    for i, op in enumerate(tr.dep.ops):
-        out += [derived_topic(op.name)] if tr.dep.consumers[i] else []
-        out += flow_topics(op.name, [*op.query.nodes, *op.sites])
+    for i, (name, nodes) in enumerate(tree_flows(tr)):
+        out += [derived_topic(name)] if tr.dep.consumers[i] else []
+        out += flow_topics(name, nodes)
     return out
 
 

@@ -221,10 +221,10 @@ def node_panels(L: Layout) -> None:
         [target(f"sum by (site, operator) (rate(joinlib_processing_seconds_sum{{{SITE}}}[{RI}]))",
                 "{{site}} {{operator}}")], "percentunit", stack=True), 12, 9)
     L.add(timeseries(
-        "Consumer lag", "Messages each node's Kafka consumer is behind the end of each topic "
+        "Consumer lag", "Messages the consumer of each query's run at each node is behind the end of each topic "
         "(joinlib_consumer_lag_messages); growing lag means the node cannot keep up.",
-        [target(f"max by (site, topic) (joinlib_consumer_lag_messages{{{SITE}}})",
-                "{{site}} {{topic}}")], "short"), 12, 9)
+        [target(f"max by (site, query, topic) (joinlib_consumer_lag_messages{{{SITE}}})",
+                "{{site}} {{query}} {{topic}}")], "short"), 12, 9)
     L.add(timeseries(
         "Window sizes", "Tuples held in each node's window stores per stream and store "
         "(home window, SP-S, SM-S1, SM-S2, SM-D1).",

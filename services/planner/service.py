@@ -58,15 +58,16 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from joinlib.adapters.kafka import (
     CONTROL_TOPIC,
-    CONTROL_TOPICS,
-    STATUS_TOPIC,
+    ENDS_TOPIC,
     consume,
     end_offsets,
     ensure_topics,
+    is_control_topic,
     make_admin,
     make_consumer,
     make_producer,
     query_topics,
+    status_topic,
 )
 from joinlib.adapters.rejections import Rejections
 from joinlib.control.check import INVALID
@@ -74,7 +75,7 @@ from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, Replan
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import DEFAULT_MODEL
 from joinlib.costs.explanation import format_explanation
-from joinlib.errors import JoinlibError
+from joinlib.errors import ClusterError, JoinlibError
 from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
@@ -234,7 +235,7 @@ class PlannerService:
         self.bootstrap = bootstrap
         self.sensor = sensor
         self.admin = make_admin(bootstrap)
-        ensure_topics(self.admin, list(CONTROL_TOPICS))
+        ensure_topics(self.admin, [CONTROL_TOPIC, ENDS_TOPIC])
         self.producer = make_producer(bootstrap)
         self.queries: dict[str, QueryStatus] = {}
         self.lock = threading.Lock()
@@ -242,6 +243,7 @@ class PlannerService:
         self._registries: dict[str, RegistrySchemas] = {}
         self.rejections = Rejections("planner", sensor, lambda m: print(f"[planner] {m}", file=sys.stderr, flush=True))
         self._reject = self.rejections.control(CONTROL_TOPIC)
+        self._sites: set[str] = set()   # the sites of the plans read: the watcher reads their status topics
         self._watcher = threading.Thread(target=self._watch, name="control-watcher", daemon=True)
         self._watcher.start()
 
@@ -349,7 +351,7 @@ class PlannerService:
         ensure_topics(self.admin, topics)
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-{uuid.uuid4().hex[:8]}")
         try:
-            offsets = end_offsets(consumer, [t for t in topics if t not in CONTROL_TOPICS])
+            offsets = end_offsets(consumer, [t for t in topics if not is_control_topic(t)])
         finally:
             consumer.close()
         msg = replace(msg, offsets=offsets)
@@ -433,30 +435,44 @@ class PlannerService:
 
     # ------------------------------------------------------------------ control log
     def _watch(self) -> None:
-        """Follow ``control`` (plans, stops) and ``status`` (the nodes' reports).  ``control`` is read to its end
-        first: a report counts only for the run of the query's current plan, and the two topics are not
-        ordered with each other."""
+        """Follow ``control`` (plans, stops) and the status topics (the nodes' reports) of every site a plan read
+        names.  ``control`` is read to its end first: a report counts only for the run of the query's current
+        plan, and the topics are not ordered with each other."""
         consumer = make_consumer(self.bootstrap, f"joinlib-planner-watch-{uuid.uuid4().hex[:8]}")
+        positions: dict[str, int] = {CONTROL_TOPIC: 0}   # topic -> next offset to read
         try:
             end = end_offsets(consumer, [CONTROL_TOPIC])[CONTROL_TOPIC]
             consumer.assign([TopicPartition(CONTROL_TOPIC, 0, OFFSET_BEGINNING)])
-            position = 0
-            while position < end and not self._stop.is_set():
+            while positions[CONTROL_TOPIC] < end and not self._stop.is_set():
                 for msg in consume(consumer, 1000, 0.5):
-                    self._take(msg)
-                    position = max(position, (msg.offset() or 0) + 1)
-            consumer.assign([TopicPartition(CONTROL_TOPIC, 0, position or OFFSET_BEGINNING),
-                             TopicPartition(STATUS_TOPIC, 0, OFFSET_BEGINNING)])
+                    self._take(msg, positions)
+            assigned, unusable = 0, set()   # how many topics the consumer reads; report topics it cannot make
             while not self._stop.is_set():
+                new = [t for t in map(status_topic, sorted(self._sites)) if t not in positions and t not in unusable]
+                if new:   # a plan named a site whose reports are not read yet (one not published here: made now)
+                    try:
+                        ensure_topics(self.admin, new)
+                        positions.update(dict.fromkeys(new, 0))
+                    except ClusterError as e:   # a site name no topic may have: the watcher goes on without it
+                        unusable.update(new)
+                        print(f"[planner] not reading {', '.join(new)}: {e}", file=sys.stderr, flush=True)
+                if assigned != len(positions):
+                    consumer.assign([TopicPartition(t, 0, pos or OFFSET_BEGINNING) for t, pos in positions.items()])
+                    assigned = len(positions)
                 for msg in consume(consumer, 1000, 0.5):
-                    self._take(msg)
+                    self._take(msg, positions)
         finally:
             consumer.close()
 
-    def _take(self, msg: Any) -> None:
+    def _take(self, msg: Any, positions: dict[str, int]) -> None:
+        topic, offset = msg.topic(), msg.offset()
+        if topic in positions and offset is not None:
+            positions[topic] = max(positions[topic], offset + 1)
         rec = decode_control_message(msg, self._reject)   # a tombstone too is rejected
         if rec is None:  # rejected: logged and counted, changes nothing
             return
+        if isinstance(rec.message, PlanMessage):
+            self._sites |= rec.message.node_set()   # the watcher reads their status topics from now on
         try:
             self._apply(rec)
         except Exception as e:  # the watcher must outlive any message

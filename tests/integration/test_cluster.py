@@ -168,13 +168,20 @@ def test_paced_replay_reports_latency_and_metrics(routers, kafka_bootstrap):
     assert set(registries) == set(query.sites)
     shipped: Counter[tuple[str, ...]] = Counter()
     received: Counter[tuple[str, ...]] = Counter()
+    catalogue = _catalogued_labels()
     for site, reg in registries.items():
         text = generate_latest(reg).decode()
         for name in _catalogued_metrics():  # what the Grafana dashboards may query
             assert f"\n{name}" in text or f"# TYPE {name}" in text, f"{name} missing from node {site}'s metrics"
+        lagged: set[str] = set()
         for fam in reg.collect():
+            name = f"{fam.name}_total" if fam.type == "counter" else fam.name
             for s in fam.samples:
-                if s.name == "joinlib_shipped_bytes_total":
+                assert set(s.labels) - {"le"} == set(catalogue[name]), (s.name, s.labels)   # what rules group by
+                if s.name == "joinlib_consumer_lag_messages":
+                    assert s.labels["site"] == site and s.labels["query"] == query.name, s.labels
+                    lagged.add(s.labels["topic"])
+                elif s.name == "joinlib_shipped_bytes_total":
                     shipped[(s.labels["src"], s.labels["dst"], s.labels["kind"])] += s.value
                 elif s.name == "joinlib_transmission_seconds_count":
                     received[(s.labels["src"], s.labels["dst"], s.labels["kind"])] += s.value
@@ -183,6 +190,7 @@ def test_paced_replay_reports_latency_and_metrics(routers, kafka_bootstrap):
                 elif s.name == "joinlib_results_total":
                     assert s.labels == {"site": site, "query": query.name}
                     assert s.value == report["sites"][site]["results"]
+        assert "control" in lagged, lagged   # the run's consumer reads control besides its sources and flows
     assert shipped == Counter({(ln["src"], ln["dst"], ln["kind"]): ln["bytes"] for ln in report["links"]})
     assert received == Counter({(ln["src"], ln["dst"], ln["kind"]): ln["messages"] for ln in report["links"]})
 
@@ -312,6 +320,13 @@ class _Absent:
 
     def finish(self, grace):
         pass
+
+
+def _catalogued_labels() -> dict[str, list[str]]:
+    """The labels of every metric of monitoring/metrics.yaml, by name."""
+    import yaml
+    catalogue = yaml.safe_load((Path(__file__).resolve().parents[2] / "monitoring" / "metrics.yaml").read_text())
+    return {m["name"]: m["labels"] for m in catalogue["metrics"]}
 
 
 def _catalogued_metrics() -> list[str]:

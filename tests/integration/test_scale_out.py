@@ -15,15 +15,15 @@ from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from joinlib.adapters.kafka import (
-    CONTROL_TOPICS,
-    STATUS_TOPIC,
     consume,
     end_offsets,
     ensure_topics,
+    is_control_topic,
     make_consumer,
     make_producer,
     produce_control_sync,
     query_topics,
+    status_topic,
 )
 from joinlib.control.run_plan import PartitionedRun
 from joinlib.errors import ClusterError
@@ -155,13 +155,13 @@ def test_shared_serving_nodes_take_a_scaled_plan_replayed_by_the_source_service(
         run = uuid.uuid4().hex[:12]
         specs = generations(query, plan)
         msg = PartitionedRun(plan).message(query, run, end_offsets(consumer, [t for t in query_topics(query)
-                                                                              if t not in CONTROL_TOPICS]))
+                                                                              if not is_control_topic(t)]))
         msg = scale_message(msg, consumer, plan, topics)
-        status_start = end_offsets(consumer, [STATUS_TOPIC])[STATUS_TOPIC]
+        status_start = end_offsets(consumer, [status_topic(site) for site in query.nodes])
         produce_control_sync(make_producer(kafka_bootstrap), query.name, "plan", msg.to_json())
         assert source_main(["--query", str(out / "q.yaml"), "--data", str(out), "--fast", "--run", run,
                             "--bootstrap", kafka_bootstrap, "--no-progress"]) == 0
-        consumer.assign([TopicPartition(STATUS_TOPIC, 0, status_start)])   # the dones
+        consumer.assign([TopicPartition(t, 0, off) for t, off in status_start.items()])   # the dones
         done: dict[str, dict] = {}
         deadline = time.monotonic() + 90
         every = wanted(specs, plan)

@@ -123,19 +123,24 @@ def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
     """The matrix of infra/kafka_acls.py on the real broker: a forged flow, result or source batch under the
     wrong service's credentials is refused with TOPIC_AUTHORIZATION_FAILED; what the service needs is not."""
     from confluent_kafka import KafkaError
+
+    from joinlib.adapters.kafka import ENDS_TOPIC, status_topic
     q = f"acl{int(time.time())}"
     flow = f"node.{q}.r2.from.r1"
     allowed = [("joinlib-source", f"src.{q}.S1"), ("joinlib-node", flow), ("joinlib-node", f"out.{q}"),
-               ("joinlib-node", f"derived.{q}.mj0"), ("joinlib-planner", "control"), ("joinlib-node", "status"),
-               ("joinlib-source", "status")]
+               ("joinlib-node", f"derived.{q}.mj0"), ("joinlib-planner", "control"),
+               ("joinlib-node", status_topic("r1")), ("joinlib-source", ENDS_TOPIC)]
     refused = [("joinlib-node", f"src.{q}.S1"),      # a node forging a source's tuples
                ("joinlib-node", "control"),          # ... or a plan: the planner alone writes control
+               ("joinlib-node", ENDS_TOPIC),         # ... or a source's end
                ("joinlib-source", "control"),
                ("joinlib-source", flow),             # a source forging a flow into a node
                ("joinlib-source", f"out.{q}"),       # ... or results
+               ("joinlib-source", status_topic("r1")),   # ... or a node's status or done
                ("joinlib-planner", flow),            # the planner only plans
                ("joinlib-planner", f"src.{q}.S1"),
-               ("joinlib-planner", "status"),        # ... and does not report as a node
+               ("joinlib-planner", status_topic("r1")),  # ... and reports neither as a node
+               ("joinlib-planner", ENDS_TOPIC),          # ... nor as a source
                ("joinlib-spark", f"out.{q}"),        # the Spark jobs read only
                ("joinlib-spark", f"src.{q}.S1"),
                ("joinlib-spark", "control")]
@@ -150,20 +155,32 @@ def test_acls_let_each_service_write_only_its_own_topics(secure_cluster):
 
 
 def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster):
-    """``grant-query --per-site``: site r1's user writes only the flows r1 sends and reads only those it
-    receives -- so r1's credentials cannot forge r2's flow to r3 (or to r1 itself), read the flows r2
-    receives, or publish a plan on ``control``; its reports go to ``status``."""
+    """``grant-query --per-site --plan mjoin``: site r1's user writes only the flows r1 sends (the query's and
+    its MJoin operator's) and reads only those it receives -- so r1's credentials cannot forge r2's flow to r3
+    (or to r1 itself), read the flows r2 receives, or publish a plan on ``control``; its reports go to its own
+    ``status.node.r1``, and it cannot write r2's status topic (a forged status or done) nor the sources' ends."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-    from infra.kafka_acls import admin_client, grant_query, site_user
-    from joinlib.adapters.kafka import CONTROL_TOPICS, ensure_topics, flow_topics, node_topic
+    from infra.kafka_acls import admin_client, grant_query, mjoin_operators, site_user
+    from joinlib.adapters.kafka import (
+        CONTROL_TOPIC,
+        ENDS_TOPIC,
+        ensure_topics,
+        flow_topics,
+        node_topic,
+        report_topics,
+        status_topic,
+    )
     query = load_query(ROOT / "examples" / "routers.yaml")
     from dataclasses import replace
     query = replace(query, name=f"site{int(time.time())}")
     s = secure_cluster.secrets
     admin = admin_client(secure_cluster.kafka_bootstrap, s.dir)
-    ensure_topics(admin, [*flow_topics(query.name, query.nodes), *CONTROL_TOPICS])   # as planning the query does
-    assert grant_query(admin, query, s.dir, per_site=True) > 0
+    ops = mjoin_operators(query, "mjoin")
+    assert [name for name, _ in ops] == [f"{query.name}.mj0"]
+    ensure_topics(admin, [*flow_topics(query.name, query.nodes), CONTROL_TOPIC, *report_topics(query.nodes),
+                          *(t for name, nodes in ops for t in flow_topics(name, nodes))])   # as planning does
+    assert grant_query(admin, query, s.dir, per_site=True, operators=ops) > 0
     r1 = site_user("r1")
     for dst, src in (("r1", "r2"), ("r2", "r3")):   # something to read, written by the real senders
         assert _produce(secure_cluster, site_user(src), node_topic(query.name, dst, src), src.encode()) is None
@@ -184,10 +201,15 @@ def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster)
     assert read(node_topic(query.name, "r1", "r2")) is None          # r1 receives r2's flow
     err = read(node_topic(query.name, "r2", "r3"))                    # ... not the flows r2 receives
     assert isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    mj0 = ops[0][0]
     assert _produce(secure_cluster, r1, node_topic(query.name, "r3", "r1"), b"r1") is None    # r1's own flow
-    assert _produce(secure_cluster, r1, "status", b"r1") is None                              # its reports
+    assert _produce(secure_cluster, r1, node_topic(mj0, "r3", "r1"), b"r1") is None           # ... its operator's
+    assert _produce(secure_cluster, r1, status_topic("r1"), b"r1") is None                    # its reports
     forged = [node_topic(query.name, "r3", "r2"),    # r2's flow to r3, under r1's credentials
               node_topic(query.name, "r1", "r2"),    # r2's flow to r1 itself
+              node_topic(mj0, "r3", "r2"),           # r2's flow of the MJoin operator
+              status_topic("r2"),                    # r2's status or done
+              ENDS_TOPIC,                            # a source's end
               "control"]                             # a plan
     for topic in forged:
         err = _produce(secure_cluster, r1, topic, b"r2")
