@@ -103,13 +103,7 @@ class KeyIndex:
         self._bank = _Bank()
 
     def add(self, k: Key, seq: int) -> None:
-        seqs = self.seqs.get(k)
-        if seqs is None:
-            self.seqs[k] = {seq}
-            self._new.append(k)
-            self._place(k)
-        else:
-            seqs.add(seq)
+        self.add_all((k,), (seq,))
 
     def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """:meth:`add` of each (key, seq) pair, in one call (a reducer's batch)."""
@@ -137,14 +131,7 @@ class KeyIndex:
                 free.append(slot)
 
     def discard(self, k: Key, seq: int) -> None:
-        seqs = self.seqs[k]
-        seqs.discard(seq)
-        if not seqs:
-            del self.seqs[k]
-            self.best.pop(k, None)
-            slot = self._slot.pop(k)
-            self._keys[slot] = None
-            self._free.append(slot)
+        self.discard_all((k,), (seq,))
 
     def _place(self, k: Key) -> None:
         free = self._free
@@ -165,6 +152,23 @@ class KeyIndex:
         self._exact = [(m._set, tag) for _, tag, m in sets if m._set is not None]
         self._matchers = [(m, tag) for _, tag, m in sets if m._set is None]
         self._blooms = [(m._bloom.bits, m._bloom.k, tag) for m, tag in self._matchers]  # type: ignore[union-attr]
+
+    def more_live(self, sets: Sequence[LiveSet], new: Sequence[LiveSet]) -> None:
+        """The live sets are now ``sets``, of which ``new`` just arrived: appended to the forms kept, without
+        dropping the sets that expired meanwhile -- a set below the live tag holds nothing that counts (a key's
+        latest tag from it is below the tag too, as if no set held the key), it only costs :meth:`settle` a test.
+        So the forms are rebuilt only when the expired ones outnumber the live ones: an epoch's new set costs
+        what it holds, not the whole window's sets."""
+        if len(self._exact) + len(self._matchers) > 2 * len(sets):
+            self.live(sets)
+            return
+        for _, tag, m in new:
+            if m._set is not None:
+                self._exact.append((m._set, tag))
+            else:
+                assert m._bloom is not None
+                self._matchers.append((m, tag))
+                self._blooms.append((m._bloom.bits, m._bloom.k, tag))
 
     def settle(self, live: Optional[Sequence[LiveSet]] = None) -> None:
         """The latest tag of a live set holding each key added since the last call (-1: none); ``live``: the

@@ -271,13 +271,12 @@ class Reducer:
             for tag, ks in key_groups(e, body):
                 if tag >= lf:   # a run whose tuples already left the sender's window holds nothing live
                     self.received[nbr] += 1
-                    new.append((tag, ks.matcher()))
-                    fs.append((self.received[nbr], tag, new[-1][1]))
-            self._index[nbr].live(fs)
-            for tag, m in new:
+                    new.append((self.received[nbr], tag, ks.matcher()))
+            fs.extend(new)
+            self._index[nbr].more_live(fs, new)
+            for _, tag, m in new:
                 self._matched(nbr, tag, m)
-        elif len(fs) < len(was):
-            self._index[nbr].live(fs)
+        # sets that expired stay in the index's forms until they outnumber the live ones (KeyIndex.more_live)
 
     def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
