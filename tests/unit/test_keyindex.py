@@ -65,6 +65,32 @@ def _settle_and_holding(pending, later, live, data) -> None:
         assert len(held) == len(set(held)) and set(held) == {k for k in left if m.has(k)}
 
 
+@BOTH
+@settings(max_examples=200, deadline=None)
+@given(st.lists(keys, max_size=20), st.lists(st.tuples(live_sets(), st.integers(0, 9)), min_size=1, max_size=6))
+def test_expired_sets_kept_in_the_forms_change_no_answer(c, pending, rounds) -> None:
+    """A reducer appends each new set (``more_live``) and leaves expired ones in the index until they outnumber
+    the live ones: every key's latest tag is then the live sets' latest, or below the live tag like none."""
+    with kernels(bloom, c):
+        index, n, live_tag = KeyIndex(), 0, 0
+        sets: list[LiveSet] = []
+        for new, up in rounds:
+            live_tag += up   # the live tag only moves up (Reducer.take)
+            new = [(n + i + 1, tag + live_tag, m) for i, (_, tag, m) in enumerate(new)]
+            n += len(new)
+            sets = [f for f in sets if f[1] >= live_tag] + new
+            index.more_live(sets, new)
+            for seq, k in enumerate(pending):
+                index.add(k, n * 100 + seq)
+            index.settle()
+            for k in set(pending):
+                want = max((tag for _, tag, m in sets if m.has(k)), default=-1)
+                got = index.best[k]
+                assert got == want or (want == -1 and got < live_tag), (k, got, want)
+            for seq, k in enumerate(pending):
+                index.discard(k, n * 100 + seq)
+
+
 def _bits_by_definition(ks: list, m: int, k: int) -> bytes:
     """Bit (word mod m) of byte p // 8, bit p % 8, for each key's first k hash words: the wire's definition."""
     out = bytearray(m // 8)
