@@ -403,13 +403,16 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
 
 
-def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
+def verdicts(run: dict, warmup_s: float, lag_bound_s: float, measured: Optional[dict] = None) -> dict:
+    """The soak's verdicts (see the module docstring); ``measured``: the rate's measurement, whose results must be
+    exact too."""
     # samples while the generator writes (runs recorded before this check sampled once after it had ended)
     end = run.get("minutes", math.inf) * 60.0
     after = [s for s in run["samples"] if warmup_s <= s["t_s"] <= end]
+    exact = _exact(run, measured)
     if len(after) < 3:
         return {"ok": False, "why": f"only {len(after)} samples after the warm-up of {warmup_s:.0f} s",
-                "results_exact": None if run.get("check") is None else bool(run["check"]["exact"])}
+                "results_exact": exact}
     sites = list(after[0]["rss_mb"])
     ts = [x["t_s"] for x in after]
     rss = {s: _flat([x["rss_mb"][s] for x in after]) for s in sites}
@@ -432,13 +435,18 @@ def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
     bounded = all(v["bounded"] for v in lag.values())
     strict = all(v["flat"] for v in rss.values()) and redis_used["flat"]
     trend = all(v["flat"] for v in rss_trend.values()) and redis_trend["flat"]
-    # runs recorded before the check (issue 29) have none: their results were not checked
-    check = run.get("check")
-    exact = None if check is None else bool(check["exact"])
     return {"warmup_s": warmup_s, "rss_flat": rss, "redis_used_memory_flat": redis_used,
             "rss_flat_trend": rss_trend, "redis_used_memory_flat_trend": redis_trend, "lag_bounded": lag,
             "latency_after_warmup": lat, "memory_flat_every_sample": strict, "memory_flat_per_minute": trend,
             "lag_is_bounded": bounded, "results_exact": exact, "ok": strict and bounded and exact is not False}
+
+
+def _exact(run: dict, measured: Optional[dict]) -> Optional[bool]:
+    """The soak's check and the measurement's, None for runs recorded before the check (issue 29)."""
+    check = run.get("check")
+    if check is None:
+        return None
+    return bool(check["exact"]) and (measured is None or measured.get("results_exact") is not False)
 
 
 def plot(doc: dict, path: Path) -> None:
@@ -510,7 +518,7 @@ def main() -> int:
         doc = json.loads(args.from_json.read_text())
         minutes = doc["soak"]["minutes"]
         warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * minutes * 60)
-        doc["verdicts"] = verdicts(doc["soak"], warmup, args.lag_bound_s)
+        doc["verdicts"] = verdicts(doc["soak"], warmup, args.lag_bound_s, doc.get("measured"))
         args.from_json.write_text(json.dumps(doc, indent=1) + "\n")
         plot(doc, args.from_json.with_suffix(".png"))
         print_verdicts(doc["verdicts"], doc["soak"].get("check"))
@@ -541,7 +549,7 @@ def main() -> int:
         if cluster is not None:
             cluster.stop()
     warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * args.minutes * 60)
-    v = verdicts(run, warmup, args.lag_bound_s)
+    v = verdicts(run, warmup, args.lag_bound_s, measured)
     doc = {"workload": {"query": "Fig. 7 at three sites (bench/live_common.py)", "tuple_bytes": PAYLOAD,
                         "window_ms": 3000, "tau_ms": 100, "delta_ms": 80, "partitions": 3,
                         "windows": "Redis, checkpoint every 1 s"},

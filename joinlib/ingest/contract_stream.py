@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from typing import Optional
 
 from joinlib.ingest.contract import PartitionClassifier, Results, Written, exact_join
-from joinlib.ingest.records import Decoder, Filtered, SchemaLookup
-from joinlib.model import Query, Tup
+from joinlib.ingest.records import Bad, Decoder, Filtered, SchemaLookup
+from joinlib.model import Query, Tup, Value
 
 # per stream, its on-time tuples not yet dropped: (ts, id, partition, offset, key)
-Row = tuple[int, int, int, int, tuple]
+Row = tuple[int, int, int, int, tuple[Value, ...]]
 
 
 class IncrementalExpected:
@@ -66,6 +66,7 @@ class IncrementalExpected:
             topic = self.decoders[stream].spec.topic
             self.dead[(topic, w.part, w.offset)] = fate
             return fate
+        assert not isinstance(ev, Bad), "a malformed record always has a dead-letter reason"
         self.on_time += 1
         self.rows[stream].append((ev.ts, ev.id, w.part, w.offset, ev.key))
         return None
