@@ -17,7 +17,7 @@ live-demo: deps ## After `make up`: submits examples/routers_live.sql (planner, 
 live-bench: deps ## Live JSON topics, Fig. 7 workload at three sites: sustained events/s and p50/p99 latency (bench/out/live.*)
 	$(PYTHON) bench/live_bench.py
 
-bench-soak: deps ## Soak: a live query at 80% of the sustainable rate for 10 min (SOAK_ARGS="--minutes N"); RSS, Redis memory, lag, p99 (results/soak)
+bench-soak: deps ## Soak: a live query at 80% of the rate measured just before, 10 min (SOAK_ARGS="--minutes N"); RSS, Redis memory, lag, p99, every result checked (results/soak)
 	$(PYTHON) bench/soak.py $(SOAK_ARGS)
 
 bench-chaos: deps ## Chaos: two live queries (reduce; pmjoin scaled out) under a seeded schedule of kills, pauses, broker and Redis restarts and replans for 10 min, outputs checked exactly (CHAOS_ARGS="--seed N --minutes M"; results/chaos)

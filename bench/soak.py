@@ -1,26 +1,35 @@
-"""Soak: a continuous live query at 80 % of the sustainable rate for ``--minutes`` (default 10), with Redis
-windows and checkpoints, recording node RSS, Redis memory, consumer lag and latency over time
-(``make bench-soak``; issue 16, item 5).
+"""Soak: a continuous live query at 80 % of the sustainable rate measured just before, for ``--minutes`` (default
+10), with Redis windows and checkpoints, recording node RSS, Redis memory, consumer lag and latency over time and
+checking **every result** against the live contract's reference (``make bench-soak``; issues 16 and 29).
 
 Workload: the Fig. 7 query of the live benchmarks (bench/live_common.py: three sites, 1,250-byte JSON events
-on 3-partition topics, 3 s windows, tau 100 ms, delta 80 ms, a chain on J), selectivity scaled as 1 / rate
-(~80 results per event, as bench/live_bench.py does), one node service process per site with ``REDIS_URL``
-(windows in Redis, a checkpoint every second), a generator process writing real-time events.
+on 3-partition topics, 3 s windows, tau 100 ms, delta 80 ms, a chain on J), selectivity scaled as 1 / rate so that
+an event meets one match in each other window (~1 result per event at every rate: the reference of a long run
+stays computable as it goes), every ``--malformed-every``-th record malformed (dead letters to account for), one
+node service process per site with ``REDIS_URL`` (windows in Redis, a checkpoint every second), a generator
+process writing real-time events.
 
-The rate: ``--rate`` (events/s per site), else measured first (``--measure-seconds`` of backlog per site at
-``--measure-density`` events/s per site, drained by the same services with Redis windows: sustained =
-events / drain time), then 80 % of it (``--fraction``).
+The rate: ``--rate`` (events/s per site), else measured first, the same hour with the same services
+(``--measure-seconds`` of backlog per site at ``--measure-density`` events/s per site, drained with Redis
+windows: sustained = events / drain time; its results checked against the reference), then ``--fraction``
+(0.8) of it.  soak.json records when and how.
 
 Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``INFO memory``
 (used_memory, used_memory_rss), each node's consumer lag (``joinlib_consumer_lag_messages`` summed over
 its topics, scraped from its /metrics) and watermark lag, the results/s and the p50/p99 event-to-result
 latency of the results emitted in the interval (read from ``out.<query>``).
 
+The check (bench/soak_check.py): while the generator writes, a thread reads every source record and computes
+the contract's reference chunk by chunk (15 s of head time, joinlib/ingest/contract_stream.py), and the reader
+of ``out.<query>`` tallies the live results the same way: per chunk, a count and an order-independent hash.
+After the input ends, every chunk must match (nothing missing, nothing duplicated), and ``dlq.<query>`` must
+hold exactly the contract's dead letters (bench/chaos_check.py).
+
 Verdicts, after the warm-up (``--warmup``, default 20 % of the run, at least 60 s): every node's RSS and
 Redis used_memory stay within +-10 % of their post-warm-up median ("flat"); the consumer lag is bounded
 (its maximum after the warm-up below ``--lag-bound-s`` seconds of input, and its least-squares trend over the
-post-warm-up part adds less than one second of input).  Printed and written with the samples to
-``results/soak/soak.json`` and ``soak.png`` (``--out``).
+post-warm-up part adds less than one second of input); the results and dead letters are exact.  A failed
+verdict exits 1.  Printed and written with the samples to ``results/soak/soak.json`` and ``soak.png`` (``--out``).
 
     python bench/soak.py [--minutes 10] [--rate R | --measure-seconds 20] [--fraction 0.8] [--every 5]
                          [--bootstrap HOST:PORT --redis-url URL] [--out results/soak]
@@ -39,7 +48,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -50,9 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_common import (  # noqa: E402
     BASE_MS,
     PAYLOAD,
-    RATE,
     ROOT,
-    F,
+    WINDOW_MS,
     cpu_seconds,
     fig7_query,
     machine,
@@ -63,6 +70,8 @@ from live_common import (  # noqa: E402
 )
 
 FLAT_TOLERANCE = 0.10
+PARTITIONS = 3
+MATCHES_PER_WINDOW = 1.0   # an event's matches in each other stream's window: ~1 result per event (a chain of 3)
 # source topics of a soak keep a few minutes of events: 10 minutes at ~10k events/s would be ~8 GB of JSON
 SOURCE_TOPIC_CONFIG = {"retention.ms": "180000", "segment.bytes": str(64 * 1024 * 1024)}
 
@@ -140,45 +149,6 @@ class Nodes:
                 p.wait(5)
 
 
-class LatencyReader(threading.Thread):
-    """Reads ``out.<query>`` of one run; per sampling interval the (latency, results) pairs of the groups
-    emitted in it, handed out and forgotten by :meth:`take` (nothing accumulates over a long run)."""
-
-    def __init__(self, bootstrap: str, query: Any, run: str, origin_ms: int) -> None:
-        super().__init__(daemon=True, name="latency-reader")
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-        from joinlib.adapters.kafka import make_consumer, out_topic
-        self.c = make_consumer(bootstrap, f"soak-{tag()}")
-        self.c.assign([TopicPartition(out_topic(query.name), 0, OFFSET_BEGINNING)])
-        self.run_b, self.origin = run.encode(), origin_ms
-        self.lock = threading.Lock()
-        self.pairs: list[tuple[float, int]] = []
-        self.count = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        from joinlib.adapters.kafka import consume
-        from joinlib.protocol import records
-        try:
-            while not self.stop.is_set():
-                for m in consume(self.c, 5000, 0.2):
-                    if dict(m.headers() or ()).get("run") != self.run_b:
-                        continue
-                    emit, groups = records.result_batch_summary(m.value())
-                    with self.lock:
-                        for head_ts, n in groups:
-                            self.pairs.append((emit - (head_ts + self.origin), n))
-                            self.count += n
-        finally:
-            self.c.close()
-
-    def take(self) -> tuple[list[tuple[float, int]], int]:
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-            return pairs, self.count
-
-
 def redis_memory(client: Any) -> dict[str, float]:
     info = client.info("memory")
     return {"used_mb": round(info["used_memory"] / 2**20, 2), "rss_mb": round(info["used_memory_rss"] / 2**20, 2),
@@ -186,8 +156,8 @@ def redis_memory(client: Any) -> dict[str, float]:
 
 
 def selectivity(rate: float) -> float:
-    """f scaled as 1 / rate: ~80 results per event at every rate (bench/live_bench.py)."""
-    return F * RATE / rate
+    """f scaled as 1 / rate: one match per event in each other 3 s window, ~1 result per event at every rate."""
+    return MATCHES_PER_WINDOW / (rate * WINDOW_MS / 1000.0)
 
 
 # --------------------------------------------------------------------------- measuring the sustainable rate
@@ -201,16 +171,19 @@ def plan_for(plan: str, sites: list[str]) -> str:
 
 def measure(bs: str, redis_url: str, seconds: float, density: float, logs: Path, plan: str) -> dict:
     """Drain ``seconds`` of backlog per site (events ``density``/s per site) with Redis windows and
-    checkpoints; sustained = input events / (last result - submission)."""
-    from joinlib.ingest.contract import expected_output
+    checkpoints; sustained = input events / (last result - submission); the results checked against the
+    contract's (every one: the backlog is short)."""
+    from chaos_check import Results, check_results, expected
+
     from services.planner.service import PlannerService
+    began = _utc()
     t = tag()
     topics = [f"fig7soakm.{t}.{i}" for i in (1, 2, 3)]
     make_topics(bs, topics, 3)
     f = selectivity(density)
     q = fig7_query(f"soakm{t}", [f"m1{t}", f"m2{t}", f"m3{t}"], topics, f=f, rate=density, start="earliest")
     rec = write_backlog(bs, q, seconds, f=f, rate=density)
-    want = expected_output(q, rec.written, BASE_MS, count_only=True)
+    want = expected(q, rec.written, BASE_MS)
     n_events = sum(len(v) for v in rec.written.values())
     nodes = Nodes(bs, redis_url, [s.site for s in q.streams], logs / f"measure-{t}")
     planner = PlannerService(bs)
@@ -222,7 +195,7 @@ def measure(bs: str, redis_url: str, seconds: float, density: float, logs: Path,
         t_submit = time.time() * 1000
         out = planner.submit(yaml.safe_dump(query_to_dict(q)), plan_for(plan, [s.site for s in q.streams]), None,
                              str(BASE_MS))
-        reader = LatencyReader(bs, q, out["run"], out["origin_ms"])
+        reader = Results(bs, q, {out["run"]: out["origin_ms"]})
         reader.start()
         last_emit, count = t_submit, 0
         deadline = time.monotonic() + 60 + 6 * seconds
@@ -233,17 +206,25 @@ def measure(bs: str, redis_url: str, seconds: float, density: float, logs: Path,
                 last_emit = time.time() * 1000
             if count >= want.count:
                 break
-        reader.stop.set()
-        reader.join(5)
+        reader.close()
         planner.stop(q.name)
     finally:
         nodes.close()
         planner.close()
         _drop_keys(redis_url, q.name)
     drain_s = (last_emit - t_submit) / 1000.0
-    return {"backlog_s_per_site": seconds, "density_per_site": density, "selectivity": f, "events": n_events,
+    check = check_results(want.results, reader.snapshot())
+    return {"began_utc": began, "ended_utc": _utc(),
+            "how": "a backlog per site drained by the soak's services (a node per site, Redis windows, checkpoints, "
+                   "the same plan and selectivity scaling) just before the soak: sustained = events / (last result "
+                   "- submission)",
+            "backlog_s_per_site": seconds, "density_per_site": density, "selectivity": f, "events": n_events,
             "results": count, "reference_results": want.count, "same_count": count == want.count,
-            "drain_s": round(drain_s, 2), "events_per_s": round(n_events / drain_s, 1)}
+            "results_exact": check["exact"], "drain_s": round(drain_s, 2), "events_per_s": round(n_events / drain_s, 1)}
+
+
+def _utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _drop_keys(redis_url: str, query: str) -> int:
@@ -263,16 +244,18 @@ def _drop_keys(redis_url: str, query: str) -> int:
 # --------------------------------------------------------------------------- the soak
 
 
-def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, logs: Path, plan: str) -> dict:
+def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, logs: Path, plan: str,
+         malformed_every: int = 0, drain_timeout_s: float = 120.0) -> dict:
     import redis
+    from soak_check import SourceCheck, TalliedResults, final_check
 
+    from joinlib.adapters.kafka import ensure_topics, make_admin
     from joinlib.query import dump_query
     from services.planner.service import PlannerService
     t = tag()
     sites = [f"s1{t}", f"s2{t}", f"s3{t}"]
     topics = [f"fig7soak.{t}.{i}" for i in (1, 2, 3)]
-    from joinlib.adapters.kafka import ensure_topics, make_admin
-    ensure_topics(make_admin(bs), topics, partitions=3, config=SOURCE_TOPIC_CONFIG)
+    ensure_topics(make_admin(bs), topics, partitions=PARTITIONS, config=SOURCE_TOPIC_CONFIG)
     f = selectivity(rate)
     q = fig7_query(f"soak{t}", sites, topics, f=f, rate=rate, start="latest", idle="2s")
     logs.mkdir(parents=True, exist_ok=True)
@@ -283,24 +266,21 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
     planner = PlannerService(bs)
     gen: Optional[subprocess.Popen] = None
     samples: list[dict] = []
-    reader: Optional[LatencyReader] = None
+    reader: Optional[TalliedResults] = None
+    source: Optional[SourceCheck] = None
     try:
         time.sleep(2.0)
         import yaml
 
         from joinlib.query import query_to_dict
+        began = _utc()
         out = planner.submit(yaml.safe_dump(query_to_dict(q)), plan_for(plan, sites), None, "now")
-        reader = LatencyReader(bs, q, out["run"], out["origin_ms"])
+        source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS)
+        source.start()
+        reader = TalliedResults(bs, q, out["run"], out["origin_ms"])
         reader.start()
-        duration = minutes * 60.0
-        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bs, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        with open(logs / f"soak-{t}" / "generator.log", "wb") as glog:
-            gen = subprocess.Popen(
-                [sys.executable, "-m", "services.generator", "--query", str(qfile), "--rate", str(rate),
-                 "--distinct", str(round(1 / f)), "--payload-bytes", str(PAYLOAD), "--late-every", "0",
-                 "--malformed-every", "0", "--duration", str(duration)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=glog, stdin=subprocess.DEVNULL)
-        t0 = time.monotonic()
+        gen = _generator(bs, qfile, rate, f, malformed_every, minutes * 60.0, logs / f"soak-{t}" / "generator.log")
+        t0, self_cpu0 = time.monotonic(), time.process_time()
         cpu0 = nodes.cpu_s()
         prev_count, prev_t = 0, t0
         next_sample = t0 + every
@@ -313,30 +293,25 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
                 break   # the input has ended: the windows empty, which says nothing of the steady state
             now = time.monotonic()
             pairs, count = reader.take()
-            lat = percentiles(pairs)
-            m = {s: nodes.metrics(s) for s in sites}
-            mem = redis_memory(rcli)
-            sample = {
-                "t_s": round(now - t0, 1), "rss_mb": nodes.rss_mb(), "redis": mem,
-                "lag": {s: m[s].get("lag") for s in sites}, "source_lag": {s: m[s].get("source_lag") for s in sites},
-                "watermark_lag_s": {s: m[s].get("watermark_lag_s") for s in sites},
-                "results_per_s": round((count - prev_count) / (now - prev_t), 1),
-                "latency_ms": {k: lat[k] for k in ("p50", "p99", "max") if k in lat},
-                "loadavg": [round(x, 2) for x in os.getloadavg()], "alive": nodes.alive(),
-            }
+            sample = {"t_s": round(now - t0, 1), **_sample(nodes, rcli, sites, pairs),
+                      "results_per_s": round((count - prev_count) / (now - prev_t), 1),
+                      "checked_records": source.records, "reference_results": source.want.total()}
             prev_count, prev_t = count, now
             samples.append(sample)
             if len(samples) % max(1, round(30 / every)) == 0:
-                print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {mem['used_mb']} MB, "
+                print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {sample['redis']['used_mb']} MB, "
                       f"lag {sample['lag']}, p99 {sample['latency_ms'].get('p99')} ms, "
-                      f"{sample['results_per_s']:,.0f} results/s, load {sample['loadavg'][0]}", flush=True)
+                      f"{sample['results_per_s']:,.0f} results/s, {source.records:,} records read by the check, "
+                      f"load {sample['loadavg'][0]}", flush=True)
             if not all(sample["alive"].values()):
                 print(f"a node process died: {sample['alive']}", flush=True)
                 break
         wall = time.monotonic() - t0
         cpu = {k: round(v - cpu0[k], 1) for k, v in nodes.cpu_s().items()}
+        self_cpu = time.process_time() - self_cpu0
         written = _generator_total(logs / f"soak-{t}" / "generator.log")
-        time.sleep(3.0)
+        print("input ended: checking every result against the reference", flush=True)
+        check = final_check(bs, q, out["run"], source, reader, drain_timeout_s)
         _, total = reader.take()
         status = planner.status(q.name) or {}
         planner.stop(q.name)
@@ -345,15 +320,40 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
             gen.terminate()
             gen.wait(20)
         if reader is not None:
-            reader.stop.set()
-            reader.join(5)
+            reader.close()
+        if source is not None:
+            source.stop.set()
         nodes.close()
         planner.close()
         rcli.close()
     stats = status.get("stats") or {}
-    return {"rate_per_site": rate, "selectivity": f, "minutes": minutes, "wall_s": round(wall, 1),
-            "events_written": written, "results": total, "node_cpu_s": cpu,
-            "dead_letters": stats.get("dead_letters"), "plan": out.get("plan"), "samples": samples}
+    return {"began_utc": began, "rate_per_site": rate, "selectivity": f, "malformed_every": malformed_every,
+            "minutes": minutes, "wall_s": round(wall, 1), "events_written": written, "results": total,
+            "node_cpu_s": cpu, "soak_process_cpu_s": round(self_cpu, 1), "dead_letters": stats.get("dead_letters"),
+            "plan": out.get("plan"), "check": check, "samples": samples}
+
+
+def _generator(bs: str, qfile: Path, rate: float, f: float, malformed_every: int, seconds: float,
+               log: Path) -> subprocess.Popen:
+    """The generator process: real-time events of every stream, disorder below delta (none late)."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bs, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as glog:
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.generator", "--query", str(qfile), "--rate", str(rate),
+             "--distinct", str(round(1 / f)), "--payload-bytes", str(PAYLOAD), "--late-every", "0",
+             "--malformed-every", str(malformed_every), "--duration", str(seconds)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=glog, stdin=subprocess.DEVNULL)
+
+
+def _sample(nodes: Nodes, rcli: Any, sites: list[str], pairs: list[tuple[float, int]]) -> dict:
+    """One sample: RSS, Redis memory, lags and the latency of the results emitted since the last one."""
+    lat = percentiles(pairs)
+    m = {s: nodes.metrics(s) for s in sites}
+    return {"rss_mb": nodes.rss_mb(), "redis": redis_memory(rcli),
+            "lag": {s: m[s].get("lag") for s in sites}, "source_lag": {s: m[s].get("source_lag") for s in sites},
+            "watermark_lag_s": {s: m[s].get("watermark_lag_s") for s in sites},
+            "latency_ms": {k: lat[k] for k in ("p50", "p99", "max") if k in lat},
+            "loadavg": [round(x, 2) for x in os.getloadavg()], "alive": nodes.alive()}
 
 
 def _generator_total(log: Path) -> Optional[int]:
@@ -403,12 +403,16 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
 
 
-def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
+def verdicts(run: dict, warmup_s: float, lag_bound_s: float, measured: Optional[dict] = None) -> dict:
+    """The soak's verdicts (see the module docstring); ``measured``: the rate's measurement, whose results must be
+    exact too."""
     # samples while the generator writes (runs recorded before this check sampled once after it had ended)
     end = run.get("minutes", math.inf) * 60.0
     after = [s for s in run["samples"] if warmup_s <= s["t_s"] <= end]
+    exact = _exact(run, measured)
     if len(after) < 3:
-        return {"ok": False, "why": f"only {len(after)} samples after the warm-up of {warmup_s:.0f} s"}
+        return {"ok": False, "why": f"only {len(after)} samples after the warm-up of {warmup_s:.0f} s",
+                "results_exact": exact}
     sites = list(after[0]["rss_mb"])
     ts = [x["t_s"] for x in after]
     rss = {s: _flat([x["rss_mb"][s] for x in after]) for s in sites}
@@ -434,7 +438,15 @@ def verdicts(run: dict, warmup_s: float, lag_bound_s: float) -> dict:
     return {"warmup_s": warmup_s, "rss_flat": rss, "redis_used_memory_flat": redis_used,
             "rss_flat_trend": rss_trend, "redis_used_memory_flat_trend": redis_trend, "lag_bounded": lag,
             "latency_after_warmup": lat, "memory_flat_every_sample": strict, "memory_flat_per_minute": trend,
-            "lag_is_bounded": bounded, "ok": strict and bounded}
+            "lag_is_bounded": bounded, "results_exact": exact, "ok": strict and bounded and exact is not False}
+
+
+def _exact(run: dict, measured: Optional[dict]) -> Optional[bool]:
+    """The soak's check and the measurement's, None for runs recorded before the check (issue 29)."""
+    check = run.get("check")
+    if check is None:
+        return None
+    return bool(check["exact"]) and (measured is None or measured.get("results_exact") is not False)
 
 
 def plot(doc: dict, path: Path) -> None:
@@ -491,6 +503,11 @@ def main() -> int:
     ap.add_argument("--lag-bound-s", type=float, default=5.0,
                     help="the lag after the warm-up must stay below this many seconds of input (default 5)")
     ap.add_argument("--plan", default="central", help="plan (default: central at the first site; any plan name)")
+    ap.add_argument("--malformed-every", type=int, default=1000, metavar="N",
+                    help="every N-th record the generator writes is malformed, a dead letter to account for "
+                         "(default 1000; 0: none)")
+    ap.add_argument("--drain-timeout", type=float, default=120.0,
+                    help="seconds to wait after the input for the last results to match the reference (default 120)")
     ap.add_argument("--bootstrap", help="Kafka (default: a throw-away local broker)")
     ap.add_argument("--redis-url", help="Redis (default: a throw-away local redis-server)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "soak")
@@ -501,10 +518,10 @@ def main() -> int:
         doc = json.loads(args.from_json.read_text())
         minutes = doc["soak"]["minutes"]
         warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * minutes * 60)
-        doc["verdicts"] = verdicts(doc["soak"], warmup, args.lag_bound_s)
+        doc["verdicts"] = verdicts(doc["soak"], warmup, args.lag_bound_s, doc.get("measured"))
         args.from_json.write_text(json.dumps(doc, indent=1) + "\n")
         plot(doc, args.from_json.with_suffix(".png"))
-        print_verdicts(doc["verdicts"])
+        print_verdicts(doc["verdicts"], doc["soak"].get("check"))
         return 0 if doc["verdicts"].get("ok") else 1
     cluster = None
     bs, redis_url = args.bootstrap, args.redis_url
@@ -521,35 +538,39 @@ def main() -> int:
         if rate is None:
             measured = measure(bs, redis_url, args.measure_seconds, args.measure_density, logs, args.plan)
             rate = round(args.fraction * measured["events_per_s"] / 3, -1)
-            print(f"measured: {measured['events']:,} events drained in {measured['drain_s']} s = "
-                  f"{measured['events_per_s']:,.0f} events/s with Redis windows ({measured['results']:,} results, "
-                  f"reference {measured['reference_results']:,}); soak at {args.fraction:.0%}: {rate:,.0f}/s per site",
-                  flush=True)
-        run = soak(bs, redis_url, rate, args.minutes, args.every, logs, args.plan)
+            print(f"measured at {measured['began_utc']}: {measured['events']:,} events drained in "
+                  f"{measured['drain_s']} s = {measured['events_per_s']:,.0f} events/s with Redis windows "
+                  f"({measured['results']:,} results, reference {measured['reference_results']:,}, "
+                  f"{'exact' if measured['results_exact'] else 'NOT EXACT'}); soak at {args.fraction:.0%}: "
+                  f"{rate:,.0f}/s per site", flush=True)
+        run = soak(bs, redis_url, rate, args.minutes, args.every, logs, args.plan, args.malformed_every,
+                   args.drain_timeout)
     finally:
         if cluster is not None:
             cluster.stop()
     warmup = args.warmup if args.warmup is not None else max(60.0, 0.2 * args.minutes * 60)
-    v = verdicts(run, warmup, args.lag_bound_s)
+    v = verdicts(run, warmup, args.lag_bound_s, measured)
     doc = {"workload": {"query": "Fig. 7 at three sites (bench/live_common.py)", "tuple_bytes": PAYLOAD,
                         "window_ms": 3000, "tau_ms": 100, "delta_ms": 80, "partitions": 3,
                         "windows": "Redis, checkpoint every 1 s"},
            "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-           "measured": measured, "rate_source": "--rate" if args.rate is not None else
-           f"{args.fraction:.0%} of the measured sustained rate",
+           "measured": measured, "rate_source": "--rate" if measured is None else
+           f"{args.fraction:.0%} of the sustained rate measured from {measured['began_utc']} to "
+           f"{measured['ended_utc']}, just before the soak began at {run['began_utc']} (see measured)",
            "soak": run, "verdicts": v, "machine_before": before, "machine_after": machine()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     if run["samples"]:
         plot(doc, args.out / f"{args.name}.png")
-    print_verdicts(v)
+    print_verdicts(v, run["check"])
     print(f"wrote {args.out / (args.name + '.json')} and .png")
     return 0 if v.get("ok") else 1
 
 
-def print_verdicts(v: dict) -> None:
+def print_verdicts(v: dict, check: Optional[dict]) -> None:
+    print_check(check)
     if "rss_flat" not in v:
-        print(f"verdict: {v.get('why')}")
+        print(f"results exact: {_yes(v.get('results_exact'))}; verdict: {v.get('why')}")
         return
     print(f"after the warm-up ({v['warmup_s']:.0f} s):")
     for s, r in v["rss_flat"].items():
@@ -571,8 +592,32 @@ def print_verdicts(v: dict) -> None:
     print(f"  p99 latency: median {lat['p99_median_ms']} ms, max {lat['p99_max_ms']} ms")
     print(f"memory flat, every sample within +-10 %: {'yes' if v['memory_flat_every_sample'] else 'NO'}; "
           f"per-minute medians within +-10 % and no growth: {'yes' if v['memory_flat_per_minute'] else 'NO'}; "
-          f"lag bounded: {'yes' if v['lag_is_bounded'] else 'NO'}")
-    print(f"verdict (every sample flat and lag bounded): {'PASS' if v['ok'] else 'FAIL'}")
+          f"lag bounded: {'yes' if v['lag_is_bounded'] else 'NO'}; results exact: {_yes(v.get('results_exact'))}")
+    print(f"verdict (every sample flat, lag bounded, results exact): {'PASS' if v['ok'] else 'FAIL'}"
+          + (" (results not checked)" if v.get("results_exact") is None else ""))
+
+
+def _yes(exact: Optional[bool]) -> str:
+    return {True: "yes", False: "NO", None: "not checked"}[exact]
+
+
+def print_check(check: Optional[dict]) -> None:
+    if check is None:
+        print("results: not checked (a run recorded before the check)")
+        return
+    r, d, src = check["results"], check["dead_letters"], check["source"]
+    print(f"results: {r['got']:,} read, reference {r['reference']:,}, {r['chunks']} chunks of "
+          f"{r['chunk_ms'] // 1000} s compared, {r['chunks_differing']} differ -> "
+          f"{'EXACT' if r['exact'] else 'NOT EXACT'} "
+          f"({check['batch_copies_dropped']} batch copies dropped)")
+    for x in r["differing_examples"]:
+        print(f"  chunk {x['chunk']} (heads from {x['head_from_ms']}): {x['got']:,} results, "
+              f"reference {x['reference']:,}")
+    print(f"dead letters: {d['places']} in dlq, {d['expected']} expected, missing {d['missing']}, extra {d['extra']}, "
+          f"wrong reason {d['wrong_reason']}, wrong bytes {d['wrong_bytes']} -> {'OK' if d['ok'] else 'NOT OK'}")
+    print(f"source records checked: {src['records']:,} ({src['on_time']:,} on time), offset gaps "
+          f"{src['offset_gap_count']}, error {src['error']}, check thread CPU {src['check_thread_cpu_s']} s")
+    print(f"check: {'every result and dead letter as the reference says' if check['exact'] else 'FAILED'}")
 
 
 if __name__ == "__main__":

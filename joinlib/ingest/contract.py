@@ -44,31 +44,48 @@ class Expected:
     count: int = 0
 
 
+class PartitionClassifier:
+    """One partition's records classified one at a time, in offset order: what :func:`classify_partition` does
+    for a whole list, for a checker that reads the records as they are written (bench/soak.py) and cannot keep
+    them all.  ``wm`` is the partition's watermark: a later record of the partition with ``ts < wm`` is late."""
+
+    def __init__(self, advances: list[tuple[int, int]], delta: int, horizon: int) -> None:
+        self.delta, self.horizon = delta, horizon
+        self.wm = 0
+        self.max_ts: Optional[int] = None
+        self.seen: dict[int, int] = {}
+        self._advs = sorted(advances)
+
+    def classify(self, off: int, ev: Any) -> Optional[str]:
+        """None (on time) or the record's dead-letter reason; ``ev`` an event or :class:`Bad`."""
+        advs = self._advs
+        while advs and advs[0][0] <= off:
+            self.wm = max(self.wm, advs.pop(0)[1])
+        if isinstance(ev, Bad):
+            return ev.reason
+        if ev.ts < self.wm:
+            return LATE
+        if ev.ts > self.wm + MAX_AHEAD_MS:
+            return TOO_FAR_AHEAD
+        if ev.id in self.seen and self.seen[ev.id] >= self.wm - self.horizon:
+            return DUPLICATE_ID
+        self.seen[ev.id] = ev.ts
+        self.max_ts = ev.ts if self.max_ts is None else max(self.max_ts, ev.ts)
+        self.wm = max(self.wm, self.max_ts - self.delta)
+        return None
+
+    def forget(self) -> None:
+        """Drop the ids too old to make a duplicate (the watermark only rises): memory stays bounded."""
+        floor = self.wm - self.horizon
+        self.seen = {i: ts for i, ts in self.seen.items() if ts >= floor}
+
+
 def classify_partition(rows: list[tuple[int, Any]], advances: list[tuple[int, int]], delta: int,
                        horizon: int) -> dict[int, Optional[str]]:
     """offset -> None (on time) or a dead-letter reason, for one partition's records in offset order;
     ``rows``: (offset, event or :class:`Bad`); ``advances``: (at, wm) as logged."""
-    wm, max_ts = 0, None
-    seen: dict[int, int] = {}
-    advs = sorted(advances)
-    out: dict[int, Optional[str]] = {}
-    for off, ev in rows:
-        while advs and advs[0][0] <= off:
-            wm = max(wm, advs.pop(0)[1])
-        if isinstance(ev, Bad):
-            out[off] = ev.reason
-        elif ev.ts < wm:
-            out[off] = LATE
-        elif ev.ts > wm + MAX_AHEAD_MS:
-            out[off] = TOO_FAR_AHEAD
-        elif ev.id in seen and seen[ev.id] >= wm - horizon:
-            out[off] = DUPLICATE_ID
-        else:
-            out[off] = None
-            seen[ev.id] = ev.ts
-            max_ts = ev.ts if max_ts is None else max(max_ts, ev.ts)
-            wm = max(wm, max_ts - delta)
-    return out
+    c = PartitionClassifier(advances, delta, horizon)
+    return {off: c.classify(off, ev) for off, ev in rows}
 
 
 def expected_output(query: Query, written: dict[str, list[Written]], origin_ms: int,
