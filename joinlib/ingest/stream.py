@@ -88,12 +88,14 @@ class StreamIngest:
         """Record ``offset`` of ``part`` (offsets in increasing order); None if it is on time (it is
         kept until :meth:`release`), else why not."""
         p = self.parts[part]
-        self._replay(p, offset)
+        if p.marks:   # logged advances to apply at their positions (a restart's): before and after the record
+            self._replay(p, offset)
         p.next = offset + 1
         bad = self._classify(p, ev, now)
         if bad is None:
             heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
-        self._replay(p, p.next)
+        if p.marks:
+            self._replay(p, p.next)
         return bad
 
     def skip(self, part: int, offset: int) -> None:

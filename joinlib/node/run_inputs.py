@@ -29,6 +29,10 @@ from joinlib.node.backpressure import InboundGate, SourceGate, apply
 from joinlib.node.sources import dlq_topic, live_streams, marks_topic
 from joinlib.protocol import records, wire
 
+#: what a topic's messages are, decided at its first message (RunInputs.handle): control and reports, a live
+#: source's records, or anything else (flows, replayed sources)
+_CONTROL, _LIVE, _OTHER = object(), object(), object()
+
 
 class RunInputs:
     """What ``run`` reads: ``control`` (from after its plan) and the report topics (an adaptive run: its peers'
@@ -49,6 +53,7 @@ class RunInputs:
         self.gate = InboundGate(site, q.execution.interval_ms)
         self.src_gate = SourceGate(q.execution.interval_ms)
         self.flows: dict[int, InboundFlows] = {}   # per plan instance: its flows to this site
+        self._kinds: dict[str, object] = {}          # topic -> what its messages are (_CONTROL, _LIVE, _OTHER)
 
     def assign(self, offsets: dict[tuple[str, int], int]) -> None:
         """Make the run's topics and assign its consumer every partition it reads, each from ``offsets``
@@ -73,14 +78,21 @@ class RunInputs:
                 + sink_topics(q) + extra)
 
     # ------------------------------------------------------------------ one message
+    def _kind(self, topic: str) -> object:
+        live = self.run.live
+        kind = self._kinds[topic] = (_CONTROL if is_control_topic(topic) else
+                                     _LIVE if live is not None and topic in live.by_topic else _OTHER)
+        return kind
+
     def handle(self, m: Any, now: float) -> None:
         run = self.run
         topic = m.topic()
-        if is_control_topic(topic):
-            run.on_control(m)
-            return
-        if run.live is not None and topic in run.live.by_topic:
+        kind = self._kinds.get(topic) or self._kind(topic)
+        if kind is _LIVE:   # most messages: a live source's records
             run.live.handle(m, now)
+            return
+        if kind is _CONTROL:
+            run.on_control(m)
             return
         sent = None
         proto = any(k == ADAPTIVE_HEADER for k, _ in m.headers() or ())

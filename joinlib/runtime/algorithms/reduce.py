@@ -249,13 +249,9 @@ class Reducer:
         for index in self._index.values():
             index.settle()
 
-    def _forget(self, x: _Entry) -> None:
-        seq = x.t.seq
-        for n, k in zip(self._filters, x.keys, strict=True):
-            self._index[n].discard(k, seq)
-
     def _forget_all(self, xs: list[_Entry]) -> None:
-        """:meth:`_forget` of every entry of ``xs`` (those that left the window), an index call per neighbour."""
+        """Take the entries of ``xs`` (done with, or gone from the window) out of the key indexes, an index call
+        per neighbour."""
         seqs = [x.t.seq for x in xs]
         for i, n in enumerate(self._filters):
             self._index[n].discard_all([x.keys[i] for x in xs], seqs)
@@ -359,11 +355,12 @@ class Reducer:
     def _settle(self, done: list[_Entry]) -> None:
         """Forget the entries with nothing left to do (sent on every edge it sends on, shipped if it
         ships)."""
-        n, ships = self._sends, self.op.replica is not None
-        for x in done:
-            if len(x.sent) == n and (x.shipped or not ships):
-                del self.pending[x.t.seq]
-                self._forget(x)
+        n, ships, pending = self._sends, self.op.replica is not None, self.pending
+        over = [x for x in done if len(x.sent) == n and (x.shipped or not ships)]
+        for x in over:
+            del pending[x.t.seq]
+        if over and self._filters:
+            self._forget_all(over)
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, encode: Encode) -> dict[str, Any]:
