@@ -272,7 +272,7 @@ class Reducer:
             self._index[nbr].more_live(fs, new)
             for _, tag, m in new:
                 self._matched(nbr, tag, m)
-        # sets that expired stay in the index's forms until they outnumber the live ones (KeyIndex.more_live)
+        # sets that expired stay in the index's forms for a while (KeyIndex.more_live)
 
     def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
