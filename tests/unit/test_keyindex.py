@@ -69,8 +69,8 @@ def _settle_and_holding(pending, later, live, data) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(keys, max_size=20), st.lists(st.tuples(live_sets(), st.integers(0, 9)), min_size=1, max_size=6))
 def test_expired_sets_kept_in_the_forms_change_no_answer(c, pending, rounds) -> None:
-    """A reducer appends each new set (``more_live``) and leaves expired ones in the index until they outnumber
-    the live ones: every key's latest tag is then the live sets' latest, or below the live tag like none."""
+    """A reducer appends each new set (``more_live``) and leaves expired ones in the index for a while: every
+    key's latest tag is then the live sets' latest, or below the live tag like none."""
     with kernels(bloom, c):
         index, n, live_tag = KeyIndex(), 0, 0
         sets: list[LiveSet] = []
