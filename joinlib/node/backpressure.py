@@ -22,6 +22,10 @@ from typing import Any, Optional
 from joinlib.control.check import InboundFlows
 
 PAUSE_AHEAD_S = 4.0   # pause when every inbound flow is this far ahead of the node's work
+#: a stream's sources pause at PAUSE_AHEAD_S past its slowest reader once SOURCE_BUDGET tuples are held past it,
+#: and at SOURCE_AHEAD_MOST_S whatever it holds (SourceGate)
+SOURCE_AHEAD_MOST_S = 30.0
+SOURCE_BUDGET = 50_000
 
 
 class InboundGate:
@@ -86,31 +90,42 @@ class SourceGate:
     ahead of everything that reads the window) and purges only what its slowest reader has finished
     (:mod:`joinlib.runtime.window`).  A node that reads its sources faster than it joins therefore keeps
     the backlog *inserted*: in its window store (Redis) and in the epoch batches it holds.  A stream's
-    sources are paused once every window of the stream here (one per partition) has inserted ``ahead``
-    epochs past its slowest reader, and resumed at half that.  Nothing waits for the paused records: a
-    lane that needs a window reads it, so it is one of the readers, and the window has inserted far past
-    the slowest of them.
+    sources are paused once every window of the stream here (one per partition) has inserted ``most``
+    epochs past its slowest reader, or ``ahead`` epochs while it holds ``budget`` tuples or more past it, and
+    resumed at half that.  Nothing waits for the paused records: a lane that needs a window reads it, so it
+    is one of the readers, and the window has inserted far past the slowest of them.
+
+    Why two depths: the depth is how many epochs a backlog's drain can have in flight between reading a
+    stream and the rounds of key sets that join it, which cross the broker several times per epoch.  At
+    4 s (40 epochs at tau = 100 ms, resumed at 20) the routers workload drained at ~18k events/s with the
+    nodes idle most of the time; at 30 s, ~23k with less CPU (fewer pauses, and librdkafka fetches a
+    paused partition's records again on resume).  But what a node holds grows with the depth times the
+    rate, so beyond ``ahead`` the depth is bounded by tuples held, not by event time.
     """
 
-    def __init__(self, interval_ms: int, *, ahead_s: float = PAUSE_AHEAD_S) -> None:
+    def __init__(self, interval_ms: int, *, ahead_s: float = PAUSE_AHEAD_S, most_s: float = SOURCE_AHEAD_MOST_S,
+                 budget: int = SOURCE_BUDGET) -> None:
         self.ahead = max(2, math.ceil(ahead_s * 1000.0 / max(1, interval_ms)))
+        self.most = max(self.ahead, math.ceil(most_s * 1000.0 / max(1, interval_ms)))
+        self.budget = budget
         self.paused: set[str] = set()
         self.pauses = 0
 
     def decide(self, host: Any, query: str) -> dict[str, bool]:
         """The streams to pause (True) or resume (False) now, after a round of work of ``host``."""
-        margins: dict[str, int] = {}
+        margins: dict[str, tuple[int, int]] = {}   # per stream, over its windows: the least epochs and tuples ahead
         for (q, _, stream), w in host.windows.items():
             if q == query:
-                m = w.next - w.low_epoch() if any(not u.done for u in w.users) else 0
-                margins[stream] = min(margins.get(stream, m), m)
+                m, n = (w.next - w.low_epoch(), held(w)) if any(not u.done for u in w.users) else (0, 0)
+                was = margins.get(stream)
+                margins[stream] = (m, n) if was is None else (min(was[0], m), min(was[1], n))
         out: dict[str, bool] = {}
-        for stream, m in margins.items():
-            if stream not in self.paused and m >= self.ahead:
+        for stream, (m, n) in margins.items():
+            if stream not in self.paused and (m >= self.most or (m >= self.ahead and n >= self.budget)):
                 self.paused.add(stream)
                 self.pauses += 1
                 out[stream] = True
-            elif stream in self.paused and m < self.ahead // 2:
+            elif stream in self.paused and (m < self.ahead // 2 or (m < self.most // 2 and n < self.budget // 2)):
                 self.paused.discard(stream)
                 out[stream] = False
         return out
@@ -126,6 +141,12 @@ class SourceGate:
             feeds = [s for s, t in topics.items() if t == topic]
             out[topic] = all(s in self.paused for s in feeds)
         return out
+
+
+def held(window: Any) -> int:
+    """The tuples a home window holds in the epochs at or past its slowest reader's."""
+    low = window.low_epoch()
+    return sum(len(b) for e, b in window.batches.items() if e >= low)
 
 
 def apply(decision: Optional[bool], consumer: Any, tps: list[Any]) -> None:

@@ -28,11 +28,12 @@ class GatedHarness(Harness):
     channel behind a :class:`SourceGate` per site, and one slow site (``slow``: its inbound messages, or
     with ``slow_messages`` false its sources, come rarely)."""
 
-    def __init__(self, query, data, plan, seed: int, slow: str, ahead_s: float, slow_messages: bool = False) -> None:
+    def __init__(self, query, data, plan, seed: int, slow: str, ahead_s: float, slow_messages: bool = False,
+                 most_s: float = 0.0, budget: int = 0) -> None:
         super().__init__(query, data, plan, seed)
         tau = query.execution.interval_ms
         self.gates = {s: InboundGate(s, tau, ahead_s=ahead_s) for s in self.sites}
-        self.src_gates = {s: SourceGate(tau, ahead_s=ahead_s) for s in self.sites}
+        self.src_gates = {s: SourceGate(tau, ahead_s=ahead_s, most_s=most_s, budget=budget) for s in self.sites}
         self.slow, self.slow_messages = slow, slow_messages
         # per (site, channel): a stream's feeds in order; the end marker is a channel of its own
         self.channels: dict[tuple[str, str], list[tuple]] = {}
@@ -71,7 +72,9 @@ def test_gated_inbound_queues_neither_stall_nor_change_the_output(data):
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     h = GatedHarness(query, streams, plan, seed, slow=data.draw(st.sampled_from(query.sites), label="slow"),
                      ahead_s=data.draw(st.sampled_from([0.0, 0.02, 0.05, 1.0]), label="ahead_s"),
-                     slow_messages=data.draw(st.booleans(), label="slow messages"))
+                     slow_messages=data.draw(st.booleans(), label="slow messages"),
+                     most_s=data.draw(st.sampled_from([0.0, 0.1, 2.0]), label="most_s"),
+                     budget=data.draw(st.sampled_from([0, 3, 10**9]), label="budget"))
     h.run()
     pauses = sum(g.pauses for g in h.gates.values())
     event(f"inbound gate paused: {'yes' if pauses else 'no'}")
@@ -115,3 +118,19 @@ def test_central_site_joining_slowly_pauses_its_own_sources_and_stays_exact():
     h.run()
     assert h.src_gates["a"].pauses >= 2
     assert_same(h.results(), reference_join(q, data), "central at a, slow messages")
+
+
+def test_a_source_runs_ahead_past_the_first_depth_until_it_holds_its_budget():
+    """The same slow joins: with a deep second threshold, the first one pauses the source only once it holds
+    its budget of tuples -- never with a budget it cannot reach, at once with a budget of one."""
+    q, data = _chain3()
+    roomy = GatedHarness(q, data, plans_mod.central(q, "a"), seed=5, slow="a", ahead_s=0.05, slow_messages=True,
+                         most_s=1000.0, budget=10**9)
+    roomy.run()
+    assert roomy.src_gates["a"].pauses == 0
+    assert_same(roomy.results(), reference_join(q, data), "a deep source gate")
+    tight = GatedHarness(q, data, plans_mod.central(q, "a"), seed=5, slow="a", ahead_s=0.05, slow_messages=True,
+                         most_s=1000.0, budget=1)
+    tight.run()
+    assert tight.src_gates["a"].pauses >= 2
+    assert_same(tight.results(), reference_join(q, data), "a source gate at its budget")
