@@ -264,7 +264,32 @@ def put_tups(ap: Append, tups: Sequence[Tup]) -> None:
     ap(END)
 
 
+def put_keys(ap: Append, keys: Sequence[Key]) -> None:
+    """Append an array of keys (each an array of Values, :func:`put_key`).  A key set or an update message
+    lists a key per tuple or per changed key: the C kernel writes each key in one call (what it does not take,
+    a subclass or an int beyond 64 bits, goes the Python way, which writes the same bytes or raises)."""
+    if keys:
+        ap(encode_long(len(keys)))
+        if _c is not None:
+            try:
+                ap(b"".join(map(_c.encode_values, keys)))
+                ap(END)
+                return
+            except (TypeError, OverflowError):
+                pass
+        for key in keys:
+            put_key(ap, key)
+    ap(END)
+
+
 def put_longs(ap: Append, xs: Sequence[int]) -> None:
+    """Append an array of longs (one C call with the kernels)."""
+    if _c is not None:
+        try:
+            ap(_c.encode_longs(xs))
+            return
+        except (TypeError, OverflowError):
+            pass
     if xs:
         ap(encode_long(len(xs)))
         for x in xs:

@@ -18,7 +18,7 @@ decoding, :func:`_decode_envelope_reference`); the smaller bodies use fastavro.
 from __future__ import annotations
 
 import io
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import fastavro
 
@@ -32,7 +32,7 @@ from joinlib.protocol.avro import (
     encode_long,
     fastavro_read,
     fastavro_record,
-    put_key,
+    put_keys,
     put_longs,
     put_tups,
     read_count,
@@ -98,15 +98,6 @@ _BR_KEY_FILTER = _BRANCH[KeyFilter]
 _BR_SHIPPED_BATCH = _BRANCH[ShippedBatch]
 
 
-def _put_keys(ap: Append, keys: Sequence[Key]) -> None:
-    """Append an array of keys."""
-    if keys:
-        ap(encode_long(len(keys)))
-        for key in keys:
-            put_key(ap, key)
-    ap(END)
-
-
 def _put_tuple_batch(ap: Append, body: TupleBatch) -> None:
     ap(_BR_TUPLE_BATCH)
     rows = body.rows
@@ -119,7 +110,7 @@ def _put_tuple_batch(ap: Append, body: TupleBatch) -> None:
 
 def _put_key_batch(ap: Append, body: KeyBatch) -> None:
     ap(_BR_KEY_BATCH)
-    _put_keys(ap, body.keys)
+    put_keys(ap, body.keys)
 
 
 def _put_expiry_update(ap: Append, body: ExpiryUpdate) -> None:
@@ -132,13 +123,13 @@ def _put_window_snapshot(ap: Append, body: WindowSnapshot) -> None:
     ap(_BR_WINDOW_SNAPSHOT)
     ap(encode_long(body.base))
     put_tups(ap, body.tuples)
-    _put_keys(ap, body.keys)
+    put_keys(ap, body.keys)
     put_longs(ap, body.counts)
 
 
 def _put_dja_update(ap: Append, body: DjaUpdate) -> None:
     ap(_BR_DJA_UPDATE)
-    _put_keys(ap, body.vj)
+    put_keys(ap, body.vj)
     put_longs(ap, body.vc)
     put_tups(ap, body.sf)
     put_longs(ap, body.arrivals)
@@ -148,7 +139,7 @@ def _put_key_filter(ap: Append, body: KeyFilter) -> None:
     ap(_BR_KEY_FILTER)
     ap(encode_long(body.back))
     ap(encode_long(body.live))
-    _put_keys(ap, body.keys)
+    put_keys(ap, body.keys)
     if body.ages:
         ap(b"\x04")        # bloom: the Ages record (written-out keys of several arrival epochs)
         put_longs(ap, body.ages)
