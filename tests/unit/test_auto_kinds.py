@@ -92,3 +92,13 @@ def test_run_plan_auto_runs_the_partitioned_choice_exactly(zipf2, capsys, tmp_pa
     assert main(["run", str(d / "q.yaml"), "--data", str(d / "data"), "--out", str(tmp_path / "r.jsonl"),
                  "--check", "--no-progress"]) == 0
     assert "missing 0, extra or duplicated 0" in capsys.readouterr().out
+
+
+def test_explain_says_when_auto_runs_a_plan_per_partition(zipf2):
+    """Where `run --plan auto` runs a partitioned plan, `explain` (plans of join sequences) shows the best plan of
+    sequences and says that auto runs something else, and how to see it."""
+    from joinlib.planner.explained import explain_query
+    q, streams, _ = zipf2
+    e = explain_query(q, "auto", streams=streams)
+    assert "on this data auto runs a plan per partition" in e.description
+    assert "joinlib plan --planner auto --data DIR --explain" in e.description

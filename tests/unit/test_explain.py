@@ -126,3 +126,16 @@ def test_adaptive_explains_its_first_plan() -> None:
     q = load_query_file(SQL)
     e = explain_query(q, "adaptive")
     assert e.plan == "adaptive" and e.bytes_per_s > 0 and e.description
+
+
+def test_auto_with_data_explains_the_plan_run_runs(data: Path) -> None:
+    """`joinlib explain --plan auto --data` shows the plan `joinlib run --plan auto` runs on that data (both weigh
+    every run kind and measure the short list), not only the best plan of join sequences: with symmetric sites
+    the two used to pick different, equally good result sites."""
+    from joinlib.control.run_plan import Generations
+    from joinlib.planner.registry import resolve_run_plan
+    q = load_query_file(SQL)
+    streams = load_streams(q, data)
+    run = resolve_run_plan(q, "auto", streams=streams)
+    assert isinstance(run, Generations)
+    assert explain_query(q, "auto", streams=streams).plan_json == run.gens[0][1].to_json()
