@@ -104,6 +104,17 @@ PRODUCER_DEFAULTS: dict = {
     # records buffered during an outage must arrive within a node's idle timeout (docs/reliability.md)
     "reconnect.backoff.max.ms": 1000,
 }
+#: A node's producer holds messages up to NODE_LINGER_MS so that what one round of its work sends to a topic
+#: goes in one produce request, and the node pushes them out whenever it has nothing to read (Producing.push).
+#: Why: every message on its own request (linger 0) made the broker the busiest process of a backlog's drain --
+#: a produce request, then a fetch response to the reader, per flow and epoch: the routers workload drained at
+#: ~24k events/s with ~6 s of node CPU and as much again in the broker; with 50 ms and the push, ~37-39k with
+#: ~4.7 s (docs/results.md).  The push keeps a quiet node's latency what linger 0 gave: it sends as soon as
+#: the node would wait, so a message lingers only while its node is busy with more work.
+NODE_LINGER_MS = 50
+#: how long a push waits for what it sends to be delivered (it returns as soon as it is): librdkafka sends a
+#: lingering batch early only while a flush is under way, so the flush must last until its thread has run
+PUSH_WAIT_S = 0.005
 CONSUMER_DEFAULTS: dict = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
@@ -422,6 +433,7 @@ class Producing:
         self.producer = producer
         self.errors: list[str] = []
         self.pending_since_poll = 0
+        self.unpushed = False   # produced since the last push
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
@@ -440,6 +452,7 @@ class Producing:
             except BufferError:
                 p.poll(0.05)
         self.pending_since_poll += 1
+        self.unpushed = True
         if self.pending_since_poll >= 1000:
             p.poll(0)
             self.pending_since_poll = 0
@@ -448,6 +461,14 @@ class Producing:
         self.producer.poll(0)
         self.pending_since_poll = 0
         self.check()
+
+    def push(self, wait_s: float = PUSH_WAIT_S) -> None:
+        """Send what the producer holds now, whatever its ``linger.ms``, waiting at most ``wait_s`` for it to be
+        delivered (nothing to do when nothing was produced since the last push).  A node calls this when it has
+        nothing to read (:data:`NODE_LINGER_MS`)."""
+        if self.unpushed:
+            self.unpushed = False
+            self.producer.flush(wait_s)
 
     def purge(self) -> int:
         """Drop every message not yet sent (a fenced run's: :mod:`joinlib.adapters.redis_fence`); returns how

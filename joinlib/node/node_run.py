@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from joinlib.adapters.kafka import KafkaTransport, Producing, consume, make_producer, now_ms
+from joinlib.adapters.kafka import NODE_LINGER_MS, KafkaTransport, Producing, consume, make_producer, now_ms
 from joinlib.adapters.redis_outage import no_retry
 from joinlib.control.compile import Compiled
 from joinlib.control.messages import DoneMessage, EndMessage, PlanMessage, StopMessage
@@ -141,7 +141,8 @@ class PlanRun:
         # idempotent: a send retried across a broker restart is neither duplicated nor reordered (result
         # batches are skipped by number after a restart, which needs the producer's order in out.<query>)
         self.out = Producing(make_producer(svc.bootstrap, **{"delivery.report.only.error": True,
-                                                              "enable.idempotence": True, "acks": "all"}))
+                                                              "enable.idempotence": True, "acks": "all",
+                                                              "linger.ms": NODE_LINGER_MS}))
         self.transport = KafkaTransport(self.out, q.name, sensor=svc.sensor, run=self.run_id,
                                         by_part=self.scope.part is not None)
         self.sink: Any = self.output.sink(self)
@@ -269,7 +270,17 @@ class PlanRun:
         """The next messages to handle (an adaptive node with checkpoints logs their order, and a restarted
         one hands the logged ones over in that order first)."""
         if self.adaptive is not None:
-            return list(self.adaptive.inputs(lambda: consume(self.consumer, READ_BATCH, 0.05)))
+            return list(self.adaptive.inputs(self._read))
+        return self._read()
+
+    def _read(self) -> list[Any]:
+        """What has arrived; when nothing has, the producer's lingering messages go out before the node waits
+        (:data:`~joinlib.adapters.kafka.NODE_LINGER_MS`): a busy node sends a round's messages together, an idle
+        one at once."""
+        msgs = consume(self.consumer, READ_BATCH, 0)
+        if msgs:
+            return msgs
+        self.out.push()
         return consume(self.consumer, READ_BATCH, 0.05)
 
     def _step(self, now: float) -> None:

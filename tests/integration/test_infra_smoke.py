@@ -101,6 +101,31 @@ def test_produce_consume_roundtrip(kafka_bootstrap, make_topic, unique_name):
         assert int(headers["sent_ns"]) > 0
 
 
+def test_a_push_sends_what_lingers_and_only_what_was_produced_since(kafka_bootstrap, make_topic):
+    """A node's producer lingers (joinlib.adapters.kafka.NODE_LINGER_MS) and pushes when it has nothing to read:
+    the push sends the batch the producer holds, whatever its linger (here 10 minutes), and delivers it in order; a
+    push with nothing produced since the last one does not flush at all."""
+    from joinlib.adapters.kafka import Producing, make_producer
+    topic = make_topic("smoke-push")
+    out = Producing(make_producer(kafka_bootstrap, **{"linger.ms": 600_000, "message.timeout.ms": 900_000,
+                                                     "enable.idempotence": True, "acks": "all"}))
+    for i in range(20):
+        out.produce(topic, f"v{i}".encode())
+    assert len(out.producer) == 20 and out.unpushed
+    out.push(wait_s=30.0)
+    assert len(out.producer) == 0 and not out.unpushed, "the lingering batch was not delivered by the push"
+    out.push()   # nothing since: no flush
+    out.check()
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        got = _consume(consumer, 20)
+    finally:
+        consumer.close()
+    assert [m.value() for m in got] == [f"v{i}".encode() for i in range(20)]
+
+
 def test_partitioned_produce_and_assign(kafka_bootstrap, make_topic):
     topic = make_topic("smoke-assign", partitions=3)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
