@@ -164,6 +164,15 @@ def best_rate(n: int, cap: float, fp_cost: float) -> float:
     return max(1e-12, min(cap, n / (8 * math.log(2) ** 2 * fp_cost)))
 
 
+@functools.lru_cache(maxsize=4096)
+def filter_cost(n: int, fpr: float, fp_cost: float) -> tuple[int, int, float]:
+    """(bits, hash functions, cost in bytes) of the filter :meth:`KeySet.of` weighs against ``n`` keys written
+    out: its bytes plus the expected cost of its false positives, at :func:`best_rate`.  Cached: a reducer
+    prices a set on every edge every epoch, and its (keys, rate, cost) triples repeat."""
+    m, k = sizing(n, best_rate(n, fpr, fp_cost))
+    return m, k, m // 8 + 6 + rate(m, k, n) * fp_cost
+
+
 @dataclass(frozen=True)
 class KeySet:
     """A set of join keys as shipped: the keys themselves, or a Bloom filter when that is cheaper."""
@@ -184,9 +193,8 @@ class KeySet:
         if fpr is None or fp_cost is None or not ks:
             return cls(keys=ks)
         exact = key_bytes(ks) if key_bytes is not None else sum(2 + 8 * len(k) for k in ks)
-        p = best_rate(len(ks), fpr, fp_cost)
-        m, k = sizing(len(ks), p)
-        if m // 8 + 6 + rate(m, k, len(ks)) * fp_cost < exact:
+        m, k, cost = filter_cost(len(ks), fpr, fp_cost)
+        if cost < exact:
             return cls(bloom=Bloom(filter_bits(list(ks), m, k), k, len(ks)))
         return cls(keys=ks)
 

@@ -250,29 +250,23 @@ class KeyIndex:
         if live is not None:
             self.live(live)
         table = self.table
-        start, keys, seqs = self.settled, table.keys, table.seqs
+        start, keys = self.settled, table.keys
         self.settled = len(keys)
         if start == len(keys):
             return
+        # every key of the slots since the last settle, even one that left meanwhile (its entry is dropped with
+        # its slot; one that came back has a later slot, settled after this one): the slots' digests as they are
         added = keys[start:]
-        new = [k for k in added if k in seqs]
-        if not new:
-            return
         exact = self._exact
-        best = {k: exact.get(k, -1) for k in new} if exact else dict.fromkeys(new, -1)
-        if self._blooms:
-            if len(best) == len(added):   # every slot since the last settle is live and distinct: its digests
-                digests: bytes | bytearray = table.dig[64 * start:]
-            else:
-                new = list(best)
-                digests = b"".join(map(key_digest, new))
-            latest = latest_tags(self._blooms, digests)
-            if latest is None:
-                latest = self._latest_np(new)
-            for k, tag in zip(new, latest, strict=True):
-                if tag > best[k]:
-                    best[k] = tag
-        self.best.update(best)
+        if not self._blooms:
+            self.best.update({k: exact.get(k, -1) for k in added} if exact else dict.fromkeys(added, -1))
+            return
+        latest = latest_tags(self._blooms, table.dig[64 * start:])
+        if latest is None:
+            latest = self._latest_np(added)
+        if exact:
+            latest = [t if t > (x := exact.get(k, -1)) else x for k, t in zip(added, latest, strict=True)]
+        self.best.update(zip(added, latest, strict=True))
 
     def _latest_np(self, new: Sequence[Key]) -> list[int]:
         """:func:`latest_tags` in array form, without the C kernels: the bank's test of every (key, filter)."""
