@@ -56,10 +56,11 @@ class _Entry:
     key toward each neighbour whose sets it is tested against (in the order of ``Reducer._filters``),
     and its rank in the window (the order key sets list their keys in)."""
 
-    __slots__ = ("t", "sent", "shipped", "keys", "rank")
+    __slots__ = ("t", "seq", "sent", "shipped", "keys", "rank")
 
     def __init__(self, t: Tup, keys: tuple[Key, ...], rank: int) -> None:
         self.t = t
+        self.seq = t.seq
         self.sent: set[str] = set()
         self.shipped = False
         self.keys = keys
@@ -270,7 +271,7 @@ class Reducer:
     def _forget_all(self, xs: list[_Entry]) -> None:
         """Take the entries of ``xs`` (done with, or gone from the window) out of the key indexes, an index call
         per neighbour."""
-        seqs = [x.t.seq for x in xs]
+        seqs = [x.seq for x in xs]
         for _, table, i in self._extract:
             table.discard_all([x.keys[i] for x in xs], seqs)
 
@@ -326,11 +327,11 @@ class Reducer:
         """The pending tuples that may have come to pass for ``channel`` since it last looked, in window
         order; the channel is clean afterwards."""
         pending, again = self.pending, self._again[channel]
-        fresh = [x for x in self._fresh[channel] if x.t.seq in pending]
+        fresh = [x for x in self._fresh[channel] if x.seq in pending]
         self._fresh[channel] = []
         if not again:
             return fresh
-        got = {x.t.seq: x for x in fresh}
+        got = {x.seq: x for x in fresh}
         for seq in again:
             x = pending.get(seq)
             if x is not None:
@@ -376,7 +377,7 @@ class Reducer:
         n, ships, pending = self._sends, self.op.replica is not None, self.pending
         over = [x for x in done if len(x.sent) == n and (x.shipped or not ships)]
         for x in over:
-            del pending[x.t.seq]
+            del pending[x.seq]
         if over and self._filters:
             self._forget_all(over)
 
