@@ -126,8 +126,10 @@ class KeyTable:
             if not got:
                 del index[k]
         n = len(self.keys)
-        if all(u.settled == n for u in self.users):
-            self._trim()
+        for u in self.users:
+            if u.settled != n:
+                return
+        self._trim()
 
     def _trim(self) -> None:
         """Drop the stale slots at the front, or rebuild the buffer from the pending keys when stale slots
@@ -264,9 +266,11 @@ class KeyIndex:
         latest = latest_tags(self._blooms, table.dig[64 * start:])
         if latest is None:
             latest = self._latest_np(added)
-        if exact:
-            latest = [t if t > (x := exact.get(k, -1)) else x for k, t in zip(added, latest, strict=True)]
-        self.best.update(zip(added, latest, strict=True))
+        best = dict(zip(added, latest, strict=True))
+        for k in exact.keys() & best.keys():   # the few new keys an explicit set holds, found in C
+            if exact[k] > best[k]:
+                best[k] = exact[k]
+        self.best.update(best)
 
     def _latest_np(self, new: Sequence[Key]) -> list[int]:
         """:func:`latest_tags` in array form, without the C kernels: the bank's test of every (key, filter)."""
