@@ -74,6 +74,8 @@ KEY_HASH_CACHE = 1 << 16
 def key_digest(key: Key) -> bytes:
     """The 64-byte digest whose sixteen little-endian 32-bit words are :func:`key_hash` (arrays of many keys'
     hashes are built from these bytes in one step)."""
+    if len(key) == 1 and type(key[0]) is str:   # the usual join key: _canon's encoding, without the calls
+        return blake2b(b"s" + key[0].encode("utf-8", "surrogatepass"), digest_size=64).digest()
     return blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest()
 
 
@@ -287,7 +289,7 @@ def latest_holding(filters: Sequence[tuple[Matcher, int]], keys: Sequence[Key]) 
                        b"".join(map(key_digest, keys)))
 
 
-def latest_tags(filters: Sequence[tuple[bytes, int, int]], digests: bytes) -> Optional[list[int]]:
+def latest_tags(filters: Sequence[tuple[bytes, int, int]], digests: bytes | bytearray) -> Optional[list[int]]:
     """:func:`latest_holding` of filters given as ``(bits, k, tag)`` and keys as their digests end to end (a
     caller that keeps its live filters in this form builds nothing per call); None without the C kernels."""
     if _c is None:

@@ -97,6 +97,9 @@ class KeyTable:
     deduplicated).  Slots are dropped only when every index has settled the keys added (:meth:`KeyIndex.settle`
     finds its new keys by slot)."""
 
+    #: stale slots (beyond one per pending key) kept before the buffer is rebuilt
+    slack = 64
+
     def __init__(self) -> None:
         self.seqs: dict[Key, set[int]] = {}
         self.keys: list[Key] = []          # the key of each slot (stale where the key is no longer pending)
@@ -146,7 +149,7 @@ class KeyTable:
                 u.settled -= head
             del keys[:head]
             del self.dig[:64 * head]
-        if len(keys) > 2 * len(index) + 64:
+        if len(keys) > 2 * len(index) + self.slack:
             live = [k for k in keys if k in index]
             if len(live) != len(index):   # a key that left and came back: its first slot is stale
                 live = list(dict.fromkeys(live))
