@@ -101,7 +101,7 @@ class KeyTable:
     slack = 64
 
     def __init__(self) -> None:
-        self.seqs: dict[Key, set[int]] = {}
+        self.seqs: dict[Key, int | set[int]] = {}   # a key's pending seq, or its seqs when it has several
         self.keys: list[Key] = []          # the key of each slot (stale where the key is no longer pending)
         self.dig = bytearray()
         self.users: list[KeyIndex] = []
@@ -112,8 +112,10 @@ class KeyTable:
         for k, seq in zip(keys, seqs, strict=True):
             got = index.get(k)
             if got is None:
-                index[k] = {seq}
+                index[k] = seq
                 new.append(k)
+            elif type(got) is int:
+                index[k] = {got, seq}
             else:
                 got.add(seq)
         if new:
@@ -125,9 +127,13 @@ class KeyTable:
         index = self.seqs
         for k, seq in zip(keys, seqs, strict=True):
             got = index[k]
-            got.discard(seq)
-            if not got:
-                del index[k]
+            if type(got) is int:
+                if got == seq:
+                    del index[k]
+            else:
+                got.discard(seq)
+                if len(got) == 1:
+                    index[k] = got.pop()
         n = len(self.keys)
         for u in self.users:
             if u.settled != n:
@@ -193,7 +199,7 @@ class KeyIndex:
         self._bank = _Bank()
 
     @property
-    def seqs(self) -> dict[Key, set[int]]:
+    def seqs(self) -> dict[Key, int | set[int]]:
         return self.table.seqs
 
     def add(self, k: Key, seq: int) -> None:

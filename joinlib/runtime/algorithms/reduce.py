@@ -61,7 +61,7 @@ class _Entry:
     def __init__(self, t: Tup, keys: tuple[Key, ...], rank: int) -> None:
         self.t = t
         self.seq = t.seq
-        self.sent: set[str] = set()
+        self.sent: tuple[str, ...] = ()   # (a tuple: most entries never go out, and those that do on an edge or two)
         self.shipped = False
         self.keys = keys
         self.rank = rank
@@ -242,7 +242,7 @@ class Reducer:
         """A pending tuple of a snapshot (already in the window), with what it had done."""
         self._add_all([t], None)
         x = self.pending[t.seq]
-        x.sent, x.shipped = set(sent), shipped
+        x.sent, x.shipped = tuple(dict.fromkeys(sent)), shipped
 
     def _indexes(self) -> tuple[dict[str, KeyIndex], list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]],
                                                                  KeyTable, int]]]:
@@ -304,8 +304,12 @@ class Reducer:
             if tag > old:
                 best[k] = tag
                 if old < lf <= tag:
+                    got = index.seqs[k]
                     for d in dirty:
-                        d.update(index.seqs[k])
+                        if type(got) is int:
+                            d.add(got)
+                        else:
+                            d.update(got)
 
     def _passing(self, xs: list[_Entry], but: Optional[str], among: tuple[str, ...]) -> list[_Entry]:
         """The entries of ``xs`` matched by the live sets of every neighbour of ``among`` but ``but`` (a
@@ -351,7 +355,7 @@ class Reducer:
         tree = self._tree_filters
         newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, tree)
         for x in newly:
-            x.sent.add(nbr)
+            x.sent += (nbr,)
         self._settle(newly)
         if nbr in self._pos:   # its key toward nbr is kept already (nbr's sets test it)
             i = self._pos[nbr]
