@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, hash_rows, hit_index, key_digest, latest_tags, unpacked
+from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, digests, hash_rows, hit_index, latest_tags, unpacked
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
@@ -114,20 +114,20 @@ class KeyTable:
             if got is None:
                 index[k] = seq
                 new.append(k)
-            elif type(got) is int:
+            elif isinstance(got, int):
                 index[k] = {got, seq}
             else:
                 got.add(seq)
         if new:
             self.keys += new
-            self.dig += b"".join(map(key_digest, new))
+            self.dig += digests(new)
 
     def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair no longer pending (the tuples that left a reducer's window, or were done with)."""
         index = self.seqs
         for k, seq in zip(keys, seqs, strict=True):
             got = index[k]
-            if type(got) is int:
+            if isinstance(got, int):
                 if got == seq:
                     del index[k]
             else:
@@ -160,7 +160,7 @@ class KeyTable:
             if len(live) != len(index):   # a key that left and came back: its first slot is stale
                 live = list(dict.fromkeys(live))
             self.keys = live
-            self.dig = bytearray(b"".join(map(key_digest, live)))
+            self.dig = bytearray(digests(live))
             for u in self.users:
                 best = u.best
                 u.best, u.settled = {k: best[k] for k in live if k in best}, len(live)
@@ -294,4 +294,4 @@ def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
     once (a semijoin's home answering a request sent as a filter tests every key of its window)."""
     if m._set is not None or len(keys) < 8:
         return [k for k in keys if m.has(k)]
-    return [keys[i] for i in hit_index(m, b"".join(map(key_digest, keys)))]
+    return [keys[i] for i in hit_index(m, digests(keys))]

@@ -306,7 +306,7 @@ class Reducer:
                 if old < lf <= tag:
                     got = index.seqs[k]
                     for d in dirty:
-                        if type(got) is int:
+                        if isinstance(got, int):
                             d.add(got)
                         else:
                             d.update(got)
