@@ -181,8 +181,10 @@ class Reducer:
         # only channels something looks at: a fresh list is emptied when its channel looks (a reducer that ships
         # nothing has no shipping channel, else that list would keep every tuple it ever admitted)
         self._channels = (*(e.stream for e in op.sends), *((_SHIP,) if op.replica else ()))
-        self._fresh: dict[str, list[_Entry]] = {c: [] for c in self._channels}
-        self._again: dict[str, set[int]] = {c: set() for c in self._channels}
+        self._fresh: dict[str, list[_Entry]] = {}
+        self._again: dict[str, set[int]] = {}
+        self._dirty: dict[str, list[set[int]]] = {}
+        self._clean_channels()
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
@@ -297,8 +299,7 @@ class Reducer:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
         match ``nbr`` before are dirty for every other edge and for shipping."""
         index, lf = self._index[nbr], self.live_from[nbr]
-        best = index.best
-        dirty = [d for c, d in self._again.items() if c != nbr]
+        best, dirty = index.best, self._dirty[nbr]
         for k in index.holding(m):
             old = best[k]
             if tag > old:
@@ -310,6 +311,13 @@ class Reducer:
                             d.add(got)
                         else:
                             d.update(got)
+
+    def _clean_channels(self) -> None:
+        """Every channel with nothing fresh or dirty; ``_dirty[nbr]``: the dirty sets a match of ``nbr``'s adds to
+        (every channel's but ``nbr``'s own)."""
+        self._fresh = {c: [] for c in self._channels}
+        self._again = {c: set() for c in self._channels}
+        self._dirty = {n: [d for c, d in self._again.items() if c != n] for n in self._filters}
 
     def _passing(self, xs: list[_Entry], but: Optional[str], among: tuple[str, ...]) -> list[_Entry]:
         """The entries of ``xs`` matched by the live sets of every neighbour of ``among`` but ``but`` (a
@@ -405,8 +413,7 @@ class Reducer:
         self._index, self._extract = self._indexes()
         for n, index in self._index.items():
             index.live(self.filters[n])
-        self._fresh = {c: [] for c in self._channels}
-        self._again = {c: set() for c in self._channels}
+        self._clean_channels()
         for b, sent, shipped, *_ in data["pending"]:
             self._readd(decode(b), sent, shipped)
         self._settle_keys()
