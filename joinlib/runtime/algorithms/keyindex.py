@@ -90,12 +90,12 @@ class KeyTable:
     same key of a tuple (a reducer in the middle of a chain keeps one table for both sides).
 
     Why it is shaped so: with tens of tuples an epoch, per-key and per-call Python steps cost more than the tests.
-    A batch's new keys are appended to the buffer in one step (their slots in order); a key that leaves keeps its
-    slot, stale, until the stale slots at the front are dropped (keys mostly leave in the order they came: the
-    window's) or the buffer is rebuilt from the pending keys, so leaving costs one dictionary deletion.  A stale
-    slot is told by its key no longer being pending (a key that left and came back has two slots: answers are
-    deduplicated).  Slots are dropped only when every index has settled the keys added (:meth:`KeyIndex.settle`
-    finds its new keys by slot)."""
+    A batch's keys are appended to the buffer in one step, a key that is already pending too: a key's slot is that
+    of its latest tuple (``slot``), so slots leave in the order the window's tuples do.  A key that leaves keeps its
+    slot, stale, until the stale slots at the front are dropped (or, when stale slots elsewhere -- of tuples done
+    with early -- outnumber the live ones, the buffer is rebuilt), so leaving costs one dictionary deletion.  A slot
+    is live when its key is pending and it is the key's latest.  Slots are dropped only when every index has
+    settled the keys added (:meth:`KeyIndex.settle` finds its new keys by slot)."""
 
     #: stale slots (beyond one per pending key) kept before the buffer is rebuilt
     slack = 64
@@ -103,24 +103,27 @@ class KeyTable:
     def __init__(self) -> None:
         self.seqs: dict[Key, int | set[int]] = {}   # a key's pending seq, or its seqs when it has several
         self.keys: list[Key] = []          # the key of each slot (stale where the key is no longer pending)
+        self.slot: dict[Key, int] = {}     # a key's latest slot, counted from the first ever (``base``: keys[0]'s)
+        self.base = 0
         self.dig = bytearray()
         self.users: list[KeyIndex] = []
 
     def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair pending (a reducer's batch)."""
-        index, new = self.seqs, []
+        index = self.seqs
         for k, seq in zip(keys, seqs, strict=True):
             got = index.get(k)
             if got is None:
                 index[k] = seq
-                new.append(k)
             elif isinstance(got, int):
                 index[k] = {got, seq}
             else:
                 got.add(seq)
-        if new:
-            self.keys += new
-            self.dig += digests(new)
+        if keys:
+            at = self.base + len(self.keys)
+            self.keys += keys
+            self.slot.update(zip(keys, range(at, at + len(keys))))
+            self.dig += digests(keys)
 
     def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair no longer pending (the tuples that left a reducer's window, or were done with)."""
@@ -141,25 +144,33 @@ class KeyTable:
         self._trim()
 
     def _trim(self) -> None:
-        """Drop the stale slots at the front, or rebuild the buffer from the pending keys when stale slots
-        elsewhere outnumber them; a key's ``best`` entries go with its last slot."""
-        index, keys = self.seqs, self.keys
-        head, n = 0, len(keys)
-        while head < n and keys[head] not in index:
+        """Drop the stale slots at the front, or rebuild the buffer from the live slots when stale slots elsewhere
+        outnumber them; a key that is no longer pending loses its ``best`` entries with its slot."""
+        index, keys, slot, base = self.seqs, self.keys, self.slot, self.base
+        head, n, gone = 0, len(keys), []
+        while head < n:
+            k = keys[head]
+            if k not in index:
+                gone.append(k)
+            elif slot[k] == base + head:
+                break
             head += 1
         if head:
+            for k in gone:
+                slot.pop(k, None)
             for u in self.users:
                 best = u.best
-                for k in keys[:head]:
+                for k in gone:
                     best.pop(k, None)
                 u.settled -= head
             del keys[:head]
             del self.dig[:64 * head]
+            self.base += head
         if len(keys) > 2 * len(index) + self.slack:
-            live = [k for k in keys if k in index]
-            if len(live) != len(index):   # a key that left and came back: its first slot is stale
-                live = list(dict.fromkeys(live))
-            self.keys = live
+            base = self.base
+            live = [k for i, k in enumerate(keys) if k in index and slot[k] == base + i]
+            self.keys, self.base = live, 0
+            self.slot = {k: i for i, k in enumerate(live)}
             self.dig = bytearray(digests(live))
             for u in self.users:
                 best = u.best
@@ -174,9 +185,8 @@ class KeyTable:
             return [k for k in seqs if k in m._set]
         if not seqs:
             return []
-        keys = self.keys
-        out = [k for k in map(keys.__getitem__, hit_index(m, self.dig)) if k in seqs]
-        return out if len(keys) == len(seqs) else list(dict.fromkeys(out))
+        keys, slot, base = self.keys, self.slot, self.base
+        return [k for i in hit_index(m, self.dig) if (k := keys[i]) in seqs and slot[k] == base + i]
 
 
 class KeyIndex:
@@ -265,8 +275,9 @@ class KeyIndex:
         self.settled = len(keys)
         if start == len(keys):
             return
-        # every key of the slots since the last settle, even one that left meanwhile (its entry is dropped with
-        # its slot; one that came back has a later slot, settled after this one): the slots' digests as they are
+        # every key of the slots since the last settle, even one that left meanwhile (its entry is dropped with its
+        # slot; one that came back has a later slot, settled after this one), and one pending already (its latest
+        # live set found again: the same as kept, or below the live tag like the one kept): the slots' digests
         added = keys[start:]
         exact = self._exact
         if not self._blooms:
