@@ -122,7 +122,7 @@ class KeyTable:
         if keys:
             at = self.base + len(self.keys)
             self.keys += keys
-            self.slot.update(zip(keys, range(at, at + len(keys))))
+            self.slot.update(zip(keys, range(at, at + len(keys)), strict=True))
             self.dig += digests(keys)
 
     def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
