@@ -92,12 +92,13 @@ class KeyTable:
     Why it is shaped so: with tens of tuples an epoch, per-key and per-call Python steps cost more than the tests.
     A batch's keys are appended to the buffer in one step, a key that is already pending too: a key's slot is that
     of its latest tuple (``slot``), so slots leave in the order the window's tuples do.  A key that leaves keeps its
-    slot, stale, until the stale slots at the front are dropped (or, when stale slots elsewhere -- of tuples done
-    with early -- outnumber the live ones, the buffer is rebuilt), so leaving costs one dictionary deletion.  A slot
-    is live when its key is pending and it is the key's latest.  Slots are dropped only when every index has
-    settled the keys added (:meth:`KeyIndex.settle` finds its new keys by slot)."""
+    slot, stale, until the stale slots at the front are dropped, so leaving costs one dictionary deletion; what it
+    leaves behind (its entries in ``slot`` and ``best``, a stale slot of a tuple done with early) is swept when the
+    keys gone outnumber the pending ones.  A slot is live when its key is pending and it is the key's latest.  Slots
+    are dropped only when every index has settled the keys added (:meth:`KeyIndex.settle` finds its new keys by
+    slot)."""
 
-    #: stale slots (beyond one per pending key) kept before the buffer is rebuilt
+    #: keys gone (beyond one per pending key) remembered before the table is swept
     slack = 64
 
     def __init__(self) -> None:
@@ -144,34 +145,28 @@ class KeyTable:
         self._trim()
 
     def _trim(self) -> None:
-        """Drop the stale slots at the front, or rebuild the buffer from the live slots when stale slots elsewhere
-        outnumber them; a key that is no longer pending loses its ``best`` entries with its slot."""
+        """Drop the stale slots at the front; when the keys gone outnumber the pending ones (by ``slack``), rebuild
+        the buffer, ``slot`` and the indexes' ``best`` from the live slots (a key gone keeps its entries until then:
+        they are read only for pending keys, and overwritten when a key comes back)."""
         index, keys, slot, base = self.seqs, self.keys, self.slot, self.base
-        head, n, gone = 0, len(keys), []
+        head, n = 0, len(keys)
         while head < n:
             k = keys[head]
-            if k not in index:
-                gone.append(k)
-            elif slot[k] == base + head:
+            if k in index and slot[k] == base + head:
                 break
             head += 1
         if head:
-            for k in gone:
-                slot.pop(k, None)
             for u in self.users:
-                best = u.best
-                for k in gone:
-                    best.pop(k, None)
                 u.settled -= head
             del keys[:head]
             del self.dig[:64 * head]
             self.base += head
-        if len(keys) > 2 * len(index) + self.slack:
+        if len(slot) > 2 * len(index) + self.slack:
             base = self.base
             live = [k for i, k in enumerate(keys) if k in index and slot[k] == base + i]
-            self.keys, self.base = live, 0
-            self.slot = {k: i for i, k in enumerate(live)}
-            self.dig = bytearray(digests(live))
+            if len(live) < len(keys):
+                self.keys, self.dig = live, bytearray(digests(live))
+            self.slot = {k: base + i for i, k in enumerate(live)}
             for u in self.users:
                 best = u.best
                 u.best, u.settled = {k: best[k] for k in live if k in best}, len(live)
@@ -199,7 +194,7 @@ class KeyIndex:
     def __init__(self, table: Optional[KeyTable] = None) -> None:
         self.table = table if table is not None else KeyTable()
         self.table.users.append(self)
-        self.best: dict[Key, int] = {}     # may keep entries of keys gone, until their slot is dropped
+        self.best: dict[Key, int] = {}     # may keep entries of keys gone, until the table is rebuilt
         self.settled = len(self.table.keys)   # the table's slots from here on: keys added since the last settle
         self._exact: dict[Key, int] = {}   # key -> the latest tag of an explicit set received holding it
         self._exact_sets = 0               # explicit sets in the forms kept (live or expired)
