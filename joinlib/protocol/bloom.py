@@ -77,6 +77,7 @@ _DIGESTS: dict[Key, bytes] = {}
 
 
 def _digest(key: Key) -> bytes:
+    """BLAKE2b of the key's canonical encoding (what :func:`key_digest` remembers)."""
     if len(key) == 1 and type(key[0]) is str:   # the usual join key: _canon's encoding, without the calls
         return blake2b(b"s" + key[0].encode("utf-8", "surrogatepass"), digest_size=64).digest()
     return blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest()

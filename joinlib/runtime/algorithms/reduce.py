@@ -271,8 +271,8 @@ class Reducer:
             index.settle()
 
     def _forget_all(self, xs: list[_Entry]) -> None:
-        """Take the entries of ``xs`` (done with, or gone from the window) out of the key indexes, an index call
-        per neighbour."""
+        """Take the entries of ``xs`` (done with, or gone from the window) out of the key tables, a call per
+        table."""
         seqs = [x.seq for x in xs]
         for _, table, i in self._extract:
             table.discard_all([x.keys[i] for x in xs], seqs)
