@@ -47,7 +47,7 @@ class SimNetwork:
         depart = free if free > now else now
         self._free_at[link] = depart + tx
         arrive = depart + tx + lat
-        kind = env.body.kind
+        kind = env.kind
         st = self.stats.get((src, dst, kind))
         if st is None:
             st = self.stats[(src, dst, kind)] = LinkStats()
