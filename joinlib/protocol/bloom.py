@@ -69,12 +69,42 @@ Hashes = tuple[int, ...]
 #: share an entry, which is right: their canonical encodings, so their hashes, are equal too.
 KEY_HASH_CACHE = 1 << 16
 
+#: key -> its digest: a plain dictionary, emptied when full, rather than an LRU cache -- a reducer looks up a
+#: batch's keys at a time (:func:`digests`), and with tens of tuples an epoch between two looks at a key its
+#: entry is out of the processor's caches: a dictionary hit reads the entry and the digest, an LRU hit also
+#: relinks its neighbours.
+_DIGESTS: dict[Key, bytes] = {}
 
-@functools.lru_cache(maxsize=KEY_HASH_CACHE)
+
+def _digest(key: Key) -> bytes:
+    """BLAKE2b of the key's canonical encoding (what :func:`key_digest` remembers)."""
+    if len(key) == 1 and type(key[0]) is str:   # the usual join key: _canon's encoding, without the calls
+        return blake2b(b"s" + key[0].encode("utf-8", "surrogatepass"), digest_size=64).digest()
+    return blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest()
+
+
 def key_digest(key: Key) -> bytes:
     """The 64-byte digest whose sixteen little-endian 32-bit words are :func:`key_hash` (arrays of many keys'
     hashes are built from these bytes in one step)."""
-    return blake2b(b"\x1f".join(map(_canon, key)), digest_size=64).digest()
+    d = _DIGESTS.get(key)
+    if d is None:
+        d = _remember(key)
+    return d
+
+
+def digests(keys: Sequence[Key]) -> bytes:
+    """The :func:`key_digest` of each of ``keys``, end to end (one dictionary look-up per key)."""
+    ds = list(map(_DIGESTS.get, keys))
+    if None in ds:
+        ds = [d if d is not None else _remember(k) for k, d in zip(keys, ds, strict=True)]
+    return b"".join(ds)  # type: ignore[arg-type]
+
+
+def _remember(key: Key) -> bytes:
+    if len(_DIGESTS) >= KEY_HASH_CACHE:
+        _DIGESTS.clear()
+    d = _DIGESTS[key] = _digest(key)
+    return d
 
 
 @functools.lru_cache(maxsize=KEY_HASH_CACHE)
@@ -86,7 +116,7 @@ def key_hash(key: Key) -> Hashes:
 def filter_bits(keys: list[Key], m: int, k: int) -> bytes:
     """The m bits with each key's first k hash words (mod m) set: bit p is bit p % 8 of byte p // 8."""
     if _c is not None:
-        return bytes(_c.filter_bits(b"".join(map(key_digest, keys)), m, k))
+        return bytes(_c.filter_bits(digests(keys), m, k))
     return filter_bits_np(keys, m, k)
 
 
@@ -100,7 +130,7 @@ def filter_bits_np(keys: list[Key], m: int, k: int) -> bytes:
                 p %= m
                 bits[p >> 3] |= 1 << (p & 7)
         return bytes(bits)
-    words = np.frombuffer(b"".join(map(key_digest, keys)), dtype="<u4").reshape(len(keys), MAX_HASHES)
+    words = np.frombuffer(digests(keys), dtype="<u4").reshape(len(keys), MAX_HASHES)
     flat = np.zeros(m, dtype=np.uint8)
     flat[(words[:, :k] % m).ravel()] = 1
     return np.packbits(flat, bitorder="little").tobytes()
@@ -164,6 +194,15 @@ def best_rate(n: int, cap: float, fp_cost: float) -> float:
     return max(1e-12, min(cap, n / (8 * math.log(2) ** 2 * fp_cost)))
 
 
+@functools.lru_cache(maxsize=4096)
+def filter_cost(n: int, fpr: float, fp_cost: float) -> tuple[int, int, float]:
+    """(bits, hash functions, cost in bytes) of the filter :meth:`KeySet.of` weighs against ``n`` keys written
+    out: its bytes plus the expected cost of its false positives, at :func:`best_rate`.  Cached: a reducer
+    prices a set on every edge every epoch, and its (keys, rate, cost) triples repeat."""
+    m, k = sizing(n, best_rate(n, fpr, fp_cost))
+    return m, k, m // 8 + 6 + rate(m, k, n) * fp_cost
+
+
 @dataclass(frozen=True)
 class KeySet:
     """A set of join keys as shipped: the keys themselves, or a Bloom filter when that is cheaper."""
@@ -184,9 +223,8 @@ class KeySet:
         if fpr is None or fp_cost is None or not ks:
             return cls(keys=ks)
         exact = key_bytes(ks) if key_bytes is not None else sum(2 + 8 * len(k) for k in ks)
-        p = best_rate(len(ks), fpr, fp_cost)
-        m, k = sizing(len(ks), p)
-        if m // 8 + 6 + rate(m, k, len(ks)) * fp_cost < exact:
+        m, k, cost = filter_cost(len(ks), fpr, fp_cost)
+        if cost < exact:
             return cls(bloom=Bloom(filter_bits(list(ks), m, k), k, len(ks)))
         return cls(keys=ks)
 
@@ -229,7 +267,7 @@ ALL_SET = np.uint64(0x0101010101010101)
 
 def hash_rows(keys: Sequence[Key]) -> np.ndarray:
     """The :func:`key_hash` words of ``keys``, a row per key."""
-    return np.frombuffer(b"".join(map(key_digest, keys)), dtype="<u4").reshape(len(keys), MAX_HASHES)
+    return np.frombuffer(digests(keys), dtype="<u4").reshape(len(keys), MAX_HASHES)
 
 
 def unpacked(m: Matcher) -> np.ndarray:
@@ -276,10 +314,10 @@ def latest_holding(filters: Sequence[tuple[Matcher, int]], keys: Sequence[Key]) 
     """Per key of ``keys``, the largest tag of the Bloom filters ``(matcher, tag)`` holding it (-1: none); None
     without the C kernels (the caller then tests in its own array form, :class:`KeyIndex`'s bank)."""
     return latest_tags([(m._bloom.bits, m._bloom.k, tag) for m, tag in filters],  # type: ignore[union-attr]
-                       b"".join(map(key_digest, keys)))
+                       digests(keys))
 
 
-def latest_tags(filters: Sequence[tuple[bytes, int, int]], digests: bytes) -> Optional[list[int]]:
+def latest_tags(filters: Sequence[tuple[bytes, int, int]], digests: bytes | bytearray) -> Optional[list[int]]:
     """:func:`latest_holding` of filters given as ``(bits, k, tag)`` and keys as their digests end to end (a
     caller that keeps its live filters in this form builds nothing per call); None without the C kernels."""
     if _c is None:

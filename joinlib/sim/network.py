@@ -36,25 +36,29 @@ class SimNetwork:
 
     def send(self, env: Envelope) -> None:
         size = self.size_of(env)
-        link = (env.src, env.dst)
+        src, dst, now = env.src, env.dst, self.now
+        link = (src, dst)
         got = self._links.get(link)
         if got is None:
-            got = self._links[link] = self.model.link(env.src, env.dst)
+            got = self._links[link] = self.model.link(src, dst)
         lat, bw = got
         tx = size * 8.0 / bw
-        depart = max(self.now, self._free_at.get(link, 0.0))
+        free = self._free_at.get(link, 0.0)
+        depart = free if free > now else now
         self._free_at[link] = depart + tx
         arrive = depart + tx + lat
-        st = self.stats.get((env.src, env.dst, env.kind))
+        kind = env.kind
+        st = self.stats.get((src, dst, kind))
         if st is None:
-            st = self.stats[(env.src, env.dst, env.kind)] = LinkStats()
+            st = self.stats[(src, dst, kind)] = LinkStats()
         st.messages += 1
         st.bytes += size
         st.transfer_ms += lat + tx
-        st.queued_ms += depart - self.now
+        st.queued_ms += depart - now
         if self.decode is not None:
             env = self.decode(env)
-        self.schedule(arrive, ("msg", (env, self.now)))
+        self._seq += 1
+        heapq.heappush(self._queue, (arrive, self._seq, ("msg", (env, now))))
 
     def schedule(self, at: float, event: Event) -> None:
         self._seq += 1

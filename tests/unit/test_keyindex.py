@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from joinlib.protocol import bloom
 from joinlib.protocol.bloom import Bloom, KeySet, filter_bits, key_hash
-from joinlib.runtime.algorithms.keyindex import KeyIndex, LiveSet, held_keys
+from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable, LiveSet, held_keys
 from tests.kernels import BOTH, kernels
 
 values = st.one_of(st.integers(-5, 40), st.sampled_from([1.0, 2.5, True, None]), st.text("ab", max_size=2))
@@ -135,3 +135,76 @@ def test_the_kernels_refuse_malformed_input(call) -> None:
         pytest.fail("kernels not built (test_the_kernels_are_built)")
     with pytest.raises(ValueError):
         call(bloom._c)
+
+
+@BOTH
+@settings(max_examples=200, deadline=None)
+@given(rounds=st.lists(st.tuples(st.lists(keys, max_size=8), live_sets(), live_sets(), st.integers(0, 3), st.data()),
+                       min_size=1, max_size=8), slack=st.sampled_from([0, 2, 64]))
+def test_indexes_sharing_a_table_answer_as_their_own(c, rounds, slack) -> None:
+    """A reducer in the middle of a chain keeps one key table for both neighbours (KeyTable): keys come and go in
+    batches, some leave before being settled or come back, stale slots are trimmed or the buffer rebuilt (slack 0:
+    often) -- every index's answers stay those of its own live sets."""
+    with kernels(bloom, c):
+        table = KeyTable()
+        table.slack = slack
+        sides = [KeyIndex(table), KeyIndex(table)]
+        lives: list[list[LiveSet]] = [[], []]
+        pending: dict[int, tuple] = {}
+        seq, live_tag, n = 0, 0, 0
+        for batch, new_a, new_b, up, data in rounds:
+            live_tag += up
+            for j, new in enumerate((new_a, new_b)):
+                new = [(n + i + 1, tag + live_tag, m) for i, (_, tag, m) in enumerate(new)]
+                n += len(new)
+                lives[j] = [f for f in lives[j] if f[1] >= live_tag] + new
+                sides[j].more_live(lives[j], new)
+                for _, tag, m in new:   # what Reducer._matched does with a new set
+                    for k in sides[j].holding(m):
+                        sides[j].best[k] = max(sides[j].best[k], tag)
+            seqs = list(range(seq, seq + len(batch)))
+            seq += len(batch)
+            table.add_all(batch, seqs)
+            pending.update(zip(seqs, batch, strict=True))
+            if pending and data.draw(st.booleans()):   # some leave before the indexes settle them
+                early = data.draw(st.lists(st.sampled_from(sorted(pending)), unique=True, max_size=3))
+                table.discard_all([pending[s] for s in early], early)
+                for s in early:
+                    del pending[s]
+            for side in sides:
+                side.settle()
+            gone = data.draw(st.lists(st.sampled_from(sorted(pending)), unique=True)) if pending else []
+            table.discard_all([pending[s] for s in gone], gone)
+            for s in gone:
+                del pending[s]
+            left = set(pending.values())
+            assert set(table.seqs) == left
+            for side, sets in zip(sides, lives, strict=True):
+                for k in left:
+                    want = max((tag for _, tag, m in sets if m.has(k)), default=-1)
+                    got = side.best[k]
+                    assert got == want or (want == -1 and got < live_tag), (k, got, want)
+                for _, _, m in sets:
+                    held = side.holding(m)
+                    assert len(held) == len(set(held)) and set(held) == {k for k in left if m.has(k)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=()), max_size=6))
+def test_a_string_keys_digest_is_the_canonical_encodings(v) -> None:
+    """key_digest's shortcut for a key of one string hashes _canon's bytes: the same bits on every node."""
+    from hashlib import blake2b
+
+    from joinlib.protocol.bloom import _canon, _digest
+    assert _digest((v,)) == blake2b(b"\x1f".join(map(_canon, (v,))), digest_size=64).digest()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=5))
+                | st.tuples(values, values), max_size=8))
+def test_keys_bytes_counts_ascii_keys_as_encoded(ks) -> None:
+    """keys_bytes counts an ASCII string a byte a character: what encoding it would count."""
+    from joinlib.runtime.algorithms.base import keys_bytes
+    want = 1 + sum(1 + sum(len(v.encode()) + 2 if isinstance(v, str) else 9 if isinstance(v, float) else 4
+                           for v in k) for k in ks)
+    assert keys_bytes(ks) == want

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, hash_rows, hit_index, key_digest, latest_tags, unpacked
+from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, digests, hash_rows, hit_index, latest_tags, unpacked
 from joinlib.protocol.messages import Key
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
@@ -84,88 +84,177 @@ class _Bank:
 
 
 
-class KeyIndex:
-    """Pending seqs by key, the latest tag of a live set holding each key (``best``), the live sets (:meth:`live`),
-    and the keys' digests end to end in one buffer, 64 bytes per slot (slots reused as keys come and go; a slot's
-    digest is written when its key is placed, so a filter is tested against the buffer as it is)."""
+class KeyTable:
+    """Pending seqs by key, and the keys' digests end to end in one buffer, 64 bytes per slot, so that a filter is
+    tested against the buffer as it is; shared by the :class:`KeyIndex` of every neighbour whose sets test the
+    same key of a tuple (a reducer in the middle of a chain keeps one table for both sides).
+
+    Why it is shaped so: with tens of tuples an epoch, per-key and per-call Python steps cost more than the tests.
+    A batch's keys are appended to the buffer in one step, a key that is already pending too: a key's slot is that
+    of its latest tuple (``slot``), so slots leave in the order the window's tuples do.  A key that leaves keeps its
+    slot, stale, until the stale slots at the front are dropped, so leaving costs one dictionary deletion; what it
+    leaves behind (its entries in ``slot`` and ``best``, a stale slot of a tuple done with early) is swept when the
+    keys gone outnumber the pending ones.  A slot is live when its key is pending and it is the key's latest.  Slots
+    are dropped only when every index has settled the keys added (:meth:`KeyIndex.settle` finds its new keys by
+    slot)."""
+
+    #: keys gone (beyond one per pending key) remembered before the table is swept
+    slack = 64
 
     def __init__(self) -> None:
-        self.seqs: dict[Key, set[int]] = {}
-        self.best: dict[Key, int] = {}
-        self._slot: dict[Key, int] = {}
-        self._keys: list[Optional[Key]] = []
-        self._free: list[int] = []
-        self._dig = bytearray()
-        self._new: list[Key] = []        # added since the last settle
-        self._exact: list[tuple[set[Key], int]] = []       # the live explicit sets, with their tags
+        self.seqs: dict[Key, int | set[int]] = {}   # a key's pending seq, or its seqs when it has several
+        self.keys: list[Key] = []          # the key of each slot (stale where the key is no longer pending)
+        self.slot: dict[Key, int] = {}     # a key's latest slot, counted from the first ever (``base``: keys[0]'s)
+        self.base = 0
+        self.dig = bytearray()
+        self.users: list[KeyIndex] = []
+
+    def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        """Each (key, seq) pair pending (a reducer's batch)."""
+        index = self.seqs
+        for k, seq in zip(keys, seqs, strict=True):
+            got = index.get(k)
+            if got is None:
+                index[k] = seq
+            elif isinstance(got, int):
+                index[k] = {got, seq}
+            else:
+                got.add(seq)
+        if keys:
+            at = self.base + len(self.keys)
+            self.keys += keys
+            self.slot.update(zip(keys, range(at, at + len(keys)), strict=True))
+            self.dig += digests(keys)
+
+    def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        """Each (key, seq) pair no longer pending (the tuples that left a reducer's window, or were done with)."""
+        index = self.seqs
+        for k, seq in zip(keys, seqs, strict=True):
+            got = index[k]
+            if isinstance(got, int):
+                if got == seq:
+                    del index[k]
+            else:
+                got.discard(seq)
+                if len(got) == 1:
+                    index[k] = got.pop()
+        n = len(self.keys)
+        for u in self.users:
+            if u.settled != n:
+                return
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the stale slots at the front; when the keys gone outnumber the pending ones (by ``slack``), rebuild
+        the buffer, ``slot`` and the indexes' ``best`` from the live slots (a key gone keeps its entries until then:
+        they are read only for pending keys, and overwritten when a key comes back)."""
+        index, keys, slot, base = self.seqs, self.keys, self.slot, self.base
+        head, n = 0, len(keys)
+        while head < n:
+            k = keys[head]
+            if k in index and slot[k] == base + head:
+                break
+            head += 1
+        if head:
+            for u in self.users:
+                u.settled -= head
+            del keys[:head]
+            del self.dig[:64 * head]
+            self.base += head
+        if len(slot) > 2 * len(index) + self.slack:
+            base = self.base
+            live = [k for i, k in enumerate(keys) if k in index and slot[k] == base + i]
+            if len(live) < len(keys):
+                self.keys, self.dig = live, bytearray(digests(live))
+            self.slot = {k: base + i for i, k in enumerate(live)}
+            for u in self.users:
+                best = u.best
+                u.best, u.settled = {k: best[k] for k in live if k in best}, len(live)
+
+    def holding(self, m: Matcher) -> list[Key]:
+        """The pending keys that the set of ``m`` holds (each once)."""
+        seqs = self.seqs
+        if m._set is not None:
+            if len(m._set) < len(seqs):
+                return [k for k in m._set if k in seqs]
+            return [k for k in seqs if k in m._set]
+        if not seqs:
+            return []
+        keys, slot, base = self.keys, self.slot, self.base
+        return [k for i in hit_index(m, self.dig) if (k := keys[i]) in seqs and slot[k] == base + i]
+
+
+class KeyIndex:
+    """A neighbour's side of a reducer's pending keys: the latest tag of a live set of the neighbour holding each
+    key (``best``), and the live sets (:meth:`live`), over a :class:`KeyTable` of the keys (its own, or one shared
+    with other neighbours testing the same key).  Explicit key sets are kept as one dictionary, key -> the latest
+    tag of a set received holding it (:meth:`more_live`): a new key's latest live explicit set is one look-up, not
+    a test per live set; Bloom filters are tested in one kernel call per batch of new keys."""
+
+    def __init__(self, table: Optional[KeyTable] = None) -> None:
+        self.table = table if table is not None else KeyTable()
+        self.table.users.append(self)
+        self.best: dict[Key, int] = {}     # may keep entries of keys gone, until the table is rebuilt
+        self.settled = len(self.table.keys)   # the table's slots from here on: keys added since the last settle
+        self._exact: dict[Key, int] = {}   # key -> the latest tag of an explicit set received holding it
+        self._exact_sets = 0               # explicit sets in the forms kept (live or expired)
+        self._exact_cap = 64               # _exact is rebuilt from the live sets when it grows past this
         self._blooms: list[tuple[bytes, int, int]] = []     # the live Bloom filters as (bits, k, tag)
         self._matchers: list[tuple[Matcher, int]] = []      # the same, as matchers (the numpy form's bank)
         self._bank = _Bank()
 
+    @property
+    def seqs(self) -> dict[Key, int | set[int]]:
+        return self.table.seqs
+
     def add(self, k: Key, seq: int) -> None:
-        self.add_all((k,), (seq,))
+        self.table.add_all((k,), (seq,))
 
     def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
-        """:meth:`add` of each (key, seq) pair, in one call (a reducer's batch)."""
-        index, new, place = self.seqs, self._new, self._place
-        for k, seq in zip(keys, seqs, strict=True):
-            got = index.get(k)
-            if got is None:
-                index[k] = {seq}
-                new.append(k)
-                place(k)
-            else:
-                got.add(seq)
-
-    def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
-        """:meth:`discard` of each (key, seq) pair, in one call (the tuples that left a reducer's window)."""
-        index, best, slot_of, at, free = self.seqs, self.best, self._slot, self._keys, self._free
-        for k, seq in zip(keys, seqs, strict=True):
-            got = index[k]
-            got.discard(seq)
-            if not got:
-                del index[k]
-                best.pop(k, None)
-                slot = slot_of.pop(k)
-                at[slot] = None
-                free.append(slot)
+        self.table.add_all(keys, seqs)
 
     def discard(self, k: Key, seq: int) -> None:
-        self.discard_all((k,), (seq,))
+        self.table.discard_all((k,), (seq,))
 
-    def _place(self, k: Key) -> None:
-        free = self._free
-        if not free:
-            n = len(self._keys)
-            grow = max(64, n)
-            self._dig.extend(bytes(64 * grow))
-            self._keys.extend([None] * grow)
-            free.extend(range(n + grow - 1, n - 1, -1))
-        slot = free.pop()
-        self._slot[k], self._keys[slot] = slot, k
-        self._dig[64 * slot:64 * slot + 64] = key_digest(k)
+    def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        self.table.discard_all(keys, seqs)
+
+    def holding(self, m: Matcher) -> list[Key]:
+        return self.table.holding(m)
 
     # ------------------------------------------------------------------ sets against keys
     def live(self, sets: Sequence[LiveSet]) -> None:
         """The live sets are now ``sets`` (their owner calls this when one arrives or expires): kept in the forms
         the tests below take, so an epoch's :meth:`settle` builds nothing."""
-        self._exact = [(m._set, tag) for _, tag, m in sets if m._set is not None]
+        exact: dict[Key, int] = {}
+        self._exact, self._exact_sets = exact, 0
+        for _, tag, m in sets:
+            if m._set is not None:
+                self._hold(exact, m._set, tag)
+        self._exact_cap = max(64, 2 * len(exact))
         self._matchers = [(m, tag) for _, tag, m in sets if m._set is None]
         self._blooms = [(m._bloom.bits, m._bloom.k, tag) for m, tag in self._matchers]  # type: ignore[union-attr]
 
+    def _hold(self, exact: dict[Key, int], held: set[Key], tag: int) -> None:
+        self._exact_sets += 1
+        for k in held:
+            if exact.get(k, -1) < tag:
+                exact[k] = tag
+
     def more_live(self, sets: Sequence[LiveSet], new: Sequence[LiveSet]) -> None:
-        """The live sets are now ``sets``, of which ``new`` just arrived: appended to the forms kept, without
+        """The live sets are now ``sets``, of which ``new`` just arrived: added to the forms kept, without
         dropping the sets that expired meanwhile -- a set below the live tag holds nothing that counts (a key's
         latest tag from it is below the tag too, as if no set held the key), it only costs :meth:`settle` a test.
-        So the forms are rebuilt only when the expired ones are more than a quarter of the live ones: an epoch's
-        new set costs what it holds, not the whole window's sets, and :meth:`settle` tests at most a quarter more
-        sets than are live (with half, rebuilding less often cost more in settle than it saved here)."""
-        if 4 * (len(self._exact) + len(self._matchers)) > 5 * len(sets):
+        So the forms are rebuilt only when the expired ones are more than a quarter of the live ones (or the
+        explicit keys' dictionary doubled): an epoch's new set costs what it holds, not the whole window's sets,
+        and :meth:`settle` tests at most a quarter more filters than are live (with half, rebuilding less often
+        cost more in settle than it saved here)."""
+        if 4 * (self._exact_sets + len(self._matchers)) > 5 * len(sets) or len(self._exact) > self._exact_cap:
             self.live(sets)
             return
         for _, tag, m in new:
             if m._set is not None:
-                self._exact.append((m._set, tag))
+                self._hold(self._exact, m._set, tag)
             else:
                 assert m._bloom is not None
                 self._matchers.append((m, tag))
@@ -176,23 +265,26 @@ class KeyIndex:
         live sets changed to these first."""
         if live is not None:
             self.live(live)
-        seqs = self.seqs
-        new = [k for k in self._new if k in seqs]
-        self._new = []
-        if not new:
+        table = self.table
+        start, keys = self.settled, table.keys
+        self.settled = len(keys)
+        if start == len(keys):
             return
-        best = dict.fromkeys(new, -1)
-        for held, tag in self._exact:
-            for k in best.keys() & held:   # explicit keys: the few new keys they hold, found in C
-                if tag > best[k]:
-                    best[k] = tag
-        if self._blooms:
-            latest = latest_tags(self._blooms, b"".join(map(key_digest, new)))
-            if latest is None:
-                latest = self._latest_np(new)
-            for k, tag in zip(new, latest, strict=True):
-                if tag > best[k]:
-                    best[k] = tag
+        # every key of the slots since the last settle, even one that left meanwhile (its entry is dropped with its
+        # slot; one that came back has a later slot, settled after this one), and one pending already (its latest
+        # live set found again: the same as kept, or below the live tag like the one kept): the slots' digests
+        added = keys[start:]
+        exact = self._exact
+        if not self._blooms:
+            self.best.update({k: exact.get(k, -1) for k in added} if exact else dict.fromkeys(added, -1))
+            return
+        latest = latest_tags(self._blooms, table.dig[64 * start:])
+        if latest is None:
+            latest = self._latest_np(added)
+        best = dict(zip(added, latest, strict=True))
+        for k in exact.keys() & best.keys():   # the few new keys an explicit set holds, found in C
+            if exact[k] > best[k]:
+                best[k] = exact[k]
         self.best.update(best)
 
     def _latest_np(self, new: Sequence[Key]) -> list[int]:
@@ -202,21 +294,10 @@ class KeyIndex:
         latest: list[int] = np.where(hit, tags[None, :], -1).max(axis=1).tolist()
         return latest
 
-    def holding(self, m: Matcher) -> list[Key]:
-        """The pending keys that the set of ``m`` holds."""
-        if m._set is not None:
-            if len(m._set) < len(self.seqs):
-                return [k for k in m._set if k in self.seqs]
-            return [k for k in self.seqs if k in m._set]
-        if not self.seqs:
-            return []
-        keys = self._keys     # a free slot's digest is stale: its key is None
-        return [k for k in map(keys.__getitem__, hit_index(m, self._dig)) if k is not None]
-
 
 def held_keys(m: Matcher, keys: Sequence[Key]) -> list[Key]:
     """The keys of ``keys`` (in their order) that the set of ``m`` holds: a Bloom filter tests them all at
     once (a semijoin's home answering a request sent as a filter tests every key of its window)."""
     if m._set is not None or len(keys) < 8:
         return [k for k in keys if m.has(k)]
-    return [keys[i] for i in hit_index(m, b"".join(map(key_digest, keys)))]
+    return [keys[i] for i in hit_index(m, digests(keys))]

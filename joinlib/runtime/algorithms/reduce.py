@@ -45,7 +45,7 @@ from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.bloom import Bloom, KeySet, Matcher
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, keys_bytes
-from joinlib.runtime.algorithms.keyindex import KeyIndex
+from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
@@ -56,11 +56,12 @@ class _Entry:
     key toward each neighbour whose sets it is tested against (in the order of ``Reducer._filters``),
     and its rank in the window (the order key sets list their keys in)."""
 
-    __slots__ = ("t", "sent", "shipped", "keys", "rank")
+    __slots__ = ("t", "seq", "sent", "shipped", "keys", "rank")
 
     def __init__(self, t: Tup, keys: tuple[Key, ...], rank: int) -> None:
         self.t = t
-        self.sent: set[str] = set()
+        self.seq = t.seq
+        self.sent: tuple[str, ...] = ()   # (a tuple: most entries never go out, and those that do on an edge or two)
         self.shipped = False
         self.keys = keys
         self.rank = rank
@@ -176,13 +177,14 @@ class Reducer:
         self._rank = 0
         # per neighbour: pending seqs by key, and the latest tag of a live set holding the key
         self._pos = {n: i for i, n in enumerate(self._filters)}
-        self._index: dict[str, KeyIndex] = {n: KeyIndex() for n in self._filters}
-        self._extract = self._extractors()
+        self._index, self._extract = self._indexes()
         # only channels something looks at: a fresh list is emptied when its channel looks (a reducer that ships
         # nothing has no shipping channel, else that list would keep every tuple it ever admitted)
         self._channels = (*(e.stream for e in op.sends), *((_SHIP,) if op.replica else ()))
-        self._fresh: dict[str, list[_Entry]] = {c: [] for c in self._channels}
-        self._again: dict[str, set[int]] = {c: set() for c in self._channels}
+        self._fresh: dict[str, list[_Entry]] = {}
+        self._again: dict[str, set[int]] = {}
+        self._dirty: dict[str, list[set[int]]] = {}
+        self._clean_channels()
 
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
@@ -215,17 +217,21 @@ class Reducer:
         pending, rank = self.pending, self._rank
         seqs = [t.seq for t in batch]
         cols = []
-        for key_of, index in self._extract:   # per neighbour: the batch's keys toward it, indexed in one call
+        for key_of, table, _ in self._extract:   # per key table: the batch's keys, indexed in one call
             col = key_of([t.key for t in batch])
-            index.add_all(col, seqs)
+            table.add_all(col, seqs)
             cols.append(col)
         ranks = range(rank, rank + len(batch))
-        if len(cols) == 1:   # the common case (a leaf, or one neighbour filtering)
+        if len(self._filters) == 1:   # the common case (a leaf, or one neighbour filtering)
             new = [_Entry(t, (k,), r) for t, k, r in zip(batch, cols[0], ranks, strict=True)]
         elif not cols:       # no neighbour's sets test it (every direction toward it skipped)
             new = [_Entry(t, (), r) for t, r in zip(batch, ranks, strict=True)]
+        elif len(cols) == 1:  # several neighbours, one key toward all of them
+            n = len(self._filters)
+            new = [_Entry(t, (k,) * n, r) for t, k, r in zip(batch, cols[0], ranks, strict=True)]
         else:
-            new = [_Entry(t, ks, r) for t, ks, r in zip(batch, zip(*cols, strict=True), ranks, strict=True)]
+            by_filter = [cols[c] for c in self._col_of]
+            new = [_Entry(t, ks, r) for t, ks, r in zip(batch, zip(*by_filter, strict=True), ranks, strict=True)]
         pending.update(zip(seqs, new, strict=True))
         rank += len(batch)
         if e is not None:
@@ -238,23 +244,38 @@ class Reducer:
         """A pending tuple of a snapshot (already in the window), with what it had done."""
         self._add_all([t], None)
         x = self.pending[t.seq]
-        x.sent, x.shipped = set(sent), shipped
+        x.sent, x.shipped = tuple(dict.fromkeys(sent)), shipped
 
-    def _extractors(self) -> list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]], KeyIndex]]:
-        """Per neighbour whose sets are tested (in ``_filters`` order): its keys of a batch's join values, and
-        its index."""
-        return [(_keys_of(tuple(self._keys[n])), self._index[n]) for n in self._filters]
+    def _indexes(self) -> tuple[dict[str, KeyIndex], list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]],
+                                                                 KeyTable, int]]]:
+        """Per neighbour whose sets are tested, its index; and per distinct key toward them (the positions of the
+        join values), the function taking it from a batch's join values, its table (shared by the indexes of the
+        neighbours testing that key: a tuple's key is added and forgotten once) and the position in ``_filters``
+        of a neighbour testing it.  ``_col_of``: per neighbour (in ``_filters`` order), its key's number."""
+        tables: dict[tuple[int, ...], int] = {}
+        extract: list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]], KeyTable, int]] = []
+        index: dict[str, KeyIndex] = {}
+        self._col_of: list[int] = []
+        for i, n in enumerate(self._filters):
+            pos = tuple(self._keys[n])
+            if pos not in tables:
+                tables[pos] = len(extract)
+                extract.append((_keys_of(pos), KeyTable(), i))
+            c = tables[pos]
+            index[n] = KeyIndex(extract[c][1])
+            self._col_of.append(c)
+        return index, extract
 
     def _settle_keys(self) -> None:
         for index in self._index.values():
             index.settle()
 
     def _forget_all(self, xs: list[_Entry]) -> None:
-        """Take the entries of ``xs`` (done with, or gone from the window) out of the key indexes, an index call
-        per neighbour."""
-        seqs = [x.t.seq for x in xs]
-        for i, n in enumerate(self._filters):
-            self._index[n].discard_all([x.keys[i] for x in xs], seqs)
+        """Take the entries of ``xs`` (done with, or gone from the window) out of the key tables, a call per
+        table."""
+        seqs = [x.seq for x in xs]
+        for _, table, i in self._extract:
+            table.discard_all([x.keys[i] for x in xs], seqs)
 
     # ------------------------------------------------------------------ filters
     def take(self, nbr: str, e: int, body: KeyFilter) -> None:
@@ -278,15 +299,25 @@ class Reducer:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
         match ``nbr`` before are dirty for every other edge and for shipping."""
         index, lf = self._index[nbr], self.live_from[nbr]
-        best = index.best
-        dirty = [d for c, d in self._again.items() if c != nbr]
+        best, dirty = index.best, self._dirty[nbr]
         for k in index.holding(m):
             old = best[k]
             if tag > old:
                 best[k] = tag
                 if old < lf <= tag:
+                    got = index.seqs[k]
                     for d in dirty:
-                        d.update(index.seqs[k])
+                        if isinstance(got, int):
+                            d.add(got)
+                        else:
+                            d.update(got)
+
+    def _clean_channels(self) -> None:
+        """Every channel with nothing fresh or dirty; ``_dirty[nbr]``: the dirty sets a match of ``nbr``'s adds to
+        (every channel's but ``nbr``'s own)."""
+        self._fresh = {c: [] for c in self._channels}
+        self._again = {c: set() for c in self._channels}
+        self._dirty = {n: [d for c, d in self._again.items() if c != n] for n in self._filters}
 
     def _passing(self, xs: list[_Entry], but: Optional[str], among: tuple[str, ...]) -> list[_Entry]:
         """The entries of ``xs`` matched by the live sets of every neighbour of ``among`` but ``but`` (a
@@ -308,11 +339,11 @@ class Reducer:
         """The pending tuples that may have come to pass for ``channel`` since it last looked, in window
         order; the channel is clean afterwards."""
         pending, again = self.pending, self._again[channel]
-        fresh = [x for x in self._fresh[channel] if x.t.seq in pending]
+        fresh = [x for x in self._fresh[channel] if x.seq in pending]
         self._fresh[channel] = []
         if not again:
             return fresh
-        got = {x.t.seq: x for x in fresh}
+        got = {x.seq: x for x in fresh}
         for seq in again:
             x = pending.get(seq)
             if x is not None:
@@ -332,7 +363,7 @@ class Reducer:
         tree = self._tree_filters
         newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, tree)
         for x in newly:
-            x.sent.add(nbr)
+            x.sent += (nbr,)
         self._settle(newly)
         if nbr in self._pos:   # its key toward nbr is kept already (nbr's sets test it)
             i = self._pos[nbr]
@@ -358,7 +389,7 @@ class Reducer:
         n, ships, pending = self._sends, self.op.replica is not None, self.pending
         over = [x for x in done if len(x.sent) == n and (x.shipped or not ships)]
         for x in over:
-            del pending[x.t.seq]
+            del pending[x.seq]
         if over and self._filters:
             self._forget_all(over)
 
@@ -379,12 +410,10 @@ class Reducer:
         self.filters = {n: [(i, tag, _matcher(m)) for i, tag, m in fs] for n, fs in data["filters"].items()}
         self.received, self.live_from = dict(data["received"]), dict(data["live_from"])
         self.pending, self._rank = {}, 0
-        self._index = {n: KeyIndex() for n in self._filters}
+        self._index, self._extract = self._indexes()
         for n, index in self._index.items():
             index.live(self.filters[n])
-        self._extract = self._extractors()
-        self._fresh = {c: [] for c in self._channels}
-        self._again = {c: set() for c in self._channels}
+        self._clean_channels()
         for b, sent, shipped, *_ in data["pending"]:
             self._readd(decode(b), sent, shipped)
         self._settle_keys()
