@@ -142,6 +142,16 @@ static inline Py_ssize_t put_varint(uint8_t *out, long long n) {
     return i;
 }
 
+/* The end of an array that ``encode_values`` / ``encode_longs`` wrote into ``out`` (``at`` bytes so far): its 0,
+ * ``out`` cut to size; ``fast`` (the items' sequence) released. */
+static PyObject *end_array(PyObject *fast, PyObject *out, Py_ssize_t at) {
+    ((uint8_t *)PyBytes_AS_STRING(out))[at++] = 0x00;
+    Py_DECREF(fast);
+    if (_PyBytes_Resize(&out, at) < 0)
+        return NULL;
+    return out;
+}
+
 /* encode_values(values) -> bytes: values.encode_values of a list of exact str, int (64-bit), float, bool and
  * None -- one array block, then 0; TypeError / OverflowError for anything else (values.py then answers: fastavro's
  * encoding or its error).  A live source's payload is encoded once per record with this. */
@@ -205,11 +215,7 @@ static PyObject *encode_values(PyObject *self, PyObject *arg) {
             at += put_varint(o + at, x);
         }
     }
-    o[at++] = 0x00;
-    Py_DECREF(fast);
-    if (_PyBytes_Resize(&out, at) < 0)
-        return NULL;
-    return out;
+    return end_array(fast, out, at);
 fail:
     Py_DECREF(fast);
     return NULL;
@@ -247,11 +253,7 @@ static PyObject *encode_longs(PyObject *self, PyObject *arg) {
         }
         at += put_varint(o + at, x);
     }
-    o[at++] = 0x00;
-    Py_DECREF(fast);
-    if (_PyBytes_Resize(&out, at) < 0)
-        return NULL;
-    return out;
+    return end_array(fast, out, at);
 fail:
     Py_DECREF(fast);
     return NULL;
