@@ -27,7 +27,9 @@ For each engine and workload, after a bounded run over ``--backlog`` seconds of 
   mini-cluster up) -> job finished (``executeAsync`` -> ``getJobExecutionResult``); the JSON also has the
   time with the mini-cluster's start (``execute_s``);
 * *CPU seconds*: joinlib, its three node processes over the drain; Flink, its JVM over the same span
-  (``cpu_s``; ``cpu_total_s``: the whole java process, JVM start and JIT included, from getrusage);
+  (``cpu_s``; ``cpu_total_s``: the whole java process, JVM start and JIT included, from getrusage); and,
+  where the bench started the broker itself, the broker's CPU over each engine's drain (``broker_cpu_s``,
+  sampled every 0.1 s from /proc: serving the fetches and produce requests is part of a drain's cost);
 * *bytes across sites*: joinlib, what its plan ships (``central_bytes``: what shipping every tuple would);
   Flink, like Spark, reads every record of the two sites that are not the join site, JSON as written;
   the join site is the one of the biggest stream (the three differ only by the lengths of their J values).
@@ -61,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_bench import backlog_run, prepare_backlog  # noqa: E402
-from live_common import BASE_MS, RATE, ROOT, WINDOW_MS, F, kafka, machine  # noqa: E402
+from live_common import BASE_MS, RATE, ROOT, WINDOW_MS, F, broker_meter, kafka, machine  # noqa: E402
 from spark_compare import DELAY_MS, ROUTERS, _remote_bytes  # noqa: E402  (the same workloads; no pyspark)
 
 FLINK_DIR = ROOT / "bench" / "flink"
@@ -138,6 +140,7 @@ def flink_backlog(bs: str, data: dict, workdir: Path, exact: bool, parallelism: 
             "execute_s": round((j["finished_ms"] - j["execute_ms"]) / 1000, 2),
             "first_record_to_last_result_s": round((j["last_result_ms"] - j["first_record_ms"]) / 1000, 2),
             "cpu_s": round(j["cpu_end_s"] - j["cpu_submitted_s"], 2), "cpu_total_s": round(cpu_total, 2),
+            "window_ms": [j["submitted_ms"], j["finished_ms"]],
             "bytes_crossing_sites": remote["bytes"], "join_site_stream": remote["stream"],
             "json_bytes": sum(rec.bytes.values()),
             "flink_version": j["flink_version"], "parallelism": j["parallelism"], "keep_payload": j["keep_payload"],
@@ -183,6 +186,7 @@ def main() -> int:
     if "flink" in engines:
         build_jar(args.rebuild)
     bs, cluster = kafka(args.bootstrap)
+    meter = broker_meter(cluster)
     work = ROOT / "results" / "tmp" / f"{args.name}-work"   # logs (git-ignored)
     work.mkdir(parents=True, exist_ok=True)
     params = {"fig7": {"f": args.f, "rate": RATE, "payload": 1250}, "routers": dict(ROUTERS)}
@@ -197,14 +201,18 @@ def main() -> int:
                 jl = backlog_run(bs, args.backlog, p["f"], args.plan, work, args.exact, p["rate"], p["payload"],
                                  data=data)
                 jl["cpu_s"] = round(sum(jl["node_cpu_s"].values()), 2)
+                jl["broker_cpu_s"] = meter.between(*jl["window_ms"]) if meter is not None else None
                 runs[w]["joinlib"] = jl
                 _say(f"joinlib, {w}", jl)
             if "flink" in engines:
-                runs[w]["flink"] = flink_backlog(bs, data, work, args.exact, args.parallelism, args.flink_heap,
-                                                 args.flink_payload)
+                fl = flink_backlog(bs, data, work, args.exact, args.parallelism, args.flink_heap, args.flink_payload)
+                fl["broker_cpu_s"] = meter.between(*fl["window_ms"]) if meter is not None else None
+                runs[w]["flink"] = fl
                 _say(f"Flink, {w}", runs[w]["flink"])
             del data
     finally:
+        if meter is not None:
+            meter.close()
         if cluster is not None:
             cluster.stop()
     command = "python bench/flink_compare.py " + " ".join(sys.argv[1:])
@@ -239,8 +247,13 @@ def main() -> int:
 def _say(what: str, r: dict) -> None:
     same = r.get("same_results", r.get("same_count"))
     print(f"{what}: {r['events']:,} events, {r['results']:,} results (reference {r['reference_results']:,}"
-          f"{', same' if same else ', DIFFERENT'}), {r['events_per_s']:,.0f} events/s, CPU {r['cpu_s']} s, "
-          f"{_bytes(r):,} bytes across sites", flush=True)
+          f"{', same' if same else ', DIFFERENT'}), {r['events_per_s']:,.0f} events/s, CPU {r['cpu_s']} s"
+          f"{_broker(r)}, {_bytes(r):,} bytes across sites", flush=True)
+
+
+def _broker(r: dict) -> str:
+    """The local broker's CPU over the engine's drain, where the bench started the broker and measured it."""
+    return f" (broker {r['broker_cpu_s']} s)" if r.get("broker_cpu_s") is not None else ""
 
 
 def _bytes(r: dict) -> int:
@@ -262,7 +275,8 @@ def table(outs: list[dict]) -> str:
         "(bench/flink/).  *Drain*: joinlib from the submission of the query to its running node services to the "
         "last result; Flink from the job's submission to its running mini-cluster to the job's end.  *CPU s*: "
         "joinlib's three node processes over the drain; Flink's JVM over the drain (in parentheses: the whole "
-        "java process, JVM start and JIT included).  *MB across sites*: joinlib's plan; Flink runs at the site "
+        "java process, JVM start and JIT included; *broker*: the local broker's over the same drain, where the "
+        "bench started the broker).  *MB across sites*: joinlib's plan; Flink runs at the site "
         "of the biggest stream and reads the other two sites' topics (JSON as written).  JSON and plots: "
         "`results/flink/`.  The load average of each run is mostly other work on the same two cores: "
         "drain rates vary by up to 2x between runs; bytes and results do not."]
@@ -282,7 +296,8 @@ def table(outs: list[dict]) -> str:
                 name = "joinlib" if e == "joinlib" else f"Flink {x['flink_version']}"
                 same = x.get("same_results", x.get("same_count"))
                 what = "same ids and ts" if "same_results" in x else "same count"
-                cpu = f"{x['cpu_s']:.1f}" + (f" ({x['cpu_total_s']:.1f})" if "cpu_total_s" in x else "")
+                cpu = f"{x['cpu_s']:.1f}" + (f" ({x['cpu_total_s']:.1f})" if "cpu_total_s" in x else "") + (
+                    f"; broker {x['broker_cpu_s']:.1f}" if x.get("broker_cpu_s") is not None else "")
                 text.append(f"| {w} | {name} | {x['events']:,} | {x['results']:,} ({x['reference_results']:,}: "
                             f"{what if same else 'DIFFERENT'}) | {x['events_per_s']:,.0f} | {cpu} | "
                             f"{_bytes(x) / 1e6:.1f} |")

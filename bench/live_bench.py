@@ -110,6 +110,7 @@ def backlog_run(bs: str, seconds: float, f: float, plan, logs: Path, exact: bool
         ("same_results" if exact else "same_count"): ok,
         "drain_s": round(drain_s, 2), "events_per_s": round(n_events / drain_s, 1),
         "results_per_s": round(reader.count / drain_s, 1), "node_cpu_s": cpu,
+        "window_ms": [round(t_submit), round(reader.last_emit)],
         "plan": out["plan"], "bytes": stats.get("bytes"), "central_bytes": stats.get("central_bytes"),
         "json_bytes": sum(rec.bytes.values()),
     }

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any, Optional
 
@@ -77,6 +77,57 @@ def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
         except OSError:
             out[site] = float("nan")
     return out
+
+
+class CpuMeter:
+    """A process's CPU seconds (user + system, from /proc), sampled every ``every_s`` on a thread, so that the CPU
+    it used over a span of wall time known only afterwards (a drain's, in epoch ms) can be read: the local broker's
+    share of a drain.  Why: on these two cores the broker serving a drain's fetches and produce requests used as
+    much CPU as the engine's own processes (docs/results.md, "Session of 2026-11-29 14:00-17:00")."""
+
+    def __init__(self, pid: int, every_s: float = 0.1) -> None:
+        self.pid, self.every = pid, every_s
+        self.samples: list[tuple[float, float]] = []   # (epoch ms, CPU s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._stop.is_set():
+            try:
+                with open(f"/proc/{self.pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return
+            self.samples.append((time.time() * 1000, (int(fields[11]) + int(fields[12])) / tick))
+            self._stop.wait(self.every)
+
+    def between(self, t0_ms: float, t1_ms: float) -> Optional[float]:
+        """CPU seconds from ``t0_ms`` to ``t1_ms`` (interpolated between samples); None outside the samples."""
+        xs = self.samples
+        if not xs or t0_ms < xs[0][0] or t1_ms > xs[-1][0]:
+            return None
+        return round(_at(xs, t1_ms) - _at(xs, t0_ms), 2)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+def _at(xs: list[tuple[float, float]], t: float) -> float:
+    i = bisect_left(xs, (t, float("-inf")))
+    if i == 0:
+        return xs[0][1]
+    (ta, ca), (tb, cb) = xs[i - 1], xs[min(i, len(xs) - 1)]
+    return ca if tb == ta else ca + (cb - ca) * (t - ta) / (tb - ta)
+
+
+def broker_meter(cluster: Any) -> Optional[CpuMeter]:
+    """A :class:`CpuMeter` of the throw-away local broker ``cluster`` started (None: a broker of the environment,
+    whose process the bench does not know)."""
+    proc = getattr(getattr(cluster, "kafka", None), "proc", None)
+    return CpuMeter(proc.pid) if proc is not None else None
 
 
 class Recorder:
