@@ -102,10 +102,10 @@ def keys_bytes(keys: Iterable[Key]) -> int:
     for k in keys:   # a loop, not nested sums: this runs for every key set a reduction sends (a cache per key
         n += 1       # cost more than it saved: most keys a request names are new)
         for v in k:
-            if type(v) is str:   # the usual join key, ASCII: a character a byte (no encoding to count)
+            if isinstance(v, str):   # ASCII, the usual join key: a character a byte (no encoding to count)
                 n += (len(v) if v.isascii() else len(v.encode())) + 2
             else:
-                n += len(v.encode()) + 2 if isinstance(v, str) else 9 if isinstance(v, float) else 4
+                n += 9 if isinstance(v, float) else 4
     return n
 
 

@@ -306,11 +306,9 @@ class Reducer:
                 best[k] = tag
                 if old < lf <= tag:
                     got = index.seqs[k]
+                    seqs = (got,) if isinstance(got, int) else got
                     for d in dirty:
-                        if isinstance(got, int):
-                            d.add(got)
-                        else:
-                            d.update(got)
+                        d.update(seqs)
 
     def _clean_channels(self) -> None:
         """Every channel with nothing fresh or dirty; ``_dirty[nbr]``: the dirty sets a match of ``nbr``'s adds to
