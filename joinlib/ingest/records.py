@@ -20,6 +20,7 @@ import fastavro
 import orjson
 
 from joinlib.filter_spec import compile_filter
+from joinlib.kernels import kernel
 from joinlib.model import Stream, Value
 from joinlib.protocol.values import encode_values
 from joinlib.source_spec import SourceSpec
@@ -38,6 +39,9 @@ _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_SCALARS)
 _PLAIN = frozenset({str, float, bool, type(None)})   # scalars with nothing to check (an int's range is)
 _MISSING = object()
+
+#: the flat-JSON kernel (_jsonc.c), or None when it is not built: then every record takes the Python path
+_c: Any = kernel("joinlib.ingest._jsonc")
 
 #: a parsed Avro writer schema for a schema id (None: unknown id); may raise for a registry outage
 SchemaLookup = Callable[[int], Any]
@@ -147,6 +151,7 @@ class _Layout(NamedTuple):
     has_id: bool
     keys: int
     names: Optional[tuple[str, ...]]
+    fields: tuple[str, ...]   # what ``get`` reads, in order (the C kernel's layout)
 
 
 class Decoder:
@@ -181,12 +186,18 @@ class Decoder:
                   *(spec.attributes or ())]
         self._can_fast = spec.time_unit == "ms" and not any("." in f for f in fields)
         self._lay: Optional[_Layout] = None
+        # the layout for _jsonc.decode_flat (None: no kernel, not JSON, a filter to test on the row, no layout yet)
+        self._cspec: Optional[tuple[Callable[..., Optional[Event]], tuple[Any, ...]]] = None
 
     def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad, Filtered]:
         """The record's event, why it is malformed, or :data:`FILTERED` when the stream's filter drops it (tested
         on the record as read, before its fields are: a dropped record is never a dead letter)."""
         if value is None:
             return Bad(NO_VALUE, "the record has no value (a tombstone)")
+        if self._cspec is not None and type(value) is bytes:   # a flat record in one C pass, else None
+            ev = self._cspec[0](value, self._cspec[1], partition, offset)
+            if ev is not None:
+                return ev
         try:
             row = self._json(value) if self.spec.format == "json" else self._avro(value)
             if self._keep is not None and not self._keep(row):
@@ -240,17 +251,29 @@ class Decoder:
         ev = self._slow(row, partition, offset)
         if self._can_fast:
             self._lay = self._layout(row)
+            self._cspec = self._c_layout(self._lay)
         return ev
+
+    def _c_layout(self, lay: "_Layout") -> Optional[tuple[Callable[..., Optional[Event]], tuple[Any, ...]]]:
+        """The kernel's decode_flat and its spec for ``lay`` (None: no kernel, not JSON, or a filter to test on the
+        row: the kernel builds no row)."""
+        if _c is None or self.spec.format != "json" or self._keep is not None or not (
+                _LONG_MIN <= self.origin <= _LONG_MAX):
+            return None
+        spec = (tuple(f.encode() for f in lay.fields), lay.has_id, lay.keys, -1 if lay.width is None else lay.width,
+                lay.names is not None, self.origin, Event)
+        return _c.decode_flat, spec
 
     def _layout(self, row: dict[str, Any]) -> "_Layout":
         spec = self.spec
         head = [self.time_field, *([spec.id_field] if spec.id_field else []), *self.stream.join_attrs]
         if self._rest is not None:
-            return _Layout(None, _getters([*head, *(a for a, _ in self._rest)]), spec.id_field is not None,
-                           len(self.stream.join_attrs), None)
+            fields = [*head, *(a for a, _ in self._rest)]
+            return _Layout(None, _getters(fields), spec.id_field is not None, len(self.stream.join_attrs), None,
+                           tuple(fields))
         rest = [a for a in sorted(row) if a not in self._skip]
         return _Layout(len(row), _getters(head + rest), spec.id_field is not None, len(self.stream.join_attrs),
-                       tuple(rest) if self._named else None)
+                       tuple(rest) if self._named else None, (*head, *rest))
 
     def _fast(self, lay: "_Layout", vals: Any, partition: int, offset: int) -> Optional[Event]:
         """The event of ``vals`` (the layout's fields), or None when a value needs the slow path's checks: an
