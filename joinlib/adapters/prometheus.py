@@ -34,6 +34,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from joinlib.adapters.prom_histogram import FastHistogram
 from joinlib.adaptive.config import AdaptiveSensor, LogSensor
 from joinlib.adaptive.jep import JEP
 from joinlib.adaptive.stats import StreamStatistics
@@ -118,14 +119,15 @@ class PrometheusSensor(AdaptiveSensor):
 
     def _node_metrics(self, r: CollectorRegistry) -> None:
         """What every node reports: messages, processing, windows, results, inputs, lag, its plan."""
-        self.transmission = Histogram(
+        # observed per message received and per phase run: FastHistogram (prom_histogram.py's docstring says why)
+        self.transmission = FastHistogram(
             "joinlib_transmission_seconds",
             "Time from sending a message at site src until site dst received it, per message kind.",
-            ["src", "dst", "kind"], buckets=TRANSMISSION_BUCKETS, registry=r)
-        self.processing = Histogram(
+            ["src", "dst", "kind"], TRANSMISSION_BUCKETS, r)
+        self.processing = FastHistogram(
             "joinlib_processing_seconds",
             "Wall-clock time a node spent in one invocation of an operator (tick, probe, semijoin, sync, ship).",
-            ["site", "operator"], buckets=PROCESSING_BUCKETS, registry=r)
+            ["site", "operator"], PROCESSING_BUCKETS, r)
         self.shipped_bytes = Counter(
             "joinlib_shipped_bytes", "Bytes of message bodies shipped from site src to site dst, per message kind.",
             ["src", "dst", "kind"], registry=r)
@@ -242,7 +244,7 @@ class PrometheusSensor(AdaptiveSensor):
         self._child(self.inputs, site, stream).inc(n)
 
     def on_phase(self, site: str, operator: str, seconds: float) -> None:
-        self._child(self.processing, site, OPERATORS.get(operator, operator)).observe(seconds)
+        self.processing.observe((site, OPERATORS.get(operator, operator)), seconds)
 
     def on_emit(self, site: str, n: int) -> None:
         self._child(self.results, site, self.query).inc(n)
@@ -265,7 +267,7 @@ class PrometheusSensor(AdaptiveSensor):
         self._child(self.shipped_messages, src, dst, kind).inc()
 
     def on_transmission(self, src: str, dst: str, kind: str, seconds: float) -> None:
-        self._child(self.transmission, src, dst, kind).observe(max(0.0, seconds))
+        self.transmission.observe((src, dst, kind), max(0.0, seconds))
 
     def on_naive(self, src: str, dst: str, nbytes: int) -> None:
         self._child(self.naive_bytes, src, dst).inc(nbytes)
