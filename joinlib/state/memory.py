@@ -35,27 +35,42 @@ class MemoryWindowStore:
         last = all_.seq[-1] if len(all_) else -1
         seqs = [t.seq for t in tups]
         if seqs[0] > last and all(map(lt, seqs, seqs[1:])):  # the usual case: a new batch, in order
-            all_.ts.extend([t.ts for t in tups])
-            all_.seq.extend(seqs)
-            all_.tups.extend(tups)
-            for table, proj in self._indexes.values():
-                # strict=False: one key per tuple by construction, and this is the per-batch hot path
-                for t, k in zip(tups, _keys(tups, proj), strict=False):
-                    kl = table.get(k)
-                    if kl is None:
-                        table[k] = KeyList.of_one(t)
-                    else:
-                        kl.ts.append(t.ts)
-                        kl.seq.append(t.seq)
-                        kl.tups.append(t)
+            self._append(tups, seqs)
             return
-        for t in tups:  # slow path: out of order or duplicates (replicas)
+        # a replica's batch: a reduction ships a tuple when it passes, which may be epochs after newer ones
+        # did.  Those older than the newest stored go in one by one; the rest (most) are appended at once.
+        newer: dict[int, Tup] = {}
+        for t in tups:
+            if t.seq > last:
+                newer.setdefault(t.seq, t)   # a repeat is ignored, as a tuple already stored is
+                continue
             n = len(all_)
             all_.insert(t)
             if len(all_) == n:
                 continue
             for table, proj in self._indexes.values():
                 _entry(table, _keys((t,), proj)[0]).insert(t)
+        if newer:
+            order = sorted(newer)
+            self._append([newer[q] for q in order], order)
+
+    def _append(self, tups: Sequence[Tup], seqs: list[int]) -> None:
+        """``tups`` (seqs ``seqs``, increasing, all above the stored ones) at the end of the window and of their
+        keys' lists."""
+        all_ = self._all
+        all_.ts.extend([t.ts for t in tups])
+        all_.seq.extend(seqs)
+        all_.tups.extend(tups)
+        for table, proj in self._indexes.values():
+            # strict=False: one key per tuple by construction, and this is the per-batch hot path
+            for t, k in zip(tups, _keys(tups, proj), strict=False):
+                kl = table.get(k)
+                if kl is None:
+                    table[k] = KeyList.of_one(t)
+                else:
+                    kl.ts.append(t.ts)
+                    kl.seq.append(t.seq)
+                    kl.tups.append(t)
 
     def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
         return self._indexes[index][0].get(key)
