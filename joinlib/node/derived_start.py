@@ -19,7 +19,7 @@ from joinlib.node.recovery import end_offset
 
 
 def next_marks(marks: Optional[DerivedMarks], consumer: Any, topic: str, next_epoch: int,
-               tau: int) -> Optional[DerivedMarks]:
+               tau: int) -> DerivedMarks:
     """``marks`` with the mark of a checkpoint being taken now: the derived ``topic``'s end offset (the producer
     was flushed: every epoch below ``next_epoch`` is below it).  Unchanged when the broker does not answer."""
     end = end_offset(consumer, topic, None)

@@ -30,7 +30,9 @@ operator for identical trees) keeps no checkpoints.
 A plan message may run one operator of its tree (``only`` / ``external``,
 :func:`joinlib.control.check.tree_scope`): an inner operator whose results are published for readers
 deployed apart, or a root reading derived streams that other deployments publish -- with their run ids,
-each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").
+each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").  With Redis windows an
+operator published that way saves, with each checkpoint, the offset of its derived topic the checkpoint
+corresponds to, and a new reader starts there rather than at offset 0 (:mod:`.derived_start`).
 
 The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
 one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
@@ -240,7 +242,7 @@ class OperatorPart(SourceReader, PlanOutput):
         assert self.output is not None
         self.marks = next_marks(self.marks, run.consumer, derived_topic(self.op.name), self.output.next_epoch,
                                 self.output.tau)
-        return self.marks.to_json() if self.marks is not None and self.marks.marks else None
+        return self.marks.to_json() if self.marks.marks else None
 
     def state(self) -> Any:
         assert self.output is not None
