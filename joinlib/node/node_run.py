@@ -84,6 +84,11 @@ def default_store_factory(redis_url: Optional[str], namespace: str, log: Callabl
     return redis_store_factory(redis_url, namespace, retry=no_retry())
 
 
+def run_namespace(query: str, run: Optional[str], part: Optional[int] = None) -> str:
+    """The Redis namespace of the windows and checkpoints of ``query``'s run ``run`` (of its partition ``part``)."""
+    return f"joinlib:{query}:{run or 'norun'}" + ("" if part is None else f":p{part}")
+
+
 class PlanRun:
     """One plan (all its generations) executed by a node service (``svc``), start to ``done`` (a finite
     replay) or to ``stop`` (a live query); ``scope``, ``reader`` and ``output``: see :mod:`.run_parts`;
@@ -158,8 +163,10 @@ class PlanRun:
             offsets = resumed
             if self.adaptive is not None:   # a fresh host from the checkpoint: the ends read apply to it too
                 self._ends(self.host)
-        elif self.adaptive is not None:
-            self.adaptive.resume_log("start")   # a predecessor that crashed before its first checkpoint
+        else:
+            offsets = self.reader.start(self, offsets)
+            if self.adaptive is not None:
+                self.adaptive.resume_log("start")   # a predecessor that crashed before its first checkpoint
         try:
             self._start(offsets, resumed is not None)
             with thread_profile(self.site, q.name):
@@ -172,8 +179,7 @@ class PlanRun:
 
     def _namespace(self) -> str:
         """The Redis namespace of this run's windows and checkpoints."""
-        part = "" if self.scope.part is None else f":p{self.scope.part}"
-        return f"joinlib:{self.q.name}:{self.run_id or 'norun'}{part}"
+        return run_namespace(self.q.name, self.run_id, self.scope.part)
 
     def _host(self, factory: Any) -> Host:
         sensor = TeeSensor(self.sensor, self.counters.totals)

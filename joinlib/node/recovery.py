@@ -191,13 +191,14 @@ class NodeCheckpoints:
             off = tp.offset if tp.offset >= 0 else next(
                 x.offset for x in tps if (x.topic, x.partition) == (tp.topic, tp.partition))
             positions.append([tp.topic, tp.partition, off])
-        self.out_offset = _end(consumer, out_topic(run.out_query.name), self.out_offset)
+        self.out_offset = end_offset(consumer, out_topic(run.out_query.name), self.out_offset)
         rows = _rows(run)
         if rows is not None:
-            self.rows_offset = _end(consumer, rows.topic, self.rows_offset)
+            self.rows_offset = end_offset(consumer, rows.topic, self.rows_offset)
         if run.live is not None:
-            self.dlq_offset = _end(consumer, dlq_topic(run.live_name), self.dlq_offset)
-            self.marks_offset = _end(consumer, marks_topic(run.live_name), self.marks_offset)
+            self.dlq_offset = end_offset(consumer, dlq_topic(run.live_name), self.dlq_offset)
+            self.marks_offset = end_offset(consumer, marks_topic(run.live_name), self.marks_offset)
+        publish = run.output.checkpointed(run)   # before its state: a shared operator's marks are in both
         c, totals = run.counters, run.counters.totals
         adaptive = getattr(run, "adaptive", None)
         tag = adaptive.new_tag() if adaptive is not None else None
@@ -224,7 +225,7 @@ class NodeCheckpoints:
             time.sleep(self.pause[1])
         if self.flush is not None:   # the windows' changes since the last checkpoint, then their copies
             self.flush()
-        self.store.save(data)
+        self.store.save(data, publish)
         self.saved += 1
         if adaptive is not None and adaptive.order is not None:
             adaptive.order.checkpointed(tag)   # the input order is logged from this checkpoint on
@@ -378,7 +379,7 @@ def _rows(run: Any) -> Any:
     return getattr(run.sink, "rows", None)
 
 
-def _end(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:
+def end_offset(consumer: Any, topic: str, previous: Optional[int]) -> Optional[int]:
     """The end offset of partition 0 of ``topic`` now; the previous bound if it cannot be read (a
     scan after a restart from an earlier offset only reads more)."""
     try:

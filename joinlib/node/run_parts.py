@@ -69,6 +69,11 @@ class SourceReader:
     def watermark(self, run: Any, b: Any, stream: Stream) -> int:
         return int(b.watermark)
 
+    def start(self, run: Any, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Where a run that does not resume from a checkpoint of its own reads its inputs from (absent: the
+        beginning); its host exists already.  A shared operator's reader starts at the operator's mark."""
+        return offsets
+
 
 class PlanOutput:
     """Where a run's results go: ``out.<query>`` (an MJoin operator's: :mod:`.tree_service`).  ``out_query``
@@ -85,6 +90,11 @@ class PlanOutput:
 
     def keeps_checkpoints(self) -> bool:
         return True
+
+    def checkpointed(self, run: Any) -> Optional[bytes]:
+        """A checkpoint is being taken, the producer flushed: what it publishes for other runs to read (a shared
+        operator's derived-topic marks), or None.  Called before :meth:`state`."""
+        return None
 
     def state(self) -> Any:
         """What a checkpoint keeps of the output (plain data)."""

@@ -30,7 +30,9 @@ operator for identical trees) keeps no checkpoints.
 A plan message may run one operator of its tree (``only`` / ``external``,
 :func:`joinlib.control.check.tree_scope`): an inner operator whose results are published for readers
 deployed apart, or a root reading derived streams that other deployments publish -- with their run ids,
-each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").
+each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").  With Redis windows an
+operator published that way saves, with each checkpoint, the offset of its derived topic the checkpoint
+corresponds to, and a new reader starts there rather than at offset 0 (:mod:`.derived_start`).
 
 The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
 one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
@@ -59,10 +61,12 @@ from joinlib.control.messages import DoneMessage, StatusMessage, merge_done
 from joinlib.control.run_plan import Generations, TreesRun
 from joinlib.errors import ClusterError
 from joinlib.mjoin.derived import Deployment, TreeProgram, deploy, leaf_tuple, moved
+from joinlib.mjoin.marks import DerivedMarks
 from joinlib.mjoin.output import Fanout, OpOutput, results_through
 from joinlib.mjoin.tree_plans import SharedTrees
 from joinlib.model import Query, Stream, Tup
 from joinlib.node.control import ControlLog, ControlRecord, publish
+from joinlib.node.derived_start import next_marks, reader_mark
 from joinlib.node.node_run import STATUS_EVERY_S, PlanRun
 from joinlib.node.run_parts import NodeOwner, PlanOutput, RunScope, SourceReader
 from joinlib.plan.logical import central
@@ -209,7 +213,9 @@ class OperatorPart(SourceReader, PlanOutput):
         self.results = {b.name: tr.results[b.name] for b in tr.dep.roots[i]}
         # a shared operator's derived stream, read from its run, moved from its origin to ours (docs/multiquery.md)
         self.shift = {slot: int(e["origin_ms"]) - origin for slot, e in tr.external.items()}
+        self.keep_from = -max(tr.dep.windows[i].values())   # older derived tuples (our time) meet none of ours
         self.output: Optional[OpOutput] = None
+        self.marks: Optional[DerivedMarks] = None   # a shared operator's, at its node (joinlib.mjoin.marks)
 
     # ------------------------------------------------------------------ output
     def sink(self, run: Any) -> Sink:
@@ -229,13 +235,25 @@ class OperatorPart(SourceReader, PlanOutput):
         results of one out topic."""
         return len({q.name for q in self.results.values()}) <= 1
 
+    def checkpointed(self, run: Any) -> Optional[bytes]:
+        """A shared operator at its node: the mark of this checkpoint, published with it for new readers."""
+        if not self.tr.publish or self.op.node != run.site:
+            return None
+        assert self.output is not None
+        self.marks = next_marks(self.marks, run.consumer, derived_topic(self.op.name), self.output.next_epoch,
+                                self.output.tau)
+        return self.marks.to_json() if self.marks.marks else None
+
     def state(self) -> Any:
         assert self.output is not None
-        return self.output.state()
+        st = self.output.state()
+        return st if self.marks is None else {**st, "marks": self.marks.to_json().decode()}
 
     def restore(self, st: Any) -> None:
         assert self.output is not None
         self.output.load(st)
+        if st.get("marks") is not None:
+            self.marks = DerivedMarks.from_json(st["marks"])
 
     def after_step(self, run: Any) -> None:
         """At the operator's node: hand the epochs every sequence has finished over to the readers."""
@@ -249,6 +267,21 @@ class OperatorPart(SourceReader, PlanOutput):
             run.out.produce(derived_topic(self.op.name), records.encode_source_batch(batch), slot.encode(), run.headers)
 
     # ------------------------------------------------------------------ inputs
+    def start(self, run: Any, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """A new reader of a shared operator, where it reads the derived topic: from the operator's mark that fits
+        it (:func:`reader_mark`), its window's watermark where reading the batches below would have left it;
+        else from the beginning."""
+        out = dict(offsets)
+        for slot, e in self.tr.external.items():
+            topic, node = derived_topic(str(e["op"])), run.q.stream(slot).site
+            if node != run.site or (topic, 0) in out:
+                continue
+            start = reader_mark(run, topic, e, node, self.keep_from - self.shift[slot])
+            if start is not None:
+                out[(topic, 0)], watermark = start
+                run.host.feed(run.q.name, slot, [], watermark + self.shift[slot])
+        return out
+
     def tuples(self, run: Any, b: Any, stream: Stream) -> Optional[list[Tup]]:
         if b.stream != stream.name:
             return None
@@ -267,7 +300,7 @@ class OperatorPart(SourceReader, PlanOutput):
         """A shared operator's derived tuples in this run's event time, those too old to meet any tuple of
         ours (older than our origin by more than their components' largest window) dropped here, at the
         producer's node, so that they never ship."""
-        return moved(b.tuples, stream.pos, self.shift[stream.name], -max(self.tr.dep.windows[self.i].values()))
+        return moved(b.tuples, stream.pos, self.shift[stream.name], self.keep_from)
 
 
 def operator_run(svc: NodeOwner, rec: ControlRecord, tr: TreeRun, i: int, consumer: Any, admin: Any,

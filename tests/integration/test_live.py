@@ -60,13 +60,14 @@ class Services:
         self.threads: list[threading.Thread] = []
         self.nodes: list[Any] = []
 
-    def start_nodes(self, sites: list[str], redis_url: Optional[str] = None) -> None:
-        """Node services (threads) serving ``sites``; with ``redis_url`` their windows live in Redis."""
+    def start_nodes(self, sites: list[str], redis_url: Optional[str] = None, quiet: bool = True) -> None:
+        """Node services (threads) serving ``sites``; with ``redis_url`` their windows live in Redis; not
+        ``quiet``: they log to stderr."""
         from prometheus_client import CollectorRegistry
 
         from joinlib.node.node_service import NodeService
         for site in sites:
-            n = NodeService(site, self.bootstrap, registry=CollectorRegistry(), stop=self.stop, serve=True, quiet=True,
+            n = NodeService(site, self.bootstrap, registry=CollectorRegistry(), stop=self.stop, serve=True, quiet=quiet,
                             redis_url=redis_url)
             t = threading.Thread(target=n.run, daemon=True, name=f"node-{site}")
             t.start()
