@@ -36,13 +36,14 @@ For each engine and workload, after a bounded run over ``--backlog`` seconds of 
 
     python bench/flink_compare.py [--backlog 300] [--workloads fig7,routers] [--engines joinlib,flink]
                                   [--exact] [--f 0.01] [--plan NAME] [--parallelism 2] [--flink-heap 4g]
-                                  [--flink-payload]
+                                  [--flink-payload] [--warmup 60]
                                   [--bootstrap HOST:PORT] [--out results/flink] [--name flink_compare]
                                   [--table docs/results.md] [--rebuild]
 
 Needs Java 17 and Maven: the job's jar is built on first use (``mvn -q -o package``, online if offline
 fails) into bench/flink/target/.  Kafka: --bootstrap, $KAFKA_BOOTSTRAP_SERVERS, the ``make up`` cluster,
-else a throw-away local broker.  Writes <out>/<name>.json and .png; ``--table`` rewrites the section
+else a throw-away local broker; an unmeasured drain of each engine warms it up first (``--warmup``).
+Writes <out>/<name>.json and .png; ``--table`` rewrites the section
 "joinlib vs Apache Flink" of that markdown file: a table per run in <out> (every <out>/*.json of this script).
 """
 from __future__ import annotations
@@ -169,6 +170,11 @@ def main() -> int:
                     help="Flink keeps every record's payload in its join state and results (default: it parses "
                          "past the payload and drops it, as a result of either engine is three ids and a ts)")
     ap.add_argument("--flink-heap", default="4g", help="the Flink JVM's -Xmx (heap state lives there; default 4g)")
+    ap.add_argument("--warmup", type=float, default=60.0,
+                    help="seconds of backlog (the first workload's) each engine drains, unmeasured, before the "
+                         "measured runs (default 60; 0: none).  Why: a broker just started compiles its hot paths "
+                         "(JIT) during the first drains, and the engine that comes first pays for it -- joinlib's "
+                         "routers drain went from ~20k to ~40k events/s between a fresh broker's first and third")
     ap.add_argument("--rebuild", action="store_true", help="rebuild bench/flink's jar even if it is up to date")
     ap.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS, the "
                                         "`make up` cluster, else a throw-away local broker)")
@@ -193,23 +199,9 @@ def main() -> int:
     before = machine()
     runs: dict[str, dict] = {}
     try:
-        for w in workloads:
-            p = params[w]
-            data = prepare_backlog(bs, args.backlog, p["f"], p["rate"], p["payload"], args.exact)
-            runs[w] = {**p, "reference_results": data["want"].count}
-            if "joinlib" in engines:
-                jl = backlog_run(bs, args.backlog, p["f"], args.plan, work, args.exact, p["rate"], p["payload"],
-                                 data=data)
-                jl["cpu_s"] = round(sum(jl["node_cpu_s"].values()), 2)
-                jl["broker_cpu_s"] = meter.between(*jl["window_ms"]) if meter is not None else None
-                runs[w]["joinlib"] = jl
-                _say(f"joinlib, {w}", jl)
-            if "flink" in engines:
-                fl = flink_backlog(bs, data, work, args.exact, args.parallelism, args.flink_heap, args.flink_payload)
-                fl["broker_cpu_s"] = meter.between(*fl["window_ms"]) if meter is not None else None
-                runs[w]["flink"] = fl
-                _say(f"Flink, {w}", runs[w]["flink"])
-            del data
+        if args.warmup > 0:
+            warm_up(bs, args, params[workloads[0]], engines, work)
+        runs = {w: measure(bs, args, w, params[w], engines, work, meter) for w in workloads}
     finally:
         if meter is not None:
             meter.close()
@@ -217,8 +209,8 @@ def main() -> int:
             cluster.stop()
     command = "python bench/flink_compare.py " + " ".join(sys.argv[1:])
     out = {"bench": "flink_compare", "command": command.strip(), "date": time.strftime("%Y-%m-%d"),
-           "setup": {"backlog_s": args.backlog, "window_ms": WINDOW_MS, "delta_ms": DELAY_MS, "partitions": 3,
-                     "exact": args.exact,
+           "setup": {"backlog_s": args.backlog, "warmup_s": args.warmup, "window_ms": WINDOW_MS,
+                     "delta_ms": DELAY_MS, "partitions": 3, "exact": args.exact,
                      "join_site": "Flink (like Spark) runs at the site of the biggest stream (join_site_stream; "
                                   "the three differ by a few bytes per record, the lengths of the join values) "
                                   "and reads the other two sites' topics: their JSON bytes cross "
@@ -242,6 +234,38 @@ def main() -> int:
         print(f"results differ from the reference: {', '.join(bad_runs)}", file=sys.stderr)
         return 1
     return 0
+
+
+def measure(bs: str, args: argparse.Namespace, w: str, p: dict, engines: list[str], work: Path,
+            meter: Any) -> dict:
+    """Workload ``w``'s backlog, drained by each engine: their figures (and the broker's CPU over each drain)."""
+    data = prepare_backlog(bs, args.backlog, p["f"], p["rate"], p["payload"], args.exact)
+    out: dict[str, Any] = {**p, "reference_results": data["want"].count}
+    if "joinlib" in engines:
+        jl = backlog_run(bs, args.backlog, p["f"], args.plan, work, args.exact, p["rate"], p["payload"], data=data)
+        jl["cpu_s"] = round(sum(jl["node_cpu_s"].values()), 2)
+        jl["broker_cpu_s"] = meter.between(*jl["window_ms"]) if meter is not None else None
+        out["joinlib"] = jl
+        _say(f"joinlib, {w}", jl)
+    if "flink" in engines:
+        fl = flink_backlog(bs, data, work, args.exact, args.parallelism, args.flink_heap, args.flink_payload)
+        fl["broker_cpu_s"] = meter.between(*fl["window_ms"]) if meter is not None else None
+        out["flink"] = fl
+        _say(f"Flink, {w}", fl)
+    return out
+
+
+def warm_up(bs: str, args: argparse.Namespace, p: dict, engines: list[str], work: Path) -> None:
+    """Each engine drains ``args.warmup`` seconds of backlog once, unmeasured (see ``--warmup``)."""
+    data = prepare_backlog(bs, args.warmup, p["f"], p["rate"], p["payload"], False)
+    if "joinlib" in engines:
+        r = backlog_run(bs, args.warmup, p["f"], args.plan, work, False, p["rate"], p["payload"], data=data)
+        print(f"warm-up, joinlib: {r['events']:,} events at {r['events_per_s']:,.0f} events/s (not measured)",
+              flush=True)
+    if "flink" in engines:
+        r = flink_backlog(bs, data, work, False, args.parallelism, args.flink_heap, args.flink_payload)
+        print(f"warm-up, Flink: {r['events']:,} events at {r['events_per_s']:,.0f} events/s (not measured)",
+              flush=True)
 
 
 def _say(what: str, r: dict) -> None:
