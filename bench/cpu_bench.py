@@ -148,11 +148,15 @@ def live_rows(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 
 def _live_runs(args: argparse.Namespace, bs: str, work: Path, redis_url: Optional[str],
                rows: list[dict[str, Any]]) -> None:
-    from bench.live_bench import backlog_run, prepare_backlog
+    from bench.live_bench import backlog_run, prepare_backlog, warm_up
     from bench.spark_compare import ROUTERS
+    plans = args.live_plans.split(",")
+    if args.warmup > 0:   # a broker's first drains run its JIT (live_bench.warm_up)
+        w = warm_up(bs, args.warmup, ROUTERS["f"], plans[0], work, ROUTERS["rate"], ROUTERS["payload"], redis_url)
+        print(f"warm-up: {w['events']:,} events at {w['events_per_s']:,.0f} events/s (not measured)", flush=True)
     for name, kw in (("routers-live", ROUTERS), ("fig7-live", {"f": 0.01, "rate": 300.0, "payload": 1000})):
         data = prepare_backlog(bs, args.backlog, kw["f"], kw["rate"], kw["payload"], exact=False)
-        for plan in args.live_plans.split(","):
+        for plan in plans:
             r = backlog_run(bs, args.backlog, kw["f"], plan, work, False, kw["rate"], kw["payload"], data=data,
                             redis_url=redis_url)
             cpu = sum(r["node_cpu_s"].values())
@@ -174,6 +178,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--backlog", type=float, default=300.0, help="seconds of events per site for --live")
     ap.add_argument("--live-plans", default="auto,central", help="plans for --live (default auto,central)")
     ap.add_argument("--redis", action="store_true", help="--live with windows in Redis")
+    ap.add_argument("--warmup", type=float, default=60.0,
+                    help="--live: seconds of backlog drained once, unmeasured, first (default 60; 0: none): a "
+                         "broker's first drains run its JIT")
     ap.add_argument("--bootstrap", default=None, help="Kafka for --live (default: a throw-away local broker)")
     args = ap.parse_args(argv)
     work = ROOT / "results" / "tmp" / f"{args.out.name}-work"   # generated data and reports (git-ignored)

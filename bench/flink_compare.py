@@ -64,6 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_bench import backlog_run, prepare_backlog  # noqa: E402
+from live_bench import warm_up as warm_up_joinlib  # noqa: E402
 from live_common import BASE_MS, RATE, ROOT, WINDOW_MS, F, broker_meter, kafka, machine  # noqa: E402
 from spark_compare import DELAY_MS, ROUTERS, _remote_bytes  # noqa: E402  (the same workloads; no pyspark)
 
@@ -257,12 +258,12 @@ def measure(bs: str, args: argparse.Namespace, w: str, p: dict, engines: list[st
 
 def warm_up(bs: str, args: argparse.Namespace, p: dict, engines: list[str], work: Path) -> None:
     """Each engine drains ``args.warmup`` seconds of backlog once, unmeasured (see ``--warmup``)."""
-    data = prepare_backlog(bs, args.warmup, p["f"], p["rate"], p["payload"], False)
     if "joinlib" in engines:
-        r = backlog_run(bs, args.warmup, p["f"], args.plan, work, False, p["rate"], p["payload"], data=data)
+        r = warm_up_joinlib(bs, args.warmup, p["f"], args.plan, work, p["rate"], p["payload"])
         print(f"warm-up, joinlib: {r['events']:,} events at {r['events_per_s']:,.0f} events/s (not measured)",
               flush=True)
     if "flink" in engines:
+        data = prepare_backlog(bs, args.warmup, p["f"], p["rate"], p["payload"], False)
         r = flink_backlog(bs, data, work, False, args.parallelism, args.flink_heap, args.flink_payload)
         print(f"warm-up, Flink: {r['events']:,} events at {r['events_per_s']:,.0f} events/s (not measured)",
               flush=True)

@@ -116,6 +116,14 @@ def backlog_run(bs: str, seconds: float, f: float, plan, logs: Path, exact: bool
     }
 
 
+def warm_up(bs: str, seconds: float, f: float, plan, logs: Path, rate: float = RATE, payload: int = PAYLOAD,
+            redis_url: Optional[str] = None) -> dict:
+    """An unmeasured drain of ``seconds`` of backlog (its figures returned, for a log line).  Why: a broker just
+    started compiles its hot paths (JIT) during its first drains -- a routers drain went from ~20k to ~40k events/s
+    between a fresh broker's first and third -- so a bench that starts one drains once before it measures."""
+    return backlog_run(bs, seconds, f, plan, logs, False, rate, payload, redis_url=redis_url)
+
+
 def paced_run(bs: str, rate: float, wall: float, f: float, plan, logs: Path) -> dict:
     from joinlib.ingest.contract import expected_output
     from joinlib.query import dump_query
