@@ -311,8 +311,7 @@ class PlanRun:
             if self.ckpt is not None:   # still the owner of this work: before a round that produces
                 self.ckpt.fence.check_often("producing")
             now = now_ms()
-            for m in self._next():
-                self.inputs.handle(m, now)
+            self.inputs.handle_all(self._next(), now)
             if live is not None:
                 live.tick(now, self.consumer)
                 live.drain(self.adaptive if self.adaptive is not None else self.host,  # adaptive: held at the fence

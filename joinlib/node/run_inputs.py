@@ -84,6 +84,22 @@ class RunInputs:
                                      _LIVE if live is not None and topic in live.by_topic else _OTHER)
         return kind
 
+    def handle_all(self, msgs: list[Any], now: float) -> None:
+        """:meth:`handle` of each of ``msgs`` in order; a run of consecutive records of one live source's topic
+        goes to its sources at once (:meth:`~.sources.LiveSources.handle_run`): most messages of a draining node."""
+        kinds, i, n = self._kinds, 0, len(msgs)
+        while i < n:
+            topic = msgs[i].topic()
+            if (kinds.get(topic) or self._kind(topic)) is not _LIVE:
+                self.handle(msgs[i], now)
+                i += 1
+                continue
+            j = i + 1
+            while j < n and msgs[j].topic() == topic:
+                j += 1
+            self.run.live.handle_run(topic, msgs[i:j] if i or j < n else msgs, now)
+            i = j
+
     def handle(self, m: Any, now: float) -> None:
         run = self.run
         topic = m.topic()

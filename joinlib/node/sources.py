@@ -45,7 +45,7 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.errors import ClusterError
 from joinlib.ingest import Advance, Bad, Decoder, StreamIngest
-from joinlib.ingest.records import LATE, Filtered
+from joinlib.ingest.records import LATE, Event, Filtered
 from joinlib.model import Query, Stream, Tup
 from joinlib.protocol import avro
 from joinlib.rows import names_every_field
@@ -251,6 +251,31 @@ class LiveInputs:
             bad = src.ingest.offer(part, offset, ev, now)
             if bad is not None:
                 self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+
+    def handle_run(self, topic: str, msgs: list[Any], now: float) -> None:
+        """:meth:`handle` of each of ``msgs`` (records of ``topic``, in the order read), the usual case in one loop:
+        a topic feeding one stream, no idle advance being confirmed, no checkpoint's records being read again."""
+        srcs = self.by_topic[topic]
+        if self._pending is not None or len(srcs) != 1 or srcs[0].ingest.missing:
+            for m in msgs:
+                self.handle(m, now)
+            return
+        src = srcs[0]
+        ing, decode, parts = src.ingest, src.decoder.decode, src.ingest.parts
+        for m in msgs:
+            part, offset = m.partition(), m.offset()
+            p = parts.get(part)
+            if p is None or offset < p.next:
+                continue   # a partition added after submission; read before the checkpoint (nothing missing)
+            ev = decode(m.value(), part, offset)
+            if type(ev) is Event:
+                bad = ing.offer(part, offset, ev, now)
+                if bad is not None:
+                    self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+            else:   # dropped by the stream's WHERE, or malformed: it moves the read position only
+                ing.skip(part, offset)
+                if isinstance(ev, Bad):
+                    self._dead(src, m, ev)
 
     def _readmit(self, src: _Source, part: int, offset: int, value: bytes) -> None:
         ev = src.decoder.decode(value, part, offset)
