@@ -30,9 +30,10 @@ operator for identical trees) keeps no checkpoints.
 A plan message may run one operator of its tree (``only`` / ``external``,
 :func:`joinlib.control.check.tree_scope`): an inner operator whose results are published for readers
 deployed apart, or a root reading derived streams that other deployments publish -- with their run ids,
-each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators").  With Redis windows an
-operator published that way saves, with each checkpoint, the offset of its derived topic the checkpoint
-corresponds to, and a new reader starts there rather than at offset 0 (:mod:`.derived_start`).
+each tuple moved from their origin to this run's (docs/multiquery.md "Shared operators"), those made within a
+window before this run's origin kept as its derived window's history (they join its tuples after the origin).
+With Redis windows an operator published that way saves, with each checkpoint, the offset of its derived topic
+the checkpoint corresponds to, and a new reader starts there rather than at offset 0 (:mod:`.derived_start`).
 
 The node publishes ``status`` for the tree query once every operator it runs reads its inputs, and
 one ``done`` with its operators' counts merged, so the cluster runner treats a tree run as any run.
@@ -269,12 +270,17 @@ class OperatorPart(SourceReader, PlanOutput):
     # ------------------------------------------------------------------ inputs
     def start(self, run: Any, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """A new reader of a shared operator, where it reads the derived topic: from the operator's mark that fits
-        it (:func:`reader_mark`), its window's watermark where reading the batches below would have left it;
-        else from the beginning."""
+        it (:func:`reader_mark`), else from the beginning.  Either way its derived window keeps the tuples from its
+        horizon on, those before its origin as the window's history (``HomeWindow.open_history``): its tuples after
+        the origin join them, and its watermark starts there (the batches below a mark would have left it there)."""
         out = dict(offsets)
         for slot, e in self.tr.external.items():
             topic, node = derived_topic(str(e["op"])), run.q.stream(slot).site
-            if node != run.site or (topic, 0) in out:
+            if node != run.site:
+                continue
+            # the derived tuples before our origin that ours may join enter our first epoch (docs/multiquery.md)
+            run.host.windows[(run.q.name, 0, slot)].open_history(self.keep_from)
+            if (topic, 0) in out:
                 continue
             start = reader_mark(run, topic, e, node, self.keep_from - self.shift[slot])
             if start is not None:

@@ -11,6 +11,12 @@ tuples dead by epoch e (deadline < e) are purged only once every lane that reads
 by bisection (:mod:`joinlib.runtime.windowing`), so a window holding more than one epoch's view
 answers every one of them exactly.  The batches B_e are kept as long as a user may still take
 them (senders ship them, sequences start from them).
+
+A window may have a *history* (:meth:`open_history`): tuples from before epoch 0 that its first batch takes in
+too, so that the tuples of epoch 0 on can join them (a reader of a shared operator keeps the derived tuples the
+operator made within a window before the reader's origin: docs/multiquery.md "What a reusing query sees").  They
+go wherever B_0 goes -- the store, the replicas its senders fill, the sequences it starts -- so every plan sees
+them; a result they head is older than the origin, and the reader's output drops it.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ class HomeWindow:
         self.purged = 0                   # tuples with deadline < purged are gone
         self.source: deque[Tup] = deque()
         self.watermark = -1
+        self.since = 0                    # epoch 0 takes the tuples from here on (< 0: a history)
         self.batches: dict[int, list[Tup]] = {}
         self.users: list[Lane] = []
         self.columns: dict[Index, KeyColumn] = {}   # built when a request is first tested, then kept up
@@ -48,12 +55,20 @@ class HomeWindow:
         if watermark is not None and watermark > self.watermark:
             self.watermark = watermark
 
+    def open_history(self, since: int) -> None:
+        """Before anything is fed: epoch 0's batch also takes the tuples in ``[since, 0)``, and nothing fed has
+        been seen below ``since`` (the watermark starts there; tuples older than ``since`` stay late)."""
+        assert self.next == 0 and not self.source, "a window's history is opened before anything is fed"
+        assert self.stream.window.is_time, "a history needs a time window (a tuple window would count from 0)"
+        self.since = min(since, 0)
+        self.watermark = min(self.watermark, self.since)
+
     def insert(self, e: int) -> bool:
         """The insert lane's phase: B_e into the store once the watermark passes the epoch."""
         end = (e + 1) * self.tau
         if self.watermark < end:
             return False
-        src, batch, start = self.source, [], e * self.tau
+        src, batch, start = self.source, [], e * self.tau if e else self.since
         while src and src[0].ts < end:
             t = src.popleft()
             if t.ts < start:
@@ -156,7 +171,7 @@ class HomeWindow:
     def snapshot(self, encode: Any, with_store: bool) -> dict[str, Any]:
         """Plain data (``encode``: Tup -> bytes); the store's tuples only ``with_store``."""
         out: dict[str, Any] = {
-            "next": self.next, "purged": self.purged, "watermark": self.watermark,
+            "next": self.next, "purged": self.purged, "watermark": self.watermark, "since": self.since,
             "source": [encode(t) for t in self.source],
             "batches": {e: [encode(t) for t in b] for e, b in self.batches.items()},
             "progress": self.progress.snapshot() if self.progress is not None else None,
@@ -168,6 +183,7 @@ class HomeWindow:
 
     def restore(self, data: dict[str, Any], decode: Any) -> None:
         self.next, self.purged, self.watermark = data["next"], data["purged"], data["watermark"]
+        self.since = int(data.get("since", 0))
         self.source = deque(decode(b) for b in data["source"])
         self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
         self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None

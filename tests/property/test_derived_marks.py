@@ -4,8 +4,9 @@ checkpoints, crashes that resume from the last checkpoint and hand the epochs af
 batches: the operator is deterministic), the reader attaching at any point and keeping the tuples from any
 horizon on, compared once the operator has caught up with what its crashed predecessors handed over.  The
 reader is modelled as the node's (joinlib/node/tree_service.py): a batch at or below its window's watermark is
-dropped, a tuple older than its horizon too; a reader starting at a mark starts with the watermark the batches
-below it would have left."""
+dropped, a tuple older than its horizon too; its window's watermark starts at the horizon (it keeps the tuples
+from there on, before its origin too: ``HomeWindow.open_history``), and a reader starting at a mark with the
+watermark the batches below it would have left, if higher."""
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -60,9 +61,9 @@ def test_a_reader_from_a_mark_keeps_what_it_keeps_from_the_beginning(life, attac
         published = saved[1] if saved is not None else None
     for e in range(nxt, max(topic, default=-1) + 1):   # the live operator catches up with its predecessors
         topic.append(e)
-    want = _read(topic, content, 0, -1, horizon)
+    want = _read(topic, content, 0, horizon, horizon)   # a new reader's window: nothing seen below its horizon
     mark = published.start(horizon) if published is not None else None
-    got = want if mark is None else _read(topic, content, mark.offset, mark.epoch * TAU, horizon)
+    got = want if mark is None else _read(topic, content, mark.offset, max(horizon, mark.epoch * TAU), horizon)
     assert got == want
     if mark is not None:   # below the mark: its epochs, or a crashed predecessor's later ones, handed over again after
         assert all(e < mark.epoch or e in topic[mark.offset:] for e in topic[:mark.offset])
