@@ -237,8 +237,8 @@ class OutReader:
     def __init__(self, bootstrap: str, query: Query, run: str, origin_ms: int) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-        from joinlib.adapters.kafka import make_consumer, out_topic
-        self.c = make_consumer(bootstrap, f"bench-{tag()}")
+        from joinlib.adapters.kafka import make_watcher, out_topic
+        self.c = make_watcher(bootstrap, f"bench-{tag()}")   # a downstream reader of results
         self.c.assign([TopicPartition(out_topic(query.name), 0, OFFSET_BEGINNING)])
         self.run, self.origin = run.encode(), origin_ms
         self.groups: list[tuple[int, int, int]] = []

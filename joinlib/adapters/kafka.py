@@ -119,7 +119,10 @@ CONSUMER_DEFAULTS: dict = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
     "enable.partition.eof": False,
-    "fetch.wait.max.ms": 10,
+    # a fetch parks at the broker at most 50 ms when nothing is there; it returns as soon as a message arrives, so
+    # this delays only partitions assigned or resumed (by the gates) while one is parked.  10 ms made each idle
+    # consumer a fetch request per 10 ms: the broker's busiest work in a drain (docs/results.md)
+    "fetch.wait.max.ms": 50,
     # prefetch at most 16 MB (librdkafka's default 64 MB): a node that lags would hold that much of its
     # backlog in memory besides the Python objects it is working on
     "queued.max.messages.kbytes": 16_384,
@@ -226,6 +229,20 @@ def make_consumer(bootstrap: str, group: str, **overrides) -> Consumer:
     """A consumer for manual assignment (``assign``); ``group`` only names it (no commits)."""
     conf = {**_base(bootstrap), **CONSUMER_DEFAULTS, "group.id": group, **overrides}
     return Consumer(conf)
+
+
+#: How long a *watcher* parks its fetch at the broker: a consumer waiting for messages that come now and then (the
+#: control log, reports, a reader of results).  The broker answers a parked fetch as soon as a message arrives, so
+#: this delays nothing but the first fetch of a partition assigned while one is parked.  Why not CONSUMER_DEFAULTS'
+#: 50 ms (a run's consumer, whose gates pause and resume partitions, and which reads as soon as it can): every
+#: idle consumer costs the broker a fetch per wait -- eight of them took 0.45 of a core of the local broker at
+#: 10 ms, 0.09 at 100 ms, 0.04 at 500 ms (docs/results.md), where a drain's nodes and broker share two cores.
+WATCH_FETCH_WAIT_MS = 250
+
+
+def make_watcher(bootstrap: str, group: str, **overrides) -> Consumer:
+    """A consumer for the control log, reports or results (:data:`WATCH_FETCH_WAIT_MS` says why it differs)."""
+    return make_consumer(bootstrap, group, **{"fetch.wait.max.ms": WATCH_FETCH_WAIT_MS, **overrides})
 
 
 def make_admin(bootstrap: str) -> AdminClient:

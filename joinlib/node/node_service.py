@@ -44,6 +44,7 @@ from joinlib.adapters.kafka import (
     ensure_topics,
     make_admin,
     make_consumer,
+    make_watcher,
     report_topics,
 )
 from joinlib.adapters.prometheus import PrometheusSensor, serve_metrics
@@ -110,7 +111,7 @@ class NodeService:
             self.log(f"metrics on :{self.metrics_port}/metrics")
         admin = make_admin(self.bootstrap)
         ensure_topics(admin, [CONTROL_TOPIC, *report_topics([self.site])])   # the ends, its own reports
-        consumer = make_consumer(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
+        consumer = make_watcher(self.bootstrap, f"joinlib-node-{self.site}-{uuid.uuid4().hex[:8]}")
         try:
             ctl = read_control_to_end(consumer, ControlLog.of([self.site]), reject=self.reject_control)
             if self.serve and self.run_id is None:

@@ -51,6 +51,7 @@ from joinlib.adapters.kafka import (
     ensure_partitions,
     flow_topics,
     make_consumer,
+    make_watcher,
     partition_ends,
     source_topic,
 )
@@ -329,7 +330,7 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     if role is not None:
         redis = getattr(svc.store_factory, "client", None) or redis_client(svc.redis_url)
     owner = _Owner(svc, rec, compiled, admin, ctl, redis)
-    control = make_consumer(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
+    control = make_watcher(svc.bootstrap, f"joinlib-node-{svc.site}-{uuid.uuid4().hex[:8]}")
     # the partitions already done (an instance that joins late, or a restarted one) are not run again
     seen = read_control_to_end(control, ControlLog.of([svc.site], rec.offset + 1), reject=svc.reject_control)
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}

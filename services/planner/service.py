@@ -66,6 +66,7 @@ from joinlib.adapters.kafka import (
     make_admin,
     make_consumer,
     make_producer,
+    make_watcher,
     query_topics,
     status_topic,
 )
@@ -438,7 +439,7 @@ class PlannerService:
         """Follow ``control`` (plans, stops) and the status topics (the nodes' reports) of every site a plan read
         names.  ``control`` is read to its end first: a report counts only for the run of the query's current
         plan, and the topics are not ordered with each other."""
-        consumer = make_consumer(self.bootstrap, f"joinlib-planner-watch-{uuid.uuid4().hex[:8]}")
+        consumer = make_watcher(self.bootstrap, f"joinlib-planner-watch-{uuid.uuid4().hex[:8]}")
         positions: dict[str, int] = {CONTROL_TOPIC: 0}   # topic -> next offset to read
         try:
             end = end_offsets(consumer, [CONTROL_TOPIC])[CONTROL_TOPIC]
