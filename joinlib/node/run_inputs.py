@@ -97,7 +97,7 @@ class RunInputs:
             j = i + 1
             while j < n and msgs[j].topic() == topic:
                 j += 1
-            self.run.live.handle_run(topic, msgs[i:j] if i or j < n else msgs, now)
+            self.run.live.handle_run(topic, msgs[i:j], now)
             i = j
 
     def handle(self, m: Any, now: float) -> None:

@@ -240,17 +240,7 @@ class LiveInputs:
                 continue
             if src.ingest.missing:
                 self._check_lost(src, part, offset)
-            ev = src.decoder.decode(value, part, offset)
-            if isinstance(ev, Filtered):   # the stream's WHERE drops it: it moves the read position only
-                src.ingest.skip(part, offset)
-                continue
-            if isinstance(ev, Bad):
-                src.ingest.skip(part, offset)
-                self._dead(src, m, ev)
-                continue
-            bad = src.ingest.offer(part, offset, ev, now)
-            if bad is not None:
-                self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+            self._take(src, m, part, offset, value, now)
 
     def handle_run(self, topic: str, msgs: list[Any], now: float) -> None:
         """:meth:`handle` of each of ``msgs`` (records of ``topic``, in the order read), the usual case in one loop:
@@ -261,21 +251,26 @@ class LiveInputs:
                 self.handle(m, now)
             return
         src = srcs[0]
-        ing, decode, parts = src.ingest, src.decoder.decode, src.ingest.parts
+        parts, take = src.ingest.parts, self._take
         for m in msgs:
             part, offset = m.partition(), m.offset()
             p = parts.get(part)
             if p is None or offset < p.next:
                 continue   # a partition added after submission; read before the checkpoint (nothing missing)
-            ev = decode(m.value(), part, offset)
-            if type(ev) is Event:
-                bad = ing.offer(part, offset, ev, now)
-                if bad is not None:
-                    self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
-            else:   # dropped by the stream's WHERE, or malformed: it moves the read position only
-                ing.skip(part, offset)
-                if isinstance(ev, Bad):
-                    self._dead(src, m, ev)
+            take(src, m, part, offset, m.value(), now)
+
+    def _take(self, src: _Source, m: Any, part: int, offset: int, value: Optional[bytes], now: float) -> None:
+        """Record ``offset`` of ``part``, read for the first time: on time (pending), late or malformed (a dead
+        letter), or dropped by the stream's WHERE (it moves the read position only)."""
+        ev = src.decoder.decode(value, part, offset)
+        if type(ev) is Event:
+            bad = src.ingest.offer(part, offset, ev, now)
+            if bad is not None:
+                self._dead(src, m, bad, ev.ts if bad.reason == LATE else None)
+            return
+        src.ingest.skip(part, offset)
+        if isinstance(ev, Bad):
+            self._dead(src, m, ev)
 
     def _readmit(self, src: _Source, part: int, offset: int, value: bytes) -> None:
         ev = src.decoder.decode(value, part, offset)
