@@ -20,6 +20,7 @@ them; a result they head is older than the origin, and the reader's output drops
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from typing import Any, Iterable, Optional
 
@@ -169,11 +170,16 @@ class HomeWindow:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self, encode: Any, with_store: bool) -> dict[str, Any]:
-        """Plain data (``encode``: Tup -> bytes); the store's tuples only ``with_store``."""
+        """Plain data (``encode``: Tup -> bytes); the store's tuples only ``with_store``.  The kept batches are
+        named by their epochs, not written out: every tuple of a kept batch is in the store (a purge at ``low``
+        removes only tuples of epochs below it), and a restore finds the store as of this snapshot (loaded from
+        it, or a durable store rolled back to it), so :meth:`restore` cuts them from the store again.  Why: in a
+        backlog's drain a window holds hundreds of epochs its readers have not reached, and encoding them took
+        two thirds of a node's checkpoint."""
         out: dict[str, Any] = {
             "next": self.next, "purged": self.purged, "watermark": self.watermark, "since": self.since,
             "source": [encode(t) for t in self.source],
-            "batches": {e: [encode(t) for t in b] for e, b in self.batches.items()},
+            "batch_epochs": list(self.batches),
             "progress": self.progress.snapshot() if self.progress is not None else None,
             "lane": (self.lane.epoch, self.lane.cursor),
         }
@@ -185,9 +191,25 @@ class HomeWindow:
         self.next, self.purged, self.watermark = data["next"], data["purged"], data["watermark"]
         self.since = int(data.get("since", 0))
         self.source = deque(decode(b) for b in data["source"])
-        self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
         self.progress = Progress.restored(data["progress"]) if data["progress"] is not None else None
         self.lane.epoch, self.lane.cursor = data["lane"]
         self.columns = {}
         if "store" in data:
             self.store.load([decode(b) for b in data["store"]])
+        if "batches" in data:   # a checkpoint written before batches were named by epoch
+            self.batches = {int(e): [decode(b) for b in bs] for e, bs in data["batches"].items()}
+        else:
+            self.batches = self._cut_batches([int(e) for e in data["batch_epochs"]])
+
+    def _cut_batches(self, epochs: list[int]) -> dict[int, list[Tup]]:
+        """The batches B_e of ``epochs`` (ascending) cut from the store: its tuples with ts in epoch e (from
+        ``since`` for epoch 0), in seq order -- the order they were inserted in (seq is the rank in ts order)."""
+        if not epochs:
+            return {}
+        tups = self.store.tuples()
+        ts = [t.ts for t in tups]
+        tau, out = self.tau, {}
+        for e in epochs:
+            lo = bisect_left(ts, e * tau if e else self.since)
+            out[e] = tups[lo:bisect_left(ts, (e + 1) * tau, lo)]
+        return out

@@ -369,10 +369,17 @@ def test_snapshot_round_trips(data):
             fresh = make_host(h.specs, site, _Queues(h.sites), CollectingSink(query), lambda name, s=stores: s[name])
             restore(fresh, blob)
             assert checkpoint.state_of(fresh, with_stores=True) == want
+            assert _batches(fresh) == _batches(h.nodes[site])   # a snapshot names them; the store gives them back
             blob = snapshot(fresh)
         empty = make_host(h.specs, site, _Queues(h.sites), CollectingSink(query), None)
         restore(empty, checkpoint.dumps(want))
         assert checkpoint.state_of(empty, with_stores=True) == want
+        assert _batches(empty) == _batches(h.nodes[site])
+
+
+def _batches(host: Host) -> dict[tuple[str, int, str], dict[int, list[Tup]]]:
+    """Every window's kept batches B_e (what senders still ship and sequences still start from)."""
+    return {k: dict(w.batches) for k, w in host.windows.items()}
 
 
 # ----------------------------------------------------------------------------- targeted tests
