@@ -104,7 +104,12 @@ class CpuMeter:
             self._stop.wait(self.every)
 
     def between(self, t0_ms: float, t1_ms: float) -> Optional[float]:
-        """CPU seconds from ``t0_ms`` to ``t1_ms`` (interpolated between samples); None outside the samples."""
+        """CPU seconds from ``t0_ms`` to ``t1_ms`` (interpolated between samples); None outside the samples.  A span
+        that ended just now waits for the next sample (up to a second): a drain read as soon as it ended was None."""
+        deadline = time.monotonic() + 1.0
+        while self.samples and t1_ms > self.samples[-1][0] and time.monotonic() < deadline \
+                and self._thread.is_alive():
+            time.sleep(self.every / 2)
         xs = self.samples
         if not xs or t0_ms < xs[0][0] or t1_ms > xs[-1][0]:
             return None
