@@ -9,10 +9,12 @@ stays computable as it goes), every ``--malformed-every``-th record malformed (d
 node service process per site with ``REDIS_URL`` (windows in Redis, a checkpoint every second), a generator
 process writing real-time events.
 
-The rate: ``--rate`` (events/s per site), else measured first, the same hour with the same services
-(``--measure-seconds`` of backlog per site at ``--measure-density`` events/s per site, drained with Redis
-windows: sustained = events / drain time; its results checked against the reference), then ``--fraction``
-(0.8) of it.  soak.json records when and how.
+The rate: ``--rate`` (events/s per site), else measured first, the same hour with the same services:
+``--measure-seconds`` of backlog per site at ``--measure-density`` events/s per site, drained with Redis
+windows (its results checked against the reference), then ``--probes`` short soaks of ``--probe-minutes``
+from half that drain's rate, searching the highest rate whose lag stays bounded with the generator and the check
+running too (bench/soak_ramp.py: a drain measures a burst; 80 % of it fell behind within a minute), then
+``--fraction`` (0.8) of that.  soak.json records when and how (``measured``, ``measured.ramp``).
 
 Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``INFO memory``
 (used_memory, used_memory_rss), each node's consumer lag (``joinlib_consumer_lag_messages`` summed over
@@ -245,7 +247,7 @@ def _drop_keys(redis_url: str, query: str) -> int:
 
 
 def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, logs: Path, plan: str,
-         malformed_every: int = 0, drain_timeout_s: float = 120.0) -> dict:
+         malformed_every: int = 0, drain_timeout_s: float = 120.0, quiet: bool = False) -> dict:
     import redis
     from soak_check import SourceCheck, TalliedResults, final_check
 
@@ -298,7 +300,7 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
                       "checked_records": source.records, "reference_results": source.want.total()}
             prev_count, prev_t = count, now
             samples.append(sample)
-            if len(samples) % max(1, round(30 / every)) == 0:
+            if not quiet and len(samples) % max(1, round(30 / every)) == 0:
                 print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {sample['redis']['used_mb']} MB, "
                       f"lag {sample['lag']}, p99 {sample['latency_ms'].get('p99')} ms, "
                       f"{sample['results_per_s']:,.0f} results/s, {source.records:,} records read by the check, "
@@ -311,7 +313,8 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
         self_cpu = time.process_time() - self_cpu0
         written = _generator_total(logs / f"soak-{t}" / "generator.log")
         print("input ended: checking every result against the reference", flush=True)
-        check = final_check(bs, q, out["run"], source, reader, drain_timeout_s)
+        check = final_check(bs, q, out["run"], source, reader, drain_timeout_s,
+                            **({"report": lambda _: None} if quiet else {}))
         _, total = reader.take()
         status = planner.status(q.name) or {}
         planner.stop(q.name)
@@ -327,7 +330,8 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
         planner.close()
         rcli.close()
     stats = status.get("stats") or {}
-    return {"began_utc": began, "rate_per_site": rate, "selectivity": f, "malformed_every": malformed_every,
+    return {"began_utc": began, "query": q.name, "rate_per_site": rate, "selectivity": f,
+            "malformed_every": malformed_every,
             "minutes": minutes, "wall_s": round(wall, 1), "events_written": written, "results": total,
             "node_cpu_s": cpu, "soak_process_cpu_s": round(self_cpu, 1), "dead_letters": stats.get("dead_letters"),
             "plan": out.get("plan"), "check": check, "samples": samples}
@@ -498,6 +502,11 @@ def main() -> int:
     ap.add_argument("--measure-seconds", type=float, default=20.0, help="seconds of backlog per site to measure with")
     ap.add_argument("--measure-density", type=float, default=1000.0,
                     help="events/s per site of the measurement backlog (default 1000)")
+    ap.add_argument("--probes", type=int, default=4,
+                    help="short soaks searching the sustainable rate after the drain's measurement, from half the "
+                         "drain's rate (bench/soak_ramp.py; default 4; 0: the drain's rate is the sustainable one, "
+                         "as before -- a burst rate the soak's generator and check do not leave room for)")
+    ap.add_argument("--probe-minutes", type=float, default=1.5, help="length of each probe (default 1.5)")
     ap.add_argument("--every", type=float, default=5.0, help="sampling interval in seconds (default 5)")
     ap.add_argument("--warmup", type=float, help="seconds left out of the verdicts (default 20%% of the run, >= 60)")
     ap.add_argument("--lag-bound-s", type=float, default=5.0,
@@ -537,12 +546,17 @@ def main() -> int:
         rate = args.rate
         if rate is None:
             measured = measure(bs, redis_url, args.measure_seconds, args.measure_density, logs, args.plan)
-            rate = round(args.fraction * measured["events_per_s"] / 3, -1)
+            sustained = measured["events_per_s"] / 3
             print(f"measured at {measured['began_utc']}: {measured['events']:,} events drained in "
                   f"{measured['drain_s']} s = {measured['events_per_s']:,.0f} events/s with Redis windows "
                   f"({measured['results']:,} results, reference {measured['reference_results']:,}, "
-                  f"{'exact' if measured['results_exact'] else 'NOT EXACT'}); soak at {args.fraction:.0%}: "
-                  f"{rate:,.0f}/s per site", flush=True)
+                  f"{'exact' if measured['results_exact'] else 'NOT EXACT'})", flush=True)
+            if args.probes > 0:
+                measured["ramp"] = ramp(bs, redis_url, args, logs, round(sustained / 2, -1))
+                measured["ended_utc"] = _utc()
+                sustained = measured["ramp"]["sustainable_per_site"]
+            rate = round(args.fraction * sustained, -1)
+            print(f"soak at {args.fraction:.0%} of {sustained:,.0f}: {rate:,.0f}/s per site", flush=True)
         run = soak(bs, redis_url, rate, args.minutes, args.every, logs, args.plan, args.malformed_every,
                    args.drain_timeout)
     finally:
@@ -555,7 +569,8 @@ def main() -> int:
                         "windows": "Redis, checkpoint every 1 s"},
            "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
            "measured": measured, "rate_source": "--rate" if measured is None else
-           f"{args.fraction:.0%} of the sustained rate measured from {measured['began_utc']} to "
+           f"{args.fraction:.0%} of the sustained rate measured ("
+           f"{'searched with short soaks' if measured.get('ramp') else 'a drain'}) from {measured['began_utc']} to "
            f"{measured['ended_utc']}, just before the soak began at {run['began_utc']} (see measured)",
            "soak": run, "verdicts": v, "machine_before": before, "machine_after": machine()}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -565,6 +580,26 @@ def main() -> int:
     print_verdicts(v, run["check"])
     print(f"wrote {args.out / (args.name + '.json')} and .png")
     return 0 if v.get("ok") else 1
+
+
+def ramp(bs: str, redis_url: str, args: argparse.Namespace, logs: Path, start: float) -> dict:
+    """The sustainable rate per site, searched with short soaks (bench/soak_ramp.py): a probe keeps up when its lag
+    is bounded after a third of it and its results are exact; what each left in Redis is dropped."""
+    from soak_ramp import find_sustainable
+
+    def probe(rate: float) -> dict:
+        run = soak(bs, redis_url, rate, args.probe_minutes, args.every, logs, args.plan, args.malformed_every,
+                   drain_timeout_s=30.0, quiet=True)
+        _drop_keys(redis_url, run["query"])
+        v = verdicts(run, args.probe_minutes * 60.0 / 3, args.lag_bound_s)
+        lag = {s: x["max"] for s, x in v.get("lag_bounded", {}).items()}
+        exact = bool(run["check"]["exact"])
+        kept = bool(v.get("lag_is_bounded")) and exact
+        why = v.get("why") or f"max lag {lag}, p99 {v.get('latency_after_warmup', {}).get('p99_median_ms')} ms" + (
+            "" if exact else ", results not exact (behind at the end)")
+        return {"kept_up": kept, "why": why, "max_lag": lag, "results_exact": exact,
+                "latency_after_warmup": v.get("latency_after_warmup"), "node_cpu_s": run["node_cpu_s"]}
+    return find_sustainable(probe, start, args.probes)
 
 
 def print_verdicts(v: dict, check: Optional[dict]) -> None:
