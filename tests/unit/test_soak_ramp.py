@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from soak_ramp import find_sustainable  # noqa: E402
+from soak_ramp import find_sustainable  # type: ignore[import-not-found]  # noqa: E402
 
 
 def _probe(limit: float, calls: list[float]):
