@@ -128,7 +128,7 @@ def main() -> int:
         print(f"generating {duration / 1000:.0f}s of {query.name} data in {data}", file=sys.stderr)
         generate(query, data, duration, seed=1)
     all_streams = load_streams(query, data)
-    from joinlib.cli.main import parse_kills
+    from joinlib.cli.run_options import parse_kills
     faults = parse_kills(args.kill, query)
     cluster = None
     need_redis = bool(faults) and not args.redis

@@ -47,6 +47,7 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -523,6 +524,9 @@ def main() -> int:
     ap.add_argument("--name", default="soak")
     ap.add_argument("--from-json", type=Path, help="recompute the verdicts and the plot of a soak's JSON, run nothing")
     args = ap.parse_args()
+    # a stopped soak (SIGTERM, a CI timeout) unwinds like Ctrl-C: its `finally` blocks stop the generator, the node
+    # processes and its broker and Redis, which otherwise outlived it (a stopped soak's generator wrote on for 12 min)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.from_json is not None:
         doc = json.loads(args.from_json.read_text())
         minutes = doc["soak"]["minutes"]

@@ -27,6 +27,7 @@ from joinlib.cli.live import http_json as _http
 from joinlib.cli.live import planner_url
 from joinlib.cli.plan_auto import plan_auto
 from joinlib.cli.progressive import add_command as add_progressive
+from joinlib.cli.run_options import faults_of, parse_instances, parse_kills, parse_switches
 from joinlib.cli.sql import add_command as add_sql
 from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
 from joinlib.costs import get_model
@@ -217,69 +218,6 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------------- commands
 
-def parse_kills(specs: list[str], query: Query, flag: str = "--kill") -> list[tuple[str, float]]:
-    """``SITE@SECONDS`` -> (site, seconds), checked against the query's sites."""
-    out = []
-    for spec in specs:
-        site, _, secs = spec.rpartition("@")
-        try:
-            t = float(secs)
-        except ValueError:
-            t = -1.0
-        if not site or t < 0:
-            raise JoinlibError(f"{flag} {spec!r}: expected SITE@SECONDS, e.g. {flag} {query.sites[0]}@2.5")
-        if site not in query.nodes:
-            raise JoinlibError(f"{flag} {spec!r}: no site {site!r} in {query.name} (sites: {', '.join(query.nodes)})")
-        out.append((site, t))
-    return out
-
-
-def parse_instances(spec: Optional[str], query: Query) -> Optional[dict[str, int]]:
-    """``--scale-out [SITE=N,...]`` -> instances per site (None: not scaled out)."""
-    if spec is None:
-        return None
-    out: dict[str, int] = {}
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        site, sep, n = item.partition("=")
-        if not sep or not n.isdigit() or int(n) < 1:
-            raise JoinlibError(f"--scale-out {spec!r}: expected SITE=N,... with N >= 1, e.g. --scale-out "
-                               f"{query.sites[0]}=2")
-        if site not in query.nodes:
-            raise JoinlibError(f"--scale-out {spec!r}: no site {site!r} in {query.name} "
-                               f"(sites: {', '.join(query.nodes)})")
-        out[site] = int(n)
-    return out
-
-
-def _faults(args: argparse.Namespace, query: Query) -> list[tuple[Any, ...]]:
-    """``--kill`` and ``--join`` as :func:`joinlib.node.cluster.run_cluster`'s faults."""
-    if args.join and args.scale_out is None:
-        raise JoinlibError("--join needs --scale-out (it starts one more instance of a site)")
-    return ([(site, t, "kill") for site, t in parse_kills(args.kill, query)]
-            + [(site, t, "join") for site, t in parse_kills(args.join, query, "--join")])
-
-
-def parse_switches(specs: list[str], query: Query) -> list[tuple[int, str]]:
-    """``AT:PLAN`` -> (first epoch of the new plan, plan spec), sorted; AT is a stream time
-    rounded up to the next epoch boundary (batch interval τ)."""
-    tau = query.execution.interval_ms
-    out: dict[int, str] = {}
-    for spec in specs:
-        at, sep, plan = spec.partition(":")
-        if not sep or not plan:
-            raise JoinlibError(f"--switch {spec!r}: expected AT:PLAN, e.g. --switch 4s:SM-S1")
-        try:
-            ms = parse_duration(at)
-        except JoinlibError as e:
-            raise JoinlibError(f"--switch {spec!r}: {e}") from None
-        epoch = -(-ms // tau)
-        if epoch in out:
-            raise JoinlibError(f"--switch {spec!r}: another switch is at the same epoch {epoch} "
-                               f"(stream time {epoch * tau} ms; the batch interval is {tau} ms)")
-        out[epoch] = plan
-    return sorted(out.items())
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     kind = plan_kind(args.plan)
     if kind in (PlanKind.TREE, PlanKind.PARTITIONED_TREES):  # MJoin trees, windows on intermediate streams (seed 002)
@@ -348,7 +286,7 @@ def _cluster_runner(args: argparse.Namespace, query: Query, adaptive: Any) -> Op
         return None
     from joinlib.node.cluster import cluster_runner  # heavy optional dependency: confluent_kafka (and redis)
     runner: Runner = cluster_runner(args.cluster or args.env.kafka_bootstrap, reveal(args.env.redis_url),
-                                    rate_scale=args.rate_scale, faults=_faults(args, query), mode=args.nodes,
+                                    rate_scale=args.rate_scale, faults=faults_of(args, query), mode=args.nodes,
                                     instances=parse_instances(args.scale_out, query),
                                     adaptive=adaptive.config if adaptive is not None else None)
     return runner

@@ -36,7 +36,7 @@ from joinlib.model import Tup
 from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.messages import KeyFilter
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
-from joinlib.runtime.algorithms.reduce import Outgoing, key_filter, keys_at
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, keys_at
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 

@@ -13,7 +13,8 @@ from joinlib.plan import logical as plans
 from joinlib.plan.ir import lower
 from joinlib.protocol.messages import KeyFilter
 from joinlib.query import load_query
-from joinlib.runtime.algorithms.reduce import Outgoing, Reducer, age_runs, key_filter, key_groups
+from joinlib.runtime.algorithms.keysets import Outgoing, age_runs, key_filter, key_groups
+from joinlib.runtime.algorithms.reduce import Reducer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from joinlib.protocol import wire
 from joinlib.protocol.messages import Envelope
 from joinlib.query import load_query
 from joinlib.runtime import ahead, instance
-from joinlib.runtime.algorithms.reduce import Outgoing
+from joinlib.runtime.algorithms.keysets import Outgoing
 from joinlib.runtime.sink import CollectingSink
 from joinlib.sim.engine import run_embedded
 

@@ -38,14 +38,15 @@ from __future__ import annotations
 
 from collections import deque
 from operator import attrgetter, itemgetter
-from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.bloom import Bloom, KeySet, Matcher
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
-from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, keys_bytes
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
 from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_groups, keys_at
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
@@ -70,75 +71,6 @@ class _Entry:
 _RANK = attrgetter("rank")
 _SEQ = attrgetter("seq")
 
-
-class Outgoing(NamedTuple):
-    """A key set as a reducer makes it, before :func:`key_filter` chooses between keys and a filter: the keys
-    of the tuples that newly pass (window order, repeats kept), the epochs back from the message's to the
-    latest arrival among them and to the oldest arrival in the window, and per key the epochs back to its
-    own tuple's arrival."""
-
-    keys: list[Key]
-    back: int
-    live: int
-    ages: list[int] = []
-
-
-def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
-    """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes.  Written-out
-    keys of several arrival epochs carry their ages (:func:`age_runs`): each key then lives at the receiver
-    as long as its own tuple is in the sender's window, not as long as the set's latest tuple -- a tuple that
-    passes late (its partner arrived after it) would otherwise keep its key live for up to a window more."""
-    keys, runs = age_runs(out.keys, out.ages)
-    if runs:
-        return KeyFilter(out.back, out.live, keys, ages=runs)
-    ks = KeySet.of(out.keys, fpr, keys_bytes, fp_cost)
-    if ks.bloom is not None:
-        return KeyFilter(out.back, out.live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
-    return KeyFilter(out.back, out.live, list(ks.keys or ()))
-
-
-def age_runs(keys: Sequence[Key], ages: Sequence[int]) -> tuple[list[Key], list[int]]:
-    """The distinct keys ordered by age, each at the age of its latest tuple (the smallest), and the runs
-    ``[age, count, ...]`` over them; no runs when every key has the same age (``back`` says it)."""
-    if len(set(ages)) < 2:
-        return [], []
-    youngest: dict[Key, int] = {}
-    for k, a in zip(keys, ages, strict=True):
-        if a < youngest.get(k, a + 1):
-            youngest[k] = a
-    order = sorted(youngest, key=youngest.__getitem__)   # stable: window order within an age
-    runs: list[int] = []
-    for k in order:
-        a = youngest[k]
-        if runs and runs[-2] == a:
-            runs[-1] += 1
-        else:
-            runs += [a, 1]
-    return (order, runs) if len(runs) > 2 else ([], [])
-
-
-def key_groups(e: int, body: KeyFilter) -> list[tuple[int, KeySet]]:
-    """A received key set as (tag, keys) groups: one, tagged ``e - back``, or one per run of ages."""
-    if body.bits:
-        return [(e - body.back, KeySet(bloom=Bloom(body.bits, body.hashes, body.n)))]
-    if not body.ages:
-        return [(e - body.back, KeySet(keys=tuple(body.keys)))]
-    out, i, runs = [], 0, body.ages
-    for a, n in zip(runs[::2], runs[1::2], strict=True):
-        out.append((e - a, KeySet(keys=tuple(body.keys[i:i + n]))))
-        i += n
-    if i != len(body.keys):
-        raise ValueError(f"a key set's ages count {i} keys, it has {len(body.keys)}")
-    return out
-
-
-def keys_at(positions: Sequence[int], tups: Sequence[Tup]) -> list[Key]:
-    """The tuples' keys at ``positions`` of their join values (one look-up per tuple)."""
-    if len(positions) == 1:
-        i = positions[0]
-        return [(t.key[i],) for t in tups]
-    get = itemgetter(*positions)
-    return [get(t.key) for t in tups]
 
 #: the channel of :meth:`Reducer.ship` among the dirty sets (the others are named by their neighbour)
 _SHIP = ""
