@@ -12,9 +12,10 @@ process writing real-time events.
 The rate: ``--rate`` (events/s per site), else measured first, the same hour with the same services:
 ``--measure-seconds`` of backlog per site at ``--measure-density`` events/s per site, drained with Redis
 windows (its results checked against the reference), then ``--probes`` short soaks of ``--probe-minutes``
-from half that drain's rate, searching the highest rate whose lag stays bounded with the generator and the check
-running too (bench/soak_ramp.py: a drain measures a burst; 80 % of it fell behind within a minute), then
-``--fraction`` (0.8) of that.  soak.json records when and how (``measured``, ``measured.ramp``).
+from half that drain's rate, searching the highest rate whose lag stays bounded and whose p99 latency stays
+under ``--probe-p99-ms`` with the generator and the check running too (bench/soak_ramp.py: a drain measures a
+burst; 80 % of it fell behind within a minute), then ``--fraction`` (0.8) of that.  soak.json records when and
+how (``measured``, ``measured.ramp``).
 
 Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``INFO memory``
 (used_memory, used_memory_rss), each node's consumer lag (``joinlib_consumer_lag_messages`` summed over
@@ -508,6 +509,10 @@ def main() -> int:
                          "drain's rate (bench/soak_ramp.py; default 4; 0: the drain's rate is the sustainable one, "
                          "as before -- a burst rate the soak's generator and check do not leave room for)")
     ap.add_argument("--probe-minutes", type=float, default=1.5, help="length of each probe (default 1.5)")
+    ap.add_argument("--probe-p99-ms", type=float, default=1000.0,
+                    help="a probe keeps up only if the median of its p99 latencies after its warm-up is below this "
+                         "(default 1000 ms; a soak that keeps up runs at 300-600 ms; 7 s with the lag still under its "
+                         "bound was a node seconds behind)")
     ap.add_argument("--every", type=float, default=5.0, help="sampling interval in seconds (default 5)")
     ap.add_argument("--warmup", type=float, help="seconds left out of the verdicts (default 20%% of the run, >= 60)")
     ap.add_argument("--lag-bound-s", type=float, default=5.0,
@@ -588,7 +593,8 @@ def main() -> int:
 
 def ramp(bs: str, redis_url: str, args: argparse.Namespace, logs: Path, start: float) -> dict:
     """The sustainable rate per site, searched with short soaks (bench/soak_ramp.py): a probe keeps up when its lag
-    is bounded after a third of it and its results are exact; what each left in Redis is dropped."""
+    is bounded after a third of it, the median of its p99 latencies is under ``--probe-p99-ms`` and its results are
+    exact; what each left in Redis is dropped."""
     from soak_ramp import find_sustainable
 
     def probe(rate: float) -> dict:
@@ -598,8 +604,9 @@ def ramp(bs: str, redis_url: str, args: argparse.Namespace, logs: Path, start: f
         v = verdicts(run, args.probe_minutes * 60.0 / 3, args.lag_bound_s)
         lag = {s: x["max"] for s, x in v.get("lag_bounded", {}).items()}
         exact = bool(run["check"]["exact"])
-        kept = bool(v.get("lag_is_bounded")) and exact
-        why = v.get("why") or f"max lag {lag}, p99 {v.get('latency_after_warmup', {}).get('p99_median_ms')} ms" + (
+        p99 = (v.get("latency_after_warmup") or {}).get("p99_median_ms")
+        kept = bool(v.get("lag_is_bounded")) and exact and p99 is not None and p99 <= args.probe_p99_ms
+        why = v.get("why") or f"max lag {lag}, p99 {p99} ms" + (
             "" if exact else ", results not exact (behind at the end)")
         return {"kept_up": kept, "why": why, "max_lag": lag, "results_exact": exact,
                 "latency_after_warmup": v.get("latency_after_warmup"), "node_cpu_s": run["node_cpu_s"]}
