@@ -3,7 +3,7 @@ PYTHON ?= python3
 STAMP := .make
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out bench-scale-out-live bench-shared-ops bench-flink bench-cpu clean
+.PHONY: help deps demo test test-fast lint bench bench-latency bench-bytes bench-adaptive-cluster bench-mjoin bench-scale-out bench-scale-out-live bench-repartition bench-shared-ops bench-flink bench-cpu clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench-scale-out: deps cluster-install ## A site's partitions shared by node inst
 
 bench-scale-out-live: deps cluster-install ## A scaled-out live query (re-keyed sources) with N = 1, 2, 4 instance processes at the busy site: CPU per event and throughput (issue 27 item 4; results/scale-out-live)
 	$(PYTHON) bench/scale_out_live_bench.py --out results/scale-out-live
+
+bench-repartition: deps ## An automatic re-partition's gain: a partition function fitted to moved per-value rates vs a refit, model and simulator (issue 29 item 2; results/repartition)
+	$(PYTHON) bench/repartition_bench.py --out results/repartition
 
 bench-shared-ops: deps cluster-install ## Live queries sharing an MJoin operator vs each deploying its own, on Kafka: bytes and equal results (results/shared-ops)
 	$(PYTHON) bench/shared_ops_bench.py --seconds 60 --out results/shared-ops

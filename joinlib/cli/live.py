@@ -100,7 +100,8 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
                                     "without --scale-out, in both directions; docs/live.md \"Replan\".")
     rp.add_argument("name")
     rp.add_argument("--plan", required=True, metavar="P",
-                    help="the plan to move to: any static plan name or pmjoin[:hash|range|rate][:D]")
+                    help="the plan to move to: any static plan name or pmjoin[:hash|range|rate][:D] (rate, range "
+                         "and site: fitted to the query's live per-value rates)")
     rp.add_argument("--model", help="the cost model the planner prices P with (default: the registry's)")
     rp.add_argument("--margin", type=float, default=3.0, metavar="SECONDS",
                     help="how far after the newest event time the switch lies (default 3; raise it when a node "
@@ -154,6 +155,7 @@ def format_query(q: dict[str, Any]) -> str:
     changes = _plan_changes(q.get("sites") or {})
     if changes:
         lines.append(changes)
+    lines += _repartition(q.get("repartition"))
     lines += _sharing(q)
     st = q.get("stats")
     if not st:
@@ -186,6 +188,17 @@ def _plan_changes(sites: dict[str, Any]) -> str:
     return (f"  adaptive   {str(cur.get('mode', '')).upper()}: {cur.get('plan_changes', 0)} plan change(s), "
             f"{cur.get('triggers', 0)} trigger(s) at {site}; generation per node: {gens}\n"
             f"  plan       {plan}")
+
+
+def _repartition(rp: Any) -> list[str]:
+    """A query submitted with --repartition: its threshold, the latest check and the moves so far."""
+    if not isinstance(rp, dict):
+        return []
+    last = rp.get("last_check") or {}
+    check = (f"last check: running function {last.get('gain', 1.0):.2f}x a refit" if last else "not checked yet")
+    moves = rp.get("moves") or []
+    return [f"  repartition at {1 + float(rp.get('threshold') or 0):.2f}x; {check}; {len(moves)} move(s)"
+            + (f", the last to run {moves[-1].get('run')}" if moves else "")]
 
 
 def _sharing(q: dict[str, Any]) -> list[str]:

@@ -52,6 +52,7 @@ from joinlib.planner.registry import (
     resolve_run_plan,
     tree_file,
 )
+from joinlib.pmjoin.repartition import DEFAULT_THRESHOLD
 from joinlib.protocol.messages import InstanceKey
 from joinlib.query import query_to_dict
 from joinlib.reference import reference_join
@@ -191,6 +192,10 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--values", type=Path, metavar="VALUES.json",
                     help="--plan pmjoin:rate|range: the per-value rates to partition by, as 'joinlib stats QUERY "
                          "--data DIR --values VALUES.json' writes them (pmjoin:hash needs none)")
+    sm.add_argument("--repartition", type=float, nargs="?", const=DEFAULT_THRESHOLD, metavar="THRESHOLD",
+                    help="with --plan pmjoin:rate|range|site[:D] on live sources: whenever the running partition "
+                         "function costs more than (1 + THRESHOLD) times one fitted to the per-value rates the nodes "
+                         "report, move the query to that one with a replan (default 0.25; docs/pmjoin.md)")
     sm.add_argument("--url", default=planner_url(env),
                     help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     sm.set_defaults(func=_cmd_submit)
@@ -468,9 +473,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _submit_params(args: argparse.Namespace) -> dict[str, str]:
+    """The query string of ``joinlib submit``'s POST /queries."""
+    params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
+    if args.no_reuse:
+        params["reuse"] = "0"
+    if args.scale_out:
+        params["scale_out"] = "1"
+    if args.repartition is not None:
+        params["repartition"] = repr(args.repartition)
+    return params
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     query = load_query_file(args.query)  # mistakes are reported here, with the file's name; schema files inlined
-    params = {k: v for k, v in (("plan", args.planner), ("model", args.model), ("since", args.since)) if v}
+    params = _submit_params(args)
     doc = query_to_dict(query)
     tree = tree_file(args.planner) if args.planner else None
     if tree is not None:  # the tree goes with the query, the planner checks it
@@ -479,10 +496,6 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             doc["mjoin_tree"] = json.loads(Path(tree).read_text())
         except (OSError, ValueError) as e:
             raise JoinlibError(f"--plan mjoin:{tree}: not a readable JSON file ({e})") from None
-    if args.no_reuse:
-        params["reuse"] = "0"
-    if args.scale_out:
-        params["scale_out"] = "1"
     url = f"{args.url.rstrip('/')}/queries?{urlencode(params)}"
     if args.values is not None:  # per-value rates for a partitioned plan, sent with the query
         try:

@@ -15,6 +15,8 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   ``reuse=0``; the answer adds ``deployed`` and ``reused`` (operator deployments);
   ``scale_out=1`` (with ``plan=pmjoin...``): the plan's partitions are shared by each site's node instances,
   a live query's sources re-keyed by partition at each site (docs/pmjoin.md "Scale-out within a site");
+  ``repartition=R`` (with ``plan=pmjoin:rate|range|site...``, live sources): replanned to a function fitted to the
+  reported per-value rates whenever the running one costs more than 1 + R times it (:mod:`.repartition`);
 * ``POST /explain?plan=auto&model=wire``, body: the query file (YAML, as for ``POST /queries``): the plan that
   submission would choose, explained without running anything (:mod:`joinlib.costs.explanation`: per site what
   runs and what it sends, bytes per link and kind, ``central``'s and the floor's estimates): 200 with the
@@ -25,7 +27,8 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
 * ``POST /queries/<name>/replan?plan=P&margin=SECONDS``: moves a running live query to plan P without stopping it
   (docs/live.md "Replan"): a new run from a switch time on, the running one ends by itself there; 200 ``{"query",
   "run", "replaces", "plan", "switch_ms", "origin_ms", "reread_all"}``; 404 unknown query, 409 not running or
-  switching already, 400 a plan kind that cannot be replanned;
+  switching already, 400 a plan kind that cannot be replanned; ``pmjoin:rate|range|site`` is fitted to the query's
+  live per-value rates (409 before its nodes have reported any);
 * ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run, then for
   each operator deployment it used that no running query still uses; 409 for an operator still in use;
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
@@ -86,9 +89,11 @@ from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
 from joinlib.planner.explained import explain_query
 from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
+from joinlib.pmjoin.repartition import FITTED, check_repartitionable
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query
 from joinlib.settings import authorized, tls_server
+from services.planner.repartition import Repartitioner, parse_spec_or_none, threshold_arg
 from services.planner.trees import released, status_json, submit_tree, used_by
 
 
@@ -161,6 +166,9 @@ class QueryStatus:
     message: Optional[PlanMessage] = None         # the run's plan message
     previous: Optional["QueryStatus"] = None      # the run a replan switched from (docs/live.md "Replan")
     replaced: dict = field(default_factory=dict)  # every earlier run of a replanned query -> its origin
+    repartition: Optional[float] = None           # submit --repartition's threshold (services/planner/repartition.py)
+    repartition_check: Optional[dict] = None      # its latest verdict
+    repartitions: list = field(default_factory=list)   # the automatic re-partitions so far
 
     def state(self) -> str:
         nodes = self.nodes or list(self.sites)
@@ -180,6 +188,9 @@ class QueryStatus:
             out["origin_ms"] = self.origin_ms
         if self.stats is not None:
             out["stats"] = self.stats.summary()
+        if self.repartition is not None:
+            out["repartition"] = {"threshold": self.repartition, "last_check": self.repartition_check,
+                                  "moves": self.repartitions}
         rp = self.message.replan if self.message is not None else None
         if rp is not None and self.previous is not None:
             prev = self.previous.state()
@@ -247,15 +258,19 @@ class PlannerService:
         self._sites: set[str] = set()   # the sites of the plans read: the watcher reads their status topics
         self._watcher = threading.Thread(target=self._watch, name="control-watcher", daemon=True)
         self._watcher.start()
+        self.repartitioner = Repartitioner(self)
 
     # ------------------------------------------------------------------ submission
     def submit(self, text: str, planner: Optional[str] = None, model: Optional[str] = None,
-               since: Optional[str] = None, reuse: bool = True, scale_out: bool = False) -> dict:
+               since: Optional[str] = None, reuse: bool = True, scale_out: bool = False,
+               repartition: Optional[float] = None) -> dict:
         """Plan a query file's text (``planner``: any plan name of the registry, default
         :func:`default_plan`; ``model``: its cost model, default the registry's; ``mjoin`` or a tree sent as
         the file's ``mjoin_tree``: an MJoin tree whose inner operators are shared with other queries unless
         not ``reuse``, :mod:`.trees`; ``scale_out``: a partitioned plan whose partitions a site's node
-        instances share, :meth:`scaled`) and publish the plan; JoinlibError for user mistakes."""
+        instances share, :meth:`scaled`; ``repartition``: a live ``pmjoin:rate|range|site`` plan moved to a function
+        fitted to the current per-value rates when the running one costs that much more, :mod:`.repartition`) and
+        publish the plan; JoinlibError for user mistakes."""
         data = _query_document(text)
         values = data.pop("partition_values", None) if isinstance(data, dict) else None
         tree = data.pop("mjoin_tree", None) if isinstance(data, dict) else None
@@ -271,6 +286,11 @@ class PlannerService:
                 raise JoinlibError("MJoin tree plans do not scale out: --scale-out needs --plan "
                                    "pmjoin[:hash|range|rate][:D]")
             return submit_tree(self, query, planner, tree, since, reuse)
+        if repartition is not None:
+            check_repartitionable(query, planner, repartition)
+            if scale_out or not live_streams(query):
+                raise JoinlibError("--repartition moves a live query with a replan: its streams need live sources, "
+                                   "and a scaled-out plan is not replanned")
         plan = plan_of(query, planner, model, values)
         live = self.live_of(query, since)
         run = uuid.uuid4().hex[:12]
@@ -278,6 +298,9 @@ class PlannerService:
         if scale_out:
             msg = self.scaled(query, plan, msg)
         msg = self.publish(query, msg, planner)
+        if repartition is not None:
+            with self.lock:
+                self.queries[query.name].repartition = repartition
         if self.sensor is not None:
             self.sensor.set_plan(query.name, plan.first)
         out: dict[str, object] = {"query": query.name, "run": run, "plan": msg.plan}
@@ -285,10 +308,12 @@ class PlannerService:
             out["origin_ms"] = live.origin_ms
         return out
 
-    def replan(self, name: str, planner: str, model: Optional[str] = None, margin_ms: int = DEFAULT_MARGIN_MS) -> dict:
+    def replan(self, name: str, planner: str, model: Optional[str] = None, margin_ms: int = DEFAULT_MARGIN_MS,
+               values: Any = None) -> dict:
         """Move the running live query ``name`` to a plan of ``planner`` without stopping it (docs/live.md "Replan"):
         publish a new run that serves the results triggered from a switch time on, reading its sources from one
-        window before it (its jump-start); the running run serves those before and ends by itself."""
+        window before it (its jump-start); the running run serves those before and ends by itself.  A
+        ``pmjoin:rate|range|site`` plan is fitted to ``values`` (default: the query's live per-value rates)."""
         with self.lock:
             cur = self.queries.get(name)
         if cur is None or cur.query is None:
@@ -300,7 +325,9 @@ class PlannerService:
             raise Conflict(f"query {name} is switching already (run {cur.previous.run} -> {cur.run}); replan it "
                            f"again once that switch is over ('joinlib queries {name}' shows it)")
         _replannable(q, msg, planner)
-        plan = plan_of(q, planner, model)
+        if values is None and parse_spec_or_none(planner) in FITTED:
+            values = self.values(name)   # the live rates (Conflict until the nodes have reported some)
+        plan = plan_of(q, planner, model, values)
         watermarks = (cur.stats.summary().get("watermarks_ms") or {}) if cur.stats is not None else {}
         point = replan_point(self.bootstrap, q, msg.live, max(watermarks.values(), default=None), margin_ms)
         run = uuid.uuid4().hex[:12]
@@ -308,6 +335,10 @@ class PlannerService:
         new = replace(plan.message(q, run, {}), switches=None, live=LiveStart(point.origin_ms, point.starts),
                       replan=Replan(cur.run, point.switch_ms, gen, point.handover))
         new = self.publish(q, new, planner)
+        with self.lock:   # an automatic re-partition goes on, on the new plan if it is one it can refit
+            st = self.queries[name]
+            if cur.repartition is not None and parse_spec_or_none(planner) in FITTED:
+                st.repartition, st.repartitions = cur.repartition, list(cur.repartitions)
         if self.sensor is not None:
             self.sensor.set_plan(name, plan.first)
         return {"query": name, "run": run, "replaces": cur.run, "plan": new.plan, "switch_ms": point.switch_ms,
@@ -514,6 +545,7 @@ class PlannerService:
 
     def close(self) -> None:
         self._stop.set()
+        self.repartitioner.close()
         self._watcher.join(5)
 
 
@@ -567,7 +599,8 @@ def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str
                               "/queries/NAME/stop|replan"}
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
                                args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"),
-                               args.get("scale_out", "0") in ("1", "true", "yes"))
+                               args.get("scale_out", "0") in ("1", "true", "yes"),
+                               threshold_arg(args.get("repartition")))
 
 
 def _delete(service: PlannerService, path: str) -> tuple[int, object]:
