@@ -5,6 +5,7 @@ run of the switches; and the planner's clear errors for what cannot be replanned
 """
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -19,12 +20,15 @@ from tests.integration.test_live import (
     WAIT_S,
     Recorder,
     Services,
+    _node_process,
     _sites,
+    _wait_for_text,
     generator,
     live_query,
     make_topics,
     read_topic,
     services,  # noqa: F401  (a module fixture)
+    stop_processes,
     submit,
     wait_exact,
 )
@@ -108,3 +112,42 @@ def test_replan_errors(services, make_topic):  # noqa: F811
         time.sleep(0.3)
     with pytest.raises(Conflict, match="not a running live query"):
         services.planner.replan(q.name, "reduce")
+
+
+def test_a_node_killed_during_the_switch_keeps_the_replan_exact(services, make_topic, kafka_bootstrap,  # noqa: F811
+                                                                redis_url, tmp_path: Path):
+    """Node services as processes with Redis checkpoints (docs/reliability.md): a replan from a reduction to
+    ``pmjoin:hash:2``, and a second later, while both runs work (the new one warming its windows, the old one
+    draining to the switch), one node is SIGKILLed and started again.  Both of its runs resume from their
+    checkpoints, and the query's output is still exact: every result of the reference join once, whichever run
+    made it."""
+    sites = _sites()
+    logs = {s: tmp_path / f"node-{s}.log" for s in sites}
+    procs = {s: _node_process(s, kafka_bootstrap, redis_url, logs[s]) for s in sites}
+    try:
+        q = live_query(f"lvrk{sites[0]}", sites, make_topics(make_topic, 3, partitions=2), window="2s", idle="2s")
+        for s in sites:
+            _wait_for_text(logs[s], "serving every query", timeout_s=60)
+        first = submit(services, q, "reduce", since="now")
+        rec = Recorder()
+        gen = generator(kafka_bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
+        flowing = threading.Thread(target=gen.run, args=(18.0,))
+        flowing.start()
+        try:
+            time.sleep(8.0)   # more than a window, δ and the 5 s slack: the new run starts reading after the start
+            new = services.planner.replan(q.name, "pmjoin:hash:2", margin_ms=2000)
+            victim = sites[1]
+            time.sleep(1.0)   # both runs have checkpointed (every 0.5 s); the old one's watermark is before the switch
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait(10)
+            procs[victim] = _node_process(victim, kafka_bootstrap, redis_url, logs[victim])
+            _switched(services, q.name, new["run"])
+        finally:
+            flowing.join()
+        want = wait_exact(services, q, new["run"], first["origin_ms"], rec, tmp_path, timeout_s=90, min_results=100,
+                          zombie=True, replaced=(first["run"],))
+        assert want.dead, "the test data has no malformed record"
+        assert "resumed from the checkpoint" in logs[victim].read_text(), logs[victim].read_text()[-2000:]
+        services.planner.stop(q.name)
+    finally:
+        stop_processes(procs.values())
