@@ -101,7 +101,8 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
     rp.add_argument("name")
     rp.add_argument("--plan", required=True, metavar="P",
                     help="the plan to move to: any static plan name or pmjoin[:hash|range|rate][:D] (rate, range "
-                         "and site: fitted to the query's live per-value rates)")
+                         "and site: fitted to the query's live per-value rates; auto: every plan kind but MJoin "
+                         "trees, weighed on a sample of the sources' newest records)")
     rp.add_argument("--model", help="the cost model the planner prices P with (default: the registry's)")
     rp.add_argument("--margin", type=float, default=3.0, metavar="SECONDS",
                     help="how far after the newest event time the switch lies (default 3; raise it when a node "

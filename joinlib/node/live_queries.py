@@ -108,7 +108,7 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         handover: dict[str, dict[str, int]] = {}
         first = live.starts()
         newest = max([origin] + ([int(watermark_ms)] if watermark_ms is not None else []))
-        for s, decoder, part, start, tp in _partitions(query, first):
+        for s, decoder, part, start, tp in live_partitions(query, first):
             hi = watermarks(consumer, tp, timeout_s)[1]
             handover.setdefault(s, {})[str(part)] = hi
             tail = next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)   # a well-formed one
@@ -121,7 +121,7 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         target = need - slack_ms
         starts: dict[str, dict[str, int]] = {}
         reread = False
-        for s, decoder, part, start, tp in _partitions(query, first):
+        for s, decoder, part, start, tp in live_partitions(query, first):
             at, mapped = _start_at(consumer, tp, (start, handover[s][str(part)]), tails.get((s, part)),
                                    (target, need), decoder, timeout_s)
             reread = reread or not mapped
@@ -132,7 +132,7 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         consumer.close()
 
 
-def _partitions(query: Query, first: dict[str, dict[int, int]]) -> Iterator[tuple[str, Decoder, int, int,
+def live_partitions(query: Query, first: dict[str, dict[int, int]]) -> Iterator[tuple[str, Decoder, int, int,
                                                                                  TopicPartition]]:
     """(stream, its decoder, partition, the old run's start offset, the topic partition) of every live source."""
     for s in live_streams(query):

@@ -388,7 +388,9 @@ def auto(query: Query, streams: Optional[Streams] = None) -> Plan:
     return best
 
 
-def auto_any(query: Query, streams: Optional[Streams] = None) -> Ranked[Candidate]:
-    """The ``auto`` choice among every run kind (with data; without, :func:`auto`'s)."""
+def auto_any(query: Query, streams: Optional[Streams] = None, trees: bool = True) -> Ranked[Candidate]:
+    """The ``auto`` choice among every run kind (with data; without, :func:`auto`'s); not ``trees``: no MJoin
+    tree (a running query's replan cannot move it to one)."""
     ranked, measured = auto_ranked(query, streams, every_kind=True)
-    return (measured or ranked)[0]
+    keep = [r for r in (measured or ranked) if trees or r.kind not in ("mjoin", "pmjoin:mjoin")]
+    return (keep or ranked)[0]

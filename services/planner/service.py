@@ -28,7 +28,8 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   (docs/live.md "Replan"): a new run from a switch time on, the running one ends by itself there; 200 ``{"query",
   "run", "replaces", "plan", "switch_ms", "origin_ms", "reread_all"}``; 404 unknown query, 409 not running or
   switching already, 400 a plan kind that cannot be replanned; ``pmjoin:rate|range|site`` is fitted to the query's
-  live per-value rates (409 before its nodes have reported any);
+  live per-value rates (409 before its nodes have reported any), ``auto`` weighs every kind but MJoin trees on a
+  sample of the sources' newest records (:mod:`joinlib.node.live_sample`);
 * ``POST /queries/<name>/stop`` (or ``DELETE /queries/<name>``): publishes ``stop`` for its run, then for
   each operator deployment it used that no running query still uses; 409 for an operator still in use;
 * ``GET /queries/<name>/results?from=beginning|end|OFFSET&max=N&wait=S``: results of its current run
@@ -84,6 +85,7 @@ from joinlib.ingest.lifecycle import QueryStats, origin_for
 from joinlib.model import Query
 from joinlib.node.control import ControlRecord, decode_control_message, publish_sync
 from joinlib.node.live_queries import read_results, replan_point, source_starts
+from joinlib.node.live_sample import auto_on_sample
 from joinlib.node.scale_out import scale_message, scaled_topics
 from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
@@ -327,7 +329,8 @@ class PlannerService:
         _replannable(q, msg, planner)
         if values is None and parse_spec_or_none(planner) in FITTED:
             values = self.values(name)   # the live rates (Conflict until the nodes have reported some)
-        plan = plan_of(q, planner, model, values)
+        plan = auto_on_sample(self.bootstrap, q, msg.live) if planner == "auto" and model is None else None
+        plan = plan or plan_of(q, planner, model, values)
         watermarks = (cur.stats.summary().get("watermarks_ms") or {}) if cur.stats is not None else {}
         point = replan_point(self.bootstrap, q, msg.live, max(watermarks.values(), default=None), margin_ms)
         run = uuid.uuid4().hex[:12]

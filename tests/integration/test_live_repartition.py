@@ -108,3 +108,27 @@ def test_repartition_needs_a_fitted_live_partitioned_plan(services, make_topic):
             services.planner.submit(text, plan, None, "now", repartition=0.25)
     with pytest.raises(Exception, match="must be positive"):
         services.planner.submit(text, "pmjoin:rate:2", None, "now", repartition=0.0)
+
+
+def test_replan_to_auto_weighs_every_kind_on_a_sample_of_the_sources(services, make_topic, tmp_path: Path):  # noqa: F811
+    """``joinlib replan NAME --plan auto`` on a running live query plans as ``--data`` does (issue 30 item 1): on a
+    sample of its sources' newest records, every run kind.  Each value's tuples come mostly from one site, so a
+    plan per partition -- each value joined where most of its tuples are -- wins over the running reduction; the
+    move is exact."""
+    sites = _sites(2)
+    services.start_nodes(sites)
+    topics = make_topics(make_topic, 2, partitions=1)
+    q = live_query(f"lvauto{sites[0]}", sites, topics)
+    first = services.planner.submit(yaml.safe_dump(query_to_dict(q)), "reduce", None, "now")
+    rec = Recorder()
+    flowing = threading.Thread(target=write_skewed, args=(services.bootstrap, topics, rec, 20.0))
+    flowing.start()
+    try:
+        time.sleep(8.0)   # more than a window, δ and the replan's 5 s slack; a sample of several windows
+        new = services.planner.replan(q.name, "auto")
+        assert "partitioned" in new["plan"], new["plan"]
+        _switched(services, q.name, new["run"])
+    finally:
+        flowing.join()
+    wait_exact(services, q, new["run"], first["origin_ms"], rec, tmp_path, min_results=200, replaced=(first["run"],))
+    services.planner.stop(q.name)
