@@ -196,6 +196,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --plan pmjoin:rate|range|site[:D] on live sources: whenever the running partition "
                          "function costs more than (1 + THRESHOLD) times one fitted to the per-value rates the nodes "
                          "report, move the query to that one with a replan (default 0.25; docs/pmjoin.md)")
+    sm.add_argument("--sample", action="store_true",
+                    help="with --plan auto on live sources: plan on a sample of the topics' newest records (up to "
+                         "20,000 per stream), weighing every plan kind but MJoin trees as --data does, instead of on "
+                         "the query file's statistics")
     sm.add_argument("--url", default=planner_url(env),
                     help="planner service (default $JOINLIB_PLANNER_URL or http://localhost:8080)")
     sm.set_defaults(func=_cmd_submit)
@@ -482,6 +486,8 @@ def _submit_params(args: argparse.Namespace) -> dict[str, str]:
         params["scale_out"] = "1"
     if args.repartition is not None:
         params["repartition"] = repr(args.repartition)
+    if args.sample:
+        params["sample"] = "1"
     return params
 
 

@@ -3,7 +3,8 @@
 ``auto`` with data weighs every run kind -- partitioned plans, per-site partitions, reductions -- on the
 statistics it measures and runs its short list on a sample (docs/cost-model.md).  A live query has no data
 directory, but its source topics hold its recent records: :func:`sample_sources` reads the newest ``per_stream``
-records of each live stream (its partitions in proportion to what they hold since the query's start), decodes
+records of each live stream (its partitions in proportion to what they hold; records from before the query's start
+too: they are the same source's), decodes
 them with the query's own decoder, and returns them as the streams ``auto`` takes -- in (event time, id) order,
 ranked, on a common event-time span (each stream from the latest of their first records) shifted to start at
 epoch 0, so that the simulator does not walk the epochs since 1970.
@@ -39,13 +40,13 @@ def sample_sources(bootstrap: str, query: Query, live: LiveStart, per_stream: in
     consumer = make_consumer(bootstrap, f"joinlib-planner-sample-{uuid.uuid4().hex[:8]}")
     events: dict[str, list[Event]] = {s.name: [] for s in query.streams}
     try:
-        spans = [(s, dec, part, start, tp, watermarks(consumer, tp, timeout_s)[1])
-                 for s, dec, part, start, tp in live_partitions(query, live.starts())]
+        spans = [(s, dec, tp, *watermarks(consumer, tp, timeout_s))
+                 for s, dec, _, _, tp in live_partitions(query, live.starts())]
         held: dict[str, int] = {}
-        for s, _, _, start, _, hi in spans:
-            held[s] = held.get(s, 0) + max(0, hi - start)
-        for s, dec, _, start, tp, hi in spans:
-            n = hi - start
+        for s, _, _, lo, hi in spans:
+            held[s] = held.get(s, 0) + max(0, hi - lo)
+        for s, dec, tp, lo, hi in spans:
+            n = hi - lo
             if n <= 0:
                 continue
             take = min(n, -(-per_stream * n // max(1, held[s])))   # this partition's share of the stream's sample
@@ -92,9 +93,9 @@ def _aligned(query: Query, events: dict[str, list[Event]]) -> Streams:
 
 
 def auto_on_sample(bootstrap: str, query: Query, live: LiveStart) -> Optional[Deployable]:
-    """``auto`` for a replan of a running live query, as with ``--data``: every run kind but MJoin trees, weighed on a
-    sample of the newest records of its sources (:func:`sample_sources`); None when they hold none yet (the
-    caller then plans on the query file's statistics)."""
+    """``auto`` for a live query (a submission or a replan), as with ``--data``: every run kind but MJoin trees,
+    weighed on a sample of the newest records of its sources (:func:`sample_sources`); None when they hold none
+    yet (the caller then plans on the query file's statistics)."""
     streams = sample_sources(bootstrap, query, live)
     if not any(streams.values()):
         return None

@@ -17,6 +17,8 @@ HTTP API (JSON answers; ``joinlib submit | queries | stop | results | status`` a
   a live query's sources re-keyed by partition at each site (docs/pmjoin.md "Scale-out within a site");
   ``repartition=R`` (with ``plan=pmjoin:rate|range|site...``, live sources): replanned to a function fitted to the
   reported per-value rates whenever the running one costs more than 1 + R times it (:mod:`.repartition`);
+  ``sample=1`` (with ``plan=auto``, live sources): planned on a sample of the sources' newest records, as ``--data``
+  plans (:mod:`joinlib.node.live_sample`);
 * ``POST /explain?plan=auto&model=wire``, body: the query file (YAML, as for ``POST /queries``): the plan that
   submission would choose, explained without running anything (:mod:`joinlib.costs.explanation`: per site what
   runs and what it sends, bytes per link and kind, ``central``'s and the floor's estimates): 200 with the
@@ -120,6 +122,20 @@ def plan_of(query: Query, planner: str, model: Optional[str] = None, values: Any
 
 #: how far after the newest event time a replan's switch lies, by default (``joinlib replan --margin``)
 DEFAULT_MARGIN_MS = 3_000
+
+
+def _check_options(query: Query, planner: str, model: Optional[str], scale_out: bool, repartition: Optional[float],
+                   sample: bool) -> None:
+    """JoinlibError unless a submission's ``repartition`` and ``sample`` fit its plan and sources."""
+    live = bool(live_streams(query))
+    if repartition is not None:
+        check_repartitionable(query, planner, repartition)
+        if scale_out or not live:
+            raise JoinlibError("--repartition moves a live query with a replan: its streams need live sources, "
+                               "and a scaled-out plan is not replanned")
+    if sample and (planner != "auto" or not live or model is not None):
+        raise JoinlibError("--sample goes with --plan auto on a live query, without --model: auto then plans on "
+                           "its sources' newest records")
 
 
 def _replannable(q: Query, msg: PlanMessage, planner: str) -> None:
@@ -265,14 +281,15 @@ class PlannerService:
     # ------------------------------------------------------------------ submission
     def submit(self, text: str, planner: Optional[str] = None, model: Optional[str] = None,
                since: Optional[str] = None, reuse: bool = True, scale_out: bool = False,
-               repartition: Optional[float] = None) -> dict:
+               repartition: Optional[float] = None, sample: bool = False) -> dict:
         """Plan a query file's text (``planner``: any plan name of the registry, default
         :func:`default_plan`; ``model``: its cost model, default the registry's; ``mjoin`` or a tree sent as
         the file's ``mjoin_tree``: an MJoin tree whose inner operators are shared with other queries unless
         not ``reuse``, :mod:`.trees`; ``scale_out``: a partitioned plan whose partitions a site's node
         instances share, :meth:`scaled`; ``repartition``: a live ``pmjoin:rate|range|site`` plan moved to a function
-        fitted to the current per-value rates when the running one costs that much more, :mod:`.repartition`) and
-        publish the plan; JoinlibError for user mistakes."""
+        fitted to the current per-value rates when the running one costs that much more, :mod:`.repartition`;
+        ``sample`` with ``auto``: planned on a sample of its sources' newest records, every run kind but MJoin trees)
+        and publish the plan; JoinlibError for user mistakes."""
         data = _query_document(text)
         values = data.pop("partition_values", None) if isinstance(data, dict) else None
         tree = data.pop("mjoin_tree", None) if isinstance(data, dict) else None
@@ -288,13 +305,10 @@ class PlannerService:
                 raise JoinlibError("MJoin tree plans do not scale out: --scale-out needs --plan "
                                    "pmjoin[:hash|range|rate][:D]")
             return submit_tree(self, query, planner, tree, since, reuse)
-        if repartition is not None:
-            check_repartitionable(query, planner, repartition)
-            if scale_out or not live_streams(query):
-                raise JoinlibError("--repartition moves a live query with a replan: its streams need live sources, "
-                                   "and a scaled-out plan is not replanned")
-        plan = plan_of(query, planner, model, values)
+        _check_options(query, planner, model, scale_out, repartition, sample)
         live = self.live_of(query, since)
+        plan = auto_on_sample(self.bootstrap, query, live) if sample and live is not None else None
+        plan = plan or plan_of(query, planner, model, values)
         run = uuid.uuid4().hex[:12]
         msg = replace(plan.message(query, run, {}), switches=None, live=live)
         if scale_out:
@@ -603,7 +617,7 @@ def _post(service: PlannerService, path: str, args: dict, body: Callable[[], str
     return 201, service.submit(body(), args.get("plan") or args.get("planner"), args.get("model"),
                                args.get("since"), args.get("reuse", "1") not in ("0", "false", "no"),
                                args.get("scale_out", "0") in ("1", "true", "yes"),
-                               threshold_arg(args.get("repartition")))
+                               threshold_arg(args.get("repartition")), args.get("sample", "0") in ("1", "true", "yes"))
 
 
 def _delete(service: PlannerService, path: str) -> tuple[int, object]:

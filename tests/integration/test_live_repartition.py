@@ -37,7 +37,8 @@ def stats_where_heavy_at_first(heavy: set[str], streams: list[str]) -> dict[str,
     return {"by": [[s, "dest"] for s in streams], "streams": streams, "values": VALUES, "rates": rows}
 
 
-def write_skewed(bootstrap: str, topics: list[str], rec: Recorder, seconds: float, rate: float = 50.0) -> None:
+def write_skewed(bootstrap: str, topics: list[str], rec: Recorder, seconds: float, rate: float = 50.0,
+                 first_id: int = 0) -> None:
     """``rate`` records/s per topic for ``seconds``: the first topic draws 90 % of its values from VALUES[:10],
     the second 90 % from VALUES[10:] (event time: the wall clock)."""
     rng = random.Random(7)
@@ -49,7 +50,7 @@ def write_skewed(bootstrap: str, topics: list[str], rec: Recorder, seconds: floa
             for i, topic in enumerate(topics):
                 home, other = (VALUES[:10], VALUES[10:]) if i == 0 else (VALUES[10:], VALUES[:10])
                 dest = rng.choice(home if rng.random() < 0.9 else other)
-                value = json.dumps({"id": sent, "ts": int(time.time() * 1000), "dest": dest}).encode()
+                value = json.dumps({"id": first_id + sent, "ts": int(time.time() * 1000), "dest": dest}).encode()
 
                 def cb(err: Any, msg: Any, stream: str = f"S{i + 1}", value: bytes = value) -> None:
                     if err is None:
@@ -131,4 +132,25 @@ def test_replan_to_auto_weighs_every_kind_on_a_sample_of_the_sources(services, m
     finally:
         flowing.join()
     wait_exact(services, q, new["run"], first["origin_ms"], rec, tmp_path, min_results=200, replaced=(first["run"],))
+    services.planner.stop(q.name)
+
+
+def test_submit_auto_with_a_sample_plans_on_the_topics_newest_records(services, make_topic, tmp_path: Path):  # noqa: F811
+    """``joinlib submit --plan auto --sample``: a new live query over topics that already hold records is planned on
+    them as ``--data`` plans -- here the per-value partitioning their per-site skew calls for -- and runs exactly on
+    what comes after its start; ``--sample`` with another plan is one clear error."""
+    import pytest
+    sites = _sites(2)
+    services.start_nodes(sites)
+    topics = make_topics(make_topic, 2, partitions=1)
+    q = live_query(f"lvsmp{sites[0]}", sites, topics)
+    text = yaml.safe_dump(query_to_dict(q))
+    write_skewed(services.bootstrap, topics, Recorder(), 8.0)   # the topics' history: before the query starts
+    with pytest.raises(Exception, match="--sample goes with --plan auto"):
+        services.planner.submit(text, "reduce", None, "now", sample=True)
+    out = services.planner.submit(text, "auto", None, "now", sample=True)
+    assert "partitioned" in out["plan"], out["plan"]
+    rec = Recorder()
+    write_skewed(services.bootstrap, topics, rec, 10.0, first_id=10**6)
+    wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, min_results=200)
     services.planner.stop(q.name)
