@@ -133,6 +133,8 @@ _FIELDS: dict[str, dict[str, tuple[bool, _Check]]] = {
         "last_epoch": (False, _opt(is_int)), "live": (False, lambda v: type(v) is dict),
         "adaptive": (False, _opt(lambda v: type(v) is dict)),
         "scale_out": (False, lambda v: type(v) is bool), "part_offsets": (False, _dict_of(_list_of(is_count))),
+        "repartition": (False, lambda v: type(v) is dict and is_num(v.get("threshold")) and v["threshold"] > 0
+                        and is_str(v.get("plan"))),
         "replan": (False, lambda v: type(v) is dict and is_str(v.get("replaces")) and is_int(v.get("switch_ms"))
                    and is_int(v.get("gen", 1)) and _dict_of(_dict_of(is_count))(v.get("handover") or {})
                    and all(k.isdigit() for parts in (v.get("handover") or {}).values() for k in parts)),

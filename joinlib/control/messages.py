@@ -118,6 +118,7 @@ class PlanMessage:
     last_epoch: Optional[int] = None
     version: int = CONTROL_VERSION
     replan: Optional[Replan] = None                     # a run taking a running live query over
+    repartition: Optional[JSON] = None                  # submit --repartition's {"threshold", "plan"} (the planner's)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"query": self.query, "plan": self.plan}
@@ -127,7 +128,8 @@ class PlanMessage:
               adaptive=self.adaptive, operator=self.operator, uses=None if self.uses is None else list(self.uses),
               live=None if self.live is None else self.live.to_json(), scale_out=self.scale_out,
               part_offsets=None if self.part_offsets is None else {t: list(o) for t, o in self.part_offsets.items()},
-              last_epoch=self.last_epoch, replan=None if self.replan is None else self.replan.to_json())
+              last_epoch=self.last_epoch, replan=None if self.replan is None else self.replan.to_json(),
+              repartition=self.repartition)
         return _versioned(out, self.version)
 
     @classmethod
@@ -143,7 +145,8 @@ class PlanMessage:
             None if p.get("uses") is None else tuple(str(u) for u in p["uses"]),
             LiveStart.from_json(live) if isinstance(live, dict) else None, p.get("scale_out"),
             None if parts is None else {t: tuple(o) for t, o in parts.items()}, p.get("last_epoch"),
-            int(p.get("version", CONTROL_VERSION)), Replan.from_json(rp) if isinstance(rp, dict) else None)
+            int(p.get("version", CONTROL_VERSION)), Replan.from_json(rp) if isinstance(rp, dict) else None,
+            p.get("repartition") if isinstance(p.get("repartition"), dict) else None)
 
     def positions(self) -> dict[tuple[str, int], int]:
         """``offsets`` (topic -> offset of partition 0) and ``part_offsets`` (topic -> the offset of each

@@ -231,6 +231,8 @@ def _status_of(name: str, msg: PlanMessage, planner: str, submitted_ms: float = 
     st = QueryStatus(name, msg.run or "", dict(msg.plan), planner, submitted_ms=submitted_ms,
                      nodes=list(msg.nodes or []), message=msg)
     st.live, st.origin_ms = msg.live is not None, msg.origin_ms
+    if msg.repartition is not None:   # the planner re-partitions the run with the plan it was asked for
+        st.repartition, st.planner = float(msg.repartition["threshold"]), str(msg.repartition["plan"])
     st.out_start = int((msg.offsets or {}).get(f"out.{name}") or 0)
     st.uses = list(msg.uses or [])
     st.operator = dict(msg.operator) if msg.operator is not None else None
@@ -310,13 +312,11 @@ class PlannerService:
         plan = auto_on_sample(self.bootstrap, query, live) if sample and live is not None else None
         plan = plan or plan_of(query, planner, model, values)
         run = uuid.uuid4().hex[:12]
-        msg = replace(plan.message(query, run, {}), switches=None, live=live)
+        rp = None if repartition is None else {"threshold": repartition, "plan": planner}
+        msg = replace(plan.message(query, run, {}), switches=None, live=live, repartition=rp)
         if scale_out:
             msg = self.scaled(query, plan, msg)
         msg = self.publish(query, msg, planner)
-        if repartition is not None:
-            with self.lock:
-                self.queries[query.name].repartition = repartition
         if self.sensor is not None:
             self.sensor.set_plan(query.name, plan.first)
         out: dict[str, object] = {"query": query.name, "run": run, "plan": msg.plan}
@@ -349,13 +349,15 @@ class PlannerService:
         point = replan_point(self.bootstrap, q, msg.live, max(watermarks.values(), default=None), margin_ms)
         run = uuid.uuid4().hex[:12]
         gen = (msg.replan.gen if msg.replan is not None else 0) + 1 + len(msg.switches or ())
+        # an automatic re-partition goes on, on the new plan if it is one it can refit
+        keep = ({"threshold": cur.repartition, "plan": planner}
+                if cur.repartition is not None and parse_spec_or_none(planner) in FITTED else None)
         new = replace(plan.message(q, run, {}), switches=None, live=LiveStart(point.origin_ms, point.starts),
-                      replan=Replan(cur.run, point.switch_ms, gen, point.handover))
+                      replan=Replan(cur.run, point.switch_ms, gen, point.handover), repartition=keep)
         new = self.publish(q, new, planner)
-        with self.lock:   # an automatic re-partition goes on, on the new plan if it is one it can refit
-            st = self.queries[name]
-            if cur.repartition is not None and parse_spec_or_none(planner) in FITTED:
-                st.repartition, st.repartitions = cur.repartition, list(cur.repartitions)
+        if keep is not None:
+            with self.lock:
+                self.queries[name].repartitions = list(cur.repartitions)
         if self.sensor is not None:
             self.sensor.set_plan(name, plan.first)
         return {"query": name, "run": run, "replaces": cur.run, "plan": new.plan, "switch_ms": point.switch_ms,

@@ -15,7 +15,9 @@ import yaml
 
 import joinlib.node.run_report as run_report
 from joinlib.adapters.kafka import make_producer
+from joinlib.cli.main import main as cli
 from joinlib.query import query_to_dict
+from services.planner.service import PlannerService
 from tests.integration.test_live import (
     WAIT_S,
     Recorder,
@@ -62,7 +64,8 @@ def write_skewed(bootstrap: str, topics: list[str], rec: Recorder, seconds: floa
     out.flush(30)
 
 
-def test_a_stale_rate_partition_is_repartitioned_exactly(services, make_topic, tmp_path: Path, monkeypatch):  # noqa: F811
+def test_a_stale_rate_partition_is_repartitioned_exactly(services, make_topic, tmp_path: Path, monkeypatch,  # noqa: F811
+                                                         capsys):
     monkeypatch.setattr(run_report, "VALUES_EVERY_S", 1.0)   # the nodes report per-value rates every second
     part = services.planner.repartitioner
     monkeypatch.setattr(part, "every_s", 1.0)
@@ -96,6 +99,18 @@ def test_a_stale_rate_partition_is_repartitioned_exactly(services, make_topic, t
     assert want.count > 0
     last = services.planner.status(q.name)["repartition"]
     assert len(last["moves"]) == 1 and last["last_check"]["due"] is False, last
+    assert cli(["queries", q.name, "--url", services.url]) == 0
+    assert "repartition at 1.25x; last check: running function" in capsys.readouterr().out
+    restarted = PlannerService(services.bootstrap)   # reads control back: the threshold rides in the plan message
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while (restarted.status(q.name) or {}).get("run") != move["run"]:
+            assert time.monotonic() < deadline, restarted.status(q.name)
+            time.sleep(0.3)
+        st = restarted.status(q.name)
+        assert st["planner"] == "pmjoin:rate:2" and st["repartition"]["threshold"] == 0.25, st
+    finally:
+        restarted.close()
     services.planner.stop(q.name)
 
 

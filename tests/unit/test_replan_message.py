@@ -71,3 +71,17 @@ def test_the_control_log_links_a_run_to_the_run_replacing_it():
     assert log.successor(log.plans[0]) is log.plans[2]
     assert log.predecessor(log.plans[2]) is log.plans[0]
     assert log.successor(log.plans[1]) is None and log.predecessor(log.plans[0]) is None
+
+
+def test_a_repartition_threshold_round_trips_and_is_checked():
+    """``repartition`` (joinlib submit --repartition) rides in the plan message for the planner: a restarted planner
+    reads it back from ``control``."""
+    rp = {"threshold": 0.25, "plan": "pmjoin:rate:2"}
+    msg = PlanMessage(query_to_dict(Q), plans.central(Q).to_json(), "new", live=LiveStart(1_000), repartition=rp)
+    assert PlanMessage.from_json(msg.to_json()) == msg
+    assert msg.to_json()["repartition"] == rp
+    assert "repartition" not in PlanMessage(query_to_dict(Q), plans.central(Q).to_json()).to_json()
+    assert check_control(Q.name, "plan", _msg(plans.central(Q).to_json(), repartition=rp)) is None
+    for bad in (0.25, {"threshold": 0, "plan": "pmjoin"}, {"threshold": -1.0, "plan": "pmjoin"},
+                {"threshold": "often", "plan": "pmjoin"}, {"threshold": 0.25}):
+        assert "repartition" in _why(_msg(plans.central(Q).to_json(), repartition=bad))
