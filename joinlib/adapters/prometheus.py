@@ -173,6 +173,14 @@ class PrometheusSensor(AdaptiveSensor):
         self.resumes = Counter(
             "joinlib_resumes", "Times a node resumed a run from its last checkpoint after a restart.",
             ["site", "query"], registry=r)
+        self.repartitions = Counter(
+            "joinlib_repartitions",
+            "Times the planner moved a live partitioned query to a partition function fitted to its current "
+            "per-value rates (joinlib submit --repartition).", ["query"], registry=r)
+        self.repartition_gain = Gauge(
+            "joinlib_repartition_gain",
+            "At the planner's latest check of a query submitted with --repartition: the rate model's bytes/s of its "
+            "running partition function over a refit's (it moves past 1 + threshold).", ["query"], registry=r)
         self.dead_letters = Counter(
             "joinlib_dead_letters",
             "Records of a live source written to the dead-letter topic dlq.<query>, per reason "
@@ -278,6 +286,12 @@ class PrometheusSensor(AdaptiveSensor):
 
     def on_resume(self, site: str, query: str) -> None:
         self._child(self.resumes, site, query).inc()
+
+    def on_repartition_check(self, query: str, gain: float, moved: bool) -> None:
+        """The planner judged ``query``'s partition function (services/planner/repartition.py)."""
+        self._child(self.repartition_gain, query).set(gain)
+        if moved:
+            self._child(self.repartitions, query).inc()
 
     def set_lag(self, site: str, query: str, topic: str, messages: int) -> None:
         """Per query: the runs of two queries at a node that read one topic (``control``, a shared source) each

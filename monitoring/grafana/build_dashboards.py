@@ -281,6 +281,14 @@ def live_panels(L: Layout) -> None:
         "anything above zero is a misconfigured or hostile writer.",
         [target(f"sum by (site, topic, reason) (rate(joinlib_rejected_messages_total[{RI}]))",
                 "{{site}} {{topic}} {{reason}}")], "short"), 12, 8)
+    L.add(timeseries(
+        "Re-partition gain and moves", "Per live partitioned query submitted with --repartition: at the "
+        "planner's latest check, the rate model's bytes/s of its running partition function over one fitted to "
+        "its current per-value rates (joinlib_repartition_gain; it moves past 1 + threshold), and the moves over "
+        "the selected range (joinlib_repartitions_total).",
+        [target("max by (query) (joinlib_repartition_gain)", "gain {{query}}"),
+         target("sum by (query) (increase(joinlib_repartitions_total[$__range]))", "moves {{query}}", "B")],
+        "short"), 12, 8)
 
 
 QUERY = 'query=~"$query"'

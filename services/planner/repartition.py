@@ -67,6 +67,9 @@ class Repartitioner:
         v = verdict(query, Partitioned.from_json(query, plan), spec, stats, threshold)
         with svc.lock:
             cur.repartition_check = {**v.to_json(), "at_ms": round(now_ms)}
+        sensor = getattr(svc, "sensor", None)
+        if sensor is not None:
+            sensor.on_repartition_check(name, v.gain, v.due)
         if not v.due:
             return None
         out: dict[str, Any] = svc.replan(name, spec, values=stats)

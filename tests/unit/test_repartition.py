@@ -89,3 +89,76 @@ def test_malformed_statistics() -> None:
     bad["rates"][0] = bad["rates"][0][:3]
     with pytest.raises(PlanError, match="3 rates for 20 values"):
         rates_of(QUERY, bad)
+
+
+# ------------------------------------------------------------------ the planner's repartitioner
+class _Stats:
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.stats = stats
+
+    def value_stats(self) -> dict[str, Any]:
+        return self.stats
+
+
+class _Planner:
+    """The planner service's surface the repartitioner uses: its queries under a lock, a sensor and ``replan``."""
+
+    def __init__(self, status: Any) -> None:
+        import threading
+
+        from prometheus_client import CollectorRegistry
+
+        from joinlib.adapters.prometheus import PrometheusSensor
+        self.lock = threading.Lock()
+        self.queries = {status.name: status}
+        self.registry = CollectorRegistry()
+        self.sensor = PrometheusSensor(self.registry)
+        self.replans: list[tuple[str, str, Any]] = []
+
+    def replan(self, name: str, spec: str, values: Any = None) -> dict[str, Any]:
+        self.replans.append((name, spec, values))
+        return {"query": name, "run": "second", "replaces": self.queries[name].run, "switch_ms": 9_000}
+
+
+def _status(now_stats: dict[str, Any], submitted_ms: float = 0.0) -> Any:
+    from joinlib.control.messages import PlanMessage
+    from joinlib.plan.logical import central
+    from joinlib.query import query_to_dict
+    from services.planner.service import QueryStatus
+    fn = running("pmjoin:rate:2", FITTED_ON).function
+    plan = Partitioned(attribute_class(QUERY), fn, tuple(central(QUERY) for _ in range(fn.d)))
+    msg = PlanMessage(query_to_dict(QUERY), plan.to_json(), "first")
+    return QueryStatus(QUERY.name, "first", plan.to_json(), "pmjoin:rate:2", submitted_ms=submitted_ms, query=QUERY,
+                       live=True, stats=_Stats(now_stats), message=msg, repartition=0.25)  # type: ignore[arg-type]
+
+
+def _metric(planner: _Planner, name: str) -> float:
+    return sum(s.value for fam in planner.registry.collect() for s in fam.samples if s.name == name)
+
+
+def test_the_repartitioner_moves_a_query_whose_rates_moved() -> None:
+    from services.planner.repartition import Repartitioner
+    planner = _Planner(_status(MOVED))
+    part = Repartitioner.__new__(Repartitioner)   # its judgement without its thread
+    part.service, part.every_s, part.settle_s = planner, 1.0, 30.0
+    assert part.check(QUERY.name, now_ms=10_000) is None and not planner.replans   # not settled: 10 s < 30 s
+    out = part.check(QUERY.name, now_ms=40_000)
+    assert out is not None and planner.replans == [(QUERY.name, "pmjoin:rate:2", MOVED)]
+    st = planner.queries[QUERY.name]
+    assert [m["run"] for m in st.repartitions] == ["second"] and st.repartitions[0]["gain"] > 2
+    assert _metric(planner, "joinlib_repartitions_total") == 1 and _metric(planner, "joinlib_repartition_gain") > 2
+
+
+def test_the_repartitioner_leaves_a_fitting_or_switching_query_alone() -> None:
+    from services.planner.repartition import Repartitioner
+    planner = _Planner(_status(FITTED_ON))
+    part = Repartitioner.__new__(Repartitioner)
+    part.service, part.every_s, part.settle_s = planner, 1.0, 30.0
+    assert part.check(QUERY.name, now_ms=40_000) is None and not planner.replans
+    st = planner.queries[QUERY.name]
+    assert st.repartition_check is not None and st.repartition_check["due"] is False
+    assert _metric(planner, "joinlib_repartition_gain") == pytest.approx(1.0)
+    moving = _Planner(_status(MOVED))
+    moving.queries[QUERY.name].previous = _status(MOVED)   # a switch under way: its old run still runs
+    part.service = moving
+    assert part.check(QUERY.name, now_ms=40_000) is None and not moving.replans
