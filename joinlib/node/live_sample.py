@@ -94,11 +94,11 @@ def _aligned(query: Query, events: dict[str, list[Event]]) -> Streams:
 
 def auto_on_sample(bootstrap: str, query: Query, live: LiveStart) -> Optional[Deployable]:
     """``auto`` for a live query (a submission or a replan), as with ``--data``: every run kind but MJoin trees,
-    weighed on a sample of the newest records of its sources (:func:`sample_sources`); None when they hold none
-    yet (the caller then plans on the query file's statistics)."""
+    weighed on a sample of the newest records of its sources (:func:`sample_sources`); None when one of them holds
+    none yet (the caller then plans on the query file's statistics)."""
     streams = sample_sources(bootstrap, query, live)
-    if not any(streams.values()):
-        return None
+    if not all(streams.get(s.name) for s in query.streams):
+        return None   # a silent (or replayed) stream: its statistics are the query file's, and so is the plan
     plan = run_plan_of(auto_any(query, streams, trees=False).plan)
     assert not isinstance(plan, TreesRun)
     return plan
