@@ -53,6 +53,9 @@ NO_DATA = {
     "joinlib_adaptive_messages_total": "adaptive re-planning only",
     "joinlib_rows_written_total": "rows on a sink topic only (a query with a SELECT list and a topic); this run's "
                                   "query writes ids, and tests/integration/test_live_rows.py checks the counter",
+    "joinlib_repartitions_total": "the planner's automatic re-partition only (a live pmjoin:rate|range|site query "
+                                  "submitted with --repartition); tests/unit/test_repartition.py checks the metrics",
+    "joinlib_repartition_gain": "the automatic re-partition only (see joinlib_repartitions_total)",
 }
 #: alerts this run provokes: they must have been pending or firing
 PROVOKED = {
