@@ -210,12 +210,15 @@ def provoke(stack: Stack, q, run: str, bootstrap: str) -> list[str]:
     for i in range(600):
         p.produce(topic, b"{not json " + str(i).encode(), b"k", partition=i % 2)
     g = Garbage(7)
-    for _ in range(40):
-        _, src, key, value, headers = g.envelope(stack.sites, stack.sites[0])
-        p.produce(node_topic(q.name, stack.sites[0], src), value, key, headers=[("run", run.encode()), *headers])
-        _, key, value = g.control(q.name, run, {"query": {}, "plan": {}, "run": run})
-        p.produce(CONTROL_TOPIC, value, key)
-    assert p.flush(30) == 0
+    for burst in range(2):   # two bursts a few scrapes apart: a counter whose series is born with its whole count
+        for _ in range(20):  # between two scrapes never shows an increase to rate(), and its alert would not fire
+            _, src, key, value, headers = g.envelope(stack.sites, stack.sites[0])
+            p.produce(node_topic(q.name, stack.sites[0], src), value, key, headers=[("run", run.encode()), *headers])
+            _, key, value = g.control(q.name, run, {"query": {}, "plan": {}, "run": run})
+            p.produce(CONTROL_TOPIC, value, key)
+        assert p.flush(30) == 0
+        if burst == 0:
+            time.sleep(4)
     events.append(f"{time.time():.0f} wrote 600 malformed records, 40 garbage envelopes, 40 garbage control messages")
     return events
 
