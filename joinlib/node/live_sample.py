@@ -9,9 +9,9 @@ them with the query's own decoder, and returns them as the streams ``auto`` take
 ranked, on a common event-time span (each stream from the latest of their first records) shifted to start at
 epoch 0, so that the simulator does not walk the epochs since 1970.
 
-Malformed, filtered and (by the sample's own watermark) duplicate records are left out, as the nodes leave
-them out of the windows.  Why the newest records: a replan moves a query for what comes, and the per-value
-spread ``auto`` fits partition functions to is the current one.
+Malformed and filtered records and repeated ids are left out, as the nodes leave them out of the windows.  Why
+the newest records: a replan moves a query for what comes, and the per-value spread ``auto`` fits partition
+functions to is the current one.
 """
 from __future__ import annotations
 
@@ -62,7 +62,10 @@ def _read(consumer: Any, tp: TopicPartition, lo: int, hi: int, decoder: Decoder,
     out: list[Event] = []
     at, deadline = lo, time.monotonic() + timeout_s
     while at < hi and time.monotonic() < deadline:
-        for m in consume(consumer, 5000, 0.2):
+        got = consume(consumer, 5000, 0.2)
+        if not got and consumer.position([TopicPartition(tp.topic, tp.partition)])[0].offset >= hi:
+            break   # the offsets left are no records (a transaction's markers)
+        for m in got:
             off = m.offset()
             if off is None or off >= hi:
                 continue
@@ -89,7 +92,6 @@ def _aligned(query: Query, events: dict[str, list[Event]]) -> Streams:
                 kept.append(ev)
         out[s.name] = [Tup(s.pos, ev.id, ev.ts - start, i, ev.key, ev.rest) for i, ev in enumerate(kept)]
     return out
-
 
 
 def auto_on_sample(bootstrap: str, query: Query, live: LiveStart) -> Optional[Deployable]:

@@ -103,4 +103,3 @@ def parse_spec_or_none(planner: str) -> Optional[str]:
         return parse_spec(planner)[0]
     except JoinlibError:
         return None
-
