@@ -392,5 +392,6 @@ def auto_any(query: Query, streams: Optional[Streams] = None, trees: bool = True
     """The ``auto`` choice among every run kind (with data; without, :func:`auto`'s); not ``trees``: no MJoin
     tree (a running query's replan cannot move it to one)."""
     ranked, measured = auto_ranked(query, streams, every_kind=True)
-    keep = [r for r in (measured or ranked) if trees or r.kind not in ("mjoin", "pmjoin:mjoin")]
-    return (keep or ranked)[0]
+    if trees:
+        return (measured or ranked)[0]
+    return next(r for r in (*measured, *ranked) if r.kind not in ("mjoin", "pmjoin:mjoin"))   # central is one

@@ -18,7 +18,7 @@ absolute bytes, is what the trigger reads.  No I/O here: the planner service cal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from joinlib.errors import PlanError
 from joinlib.model import Query
@@ -63,14 +63,18 @@ def check_repartitionable(query: Query, spec: str, threshold: float) -> None:
     if not threshold > 0:
         raise PlanError(f"--repartition {threshold}: the threshold must be positive (0.25: re-partition when the "
                         "running function costs 25 % more than one fitted to the current rates)")
-    try:
-        scheme = parse_spec(spec)[0] if is_partitioned(spec) else ""
-    except PlanError:
-        scheme = ""
-    if scheme not in FITTED:
+    if scheme_of(spec) not in FITTED:
         raise PlanError(f"--repartition needs --plan pmjoin:rate|range|site[:D] (a function fitted to per-value "
                         f"rates), not {spec!r}")
     single_class(query)   # the rate model prices one equality class
+
+
+def scheme_of(spec: str) -> Optional[str]:
+    """The partition scheme of a ``pmjoin...`` plan name, None for any other plan (or a malformed one)."""
+    try:
+        return parse_spec(spec)[0] if is_partitioned(spec) else None
+    except PlanError:
+        return None
 
 
 def rates_of(query: Query, stats: Any) -> ValueRates:

@@ -19,8 +19,7 @@ import time
 from typing import Any, Optional
 
 from joinlib.errors import JoinlibError
-from joinlib.plan.partitioned import Partitioned, is_partitioned_json, parse_spec
-from joinlib.planner.registry import PlanKind, plan_kind
+from joinlib.plan.partitioned import Partitioned, is_partitioned_json
 from joinlib.pmjoin.repartition import verdict
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 
@@ -93,13 +92,3 @@ def threshold_arg(raw: Optional[str]) -> Optional[float]:
         return float(raw)
     except ValueError:
         raise JoinlibError(f"repartition={raw[:40]!r}: expected a number, e.g. 0.25") from None
-
-
-def parse_spec_or_none(planner: str) -> Optional[str]:
-    """The scheme of a ``pmjoin...`` plan name, None for any other plan."""
-    if plan_kind(planner) is not PlanKind.PARTITIONED:
-        return None
-    try:
-        return parse_spec(planner)[0]
-    except JoinlibError:
-        return None

@@ -93,11 +93,11 @@ from joinlib.node.sources import RegistrySchemas, live_streams
 from joinlib.plan.logical import central
 from joinlib.planner.explained import explain_query
 from joinlib.planner.registry import PlanKind, lookup, plan_kind, resolve_run_plan
-from joinlib.pmjoin.repartition import FITTED, check_repartitionable
+from joinlib.pmjoin.repartition import FITTED, check_repartitionable, scheme_of
 from joinlib.pmjoin.value_monitor import VALUES_EVERY_S
 from joinlib.query import parse_query
 from joinlib.settings import authorized, tls_server
-from services.planner.repartition import Repartitioner, parse_spec_or_none, threshold_arg
+from services.planner.repartition import Repartitioner, threshold_arg
 from services.planner.trees import released, status_json, submit_tree, used_by
 
 
@@ -341,7 +341,7 @@ class PlannerService:
             raise Conflict(f"query {name} is switching already (run {cur.previous.run} -> {cur.run}); replan it "
                            f"again once that switch is over ('joinlib queries {name}' shows it)")
         _replannable(q, msg, planner)
-        if values is None and parse_spec_or_none(planner) in FITTED:
+        if values is None and scheme_of(planner) in FITTED:
             values = self.values(name)   # the live rates (Conflict until the nodes have reported some)
         plan = auto_on_sample(self.bootstrap, q, msg.live) if planner == "auto" and model is None else None
         plan = plan or plan_of(q, planner, model, values)
@@ -351,7 +351,7 @@ class PlannerService:
         gen = (msg.replan.gen if msg.replan is not None else 0) + 1 + len(msg.switches or ())
         # an automatic re-partition goes on, on the new plan if it is one it can refit
         keep = ({"threshold": cur.repartition, "plan": planner}
-                if cur.repartition is not None and parse_spec_or_none(planner) in FITTED else None)
+                if cur.repartition is not None and scheme_of(planner) in FITTED else None)
         new = replace(plan.message(q, run, {}), switches=None, live=LiveStart(point.origin_ms, point.starts),
                       replan=Replan(cur.run, point.switch_ms, gen, point.handover), repartition=keep)
         new = self.publish(q, new, planner)

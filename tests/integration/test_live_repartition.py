@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 import joinlib.node.run_report as run_report
@@ -118,7 +119,6 @@ def test_repartition_needs_a_fitted_live_partitioned_plan(services, make_topic):
     sites = _sites(2)
     q = live_query(f"lvrepe{sites[0]}", sites, make_topics(make_topic, 2, partitions=1))
     text = yaml.safe_dump(query_to_dict(q))
-    import pytest
     for plan, match in (("pmjoin:hash:2", "pmjoin:rate|range|site"), ("reduce", "pmjoin:rate|range|site")):
         with pytest.raises(Exception, match=match):
             services.planner.submit(text, plan, None, "now", repartition=0.25)
@@ -154,7 +154,6 @@ def test_submit_auto_with_a_sample_plans_on_the_topics_newest_records(services, 
     """``joinlib submit --plan auto --sample``: a new live query over topics that already hold records is planned on
     them as ``--data`` plans -- here the per-value partitioning their per-site skew calls for -- and runs exactly on
     what comes after its start; ``--sample`` with another plan is one clear error."""
-    import pytest
     sites = _sites(2)
     services.start_nodes(sites)
     topics = make_topics(make_topic, 2, partitions=1)
