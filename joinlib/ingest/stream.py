@@ -182,12 +182,14 @@ class StreamIngest:
         """W = min over partitions: no on-time record of the stream can still come below it."""
         return min(p.wm for p in self.parts.values())
 
-    def release(self) -> list[Tup]:
-        """The on-time records below the watermark not handed out yet, in (ts, id) order, ranked (none
-        while records of a checkpoint are still to be read again: they may come first)."""
+    def release(self, below: Optional[int] = None) -> list[Tup]:
+        """The on-time records below the watermark (and ``below``) not handed out yet, in (ts, id) order, ranked
+        (none while records of a checkpoint are still to be read again: they may come first)."""
         if self.missing:
             return []
         w, pending, out = self.watermark, self.pending, []
+        if below is not None and below < w:
+            w = below
         pos, seq = self.stream.pos, self.seq
         while pending and pending[0][0] < w:
             ts, id_, _, _, key, rest = heapq.heappop(pending)

@@ -18,14 +18,17 @@ A node's run (:class:`~.node_run.PlanRun`) of a plan message with an ``adaptive`
   when its host has finished and it is idle, and serves the protocol on until every node is idle
   with no message in flight.
 
-**Restarts** (windows in Redis, replayed sources): the node's checkpoint holds
+**Restarts** (windows in Redis; replayed or live sources): the node's checkpoint holds
 :meth:`~joinlib.adaptive.node.AdaptiveNode.state` (its stores copied in Redis as for any node), and between
 checkpoints the node logs the *order* in which it took its inputs (:class:`OrderLog`: per loop iteration the
-(topic, offset) of every message, in Redis, before it handles them).  A successor consumes from the checkpoint's
+(topic, partition, offset) of every message, in Redis, before it handles them, and the watermarks its live
+sources handed it when they changed).  A successor consumes from the checkpoint's
 positions but hands the logged messages over in the logged order, a step after each iteration as before: the
 node is deterministic in the order of its inputs, so it makes the same decisions (the fence its GLOBAL_READY
-announced, the relays it sent) and sends the same messages again, which the receivers drop as copies.  Live
-sources are not logged: a live adaptive run takes no checkpoints.
+announced, the relays it sent) and sends the same messages again, which the receivers drop as copies.  With
+live sources the successor also applies the idle advances logged in ``wm.<query>`` at their positions, decides no
+new one while it replays, and hands the node the logged watermarks in the logged iterations
+(:meth:`AdaptivePart.drain_caps`).
 """
 from __future__ import annotations
 
@@ -55,34 +58,72 @@ ADAPTIVE_HEADER = "adaptive"
 REPLAY_WAIT_S = 60.0
 
 
+#: one logged iteration of a node's loop: the messages it took, as (topic, partition, offset) in the order taken, and
+#: the watermarks its live sources handed the node in it (stream -> ms from the origin; None: unchanged)
+Iteration = tuple[list[tuple[str, int, int]], Optional[dict[str, int]]]
+
+
 class OrderLog:
     """The order in which a node took its inputs since its last checkpoint, in a Redis list next to the
-    checkpoint (``{<ns>/<site>}#order``): one entry per loop iteration, tagged with the checkpoint it follows
-    (a crash between a checkpoint and the trimming of the list leaves entries of the old tag: ignored)."""
+    checkpoint (``{<ns>/<site>}#order``), tagged with the checkpoint it follows (a crash between a checkpoint and
+    the trimming of the list leaves entries of the old tag: ignored).  Per loop iteration (numbered from the
+    checkpoint) up to two entries: the messages it consumed, written before the node handles them, and -- a run
+    with live sources -- the watermarks the sources then handed the node, when they changed.  Why the watermarks:
+    a live source's watermark also moves with processing time (idle advances, applied when the broker confirmed
+    them), so the records alone do not say when the node saw it move; the adaptive node's decisions (the fence
+    its GLOBAL_READY announces) depend on when.  Messages are kept as runs ``[topic, partition, first, count]``
+    of consecutive offsets: a draining node takes thousands of source records an iteration."""
 
     def __init__(self, client: Any, tag: str) -> None:
         self.client, self.key = client, tag + "#order"
         self.tag = "start"   # before the first checkpoint
+        self.iteration = 0   # of the loop, since the checkpoint
 
     def append(self, msgs: list[Any]) -> None:
-        """Log an iteration's messages, but those of ``control`` and the report topics: a restarted node reads
-        them from their ends (it knows the run's ``end`` from the start), and their other messages (``done``, ``stop``)
-        only end the run."""
-        items = [[m.topic(), m.offset()] for m in msgs if not is_control_topic(m.topic())]
-        if items:
-            self.client.rpush(self.key, json.dumps([self.tag, items]))
+        """Start a new iteration and log its messages, but those of ``control`` and the report topics: a
+        restarted node reads them from their ends (it knows the run's ``end`` from the start), and their other
+        messages (``done``, ``stop``) only end the run."""
+        self.iteration += 1
+        runs: list[list[Any]] = []
+        for m in msgs:
+            topic = m.topic()
+            if is_control_topic(topic):
+                continue
+            part, off = m.partition(), m.offset()
+            last = runs[-1] if runs else None
+            if last is not None and last[0] == topic and last[1] == part and last[2] + last[3] == off:
+                last[3] += 1
+            else:
+                runs.append([topic, part, off, 1])
+        if runs:
+            self.client.rpush(self.key, json.dumps([self.tag, self.iteration, runs]))
 
-    def entries(self, tag: str) -> list[list[tuple[str, int]]]:
-        out = []
+    def append_marks(self, marks: dict[str, int]) -> None:
+        """The watermarks the live sources handed the node in the current iteration (they changed)."""
+        self.client.rpush(self.key, json.dumps([self.tag, self.iteration, None, marks]))
+
+    def resume(self, tag: str) -> list[Iteration]:
+        """The iterations logged after checkpoint ``tag``, in order (one with neither messages nor watermarks is
+        left out: it changed nothing); the log goes on after them, numbered from the last (a crash during the
+        replay must find them again, and the new ones after them)."""
+        its: dict[int, tuple[list[tuple[str, int, int]], Optional[dict[str, int]]]] = {}
         for raw in self.client.lrange(self.key, 0, -1):
-            t, items = json.loads(raw)
-            if t == tag:
-                out.append([(str(topic), int(off)) for topic, off in items])
-        return out
+            t, i, runs, *marks = json.loads(raw)
+            if t != tag:
+                continue
+            msgs, got = its.get(i, ([], None))
+            if runs:
+                msgs = [(str(topic), int(part), int(first) + k) for topic, part, first, n in runs for k in range(n)]
+            if marks:
+                got = {str(s): int(w) for s, w in marks[0].items()}
+            its[i] = (msgs, got)
+        self.tag, self.iteration = tag, max(its, default=0)
+        return [its[i] for i in sorted(its)]
 
     def checkpointed(self, tag: str) -> None:
         """A checkpoint with ``tag`` is saved: later entries follow it, earlier ones are done with."""
         self.tag = tag
+        self.iteration = 0
         self.client.delete(self.key)
 
     def clear(self) -> None:
@@ -151,9 +192,12 @@ class AdaptivePart:
         self.sensor: Optional[AdaptiveHostSensor] = None
         self.parts: tuple[Any, ...] = ()
         self.order: Optional[OrderLog] = None           # with checkpoints (Redis)
-        self.replay: list[list[tuple[str, int]]] = []   # logged iterations still to hand over again
-        self.buffer: dict[tuple[str, int], Any] = {}    # messages consumed during the replay
+        self.replay: list[Iteration] = []               # logged iterations still to hand over again
+        self.buffer: dict[tuple[str, int, int], Any] = {}   # messages consumed during the replay
         self.leftover: list[Any] = []                   # consumed during the replay, in no logged iteration
+        # the current iteration's logged watermarks while it is a logged one handed over again, else None
+        self.caps: Optional[dict[str, int]] = None
+        self.fed_marks: Optional[dict[str, int]] = None   # what the live sources handed the node last
 
     # ------------------------------------------------------------------ setup
     def host(self, base: Sensor, sink: Any, store_factory: Any) -> Host:
@@ -197,36 +241,79 @@ class AdaptivePart:
     def resume_log(self, tag: str) -> None:
         """Hand the iterations logged after checkpoint ``tag`` (``start``: none yet) over again first."""
         if self.order is not None:
-            self.replay = self.order.entries(tag)
-            self.order.tag = tag
+            self.replay = self.order.resume(tag)
+            if self.replay:
+                self.run.svc.log(f"{self.q.name}: handing {len(self.replay)} logged iteration(s) over again")
+
+    @property
+    def replaying(self) -> bool:
+        """The current iteration is a logged one handed over again: the live sources' idle advances are those
+        logged (no new one is decided), and the watermarks they hand the node those logged (:meth:`drain_caps`)."""
+        return self.caps is not None
+
+    @property
+    def may_checkpoint(self) -> bool:
+        """Not while a replay is under way: the consumer's positions are past messages not handed over yet."""
+        return not (self.replay or self.buffer or self.leftover or self.caps is not None)
 
     def inputs(self, more: Callable[[], list[Any]]) -> list[Any]:
         """The next iteration's messages: a logged one while replaying, else what ``more`` consumes (logged
         before the node sees it)."""
         if self.replay:
             return self._replayed(more)
+        self.caps = None
         got = self.leftover + more()
         self.leftover = []
-        if got and self.order is not None:
+        if self.order is not None:
             self.order.append(got)
         return got
 
+    def drain_caps(self) -> Optional[dict[str, int]]:
+        """While replaying, the watermark each live stream may hand the node in this iteration: the logged one, or
+        the last one handed (the iteration did not move it); None otherwise.  A restarted node's live sources reach
+        at least those (the same records, and the idle advances logged in ``wm.<query>`` applied at their
+        positions), and may reach more (an advance applied later in the first run, or not at all before the
+        crash): capped, the node sees its watermarks move in the same iterations as before."""
+        if self.caps is None:
+            return None
+        return {**self.marks, **self.caps}
+
+    def fed(self, marks: dict[str, int]) -> None:
+        """What the live sources handed the node in this iteration (:meth:`~.sources.LiveInputs.drain`): logged
+        when it changed (not while replaying: the log holds it already)."""
+        if marks != self.fed_marks:
+            self.fed_marks = marks
+            if self.order is not None and self.caps is None:
+                self.order.append_marks(marks)
+
     def _replayed(self, more: Callable[[], list[Any]]) -> list[Any]:
-        entry = self.replay[0]
+        """The next logged iteration's messages, in the logged order, after those handed over as they come:
+        ``control``'s (not logged) and a live source's records from before the checkpoint's positions (the pending
+        records it named, read again).  Those come in an iteration of their own while a stream whose watermark the
+        logged iteration moves still waits for them (its sources cannot move it before)."""
+        msgs, marks = self.replay[0]
+        live = self.run.live
         deadline = time.monotonic() + REPLAY_WAIT_S
-        control: list[Any] = []   # not logged: handed over as it comes
-        while any(k not in self.buffer for k in entry):
+        first: list[Any] = []
+        while True:
+            held = bool(marks and live is not None and live.missing_streams() & marks.keys())
+            if held and first:
+                self.caps = {}
+                return first
+            if not held and all(k in self.buffer for k in msgs):
+                break
             for m in more():
-                if is_control_topic(m.topic()):
-                    control.append(m)
+                if is_control_topic(m.topic()) or (live is not None and live.read_before(m)):
+                    first.append(m)
                 else:
-                    self.buffer[(m.topic(), m.offset())] = m
+                    self.buffer[(m.topic(), m.partition(), m.offset())] = m
             if time.monotonic() > deadline:
-                lost = [k for k in entry if k not in self.buffer][:3]
+                lost = [k for k in msgs if k not in self.buffer][:3] or sorted(live.missing_streams() if live else ())
                 raise ClusterError(f"node {self.site}: the logged inputs {lost} of run {self.run.run_id} did not "
                                    f"come back within {REPLAY_WAIT_S:.0f} s; start the run again")
         self.replay.pop(0)
-        out = control + [self.buffer.pop(k) for k in entry]
+        self.caps = dict(marks or {})
+        out = first + [self.buffer.pop(k) for k in msgs]
         if not self.replay:
             self.leftover, self.buffer = list(self.buffer.values()), {}
         return out

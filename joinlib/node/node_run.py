@@ -313,13 +313,11 @@ class PlanRun:
             now = now_ms()
             self.inputs.handle_all(self._next(), now)
             if live is not None:
-                live.tick(now, self.consumer)
-                live.drain(self.adaptive if self.adaptive is not None else self.host,  # adaptive: held at the fence
-                           self.values.add if self.values is not None else None)
+                self._live_step(live, now)
             self._step(now)
             self.out.poll()
             t = time.monotonic()
-            if t >= next_ckpt:
+            if t >= next_ckpt and (self.adaptive is None or self.adaptive.may_checkpoint):
                 cpu = time.thread_time()
                 self._checkpoint()
                 next_ckpt = next_checkpoint(time.monotonic(), every, time.thread_time() - cpu)
@@ -330,6 +328,20 @@ class PlanRun:
                 next_status = t + STATUS_EVERY_S
                 publish(self.out, self.q.name, self.report.status(), flush=False)
         self._finish(time.perf_counter() - t_start, time.process_time() - cpu_start)
+
+    def _live_step(self, live: LiveInputs, now: float) -> None:
+        """The live sources' idle advances, then their released tuples and watermarks to the host -- an adaptive
+        node's held at its fence, and while it hands logged iterations over again, no new advance and the logged
+        watermarks (:meth:`~.adaptive_service.AdaptivePart.drain_caps`)."""
+        observe = self.values.add if self.values is not None else None
+        ad = self.adaptive
+        if ad is None:
+            live.tick(now, self.consumer)
+            live.drain(self.host, observe)
+            return
+        if not ad.replaying:
+            live.tick(now, self.consumer)
+        ad.fed(live.drain(ad, observe, ad.drain_caps()))
 
     def _halted(self) -> None:
         """Stopped before finishing: checkpointed (if ``save_on_halt``), the producer flushed."""

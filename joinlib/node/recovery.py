@@ -41,7 +41,7 @@ from joinlib.adapters.redis_checkpoint import RedisCheckpoints
 from joinlib.errors import ClusterError
 from joinlib.model import Query
 from joinlib.node.adaptive_service import OrderLog
-from joinlib.node.sources import dlq_topic, live_streams, marks_topic, read_topic_from
+from joinlib.node.sources import dlq_topic, marks_topic, read_topic_from
 from joinlib.protocol import records
 from joinlib.runtime import checkpoint
 from joinlib.runtime.checkpoint import CheckpointError
@@ -105,13 +105,13 @@ def _unlinks(rows: list[Any], into: dict[tuple[str, str, str], Any]) -> None:
 
 def checkpoints_for(run: Any, factory: Any) -> Optional[NodeCheckpoints]:
     """Checkpoints of ``run``, when its windows are in Redis and its output allows them (else None: nothing
-    to resume from).  An adaptive run's also log the order of its inputs, and a live adaptive run takes none
-    (its live sources are not in that log; docs/adaptive.md)."""
+    to resume from).  An adaptive run's also log the order of its inputs, with its live sources' watermarks
+    (docs/adaptive.md)."""
     if not run.output.keeps_checkpoints():   # a tree operator that is the root of several queries' trees
         return None
     client, namespace = getattr(factory, "client", None), getattr(factory, "namespace", None)
     ckpt = None
-    if client is not None and namespace is not None and not (run.adaptive and live_streams(run.q, run.site)):
+    if client is not None and namespace is not None:
         ckpt = NodeCheckpoints(client, namespace, run.site, run.svc.log, run.svc.settings.checkpoint_pause,
                                flush=getattr(factory, "flush", None))
         if run.svc.store_factory is None and hasattr(factory, "fence"):   # the run's own factory: fenced stores
@@ -127,7 +127,7 @@ def _adaptive_checkpoints(run: Any, ckpt: Optional[NodeCheckpoints]) -> None:
     elif run.run_id is not None and (run.run_id, run.site) in run.ctl.started:
         # a predecessor ran it (its status is on control) and there is nothing to resume from
         raise ClusterError(f"node {run.site}: the adaptive run {run.run_id} of {run.q.name} already ran here "
-                           "and did not finish; without checkpoints (Redis windows, replayed sources) an "
+                           "and did not finish; without checkpoints (Redis windows) an "
                            "adaptive run cannot be resumed after a crash (docs/adaptive.md): start the run "
                            "again")
 

@@ -457,17 +457,26 @@ class LiveInputs:
         return len(self.skip_dead)
 
     # ------------------------------------------------------------------ to the host
-    def drain(self, host: Any, observe: Optional[Callable[[str, list[Tup]], None]] = None) -> None:
+    def drain(self, host: Any, observe: Optional[Callable[[str, list[Tup]], None]] = None,
+              caps: Optional[dict[str, int]] = None) -> dict[str, int]:
         """Released tuples and watermarks of every live stream -> ``host.feed``; the tuples also to
-        ``observe(stream, tuples)`` (the per-value monitor, :mod:`joinlib.pmjoin.value_monitor`)."""
+        ``observe(stream, tuples)`` (the per-value monitor, :mod:`joinlib.pmjoin.value_monitor`).  ``caps``: no
+        stream's watermark moves past its cap, and a stream without one is left as it is (an adaptive node
+        handing its logged iterations over again, :meth:`~.adaptive_service.AdaptivePart.drain_caps`).  Returns
+        the watermark handed over per stream."""
         tau = self.q.execution.interval_ms
+        fed: dict[str, int] = {}
         for name, src in self.sources.items():
             if src.ingest.missing:
                 # records a checkpoint named are still being read again: neither they nor the watermark may
                 # move on before them (the host's window keeps the checkpoint's watermark meanwhile)
                 continue
-            tups = src.ingest.release()
-            w = src.ingest.watermark
+            cap = None if caps is None else caps.get(name)
+            if caps is not None and cap is None:
+                continue
+            tups = src.ingest.release(cap)
+            w = src.ingest.watermark if cap is None else min(cap, src.ingest.watermark)
+            fed[name] = w
             host.feed(self.q.name, name, tups, w)
             if tups:
                 if observe is not None:
@@ -476,6 +485,23 @@ class LiveInputs:
                 src.open.extend(tups)
             if src.open and src.open[0].ts < w // tau * tau:
                 self._close_epochs(src, w // tau)
+        return fed
+
+    def missing_streams(self) -> set[str]:
+        """The streams whose checkpoint's pending records are still being read again."""
+        return {name for name, src in self.sources.items() if src.ingest.missing}
+
+    def read_before(self, m: Any) -> bool:
+        """``m`` is a record of a live source read before the checkpoint's positions (a pending record it named,
+        read again, or one done with): not among the records logged after it."""
+        srcs = self.by_topic.get(m.topic())
+        if not srcs:
+            return False
+        for src in srcs:
+            p = src.ingest.parts.get(m.partition())
+            if p is None or m.offset() >= p.next:
+                return False
+        return True
 
     def _close_epochs(self, src: _Source, below: int) -> None:
         """Naive bytes of every complete epoch (< ``below``) of a stream's released tuples."""

@@ -211,3 +211,56 @@ def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, redis
         services.planner.stop(q.name)
     finally:
         services.close()
+
+
+def test_a_live_adaptive_node_killed_during_a_migration_resumes_and_the_output_stays_exact(
+        kafka_bootstrap, redis_url, make_topic, tmp_path):
+    """The live toggle query on node *processes* with Redis windows and checkpoints every 0.5 s: SIGKILL the
+    node of S2's site 2 s into the paced production -- S4 went up at 1.5 s, the first round is under way -- and
+    start it again.  It resumes from its checkpoint, hands the iterations it logged since over again (their
+    messages, source records among them, and the watermarks its live sources handed it) and so repeats its
+    decisions: the results are exactly the live contract's and every node changed plans."""
+    import json
+    import threading
+    import uuid
+
+    from tests.integration.test_live import (
+        Recorder,
+        Services,
+        _node_process,
+        _wait_for_text,
+        kill_and_restart,
+        stop_processes,
+        submit,
+        wait_exact,
+    )
+    tag = uuid.uuid4().hex[:6]
+    sites = [f"k{i}{tag}" for i in range(1, 5)]
+    topics = [make_topic(f"ktoggle-{i}", partitions=1) for i in range(1, 5)]
+    q = _live_toggle(f"lvak{tag}", sites, topics)
+    src = tmp_path / "data"
+    write_toggle(q, Toggle("S4"), src, DURATION_MS, 3)
+    rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
+    logs = {s: tmp_path / f"node-{s}.log" for s in sites}
+    procs = {s: _node_process(s, kafka_bootstrap, redis_url, logs[s]) for s in sites}
+    services = Services(kafka_bootstrap)
+    try:
+        for site in sites:   # started (a loaded machine takes seconds): the kill must come while the data flows
+            _wait_for_text(logs[site], "serving every query", timeout_s=60)
+        out = submit(services, q, "adaptive", since="0")
+        rec = Recorder()
+        producing = threading.Thread(target=_produce_paced, args=(kafka_bootstrap, q, rows, rec))
+        producing.start()
+        victim = sites[1]
+        kill_and_restart(procs, victim, logs[victim], f"running query {q.name}", 2.0, kafka_bootstrap, redis_url)
+        producing.join()
+        wait_exact(services, q, out["run"], out["origin_ms"], rec, tmp_path, min_results=50)
+        text = logs[victim].read_text()
+        assert "resumed from the checkpoint" in text and "logged iteration(s) over again" in text, text[-3000:]
+        changes = {site: (st.get("adaptive") or {}).get("plan_changes", 0)
+                   for site, st in services.planner.status(q.name)["sites"].items()}
+        assert len(changes) == 4 and min(changes.values()) >= 1, changes
+        services.planner.stop(q.name)
+    finally:
+        stop_processes(procs.values())
+        services.close()
