@@ -17,7 +17,8 @@ write ``src.*``; the Spark jobs read only; nobody but ``admin`` deletes a topic 
 without grants sees no topic.  With per-site node users (``grant-query --per-site``), also: site s writes
 only the flows it sends (``node.<query>.<r>.from.<s>``, and those of the query's MJoin operators with
 ``--plan mjoin...``) and reads only those it receives (``node.<query>.<s>.from.<r>``), and writes only its own
-reports (``status.node.<s>``), so one site's credentials cannot forge another site's flow, status or done.
+reports (``status.node.<s>``), so one site's credentials cannot forge another site's flow, status or done, and
+writes only its query's results, derived streams, dead letters and idle advances (:func:`own_topics`).
 These grants are LITERAL, one per topic of the query: a PREFIXED pattern can only fix the start of a name, the sender
 is not at the start of a flow topic's name, and a query's name is a prefix of its MJoin operators'
 (``<query>.mj<i>``).  What it cannot enforce: docs/security.md "Limitations".
@@ -134,14 +135,16 @@ def site_grants(query, operators: Sequence[tuple[str, Sequence[str]]] = ()) -> l
     (``node.<query>.<s>.from.<r>``), writes only those it sends (``node.<query>.<r>.from.<s>``) and only its own
     reports (``status.node.<s>``), LITERAL grants (see the module docstring); likewise the flows of each of
     ``operators``, (name, nodes) of the query's MJoin operators (:func:`mjoin_operators`); everything else as
-    :func:`node_grants`, without the ``node.*`` prefix grant (create, describe and alter only)."""
+    :func:`node_grants`, without its prefix grants: the query's own results, derived streams, dead letters, idle
+    advances and partitions' topics are LITERAL grants too (:func:`own_topics`), so a site's credentials cannot
+    write another query's results or dead letters; ``node.*`` is kept for create, describe and alter only."""
     links = [(query.name, tuple(query.nodes)), *operators]
     grants: list[Grant] = []
     for site in query.nodes:
         user = site_user(site)
-        own = ("out.", "derived.", "dlq.", "wm.", "parts.")
         mine = [(name, nodes) for name, nodes in links if site in nodes]
-        grants += [*_topics(user, own, (R, W, C, D, A)), Grant(user, "node.", (C, D, A)),
+        grants += [*(Grant(user, t, (R, W, C, D, A), literal=True) for t in own_topics(links, site)),
+                   Grant(user, "node.", (C, D, A)),
                    Grant(user, "src.", (R, D, A)), *_reads_control(user), *_anywhere(user),
                    Grant(user, status_topic(site), (W,), literal=True),
                    *(Grant(user, t, (R,), literal=True)
@@ -149,6 +152,15 @@ def site_grants(query, operators: Sequence[tuple[str, Sequence[str]]] = ()) -> l
                    *(Grant(user, node_topic(name, dst, site), (W,), literal=True)
                      for name, nodes in mine for dst in dict.fromkeys(nodes) if dst != site)]
     return grants
+
+
+def own_topics(links: Sequence[tuple[str, Sequence[str]]], site: str) -> list[str]:
+    """The topics of a query's runs that ``site``'s node reads and writes besides flows, LITERAL: per run (the query,
+    and each of its MJoin operators) its results ``out.<run>``, derived stream ``derived.<run>``, dead letters
+    ``dlq.<run>``, idle advances ``wm.<run>`` and, scaled out, its own partitions' topic ``parts.<run>.<site>`` --
+    not another query's (the service-wide ``joinlib-node`` has them by prefix)."""
+    return [t for name, _ in links for t in (f"out.{name}", f"derived.{name}", f"dlq.{name}", f"wm.{name}",
+                                             f"parts.{name}.{site}")]
 
 
 def mjoin_operators(query, spec: Optional[str]) -> list[tuple[str, list[str]]]:
@@ -264,7 +276,8 @@ grant-query  the query's own topics (live sources' topics, output.topic); --per-
              SCRAM user joinlib-node-<site> of each of its sites (password kafka-<user>.password in
              SECRETS_DIR), who writes only the flows it sends, node.<query>.<peer>.from.<site>, and
              its reports, status.node.<site>, and reads only the flows it receives,
-             node.<query>.<site>.from.<peer> (docs/security.md); --plan mjoin or mjoin:TREE.json
+             node.<query>.<site>.from.<peer>, and only its query's out., derived., dlq., wm. and
+             parts. topics (docs/security.md); --plan mjoin or mjoin:TREE.json
              (what the query is submitted with) also the flows of the tree's MJoin operators,
              node.<query>.mj<i>.<peer>.from.<site>, as the planner names them"""
 

@@ -158,7 +158,8 @@ def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster)
     """``grant-query --per-site --plan mjoin``: site r1's user writes only the flows r1 sends (the query's and
     its MJoin operator's) and reads only those it receives -- so r1's credentials cannot forge r2's flow to r3
     (or to r1 itself), read the flows r2 receives, or publish a plan on ``control``; its reports go to its own
-    ``status.node.r1``, and it cannot write r2's status topic (a forged status or done) nor the sources' ends."""
+    ``status.node.r1``, and it cannot write r2's status topic (a forged status or done) nor the sources' ends.
+    It writes its query's results, dead letters, idle advances and derived streams, and not another query's."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     from infra.kafka_acls import admin_client, grant_query, mjoin_operators, site_user
@@ -178,8 +179,11 @@ def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster)
     admin = admin_client(secure_cluster.kafka_bootstrap, s.dir)
     ops = mjoin_operators(query, "mjoin")
     assert [name for name, _ in ops] == [f"{query.name}.mj0"]
+    other = f"other{int(time.time())}"   # another query's results and dead letters
     ensure_topics(admin, [*flow_topics(query.name, query.nodes), CONTROL_TOPIC, *report_topics(query.nodes),
-                          *(t for name, nodes in ops for t in flow_topics(name, nodes))])   # as planning does
+                          *(t for name, nodes in ops for t in flow_topics(name, nodes)),   # as planning does
+                          f"out.{query.name}", f"dlq.{query.name}", f"wm.{query.name}", f"derived.{ops[0][0]}",
+                          f"out.{other}", f"dlq.{other}", f"wm.{other}", f"derived.{other}.mj0"])
     assert grant_query(admin, query, s.dir, per_site=True, operators=ops) > 0
     r1 = site_user("r1")
     for dst, src in (("r1", "r2"), ("r2", "r3")):   # something to read, written by the real senders
@@ -205,7 +209,11 @@ def test_per_site_node_users_write_and_read_only_their_own_flows(secure_cluster)
     assert _produce(secure_cluster, r1, node_topic(query.name, "r3", "r1"), b"r1") is None    # r1's own flow
     assert _produce(secure_cluster, r1, node_topic(mj0, "r3", "r1"), b"r1") is None           # ... its operator's
     assert _produce(secure_cluster, r1, status_topic("r1"), b"r1") is None                    # its reports
-    forged = [node_topic(query.name, "r3", "r2"),    # r2's flow to r3, under r1's credentials
+    for topic in (f"out.{query.name}", f"dlq.{query.name}", f"wm.{query.name}", f"derived.{mj0}"):
+        assert _produce(secure_cluster, r1, topic, b"r1") is None, topic   # its query's results, letters, marks
+    forged = [f"out.{other}", f"dlq.{other}", f"wm.{other}",   # another query's results, dead letters, marks
+              f"derived.{other}.mj0",                # ... and derived stream
+              node_topic(query.name, "r3", "r2"),    # r2's flow to r3, under r1's credentials
               node_topic(query.name, "r1", "r2"),    # r2's flow to r1 itself
               node_topic(mj0, "r3", "r2"),           # r2's flow of the MJoin operator
               status_topic("r2"),                    # r2's status or done
