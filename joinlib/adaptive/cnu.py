@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from joinlib.adaptive.jep import JEP, nos_changes
+from joinlib.adaptive.migration import generation_cap
 from joinlib.adaptive.planner import Eq12, algorithm1
 from joinlib.adaptive.protocol import Message, PlanUpdate, StatsReport, WindowRequest
 from joinlib.adaptive.stats import StreamStatistics, declared, stats_data, stats_of, with_stats
@@ -28,9 +29,11 @@ from joinlib.plan.ir import lower
 class CnuPlanner:
     """The planner at N_q (``site``): reported statistics, the current plan and generation."""
 
-    def __init__(self, site: str, query: Query, jep: JEP, model: Optional[Eq12] = None) -> None:
+    def __init__(self, site: str, query: Query, jep: JEP, model: Optional[Eq12] = None, gen: int = 0) -> None:
+        """``gen``: the generation of ``jep`` (0, or a replanned run's first, docs/live.md "Replan"); the rounds
+        are numbered from 1 all the same (a plan change's round is its generation less ``base``)."""
         self.site, self.q, self.model = site, query, model or Eq12()
-        self.jep, self.gen = jep, 0
+        self.jep, self.gen, self.base = jep, gen, gen
         self.reported = {s.name: declared(s) for s in query.streams}
         self.last_epoch: dict[str, int] = {}
         self.pending: list[int] = []      # reports not yet planned with
@@ -59,29 +62,31 @@ class CnuPlanner:
             return []
         triggers, self.pending = tuple(self.pending), []
         new = algorithm1(self.plan_query(), self.model)
-        if new == self.jep:
-            return []
+        if new == self.jep or self.gen >= generation_cap(self.gen):
+            return []   # the same plan, or no generation number left in the run's block (never, in practice)
         old_ir, new_ir = lower(self.q, self.jep.to_plan(self.q)), lower(self.q, new.to_plan(self.q))
         self.jep, self.gen, self.busy = new, self.gen + 1, True
-        out = []
+        out, mid = [], self.gen - self.base
         changes = nos_changes(old_ir, new_ir)
         sites = {s.name: s.site for s in self.q.streams}
         for node in self.q.sites:
             ch = changes.get(node)
             notify = ch is None or not ch.affected
-            out.append(Message(self.site, node, self.q.name, self.gen, PlanUpdate(self.gen, notify, new, triggers)))
+            out.append(Message(self.site, node, self.q.name, mid, PlanUpdate(self.gen, notify, new, triggers)))
         for node in self.q.sites:
             for stream in changes[node].windows if node in changes else ():
-                out.append(Message(self.site, sites[stream], self.q.name, self.gen, WindowRequest(stream, node)))
+                out.append(Message(self.site, sites[stream], self.q.name, mid, WindowRequest(stream, node)))
         return out
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
-        return {"jep": self.jep.to_json(), "gen": self.gen, "busy": self.busy, "pending": list(self.pending),
-                "reported": {n: stats_data(s) for n, s in self.reported.items()}, "last": dict(self.last_epoch)}
+        return {"jep": self.jep.to_json(), "gen": self.gen, "base": self.base, "busy": self.busy,
+                "pending": list(self.pending), "reported": {n: stats_data(s) for n, s in self.reported.items()},
+                "last": dict(self.last_epoch)}
 
     def restore(self, data: dict[str, Any]) -> None:
         self.jep, self.gen, self.busy = JEP.from_json(data["jep"]), data["gen"], data["busy"]
+        self.base = data.get("base", 0)
         self.pending = list(data["pending"])
         self.reported = {n: stats_of(s) for n, s in data["reported"].items()}
         self.last_epoch = dict(data["last"])

@@ -34,6 +34,15 @@ from joinlib.adaptive.jep import JEP, SEP
 from joinlib.adaptive.protocol import Ready
 from joinlib.adaptive.shadow import ShadowWindow
 
+#: an adaptive run numbers its plan generations within one block of this many, from its first one (docs/live.md
+#: "Replan"): a run that replaces it starts at the next block, apart from every generation the adaptive run can make
+ADAPTIVE_GENERATIONS = 1 << 16
+
+
+def generation_cap(gen: int) -> int:
+    """The last plan generation an adaptive run whose generations include ``gen`` may make (its block's last)."""
+    return (gen // ADAPTIVE_GENERATIONS + 1) * ADAPTIVE_GENERATIONS - 1
+
 
 @dataclass
 class Generation:

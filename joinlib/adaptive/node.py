@@ -23,7 +23,7 @@ from joinlib.adaptive.cnu import CnuPlanner
 from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, adaptive_sensor
 from joinlib.adaptive.dnu import DnuNode
 from joinlib.adaptive.jep import JEP, SEP, nos_changes
-from joinlib.adaptive.migration import Generation, Migration
+from joinlib.adaptive.migration import Generation, Migration, generation_cap
 from joinlib.adaptive.protocol import (
     Message,
     PlanUpdate,
@@ -53,13 +53,15 @@ Send = Callable[[Message], None]
 class SnapshotFilter:
     """The host's transport, minus the jump-start snapshots of new generations: the adaptive node
     starts every replica of a new generation itself, from a window it already has or copied in
-    the shadow phase (:mod:`.migration`), so the home's copy would only repeat it."""
+    the shadow phase (:mod:`.migration`), so the home's copy would only repeat it.  The run's first
+    generation ``first`` keeps its snapshots: a replanned run's starts mid-stream (docs/live.md "Replan"),
+    with nothing the node copied."""
 
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
+    def __init__(self, transport: Transport, first: int = 0) -> None:
+        self.transport, self.first = transport, first
 
     def send(self, env: Envelope) -> None:
-        if not isinstance(env.body, WindowSnapshot):
+        if env.gen == self.first or not isinstance(env.body, WindowSnapshot):
             self.transport.send(env)
 
 
@@ -83,7 +85,8 @@ class AdaptiveNode:
         self.taps = {n: tap(self.home(n), f"monitor:{n}", 0) for n in self.mine}
         planner = config.planner or query.sites[0]
         self.planner_site = planner
-        self.cnu = CnuPlanner(site, query, initial, config.model) if config.mode == "cnu" and site == planner else None
+        self.cnu = (CnuPlanner(site, query, initial, config.model, self.gens[0].gen)
+                    if config.mode == "cnu" and site == planner else None)
         self.dnu = DnuNode(site, query, initial, config.model) if config.mode == "dnu" else None
         self.announced = {s.head: s for s in initial.seps if s.head in self.mine}
         self.announced_mids: set[int] = set()
@@ -240,7 +243,10 @@ class AdaptiveNode:
             self._ready(mig, False, 0)
         everyone = all(p in mig.local for p in self.participants)
         if not mig.sent_global and everyone and mig.full():
-            self.fence = max((self.home(n).next for n in self.mine), default=0) + self.cfg.fence_margin
+            # not before the current generation's first epoch: a replanned run's starts mid-stream (docs/live.md
+            # "Replan"), and its homes hold the epochs before it (its warm-up), which a round may measure
+            self.fence = max(max((self.home(n).next for n in self.mine), default=0) + self.cfg.fence_margin,
+                             self.gens[-1].start + 1)
             self._apply_watermark()
             self._ready(mig, True, self.fence)
         if mig.switch is None:
@@ -285,7 +291,7 @@ class AdaptiveNode:
         by_head = {s.head: s for r in mig.local.values() for s in r.seps}
         jep = JEP(tuple(by_head[h] for h in self.q.names))
         mig.triggers = set().union(*(r.triggers for r in mig.local.values()))
-        if jep == self.jep:
+        if jep == self.jep or self.gen >= generation_cap(self.gen):   # the cap: never, in practice
             mig.noop = True
         else:
             mig.jep, mig.gen = jep, self.gen + 1

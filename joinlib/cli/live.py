@@ -96,13 +96,14 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
                                     "--margin after the newest event time the sources hold. The new run warms its "
                                     "windows by reading the sources again from one window (plus max_delay and a 5 s "
                                     "slack) before T: both runs work until the old one's watermark passes T. "
-                                    "Static plans (auto, greedy, central, reductions, algorithms) and pmjoin "
-                                    "without --scale-out, in both directions; docs/live.md \"Replan\".")
+                                    "Static plans (auto, greedy, central, reductions, algorithms), pmjoin "
+                                    "without --scale-out and adaptive[:cnu|:dnu], in every direction between them; "
+                                    "not MJoin trees; docs/live.md \"Replan\".")
     rp.add_argument("name")
     rp.add_argument("--plan", required=True, metavar="P",
-                    help="the plan to move to: any static plan name or pmjoin[:hash|range|rate][:D] (rate, range "
-                         "and site: fitted to the query's live per-value rates; auto: every plan kind but MJoin "
-                         "trees, weighed on a sample of the sources' newest records)")
+                    help="the plan to move to: any static plan name, pmjoin[:hash|range|rate][:D] (rate, range "
+                         "and site: fitted to the query's live per-value rates) or adaptive[:cnu|:dnu]; auto: every "
+                         "plan kind but MJoin trees, weighed on a sample of the sources' newest records")
     rp.add_argument("--model", help="the cost model the planner prices P with (default: the registry's)")
     rp.add_argument("--margin", type=float, default=3.0, metavar="SECONDS",
                     help="how far after the newest event time the switch lies (default 3; raise it when a node "

@@ -70,15 +70,16 @@ def compile_message(msg: PlanMessage, where: str) -> Compiled:
 
 def compiled_of(q: Query, msg: PlanMessage) -> Compiled:
     """``msg`` compiled against its parsed query ``q`` (not lowered yet); a replanned run (``msg.replan``) only
-    as a static or partitioned plan of a live query that starts at or after epoch 1."""
+    as a static, partitioned or adaptive plan of a live query that starts at or after epoch 1."""
     plan = compile_plan(q, msg)
     rp = msg.replan
     if rp is None:
         return Compiled(q, plan)
     if msg.live is None:
         raise PlanError("a replanned run ('replan') is a live query's: the plan message needs 'live'")
-    if not isinstance(plan, (Generations, PartitionedRun)) or msg.scale_out:
-        raise PlanError("a replanned run runs a static plan or a partitioned one (pmjoin) without scale-out")
+    if not isinstance(plan, (Generations, PartitionedRun, AdaptiveRun)) or msg.scale_out:
+        raise PlanError("a replanned run runs a static plan, a partitioned one (pmjoin) without scale-out or an "
+                        "adaptive one")
     first = rp.switch_epoch(msg.live.origin_ms, q.execution.interval_ms)
     if first < 1 or rp.gen < 1:
         raise PlanError(f"replan: the switch ({rp.switch_ms} ms) must lie after the run's origin "

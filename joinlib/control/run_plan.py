@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from joinlib.adaptive.config import AdaptiveConfig
 from joinlib.adaptive.jep import JEP, from_plan
+from joinlib.adaptive.migration import generation_cap
 from joinlib.adaptive.service import config_json
 from joinlib.control.messages import PlanMessage, Switch
 from joinlib.errors import ClusterError
@@ -171,3 +172,12 @@ def as_run_plan(plan: Union[Plans, Tree, RunPlan], adaptive: Optional[AdaptiveCo
     if len(gens.gens) > 1:
         raise ClusterError("an adaptive run starts with one plan and chooses its switches itself")
     return AdaptiveRun(adaptive, gens.first)
+
+
+def next_generation(replaced: PlanMessage) -> int:
+    """The first plan generation of a run replacing ``replaced``: after its last static switch, or -- an adaptive run,
+    which chooses its own -- at the block after its own (:func:`generation_cap`)."""
+    base = replaced.replan.gen if replaced.replan is not None else 0
+    if replaced.adaptive is not None:
+        return generation_cap(base) + 1
+    return base + 1 + len(replaced.switches or ())

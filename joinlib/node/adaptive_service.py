@@ -42,6 +42,7 @@ from joinlib.adaptive import protocol
 from joinlib.adaptive.config import AdaptiveConfig, AdaptiveSensor, LogSensor, adaptive_sensor
 from joinlib.adaptive.embedded import AdaptiveTotals
 from joinlib.adaptive.jep import JEP
+from joinlib.adaptive.migration import Generation
 from joinlib.adaptive.node import AdaptiveNode, SnapshotFilter
 from joinlib.adaptive.protocol import Message, Relay, StatsReport
 from joinlib.adaptive.service import Tally, quiescent
@@ -177,8 +178,11 @@ class AdaptivePart:
     """The adaptive side of one node service run (``run``: a :class:`~.node_run.PlanRun`; see the module
     docstring)."""
 
-    def __init__(self, run: Any, config: AdaptiveConfig, initial: JEP) -> None:
+    def __init__(self, run: Any, config: AdaptiveConfig, initial: JEP, gen: int = 0, start: int = 0) -> None:
+        """``gen``, ``start``: the number and first head epoch of the generation the run starts with, whose plan is
+        ``initial`` (a replanned run's: after the run it replaces, docs/live.md "Replan")."""
         self.run, self.cfg, self.initial = run, config, initial
+        self.first = Generation(gen, initial, start)
         self.q: Query = run.q
         self.site: str = run.site
         self.participants = self.q.sites
@@ -206,12 +210,12 @@ class AdaptivePart:
         self.sensor = AdaptiveHostSensor(base, svc.sensor, svc.log)
         self.parts = (sink, store_factory)
         host = self._new_host()
-        self.node = AdaptiveNode(self.site, self.q, self.cfg, host, self.send, self.initial)
+        self.node = AdaptiveNode(self.site, self.q, self.cfg, host, self.send, self.initial, [self.first])
         return host
 
     def _new_host(self) -> Host:
         sink, store_factory = self.parts
-        return Host(self.site, SnapshotFilter(self.run.transport), sink, store_factory=store_factory,
+        return Host(self.site, SnapshotFilter(self.run.transport, self.first.gen), sink, store_factory=store_factory,
                     sensor=self.sensor)
 
     # ------------------------------------------------------------------ checkpoints

@@ -123,7 +123,8 @@ class PlanRun:
         # a live query's per-value rates, reported for re-partitioning (docs/pmjoin.md "Live statistics")
         self.values = ValueMonitor.of(self.q, self.site) if self.msg.live is not None else None
         ad = compiled.adaptive  # re-planned while running (docs/adaptive.md): the node around the host
-        self.adaptive = None if ad is None else AdaptivePart(self, ad.config, ad.start())
+        self.adaptive = None if ad is None else AdaptivePart(self, ad.config, ad.start(), compiled.gen_base,
+                                                              compiled.first_epoch)
         self.inputs = RunInputs(self)
         self.report = RunReport(self)
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
@@ -210,7 +211,7 @@ class PlanRun:
         for end in self.ctl.ends_of(self.ctl_query, self.run_id):
             host.set_last(self.q.name, end.last_epoch)
         succ = self.ctl.successor(self.rec)
-        if succ is not None and self.adaptive is None:
+        if succ is not None:
             self._replaced(succ.plan, host)
 
     def _replaced(self, succ: PlanMessage, host: Host) -> None:
@@ -377,9 +378,8 @@ class PlanRun:
         msg = r.message
         if isinstance(msg, EndMessage) and msg.applies_to(self.run_id):
             self.host.set_last(self.q.name, msg.last_epoch)
-        elif isinstance(msg, PlanMessage) and msg.replan is not None and msg.replan.replaces == self.run_id \
-                and self.adaptive is None:
-            self._replaced(msg, self.host)
+        elif isinstance(msg, PlanMessage) and msg.replan is not None and msg.replan.replaces == self.run_id:
+            self._replaced(msg, self.host)   # an adaptive run too: its node ends as at an 'end
         elif isinstance(msg, StopMessage) and self.ctl.is_stopped(self.rec):
             self.stopped = True
         elif isinstance(msg, DoneMessage) and self.adaptive is not None and msg.run == self.run_id:

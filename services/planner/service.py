@@ -78,8 +78,15 @@ from joinlib.adapters.kafka import (
 )
 from joinlib.adapters.rejections import Rejections
 from joinlib.control.check import INVALID
-from joinlib.control.messages import DoneMessage, LiveStart, PlanMessage, Replan, StatusMessage, StopMessage
-from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun
+from joinlib.control.messages import (
+    DoneMessage,
+    LiveStart,
+    PlanMessage,
+    Replan,
+    StatusMessage,
+    StopMessage,
+)
+from joinlib.control.run_plan import AdaptiveRun, Deployable, Generations, PartitionedRun, TreesRun, next_generation
 from joinlib.costs import DEFAULT_MODEL
 from joinlib.costs.explanation import format_explanation
 from joinlib.errors import ClusterError, JoinlibError
@@ -140,15 +147,15 @@ def _check_options(query: Query, planner: str, model: Optional[str], scale_out: 
 
 def _replannable(q: Query, msg: PlanMessage, planner: str) -> None:
     """JoinlibError unless ``q``, running ``msg``, can move to ``planner``'s plan with a replan."""
-    kinds = (PlanKind.PLANS, PlanKind.PARTITIONED)
+    kinds = (PlanKind.PLANS, PlanKind.PARTITIONED, PlanKind.ADAPTIVE)
     if plan_kind(planner) not in kinds:
         raise JoinlibError(f"--plan {planner}: a replan moves a query to a static plan (auto, greedy, central, a "
-                           "reduction, an algorithm) or a partitioned one (pmjoin[:hash|range|rate][:D]); adaptive "
-                           "and MJoin tree plans are not replanned yet")
-    if msg.adaptive is not None or msg.scale_out or msg.operator is not None or msg.uses \
+                           "reduction, an algorithm), a partitioned one (pmjoin[:hash|range|rate][:D]) or an adaptive "
+                           "one (adaptive[:cnu|:dnu]); MJoin tree plans are not replanned yet")
+    if msg.scale_out or msg.operator is not None or msg.uses \
             or isinstance(msg.plan, dict) and any(k.startswith("mjoin") for k in msg.plan):
-        raise JoinlibError(f"query {q.name} runs an adaptive, scaled-out or MJoin tree plan: a replan moves only "
-                           "static and partitioned (pmjoin) plans; stop it and submit it again")
+        raise JoinlibError(f"query {q.name} runs a scaled-out or MJoin tree plan: a replan moves only static, "
+                           "partitioned (pmjoin) and adaptive plans; stop it and submit it again")
     counted = [s.name for s in q.streams if not s.window.is_time]
     if counted:
         raise JoinlibError(f"{', '.join(counted)} have tuple windows: a replan warms the new run's windows from one "
@@ -348,7 +355,7 @@ class PlannerService:
         watermarks = (cur.stats.summary().get("watermarks_ms") or {}) if cur.stats is not None else {}
         point = replan_point(self.bootstrap, q, msg.live, max(watermarks.values(), default=None), margin_ms)
         run = uuid.uuid4().hex[:12]
-        gen = (msg.replan.gen if msg.replan is not None else 0) + 1 + len(msg.switches or ())
+        gen = next_generation(msg)
         # an automatic re-partition goes on, on the new plan if it is one it can refit
         keep = ({"threshold": cur.repartition, "plan": planner}
                 if cur.repartition is not None and scheme_of(planner) in FITTED else None)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from joinlib.adaptive.migration import ADAPTIVE_GENERATIONS
 from joinlib.cli.main import main as cli
 from joinlib.protocol import records
 from services.planner.service import Conflict, NotFound
@@ -91,6 +92,40 @@ def test_reduction_to_pmjoin_and_back_is_exact(services, make_topic, tmp_path: P
     services.planner.stop(q.name)
 
 
+def test_reduction_to_adaptive_and_back_is_exact(services, make_topic, tmp_path: Path, capsys):  # noqa: F811
+    """A replan to an adaptive plan and back (docs/live.md "Replan"): the adaptive run starts its first generation at
+    the switch, numbered in a block of its own; the static run after it is numbered past that block; the output is
+    exact across both switches, each run serving part of it."""
+    sites = _sites()
+    services.start_nodes(sites)
+    q = live_query(f"lvra{sites[0]}", sites, make_topics(make_topic, 3, partitions=2))
+    first = submit(services, q, "reduce", since="now")
+    rec = Recorder()
+    gen = generator(services.bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
+    flowing = threading.Thread(target=gen.run, args=(16.0,))
+    flowing.start()
+    try:
+        time.sleep(7.0)
+        mid = _replan(services, q.name, "adaptive", capsys)
+        _switched(services, q.name, mid)
+        last = _replan(services, q.name, "reduce", capsys)
+        _switched(services, q.name, last)
+    finally:
+        flowing.join()
+    runs = [first["run"], mid, last]
+    want = wait_exact(services, q, last, first["origin_ms"], rec, tmp_path, min_results=200, zombie=True,
+                      replaced=(first["run"], mid))
+    gens = {run: {records.decode_result_batch(m.value()).gen for m in read_topic(services.bootstrap, f"out.{q.name}",
+                                                                                   run)} for run in runs}
+    assert all(gens[r] for r in runs), f"every run serves part of the results: {gens}"
+    # the adaptive run from 1 (it may change plans: 2, 3, ...), the run after it from the next block
+    assert gens[first["run"]] == {0} and min(gens[mid]) == 1 and max(gens[mid]) < ADAPTIVE_GENERATIONS \
+        and gens[last] == {ADAPTIVE_GENERATIONS}, gens
+    assert sum(sum(1 for _ in records.decode_result_batch(m.value()).results())
+               for r in runs for m in read_topic(services.bootstrap, f"out.{q.name}", r)) == want.count
+    services.planner.stop(q.name)
+
+
 def test_replan_errors(services, make_topic):  # noqa: F811
     with pytest.raises(NotFound):
         services.planner.replan("no-such-query", "reduce")
@@ -98,8 +133,8 @@ def test_replan_errors(services, make_topic):  # noqa: F811
     services.start_nodes(sites)
     q = live_query(f"lvrpe{sites[0]}", sites, make_topics(make_topic, 2, partitions=1))
     submit(services, q, "SP-S", since="now")
-    with pytest.raises(Exception, match="adaptive and MJoin tree plans are not replanned"):
-        services.planner.replan(q.name, "adaptive")
+    with pytest.raises(Exception, match="MJoin tree plans are not replanned"):
+        services.planner.replan(q.name, "mjoin")
     with pytest.raises(Exception, match="no such|unknown|plan"):
         services.planner.replan(q.name, "no-such-plan")
     deadline = time.monotonic() + WAIT_S
