@@ -97,8 +97,8 @@ def add_commands(sub: Any, env: Optional[ServiceEnv] = None) -> None:
                                     "windows by reading the sources again from one window (plus max_delay and a 5 s "
                                     "slack) before T: both runs work until the old one's watermark passes T. "
                                     "Static plans (auto, greedy, central, reductions, algorithms), pmjoin "
-                                    "without --scale-out and adaptive[:cnu|:dnu], in every direction between them; "
-                                    "not MJoin trees; docs/live.md \"Replan\".")
+                                    "without --scale-out and adaptive[:cnu|:dnu], in every direction between them, "
+                                    "and from a single MJoin tree (not to one); docs/live.md \"Replan\".")
     rp.add_argument("name")
     rp.add_argument("--plan", required=True, metavar="P",
                     help="the plan to move to: any static plan name, pmjoin[:hash|range|rate][:D] (rate, range "

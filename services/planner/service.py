@@ -151,11 +151,13 @@ def _replannable(q: Query, msg: PlanMessage, planner: str) -> None:
     if plan_kind(planner) not in kinds:
         raise JoinlibError(f"--plan {planner}: a replan moves a query to a static plan (auto, greedy, central, a "
                            "reduction, an algorithm), a partitioned one (pmjoin[:hash|range|rate][:D]) or an adaptive "
-                           "one (adaptive[:cnu|:dnu]); MJoin tree plans are not replanned yet")
+                           "one (adaptive[:cnu|:dnu]); not to an MJoin tree plan yet (a query running one may move "
+                           "to another plan)")
     if msg.scale_out or msg.operator is not None or msg.uses \
-            or isinstance(msg.plan, dict) and any(k.startswith("mjoin") for k in msg.plan):
-        raise JoinlibError(f"query {q.name} runs a scaled-out or MJoin tree plan: a replan moves only static, "
-                           "partitioned (pmjoin) and adaptive plans; stop it and submit it again")
+            or isinstance(msg.plan, dict) and any(k in msg.plan for k in ("mjoin_trees", "mjoin_trees_of")):
+        raise JoinlibError(f"query {q.name} runs a scaled-out plan, a shared operator or several MJoin trees: a "
+                           "replan moves static, partitioned (pmjoin), adaptive and single MJoin tree plans; stop "
+                           "it and submit it again")
     counted = [s.name for s in q.streams if not s.window.is_time]
     if counted:
         raise JoinlibError(f"{', '.join(counted)} have tuple windows: a replan warms the new run's windows from one "
