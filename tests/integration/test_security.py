@@ -546,14 +546,17 @@ def _service(module: str, args: list[str], env: dict[str, str], log: Path) -> su
                                 env={**base, **env, "METRICS_PORT": "0"})
 
 
-def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_cluster, client_env, tmp_path, capsys):
+@pytest.mark.parametrize("plan", ["SP-S", "mjoin"])
+def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_cluster, client_env, tmp_path, capsys, plan):
     """Each service under its own Kafka user and ACLs: the planner (here, as ``joinlib-planner``), three
     node services (each as its site's ``joinlib-node-<site>``, Redis windows as the node ACL user), the
-    source (``joinlib-source``)."""
+    source (``joinlib-source``); with ``mjoin``, an MJoin tree whose operators' flows, derived streams and results
+    the per-site users are granted by ``grant-query --per-site --plan mjoin``."""
     import redis
     url, svc = planner
     bootstrap = secure_cluster.kafka_bootstrap
-    text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: sec{int(time.time())}")
+    name = f"sec{plan.replace('-', '').lower()}{int(time.time())}"
+    text = (ROOT / "examples" / "routers.yaml").read_text().replace("name: routers", f"name: {name}")
     qfile = tmp_path / "q.yaml"
     qfile.write_text(text)
     query = load_query(qfile)
@@ -566,9 +569,10 @@ def test_whole_pipeline_runs_with_credentials_and_is_exact(planner, secure_clust
                                  password=secrets.redis_password("joinlib-admin"))
     admin.config_resetstat()
 
-    from infra.kafka_acls import admin_client, grant_query, site_user
-    grant_query(admin_client(bootstrap, secrets.dir), query, secrets.dir, per_site=True)   # joinlib-node-<site>
-    assert cli(["submit", str(qfile), "--plan", "SP-S", "--url", url]) == 0
+    from infra.kafka_acls import admin_client, grant_query, mjoin_operators, site_user
+    grant_query(admin_client(bootstrap, secrets.dir), query, secrets.dir, per_site=True,   # joinlib-node-<site>
+                operators=mjoin_operators(query, plan if plan == "mjoin" else None))
+    assert cli(["submit", str(qfile), "--plan", plan, "--url", url]) == 0
     logs = {site: tmp_path / f"node-{site}.log" for site in query.sites}
     nodes = {site: _service("services.node", ["--site", site, "--query", query.name, "--plan-timeout", "60",
                                               "--checkpoint-every", "0.5", "--quiet"],
