@@ -10,15 +10,26 @@ kernels) in place of a Python call per pair, with the live filters kept in the f
 
 The answers are exactly :meth:`joinlib.protocol.bloom.Matcher.has`'s: the same hash words, the same bit
 positions (word mod m for the filter's first k words).
+
+The table's bookkeeping (:meth:`KeyTable.add_all`, :meth:`KeyTable.discard_all`, :meth:`KeyTable.holding`) and
+:meth:`KeyIndex.settle`'s update of ``best`` run in C when ``_keytablec.c`` is built (setup.py): the same steps on
+the same Python containers, so the state others read (``seqs``, ``keys``, ``slot``, ``base``, ``dig``, ``best``,
+``settled``) is the same; the Python below is the fallback, and what tests/unit/test_keytable_c.py compares it to.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from joinlib.kernels import kernel
+from joinlib.protocol import bloom
 from joinlib.protocol.bloom import ALL_SET, MAX_HASHES, Matcher, digests, hash_rows, hit_index, latest_tags, unpacked
 from joinlib.protocol.messages import Key
+
+#: The key table's bookkeeping in C (``_keytablec.c``, built by setup.py: it says why), or None: the Python forms
+#: below, the same answers more slowly.
+_c: Any = kernel("joinlib.runtime.algorithms._keytablec")
 
 #: a live set of a neighbour as the reducer keeps it: (its number, its tag, its matcher)
 LiveSet = tuple[int, int, Matcher]
@@ -111,6 +122,9 @@ class KeyTable:
 
     def add_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair pending (a reducer's batch)."""
+        if _c is not None:
+            _c.add_all(self, keys, seqs, bloom._DIGESTS, bloom._remember)
+            return
         index = self.seqs
         for k, seq in zip(keys, seqs, strict=True):
             got = index.get(k)
@@ -128,6 +142,9 @@ class KeyTable:
 
     def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair no longer pending (the tuples that left a reducer's window, or were done with)."""
+        if _c is not None:
+            _c.discard_all(self, keys, seqs)
+            return
         index = self.seqs
         for k, seq in zip(keys, seqs, strict=True):
             got = index[k]
@@ -148,6 +165,9 @@ class KeyTable:
         """Drop the stale slots at the front; when the keys gone outnumber the pending ones (by ``slack``), rebuild
         the buffer, ``slot`` and the indexes' ``best`` from the live slots (a key gone keeps its entries until then:
         they are read only for pending keys, and overwritten when a key comes back)."""
+        if _c is not None:
+            _c.trim(self)
+            return
         index, keys, slot, base = self.seqs, self.keys, self.slot, self.base
         head, n = 0, len(keys)
         while head < n:
@@ -174,6 +194,10 @@ class KeyTable:
     def holding(self, m: Matcher) -> list[Key]:
         """The pending keys that the set of ``m`` holds (each once)."""
         seqs = self.seqs
+        if _c is not None:
+            held: list[Key] = (_c.holding_set(seqs, m._set) if m._set is not None
+                               else _c.live_hits(self, hit_index(m, self.dig)) if seqs else [])
+            return held
         if m._set is not None:
             if len(m._set) < len(seqs):
                 return [k for k in m._set if k in seqs]
@@ -265,6 +289,9 @@ class KeyIndex:
         live sets changed to these first."""
         if live is not None:
             self.live(live)
+        if _c is not None:
+            self._settle_c()
+            return
         table = self.table
         start, keys = self.settled, table.keys
         self.settled = len(keys)
@@ -286,6 +313,17 @@ class KeyIndex:
             if exact[k] > best[k]:
                 best[k] = exact[k]
         self.best.update(best)
+
+    def _settle_c(self) -> None:
+        """:meth:`settle` with the kernel updating ``best`` (from the explicit sets, and the filters' answer)."""
+        if not self._blooms:
+            _c.settle(self, None)
+            return
+        start, table = self.settled, self.table
+        if start == len(table.keys):
+            return
+        latest = latest_tags(self._blooms, table.dig[64 * start:])
+        _c.settle(self, latest if latest is not None else self._latest_np(table.keys[start:]))
 
     def _latest_np(self, new: Sequence[Key]) -> list[int]:
         """:func:`latest_tags` in array form, without the C kernels: the bank's test of every (key, filter)."""
