@@ -79,9 +79,13 @@ class Encoding:
         self._tups: dict[str, Tup] = {}
         self._cache: dict[tuple[object, ...], float] = {}
         self._poissons: dict[tuple[tuple[object, ...], float], float] = {}
+        self._series: dict[tuple[object, ...], list[float]] = {}
         #: expected bytes per (src, dst, message): :func:`joinlib.costs.model.price`'s memo
         self.priced: dict[tuple[str, str, object], float] = {}
         self._bodies: dict[tuple[object, ...], Body] = {}
+        self._fp_costs: dict[str, Optional[float]] = {}
+        self._row_bytes: dict[tuple[str, ...], Optional[float]] = {}
+        self._request_fps: dict[tuple[str, tuple[int, ...], float, Optional[float]], float] = {}
         self._flow = 1
         self._epoch = max(0, int(horizon_s * 1000 / self.tau_ms / 2))
         #: the wire format leaves the sites out of a message (Kafka's key and topic carry them:
@@ -137,12 +141,16 @@ class Encoding:
     # ------------------------------------------------------------ what the runtime sizes filters by
     def window_fp_cost(self, stream: str) -> Optional[float]:
         """``fp_cost`` of a key set answered with (or filtering) tuples of ``stream``: its declared
-        window bytes, as the runtime computes it (None: no Bloom filter)."""
-        return window_bytes(self.declared.stream(stream))
+        window bytes, as the runtime computes it (None: no Bloom filter).  Memoised: every key set priced asks it."""
+        if stream not in self._fp_costs:
+            self._fp_costs[stream] = window_bytes(self.declared.stream(stream))
+        return self._fp_costs[stream]
 
     def row_fp_cost(self, streams: tuple[str, ...], asked: float) -> Optional[float]:
         """SM-D2's match answer: the declared bytes of a row of ``streams`` × the keys asked."""
-        rb = row_bytes_of(*(self.declared.stream(n) for n in streams))
+        if streams not in self._row_bytes:
+            self._row_bytes[streams] = row_bytes_of(*(self.declared.stream(n) for n in streams))
+        rb = self._row_bytes[streams]
         return rb * asked if rb is not None else None
 
     # ------------------------------------------------------------ the message kinds
@@ -157,9 +165,13 @@ class Encoding:
 
     def rows(self, src: str, dst: str, streams: tuple[str, ...], n: float) -> float:
         """A full-tuple message of ``n`` rows, each with one tuple of every stream of ``streams``."""
-        parts = tuple(sorted((self.tup(s) for s in streams), key=lambda t: t.pos))
         return self._expected(("rows", src, dst, streams), n,
-                              lambda k: self.size(src, dst, TupleBatch([parts] * k)))
+                              lambda k: self.size(src, dst, TupleBatch([self._row(streams)] * k)))
+
+    def _row(self, streams: tuple[str, ...]) -> tuple[Tup, ...]:
+        """A row of one tuple of every stream of ``streams``, in stream order (built only for a size not
+        yet known: most calls find theirs in the memo)."""
+        return tuple(sorted((self.tup(s) for s in streams), key=lambda t: t.pos))
 
     def keys(self, src: str, dst: str, stream: str, index: tuple[int, ...], n: float) -> float:
         """A partial-tuple message of ``n`` distinct keys of ``stream`` on ``index``."""
@@ -176,9 +188,16 @@ class Encoding:
                               lambda k: self.size(src, dst, self._request(stream, index, k, fp_cost)))
 
     def request_fp(self, stream: str, index: tuple[int, ...], n: float, fp_cost: Optional[float]) -> float:
-        """The expected false-positive rate of that request (0 when the keys are written out)."""
-        return self._poisson(("request-fp", stream, index, fp_cost), n,
-                              lambda k: _fp_rate(self._request(stream, index, k, fp_cost)))
+        """The expected false-positive rate of that request (0 when the keys are written out); memoised
+        on its arguments (a search asks it for several steps of every probe)."""
+        key = (stream, index, n, fp_cost)
+        hit = self._request_fps.get(key)
+        if hit is None:
+            if len(self._request_fps) > 500_000:
+                self._request_fps.clear()
+            hit = self._request_fps[key] = self._poisson(("request-fp", stream, index, fp_cost), n,
+                                                         lambda k: _fp_rate(self._request(stream, index, k, fp_cost)))
+        return hit
 
     def _request(self, stream: str, index: tuple[int, ...], k: int, fp_cost: Optional[float]) -> Body:
         hit = self._bodies.get(("request", stream, index, fp_cost, k))
@@ -275,12 +294,21 @@ class Encoding:
 
     def _poisson_sum(self, tag: tuple[object, ...], n: float, build: Callable[[int], float]) -> float:
         hi = int(n + 6.0 * math.sqrt(n) + 6.0)
+        sizes = self._sizes(tag, hi, build)
         pk, total, mass = math.exp(-n), 0.0, 0.0
         for k in range(hi + 1):
-            total += pk * self._at(tag, k, build)
+            total += pk * sizes[k]
             mass += pk
             pk *= n / (k + 1)
         return total / mass
+
+    def _sizes(self, tag: tuple[object, ...], hi: int, build: Callable[[int], float]) -> list[float]:
+        """``_at(tag, k)`` for k = 0..hi (at least), kept per tag: each key set is priced at hundreds of
+        expected counts, every Poisson sum over the same first hundred-odd sizes."""
+        sizes = self._series.setdefault(tag, [])
+        for k in range(len(sizes), hi + 1):
+            sizes.append(self._at(tag, k, build))
+        return sizes
 
     def _at(self, tag: tuple[object, ...], k: int, build: Callable[[int], float]) -> float:
         if k > EXACT:

@@ -51,8 +51,8 @@ them with :class:`~joinlib.costs.encoding.Encoding`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence, TypeVar, cast
 
 from joinlib.algorithms.dja import DJA, MIXED, SM_D1, SM_S2
 from joinlib.algorithms.record import Flow
@@ -60,7 +60,7 @@ from joinlib.algorithms.semijoin import FIFO, SM_D2, SM_S1
 from joinlib.algorithms.simple import FULL, SP_D
 from joinlib.costs.unit_time import SeqState, interval_s, selectivity, stream_rate, window_tuples
 from joinlib.model import Query
-from joinlib.plan.ir import ReducerOp
+from joinlib.plan.ir import Edge, ReducerOp
 
 
 class KeySets(Protocol):
@@ -107,12 +107,12 @@ class Inter:
         return cls(s, b, b)
 
 
-@dataclass(frozen=True)
-class Probe:
-    """What one step's rows ask of the next stream N, per epoch."""
+class Probe(NamedTuple):
+    """What one step's rows ask of the next stream N, per epoch (a named tuple, like :class:`Msg`: the
+    per-head searches make one for each of thousands of steps)."""
 
     stream: str
-    index: tuple[int, ...]   # positions of N's probed attributes in its join_attrs
+    index: tuple[int, ...]   # type: ignore[assignment]  # positions of N's probed attributes (shadows tuple.index)
     rho: float               # P(a row matches a given tuple of N)
     p: float                 # P(a row, or a probe key, finds a partner in N's window)
     draws: float             # independent key draws among the rows
@@ -140,15 +140,17 @@ def advance_intermediate(query: Query, inter: Inter, stream: str, algorithm: str
     return Inter(state, rows, min(inter.heads * pr.p, rows))
 
 
-@dataclass(frozen=True)
-class Msg:
+class Msg(NamedTuple):
     """The expected content of one message per epoch on a flow: ``what`` is ``rows`` (a full-tuple
     message of ``n`` rows of ``parts``), ``keys`` (``n`` keys of ``stream`` on ``index``),
     ``request`` (``n`` keys sent as the runtime's key_message with ``fp_cost``), ``filter`` (a
     reduction's key set of ``n`` keys, ``fp_cost``), ``shipped`` (a reduction's ShippedBatch of
     ``n`` tuples of ``stream``, ``extra`` arrivals), ``expiry`` (count ``n``, ``extra`` arrival
     timestamps) or ``dja`` (``n`` new values, ``extra`` = (touched entries of v_C, their typical
-    gap, their typical count, s_F tuples, arrivals))."""
+    gap, their typical count, s_F tuples, arrivals)).
+
+    A named tuple rather than a frozen dataclass: the searches build and hash (as the key of
+    :func:`~joinlib.costs.model.price`'s memo) tens of thousands of them, and a tuple's are done in C."""
 
     name: str
     direction: str
@@ -156,7 +158,7 @@ class Msg:
     what: str
     n: float
     stream: str = ""
-    index: tuple[int, ...] = ()
+    index: tuple[int, ...] = ()   # type: ignore[assignment]  # (shadows tuple.index, which no one calls on a message)
     parts: tuple[str, ...] = ()
     extra: tuple[float, ...] = ()
     fp_cost: Optional[float] = None
@@ -168,6 +170,12 @@ class Msg:
         return cls(flow.name, flow.direction, flow.kind, what, n, stream, index, parts, extra, fp_cost)
 
 
+#: the update flow of each replica kind (its record builds a new one on each access), and every flow of
+#: the step algorithms by (algorithm, flow name)
+_UPDATE = {k.name: k.update_flow for k in (FULL, FIFO, MIXED, DJA)}
+_FLOWS = {(a.name, f.name): f for a in (SP_D, SM_S1, SM_S2, SM_D1, SM_D2) for f in a.flows}
+
+
 def step_flows(query: Query, algorithm: str, pr: Probe, share: float, ks: Optional[KeySets] = None) -> list[Msg]:
     """The messages of a cross-site step per epoch; ``share``: this step's part of what its
     (shared) replica ships in answers (SM-S1, SM-S2), see :func:`replica_flows`; ``ks``: how key
@@ -175,17 +183,18 @@ def step_flows(query: Query, algorithm: str, pr: Probe, share: float, ks: Option
     n = pr.stream
     fc = ks.window_fp_cost(n) if ks is not None else None
     if algorithm == SP_D.name:
-        return [Msg.on(SP_D.flow("data"), "rows", pr.rows, parts=pr.parts)]
+        return [Msg.on(_FLOWS[SP_D.name, "data"], "rows", pr.rows, parts=pr.parts)]
     if algorithm == SM_S1.name:
-        return [Msg.on(SM_S1.flow("req"), "request", pr.keys, n, pr.index, fp_cost=fc),
-                Msg.on(SM_S1.flow("resp"), "rows", share, parts=(n,))]
+        return [Msg.on(_FLOWS[SM_S1.name, "req"], "request", pr.keys, n, pr.index, fp_cost=fc),
+                Msg.on(_FLOWS[SM_S1.name, "resp"], "rows", share, parts=(n,))]
     if algorithm == SM_S2.name:  # share: the keys this step requests
-        entries, count, _ = _window_keys(query, n, pr.index)
+        side = _side(query, n, pr.index)
         p = ks.request_fp(n, pr.index, share, fc) if ks is not None else 0.0
-        return [Msg.on(SM_S2.flow("req"), "request", share, n, pr.index, fp_cost=fc),
-                Msg.on(SM_S2.flow("resp"), "rows", (share + p * max(0.0, entries - share)) * count, parts=(n,))]
+        answered = (share + p * max(0.0, side.entries - share)) * side.per_value
+        return [Msg.on(_FLOWS[SM_S2.name, "req"], "request", share, n, pr.index, fp_cost=fc),
+                Msg.on(_FLOWS[SM_S2.name, "resp"], "rows", answered, parts=(n,))]
     if algorithm == SM_D1.name:
-        return [Msg.on(SM_D1.flow("data"), "rows", pr.rows * pr.p, parts=pr.parts)]
+        return [Msg.on(_FLOWS[SM_D1.name, "data"], "rows", pr.rows * pr.p, parts=pr.parts)]
     if algorithm == SM_D2.name:
         return _smd2_flows(query, pr, ks, fc)
     return []
@@ -195,23 +204,51 @@ def _smd2_flows(query: Query, pr: Probe, ks: Optional[KeySets], fc: Optional[flo
     """SM-D2's keys, the matching keys back (with the false positives of both filters), then the rows."""
     n = pr.stream
     p1 = ks.request_fp(n, pr.index, pr.keys, fc) if ks is not None else 0.0
-    entries = _window_keys(query, n, pr.index)[0]
+    entries = _side(query, n, pr.index).entries
     hits = pr.keys * pr.p
     found = hits + p1 * max(0.0, entries - hits)
     fc2 = ks.row_fp_cost(pr.parts, pr.keys) if ks is not None else None
     p2 = ks.request_fp(n, pr.index, found, fc2) if ks is not None else 0.0
-    return [Msg.on(SM_D2.flow("keys"), "request", pr.keys, n, pr.index, fp_cost=fc),
-            Msg.on(SM_D2.flow("match"), "request", found, n, pr.index, fp_cost=fc2),
-            Msg.on(SM_D2.flow("data"), "rows", pr.rows * (pr.p + (1.0 - pr.p) * p2), parts=pr.parts)]
+    return [Msg.on(_FLOWS[SM_D2.name, "keys"], "request", pr.keys, n, pr.index, fp_cost=fc),
+            Msg.on(_FLOWS[SM_D2.name, "match"], "request", found, n, pr.index, fp_cost=fc2),
+            Msg.on(_FLOWS[SM_D2.name, "data"], "rows", pr.rows * (pr.p + (1.0 - pr.p) * p2), parts=pr.parts)]
+
+
+_MEMOS: dict[int, tuple[Query, dict[tuple[object, ...], Any]]] = {}
+T = TypeVar("T")
+
+
+def _cached(fn: Callable[..., T], query: Query, *args: object) -> T:
+    """``fn(query, *args)``, memoised per query: the stream-level quantities below are pure functions of a
+    (frozen) query's statistics, which the searches would otherwise recompute for each of the thousands
+    of steps they price."""
+    hit = _MEMOS.get(id(query))
+    if hit is None or hit[0] is not query:
+        if len(_MEMOS) > 64:
+            _MEMOS.clear()
+        hit = _MEMOS[id(query)] = (query, {})
+    key = (fn, *args)
+    out = hit[1].get(key, hit)   # hit: a sentinel no memoised value is
+    if out is hit:
+        out = hit[1][key] = fn(query, *args)
+    return cast(T, out)
 
 
 def _key_f(query: Query, stream: str, index: tuple[int, ...]) -> float:
+    return _cached(_key_f_of, query, stream, index)
+
+
+def _key_f_of(query: Query, stream: str, index: tuple[int, ...]) -> float:
     s = query.stream(stream)
     return math.prod(selectivity(s, s.join_attrs[i]) for i in index) if index else 1.0
 
 
 def _lifetime(query: Query, stream: str) -> float:
     """L: epochs a tuple stays in the window view (T/τ + 1; w/b + 1 for tuple windows)."""
+    return _cached(_lifetime_of, query, stream)
+
+
+def _lifetime_of(query: Query, stream: str) -> float:
     s = query.stream(stream)
     tau = interval_s(query)
     if s.window.is_time:
@@ -220,31 +257,49 @@ def _lifetime(query: Query, stream: str) -> float:
     return (s.window.size / b if b > 0 else 0.0) + 1
 
 
-def _window_keys(query: Query, stream: str, index: tuple[int, ...]) -> tuple[float, float, float]:
-    """(distinct values in N's window, their mean count, new values per batch)."""
+class _Side(NamedTuple):
+    """What every step probing stream N on one key asks of N (per query, memoised: :func:`_side`): its batch
+    b, the arrivals a tuple window's replica is told of (0 for a time window), its window w, L, the key's
+    f, the distinct values in the window, their mean count, the new values per batch, and DJA's v_C as
+    the runtime sends it: the entries touched per epoch (the distinct keys of the b arrivals and the b
+    expiries) and their mean gap in V order."""
+
+    b: float
+    arrivals: float
+    w: float
+    life: float
+    key_f: float
+    entries: float
+    per_value: float
+    new: float
+    touched: float
+    gap: float
+
+
+def _side(query: Query, stream: str, index: tuple[int, ...]) -> _Side:
+    return _cached(_side_of, query, stream, index)
+
+
+def _side_of(query: Query, stream: str, index: tuple[int, ...]) -> _Side:
     s = query.stream(stream)
-    d = 1.0 / _key_f(query, stream, index)
+    key_f = _key_f(query, stream, index)
+    d = 1.0 / key_f
     w, b = window_tuples(s), stream_rate(s) * interval_s(query)
     entries = distinct(w, d)
     new = distinct(b, d) * (1.0 - presence(1.0 / d, w))
-    return entries, (w / entries if entries > 0 else 0.0), new
-
-
-def _count_changes(query: Query, stream: str, index: tuple[int, ...]) -> tuple[float, float, float]:
-    """DJA v_C as the runtime sends it: (entries touched per epoch -- the distinct keys of the b
-    arrivals and the b expiries --, their mean gap in V order, their mean count)."""
-    s = query.stream(stream)
-    d = 1.0 / _key_f(query, stream, index)
-    entries, count, _ = _window_keys(query, stream, index)
     touched = min(distinct(2 * stream_rate(s) * interval_s(query), d), max(entries, 0.0))
     gap = (entries - touched) / touched if touched > 0 else 0.0
-    return touched, gap, count
+    return _Side(b, 0.0 if s.window.is_time else b, w, _lifetime(query, stream), key_f, entries,
+                 w / entries if entries > 0 else 0.0, new, touched, gap)
 
 
 def requested(query: Query, stream: str, probes: list[Probe], fps: Optional[list[float]] = None) -> float:
     """q: P(a tuple of ``stream`` is asked for by one of ``probes`` while in the window); ``fps``:
     each probe's request filter's false-positive rate (a tuple passes one falsely, per epoch)."""
-    life = _lifetime(query, stream)
+    return _requested(_lifetime(query, stream), probes, fps)
+
+
+def _requested(life: float, probes: list[Probe], fps: Optional[list[float]]) -> float:
     miss = 1.0
     for i, pr in enumerate(probes):
         miss *= 1.0 - presence(pr.rho, pr.draws * life)
@@ -257,31 +312,35 @@ def replica_flows(query: Query, kind: str, stream: str, index: tuple[int, ...],
                   probes: list[Probe], ks: Optional[KeySets] = None) -> tuple[Msg, list[float]]:
     """The update message of a replica per epoch and each requester's share of the answers
     (SM-S1: tuples shipped; SM-S2: keys requested)."""
-    s = query.stream(stream)
-    b = stream_rate(s) * interval_s(query)
-    arrivals = 0.0 if s.window.is_time else b
+    if kind not in (FIFO.name, MIXED.name):   # SP-S's and SM-D1's: one update whoever probes it, nothing on request
+        return _cached(_fixed_update, query, kind, stream, index), [0.0] * len(probes)
+    side = _side(query, stream, index)
+    b, arrivals = side.b, side.arrivals
     weights = [pr.draws * pr.rho for pr in probes]
     total_w = sum(weights)
     shares = [w / total_w if total_w > 0 else 1.0 / max(1, len(probes)) for w in weights]
-    if kind == FULL.name:
-        return Msg.on(FULL.update_flow, "rows", b, parts=(stream,)), [0.0] * len(probes)
     if kind == FIFO.name:
         fps = None
         if ks is not None:
             fc = ks.window_fp_cost(stream)
             fps = [ks.request_fp(stream, pr.index, pr.keys, fc) for pr in probes]
-        shipped = b * requested(query, stream, probes, fps)
-        return Msg.on(FIFO.update_flow, "expiry", shipped, extra=(arrivals,)), [shipped * x for x in shares]
-    q = requested(query, stream, probes)
-    _, _, new = _window_keys(query, stream, index)
-    touched, gap, count = _count_changes(query, stream, index)
-    if kind == MIXED.name:
-        full = b * q * presence(_key_f(query, stream, index), window_tuples(s))
-        req = new * q
-        msg = Msg.on(MIXED.update_flow, "dja", new, stream, index, extra=(touched, gap, count, full, arrivals))
-        return msg, [req * x for x in shares]
-    msg = Msg.on(DJA.update_flow, "dja", new, stream, index, extra=(touched, gap, count, 0.0, arrivals))
-    return msg, [0.0] * len(probes)
+        shipped = b * _requested(side.life, probes, fps)
+        return Msg.on(_UPDATE[FIFO.name], "expiry", shipped, extra=(arrivals,)), [shipped * x for x in shares]
+    q = _requested(side.life, probes, None)
+    full = b * q * presence(side.key_f, side.w)
+    req = side.new * q
+    msg = Msg.on(_UPDATE[MIXED.name], "dja", side.new, stream, index,
+                 extra=(side.touched, side.gap, side.per_value, full, arrivals))
+    return msg, [req * x for x in shares]
+
+
+def _fixed_update(query: Query, kind: str, stream: str, index: tuple[int, ...]) -> Msg:
+    """The update of a full copy (SP-S) or a DJA copy (SM-D1): a function of the stream (and key) only."""
+    side = _side(query, stream, index)
+    if kind == FULL.name:
+        return Msg.on(_UPDATE[FULL.name], "rows", side.b, parts=(stream,))
+    return Msg.on(_UPDATE[DJA.name], "dja", side.new, stream, index,
+                  extra=(side.touched, side.gap, side.per_value, 0.0, side.arrivals))
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -355,49 +414,149 @@ def _spread(mu: float) -> float:
     return total / mass if mass > 0 else 0.0
 
 
+class _Tree:
+    """A lowered reduction's structure, for pricing it under many skip sets: per directed edge u -> v its
+    attributes at u, and the directions whose key sets its message depends on (``upstream``: those into u
+    from its other tree neighbours, and theirs, recursively)."""
+
+    def __init__(self, reducers: Sequence[ReducerOp]) -> None:
+        self.reducers = reducers   # kept: the memo names them by identity
+        self.mine: dict[tuple[str, str], tuple[int, ...]] = {}
+        for op in reducers:
+            for e in op.edges:
+                self.mine.setdefault((op.stream, e.stream), e.mine)   # the first edge to a stream, as ReducerOp.edge
+        self.into = {op.stream: list(op.filters) for op in reducers}   # every set a stream is filtered by
+        self.tree_into = {u: [e for e in es if not e.cross] for u, es in self.into.items()}   # a set waits for these
+        self._up: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
+        self._ship: dict[str, frozenset[tuple[str, str]]] = {}
+
+    def upstream(self, u: str, v: str) -> frozenset[tuple[str, str]]:
+        hit = self._up.get((u, v))
+        if hit is None:
+            hit = self._up[(u, v)] = frozenset().union(
+                *({(e.stream, u)} | self.upstream(e.stream, u) for e in self.tree_into[u] if e.stream != v))
+        return hit
+
+    def shipping(self, u: str) -> frozenset[tuple[str, str]]:
+        """The directions what ``u`` ships depends on."""
+        hit = self._ship.get(u)
+        if hit is None:
+            hit = self._ship[u] = frozenset().union(
+                *({(e.stream, u)} | self.upstream(e.stream, u) for e in self.into[u]))
+        return hit
+
+
+@dataclass
+class TreeMemo:
+    """:func:`reduction_flows`' memo across the reductions of one query (one ``ks``).  A directed edge's
+    message is a function of the edge, its sender's attributes toward its other tree neighbours and
+    the messages they send it (``msgs``); what a stream ships, of the stream and the messages it
+    filters by (``shipped``).  The messages are hash-consed: every one comes from ``msgs``, so a key
+    names the messages it depends on by identity (``id``), which is cheaper to hash and compare than
+    their ten fields.  For the reductions lowered once and priced under many skip sets (``auto``'s skip
+    search), ``by_skip`` keeps an edge's message and ``shipped_by_skip`` what a stream ships, per (lowering,
+    the skipped directions it depends on): a trial that skips one more direction finds most of them there.
+    The tables are cleared together, so no key outlives what it names."""
+
+    msgs: dict[tuple[str, str, tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]], TreeMsg] = \
+        field(default_factory=dict)
+    shipped: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    by_skip: dict[tuple[int, str, str, frozenset[tuple[str, str]]], TreeMsg] = field(default_factory=dict)
+    shipped_by_skip: dict[tuple[int, str, frozenset[tuple[str, str]]], float] = field(default_factory=dict)
+    trees: dict[int, _Tree] = field(default_factory=dict)
+
+    def tree(self, reducers: Sequence[ReducerOp]) -> _Tree:
+        hit = self.trees.get(id(reducers))
+        if hit is None or hit.reducers is not reducers:
+            hit = self.trees[id(reducers)] = _Tree(reducers)
+        return hit
+
+    def trim(self) -> None:
+        """Bound the memory of a long search (the memo is only a shortcut)."""
+        if len(self.msgs) + len(self.shipped) + len(self.by_skip) + len(self.shipped_by_skip) > 200_000:
+            for table in (self.msgs, self.shipped, self.by_skip, self.shipped_by_skip, self.trees):
+                table.clear()
+
+
 def reduction_flows(query: Query, reducers: Sequence[ReducerOp], ks: Optional[KeySets] = None,
-                    rhos: Optional[dict[tuple[str, str], float]] = None,
+                    rhos: Optional[dict[tuple[str, str], float]] = None, shared_memo: Optional[TreeMemo] = None,
+                    skip: frozenset[tuple[str, str]] = frozenset(),
                     ) -> tuple[dict[tuple[str, str], TreeMsg], dict[str, float]]:
     """A reduction's key sets per directed tree edge (those not skipped) and tuples shipped to the
     result site per stream and epoch (see the module docstring).  ``rhos``: a memo of the pairs'
-    join selectivities, kept by a caller that prices many reductions of one query."""
-    ops = {op.stream: op for op in reducers}
-    rhos = {} if rhos is None else rhos
-    tau = interval_s(query)
-    memo: dict[tuple[str, str], TreeMsg] = {}
+    join selectivities, and ``shared_memo`` one of the edges' messages (:class:`TreeMemo`), kept by a
+    caller that prices many reductions of one query with one ``ks``.  ``skip``: directions skipped besides
+    the reducers' own (a skipped direction is one without flows: the skip search lowers a reduction once)."""
+    shared = TreeMemo() if shared_memo is None else shared_memo
+    shared.trim()
+    flows = _TreeFlows(query, shared.tree(reducers), ks, {} if rhos is None else rhos, shared, skip)
+    edges = {(op.stream, e.stream): flows.msg(op.stream, e.stream) for op in reducers for e in op.sends
+             if (op.stream, e.stream) not in skip}
+    return edges, {op.stream: flows.shipped(op.stream) for op in reducers}
 
-    def msg(u: str, v: str) -> TreeMsg:
-        hit = memo.get((u, v))
-        if hit is not None:
-            return hit
-        op = ops[u]
-        mine = op.edge(v).mine
-        others = [e for e in op.filters if e.stream != v and not e.cross]   # a set waits for tree sets only
-        ws = [msg(e.stream, u) for e in others]
+
+class _TreeFlows:
+    """The messages of one reduction under one skip set (see :func:`reduction_flows`)."""
+
+    def __init__(self, query: Query, tree: _Tree, ks: Optional[KeySets], rhos: dict[tuple[str, str], float],
+                 shared: TreeMemo, skip: frozenset[tuple[str, str]]) -> None:
+        self.query, self.tree, self.ks, self.rhos, self.shared, self.skip = query, tree, ks, rhos, shared, skip
+        self.tau = interval_s(query)
+        self.memo: dict[tuple[str, str], TreeMsg] = {}
+
+    def msg(self, u: str, v: str) -> TreeMsg:
+        hit = self.memo.get((u, v))
+        if hit is None:
+            key = (id(self.tree.reducers), u, v, self.skip & self.tree.upstream(u, v))
+            hit = self.shared.by_skip.get(key)
+            if hit is None:
+                hit = self.shared.by_skip[key] = self._msg(u, v)
+            self.memo[(u, v)] = hit
+        return hit
+
+    def _msg(self, u: str, v: str) -> TreeMsg:
+        mine = self.tree.mine[(u, v)]
+        others = [e for e in self.tree.tree_into[u] if e.stream != v and (e.stream, u) not in self.skip]
+        ws = [self.msg(e.stream, u) for e in others]
+        key = (u, v, mine, tuple(e.mine for e in others), tuple(map(id, ws)))
+        out = self.shared.msgs.get(key)
+        if out is None:
+            out = self.shared.msgs[key] = self._tree_msg(u, v, mine, others, ws)
+        return out
+
+    def _tree_msg(self, u: str, v: str, mine: tuple[int, ...], others: list[Edge], ws: list[TreeMsg]) -> TreeMsg:
+        query, ks = self.query, self.ks
         shared = [set(e.mine) == set(mine) for e in others]
         life = _lifetime(query, u)
         confs, delay = _passing(life, ws)
         c_shared = math.prod(c for c, sh in zip(confs, shared, strict=True) if sh)
         c_indep = math.prod(c for c, sh in zip(confs, shared, strict=True) if not sh)
-        b = stream_rate(query.stream(u)) * tau
+        b = stream_rate(query.stream(u)) * self.tau
         tuples = b * c_shared * c_indep
         keys = distinct(tuples, 1.0 / _key_f(query, u, mine))
         fp = ks.key_filter_fp(u, mine, keys, ks.window_fp_cost(v)) if ks is not None else 0.0
-        rho = rhos.get((v, u))
+        rho = self.rhos.get((v, u))
         if rho is None:
-            rho = rhos[(v, u)] = SeqState.start(query, v).join_selectivity(query, u)
+            rho = self.rhos[(v, u)] = SeqState.start(query, v).join_selectivity(query, u)
         valid = life - delay
         if any(shared):  # the key's confirmations, over the reach of all of a v tuple's u witnesses
             reach = _lifetime(query, v) + valid - 1.0
             confs, _ = _passing(life + reach * _spread(rho * c_indep * b * reach), ws)
             c_shared = math.prod(c for c, sh in zip(confs, shared, strict=True) if sh)
-        out = memo[(u, v)] = TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b, valid, c_shared)
-        return out
+        return TreeMsg(u, v, mine, tuples, keys, fp, rho * c_indep, b, valid, c_shared)
 
-    edges = {(op.stream, e.stream): msg(op.stream, e.stream) for op in reducers for e in op.sends}
-    shipped = {}
-    for op in reducers:
-        b = stream_rate(query.stream(op.stream)) * tau
-        confs, _ = _passing(_lifetime(query, op.stream), [msg(e.stream, op.stream) for e in op.filters])
-        shipped[op.stream] = b * math.prod(confs)
-    return edges, shipped
+    def shipped(self, u: str) -> float:
+        """Tuples of ``u`` per epoch that pass every set it is filtered by."""
+        key = (id(self.tree.reducers), u, self.skip & self.tree.shipping(u))
+        found = self.shared.shipped_by_skip.get(key)
+        if found is not None:
+            return found
+        ws = [self.msg(e.stream, u) for e in self.tree.into[u] if (e.stream, u) not in self.skip]
+        ckey = (u, tuple(map(id, ws)))
+        hit = self.shared.shipped.get(ckey)
+        if hit is None:
+            b = stream_rate(self.query.stream(u)) * self.tau
+            confs, _ = _passing(_lifetime(self.query, u), ws)
+            hit = self.shared.shipped[ckey] = b * math.prod(confs)
+        self.shared.shipped_by_skip[key] = hit
+        return hit

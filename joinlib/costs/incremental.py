@@ -17,6 +17,7 @@ another order (equal up to rounding).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Optional
@@ -24,7 +25,7 @@ from typing import Optional
 from joinlib.costs.encoding import Encoding
 from joinlib.costs.flows import Probe, replica_flows, step_flows
 from joinlib.costs.inputs import Inputs
-from joinlib.costs.model import price, walk
+from joinlib.costs.model import Walks, price, walk
 from joinlib.costs.unit_time import interval_s
 from joinlib.plan.ir import lower
 from joinlib.plan.logical import Plan, Sequence
@@ -73,6 +74,8 @@ class PlanPricer:
         self.tau = interval_s(self.query)
         self._parts: dict[Sequence, SeqParts] = {}
         self._groups: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._walks: Walks = {}
+        self._terms: dict[tuple[str, tuple[int, ...]], tuple[float, tuple[SeqParts, ...]]] = {}
 
     def parts(self, seq: Sequence) -> SeqParts:
         hit = self._parts.get(seq)
@@ -84,7 +87,7 @@ class PlanPricer:
         q = self.query
         ir = lower(q, Plan((seq,)))
         fixed, uses = 0.0, dict[str, tuple[Use, ...]]()
-        for sig, (st, pr) in walk(q, ir).items():
+        for sig, (st, pr) in walk(q, ir, self._walks).items():
             links = tuple((name, (ir.flow(f).src, ir.flow(f).dst)) for name, f in st.flows)
             use = Use(sig, st.algorithm, pr, links)
             if st.replica is None:
@@ -119,6 +122,23 @@ class PlanPricer:
             self._groups[key] = hit
         return hit
 
+    def term(self, sig: str, parts: list[SeqParts]) -> float:
+        """The replica ``sig``'s term in a plan whose sequences that create or probe it are ``parts``, in
+        plan order (0: none creates it).  Memoised on the parts' identities (they stay alive with their
+        entry): the descent prices the same replica with the same sequences in many trials."""
+        key = (sig, tuple(map(id, parts)))
+        hit = self._terms.get(key)
+        if hit is None:
+            rep: Optional[Replica] = None
+            users: tuple[Use, ...] = ()
+            for p in parts:
+                rep = rep or p.replicas.get(sig)   # the first sequence to create it, in plan order
+                users += p.uses.get(sig, ())
+            if len(self._terms) > 200_000:
+                self._terms.clear()
+            hit = self._terms[key] = (self.group(rep, users) if rep is not None else 0.0, tuple(parts))
+        return hit[0]
+
     def cost(self, seqs: Iterable[Sequence]) -> float:
         """Bytes per second of the plan of ``seqs`` (in plan order)."""
         return Ensemble(self, [self.parts(s) for s in seqs]).cost()
@@ -131,16 +151,32 @@ class Ensemble:
     def __init__(self, pricer: PlanPricer, parts: list[SeqParts]) -> None:
         self.pricer = pricer
         self.parts = list(parts)
+        # the plan as it stands, kept until it changes (the descent tries many replacements between two
+        # changes): each replica's term, and which sequences create or probe each replica
+        self._terms: dict[str, float] = {}
+        self._holders: Optional[dict[str, list[int]]] = None
 
     def _group(self, sig: str, swap: int = -1, new: Optional[SeqParts] = None) -> float:
-        """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it)."""
-        rep: Optional[Replica] = None
-        users: tuple[Use, ...] = ()
-        for i, p in enumerate(self.parts):
-            src = new if i == swap and new is not None else p
-            rep = rep or src.replicas.get(sig)
-            users += src.uses.get(sig, ())
-        return self.pricer.group(rep, users) if rep is not None else 0.0
+        """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it).
+        Only the sequences that create or probe it contribute, taken in plan order."""
+        if new is None or swap < 0:
+            hit = self._terms.get(sig)
+            if hit is None:
+                hit = self._terms[sig] = self.pricer.term(sig, [self.parts[j] for j in self._holding(sig)])
+            return hit
+        holders = self._holding(sig)
+        parts = [self.parts[j] for j in holders if j != swap]
+        parts.insert(bisect_left(holders, swap), new)   # the holders are in plan order
+        return self.pricer.term(sig, parts)
+
+    def _holding(self, sig: str) -> list[int]:
+        """The sequences that create or probe replica ``sig``, in plan order."""
+        if self._holders is None:
+            self._holders = {}
+            for j, p in enumerate(self.parts):
+                for s in dict.fromkeys([*p.replicas, *p.uses]):
+                    self._holders.setdefault(s, []).append(j)
+        return self._holders.get(sig, [])
 
     def cost(self) -> float:
         sigs = dict.fromkeys(sig for p in self.parts for sig in p.replicas)
@@ -156,6 +192,8 @@ class Ensemble:
 
     def replace(self, i: int, new: SeqParts) -> None:
         self.parts[i] = new
+        self._terms.clear()
+        self._holders = None
 
 
 __all__ = ["PlanPricer", "Ensemble", "SeqParts", "Use", "Replica"]

@@ -21,7 +21,8 @@ ShippedBatch to the result site (none for a stream born there), priced by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from joinlib.algorithms import ALGORITHMS, REGISTRY
@@ -32,6 +33,7 @@ from joinlib.costs.flows import (
     Inter,
     Msg,
     Probe,
+    TreeMemo,
     TreeMsg,
     advance_intermediate,
     probe,
@@ -42,7 +44,7 @@ from joinlib.costs.flows import (
 from joinlib.costs.inputs import Inputs, from_query
 from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
 from joinlib.model import Query
-from joinlib.plan.ir import PlanIR, StepOp, lower
+from joinlib.plan.ir import FlowOp, PlanIR, ReducerOp, StepOp, lower
 from joinlib.plan.logical import Plan, Reduce, Sequence, central, validate
 
 
@@ -114,25 +116,38 @@ def _price(enc: Encoding, src: str, dst: str, m: Msg) -> float:
     return enc.dja(src, dst, m.stream, m.index, m.n, touched, gap, count, full, arrivals)
 
 
-def walk(query: Query, ir: PlanIR) -> dict[str, tuple[StepOp, Probe]]:
-    """Every cross-site step of the plan with what it probes."""
+#: :func:`walk`'s memo for the plans of one query: (head, the streams it joins in order, up to one) -> what
+#: the last step probes and the intermediate after it -- neither depends on the algorithms or the start
+Walks = dict[tuple[str, tuple[str, ...]], tuple[Probe, Inter]]
+
+
+def walk(query: Query, ir: PlanIR, walks: Optional[Walks] = None) -> dict[str, tuple[StepOp, Probe]]:
+    """Every cross-site step of the plan with what it probes (``walks``: a memo kept by a caller that
+    prices many plans of ``query``, whose sequences share join orders)."""
     out: dict[str, tuple[StepOp, Probe]] = {}
+    walks = {} if walks is None else walks
     for seq in ir.plan.sequences:
         inter = Inter.start(query, seq.head, seq.start)
+        order: tuple[str, ...] = ()
         for st in ir.steps_of(seq.head):
-            pr = probe(query, inter, st.stream)
+            order += (st.stream,)
+            hit = walks.get((seq.head, order))
+            if hit is None:
+                pr = probe(query, inter, st.stream)
+                hit = walks[(seq.head, order)] = (pr, advance_intermediate(query, inter, st.stream, st.algorithm, pr))
+            pr, inter = hit
             if not st.local:
                 out[st.sig] = (st, pr)
-            inter = advance_intermediate(query, inter, st.stream, st.algorithm, pr)
     return out
 
 
-def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None) -> PlanEstimate:
-    """The byte model's estimate of a lowered plan."""
+def estimate_ir(inputs: Inputs, ir: PlanIR, enc: Optional[Encoding] = None,
+                walks: Optional[Walks] = None) -> PlanEstimate:
+    """The byte model's estimate of a lowered plan (``walks``: see :func:`walk`)."""
     query = inputs.query
     enc = enc or inputs.encoding()
     tau = interval_s(query)
-    steps = walk(query, ir)
+    steps = walk(query, ir, walks)
     users: dict[str, list[str]] = {}
     for sig, (st, _) in steps.items():
         if st.replica is not None:
@@ -173,26 +188,36 @@ def _reduction(query: Query, ir: PlanIR, enc: Encoding, est: PlanEstimate) -> No
 
 def _key_sets(query: Query, ir: PlanIR, enc: Encoding, edges: dict[tuple[str, str], TreeMsg]) -> list[FlowCost]:
     """The key-set flows of a reduction's reducers (none between two streams of one site)."""
+    return [FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys, b)
+            for f, op, t, b in _key_set_flows(query, ir, enc, edges)]
+
+
+def _key_set_flows(query: Query, ir: PlanIR, enc: Encoding, edges: dict[tuple[str, str], TreeMsg],
+                   skip: frozenset[tuple[str, str]] = frozenset(),
+                   ) -> Iterator[tuple[FlowOp, ReducerOp, TreeMsg, float]]:
+    """Each key-set flow with its reducer, its message and its bytes per second; ``skip``: directions skipped
+    besides the reducers' own (see :func:`~.flows.reduction_flows`)."""
     tau = interval_s(query)
-    out = []
     for op in ir.reducers:
         for e in op.sends:
             assert e.out_flow is not None
             f = ir.flow(e.out_flow)
-            if f.src == f.dst:  # two streams of one site: no network
+            if f.src == f.dst or (op.stream, e.stream) in skip:  # two streams of one site: no network
                 continue
             t = edges[(op.stream, e.stream)]
             m = Msg(f.name, KEY_SETS.direction, KEY_SETS.kind, "filter", t.keys, op.stream, t.index,
                     fp_cost=enc.window_fp_cost(e.stream))
-            out.append(FlowCost(f.sig, op.sig, f.name, f.src, f.dst, f.kind, t.keys, price(enc, f.src, f.dst, m) / tau))
-    return out
+            yield f, op, t, price(enc, f.src, f.dst, m) / tau
 
 
 def _shipped_msg(query: Query, stream: str, n: float) -> Msg:
     """A reducer's ShippedBatch of ``n`` tuples per epoch (and, for a tuple window, the arrivals)."""
     s = query.stream(stream)
     arrivals = 0.0 if s.window.is_time else stream_rate(s) * interval_s(query)
-    return Msg.on(REDUCED.update_flow, "shipped", n, stream, extra=(arrivals,))
+    return Msg.on(_SHIPPED, "shipped", n, stream, extra=(arrivals,))
+
+
+_SHIPPED = REDUCED.update_flow   # (its record builds a new one on each access)
 
 
 @dataclass(frozen=True)
@@ -216,13 +241,17 @@ class ReductionShape:
 
 
 def reduction_shape(inputs: Inputs, red: Reduce, enc: Encoding,
-                    rhos: Optional[dict[tuple[str, str], float]] = None) -> ReductionShape:
-    """The :class:`ReductionShape` of ``red`` (its ``site`` is ignored; ``rhos``: see
-    :func:`~.flows.reduction_flows`)."""
+                    rhos: Optional[dict[tuple[str, str], float]] = None,
+                    trees: Optional[TreeMemo] = None, unskipped: Optional[PlanIR] = None) -> ReductionShape:
+    """The :class:`ReductionShape` of ``red`` (its ``site`` is ignored; ``rhos``, ``trees``: see
+    :func:`~.flows.reduction_flows`; ``unskipped``: ``red`` without its skipped directions, lowered --
+    the skip search prices many skip sets of one reduction, and a skipped direction is only a flow less)."""
     query = inputs.query
-    ir = lower(query, Plan((), red))   # no sequences: the reducers and their key sets only
-    edges, shipped = reduction_flows(query, ir.reducers, enc, rhos)
-    keys = sum(f.bytes_per_s for f in _key_sets(query, ir, enc, edges))
+    if unskipped is None:
+        unskipped = lower(query, Plan((), replace(red, skip=())))   # no sequences: the reducers and their key sets
+    skip = frozenset(red.skip)
+    edges, shipped = reduction_flows(query, unskipped.reducers, enc, rhos, trees, skip)
+    keys = sum(b for _, _, _, b in _key_set_flows(query, unskipped, enc, edges, skip))
     return ReductionShape(keys, {n: _shipped_msg(query, n, v) for n, v in shipped.items()})
 
 
@@ -247,13 +276,17 @@ class WireModel:
         self.horizon_s = horizon_s
         self._enc: dict[int, tuple[Query, Encoding, Inputs]] = {}
         self._heads: dict[tuple[int, str, frozenset[str]], float] = {}
+        self._chains: dict[tuple[int, str, frozenset[str]], Inter] = {}
+        self._walks: dict[int, Walks] = {}
         self._plans: dict[tuple[int, str], float] = {}
-        self._msgs: dict[tuple[int, str, frozenset[str], str, str], tuple[tuple[bool, Msg], ...]] = {}
-        self._shapes: dict[tuple[object, ...], ReductionShape] = {}
         self._probes: dict[tuple[int, str, frozenset[str], str], Probe] = {}
+        self._shapes: dict[tuple[object, ...], ReductionShape] = {}
         self._central: dict[tuple[int, str], Plan] = {}
+        self._checked: dict[tuple[int, str], tuple[Sequence, ...]] = {}   # the last sequences found central's
         self._costs: dict[tuple[object, ...], dict[str, float]] = {}
         self._rhos: dict[int, dict[tuple[str, str], float]] = {}
+        self._trees: dict[int, TreeMemo] = {}
+        self._lowered: dict[tuple[object, ...], PlanIR] = {}
 
     def __repr__(self) -> str:
         return f"WireModel(measured={bool(self.inputs and self.inputs.measured)})"
@@ -263,13 +296,17 @@ class WireModel:
         if hit is None or hit[0] is not query:
             if hit is not None:   # another query under a reused id: nothing cached for the old one holds
                 self._heads.clear()
+                self._chains.clear()
+                self._walks.clear()
                 self._plans.clear()
-                self._msgs.clear()
-                self._shapes.clear()
                 self._probes.clear()
+                self._shapes.clear()
                 self._central.clear()
+                self._checked.clear()
                 self._costs.clear()
                 self._rhos.clear()
+                self._trees.clear()
+                self._lowered.clear()
             inputs = self.inputs if self.inputs is not None and self.inputs.query.names == query.names \
                 else from_query(query)
             if len(self._enc) > 16:
@@ -289,17 +326,22 @@ class WireModel:
     def estimate(self, query: Query, plan: Plan) -> PlanEstimate:
         enc, inputs = self._ctx(query)
         q = inputs.query
-        return estimate_ir(inputs, lower(q, validate(q, plan)), enc)
+        walks = self._walks.setdefault(id(query), {})
+        if len(walks) > 100_000:
+            walks.clear()
+        return estimate_ir(inputs, lower(q, validate(q, plan)), enc, walks)
 
     def plan_cost(self, query: Query, plan: Plan) -> float:
         """Expected bytes per second of ``plan``, each shipment counted once."""
+        fast = self._reduction_cost(query, plan)   # priced by shape, in less time than the key below takes
+        if fast is not None:
+            return fast
         key = (id(query), repr(plan.to_json()))
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 50_000:
                 self._plans.clear()
-            fast = self._reduction_cost(query, plan)
-            hit = self._plans[key] = fast if fast is not None else self.estimate(query, plan).bytes_per_s
+            hit = self._plans[key] = self.estimate(query, plan).bytes_per_s
         return hit
 
     def _reduction_cost(self, query: Query, plan: Plan) -> Optional[float]:
@@ -313,29 +355,47 @@ class WireModel:
         base = self._central.get((id(query), red.site))
         if base is None:
             base = self._central[(id(query), red.site)] = central(q, red.site)
-        if plan.sequences != base.sequences:
-            return None
+        if plan.sequences is not self._checked.get((id(query), red.site)):   # a skip search's trials share one
+            if plan.sequences != base.sequences:
+                return None
+            self._checked[(id(query), red.site)] = plan.sequences
         key = (id(query), red.tree, red.root, red.skip, red.cross)
         shape = self._shapes.get(key)
         if shape is None:
             if len(self._shapes) > 50_000:
                 self._shapes.clear()
             rhos = self._rhos.setdefault(id(query), {})
-            shape = self._shapes[key] = reduction_shape(inputs, red, enc, rhos)
+            trees = self._trees.setdefault(id(query), TreeMemo())
+            bare = key[:3] + ((), red.cross)
+            base_ir = self._lowered.get(bare)
+            if base_ir is None:
+                base_ir = self._lowered[bare] = lower(q, Plan((), replace(red, skip=())))
+            shape = self._shapes[key] = reduction_shape(inputs, red, enc, rhos, trees, base_ir)
         return shape.cost(q, enc, red.site)
 
     # ---------------------------------------------------------------- step level (CostModel)
     def _inter(self, query: Query, state: SeqState) -> Inter:
         q = self._ctx(query)[1].query
-        key = (id(query), state.head, frozenset(state.joined))
+        key = (id(query), state.head, state.joined_set)
         heads = self._heads.get(key)
         if heads is None:
-            it = Inter.start(q, state.head)
-            for n in _canonical_order(q, state.head, state.joined_set):
-                it = advance_intermediate(q, it, n, SP_S.name)
-            heads = self._heads[key] = it.heads
+            heads = self._heads[key] = self._chain(query, q, state.head, key[2]).heads
         rows = state.rate * interval_s(query)
         return Inter(state, rows, min(heads, rows))
+
+    def _chain(self, query: Query, q: Query, head: str, joined: frozenset[str]) -> Inter:
+        """The intermediate of ``head`` over ``joined`` in its canonical order, SP-S all along.  A prefix of a
+        set's canonical order is its own set's canonical order, so each set extends its prefix's memoised
+        chain by one step instead of walking from the head (the same steps, the same floats)."""
+        order = _canonical_order(q, head, joined)
+        k = len(order)
+        while k and (id(query), head, frozenset((head, *order[:k]))) not in self._chains:
+            k -= 1
+        it = self._chains[(id(query), head, frozenset((head, *order[:k])))] if k else Inter.start(q, head)
+        for i in range(k, len(order)):
+            it = advance_intermediate(q, it, order[i], SP_S.name)
+            self._chains[(id(query), head, frozenset((head, *order[:i + 1])))] = it
+        return it
 
     def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
         return self.step_costs(query, state, stream, (algorithm,))[algorithm]
@@ -347,52 +407,39 @@ class WireModel:
         src, dst = state.location, q.stream(stream).site
         if src == dst:
             return dict.fromkeys(algorithms, 0.0)
-        tau = interval_s(q)
-        joined = frozenset(state.joined)
-        link = enc.link(src, dst)
-        ckey = (id(query), state.head, joined, stream, link, algorithms)
+        ckey = (id(query), state.head, state.joined_set, stream, enc.link(src, dst))
         hit = self._costs.get(ckey)   # one computation for every location when sizes are the same on every link
-        if hit is not None:
+        if hit is None:
+            if len(self._costs) > 200_000:
+                self._costs.clear()
+                self._probes.clear()
+            hit = self._costs[ckey] = self._priced(query, q, enc, state, stream)
+        if algorithms == ALGORITHMS:
             return dict(hit)
-        out = {}
-        for a in algorithms:
-            total = 0.0
-            for fwd, m in self._step_msgs(query, state, joined, stream, a):
-                total += price(enc, src, dst, m) if fwd else price(enc, dst, src, m)
-            out[a] = total / tau
-        if len(self._costs) > 200_000:
-            self._costs.clear()
-        self._costs[ckey] = dict(out)
-        return out
+        return {a: hit.get(a, 0.0) for a in algorithms}   # an algorithm without a record ships nothing
 
-    def _step_msgs(self, query: Query, state: SeqState, joined: frozenset[str], stream: str,
-                   algorithm: str) -> tuple[tuple[bool, Msg], ...]:
-        """The messages of one step with a replica of its own, each with its direction (True: from the
-        intermediate's site to ``stream``'s): a function of (head, joined set, stream, algorithm) only, so
-        the per-start searches price one step at every location from one computation."""
-        key = (id(query), state.head, joined, stream, algorithm)
-        hit = self._msgs.get(key)
-        if hit is not None:
-            return hit
-        enc, inputs = self._ctx(query)
-        q = inputs.query
-        pkey = (id(query), state.head, joined, stream)
+    def _priced(self, query: Query, q: Query, enc: Encoding, state: SeqState, stream: str) -> dict[str, float]:
+        """Every algorithm's bytes per second for one step with a replica of its own: its replica's update
+        (``stream``'s site to the intermediate's) then its flows, each priced on its link.  The messages
+        are a function of (head, joined set, stream) only, through one probe for all six."""
+        src, dst = state.location, q.stream(stream).site
+        pkey = (id(query), state.head, state.joined_set, stream)
         pr = self._probes.get(pkey)
         if pr is None:
             pr = self._probes[pkey] = probe(q, self._inter(query, state), stream)
-        out: list[tuple[bool, Msg]] = []
-        shares = [0.0]
-        rec = REGISTRY.get(algorithm)
-        if rec is not None and rec.replica is not None:
-            idx = pr.index if rec.replica.keyed else ()
-            msg, shares = replica_flows(q, rec.replica.name, stream, idx, [pr], enc)
-            out.append((False, msg))
-        out += [(m.direction == "fwd", m) for m in step_flows(q, algorithm, pr, shares[0], enc)]
-        if len(self._msgs) > 200_000:
-            self._msgs.clear()
-            self._probes.clear()
-        hit = self._msgs[key] = tuple(out)
-        return hit
+        tau = interval_s(q)
+        out = {}
+        for algorithm, rec in REGISTRY.items():
+            total, share = 0.0, 0.0
+            if rec.replica is not None:
+                msg, shares = replica_flows(q, rec.replica.name, stream, pr.index if rec.replica.keyed else (),
+                                            [pr], enc)
+                total += price(enc, dst, src, msg)
+                share = shares[0]
+            for m in step_flows(q, algorithm, pr, share, enc):
+                total += price(enc, src, dst, m) if m.direction == "fwd" else price(enc, dst, src, m)
+            out[algorithm] = total / tau
+        return out
 
     def start_cost(self, query: Query, head: str, site: str) -> float:
         """A sequence started at ``site``: its head's batches shipped there."""
@@ -429,4 +476,4 @@ def _canonical_order(q: Query, head: str, joined: frozenset[str]) -> list[str]:
 
 
 __all__ = ["FlowCost", "PlanEstimate", "ReductionShape", "WireModel", "estimate", "estimate_ir", "price",
-           "reduction_shape", "walk", "window_tuples"]
+           "reduction_shape", "walk", "Walks", "window_tuples"]

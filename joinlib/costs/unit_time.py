@@ -22,8 +22,21 @@ formulas and the readings chosen where the paper is garbled or silent.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Callable, NotRequired, Optional, Protocol, TypedDict, Union, runtime_checkable
+from dataclasses import dataclass, field
+from typing import (
+    Any,
+    Callable,
+    Generic,
+    NamedTuple,
+    NotRequired,
+    Optional,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Union,
+    overload,
+    runtime_checkable,
+)
 
 from joinlib.algorithms import ALGORITHMS, REGISTRY, at_source, get_algorithm
 from joinlib.algorithms.terms import RawTerm, StepParams, Term, ship_term
@@ -88,6 +101,29 @@ def transfer_s(query: Query, src: str, dst: str, nbytes: float) -> float:
 
 
 # --- the state of a join sequence -----------------------------------------------------
+T = TypeVar("T")
+
+
+class _once(Generic[T]):
+    """An attribute computed on first use and kept in the instance (``functools.cached_property``
+    without the lock Python 3.11 takes on each first use, which the searches, making thousands of
+    states, paid for measurably)."""
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn, self.name = fn, fn.__name__
+        self.__doc__ = fn.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: Optional[type] = None) -> "_once[T]": ...
+    @overload
+    def __get__(self, obj: object, owner: Optional[type] = None) -> T: ...
+
+    def __get__(self, obj: Optional[object], owner: Optional[type] = None) -> Union[T, "_once[T]"]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)   # an instance attribute from now on: no more calls
+        return value
+
 MemoKey = tuple[str, frozenset[str], str]  # (head, joined streams, location)
 _Node = tuple[str, Union[int, str]]  # ("c", index of a key class) or ("a", attribute of the next stream)
 
@@ -124,6 +160,11 @@ class _Graph:
             self.preds[p.left].append((p.left_attr, p.right, p.right_attr))
             self.preds[p.right].append((p.right_attr, p.left, p.left_attr))
         self.adj = {n: frozenset(o for _, o, _ in ps) for n, ps in self.preds.items()}
+        #: :meth:`SeqState.info`'s set-level part per (joined set, key classes, next stream): every head and
+        #: join order reaching one set shares it (the per-head searches ask it of thousands of states)
+        self.steps: dict[tuple[frozenset[str], tuple["KeyClass", ...], str], _Joining] = {}
+        #: per stream, (w, F): what a step joining it multiplies the rate by and adds to the row size
+        self.sizes = {s.name: (window_tuples(s), full_bytes(s)) for s in query.streams}
 
 
 _GRAPHS: dict[int, _Graph] = {}
@@ -138,9 +179,19 @@ def _graph(query: Query) -> _Graph:
     return g
 
 
-@dataclass(frozen=True)
-class _StepInfo:
-    """What joining ``stream`` to a state gives, whatever the algorithm."""
+class _Joining(NamedTuple):
+    """The part of :class:`_StepInfo` that depends on the joined set and its key classes only."""
+
+    links: tuple[KeyLink, ...]
+    key_attrs: tuple[str, ...]
+    f1: float
+    rho: float
+    classes: tuple[KeyClass, ...]
+
+
+class _StepInfo(NamedTuple):
+    """What joining ``stream`` to a state gives, whatever the algorithm (named tuples, these: the
+    searches make one per step they price)."""
 
     links: tuple[KeyLink, ...]
     key_attrs: tuple[str, ...]
@@ -181,13 +232,18 @@ class SeqState:
         classes = tuple(KeyClass(frozenset({(head, a)}), selectivity(s, a)) for a in s.join_attrs)
         return cls(head, (head,), stream_rate(s), full_bytes(s), classes, site or s.site)
 
-    @property
+    @_once
     def joined_set(self) -> frozenset[str]:
+        """The joined streams as a set (kept: the searches key their tables on it, millions of times)."""
         return frozenset(self.joined)
+
+    @_once
+    def _memo_key(self) -> MemoKey:
+        return (self.head, self.joined_set, self.location)
 
     def memo_key(self) -> MemoKey:
         """(head, set of joined streams, location): determines the rest of the state."""
-        return (self.head, frozenset(self.joined), self.location)
+        return self._memo_key
 
     def class_of(self, stream: str, attr: str) -> KeyClass:
         for c in self.classes:
@@ -207,6 +263,21 @@ class SeqState:
             return hit[1]
         if not self.can_join(query, stream):
             raise ValueError(f"{stream} cannot be joined after {', '.join(self.joined)}")
+        g = _graph(query)
+        skey = (self.joined_set, self.classes, stream)
+        j = g.steps.get(skey)
+        if j is None:
+            if len(g.steps) > 100_000:
+                g.steps.clear()
+            j = g.steps[skey] = self._joining(query, stream)
+        w, size = g.sizes[stream]
+        out = _StepInfo(j.links, j.key_attrs, j.f1, j.rho, j.classes, self.rate * w * j.rho, self.full_bytes + size)
+        self._cache[key] = (query, out)
+        return out
+
+    def _joining(self, query: Query, stream: str) -> _Joining:
+        """Links, key attributes, f_1, ρ and the next key classes of joining ``stream``: a function of the
+        joined set and its classes only (not of the head, the order or the location)."""
         nxt = query.stream(stream)
         links: list[KeyLink] = []
         for attr, other, oattr in _graph(query).preds[stream]:
@@ -218,10 +289,7 @@ class SeqState:
         key_attrs = tuple(a for a in nxt.join_attrs if a in used)
         f1 = math.prod({ln.cls: ln.cls.f for ln in links}.values())
         rho, classes = _merge(self, nxt, links)
-        out = _StepInfo(tuple(links), key_attrs, f1, rho, classes,
-                        self.rate * window_tuples(nxt) * rho, self.full_bytes + full_bytes(nxt))
-        self._cache[key] = (query, out)
-        return out
+        return _Joining(tuple(links), key_attrs, f1, rho, classes)
 
     def links(self, query: Query, stream: str) -> list[KeyLink]:
         """Predicates between the joined streams and ``stream``, as (class, next attr), deduplicated."""
@@ -248,7 +316,12 @@ class SeqState:
         get_algorithm(algorithm)
         i = self.info(query, stream)
         loc = self.location if at_source(algorithm) else query.stream(stream).site
-        return SeqState(self.head, self.joined + (stream,), i.rate, i.full_bytes, i.classes, loc)
+        return self._joining_at(i, stream, loc, {})
+
+    def _joining_at(self, i: _StepInfo, stream: str, location: str,
+                    cache: dict[tuple[int, str], tuple[Query, _StepInfo]]) -> "SeqState":
+        """The state after joining ``stream`` (step information ``i``) with the output at ``location``."""
+        return SeqState(self.head, self.joined + (stream,), i.rate, i.full_bytes, i.classes, location, cache)
 
 
 def _merge(state: SeqState, nxt: Stream, links: list[KeyLink]) -> tuple[float, tuple[KeyClass, ...]]:
@@ -475,10 +548,14 @@ class StepCache:
 
     def __init__(self, query: Query, model: "CostModel") -> None:
         self.query, self.model = query, model
+        batched: Optional[Callable[[Query, SeqState, str], dict[str, float]]] = getattr(model, "step_costs", None)
+        self._all_costs = batched or (lambda q, state, stream: all_step_costs(model, q, state, stream))
         self._costs: dict[tuple[MemoKey, str], dict[str, float]] = {}
         self._options: dict[tuple[MemoKey, str], list[tuple[str, float, SeqState]]] = {}
         self._states: dict[MemoKey, SeqState] = {}
         self._infos: dict[tuple[str, frozenset[str]], dict[tuple[int, str], tuple[Query, _StepInfo]]] = {}
+        self._frontiers: dict[frozenset[str], list[str]] = {}
+        self._next_sets: dict[tuple[frozenset[str], str], frozenset[str]] = {}
 
     def canonical(self, state: SeqState) -> SeqState:
         key = state.memo_key()
@@ -487,7 +564,15 @@ class StepCache:
             # the step information (links, ρ, next classes) does not depend on the location: one
             # cache for every location of a (head, joined set)
             shared = self._infos.setdefault((state.head, state.joined_set), state._cache)
-            hit = self._states[key] = state if state._cache is shared else replace(state, _cache=shared)
+            hit = self._states[key] = state if state._cache is shared else \
+                SeqState(state.head, state.joined, state.rate, state.full_bytes, state.classes, state.location, shared)
+        return hit
+
+    def frontier(self, state: SeqState) -> list[str]:
+        """:func:`frontier`, kept per joined set (the searches ask it of every state)."""
+        hit = self._frontiers.get(state.joined_set)
+        if hit is None:
+            hit = self._frontiers[state.joined_set] = frontier(self.query, state)
         return hit
 
     def costs(self, state: SeqState, stream: str) -> dict[str, float]:
@@ -497,22 +582,46 @@ class StepCache:
             hit = self._costs[key] = all_step_costs(self.model, self.query, state, stream)
         return hit
 
-    def options(self, state: SeqState, stream: str) -> list[tuple[str, float, SeqState]]:
+    def options(self, state: SeqState, stream: str, keep: bool = True) -> list[tuple[str, float, SeqState]]:
         """The distinct successors of joining ``stream``: per resulting location the
         cheapest algorithm (first in ``ALGORITHMS`` order on ties), its cost and the
         next state, ordered by that algorithm's position.  Algorithms reaching the
-        same location reach the same state, so only the cheapest matters."""
+        same location reach the same state, so only the cheapest matters.  Not ``keep``: a
+        caller that asks once per state (a DP with its own table) does not keep them alive."""
         key = (state.memo_key(), stream)
         hit = self._options.get(key)
         if hit is None:
-            costs = self.costs(state, stream)
-            by_loc: dict[str, tuple[int, float, str]] = {}
-            for i, alg in enumerate(ALGORITHMS):
-                loc = state.location if at_source(alg) else self.query.stream(stream).site
-                if loc not in by_loc or costs[alg] < by_loc[loc][1]:
-                    by_loc[loc] = (i, costs[alg], alg)
-            hit = [(alg, c, self.advance(state, stream, alg)) for _, c, alg in sorted(by_loc.values())]
-            self._options[key] = hit
+            hit = self._options_of(state, stream)
+            if keep:
+                self._options[key] = hit
+        return hit
+
+    def _options_of(self, state: SeqState, stream: str) -> list[tuple[str, float, SeqState]]:
+        costs = self._all_costs(self.query, state, stream)
+        src, dst = state.location, self.query.stream(stream).site
+        best: dict[str, tuple[int, float, str]] = {}   # per resulting location: the first cheapest algorithm
+        for i, alg, source_side in _SIDES:
+            loc = src if source_side else dst
+            c = costs[alg]
+            cur = best.get(loc)
+            if cur is None or c < cur[1]:
+                best[loc] = (i, c, alg)
+        key = (state.joined_set, stream)
+        joined = self._next_sets.get(key)
+        if joined is None:
+            joined = self._next_sets[key] = state.joined_set | {stream}
+        out = []
+        for loc, (_, c, alg) in sorted(best.items(), key=_position):
+            hit = self._states.get((state.head, joined, loc))
+            out.append((alg, c, hit if hit is not None else self._new_state(state, joined, stream, loc)))
+        return out
+
+    def _new_state(self, state: SeqState, joined: frozenset[str], stream: str, loc: str) -> SeqState:
+        """The canonical state after joining ``stream`` at ``loc``, made at once with the step-information
+        cache of its (head, joined set) (what :meth:`canonical` of :meth:`SeqState.advance` gives)."""
+        shared = self._infos.setdefault((state.head, joined), {})
+        hit = self._states[(state.head, joined, loc)] = state._joining_at(state.info(self.query, stream), stream, loc,
+                                                                          shared)
         return hit
 
     def advance(self, state: SeqState, stream: str, algorithm: str) -> SeqState:
@@ -521,6 +630,14 @@ class StepCache:
         if hit is not None and algorithm in REGISTRY:
             return hit
         return self.canonical(state.advance(self.query, stream, algorithm))
+
+
+#: (position, name, output at the source) of every algorithm, for the searches' inner loop
+_SIDES = tuple((i, a, at_source(a)) for i, a in enumerate(ALGORITHMS))
+
+
+def _position(item: tuple[str, tuple[int, float, str]]) -> int:
+    return item[1][0]
 
 
 __all__ = [

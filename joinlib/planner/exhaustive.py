@@ -41,6 +41,19 @@ def _better(total: float, best: float) -> bool:
     return total < best - _REL_TIE * abs(best)
 
 
+_STEPS: dict[tuple[str, str], Step] = {}
+
+
+def _step(stream: str, algorithm: str) -> Step:
+    """``Step(stream, algorithm)``, one (immutable) instance per pair: the DP makes one per improvement."""
+    hit = _STEPS.get((stream, algorithm))
+    if hit is None:
+        if len(_STEPS) > 10_000:
+            _STEPS.clear()
+        hit = _STEPS[(stream, algorithm)] = Step(stream, algorithm)
+    return hit
+
+
 #: the DP's table: (head, joined set, location) -> cheapest completion (cost, steps)
 Memo = dict[MemoKey, tuple[float, tuple[Step, ...]]]
 
@@ -71,14 +84,15 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
         # cheapest step first: the best total found early bounds the rest (a step whose own cost
         # reaches it is not expanded); ties still go to the earlier stream, then algorithm
         moves = sorted((c, rank, nxt, alg, succ) for rank, (nxt, alg, c, succ) in enumerate(
-            (nxt, alg, c, succ) for nxt in frontier(query, state) for alg, c, succ in cache.options(state, nxt)))
+            (nxt, alg, c, succ) for nxt in cache.frontier(state)
+            for alg, c, succ in cache.options(state, nxt, keep=False)))   # not kept: each state is solved once
         for c, rank, nxt, alg, succ in moves:
             if not _better(c, b_cost) and (_better(b_cost, c) or rank > b_rank[0]):   # bound: the rest costs >= 0
                 continue
             rest, steps = best(succ)
             total = c + rest
             if _better(total, b_cost) or (not _better(b_cost, total) and rank < b_rank[0]):
-                b_cost, b_rank, b_steps = total, (rank, 0), (Step(nxt, alg),) + steps
+                b_cost, b_rank, b_steps = total, (rank, 0), (_step(nxt, alg),) + steps
         memo[key] = (b_cost, b_steps)
         return b_cost, b_steps
 

@@ -1,0 +1,152 @@
+"""The memos behind ``auto``'s faster search (issue 30, second pass) give exactly what the computations they
+replace give -- the same floats, not merely close ones: the search's choice and its estimates must not move.
+
+* a step's information is a function of the joined set and its key classes (shared by every head and order);
+* the byte model's step costs, shared by every location of a (head, joined set) and computed once for the six
+  algorithms, are a fresh model's (up to the rounding of a set's rate, as they were before: see the test);
+* a plan's walk, memoised on (head, join order), is a fresh walk;
+* a reduction lowered once and priced for a skip set is the reduction lowered with that skip set;
+* the descent's cached replica terms are each replica's term summed over every sequence.
+
+No timing here: ``bench/plan_time.py`` measures the time."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Optional
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from joinlib.algorithms import ALGORITHMS
+from joinlib.costs import WireModel
+from joinlib.costs.flows import TreeMemo, reduction_flows
+from joinlib.costs.incremental import Ensemble, PlanPricer, Replica, SeqParts, Use
+from joinlib.costs.model import Walks, estimate_ir, reduction_shape
+from joinlib.model import Query
+from joinlib.plan import logical as plans
+from joinlib.plan.ir import lower
+from joinlib.plan.logical import Plan, Sequence, Step
+from joinlib.planner.auto import Search
+from joinlib.planner.improved import random_query
+
+TOPOLOGIES = st.sampled_from(["chain", "star", "cycle", "complete"])
+
+
+def _query(seed: int, m: int, topology: str) -> Query:
+    rng = random.Random(seed)
+    sites = [f"N{rng.randrange(1, m + 1)}" for _ in range(m)] if rng.random() < 0.3 else None   # shared sites
+    return random_query(rng, m, topology, sites=sites)
+
+
+def _sequence(rng: random.Random, q: Query, head: str) -> Sequence:
+    """A random join-graph order of the other streams, random algorithms, a random start."""
+    done, order = {head}, []
+    while len(done) < len(q.names):
+        pick = rng.choice(sorted(n for n in q.names if n not in done and any(q.predicates_between(n, d) for d in done)))
+        done.add(pick)
+        order.append(pick)
+    return Sequence(head, tuple(Step(o, rng.choice(ALGORITHMS)) for o in order), rng.choice([None, *q.nodes]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_step_costs_after_a_search_are_a_fresh_models(seed, m, topology):
+    """After every head's search (its tables shared by every start and location), each state's step
+    information is what the state computes on its own, and its step costs what a fresh model computes --
+    up to rounding only: a (head, joined set) is priced once, from the first of its states the search
+    reaches, whose rate is the same product of the same factors taken in another order.  That was so
+    before these memos too (``auto``'s candidates and estimates did not move by a bit)."""
+    q = _query(seed, m, topology)
+    model = WireModel()
+    search = Search.of(q, model)
+    for head in q.names:
+        search.best_sequences(head)
+    q = model.stats_query(q)
+    rng = random.Random(seed)
+    states = list(search.cache._states.values())
+    for state in rng.sample(states, min(40, len(states))):
+        for stream in search.cache.frontier(state):
+            info = state.info(q, stream)
+            assert tuple(info[:5]) == tuple(state._joining(q, stream))
+            mine, fresh = model.step_costs(q, state, stream), WireModel().step_costs(q, state, stream)
+            assert mine.keys() == fresh.keys()
+            assert all(math.isclose(mine[a], fresh[a], rel_tol=1e-12, abs_tol=1e-12) for a in mine)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_a_shared_walk_memo_prices_as_a_fresh_walk(seed, m, topology):
+    """Plans sharing join orders priced through one walk memo cost, flow by flow, what each costs alone."""
+    q = _query(seed, m, topology)
+    rng = random.Random(seed)
+    model = WireModel()
+    enc, inputs = model.context(q)
+    q = inputs.query
+    walks: Walks = {}
+    for _ in range(4):
+        seqs = tuple(_sequence(random.Random(rng.randrange(3)), q, h) for h in q.names)   # few distinct orders
+        ir = lower(q, plans.validate(q, Plan(seqs)))
+        assert estimate_ir(inputs, ir, enc, walks).flows == estimate_ir(inputs, ir, enc).flows
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_a_skip_set_priced_on_the_unskipped_lowering_is_the_skipped_one(seed, m, topology):
+    """A reduction lowered once and priced for several skip sets (one memo of edge messages across them)
+    has the key sets, shipped tuples and shape of the reduction lowered with each skip set."""
+    q = _query(seed, m, topology)
+    rng = random.Random(seed)
+    model = WireModel()
+    enc, inputs = model.context(q)
+    q = inputs.query
+    tree = plans.spanning_tree(q, rng.choice(q.names))
+    base = plans.reduction(q, q.nodes[0], tree, cross=rng.random() < 0.5)
+    assert base.reduce is not None
+    bare = lower(q, Plan((), base.reduce))
+    edges = [d for a, b in base.reduce.edges(q) for d in ((a, b), (b, a))]
+    shared, rhos = TreeMemo(), dict[tuple[str, str], float]()
+    for _ in range(4):
+        red = plans.with_skip(q, base, [d for d in edges if rng.random() < 0.3]).reduce
+        assert red is not None
+        alone = reduction_flows(q, lower(q, Plan((), red)).reducers, enc)
+        assert reduction_flows(q, bare.reducers, enc, rhos, shared, frozenset(red.skip)) == alone
+        assert reduction_shape(inputs, red, enc, rhos, shared, bare) == reduction_shape(inputs, red, enc)
+        assert replace(red, skip=()) == base.reduce
+
+
+def _term(pricer: PlanPricer, parts: list[SeqParts], sig: str) -> float:
+    """A replica's term as :class:`Ensemble` priced it before its memos: over every sequence, in plan order."""
+    rep: Optional[Replica] = None
+    users: tuple[Use, ...] = ()
+    for p in parts:
+        rep = rep or p.replicas.get(sig)
+        users += p.uses.get(sig, ())
+    return pricer.group(rep, users) if rep is not None else 0.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_the_descents_cached_terms_are_its_replicas_terms(seed, m, topology):
+    """An ensemble changed sequence by sequence (its terms kept between changes, memoised on the sequences
+    holding each replica) prices every plan and every replacement as summing each replica's term over
+    every sequence does."""
+    q = _query(seed, m, topology)
+    rng = random.Random(seed)
+    model = WireModel()
+    enc, inputs = model.context(q)
+    q = inputs.query
+    pricer = PlanPricer(inputs, enc)
+    ens = Ensemble(pricer, [pricer.parts(_sequence(rng, q, h)) for h in q.names])
+    for _ in range(6):
+        i = rng.randrange(len(q.names))
+        new = pricer.parts(_sequence(rng, q, q.names[i]))
+        now, swapped = list(ens.parts), [new if j == i else p for j, p in enumerate(ens.parts)]
+        sigs = dict.fromkeys(sig for p in now for sig in p.replicas)
+        assert ens.cost() == sum(p.fixed for p in now) + sum(_term(pricer, now, sig) for sig in sigs)
+        delta = new.fixed - now[i].fixed
+        for sig in dict.fromkeys([*now[i].replicas, *new.replicas]):
+            delta += _term(pricer, swapped, sig) - _term(pricer, now, sig)
+        assert ens.delta(i, new) == delta
+        ens.replace(i, new)
