@@ -47,6 +47,9 @@ from joinlib.runtime.algorithms.base import key_message, keys_bytes, row_bytes_o
 
 #: item counts up to which bodies are built exactly
 EXACT = 64
+#: the most items a priced message is built with: an estimate of billions of rows (a cycle of tuple windows with an
+#: unknown selectivity) built its batch until memory ran out (tests/property/test_exactness.py, hypothesis seed 4)
+BUILT_UP_TO = 1 << 14
 #: the bytes a tuple adds to a TupleBatch besides its own encoding (its one-element parts array)
 ROW_PART_OVERHEAD = 2
 
@@ -311,6 +314,9 @@ class Encoding:
         return sizes
 
     def _at(self, tag: tuple[object, ...], k: int, build: Callable[[int], float]) -> float:
+        if k > BUILT_UP_TO:   # a message of more items is not built: its size goes on at the last built ones' rate
+            lo, hi = self._at_exact(tag, BUILT_UP_TO // 2, build), self._at_exact(tag, BUILT_UP_TO, build)
+            return hi + (hi - lo) * (k - BUILT_UP_TO) / (BUILT_UP_TO // 2)
         if k > EXACT:
             r = _round2(k)
             if r != k:
