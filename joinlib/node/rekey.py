@@ -44,6 +44,7 @@ import uuid
 from typing import Any, Optional
 
 from joinlib.adapters.kafka import (
+    KafkaUnavailable,
     Producing,
     TopicPartition,
     consume,
@@ -236,14 +237,19 @@ class Rekeyer:
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self) -> None:
         """Everything written is in Kafka first (a restart from here will not write it again), then the ends of
-        what it writes (a restart scans from them) and its state, in one Redis write."""
+        what it writes (a restart scans from them) and its state, in one Redis write.  A broker that does not
+        answer for the ends puts the checkpoint off to the next interval: the one before stands."""
         self.live.settle()
         self.store.fence.check("checkpoint")   # a fenced re-keyer's queued batches are dropped, not delivered
         self.out.drain(self.svc.log)
         c = self.consumer
-        ends = {"dlq": partition_ends(c, dlq_topic(self.q.name), 1)[0],
-                "wm": partition_ends(c, marks_topic(self.q.name), 1)[0],
-                "src": {t: partition_ends(c, t, self.d) for t in self.topics.values()}}
+        try:
+            ends = {"dlq": partition_ends(c, dlq_topic(self.q.name), 1)[0],
+                    "wm": partition_ends(c, marks_topic(self.q.name), 1)[0],
+                    "src": {t: partition_ends(c, t, self.d) for t in self.topics.values()}}
+        except KafkaUnavailable as e:
+            self.svc.log(f"{self.q.name}: re-keyer checkpoint put off ({e})")
+            return
         self.offsets = ends
         self.store.save(checkpoint.dumps({
             "format": checkpoint.FORMAT, "rekey": FORMAT, "live": self.live.snapshot(), "offsets": ends,

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from infra import local_cluster as lc
+from joinlib.adapters.kafka import make_consumer, partition_ends
 from tests.cluster_fixtures import create_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +54,42 @@ def _all_records(bootstrap: str, topic: str) -> list[int]:
         c.close()
 
 
+def _ends_across_the_restart(kafka: lc.KafkaProcess, bootstrap: str, topic: str) -> list[int]:
+    """A client that was connected asks for a topic's end offsets (as a re-keyer's checkpoint does) while the
+    broker, frozen, holds the request, and then crashes (SIGKILL; the records are in the files it wrote): the
+    request fails on the dead connection (``Local: Broker transport failure``), and is retried until the broker,
+    started again on its data, answers -- docs/reliability.md chaos finding 6, where it failed the query."""
+    import signal
+    import threading
+    import time
+    w = make_consumer(bootstrap, "ends")   # its librdkafka log goes to a logger, not stderr
+    try:
+        assert partition_ends(w, topic, 3) == [N // 3] * 3
+        kafka.proc.send_signal(signal.SIGSTOP)
+        got: list = []
+        asking = threading.Thread(target=lambda: got.append(_try(partition_ends, w, topic, 3, timeout_s=120)))
+        asking.start()
+        time.sleep(1.0)   # the request is in flight
+        kafka.proc.kill()
+        kafka.proc.wait(30)
+        seconds = kafka.start_again()
+        print(f"broker started again on its data in {seconds:.1f} s")
+        asking.join(150)
+        assert got, "the request for the ends did not return"
+        if isinstance(got[0], Exception):
+            raise got[0]
+        return got[0]
+    finally:
+        w.close()
+
+
+def _try(f, *args, **kw):
+    try:
+        return f(*args, **kw)
+    except Exception as e:   # handed to the test's thread, which raises it
+        return e
+
+
 def test_local_cluster_broker_keeps_topics_records_and_group_offsets_across_a_restart(tmp_path):
     kafka = lc.start_kafka(tmp_path / "k")
     try:
@@ -64,8 +101,8 @@ def test_local_cluster_broker_keeps_topics_records_and_group_offsets_across_a_re
         first = _read(c, 45)
         c.commit(asynchronous=False)
         c.close()
-        seconds = kafka.restart()
-        print(f"broker restarted on its data in {seconds:.1f} s")
+        ends = _ends_across_the_restart(kafka, bootstrap, topic)
+        assert ends == [N // 3] * 3, ends
         assert kafka.bootstrap == bootstrap
         md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
         assert len(md.topics[topic].partitions) == 3
