@@ -41,6 +41,7 @@ window state only through its checkpoint.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
@@ -247,8 +248,10 @@ class _Owner:
         self.rekey, self.redis = rekey_role(compiled, rec, svc.site), redis
         self.done: set[int] = set()
         self.runs: dict[int, _PartThread] = {}
+        self.lost_at: Optional[float] = None   # when our session was lost, until an assignment comes again
 
     def assigned(self, _consumer: Any, tps: list[TopicPartition]) -> None:
+        self.lost_at = None
         new = [tp.partition for tp in tps if tp.partition in self.mine and tp.partition not in self.done
                and tp.partition not in self.runs]
         for p in new:
@@ -269,6 +272,13 @@ class _Owner:
     def lost(self, _consumer: Any, tps: list[TopicPartition]) -> None:
         """Our session expired: another instance may already run these; stop without a checkpoint."""
         self._release(tps, save=False)
+        self.lost_at = time.monotonic()
+
+    def stranded(self, after_s: float) -> bool:
+        """Our session was lost ``after_s`` ago and no assignment, not even an empty one, has come since: the
+        client did not join the group again.  bench/chaos.py saw it after a broker restart: the group of a site
+        with one instance stayed empty, and the query stalled (docs/reliability.md, chaos finding 7)."""
+        return self.lost_at is not None and time.monotonic() - self.lost_at > after_s
 
     def _release(self, tps: list[TopicPartition], save: bool) -> None:
         gone = [tp.partition for tp in tps if tp.partition in self.runs]
@@ -335,9 +345,15 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
     seen = read_control_to_end(control, ControlLog.of([svc.site], rec.offset + 1), reject=svc.reject_control)
     owner.done |= {p for r, site, p in seen.parts_done if r == run_id and site == svc.site and p in owner.mine}
     control.assign(seen.assignment())
-    group = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
-        "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False, **membership})
-    group.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
+
+    def join() -> Any:
+        g = make_consumer(svc.bootstrap, group_of(q.name, svc.site, run_id), **{
+            "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False, **membership})
+        g.subscribe([topic], on_assign=owner.assigned, on_revoke=owner.revoked, on_lost=owner.lost)
+        return g
+
+    group = join()
+    rejoin_s = max(10.0, 2 * membership["session.timeout.ms"] / 1000)
     svc.log(f"{q.name}: serving partitions of {svc.site} with the other instances of group "
             f"{group_of(q.name, svc.site, run_id)}")
     try:
@@ -348,6 +364,12 @@ def run_scaled_plan(svc: Any, rec: ControlRecord, compiled: Compiled, admin: Any
                     owner.on_control(r)
             group.poll(0.1)   # heartbeats; rebalance callbacks
             owner.check()
+            if owner.stranded(rejoin_s):
+                svc.log(f"{q.name}: no assignment {rejoin_s:.0f} s after the session was lost; {svc.site} joins "
+                        "the group again with a new client")
+                group.close()
+                group = join()
+                owner.lost_at = time.monotonic()
     finally:
         owner.stop_all()
         group.close()   # leave the group: the others take our partitions now, not a session later
