@@ -35,8 +35,10 @@ demo: deps ## Run the example: three routers joined on destination address; auto
 		print(f\"floor {f['floor']:,} bytes (floor + keys {f['floor_keys']:,}); auto / floor = {a['bytes']/max(1,f['floor']):.1f}\"); \
 		print(f\"same {a['results']:,} results as every central: {all(c['results']==a['results'] for c in cs)}\")"
 
+# -X faulthandler: a fatal error after pytest's own handler is off (at the interpreter's exit) still prints
+# every thread's stack -- a CI run on 2026-11-30 aborted there on a glibc heap check, without one
 test: deps cluster-install prometheus-install helm-install-tool spark-deps ## Run every test (starts its own Kafka broker and Redis server)
-	$(PYTHON) -m pytest
+	$(PYTHON) -X faulthandler -m pytest
 
 test-fast: deps ## Unit and property tests only (no Kafka/Redis)
 	$(PYTHON) -m pytest tests/unit tests/property
