@@ -20,6 +20,7 @@ from joinlib.adaptive.stats import with_stats
 from joinlib.adaptive.workload import Toggle, write_toggle
 from joinlib.data.files import load_streams
 from joinlib.errors import ClusterError
+from joinlib.model import Query
 from joinlib.node.cluster import run_cluster
 from joinlib.query import load_query, parse_query, query_to_dict
 from joinlib.reference import reference_join
@@ -135,16 +136,27 @@ def test_a_node_started_again_refuses_an_adaptive_run_it_already_ran(toggle4, ka
 # ----------------------------------------------------------------------------- continuous (live) queries
 
 
-def _live_toggle(name: str, sites: list[str], topics: list[str]):
-    """The toggle query with each stream read live from a JSON topic at its own (test-unique) site."""
+def _live_toggle(kind: str, make_topic, tmp_path: Path) -> tuple[list[str], Query, dict[str, list[dict]]]:
+    """The toggle query with each stream read live from a JSON topic of its own at its own test-unique site
+    (``kind`` tells one test's sites, topics and query from another's), and its rows by stream: the S4 toggle
+    written under ``tmp_path``."""
+    import json
+    import uuid
+    tag = uuid.uuid4().hex[:6]
+    sites = [f"{kind}{i}{tag}" for i in range(1, 5)]
+    topics = [make_topic(f"{kind}toggle-{i}", partitions=1) for i in range(1, 5)]
     d = query_to_dict(load_query(REPO / "examples" / "toggle4.yaml"))
-    d["name"] = name
+    d["name"] = name = f"lv{kind}{tag}"
     d["network"].pop("nodes", None)
     for (_, spec), site, topic in zip(sorted(d["streams"].items()), sites, topics, strict=True):
         spec["site"] = site
         spec["source"] = {"topic": topic, "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id"}
     d["execution"]["idle_timeout"] = "3s"
-    return parse_query(d, name)
+    q = parse_query(d, name)
+    src = tmp_path / "data"
+    write_toggle(q, Toggle("S4"), src, DURATION_MS, 3)
+    rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
+    return sites, q, rows
 
 
 def _produce_paced(bootstrap: str, query, rows: dict, rec) -> None:
@@ -174,19 +186,11 @@ def test_live_adaptive_query_changes_plans_and_shows_them(kafka_bootstrap, redis
     """``joinlib submit --plan adaptive`` of a query over four JSON topics: the node services (one per site,
     serving) measure S4's rate toggling, re-plan and migrate; ``joinlib queries`` shows the plan changes;
     the results are exactly the live contract's (the reference join of the on-time records)."""
-    import json
     import time
-    import uuid
 
     from joinlib.cli.main import main as cli
     from tests.integration.test_live import Recorder, Services, submit, wait_exact
-    tag = uuid.uuid4().hex[:6]
-    sites = [f"n{i}{tag}" for i in range(1, 5)]
-    topics = [make_topic(f"toggle-{i}", partitions=1) for i in range(1, 5)]
-    q = _live_toggle(f"lvad{tag}", sites, topics)
-    src = tmp_path / "data"
-    write_toggle(q, Toggle("S4"), src, DURATION_MS, 3)
-    rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
+    sites, q, rows = _live_toggle("n", make_topic, tmp_path)
     services = Services(kafka_bootstrap)
     try:
         services.start_nodes(sites, redis_url=redis_url)   # windows in Redis
@@ -220,9 +224,7 @@ def test_a_live_adaptive_node_killed_during_a_migration_resumes_and_the_output_s
     start it again.  It resumes from its checkpoint, hands the iterations it logged since over again (their
     messages, source records among them, and the watermarks its live sources handed it) and so repeats its
     decisions: the results are exactly the live contract's and every node changed plans."""
-    import json
     import threading
-    import uuid
 
     from tests.integration.test_live import (
         Recorder,
@@ -234,13 +236,7 @@ def test_a_live_adaptive_node_killed_during_a_migration_resumes_and_the_output_s
         submit,
         wait_exact,
     )
-    tag = uuid.uuid4().hex[:6]
-    sites = [f"k{i}{tag}" for i in range(1, 5)]
-    topics = [make_topic(f"ktoggle-{i}", partitions=1) for i in range(1, 5)]
-    q = _live_toggle(f"lvak{tag}", sites, topics)
-    src = tmp_path / "data"
-    write_toggle(q, Toggle("S4"), src, DURATION_MS, 3)
-    rows = {s.name: [json.loads(x) for x in (src / f"{s.name}.jsonl").read_text().splitlines()] for s in q.streams}
+    sites, q, rows = _live_toggle("k", make_topic, tmp_path)
     logs = {s: tmp_path / f"node-{s}.log" for s in sites}
     procs = {s: _node_process(s, kafka_bootstrap, redis_url, logs[s]) for s in sites}
     services = Services(kafka_bootstrap)

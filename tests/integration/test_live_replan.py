@@ -9,12 +9,15 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from joinlib.adaptive.migration import ADAPTIVE_GENERATIONS
 from joinlib.cli.main import main as cli
+from joinlib.model import Query
 from joinlib.protocol import records
 from joinlib.query import parse_query, query_to_dict
 from services.planner.service import Conflict, NotFound
@@ -56,18 +59,29 @@ def _replan(svc: Services, name: str, plan: str, capsys: pytest.CaptureFixture[s
     return svc.planner.status(name)["run"]
 
 
+@contextmanager
+def _flowing(bootstrap: str, q: Query, seconds: float, settle_s: float) -> Iterator[Recorder]:
+    """Events flow for ``seconds`` (60/s a source, every 70th record malformed, disorder below 40 ms); the block
+    runs after ``settle_s`` -- more than a window, δ and the 5 s slack, so that a new run starts reading after the
+    query's start -- and its end waits for the generator's."""
+    rec = Recorder()
+    gen = generator(bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
+    flowing = threading.Thread(target=gen.run, args=(seconds,))
+    flowing.start()
+    try:
+        time.sleep(settle_s)
+        yield rec
+    finally:
+        flowing.join()
+
+
 def test_reduction_to_pmjoin_and_back_is_exact(services, make_topic, tmp_path: Path, capsys):  # noqa: F811
     sites = _sites()
     services.start_nodes(sites)
     q = live_query(f"lvrp{sites[0]}", sites, make_topics(make_topic, 3, partitions=2))
     first = submit(services, q, "reduce", since="now")
     origin = first["origin_ms"]
-    rec = Recorder()
-    gen = generator(services.bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
-    flowing = threading.Thread(target=gen.run, args=(16.0,))
-    flowing.start()
-    try:
-        time.sleep(7.0)   # more than a window, δ and the 5 s slack: the new run starts reading after the query's start
+    with _flowing(services.bootstrap, q, 16.0, 7.0) as rec:
         mid = _replan(services, q.name, "pmjoin:hash:2", capsys)
         assert services.planner.status(q.name)["replan"]["from_run"] == first["run"]
         with pytest.raises(Conflict, match="switching already"):
@@ -77,8 +91,6 @@ def test_reduction_to_pmjoin_and_back_is_exact(services, make_topic, tmp_path: P
         _switched(services, q.name, mid)
         last = _replan(services, q.name, "reduce", capsys)
         _switched(services, q.name, last)
-    finally:
-        flowing.join()
     runs = [first["run"], mid, last]
     # every result of the reference join of all the records, once, whichever run made it; each bad record's dead
     # letter, whichever run wrote it -- once, or as byte-identical copies of one place (a bad record the old run read
@@ -101,18 +113,11 @@ def test_reduction_to_adaptive_and_back_is_exact(services, make_topic, tmp_path:
     services.start_nodes(sites)
     q = live_query(f"lvra{sites[0]}", sites, make_topics(make_topic, 3, partitions=2))
     first = submit(services, q, "reduce", since="now")
-    rec = Recorder()
-    gen = generator(services.bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
-    flowing = threading.Thread(target=gen.run, args=(16.0,))
-    flowing.start()
-    try:
-        time.sleep(7.0)
+    with _flowing(services.bootstrap, q, 16.0, 7.0) as rec:
         mid = _replan(services, q.name, "adaptive", capsys)
         _switched(services, q.name, mid)
         last = _replan(services, q.name, "reduce", capsys)
         _switched(services, q.name, last)
-    finally:
-        flowing.join()
     runs = [first["run"], mid, last]
     want = wait_exact(services, q, last, first["origin_ms"], rec, tmp_path, min_results=200, zombie=True,
                       replaced=(first["run"], mid))
@@ -137,16 +142,9 @@ def test_mjoin_tree_to_reduction_is_exact(services, make_topic, tmp_path: Path, 
         spec["rate"], spec["selectivity"] = 60, {"dest": 0.025}
     q = parse_query(d, q.name)
     first = submit(services, q, "mjoin", since="now")
-    rec = Recorder()
-    gen = generator(services.bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
-    flowing = threading.Thread(target=gen.run, args=(14.0,))
-    flowing.start()
-    try:
-        time.sleep(7.0)
+    with _flowing(services.bootstrap, q, 14.0, 7.0) as rec:
         last = _replan(services, q.name, "reduce", capsys)
         _switched(services, q.name, last)
-    finally:
-        flowing.join()
     want = wait_exact(services, q, last, first["origin_ms"], rec, tmp_path, min_results=200, zombie=True,
                       replaced=(first["run"],))
     made = Counter({run: sum(sum(1 for _ in records.decode_result_batch(m.value()).results())
@@ -194,12 +192,7 @@ def test_a_node_killed_during_the_switch_keeps_the_replan_exact(services, make_t
         for s in sites:
             _wait_for_text(logs[s], "serving every query", timeout_s=60)
         first = submit(services, q, "reduce", since="now")
-        rec = Recorder()
-        gen = generator(kafka_bootstrap, q, rec, rate=60.0, malformed_every=70, disorder_ms=40)
-        flowing = threading.Thread(target=gen.run, args=(18.0,))
-        flowing.start()
-        try:
-            time.sleep(8.0)   # more than a window, δ and the 5 s slack: the new run starts reading after the start
+        with _flowing(kafka_bootstrap, q, 18.0, 8.0) as rec:
             new = services.planner.replan(q.name, "pmjoin:hash:2", margin_ms=2000)
             victim = sites[1]
             time.sleep(1.0)   # both runs have checkpointed (every 0.5 s); the old one's watermark is before the switch
@@ -207,8 +200,6 @@ def test_a_node_killed_during_the_switch_keeps_the_replan_exact(services, make_t
             procs[victim].wait(10)
             procs[victim] = _node_process(victim, kafka_bootstrap, redis_url, logs[victim])
             _switched(services, q.name, new["run"])
-        finally:
-            flowing.join()
         want = wait_exact(services, q, new["run"], first["origin_ms"], rec, tmp_path, timeout_s=90, min_results=100,
                           zombie=True, replaced=(first["run"],))
         assert want.dead, "the test data has no malformed record"

@@ -162,6 +162,27 @@ static int add_seq(PyObject *index, PyObject *k, PyObject *seq) {
     return r;
 }
 
+/* The first half of add_all and discard_all: keys and seqs as fast sequences (*kf, *sf), the table's ``seqs``
+ * (*index), and step(index, key, seq) for each pair, as zip(keys, seqs, strict=True) would pair them.  0, or -1
+ * with an exception; the references set are the caller's to release either way. */
+static int each_seq(PyObject *const *args, int (*step)(PyObject *, PyObject *, PyObject *), PyObject **kf,
+                    PyObject **sf, PyObject **index) {
+    if ((*kf = PySequence_Fast(args[1], "keys must be a sequence")) == NULL ||
+        (*sf = PySequence_Fast(args[2], "seqs must be a sequence")) == NULL ||
+        (*index = attr(args[0], s_seqs, is_dict, "dict")) == NULL)
+        return -1;
+    Py_ssize_t nk = PySequence_Fast_GET_SIZE(*kf), ns = PySequence_Fast_GET_SIZE(*sf), n = nk < ns ? nk : ns;
+    PyObject **ks = PySequence_Fast_ITEMS(*kf), **ss = PySequence_Fast_ITEMS(*sf);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (step(*index, ks[i], ss[i]) < 0)
+            return -1;
+    if (nk != ns) {
+        unequal(nk, ns);
+        return -1;
+    }
+    return 0;
+}
+
 /* add_all(table, keys, seqs, cache, remember): KeyTable.add_all, with bloom.digests's cache and miss. */
 static PyObject *add_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
@@ -174,19 +195,10 @@ static PyObject *add_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *kf = NULL, *sf = NULL, *index = NULL, *keys = NULL, *slot = NULL, *dig = NULL, *ret = NULL;
-    if ((kf = PySequence_Fast(args[1], "keys must be a sequence")) == NULL ||
-        (sf = PySequence_Fast(args[2], "seqs must be a sequence")) == NULL ||
-        (index = attr(table, s_seqs, is_dict, "dict")) == NULL)
+    if (each_seq(args, add_seq, &kf, &sf, &index) < 0)
         goto done;
-    Py_ssize_t nk = PySequence_Fast_GET_SIZE(kf), ns = PySequence_Fast_GET_SIZE(sf), n = nk < ns ? nk : ns;
-    PyObject **ks = PySequence_Fast_ITEMS(kf), **ss = PySequence_Fast_ITEMS(sf);
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (add_seq(index, ks[i], ss[i]) < 0)
-            goto done;
-    if (nk != ns) {
-        unequal(nk, ns);
-        goto done;
-    }
+    Py_ssize_t nk = PySequence_Fast_GET_SIZE(kf);
+    PyObject **ks = PySequence_Fast_ITEMS(kf);
     if (nk) {
         Py_ssize_t base = attr_n(table, s_base);
         if (base == -1 && PyErr_Occurred())
@@ -398,19 +410,8 @@ static PyObject *discard_all(PyObject *mod, PyObject *const *args, Py_ssize_t na
     }
     PyObject *table = args[0];
     PyObject *kf = NULL, *sf = NULL, *index = NULL, *keys = NULL, *users = NULL, *ret = NULL;
-    if ((kf = PySequence_Fast(args[1], "keys must be a sequence")) == NULL ||
-        (sf = PySequence_Fast(args[2], "seqs must be a sequence")) == NULL ||
-        (index = attr(table, s_seqs, is_dict, "dict")) == NULL)
+    if (each_seq(args, discard_seq, &kf, &sf, &index) < 0)
         goto done;
-    Py_ssize_t nk = PySequence_Fast_GET_SIZE(kf), ns = PySequence_Fast_GET_SIZE(sf), n = nk < ns ? nk : ns;
-    PyObject **ks = PySequence_Fast_ITEMS(kf), **ss = PySequence_Fast_ITEMS(sf);
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (discard_seq(index, ks[i], ss[i]) < 0)
-            goto done;
-    if (nk != ns) {
-        unequal(nk, ns);
-        goto done;
-    }
     if ((keys = attr(table, s_keys, NULL, NULL)) == NULL || (users = attr(table, s_users, is_list, "list")) == NULL)
         goto done;
     Py_ssize_t len = PyObject_Length(keys);
