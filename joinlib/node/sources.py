@@ -54,6 +54,10 @@ MARKS_FLUSH_TIMEOUT_S = 10.0
 MARKS_WARN_S = 5.0       # an idle advance not logged after this long: say that Kafka is awaited
 PROBE_EVERY_MS = 500.0   # how often an unreachable broker is asked again (LiveInputs.tick)
 STALL_MS = 1000.0        # a node loop this long without a tick restarts the idle clock (LiveInputs.tick)
+#: end offsets asked for an idle advance that have not answered after this long (their request is bounded at
+#: 1 s; one lost in a broker's restart may never answer): the broker counts as unreachable, the advances are
+#: dropped and the records held for them handled -- a node must not hold its partitions' records forever
+ASK_LIMIT_S = 10.0
 
 
 def dlq_topic(query: str) -> str:
@@ -146,6 +150,7 @@ class _PendingAdvances:
         self.due, self.ends = due, ends
         self.holding = set(ends)
         self.held: list[Any] = []
+        self.asked = time.monotonic()
         self.logged = 0.0
         self.warned = False
 
@@ -348,29 +353,42 @@ class LiveInputs:
             return
         self._pending = _PendingAdvances(due, ends)
 
+    def _log_confirmed(self, pend: _PendingAdvances, now: float, block: bool) -> Optional[int]:
+        """The advances the broker's end offsets confirm, logged (None: go on to apply them); else what
+        :meth:`_progress` returns -- 0 while the answer is awaited, or the pending advances dropped."""
+        if not block and not all(f.done() for f in pend.ends.values()):
+            if time.monotonic() - pend.asked < ASK_LIMIT_S:
+                return 0
+            self.log(f"Kafka did not answer for the end offsets of {len(pend.due)} idle advance(s) in "
+                     f"{ASK_LIMIT_S:.0f} s: dropped, decided again when it answers")
+            self._lost_contact()
+            return self._release(now, 0)
+        try:
+            fresh = {key: f.result(timeout=MARKS_FLUSH_TIMEOUT_S).offset for key, f in pend.ends.items()}
+        except Exception:
+            self._lost_contact()
+            return self._release(now, 0)
+        pend.due = [(src, adv) for src, adv in pend.due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
+        if not pend.due:
+            return self._release(now, 0)
+        out = self._marks_producer()
+        for src, adv in pend.due:
+            doc = {"site": self.site, "run": self.run_id, "stream": src.stream.name, "part": adv.part,
+                   "at": adv.at, "wm": adv.wm}
+            out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
+                        self._headers)
+        pend.logged = time.monotonic()
+        return None
+
     def _progress(self, now: float, block: bool) -> int:
         """Move the pending advances on: confirmed by the broker, then logged, then applied (``block``: wait
         for each step); returns how many were applied."""
         pend = self._pending
         assert pend is not None
         if not pend.logged:
-            if not block and not all(f.done() for f in pend.ends.values()):
-                return 0
-            try:
-                fresh = {key: f.result(timeout=MARKS_FLUSH_TIMEOUT_S).offset for key, f in pend.ends.items()}
-            except Exception:
-                self._lost_contact()
-                return self._release(now, 0)
-            pend.due = [(src, adv) for src, adv in pend.due if 0 <= fresh[(src.topic, adv.part)] <= adv.at]
-            if not pend.due:
-                return self._release(now, 0)
-            out = self._marks_producer()
-            for src, adv in pend.due:
-                doc = {"site": self.site, "run": self.run_id, "stream": src.stream.name, "part": adv.part,
-                       "at": adv.at, "wm": adv.wm}
-                out.produce(self.marks, json.dumps(doc, separators=(",", ":")).encode(), self.site.encode(),
-                            self._headers)
-            pend.logged = time.monotonic()
+            over = self._log_confirmed(pend, now, block)
+            if over is not None:
+                return over
         out = self._marks_producer()
         if block:
             out.drain(self.log)   # logged before it has any effect (a broker outage is waited out)

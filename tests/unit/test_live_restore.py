@@ -146,3 +146,34 @@ def test_checkpoints_take_at_most_a_twentieth_of_the_cpu() -> None:
     assert next_checkpoint(100.0, 5.0, 0.1) == 105.0
     assert next_checkpoint(100.0, 1.0, 60.0) == 100.0 + CHECKPOINT_MAX_S   # never more than 30 s of input to redo
     assert next_checkpoint(100.0, 60.0, 0.0) == 160.0                      # unless asked for
+
+
+def test_end_offsets_that_never_answer_drop_the_idle_advance_and_release_the_held_records() -> None:
+    """An idle advance waits for the broker's end offsets of its partition, and the partition's records that come
+    meanwhile are held.  A request lost in a broker's restart may never answer (chaos seed 3011: a query stalled
+    with its consumers caught up): after ``ASK_LIMIT_S`` the advance is dropped, the broker counts as unreachable,
+    and the held records go on as if no advance had been pending."""
+    from concurrent.futures import Future
+
+    from joinlib.ingest.stream import Advance
+    from joinlib.node.sources import ASK_LIMIT_S, _PendingAdvances
+    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    inputs, host = _inputs(), _Host()
+    for m in msgs[:5]:
+        inputs.handle(m, 0.0)
+    src = inputs.sources["S1"]
+    never: Future = Future()
+    inputs._pending = pend = _PendingAdvances([(src, Advance(0, 5, 150))], {("t1", 0): never})
+    for m in msgs[5:]:
+        inputs.handle(m, 0.0)
+    assert len(pend.held) == len(msgs) - 5
+    assert inputs._progress(0.0, block=False) == 0 and inputs._pending is pend, "still asking"
+    pend.asked -= ASK_LIMIT_S + 1
+    assert inputs._progress(0.0, block=False) == 0
+    assert inputs._pending is None and inputs._unreachable
+    inputs.drain(host)
+    reference, ref_host = _inputs(), _Host()
+    for m in msgs:
+        reference.handle(m, 0.0)
+    reference.drain(ref_host)
+    assert host.released() == ref_host.released() and host.fed[-1][1] == ref_host.fed[-1][1]
