@@ -81,6 +81,10 @@ def read_results(bootstrap: str, query: Query, run: Optional[str], origin_ms: in
     return read_page(bootstrap, out_topic(query.name), wanted, start, max_results, wait_s, lambda v: ids(v, b""), ids)
 
 
+#: how many times a replan's start offset is looked for again with a nearer record's lag (:func:`_start_at`)
+LOCATE_STEPS = 4
+
+
 @dataclass(frozen=True)
 class ReplanPoint:
     """Where a replan switches a running live query (docs/live.md "Replan"): the switch time (an epoch boundary of
@@ -147,20 +151,32 @@ def _start_at(consumer: Any, tp: TopicPartition, span: tuple[int, int], tail: Op
     """The first offset of ``tp`` (holding the query's records in ``span``: the old run's start offset, the end) a
     replanned run reads: the first whose Kafka timestamp maps to event time ``target`` or later (``times``: target,
     need), where the record before it must be older than ``need`` -- else ``start`` and False (the timestamps did
-    not locate the window)."""
+    not locate the window).
+
+    A timestamp maps to an event time by the lag of a record's Kafka timestamp behind its event time: first the
+    newest record's (``tail``), then, while the record before the offset found is not older than ``need``, that
+    record's -- a producer that fell behind (a loaded machine) stamps its newest records later after their event
+    times than the older ones, and the tail's lag alone put the start too late (a flaky replan test).  Each step
+    looks earlier; starting earlier than needed only reads more."""
     (start, hi), (target, need) = span, times
     if hi <= start:
         return hi, True
     if tail is None:
         return start, False
     ts, kafka_ts = tail
-    found = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, target + kafka_ts - ts)], timeout_s)
-    at = max(found[0].offset if found and found[0].offset >= 0 else hi, start)
-    if at > start:
+    for _ in range(LOCATE_STEPS):
+        found = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, target + kafka_ts - ts)],
+                                           timeout_s)
+        at = max(found[0].offset if found and found[0].offset >= 0 else hi, start)
+        if at <= start:
+            return at, True
         before = _event_at(consumer, tp, at - 1, decoder, timeout_s)
-        if before is None or before[0] >= need:
+        if before is None:
             return start, False
-    return at, True
+        if before[0] < need:
+            return at, True
+        ts, kafka_ts = before   # its lag, nearer the window's start (and a timestamp before the last guess)
+    return start, False
 
 
 def _event_at(consumer: Any, tp: TopicPartition, offset: int, decoder: Decoder,
