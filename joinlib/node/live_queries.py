@@ -115,8 +115,7 @@ def replan_point(bootstrap: str, query: Query, live: LiveStart, watermark_ms: Op
         for s, decoder, part, start, tp in live_partitions(query, first):
             hi = watermarks(consumer, tp, timeout_s)[1]
             handover.setdefault(s, {})[str(part)] = hi
-            tail = next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)   # a well-formed one
-                                      for o in range(hi - 1, max(start, hi - 5) - 1, -1))), None)
+            tail = _well_formed_before(consumer, tp, hi, start, decoder, timeout_s)
             if tail is not None:
                 tails[(s, part)] = tail
                 newest = max(newest, tail[0])
@@ -150,8 +149,8 @@ def _start_at(consumer: Any, tp: TopicPartition, span: tuple[int, int], tail: Op
               times: tuple[int, int], decoder: Decoder, timeout_s: float) -> tuple[int, bool]:
     """The first offset of ``tp`` (holding the query's records in ``span``: the old run's start offset, the end) a
     replanned run reads: the first whose Kafka timestamp maps to event time ``target`` or later (``times``: target,
-    need), where the record before it must be older than ``need`` -- else ``start`` and False (the timestamps did
-    not locate the window).
+    need), where the last well-formed record before it must be older than ``need`` -- else ``start`` and False (the
+    timestamps did not locate the window).
 
     A timestamp maps to an event time by the lag of a record's Kafka timestamp behind its event time: first the
     newest record's (``tail``), then, while the record before the offset found is not older than ``need``, that
@@ -170,13 +169,21 @@ def _start_at(consumer: Any, tp: TopicPartition, span: tuple[int, int], tail: Op
         at = max(found[0].offset if found and found[0].offset >= 0 else hi, start)
         if at <= start:
             return at, True
-        before = _event_at(consumer, tp, at - 1, decoder, timeout_s)
+        before = _well_formed_before(consumer, tp, at, start, decoder, timeout_s)
         if before is None:
             return start, False
         if before[0] < need:
             return at, True
         ts, kafka_ts = before   # its lag, nearer the window's start (and a timestamp before the last guess)
     return start, False
+
+
+def _well_formed_before(consumer: Any, tp: TopicPartition, end: int, floor: int, decoder: Decoder,
+                        timeout_s: float) -> Optional[tuple[int, int]]:
+    """(event time, Kafka timestamp) of the last well-formed record of ``tp`` before offset ``end`` among the five
+    before it (not before ``floor``); None if none is.  A malformed record (a dead letter) says nothing of time."""
+    return next(filter(None, (_event_at(consumer, tp, o, decoder, timeout_s)
+                              for o in range(end - 1, max(floor, end - 5) - 1, -1))), None)
 
 
 def _event_at(consumer: Any, tp: TopicPartition, offset: int, decoder: Decoder,
