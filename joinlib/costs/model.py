@@ -294,19 +294,10 @@ class WireModel:
     def _ctx(self, query: Query) -> tuple[Encoding, Inputs]:
         hit = self._enc.get(id(query))
         if hit is None or hit[0] is not query:
-            if hit is not None:   # another query under a reused id: nothing cached for the old one holds
-                self._heads.clear()
-                self._chains.clear()
-                self._walks.clear()
-                self._plans.clear()
-                self._probes.clear()
-                self._shapes.clear()
-                self._central.clear()
-                self._checked.clear()
-                self._costs.clear()
-                self._rhos.clear()
-                self._trees.clear()
-                self._lowered.clear()
+            if hit is not None:   # another query under a reused id: nothing memoised for the old one holds
+                for name, memo in vars(self).items():   # every memo, so that a new one cannot be missed here
+                    if name != "_enc" and isinstance(memo, dict):
+                        memo.clear()
             inputs = self.inputs if self.inputs is not None and self.inputs.query.names == query.names \
                 else from_query(query)
             if len(self._enc) > 16:

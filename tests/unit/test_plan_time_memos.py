@@ -150,3 +150,20 @@ def test_the_descents_cached_terms_are_its_replicas_terms(seed, m, topology):
             delta += _term(pricer, swapped, sig) - _term(pricer, now, sig)
         assert ens.delta(i, new) == delta
         ens.replace(i, new)
+
+
+def test_another_query_under_a_reused_id_finds_every_memo_empty():
+    """A query object freed and another made at its address (``id`` reused): nothing memoised for the old one
+    may answer for the new one, so every memo of the model is forgotten -- each one, including any added later."""
+    q = _query(7, 4, "chain")
+    model = WireModel()
+    search = Search.of(q, model)
+    for head in q.names:
+        search.best_sequences(head)
+    model.plan_cost(q, plans.central(q, q.streams[0].site))
+    memos = {n: v for n, v in vars(model).items() if isinstance(v, dict) and n != "_enc"}
+    assert any(memos.values()), "the search memoised nothing: the test proves nothing"
+    other = _query(8, 4, "chain")
+    model._enc[id(other)] = model._enc[id(q)]   # as if ``other`` had taken q's id
+    model.context(other)
+    assert not any(memos.values()), {n: len(v) for n, v in memos.items() if v}
