@@ -1,7 +1,7 @@
 """The compiled parts of joinlib: the Bloom filter kernels (joinlib/protocol/_bloomc.c), the Avro size kernel
 (joinlib/protocol/_avroc.c), DJA's Fenwick tree (joinlib/runtime/algorithms/_fenwickc.c), a reducer's key tables
-(joinlib/runtime/algorithms/_keytablec.c), the rows a step hands to the next (joinlib/runtime/_rowsc.c) and the
-live decoder's flat JSON records (joinlib/ingest/_jsonc.c).
+(joinlib/runtime/algorithms/_keytablec.c) and pending tuples (joinlib/runtime/algorithms/_reducerc.c), the rows a
+step hands to the next (joinlib/runtime/_rowsc.c) and the live decoder's flat JSON records (joinlib/ingest/_jsonc.c).
 
 ``optional``: without a C compiler the install still succeeds, and the modules that use them keep their Python
 or numpy forms (same answers, slower); ``python -c "import joinlib.protocol._bloomc"`` says whether the kernels
@@ -12,6 +12,7 @@ KERNELS = {"joinlib.protocol._bloomc": "joinlib/protocol/_bloomc.c",
            "joinlib.protocol._avroc": "joinlib/protocol/_avroc.c",
            "joinlib.runtime.algorithms._fenwickc": "joinlib/runtime/algorithms/_fenwickc.c",
            "joinlib.runtime.algorithms._keytablec": "joinlib/runtime/algorithms/_keytablec.c",
+           "joinlib.runtime.algorithms._reducerc": "joinlib/runtime/algorithms/_reducerc.c",
            "joinlib.runtime._rowsc": "joinlib/runtime/_rowsc.c",
            "joinlib.ingest._jsonc": "joinlib/ingest/_jsonc.c"}
 

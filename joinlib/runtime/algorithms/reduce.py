@@ -40,6 +40,7 @@ from collections import deque
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Optional, Protocol, Sequence
 
+from joinlib.kernels import kernel
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.bloom import Bloom, KeySet, Matcher
@@ -50,6 +51,10 @@ from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_groups,
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
+
+#: The reducer's per-tuple bookkeeping in C (``_reducerc.c``, built by setup.py: it says why), or None: the Python
+#: forms below, the same steps on the same containers (tests/property/test_reducer_c.py compares them).
+_c: Any = kernel("joinlib.runtime.algorithms._reducerc")
 
 
 class _Entry:
@@ -121,6 +126,9 @@ class Reducer:
     # ------------------------------------------------------------------ the window
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
         """Epoch e: B_e enters the window, tuples below ``lower`` leave it."""
+        if _c is not None:
+            _c.admit(self, e, batch, 0 if lower[0] == "ts" else 1, lower[1])
+            return
         self._add_all(batch, e)
         self._settle_keys()
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
@@ -146,6 +154,9 @@ class Reducer:
         """New pending tuples of arrival epoch e, in the window (e None: already there, a snapshot's):
         indexed by their keys and fresh for every channel (their keys are tested against the live sets by
         :meth:`_settle_keys`, once per batch).  One loop for the batch: this runs for every input tuple."""
+        if _c is not None:   # its entries are _c.Entry
+            _c.add(self, batch, e)
+            return
         pending, rank = self.pending, self._rank
         seqs = [t.seq for t in batch]
         cols = []
@@ -176,7 +187,7 @@ class Reducer:
         """A pending tuple of a snapshot (already in the window), with what it had done."""
         self._add_all([t], None)
         x = self.pending[t.seq]
-        x.sent, x.shipped = tuple(dict.fromkeys(sent)), shipped
+        x.sent, x.shipped = tuple(dict.fromkeys(sent)), bool(shipped)
 
     def _indexes(self) -> tuple[dict[str, KeyIndex], list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]],
                                                                  KeyTable, int]]]:
@@ -205,6 +216,9 @@ class Reducer:
     def _forget_all(self, xs: list[_Entry]) -> None:
         """Take the entries of ``xs`` (done with, or gone from the window) out of the key tables, a call per
         table."""
+        if _c is not None:
+            _c.forget_all(self, xs)
+            return
         seqs = [x.seq for x in xs]
         for _, table, i in self._extract:
             table.discard_all([x.keys[i] for x in xs], seqs)
@@ -290,11 +304,13 @@ class Reducer:
 
     def out_keys(self, nbr: str, e: int) -> Outgoing:
         """What :meth:`out` sends, before the choice between keys and a filter (the tuples are marked sent)."""
-        tree = self._tree_filters
-        newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, tree)
-        for x in newly:
-            x.sent += (nbr,)
-        self._settle(newly)
+        if _c is not None:   # the same steps: candidates, passing, marked, settled
+            newly = _c.pass_channel(self, nbr, nbr, self._tree_filters)
+        else:
+            newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, self._tree_filters)
+            for x in newly:
+                x.sent += (nbr,)
+            self._settle(newly)
         if nbr in self._pos:   # its key toward nbr is kept already (nbr's sets test it)
             i = self._pos[nbr]
             keys = [x.keys[i] for x in newly]
@@ -306,10 +322,13 @@ class Reducer:
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         """The tuples that newly pass every neighbour (crossing edges' too), for the result site."""
-        newly = self._passing([x for x in self._candidates(_SHIP) if not x.shipped], None, self._filters)
-        for x in newly:
-            x.shipped = True
-        self._settle(newly)
+        if _c is not None:
+            newly = _c.pass_channel(self, _SHIP, None, self._filters)
+        else:
+            newly = self._passing([x for x in self._candidates(_SHIP) if not x.shipped], None, self._filters)
+            for x in newly:
+                x.shipped = True
+            self._settle(newly)
         arrivals = [t.ts for t in batch] if not self.stream.window.is_time else []
         return ShippedBatch(sorted((x.t for x in newly), key=_SEQ), arrivals)
 

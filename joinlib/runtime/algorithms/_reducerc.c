@@ -1,0 +1,702 @@
+/* A reducer's per-tuple bookkeeping (joinlib/runtime/algorithms/reduce.py: Reducer.admit, and the candidates a
+ * channel tests in Reducer.out_keys and Reducer.ship), in C.
+ *
+ * Why C: with about ten tuples an epoch per stream, a reduction's epoch is a dozen steps of tens of
+ * microseconds each, mostly the interpreter's set-up of list comprehensions, attribute look-ups and calls;
+ * a profile of the demo's query put the reducers' admit, sets out and ship at half of auto's processing time
+ * (issue 27).  One call per phase does the same steps on the same Python objects (the reducer's ``pending``,
+ * ``window``, ``_fresh``, ``_again``, ``_rank``, its key tables and indexes, called through their methods), so
+ * the state others read is the same by construction; the Python form stays the fallback and the reference
+ * the tests compare against (tests/property/test_reducer_c.py).
+ *
+ * ``Entry`` is reduce.py's ``_Entry`` (a pending tuple: t, seq, sent, shipped, keys, rank) as a C struct, so
+ * that these loops read its fields without attribute look-ups; Python code reads and sets its fields as
+ * attributes, as it does the Python class's.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdlib.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *t, *seq, *sent, *keys;
+    char shipped;
+    Py_ssize_t rank;
+} Entry;
+
+static PyTypeObject EntryType;
+#define Entry_Check(o) (Py_TYPE(o) == &EntryType)
+
+static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
+    *s_rank, *s_index, *s_add_all, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
+    *s_live_from, *s_sends, *s_op, *s_replica, *empty;
+
+/* ---------------------------------------------------------------------------- Entry */
+
+static Entry *entry_make(PyObject *t, PyObject *seq, PyObject *keys, Py_ssize_t rank) {
+    Entry *x = PyObject_New(Entry, &EntryType);
+    if (x == NULL)
+        return NULL;
+    x->t = Py_NewRef(t);
+    x->seq = Py_NewRef(seq);
+    x->sent = Py_NewRef(empty);
+    x->keys = Py_NewRef(keys);
+    x->shipped = 0;
+    x->rank = rank;
+    return x;
+}
+
+static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *t, *keys;
+    Py_ssize_t rank;
+    static char *kwlist[] = {"t", "keys", "rank", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!n", kwlist, &t, &PyTuple_Type, &keys, &rank))
+        return NULL;
+    PyObject *seq = PyObject_GetAttr(t, s_seq);
+    if (seq == NULL)
+        return NULL;
+    Entry *x = entry_make(t, seq, keys, rank);
+    Py_DECREF(seq);
+    return (PyObject *)x;
+}
+
+static void entry_dealloc(Entry *x) {
+    Py_XDECREF(x->t);
+    Py_XDECREF(x->seq);
+    Py_XDECREF(x->sent);
+    Py_XDECREF(x->keys);
+    PyObject_Free(x);
+}
+
+static PyMemberDef entry_members[] = {
+    {"t", T_OBJECT_EX, offsetof(Entry, t), READONLY, "the tuple"},
+    {"seq", T_OBJECT_EX, offsetof(Entry, seq), READONLY, "its seq"},
+    {"sent", T_OBJECT_EX, offsetof(Entry, sent), 0, "the edges it went out on (a tuple)"},
+    {"shipped", T_BOOL, offsetof(Entry, shipped), 0, "shipped to the result site"},
+    {"keys", T_OBJECT_EX, offsetof(Entry, keys), READONLY, "its key toward each neighbour testing it"},
+    {"rank", T_PYSSIZET, offsetof(Entry, rank), READONLY, "its rank in the window"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "joinlib.runtime.algorithms._reducerc.Entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A pending tuple of a reducer: Entry(t, keys, rank) (reduce.py's _Entry).",
+    .tp_members = entry_members,
+    .tp_new = entry_new,
+};
+
+/* ---------------------------------------------------------------------------- helpers */
+
+/* getattr(o, name), checked to be a dict (want 'd'), list ('l'), tuple ('t') or anything (0). */
+static PyObject *attr(PyObject *o, PyObject *name, char want) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL || want == 0)
+        return v;
+    int ok = want == 'd' ? PyDict_Check(v) : want == 'l' ? PyList_Check(v) : PyTuple_Check(v);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%U must be a %s, not %.100s", name,
+                     want == 'd' ? "dict" : want == 'l' ? "list" : "tuple", Py_TYPE(v)->tp_name);
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+static int call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b) {
+    PyObject *r = PyObject_CallMethodObjArgs(o, name, a, b, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static int entries_only(PyObject *const *xs, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!Entry_Check(xs[i])) {
+            PyErr_Format(PyExc_TypeError, "a reducer's pending entry must be an Entry, not %.100s",
+                         Py_TYPE(xs[i])->tp_name);
+            return -1;
+        }
+    return 0;
+}
+
+/* _forget_all(red, xs): each table's discard_all(keys at its position, seqs). */
+static int forget(PyObject *red, PyObject *xs) {
+    Py_ssize_t n = PyList_GET_SIZE(xs);
+    PyObject *extract = attr(red, s_extract, 'l'), *seqs = NULL, *keys = NULL;
+    int r = -1;
+    if (extract == NULL || (seqs = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(seqs, i, Py_NewRef(((Entry *)PyList_GET_ITEM(xs, i))->seq));
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(extract); c++) {
+        PyObject *ex = PyList_GET_ITEM(extract, c);   /* (key_of, table, i) */
+        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 3) {
+            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i)");
+            goto done;
+        }
+        Py_ssize_t at = PyNumber_AsSsize_t(PyTuple_GET_ITEM(ex, 2), PyExc_OverflowError);
+        if (at == -1 && PyErr_Occurred())
+            goto done;
+        if ((keys = PyList_New(n)) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *ks = ((Entry *)PyList_GET_ITEM(xs, i))->keys;
+            if (at < 0 || at >= PyTuple_GET_SIZE(ks)) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                goto done;
+            }
+            PyList_SET_ITEM(keys, i, Py_NewRef(PyTuple_GET_ITEM(ks, at)));
+        }
+        if (call_method(PyTuple_GET_ITEM(ex, 1), s_discard_all, keys, seqs) < 0)
+            goto done;
+        Py_CLEAR(keys);
+    }
+    r = 0;
+done:
+    Py_XDECREF(extract);
+    Py_XDECREF(seqs);
+    Py_XDECREF(keys);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------- admit */
+
+/* Reducer._add_all(batch, e): new entries, indexed by their keys, pending, in the window (e not None) and
+ * fresh for every channel. */
+static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
+    PyObject *bf = PySequence_Fast(batch, "a batch must be a sequence"), *pending = NULL, *seqs = NULL,
+             *keylist = NULL, *extract = NULL, *cols = NULL, *col_of = NULL, *new = NULL, *rankobj = NULL,
+             *fresh = NULL, *window = NULL, *rows = NULL;
+    PyObject **byf = NULL;
+    int r = -1;
+    if (bf == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bf);
+    PyObject **ts = PySequence_Fast_ITEMS(bf);
+    if ((pending = attr(red, s_pending, 'd')) == NULL || (rankobj = PyObject_GetAttr(red, s_rank)) == NULL)
+        goto done;
+    Py_ssize_t rank = PyNumber_AsSsize_t(rankobj, PyExc_OverflowError);
+    if (rank == -1 && PyErr_Occurred())
+        goto done;
+    if ((seqs = PyList_New(n)) == NULL || (keylist = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyObject_GetAttr(ts[i], s_seq), *k;
+        if (s == NULL)
+            goto done;
+        PyList_SET_ITEM(seqs, i, s);
+        if ((k = PyObject_GetAttr(ts[i], s_key)) == NULL)
+            goto done;
+        PyList_SET_ITEM(keylist, i, k);
+    }
+    /* per key table: the batch's keys (key_of), indexed in one call */
+    if ((extract = attr(red, s_extract, 'l')) == NULL)
+        goto done;
+    Py_ssize_t ncol = PyList_GET_SIZE(extract);
+    if ((cols = PyList_New(ncol)) == NULL)
+        goto done;
+    for (Py_ssize_t c = 0; c < ncol; c++) {
+        PyObject *ex = PyList_GET_ITEM(extract, c);
+        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 3) {
+            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i)");
+            goto done;
+        }
+        PyObject *col = PyObject_CallOneArg(PyTuple_GET_ITEM(ex, 0), keylist);
+        if (col == NULL)
+            goto done;
+        PyList_SET_ITEM(cols, c, col);
+        if (!PyList_Check(col) || PyList_GET_SIZE(col) != n) {
+            PyErr_SetString(PyExc_ValueError, "key_of must give a list of a key per tuple");
+            goto done;
+        }
+        if (call_method(PyTuple_GET_ITEM(ex, 1), s_add_all, col, seqs) < 0)
+            goto done;
+    }
+    /* per neighbour testing it (in _filters order), its key's column */
+    if ((col_of = attr(red, s_col_of, 'l')) == NULL)
+        goto done;
+    Py_ssize_t nf = PyList_GET_SIZE(col_of);
+    if ((byf = PyMem_New(PyObject *, nf ? nf : 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < nf; j++) {
+        Py_ssize_t c = PyNumber_AsSsize_t(PyList_GET_ITEM(col_of, j), PyExc_OverflowError);
+        if (c == -1 && PyErr_Occurred())
+            goto done;
+        if (c < 0 || c >= ncol) {
+            PyErr_SetString(PyExc_IndexError, "a neighbour's key column is out of range");
+            goto done;
+        }
+        byf[j] = PyList_GET_ITEM(cols, c);
+    }
+    if ((new = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ks = PyTuple_New(nf);
+        if (ks == NULL)
+            goto done;
+        for (Py_ssize_t j = 0; j < nf; j++)
+            PyTuple_SET_ITEM(ks, j, Py_NewRef(PyList_GET_ITEM(byf[j], i)));
+        Entry *x = entry_make(ts[i], PyList_GET_ITEM(seqs, i), ks, rank + i);
+        Py_DECREF(ks);
+        if (x == NULL)
+            goto done;
+        PyList_SET_ITEM(new, i, (PyObject *)x);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyDict_SetItem(pending, PyList_GET_ITEM(seqs, i), PyList_GET_ITEM(new, i)) < 0)
+            goto done;
+    PyObject *next = PyLong_FromSsize_t(rank + n);
+    if (next == NULL)
+        goto done;
+    int sr = PyObject_SetAttr(red, s_rank, next);
+    Py_DECREF(next);
+    if (sr < 0)
+        goto done;
+    if (e != Py_None) {
+        if ((rows = PyList_New(n)) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *tsv = PyObject_GetAttr(ts[i], s_ts), *row;
+            if (tsv == NULL)
+                goto done;
+            row = PyTuple_Pack(3, tsv, PyList_GET_ITEM(seqs, i), e);
+            Py_DECREF(tsv);
+            if (row == NULL)
+                goto done;
+            PyList_SET_ITEM(rows, i, row);
+        }
+        if ((window = PyObject_GetAttr(red, s_window)) == NULL ||
+            call_method(window, s_extend, rows, NULL) < 0)
+            goto done;
+    }
+    if ((fresh = attr(red, s_fresh, 'd')) == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(fresh, &pos, &k, &v)) {
+        if (!PyList_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "a channel's fresh entries must be a list");
+            goto done;
+        }
+        if (PyList_SetSlice(v, PyList_GET_SIZE(v), PyList_GET_SIZE(v), new) < 0)
+            goto done;
+    }
+    r = 0;
+done:
+    PyMem_Free(byf);
+    Py_XDECREF(bf);
+    Py_XDECREF(pending);
+    Py_XDECREF(seqs);
+    Py_XDECREF(keylist);
+    Py_XDECREF(extract);
+    Py_XDECREF(cols);
+    Py_XDECREF(col_of);
+    Py_XDECREF(new);
+    Py_XDECREF(rankobj);
+    Py_XDECREF(fresh);
+    Py_XDECREF(window);
+    Py_XDECREF(rows);
+    return r;
+}
+
+/* The window's tuples below value in column col (0: ts, 1: seq) leave it: their pending entries, popped. */
+static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
+    PyObject *window = PyObject_GetAttr(red, s_window), *pending = NULL, *gone = NULL, *first = NULL;
+    if (window == NULL || (pending = attr(red, s_pending, 'd')) == NULL || (gone = PyList_New(0)) == NULL)
+        goto fail;
+    for (;;) {
+        Py_ssize_t len = PyObject_Size(window);
+        if (len < 0)
+            goto fail;
+        if (len == 0)
+            break;
+        if ((first = PySequence_GetItem(window, 0)) == NULL)
+            goto fail;
+        if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a window row must be (ts, seq, epoch)");
+            goto fail;
+        }
+        int below = PyObject_RichCompareBool(PyTuple_GET_ITEM(first, col), value, Py_LT);
+        if (below < 0)
+            goto fail;
+        if (!below)
+            break;
+        PyObject *popped = PyObject_CallMethodNoArgs(window, s_popleft);
+        if (popped == NULL)
+            goto fail;
+        Py_DECREF(popped);
+        PyObject *seq = PyTuple_GET_ITEM(first, 1), *x = PyDict_GetItemWithError(pending, seq);
+        if (x != NULL) {
+            Py_INCREF(x);
+            int bad = PyDict_DelItem(pending, seq) < 0 || PyList_Append(gone, x) < 0;
+            Py_DECREF(x);
+            if (bad)
+                goto fail;
+        } else if (PyErr_Occurred()) {
+            goto fail;
+        }
+        Py_CLEAR(first);
+    }
+    Py_DECREF(window);
+    Py_DECREF(pending);
+    return gone;
+fail:
+    Py_XDECREF(window);
+    Py_XDECREF(pending);
+    Py_XDECREF(gone);
+    Py_XDECREF(first);
+    return NULL;
+}
+
+/* admit(red, e, batch, col, value): Reducer.admit -- B_e enters the window (its keys settled against every
+ * index's live sets), the tuples below value in column col (0: ts, 1: seq) leave it. */
+static PyObject *admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "admit(red, e, batch, col, value)");
+        return NULL;
+    }
+    PyObject *red = args[0], *index = NULL, *gone = NULL, *ret = NULL;
+    Py_ssize_t col = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if (col == -1 && PyErr_Occurred())
+        return NULL;
+    if (col != 0 && col != 1) {
+        PyErr_SetString(PyExc_ValueError, "col must be 0 (ts) or 1 (seq)");
+        return NULL;
+    }
+    if (add_batch(red, args[2], args[1]) < 0 || (index = attr(red, s_index, 'd')) == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(index, &pos, &k, &v)) {
+        PyObject *r = PyObject_CallMethodNoArgs(v, s_settle);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    if ((gone = expire(red, col, args[4])) == NULL)
+        goto done;
+    if (PyList_GET_SIZE(gone) && forget(red, gone) < 0)
+        goto done;
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(index);
+    Py_XDECREF(gone);
+    return ret;
+}
+
+/* add(red, batch, e): Reducer._add_all (e None: tuples already in the window, a snapshot's). */
+static PyObject *add(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add(red, batch, e)");
+        return NULL;
+    }
+    return add_batch(args[0], args[1], args[2]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* forget_all(red, entries): Reducer._forget_all. */
+static PyObject *forget_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "forget_all(red, entries: list)");
+        return NULL;
+    }
+    if (entries_only(PySequence_Fast_ITEMS(args[1]), PyList_GET_SIZE(args[1])) < 0 || forget(args[0], args[1]) < 0)
+        return NULL;
+    return Py_NewRef(Py_None);
+}
+
+/* ---------------------------------------------------------------------------- a channel's look */
+
+static int by_rank(const void *a, const void *b) {
+    Py_ssize_t x = (*(Entry *const *)a)->rank, y = (*(Entry *const *)b)->rank;
+    return (x > y) - (x < y);
+}
+
+/* Reducer._candidates(channel): the fresh entries still pending and the dirty ones, in window order. */
+static PyObject *candidates(PyObject *red, PyObject *channel, PyObject *pending) {
+    PyObject *fresh = attr(red, s_fresh, 'd'), *again_d = NULL, *cand = NULL, *got = NULL, *it = NULL,
+             *empty_list = NULL;
+    if (fresh == NULL || (again_d = attr(red, s_again, 'd')) == NULL)
+        goto fail;
+    PyObject *fl = PyDict_GetItemWithError(fresh, channel), *again;
+    if (fl == NULL || (again = PyDict_GetItemWithError(again_d, channel)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, channel);
+        goto fail;
+    }
+    if (!PyList_Check(fl) || !PySet_Check(again)) {
+        PyErr_SetString(PyExc_TypeError, "a channel's fresh entries must be a list, its dirty seqs a set");
+        goto fail;
+    }
+    Py_INCREF(fl);
+    Py_INCREF(again);
+    if ((cand = PyList_New(0)) == NULL)
+        goto fail_held;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fl); i++) {
+        PyObject *x = PyList_GET_ITEM(fl, i);
+        if (!Entry_Check(x)) {
+            entries_only(&x, 1);
+            goto fail_held;
+        }
+        int in = PyDict_Contains(pending, ((Entry *)x)->seq);
+        if (in < 0 || (in && PyList_Append(cand, x) < 0))
+            goto fail_held;
+    }
+    if ((empty_list = PyList_New(0)) == NULL || PyDict_SetItem(fresh, channel, empty_list) < 0)
+        goto fail_held;
+    if (PySet_GET_SIZE(again)) {
+        if ((got = PyDict_New()) == NULL)
+            goto fail_held;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cand); i++) {
+            PyObject *x = PyList_GET_ITEM(cand, i);
+            if (PyDict_SetItem(got, ((Entry *)x)->seq, x) < 0)
+                goto fail_held;
+        }
+        if ((it = PyObject_GetIter(again)) == NULL)
+            goto fail_held;
+        PyObject *seq;
+        while ((seq = PyIter_Next(it)) != NULL) {
+            PyObject *x = PyDict_GetItemWithError(pending, seq);
+            int bad;
+            if (x == NULL)
+                bad = PyErr_Occurred() != NULL;
+            else
+                bad = entries_only(&x, 1) < 0 || PyDict_SetItem(got, seq, x) < 0;
+            Py_DECREF(seq);
+            if (bad)
+                goto fail_held;
+        }
+        if (PyErr_Occurred() || PySet_Clear(again) < 0)
+            goto fail_held;
+        Py_SETREF(cand, PyDict_Values(got));
+        if (cand == NULL)
+            goto fail_held;
+        qsort(PySequence_Fast_ITEMS(cand), PyList_GET_SIZE(cand), sizeof(PyObject *), by_rank);
+    }
+    Py_DECREF(fl);
+    Py_DECREF(again);
+    Py_DECREF(fresh);
+    Py_DECREF(again_d);
+    Py_XDECREF(got);
+    Py_XDECREF(it);
+    Py_DECREF(empty_list);
+    return cand;
+fail_held:
+    Py_DECREF(fl);
+    Py_DECREF(again);
+fail:
+    Py_XDECREF(fresh);
+    Py_XDECREF(again_d);
+    Py_XDECREF(cand);
+    Py_XDECREF(got);
+    Py_XDECREF(it);
+    Py_XDECREF(empty_list);
+    return NULL;
+}
+
+/* A neighbour's test: its key's position in an entry's keys, its index's ``best`` (a reference held), its live tag */
+typedef struct {
+    Py_ssize_t pos;
+    PyObject *best;
+    long long lf;
+} Test;
+
+/* Is best[k] < lf: 1, 0, -1 on error (KeyError for a key the index lacks, as best[k] raises). */
+static int below(PyObject *best, PyObject *k, long long lf) {
+    PyObject *b = PyDict_GetItemWithError(best, k);
+    if (b == NULL) {
+        if (!PyErr_Occurred()) {
+            PyObject *t = PyTuple_Pack(1, k);
+            if (t != NULL) {
+                PyErr_SetObject(PyExc_KeyError, t);
+                Py_DECREF(t);
+            }
+        }
+        return -1;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(b, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return overflow < 0;
+    return v < lf;
+}
+
+/* pass_channel(red, channel, nbr, among): what Reducer.out_keys (nbr: the neighbour the set goes to) or
+ * Reducer.ship (nbr None) take -- the candidates of ``channel`` not yet sent to nbr (not yet shipped) that the
+ * live sets of every neighbour of ``among`` but nbr hold -- marked sent (shipped), in window order; the
+ * entries with nothing left to do are forgotten (Reducer._settle). */
+static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "pass_channel(red, channel, nbr, among: tuple)");
+        return NULL;
+    }
+    PyObject *red = args[0], *channel = args[1], *nbr = args[2], *among = args[3];
+    PyObject *pending = attr(red, s_pending, 'd'), *posd = NULL, *indexd = NULL, *lfd = NULL, *cand = NULL,
+             *newly = NULL, *over = NULL, *op = NULL, *replica = NULL, *ret = NULL;
+    Py_ssize_t na = PyTuple_GET_SIZE(among), nt = 0;
+    Test *tests = PyMem_New(Test, na ? na : 1);
+    if (tests == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (pending == NULL || (posd = attr(red, s_pos, 'd')) == NULL || (indexd = attr(red, s_index, 'd')) == NULL ||
+        (lfd = attr(red, s_live_from, 'd')) == NULL)
+        goto done;
+    for (Py_ssize_t a = 0; a < na; a++) {
+        PyObject *n = PyTuple_GET_ITEM(among, a);
+        if (nbr != Py_None) {
+            int same = PyObject_RichCompareBool(n, nbr, Py_EQ);
+            if (same < 0)
+                goto done;
+            if (same)
+                continue;
+        }
+        PyObject *p = PyDict_GetItemWithError(posd, n), *ix = p ? PyDict_GetItemWithError(indexd, n) : NULL,
+                 *lf = ix ? PyDict_GetItemWithError(lfd, n) : NULL;
+        if (lf == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, n);
+            goto done;
+        }
+        Test *t = &tests[nt];
+        t->pos = PyNumber_AsSsize_t(p, PyExc_OverflowError);
+        t->lf = PyLong_AsLongLong(lf);
+        if (PyErr_Occurred())
+            goto done;
+        if ((t->best = PyObject_GetAttr(ix, s_best)) == NULL)
+            goto done;
+        nt++;
+        if (!PyDict_Check(t->best)) {
+            PyErr_SetString(PyExc_TypeError, "an index's best must be a dict");
+            goto done;
+        }
+    }
+    if ((cand = candidates(red, channel, pending)) == NULL || (newly = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cand); i++) {
+        Entry *x = (Entry *)PyList_GET_ITEM(cand, i);
+        if (nbr != Py_None) {
+            int in = PySequence_Contains(x->sent, nbr);
+            if (in < 0)
+                goto done;
+            if (in)
+                continue;
+        } else if (x->shipped) {
+            continue;
+        }
+        int ok = 1;
+        for (Py_ssize_t j = 0; j < nt && ok; j++) {
+            Test *t = &tests[j];
+            if (t->pos < 0 || t->pos >= PyTuple_GET_SIZE(x->keys)) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                goto done;
+            }
+            int b = below(t->best, PyTuple_GET_ITEM(x->keys, t->pos), t->lf);
+            if (b < 0)
+                goto done;
+            ok = !b;
+        }
+        if (ok && PyList_Append(newly, (PyObject *)x) < 0)
+            goto done;
+    }
+    /* marked, then those with nothing left to do forgotten */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(newly); i++) {
+        Entry *x = (Entry *)PyList_GET_ITEM(newly, i);
+        if (nbr != Py_None) {
+            PyObject *one = PyTuple_Pack(1, nbr), *sent;
+            if (one == NULL)
+                goto done;
+            sent = PySequence_Concat(x->sent, one);
+            Py_DECREF(one);
+            if (sent == NULL)
+                goto done;
+            Py_SETREF(x->sent, sent);
+        } else {
+            x->shipped = 1;
+        }
+    }
+    Py_ssize_t sends = 0;
+    PyObject *sv = PyObject_GetAttr(red, s_sends);
+    if (sv == NULL)
+        goto done;
+    sends = PyNumber_AsSsize_t(sv, PyExc_OverflowError);
+    Py_DECREF(sv);
+    if ((sends == -1 && PyErr_Occurred()) || (op = PyObject_GetAttr(red, s_op)) == NULL ||
+        (replica = PyObject_GetAttr(op, s_replica)) == NULL || (over = PyList_New(0)) == NULL)
+        goto done;
+    int ships = replica != Py_None;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(newly); i++) {
+        Entry *x = (Entry *)PyList_GET_ITEM(newly, i);
+        if (PyTuple_GET_SIZE(x->sent) == sends && (x->shipped || !ships)) {
+            if (PyList_Append(over, (PyObject *)x) < 0 || PyDict_DelItem(pending, x->seq) < 0)
+                goto done;
+        }
+    }
+    if (PyList_GET_SIZE(over) && forget(red, over) < 0)
+        goto done;
+    ret = Py_NewRef(newly);
+done:
+    for (Py_ssize_t j = 0; j < nt; j++)
+        Py_DECREF(tests[j].best);
+    PyMem_Free(tests);
+    Py_XDECREF(pending);
+    Py_XDECREF(posd);
+    Py_XDECREF(indexd);
+    Py_XDECREF(lfd);
+    Py_XDECREF(cand);
+    Py_XDECREF(newly);
+    Py_XDECREF(over);
+    Py_XDECREF(op);
+    Py_XDECREF(replica);
+    return ret;
+}
+
+/* ---------------------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"admit", (PyCFunction)(void (*)(void))admit, METH_FASTCALL,
+     "admit(red, e, batch, col, value): Reducer.admit (col 0: the lower bound is a ts, 1: a seq)"},
+    {"add", (PyCFunction)(void (*)(void))add, METH_FASTCALL, "add(red, batch, e): Reducer._add_all"},
+    {"forget_all", (PyCFunction)(void (*)(void))forget_all, METH_FASTCALL,
+     "forget_all(red, entries): Reducer._forget_all"},
+    {"pass_channel", (PyCFunction)(void (*)(void))pass_channel, METH_FASTCALL,
+     "pass_channel(red, channel, nbr, among): the entries newly passing for a set to nbr (None: to ship), "
+     "marked; those done with forgotten"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_reducerc", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__reducerc(void) {
+    struct {
+        PyObject **at;
+        const char *s;
+    } names[] = {{&s_seq, "seq"}, {&s_key, "key"}, {&s_ts, "ts"}, {&s_pending, "pending"},
+                 {&s_window, "window"}, {&s_fresh, "_fresh"}, {&s_again, "_again"}, {&s_extract, "_extract"},
+                 {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"},
+                 {&s_discard_all, "discard_all"}, {&s_settle, "settle"}, {&s_popleft, "popleft"},
+                 {&s_extend, "extend"}, {&s_pos, "_pos"}, {&s_best, "best"}, {&s_live_from, "live_from"},
+                 {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].s)) == NULL)
+            return NULL;
+    if (empty == NULL && (empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&EntryType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Entry", (PyObject *)&EntryType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
