@@ -25,6 +25,7 @@ from joinlib.protocol.messages import (
     TupleBatch,
     WindowSnapshot,
 )
+from joinlib.runtime.algorithms import base
 from tests.kernels import BOTH, kernels
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -690,8 +691,24 @@ def test_the_naive_price_of_a_batch_is_its_envelope_without_encoding_it(c, tups,
         _naive_price(tups, epoch)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.text(), st.integers(-2**70, 2**70), st.floats(), st.booleans(), st.none()),
+                         max_size=3).map(tuple), max_size=8))
+def test_the_size_kernel_counts_a_key_sets_bytes_as_the_python_form(keys) -> None:
+    """keys_bytes, which every reduction weighs a Bloom filter against each epoch, in C (the size kernel) and in
+    Python: the same count for every kind of value, the same error for a string UTF-8 cannot write."""
+    with kernels(base, True):
+        fast = base.keys_bytes(keys)
+    with kernels(base, False):
+        assert fast == base.keys_bytes(keys)
+    for c in (True, False):
+        with kernels(base, c), pytest.raises(UnicodeEncodeError):
+            base.keys_bytes([("ok",), ("a\udc80",)])
+
+
 def test_the_size_kernel_is_built() -> None:
     assert avro._c is not None, "joinlib/protocol/_avroc.c is not built: run `pip install -e .` with a C compiler"
+    assert base._c is not None
 
 
 def _naive_price(tups, epoch) -> None:

@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
+from joinlib.kernels import kernel
 from joinlib.model import Query, Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.bloom import Bloom, KeySet, Matcher
@@ -22,6 +23,9 @@ from joinlib.runtime.sink import Group
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, valid_range
 from joinlib.state.base import KeyList, WindowStore
+
+#: the Avro size kernel (``joinlib/protocol/_avroc.c``) for :func:`keys_bytes`, or None: the Python form
+_c: Any = kernel("joinlib.protocol._avroc")
 
 Encode = Callable[[Tup], bytes]
 Decode = Callable[[bytes], Tup]
@@ -97,7 +101,11 @@ def window_bytes(s: Stream) -> Optional[float]:
 
 def keys_bytes(keys: Iterable[Key]) -> int:
     """About what ``keys`` take written out (an Avro array of keys): the side of the keys-or-filter
-    choice both requests and reductions weigh a Bloom filter against."""
+    choice both requests and reductions weigh a Bloom filter against (in C when the Avro size kernel is
+    built: the same count, a tenth of the time)."""
+    if _c is not None:
+        size: int = _c.keys_bytes(keys)
+        return size
     n = 1
     for k in keys:   # a loop, not nested sums: this runs for every key set a reduction sends (a cache per key
         n += 1       # cost more than it saved: most keys a request names are new)
