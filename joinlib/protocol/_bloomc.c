@@ -124,6 +124,26 @@ static PyObject *hit_index(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* A live filter (bits, k, tag) read without PyArg_ParseTuple's format parsing (a reduction passes thirty of them a
+ * call, every epoch): the exact types read directly, anything else through the parser, which says what is wrong. */
+static int filter_of(PyObject *f, char **b, Py_ssize_t *len, int *k, long long *tag) {
+    if (PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 3 && PyBytes_CheckExact(PyTuple_GET_ITEM(f, 0)) &&
+        PyLong_CheckExact(PyTuple_GET_ITEM(f, 1)) && PyLong_CheckExact(PyTuple_GET_ITEM(f, 2))) {
+        int over_k, over_t;
+        long kk = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(f, 1), &over_k);
+        long long t = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(f, 2), &over_t);
+        if (!over_k && !over_t && kk >= INT_MIN && kk <= INT_MAX && !((kk == -1 || t == -1) && PyErr_Occurred())) {
+            *b = PyBytes_AS_STRING(PyTuple_GET_ITEM(f, 0));
+            *len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(f, 0));
+            *k = (int)kk;
+            *tag = t;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    return PyArg_ParseTuple(f, "y#iL", b, len, k, tag) ? 0 : -1;
+}
+
 /* latest(filters, rows) -> list[int]: per row, the largest tag of a filter holding its key (-1:
  * none); filters is a sequence of (bits, k, tag). */
 static PyObject *latest(PyObject *self, PyObject *args) {
@@ -151,8 +171,7 @@ static PyObject *latest(PyObject *self, PyObject *args) {
     for (Py_ssize_t j = 0; j < nf; j++) {
         char *b;
         Py_ssize_t len;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, j), "y#iL", &b, &len, &fk[j], &ft[j]) ||
-            check_filter(len, fk[j]) < 0)
+        if (filter_of(PySequence_Fast_GET_ITEM(fast, j), &b, &len, &fk[j], &ft[j]) < 0 || check_filter(len, fk[j]) < 0)
             goto done;
         fb[j] = (const uint8_t *)b;
         fm[j] = (uint32_t)(len * 8);

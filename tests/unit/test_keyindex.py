@@ -127,13 +127,16 @@ def test_held_keys_agree_with_the_matcher(c, probe, held, fpr) -> None:
     lambda c: c.hits(b"", 1, b""),                     # an empty filter
     lambda c: c.hits(b"\xff", 17, b""),                # more hash functions than words
     lambda c: c.latest([(b"\xff", 0, 1)], b""),        # no hash function
+    lambda c: c.latest([(b"\xff", 2**40, 1)], b""),    # hash functions beyond an int
+    lambda c: c.latest([(b"\xff", 1, 2**70)], b""),    # a tag beyond a long long
+    lambda c: c.latest([(b"", 1, 1)], b""),            # an empty filter
 ])
 def test_the_kernels_refuse_malformed_input(call) -> None:
     """A filter off the wire is checked before the kernels see it; they refuse what would read out of bounds
     anyway, rather than crash the node."""
     if bloom._c is None:
         pytest.fail("kernels not built (test_the_kernels_are_built)")
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, OverflowError)):
         call(bloom._c)
 
 
