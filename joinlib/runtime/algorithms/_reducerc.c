@@ -9,6 +9,8 @@
  * the state others read is the same by construction; the Python form stays the fallback and the reference
  * the tests compare against (tests/property/test_reducer_c.py).
  *
+ * Also Reducer._matched's loop over the keys a set that arrives holds.
+ *
  * ``Entry`` is reduce.py's ``_Entry`` (a pending tuple: t, seq, sent, shipped, keys, rank) as a C struct, so
  * that these loops read its fields without attribute look-ups; Python code reads and sets its fields as
  * attributes, as it does the Python class's.
@@ -30,7 +32,7 @@ static PyTypeObject EntryType;
 
 static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
     *s_rank, *s_index, *s_add_all, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
-    *s_live_from, *s_sends, *s_op, *s_replica, *empty;
+    *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *empty;
 
 /* ---------------------------------------------------------------------------- Entry */
 
@@ -658,6 +660,99 @@ done:
     return ret;
 }
 
+/* matched(red, nbr, tag, held): Reducer._matched's loop over the pending keys a new set of nbr tagged tag holds
+ * (``held``): each key's latest tag moves up to tag, and a key that did not match nbr's live sets before (its
+ * latest tag below the live tag) makes its pending seqs dirty for every other channel. */
+static PyObject *matched(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "matched(red, nbr, tag, held)");
+        return NULL;
+    }
+    PyObject *red = args[0], *nbr = args[1], *tagobj = args[2], *indexd = NULL, *lfd = NULL, *dirtyd = NULL,
+             *best = NULL, *seqs = NULL, *table = NULL, *hf = NULL, *ret = NULL;
+    long long tag = PyLong_AsLongLong(tagobj), lf;
+    if (tag == -1 && PyErr_Occurred())
+        return NULL;
+    if ((indexd = attr(red, s_index, 'd')) == NULL || (lfd = attr(red, s_live_from, 'd')) == NULL ||
+        (dirtyd = attr(red, s_dirty, 'd')) == NULL)
+        goto done;
+    PyObject *index = PyDict_GetItemWithError(indexd, nbr), *lfo = index ? PyDict_GetItemWithError(lfd, nbr) : NULL,
+             *dirty = lfo ? PyDict_GetItemWithError(dirtyd, nbr) : NULL;
+    if (dirty == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, nbr);
+        goto done;
+    }
+    if ((lf = PyLong_AsLongLong(lfo)) == -1 && PyErr_Occurred())
+        goto done;
+    if (!PyList_Check(dirty)) {
+        PyErr_SetString(PyExc_TypeError, "a neighbour's dirty sets must be a list");
+        goto done;
+    }
+    if ((best = attr(index, s_best, 'd')) == NULL || (table = PyObject_GetAttr(index, s_table)) == NULL ||
+        (seqs = attr(table, s_seqs, 'd')) == NULL || (hf = PySequence_Fast(args[3], "held must be a sequence")) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(hf); i++) {
+        PyObject *k = PySequence_Fast_GET_ITEM(hf, i);
+        PyObject *oldo = PyDict_GetItemWithError(best, k);
+        if (oldo == NULL) {
+            if (!PyErr_Occurred()) {
+                PyObject *t = PyTuple_Pack(1, k);
+                if (t != NULL) {
+                    PyErr_SetObject(PyExc_KeyError, t);
+                    Py_DECREF(t);
+                }
+            }
+            goto done;
+        }
+        long long old = PyLong_AsLongLong(oldo);
+        if (old == -1 && PyErr_Occurred())
+            goto done;
+        if (tag <= old)
+            continue;
+        if (PyDict_SetItem(best, k, tagobj) < 0)
+            goto done;
+        if (!(old < lf && lf <= tag))
+            continue;
+        PyObject *got = PyDict_GetItemWithError(seqs, k);
+        if (got == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, k);
+            goto done;
+        }
+        Py_INCREF(got);
+        for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dirty); d++) {
+            PyObject *set = PyList_GET_ITEM(dirty, d);
+            int r;
+            if (!PySet_Check(set)) {
+                PyErr_SetString(PyExc_TypeError, "a dirty set must be a set");
+                r = -1;
+            } else if (PyLong_Check(got)) {
+                r = PySet_Add(set, got);
+            } else {
+                PyObject *u = PyObject_CallMethodOneArg(set, s_update, got);
+                r = u == NULL ? -1 : 0;
+                Py_XDECREF(u);
+            }
+            if (r < 0) {
+                Py_DECREF(got);
+                goto done;
+            }
+        }
+        Py_DECREF(got);
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(indexd);
+    Py_XDECREF(lfd);
+    Py_XDECREF(dirtyd);
+    Py_XDECREF(best);
+    Py_XDECREF(table);
+    Py_XDECREF(seqs);
+    Py_XDECREF(hf);
+    return ret;
+}
+
 /* ---------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -669,6 +764,8 @@ static PyMethodDef methods[] = {
     {"pass_channel", (PyCFunction)(void (*)(void))pass_channel, METH_FASTCALL,
      "pass_channel(red, channel, nbr, among): the entries newly passing for a set to nbr (None: to ship), "
      "marked; those done with forgotten"},
+    {"matched", (PyCFunction)(void (*)(void))matched, METH_FASTCALL,
+     "matched(red, nbr, tag, held): Reducer._matched's loop over the keys a new set holds"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -683,7 +780,8 @@ PyMODINIT_FUNC PyInit__reducerc(void) {
                  {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"},
                  {&s_discard_all, "discard_all"}, {&s_settle, "settle"}, {&s_popleft, "popleft"},
                  {&s_extend, "extend"}, {&s_pos, "_pos"}, {&s_best, "best"}, {&s_live_from, "live_from"},
-                 {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"}};
+                 {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"},
+                 {&s_dirty, "_dirty"}, {&s_table, "table"}, {&s_seqs, "seqs"}, {&s_update, "update"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].s)) == NULL)
             return NULL;

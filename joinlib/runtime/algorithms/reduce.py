@@ -244,6 +244,9 @@ class Reducer:
     def _matched(self, nbr: str, tag: int, m: Matcher) -> None:
         """A new set of ``nbr`` tagged ``tag``: the keys it holds match (again); their tuples that did not
         match ``nbr`` before are dirty for every other edge and for shipping."""
+        if _c is not None:
+            _c.matched(self, nbr, tag, self._index[nbr].holding(m))
+            return
         index, lf = self._index[nbr], self.live_from[nbr]
         best, dirty = index.best, self._dirty[nbr]
         for k in index.holding(m):
