@@ -203,6 +203,21 @@ def filter_cost(n: int, fpr: float, fp_cost: float) -> tuple[int, int, float]:
     return m, k, m // 8 + 6 + rate(m, k, n) * fp_cost
 
 
+def choose(keys: Iterable[Key], fpr: Optional[float], key_bytes: Any = None,
+           fp_cost: Optional[float] = None) -> tuple[tuple[Key, ...], Optional[tuple[bytes, int, int]]]:
+    """:meth:`KeySet.of`'s choice, as plain data: the distinct keys and None, or no keys and the filter's
+    (bits, hash functions, keys).  A reduction makes a set for every edge every epoch and writes it straight
+    into a message (:func:`joinlib.runtime.algorithms.keysets.key_filter`): no objects in between."""
+    ks = tuple(dict.fromkeys(keys))
+    if fpr is None or fp_cost is None or not ks:
+        return ks, None
+    exact = key_bytes(ks) if key_bytes is not None else sum(2 + 8 * len(k) for k in ks)
+    m, k, cost = filter_cost(len(ks), fpr, fp_cost)
+    if cost < exact:
+        return (), (filter_bits(list(ks), m, k), k, len(ks))
+    return ks, None
+
+
 @dataclass(frozen=True)
 class KeySet:
     """A set of join keys as shipped: the keys themselves, or a Bloom filter when that is cheaper."""
@@ -219,14 +234,8 @@ class KeySet:
         against it.  ``key_bytes(keys)``: the encoded size of the keys (default ~8 bytes per
         value).  ``fpr`` or ``fp_cost`` None: always the keys -- a filter sized blind can cost far
         more in false positives than it saves."""
-        ks = tuple(dict.fromkeys(keys))
-        if fpr is None or fp_cost is None or not ks:
-            return cls(keys=ks)
-        exact = key_bytes(ks) if key_bytes is not None else sum(2 + 8 * len(k) for k in ks)
-        m, k, cost = filter_cost(len(ks), fpr, fp_cost)
-        if cost < exact:
-            return cls(bloom=Bloom(filter_bits(list(ks), m, k), k, len(ks)))
-        return cls(keys=ks)
+        ks, bloom = choose(keys, fpr, key_bytes, fp_cost)
+        return cls(bloom=Bloom(*bloom)) if bloom is not None else cls(keys=ks)
 
     def __len__(self) -> int:
         if self.bloom is not None:

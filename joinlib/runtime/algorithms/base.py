@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 from joinlib.kernels import kernel
 from joinlib.model import Query, Stream, Tup
 from joinlib.plan.ir import StepOp
-from joinlib.protocol.bloom import Bloom, KeySet, Matcher
+from joinlib.protocol.bloom import Bloom, KeySet, Matcher, choose
 from joinlib.protocol.messages import Body, Key, KeyBatch, KeyFilter, Row, WindowSnapshot
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.sink import Group
@@ -135,10 +135,10 @@ def key_message(keys: list[Key], fpr: float, fp_cost: Optional[float]) -> Body:
     positives is shorter.  A false positive only brings back a tuple that the join then drops.
     ``fp_cost``: what the answer would cost if every candidate passed (:func:`window_bytes` of the
     answering stream); None (statistics not declared) or ``fpr`` 0: always the keys."""
-    ks = KeySet.of(keys, fpr or None, keys_bytes, fp_cost)
-    if ks.bloom is not None:
-        return KeyFilter(0, 0, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
-    return KeyBatch(list(ks.keys or ()))
+    ks, bloom = choose(keys, fpr or None, keys_bytes, fp_cost)
+    if bloom is not None:
+        return KeyFilter(0, 0, [], *bloom)
+    return KeyBatch(list(ks))
 
 
 def request(ctx: "StepContext", st: StepOp, keys: list[Key]) -> Body:

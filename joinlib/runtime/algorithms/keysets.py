@@ -11,7 +11,7 @@ from operator import itemgetter
 from typing import NamedTuple, Optional, Sequence
 
 from joinlib.model import Tup
-from joinlib.protocol.bloom import Bloom, KeySet
+from joinlib.protocol.bloom import Bloom, KeySet, choose
 from joinlib.protocol.messages import Key, KeyFilter
 from joinlib.runtime.algorithms.base import keys_bytes
 
@@ -36,10 +36,10 @@ def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) ->
     keys, runs = age_runs(out.keys, out.ages)
     if runs:
         return KeyFilter(out.back, out.live, keys, ages=runs)
-    ks = KeySet.of(out.keys, fpr, keys_bytes, fp_cost)
-    if ks.bloom is not None:
-        return KeyFilter(out.back, out.live, [], ks.bloom.bits, ks.bloom.k, ks.bloom.n)
-    return KeyFilter(out.back, out.live, list(ks.keys or ()))
+    ks, bloom = choose(out.keys, fpr, keys_bytes, fp_cost)
+    if bloom is not None:
+        return KeyFilter(out.back, out.live, [], *bloom)
+    return KeyFilter(out.back, out.live, list(ks))
 
 
 def age_runs(keys: Sequence[Key], ages: Sequence[int]) -> tuple[list[Key], list[int]]:
