@@ -584,6 +584,10 @@ static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t n
         goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cand); i++) {
         Entry *x = (Entry *)PyList_GET_ITEM(cand, i);
+        if (x->sent == NULL) {   /* deleted: the Python form would fail on it too */
+            PyErr_SetString(PyExc_AttributeError, "an entry has no 'sent'");
+            goto done;
+        }
         if (nbr != Py_None) {
             int in = PySequence_Contains(x->sent, nbr);
             if (in < 0)
@@ -636,7 +640,7 @@ static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t n
     int ships = replica != Py_None;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(newly); i++) {
         Entry *x = (Entry *)PyList_GET_ITEM(newly, i);
-        if (PyTuple_GET_SIZE(x->sent) == sends && (x->shipped || !ships)) {
+        if (PyObject_Length(x->sent) == sends && (x->shipped || !ships)) {
             if (PyList_Append(over, (PyObject *)x) < 0 || PyDict_DelItem(pending, x->seq) < 0)
                 goto done;
         }
