@@ -258,6 +258,16 @@ class Matcher:
         self._bloom = ks.bloom
         self.cache: Any = None
 
+    @classmethod
+    def of(cls, keys: Iterable[Key] = (), bloom: Optional[Bloom] = None) -> "Matcher":
+        """``Matcher(KeySet(keys=..., bloom=...))`` without the KeySet: a reducer makes one for every set it
+        takes, every epoch."""
+        m = cls.__new__(cls)
+        m._set = set(keys) if bloom is None else None
+        m._bloom = bloom
+        m.cache = None
+        return m
+
     def has(self, key: Key, h: Optional[Hashes] = None) -> bool:
         if self._set is not None:
             return key in self._set

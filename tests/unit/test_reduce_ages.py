@@ -13,7 +13,7 @@ from joinlib.plan import logical as plans
 from joinlib.plan.ir import lower
 from joinlib.protocol.messages import KeyFilter
 from joinlib.query import load_query
-from joinlib.runtime.algorithms.keysets import Outgoing, age_runs, key_filter, key_groups
+from joinlib.runtime.algorithms.keysets import Outgoing, age_runs, key_filter, key_matchers
 from joinlib.runtime.algorithms.reduce import Reducer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +32,10 @@ def test_key_filter_writes_ages_only_for_several_epochs_and_groups_invert_them()
     assert not one.ages
     body = key_filter(Outgoing([("a",), ("b",), ("c",)], 0, 30, [12, 0, 0]), 0.01, 1e9)
     assert body.ages == [0, 2, 12, 1] and not body.bits, "several ages: written-out keys, whatever the filter"
-    groups = key_groups(40, body)
-    assert [(tag, ks.keys) for tag, ks in groups] == [(40, (("b",), ("c",))), (28, (("a",),))]
+    groups = key_matchers(40, body)
+    assert [(tag, m._set) for tag, m in groups] == [(40, {("b",), ("c",)}), (28, {("a",)})]
     with pytest.raises(ValueError, match="ages count"):
-        key_groups(40, KeyFilter(0, 30, [("a",)], ages=[0, 2]))
+        key_matchers(40, KeyFilter(0, 30, [("a",)], ages=[0, 2]))
 
 
 def test_a_late_passing_key_expires_with_its_own_tuple():

@@ -1,8 +1,8 @@
 """A reducer's key set as it travels: the keys of the tuples that newly pass, and the message that carries them.
 
 :class:`Outgoing` is a key set as a reducer makes it; :func:`key_filter` chooses between written-out keys (with
-their ages, :func:`age_runs`) and a Bloom filter, whichever ships fewer bytes; :func:`key_groups` reads a received
-one back as (tag, keys) groups.  Kept apart from the reducer's bookkeeping (:mod:`.reduce`) because the look-ahead
+their ages, :func:`age_runs`) and a Bloom filter, whichever ships fewer bytes; :func:`key_matchers` reads a received
+one back as (tag, matcher) groups.  Kept apart from the reducer's bookkeeping (:mod:`.reduce`) because the look-ahead
 sets (:mod:`joinlib.runtime.ahead`) make and send the same messages.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from operator import itemgetter
 from typing import NamedTuple, Optional, Sequence
 
 from joinlib.model import Tup
-from joinlib.protocol.bloom import Bloom, KeySet, choose
+from joinlib.protocol.bloom import Bloom, Matcher, choose
 from joinlib.protocol.messages import Key, KeyFilter
 from joinlib.runtime.algorithms.base import keys_bytes
 
@@ -62,15 +62,15 @@ def age_runs(keys: Sequence[Key], ages: Sequence[int]) -> tuple[list[Key], list[
     return (order, runs) if len(runs) > 2 else ([], [])
 
 
-def key_groups(e: int, body: KeyFilter) -> list[tuple[int, KeySet]]:
-    """A received key set as (tag, keys) groups: one, tagged ``e - back``, or one per run of ages."""
+def key_matchers(e: int, body: KeyFilter) -> list[tuple[int, Matcher]]:
+    """A received key set as (tag, matcher) groups: one, tagged ``e - back``, or one per run of ages."""
     if body.bits:
-        return [(e - body.back, KeySet(bloom=Bloom(body.bits, body.hashes, body.n)))]
+        return [(e - body.back, Matcher.of(bloom=Bloom(body.bits, body.hashes, body.n)))]
     if not body.ages:
-        return [(e - body.back, KeySet(keys=tuple(body.keys)))]
+        return [(e - body.back, Matcher.of(body.keys))]
     out, i, runs = [], 0, body.ages
     for a, n in zip(runs[::2], runs[1::2], strict=True):
-        out.append((e - a, KeySet(keys=tuple(body.keys[i:i + n]))))
+        out.append((e - a, Matcher.of(body.keys[i:i + n])))
         i += n
     if i != len(body.keys):
         raise ValueError(f"a key set's ages count {i} keys, it has {len(body.keys)}")

@@ -47,7 +47,7 @@ from joinlib.protocol.bloom import Bloom, KeySet, Matcher
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
 from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable
-from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_groups, keys_at
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_matchers, keys_at
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
@@ -231,10 +231,10 @@ class Reducer:
         fs = self.filters[nbr] = [f for f in was if f[1] >= lf]
         if body.keys or body.n:
             new = []
-            for tag, ks in key_groups(e, body):
+            for tag, m in key_matchers(e, body):
                 if tag >= lf:   # a run whose tuples already left the sender's window holds nothing live
                     self.received[nbr] += 1
-                    new.append((self.received[nbr], tag, ks.matcher()))
+                    new.append((self.received[nbr], tag, m))
             fs.extend(new)
             self._index[nbr].more_live(fs, new)
             for _, tag, m in new:
