@@ -9,7 +9,7 @@
  * the state others read is the same by construction; the Python form stays the fallback and the reference
  * the tests compare against (tests/property/test_reducer_c.py).
  *
- * Also Reducer._matched's loop over the keys a set that arrives holds.
+ * Also Reducer.take: a set that arrives, and _matched's loop over the pending keys it holds.
  *
  * ``Entry`` is reduce.py's ``_Entry`` (a pending tuple: t, seq, sent, shipped, keys, rank) as a C struct, so
  * that these loops read its fields without attribute look-ups; Python code reads and sets its fields as
@@ -32,7 +32,8 @@ static PyTypeObject EntryType;
 
 static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
     *s_rank, *s_index, *s_add_all, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
-    *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *empty;
+    *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *s_filters,
+    *s_received, *s_live, *s_keys, *s_n, *s_more_live, *s_holding, *empty, *one;
 
 /* ---------------------------------------------------------------------------- Entry */
 
@@ -667,16 +668,12 @@ done:
 /* matched(red, nbr, tag, held): Reducer._matched's loop over the pending keys a new set of nbr tagged tag holds
  * (``held``): each key's latest tag moves up to tag, and a key that did not match nbr's live sets before (its
  * latest tag below the live tag) makes its pending seqs dirty for every other channel. */
-static PyObject *matched(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "matched(red, nbr, tag, held)");
-        return NULL;
-    }
-    PyObject *red = args[0], *nbr = args[1], *tagobj = args[2], *indexd = NULL, *lfd = NULL, *dirtyd = NULL,
-             *best = NULL, *seqs = NULL, *table = NULL, *hf = NULL, *ret = NULL;
+static int match_held(PyObject *red, PyObject *nbr, PyObject *tagobj, PyObject *held) {
+    PyObject *indexd = NULL, *lfd = NULL, *dirtyd = NULL, *best = NULL, *seqs = NULL, *table = NULL, *hf = NULL;
+    int ret = -1;
     long long tag = PyLong_AsLongLong(tagobj), lf;
     if (tag == -1 && PyErr_Occurred())
-        return NULL;
+        return -1;
     if ((indexd = attr(red, s_index, 'd')) == NULL || (lfd = attr(red, s_live_from, 'd')) == NULL ||
         (dirtyd = attr(red, s_dirty, 'd')) == NULL)
         goto done;
@@ -694,7 +691,7 @@ static PyObject *matched(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if ((best = attr(index, s_best, 'd')) == NULL || (table = PyObject_GetAttr(index, s_table)) == NULL ||
-        (seqs = attr(table, s_seqs, 'd')) == NULL || (hf = PySequence_Fast(args[3], "held must be a sequence")) == NULL)
+        (seqs = attr(table, s_seqs, 'd')) == NULL || (hf = PySequence_Fast(held, "held must be a sequence")) == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(hf); i++) {
         PyObject *k = PySequence_Fast_GET_ITEM(hf, i);
@@ -745,7 +742,7 @@ static PyObject *matched(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_DECREF(got);
     }
-    ret = Py_NewRef(Py_None);
+    ret = 0;
 done:
     Py_XDECREF(indexd);
     Py_XDECREF(lfd);
@@ -754,6 +751,157 @@ done:
     Py_XDECREF(table);
     Py_XDECREF(seqs);
     Py_XDECREF(hf);
+    return ret;
+}
+
+static PyObject *matched(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "matched(red, nbr, tag, held)");
+        return NULL;
+    }
+    return match_held(args[0], args[1], args[2], args[3]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* take(red, nbr, e, body, key_matchers): Reducer.take -- the live tag of nbr's sets moves up to e - body.live,
+ * the sets below it are dropped, and the groups of the set that arrives (key_matchers(e, body): (tag, matcher))
+ * still live are numbered, kept, added to the index's live forms (its more_live) and matched against the
+ * pending keys (its holding, then matched's loop). */
+static PyObject *take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "take(red, nbr, e, body, key_matchers)");
+        return NULL;
+    }
+    PyObject *red = args[0], *nbr = args[1], *e = args[2], *body = args[3];
+    PyObject *lfd = NULL, *filters = NULL, *received = NULL, *indexd = NULL, *blive = NULL, *lfo = NULL,
+             *fs = NULL, *keys = NULL, *n = NULL, *groups = NULL, *new = NULL, *r = NULL, *ret = NULL;
+    long long ev = PyLong_AsLongLong(e);
+    if (ev == -1 && PyErr_Occurred())
+        return NULL;
+    if ((lfd = attr(red, s_live_from, 'd')) == NULL || (filters = attr(red, s_filters, 'd')) == NULL ||
+        (received = attr(red, s_received, 'd')) == NULL || (indexd = attr(red, s_index, 'd')) == NULL ||
+        (blive = PyObject_GetAttr(body, s_live)) == NULL)
+        goto done;
+    PyObject *cur = PyDict_GetItemWithError(lfd, nbr), *was = cur ? PyDict_GetItemWithError(filters, nbr) : NULL;
+    if (was == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, nbr);
+        goto done;
+    }
+    long long lf = PyLong_AsLongLong(cur), back = PyLong_AsLongLong(blive);
+    if (PyErr_Occurred())
+        goto done;
+    if (ev - back > lf)
+        lf = ev - back;
+    if ((lfo = PyLong_FromLongLong(lf)) == NULL || PyDict_SetItem(lfd, nbr, lfo) < 0)
+        goto done;
+    if (!PyList_Check(was)) {
+        PyErr_SetString(PyExc_TypeError, "a neighbour's live sets must be a list");
+        goto done;
+    }
+    if ((fs = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(was); i++) {
+        PyObject *f = PyList_GET_ITEM(was, i);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a live set must be (number, tag, matcher)");
+            goto done;
+        }
+        long long tag = PyLong_AsLongLong(PyTuple_GET_ITEM(f, 1));
+        if (tag == -1 && PyErr_Occurred())
+            goto done;
+        if (tag >= lf && PyList_Append(fs, f) < 0)
+            goto done;
+    }
+    if (PyDict_SetItem(filters, nbr, fs) < 0 || (keys = PyObject_GetAttr(body, s_keys)) == NULL ||
+        (n = PyObject_GetAttr(body, s_n)) == NULL)
+        goto done;
+    int any = PyObject_IsTrue(keys);
+    if (any == 0)
+        any = PyObject_IsTrue(n);
+    if (any < 0)
+        goto done;
+    if (!any) {
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *km_args[2] = {e, body};
+    if ((groups = PyObject_Vectorcall(args[4], km_args, 2, NULL)) == NULL || (new = PyList_New(0)) == NULL)
+        goto done;
+    if (!PyList_Check(groups)) {
+        PyErr_SetString(PyExc_TypeError, "key_matchers must give a list");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); i++) {
+        PyObject *g = PyList_GET_ITEM(groups, i);
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a group must be (tag, matcher)");
+            goto done;
+        }
+        long long tag = PyLong_AsLongLong(PyTuple_GET_ITEM(g, 0));
+        if (tag == -1 && PyErr_Occurred())
+            goto done;
+        if (tag < lf)   /* a run whose tuples already left the sender's window holds nothing live */
+            continue;
+        PyObject *rec = PyDict_GetItemWithError(received, nbr), *next, *t;
+        if (rec == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, nbr);
+            goto done;
+        }
+        if ((next = PyNumber_Add(rec, one)) == NULL)
+            goto done;
+        int bad = PyDict_SetItem(received, nbr, next) < 0;
+        t = bad ? NULL : PyTuple_Pack(3, next, PyTuple_GET_ITEM(g, 0), PyTuple_GET_ITEM(g, 1));
+        Py_DECREF(next);
+        if (t == NULL)
+            goto done;
+        bad = PyList_Append(new, t) < 0;
+        Py_DECREF(t);
+        if (bad)
+            goto done;
+    }
+    if (PyList_SetSlice(fs, PyList_GET_SIZE(fs), PyList_GET_SIZE(fs), new) < 0)
+        goto done;
+    PyObject *index = PyDict_GetItemWithError(indexd, nbr);
+    if (index == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, nbr);
+        goto done;
+    }
+    Py_INCREF(index);
+    if ((r = PyObject_CallMethodObjArgs(index, s_more_live, fs, new, NULL)) == NULL) {
+        Py_DECREF(index);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(new); i++) {
+        PyObject *t = PyList_GET_ITEM(new, i);
+        PyObject *held = PyObject_CallMethodOneArg(index, s_holding, PyTuple_GET_ITEM(t, 2));
+        if (held == NULL) {
+            Py_DECREF(index);
+            goto done;
+        }
+        int bad = match_held(red, nbr, PyTuple_GET_ITEM(t, 1), held) < 0;
+        Py_DECREF(held);
+        if (bad) {
+            Py_DECREF(index);
+            goto done;
+        }
+    }
+    Py_DECREF(index);
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(lfd);
+    Py_XDECREF(filters);
+    Py_XDECREF(received);
+    Py_XDECREF(indexd);
+    Py_XDECREF(blive);
+    Py_XDECREF(lfo);
+    Py_XDECREF(fs);
+    Py_XDECREF(keys);
+    Py_XDECREF(n);
+    Py_XDECREF(groups);
+    Py_XDECREF(new);
+    Py_XDECREF(r);
     return ret;
 }
 
@@ -768,6 +916,8 @@ static PyMethodDef methods[] = {
     {"pass_channel", (PyCFunction)(void (*)(void))pass_channel, METH_FASTCALL,
      "pass_channel(red, channel, nbr, among): the entries newly passing for a set to nbr (None: to ship), "
      "marked; those done with forgotten"},
+    {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+     "take(red, nbr, e, body, key_matchers): Reducer.take"},
     {"matched", (PyCFunction)(void (*)(void))matched, METH_FASTCALL,
      "matched(red, nbr, tag, held): Reducer._matched's loop over the keys a new set holds"},
     {NULL, NULL, 0, NULL},
@@ -785,11 +935,15 @@ PyMODINIT_FUNC PyInit__reducerc(void) {
                  {&s_discard_all, "discard_all"}, {&s_settle, "settle"}, {&s_popleft, "popleft"},
                  {&s_extend, "extend"}, {&s_pos, "_pos"}, {&s_best, "best"}, {&s_live_from, "live_from"},
                  {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"},
-                 {&s_dirty, "_dirty"}, {&s_table, "table"}, {&s_seqs, "seqs"}, {&s_update, "update"}};
+                 {&s_dirty, "_dirty"}, {&s_table, "table"}, {&s_seqs, "seqs"}, {&s_update, "update"},
+                 {&s_filters, "filters"}, {&s_received, "received"}, {&s_live, "live"}, {&s_keys, "keys"},
+                 {&s_n, "n"}, {&s_more_live, "more_live"}, {&s_holding, "holding"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].s)) == NULL)
             return NULL;
     if (empty == NULL && (empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (one == NULL && (one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&EntryType) < 0)
         return NULL;
