@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from itertools import repeat
+from operator import is_, methodcaller
 from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 # re-exported with TopicPartition: joinlib.node takes the client's names from this module, not from confluent_kafka
@@ -327,6 +329,8 @@ def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1
     msgs = [first]
     if max_messages > 1:
         msgs += consumer.consume(num_messages=max_messages - 1, timeout=0)
+    if all(map(is_, map(_ERROR, msgs), repeat(None))):   # the usual case, checked in C: no error event among them
+        return msgs
     out = []
     for m in msgs:
         err = m.error()
@@ -339,6 +343,7 @@ def consume(consumer: Consumer, max_messages: int = 1000, timeout_s: float = 0.1
     return out
 
 
+_ERROR = methodcaller("error")
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 

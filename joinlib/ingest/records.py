@@ -189,6 +189,12 @@ class Decoder:
         # the layout for _jsonc.decode_flat (None: no kernel, not JSON, a filter to test on the row, no layout yet)
         self._cspec: Optional[tuple[Callable[..., Optional[Event]], tuple[Any, ...]]] = None
 
+    @property
+    def may_raise(self) -> bool:
+        """Whether :meth:`decode` may raise rather than answer: an Avro source whose writer schemas come from a
+        registry (an outage, :class:`joinlib.node.sources.RegistrySchemas`)."""
+        return self._schemas is not None
+
     def decode(self, value: Optional[bytes], partition: int, offset: int) -> Union[Event, Bad, Filtered]:
         """The record's event, why it is malformed, or :data:`FILTERED` when the stream's filter drops it (tested
         on the record as read, before its fields are: a dropped record is never a dead letter)."""
@@ -205,6 +211,22 @@ class Decoder:
             return self._event(row, partition, offset)
         except _Malformed as e:
             return e.bad
+
+    def decode_run(self, partition: int, offsets: list[int], values: list[Optional[bytes]]) -> list[Any]:
+        """:meth:`decode` of each record of ``partition`` at ``offsets`` with ``values``, in one Python call: the C
+        kernel is called straight for the flat records it takes.  Where :attr:`may_raise`, a raise leaves the
+        records before it decoded but not returned."""
+        out: list[Any] = []
+        add, decode = out.append, self.decode
+        for off, value in zip(offsets, values, strict=True):
+            c = self._cspec   # read again each record: a record of other fields makes a new layout
+            if c is not None and type(value) is bytes:
+                ev = c[0](value, c[1], partition, off)
+                if ev is not None:
+                    add(ev)
+                    continue
+            add(decode(value, partition, off))
+        return out
 
     # ------------------------------------------------------------------ formats
     @staticmethod

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left
 from collections import deque
 from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Optional
@@ -77,7 +78,12 @@ class StreamIngest:
         self.stream, self.tau, self.delta, self.idle_timeout = stream, tau, delta, idle_timeout
         self.horizon = stream.window.size if stream.window.is_time else TUPLE_WINDOW_HORIZON_MS
         self.parts = {p: _Partition(off, now) for p, off in sorted(partitions.items())}
-        self.pending: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
+        # the on-time records not released yet, (ts, id, part, offset, key, rest), in buckets of event time
+        # (ts // tau -> records in the order offered; a heap of the bucket numbers): a release sorts only the
+        # buckets it hands out (and the one the watermark is in), and an offer is an append
+        self._buckets: dict[int, list[tuple[int, int, int, int, tuple[Any, ...], bytes]]] = {}
+        self._bucket_heap: list[int] = []
+        self._width = max(1, tau)
         # pending records a checkpoint named by position only, to be read again: (part, offset) -> (ts, id)
         self.missing: dict[tuple[int, int], tuple[int, int]] = {}
         self._missing_at: dict[int, deque[int]] = {}   # per partition, the named offsets left, increasing
@@ -93,10 +99,86 @@ class StreamIngest:
         p.next = offset + 1
         bad = self._classify(p, ev, now)
         if bad is None:
-            heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
+            self._keep(ev.ts, ev.id, part, offset, ev.key, ev.rest)
         if p.marks:
             self._replay(p, p.next)
         return bad
+
+    def offer_run(self, part: int, offsets: list[int], events: list[Any],  # noqa: C901 - the hot loop: no call per record
+                  now: float) -> list[tuple[int, Bad]]:
+        """:meth:`offer` of each event of ``events`` (records of ``part`` at ``offsets``, increasing), or
+        :meth:`skip` where it is not an :class:`Event` (a malformed record's :class:`Bad`, a filtered record's
+        ``Filtered``); returns the index and the :class:`Bad` of each record that does not take part but is not
+        filtered (malformed, late, a duplicate, too far ahead), in order.  The same as those calls one by one, in
+        one Python call: the on-time records without logged advances to replay (almost all) take the loop below."""
+        p = self.parts[part]
+        bad: list[tuple[int, Bad]] = []
+        horizon, delta, width = self.horizon, self.delta, self._width
+        buckets = self._buckets
+        ids, order = p.ids, p.order
+        order_add, popleft = order.append, order.popleft
+        cur_b, cur = None, None
+        for i, (offset, ev) in enumerate(zip(offsets, events, strict=True)):
+            if p.marks or type(ev) is not Event:   # advances to replay at their positions; a skip: the general path
+                if type(ev) is Event:
+                    why = self.offer(part, offset, ev, now)
+                    if why is not None:
+                        bad.append((i, why))
+                else:
+                    self.skip(part, offset)
+                    if isinstance(ev, Bad):
+                        bad.append((i, ev))
+                cur_b = None
+                continue
+            p.next = offset + 1
+            ts, id_, key, rest = ev
+            wm = p.wm
+            if ts < wm or ts > wm + MAX_AHEAD_MS:
+                bad.append((i, self._classify(p, ev, now)))   # type: ignore[arg-type]
+                continue
+            seen = ids.get(id_)
+            if seen is not None and seen >= wm - horizon:
+                bad.append((i, self._classify(p, ev, now)))   # type: ignore[arg-type]
+                continue
+            ids[id_] = ts
+            order_add((ts, id_))
+            mx = p.max_ts
+            if mx is None or ts > mx:
+                p.max_ts = mx = ts
+            if mx - delta > wm:   # _classify's watermark move, _move inline
+                p.wm = p.anchor_wm = wm = mx - delta
+                p.anchor_wall = now
+                low = wm - horizon
+                while order and order[0][0] < low:
+                    old_ts, old_id = popleft()
+                    if ids.get(old_id) == old_ts:
+                        del ids[old_id]
+            b = ts // width
+            if b != cur_b:
+                cur = buckets.get(b)
+                if cur is None:
+                    cur = buckets[b] = []
+                    heapq.heappush(self._bucket_heap, b)
+                cur_b = b
+            cur.append((ts, id_, part, offset, key, rest))   # type: ignore[union-attr]
+        return bad
+
+    def _keep(self, ts: int, id_: int, part: int, offset: int, key: tuple[Any, ...], rest: bytes) -> None:
+        """An on-time record, pending until released."""
+        b = ts // self._width
+        bucket = self._buckets.get(b)
+        if bucket is None:
+            bucket = self._buckets[b] = []
+            heapq.heappush(self._bucket_heap, b)
+        bucket.append((ts, id_, part, offset, key, rest))
+
+    @property
+    def pending(self) -> list[tuple[int, int, int, int, tuple[Any, ...], bytes]]:
+        """The on-time records not released yet, (ts, id, partition, offset, key, rest), by bucket (a copy)."""
+        out: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
+        for b in sorted(self._buckets):
+            out += self._buckets[b]
+        return out
 
     def skip(self, part: int, offset: int) -> None:
         """A malformed record at ``offset``: it moves the read position only."""
@@ -187,16 +269,29 @@ class StreamIngest:
         (none while records of a checkpoint are still to be read again: they may come first)."""
         if self.missing:
             return []
-        w, pending, out = self.watermark, self.pending, []
+        w = self.watermark
         if below is not None and below < w:
             w = below
+        heap, buckets, width = self._bucket_heap, self._buckets, self._width
+        rows: list[tuple[int, int, int, int, tuple[Any, ...], bytes]] = []
+        while heap and heap[0] * width < w:   # a bucket with records below w
+            b = heap[0]
+            bucket = buckets[b]
+            bucket.sort()   # (ts, id, part, offset): no two records tie on all four
+            if (b + 1) * width <= w:   # all of it
+                heapq.heappop(heap)
+                del buckets[b]
+                rows += bucket
+                continue
+            cut = bisect_left(bucket, w, key=itemgetter(0))   # the bucket the watermark is in: its part below w
+            rows += bucket[:cut]
+            del bucket[:cut]
+            break
+        if not rows:
+            return []
         pos, seq = self.stream.pos, self.seq
-        while pending and pending[0][0] < w:
-            ts, id_, _, _, key, rest = heapq.heappop(pending)
-            out.append(Tup(pos, id_, ts, seq, key, rest))
-            seq += 1
-        self.seq = seq
-        return out
+        self.seq = seq + len(rows)
+        return [Tup(pos, id_, ts, s, key, rest) for s, (ts, id_, _, _, key, rest) in enumerate(rows, seq)]
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> dict[str, Any]:
@@ -233,7 +328,7 @@ class StreamIngest:
             raise ValueError(f"stream {self.stream.name}: the record at partition {part} offset {offset} is "
                              f"not the one the checkpoint left pending (ts, id {want}, now "
                              f"{(ev.ts, ev.id) if ev is not None else 'malformed'})")
-        heapq.heappush(self.pending, (ev.ts, ev.id, part, offset, ev.key, ev.rest))
+        self._keep(ev.ts, ev.id, part, offset, ev.key, ev.rest)
         return True
 
     def check_lost(self, part: int, offset: int) -> None:
@@ -257,12 +352,12 @@ class StreamIngest:
                             else ((ts, id_) for ts, id_ in order))                       # [ts, id] pairs
             p.ids = {id_: ts for ts, id_ in p.order}
             p.anchor_wm, p.anchor_wall = wm, now
+        self._buckets, self._bucket_heap = {}, []
         if "pending" in data:   # a checkpoint of before pending_refs: the records themselves
-            self.pending = [(ts, id_, part, off, tuple(key), rest) for ts, id_, part, off, key, rest in data["pending"]]
-            heapq.heapify(self.pending)
+            for ts, id_, part, off, key, rest in data["pending"]:
+                self._keep(ts, id_, part, off, tuple(key), rest)
             self.missing = {}
         else:
-            self.pending = []
             self.missing = {(part, off): (ts, id_) for ts, id_, part, off in pending_refs(data)}
         self._missing_at = {}
         for part, off in sorted(self.missing):

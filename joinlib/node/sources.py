@@ -29,7 +29,10 @@ import json
 import time
 import urllib.error
 import urllib.request
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import groupby, islice
+from operator import attrgetter, lt, methodcaller
 from typing import Any, Callable, Optional
 
 import fastavro
@@ -58,6 +61,8 @@ STALL_MS = 1000.0        # a node loop this long without a tick restarts the idl
 #: 1 s; one lost in a broker's restart may never answer): the broker counts as unreachable, the advances are
 #: dropped and the records held for them handled -- a node must not hold its partitions' records forever
 ASK_LIMIT_S = 10.0
+_PARTITION, _OFFSET, _VALUE = methodcaller("partition"), methodcaller("offset"), methodcaller("value")
+_TS = attrgetter("ts")
 
 
 def dlq_topic(query: str) -> str:
@@ -249,13 +254,40 @@ class LiveInputs:
 
     def handle_run(self, topic: str, msgs: list[Any], now: float) -> None:
         """:meth:`handle` of each of ``msgs`` (records of ``topic``, in the order read), the usual case in one loop:
-        a topic feeding one stream, no idle advance being confirmed, no checkpoint's records being read again."""
+        a topic feeding one stream, no idle advance being confirmed, no checkpoint's records being read again.
+        Each run of records of one partition is decoded (:meth:`Decoder.decode_run`) and offered
+        (:meth:`StreamIngest.offer_run`) at once, then its dead letters are written in the order read: the same
+        calls and dead letters as record by record."""
         srcs = self.by_topic[topic]
         if self._pending is not None or len(srcs) != 1 or srcs[0].ingest.missing:
             for m in msgs:
                 self.handle(m, now)
             return
         src = srcs[0]
+        if src.decoder.may_raise:   # a raise must leave the records before it handled, as record by record
+            self._take_each(src, msgs, now)
+            return
+        parts, decode_run, offer_run = src.ingest.parts, src.decoder.decode_run, src.ingest.offer_run
+        for part, group in groupby(msgs, _PARTITION):
+            p = parts.get(part)
+            if p is None:
+                continue   # a partition added after submission
+            run = list(group)
+            offsets = list(map(_OFFSET, run))
+            if not all(map(lt, offsets, islice(offsets, 1, None))):   # not increasing (a seek?): one by one, as ever
+                self._take_each(src, run, now)
+                continue
+            first = bisect_left(offsets, p.next)   # those below were read before the checkpoint
+            if first:
+                run, offsets = run[first:], offsets[first:]
+            if not run:
+                continue
+            events = decode_run(part, offsets, list(map(_VALUE, run)))
+            for i, bad in offer_run(part, offsets, events, now):
+                self._dead(src, run[i], bad, events[i].ts if bad.reason == LATE else None)
+
+    def _take_each(self, src: _Source, msgs: list[Any], now: float) -> None:
+        """:meth:`handle_run`'s records one by one."""
         parts, take = src.ingest.parts, self._take
         for m in msgs:
             part, offset = m.partition(), m.offset()
@@ -524,10 +556,12 @@ class LiveInputs:
     def _close_epochs(self, src: _Source, below: int) -> None:
         """Naive bytes of every complete epoch (< ``below``) of a stream's released tuples."""
         tau, tups, i = self.q.execution.interval_ms, src.open, 0
-        while i < len(tups) and tups[i].ts // tau < below:
-            e, j = tups[i].ts // tau, i
-            while j < len(tups) and tups[j].ts // tau == e:
-                j += 1
+        n = len(tups)
+        while i < n and tups[i].ts // tau < below:
+            e = tups[i].ts // tau
+            # the released tuples are in ts order (a release hands out every record below a watermark that only
+            # rises): the epoch's last one found by bisection, not tuple by tuple
+            j = bisect_left(tups, (e + 1) * tau, i, n, key=_TS)
             for dst in self.others:
                 self.on_naive(dst, e, tups[i:j])
             i = j
