@@ -328,8 +328,10 @@ static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
         int below = PyObject_RichCompareBool(PyTuple_GET_ITEM(first, col), value, Py_LT);
         if (below < 0)
             goto fail;
-        if (!below)
+        if (!below) {
+            Py_CLEAR(first);
             break;
+        }
         PyObject *popped = PyObject_CallMethodNoArgs(window, s_popleft);
         if (popped == NULL)
             goto fail;
