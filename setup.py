@@ -16,5 +16,11 @@ KERNELS = {"joinlib.protocol._bloomc": "joinlib/protocol/_bloomc.c",
            "joinlib.runtime._rowsc": "joinlib/runtime/_rowsc.c",
            "joinlib.ingest._jsonc": "joinlib/ingest/_jsonc.c"}
 
-setup(ext_modules=[Extension(name, [src], optional=True, extra_compile_args=["-O2", "-Wall"])
+# the headers a kernel includes: build_ext rebuilds it when one changes, and setuptools >= 69 puts them in an sdist
+# (MANIFEST.in does for older ones)
+DEPENDS = {"joinlib.runtime.algorithms._keytablec": ["joinlib/runtime/algorithms/_pyattr.h"],
+           "joinlib.runtime.algorithms._reducerc": ["joinlib/runtime/algorithms/_pyattr.h"]}
+
+setup(ext_modules=[Extension(name, [src], depends=DEPENDS.get(name, []), optional=True,
+                             extra_compile_args=["-O2", "-Wall"])
                    for name, src in KERNELS.items()])

@@ -25,8 +25,8 @@ from joinlib.ingest.records import BAD_JSON, FILTERED
 from joinlib.ingest.stream import MAX_AHEAD_MS
 from joinlib.model import Stream, Window
 from joinlib.node.sources import LiveInputs
-from joinlib.query import parse_query
 from tests.kernels import kernels
+from tests.live_inputs import two_stream_query
 
 EXAMPLES = int(os.environ.get("INGEST_EXAMPLES", "300"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -164,17 +164,9 @@ class _Host:
         self.fed.append(([(t.id, t.ts, t.seq, t.key, t.rest) for t in tups], watermark))
 
 
-def _query() -> Any:
-    src = {"topic": "t1", "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id", "start": "earliest"}
-    doc = {"streams": {"S1": {"site": "a", "window": "1s", "source": src},
-                       "S2": {"site": "b", "window": "1s", "source": {**src, "topic": "t2"}}},
-           "join": ["S1.J = S2.J"],
-           "execution": {"interval": "100ms", "max_delay": f"{DELTA}ms", "idle_timeout": "1h"}}
-    return parse_query(doc, "q")
-
-
 def _inputs(out: _Out) -> LiveInputs:
-    return LiveInputs(_query(), "a", 0, {"S1": {0: 0, 1: 0, 2: 0}}, bootstrap="unused:9092", out=out,  # type: ignore[arg-type]
+    return LiveInputs(two_stream_query(DELTA), "a", 0, {"S1": {0: 0, 1: 0, 2: 0}}, bootstrap="unused:9092",
+                      out=out,  # type: ignore[arg-type]
                       run_id="r1", sensor=_Null(), log=lambda s: None, on_naive=lambda *a: None, now=0.0)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from joinlib.ingest.stream import pending_refs
 from joinlib.node.sources import LiveInputs
-from joinlib.query import parse_query
 from joinlib.runtime import checkpoint
+from tests.live_inputs import two_stream_query
 
 DELTA = 50
 
@@ -50,17 +50,9 @@ class _Null:
         return lambda *a, **k: None
 
 
-def _query() -> Any:
-    src = {"topic": "t1", "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id", "start": "earliest"}
-    doc = {"streams": {"S1": {"site": "a", "window": "1s", "source": src},
-                       "S2": {"site": "b", "window": "1s", "source": {**src, "topic": "t2"}}},
-           "join": ["S1.J = S2.J"],
-           "execution": {"interval": "100ms", "max_delay": f"{DELTA}ms", "idle_timeout": "1h"}}
-    return parse_query(doc, "q")
-
-
 def _inputs() -> LiveInputs:
-    return LiveInputs(_query(), "a", 0, {"S1": {0: 0}}, bootstrap="unused:9092", out=_Null(),  # type: ignore[arg-type]
+    return LiveInputs(two_stream_query(DELTA), "a", 0, {"S1": {0: 0}}, bootstrap="unused:9092",
+                      out=_Null(),  # type: ignore[arg-type]
                       run_id=None,
                       sensor=_Null(), log=lambda s: None, on_naive=lambda *a: None, now=0.0)
 

@@ -13,27 +13,14 @@
 #include <Python.h>
 #include <string.h>
 
+#include "_pyattr.h"
+
 #define DIG 64   /* bytes of a key's digest */
 
 static PyObject *s_seqs, *s_keys, *s_slot, *s_base, *s_dig, *s_users, *s_settled, *s_best, *s_exact, *s_table,
     *s_slack, *s_add, *s_discard, *s_pop, *minus_one;
 
 /* ---------------------------------------------------------------------------- helpers */
-
-/* getattr(o, name), checked to be of a type (check NULL: any); a new reference or NULL. */
-static PyObject *attr(PyObject *o, PyObject *name, int (*check)(PyObject *), const char *what) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v != NULL && check != NULL && !check(v)) {
-        PyErr_Format(PyExc_TypeError, "%U must be a %s, not %.100s", name, what, Py_TYPE(v)->tp_name);
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
-}
-
-static int is_dict(PyObject *o) { return PyDict_Check(o); }
-static int is_list(PyObject *o) { return PyList_Check(o); }
-static int is_bytearray(PyObject *o) { return PyByteArray_Check(o); }
 
 /* getattr(o, name) as a Py_ssize_t; -1 with an exception set on error (check PyErr_Occurred). */
 static Py_ssize_t attr_n(PyObject *o, PyObject *name) {
@@ -59,22 +46,11 @@ static void unequal(Py_ssize_t nk, Py_ssize_t ns) {
     PyErr_Format(PyExc_ValueError, "zip() argument 2 is %s than argument 1", ns < nk ? "shorter" : "longer");
 }
 
-static void key_error(PyObject *k) {
-    PyObject *t = PyTuple_Pack(1, k);
-    if (t != NULL) {
-        PyErr_SetObject(PyExc_KeyError, t);
-        Py_DECREF(t);
-    }
-}
-
 /* d[k] == n (d[k] must exist: KeyError otherwise): 1, 0, or -1 on error. */
 static int item_is(PyObject *d, PyObject *k, Py_ssize_t n) {
-    PyObject *v = PyDict_GetItemWithError(d, k);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            key_error(k);
+    PyObject *v = dict_item(d, k);
+    if (v == NULL)
         return -1;
-    }
     if (PyLong_CheckExact(v)) {
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -169,7 +145,7 @@ static int each_seq(PyObject *const *args, int (*step)(PyObject *, PyObject *, P
                     PyObject **sf, PyObject **index) {
     if ((*kf = PySequence_Fast(args[1], "keys must be a sequence")) == NULL ||
         (*sf = PySequence_Fast(args[2], "seqs must be a sequence")) == NULL ||
-        (*index = attr(args[0], s_seqs, is_dict, "dict")) == NULL)
+        (*index = attr(args[0], s_seqs, &PyDict_Type)) == NULL)
         return -1;
     Py_ssize_t nk = PySequence_Fast_GET_SIZE(*kf), ns = PySequence_Fast_GET_SIZE(*sf), n = nk < ns ? nk : ns;
     PyObject **ks = PySequence_Fast_ITEMS(*kf), **ss = PySequence_Fast_ITEMS(*sf);
@@ -203,12 +179,12 @@ static PyObject *add_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t base = attr_n(table, s_base);
         if (base == -1 && PyErr_Occurred())
             goto done;
-        if ((keys = attr(table, s_keys, is_list, "list")) == NULL)
+        if ((keys = attr(table, s_keys, &PyList_Type)) == NULL)
             goto done;
         Py_ssize_t at = base + PyList_GET_SIZE(keys);
         if (PyList_SetSlice(keys, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, kf) < 0)
             goto done;
-        if ((slot = attr(table, s_slot, is_dict, "dict")) == NULL)
+        if ((slot = attr(table, s_slot, &PyDict_Type)) == NULL)
             goto done;
         for (Py_ssize_t i = 0; i < nk; i++) {
             PyObject *v = PyLong_FromSsize_t(at + i);
@@ -218,7 +194,7 @@ static PyObject *add_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             }
             Py_DECREF(v);
         }
-        if ((dig = attr(table, s_dig, is_bytearray, "bytearray")) == NULL ||
+        if ((dig = attr(table, s_dig, &PyByteArray_Type)) == NULL ||
             append_digests(dig, ks, nk, cache, remember) < 0)
             goto done;
     }
@@ -235,12 +211,9 @@ done:
 
 /* seqs[k]: seq no longer pending. */
 static int discard_seq(PyObject *index, PyObject *k, PyObject *seq) {
-    PyObject *got = PyDict_GetItemWithError(index, k);
-    if (got == NULL) {
-        if (!PyErr_Occurred())
-            key_error(k);
+    PyObject *got = dict_item(index, k);
+    if (got == NULL)
         return -1;
-    }
     int r = 0;
     Py_INCREF(got);
     if (PyLong_Check(got)) {
@@ -283,7 +256,7 @@ static int sweep(PyObject *table, PyObject *index, PyObject *keys, PyObject *slo
         goto done;
     }
     if ((base == -1 && PyErr_Occurred()) || (live = PyList_New(0)) == NULL ||
-        (dig = attr(table, s_dig, is_bytearray, "bytearray")) == NULL)
+        (dig = attr(table, s_dig, &PyByteArray_Type)) == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(keys); i++) {
         PyObject *k = PyList_GET_ITEM(keys, i);
@@ -324,7 +297,7 @@ static int sweep(PyObject *table, PyObject *index, PyObject *keys, PyObject *slo
     for (Py_ssize_t u = 0; u < PyList_GET_SIZE(users); u++) {
         PyObject *user = PyList_GET_ITEM(users, u);
         Py_INCREF(user);
-        PyObject *best = attr(user, s_best, is_dict, "dict"), *nbest = NULL;
+        PyObject *best = attr(user, s_best, &PyDict_Type), *nbest = NULL;
         int r = -1;
         if (best != NULL && (nbest = PyDict_New()) != NULL) {
             r = 0;
@@ -360,8 +333,8 @@ static int trim(PyObject *table, PyObject *index, PyObject *users) {
     int ok = -1;
     PyObject *keys = NULL, *slot = NULL, *dig = NULL;
     Py_ssize_t base = attr_n(table, s_base);
-    if ((base == -1 && PyErr_Occurred()) || (keys = attr(table, s_keys, is_list, "list")) == NULL ||
-        (slot = attr(table, s_slot, is_dict, "dict")) == NULL)
+    if ((base == -1 && PyErr_Occurred()) || (keys = attr(table, s_keys, &PyList_Type)) == NULL ||
+        (slot = attr(table, s_slot, &PyDict_Type)) == NULL)
         goto done;
     Py_ssize_t head = 0;
     while (head < PyList_GET_SIZE(keys)) {
@@ -385,7 +358,7 @@ static int trim(PyObject *table, PyObject *index, PyObject *users) {
             if (r < 0)
                 goto done;
         }
-        if (PyList_SetSlice(keys, 0, head, NULL) < 0 || (dig = attr(table, s_dig, NULL, NULL)) == NULL ||
+        if (PyList_SetSlice(keys, 0, head, NULL) < 0 || (dig = attr(table, s_dig, NULL)) == NULL ||
             PySequence_DelSlice(dig, 0, DIG * head) < 0 || set_attr_n(table, s_base, base + head) < 0)
             goto done;
     }
@@ -412,7 +385,7 @@ static PyObject *discard_all(PyObject *mod, PyObject *const *args, Py_ssize_t na
     PyObject *kf = NULL, *sf = NULL, *index = NULL, *keys = NULL, *users = NULL, *ret = NULL;
     if (each_seq(args, discard_seq, &kf, &sf, &index) < 0)
         goto done;
-    if ((keys = attr(table, s_keys, NULL, NULL)) == NULL || (users = attr(table, s_users, is_list, "list")) == NULL)
+    if ((keys = attr(table, s_keys, NULL)) == NULL || (users = attr(table, s_users, &PyList_Type)) == NULL)
         goto done;
     Py_ssize_t len = PyObject_Length(keys);
     if (len < 0)
@@ -440,9 +413,9 @@ done:
 
 /* trim(table): KeyTable._trim */
 static PyObject *trim_(PyObject *mod, PyObject *table) {
-    PyObject *index = attr(table, s_seqs, is_dict, "dict"), *users = NULL;
+    PyObject *index = attr(table, s_seqs, &PyDict_Type), *users = NULL;
     int r = -1;
-    if (index != NULL && (users = attr(table, s_users, is_list, "list")) != NULL)
+    if (index != NULL && (users = attr(table, s_users, &PyList_Type)) != NULL)
         r = trim(table, index, users);
     Py_XDECREF(index);
     Py_XDECREF(users);
@@ -491,8 +464,8 @@ static PyObject *live_hits(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     PyObject *hf = NULL, *index = NULL, *keys = NULL, *slot = NULL, *out = NULL;
     Py_ssize_t base = attr_n(table, s_base);
     if ((base == -1 && PyErr_Occurred()) || (hf = PySequence_Fast(args[1], "hits must be a sequence")) == NULL ||
-        (index = attr(table, s_seqs, is_dict, "dict")) == NULL ||
-        (keys = attr(table, s_keys, is_list, "list")) == NULL || (slot = attr(table, s_slot, is_dict, "dict")) == NULL ||
+        (index = attr(table, s_seqs, &PyDict_Type)) == NULL ||
+        (keys = attr(table, s_keys, &PyList_Type)) == NULL || (slot = attr(table, s_slot, &PyDict_Type)) == NULL ||
         (out = PyList_New(0)) == NULL)
         goto fail;
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(hf); j++) {
@@ -543,7 +516,7 @@ static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *table = NULL, *keys = NULL, *exact = NULL, *best = NULL, *lf = NULL, *ret = NULL;
     Py_ssize_t start = attr_n(self, s_settled);
     if ((start == -1 && PyErr_Occurred()) || (table = PyObject_GetAttr(self, s_table)) == NULL ||
-        (keys = attr(table, s_keys, is_list, "list")) == NULL)
+        (keys = attr(table, s_keys, &PyList_Type)) == NULL)
         goto done;
     Py_ssize_t n = PyList_GET_SIZE(keys);
     if (set_attr_n(self, s_settled, n) < 0)
@@ -554,7 +527,7 @@ static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
         ret = Py_NewRef(Py_None);
         goto done;
     }
-    if ((exact = attr(self, s_exact, is_dict, "dict")) == NULL || (best = attr(self, s_best, is_dict, "dict")) == NULL)
+    if ((exact = attr(self, s_exact, &PyDict_Type)) == NULL || (best = attr(self, s_best, &PyDict_Type)) == NULL)
         goto done;
     /* the slots' keys first (a reference each: setting an item may run a key's __eq__) */
     Py_ssize_t m = n - start;

@@ -20,6 +20,8 @@
 #include <structmember.h>
 #include <stdlib.h>
 
+#include "_pyattr.h"
+
 typedef struct {
     PyObject_HEAD
     PyObject *t, *seq, *sent, *keys;
@@ -95,21 +97,6 @@ static PyTypeObject EntryType = {
 
 /* ---------------------------------------------------------------------------- helpers */
 
-/* getattr(o, name), checked to be a dict (want 'd'), list ('l'), tuple ('t') or anything (0). */
-static PyObject *attr(PyObject *o, PyObject *name, char want) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL || want == 0)
-        return v;
-    int ok = want == 'd' ? PyDict_Check(v) : want == 'l' ? PyList_Check(v) : PyTuple_Check(v);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%U must be a %s, not %.100s", name,
-                     want == 'd' ? "dict" : want == 'l' ? "list" : "tuple", Py_TYPE(v)->tp_name);
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
-}
-
 static int call_method(PyObject *o, PyObject *name, PyObject *a, PyObject *b) {
     PyObject *r = PyObject_CallMethodObjArgs(o, name, a, b, NULL);
     Py_XDECREF(r);
@@ -129,7 +116,7 @@ static int entries_only(PyObject *const *xs, Py_ssize_t n) {
 /* _forget_all(red, xs): each table's discard_all(keys at its position, seqs). */
 static int forget(PyObject *red, PyObject *xs) {
     Py_ssize_t n = PyList_GET_SIZE(xs);
-    PyObject *extract = attr(red, s_extract, 'l'), *seqs = NULL, *keys = NULL;
+    PyObject *extract = attr(red, s_extract, &PyList_Type), *seqs = NULL, *keys = NULL;
     int r = -1;
     if (extract == NULL || (seqs = PyList_New(n)) == NULL)
         goto done;
@@ -180,7 +167,7 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(bf);
     PyObject **ts = PySequence_Fast_ITEMS(bf);
-    if ((pending = attr(red, s_pending, 'd')) == NULL || (rankobj = PyObject_GetAttr(red, s_rank)) == NULL)
+    if ((pending = attr(red, s_pending, &PyDict_Type)) == NULL || (rankobj = PyObject_GetAttr(red, s_rank)) == NULL)
         goto done;
     Py_ssize_t rank = PyNumber_AsSsize_t(rankobj, PyExc_OverflowError);
     if (rank == -1 && PyErr_Occurred())
@@ -197,7 +184,7 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
         PyList_SET_ITEM(keylist, i, k);
     }
     /* per key table: the batch's keys (key_of), indexed in one call */
-    if ((extract = attr(red, s_extract, 'l')) == NULL)
+    if ((extract = attr(red, s_extract, &PyList_Type)) == NULL)
         goto done;
     Py_ssize_t ncol = PyList_GET_SIZE(extract);
     if ((cols = PyList_New(ncol)) == NULL)
@@ -220,7 +207,7 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
             goto done;
     }
     /* per neighbour testing it (in _filters order), its key's column */
-    if ((col_of = attr(red, s_col_of, 'l')) == NULL)
+    if ((col_of = attr(red, s_col_of, &PyList_Type)) == NULL)
         goto done;
     Py_ssize_t nf = PyList_GET_SIZE(col_of);
     if ((byf = PyMem_New(PyObject *, nf ? nf : 1)) == NULL) {
@@ -278,7 +265,7 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
             call_method(window, s_extend, rows, NULL) < 0)
             goto done;
     }
-    if ((fresh = attr(red, s_fresh, 'd')) == NULL)
+    if ((fresh = attr(red, s_fresh, &PyDict_Type)) == NULL)
         goto done;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
@@ -311,7 +298,7 @@ done:
 /* The window's tuples below value in column col (0: ts, 1: seq) leave it: their pending entries, popped. */
 static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
     PyObject *window = PyObject_GetAttr(red, s_window), *pending = NULL, *gone = NULL, *first = NULL;
-    if (window == NULL || (pending = attr(red, s_pending, 'd')) == NULL || (gone = PyList_New(0)) == NULL)
+    if (window == NULL || (pending = attr(red, s_pending, &PyDict_Type)) == NULL || (gone = PyList_New(0)) == NULL)
         goto fail;
     for (;;) {
         Py_ssize_t len = PyObject_Size(window);
@@ -374,7 +361,7 @@ static PyObject *admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "col must be 0 (ts) or 1 (seq)");
         return NULL;
     }
-    if (add_batch(red, args[2], args[1]) < 0 || (index = attr(red, s_index, 'd')) == NULL)
+    if (add_batch(red, args[2], args[1]) < 0 || (index = attr(red, s_index, &PyDict_Type)) == NULL)
         goto done;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
@@ -424,16 +411,13 @@ static int by_rank(const void *a, const void *b) {
 
 /* Reducer._candidates(channel): the fresh entries still pending and the dirty ones, in window order. */
 static PyObject *candidates(PyObject *red, PyObject *channel, PyObject *pending) {
-    PyObject *fresh = attr(red, s_fresh, 'd'), *again_d = NULL, *cand = NULL, *got = NULL, *it = NULL,
+    PyObject *fresh = attr(red, s_fresh, &PyDict_Type), *again_d = NULL, *cand = NULL, *got = NULL, *it = NULL,
              *empty_list = NULL;
-    if (fresh == NULL || (again_d = attr(red, s_again, 'd')) == NULL)
+    if (fresh == NULL || (again_d = attr(red, s_again, &PyDict_Type)) == NULL)
         goto fail;
-    PyObject *fl = PyDict_GetItemWithError(fresh, channel), *again;
-    if (fl == NULL || (again = PyDict_GetItemWithError(again_d, channel)) == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, channel);
+    PyObject *fl = dict_item(fresh, channel), *again;
+    if (fl == NULL || (again = dict_item(again_d, channel)) == NULL)
         goto fail;
-    }
     if (!PyList_Check(fl) || !PySet_Check(again)) {
         PyErr_SetString(PyExc_TypeError, "a channel's fresh entries must be a list, its dirty seqs a set");
         goto fail;
@@ -513,17 +497,9 @@ typedef struct {
 
 /* Is best[k] < lf: 1, 0, -1 on error (KeyError for a key the index lacks, as best[k] raises). */
 static int below(PyObject *best, PyObject *k, long long lf) {
-    PyObject *b = PyDict_GetItemWithError(best, k);
-    if (b == NULL) {
-        if (!PyErr_Occurred()) {
-            PyObject *t = PyTuple_Pack(1, k);
-            if (t != NULL) {
-                PyErr_SetObject(PyExc_KeyError, t);
-                Py_DECREF(t);
-            }
-        }
+    PyObject *b = dict_item(best, k);
+    if (b == NULL)
         return -1;
-    }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(b, &overflow);
     if (v == -1 && PyErr_Occurred())
@@ -543,7 +519,7 @@ static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *red = args[0], *channel = args[1], *nbr = args[2], *among = args[3];
-    PyObject *pending = attr(red, s_pending, 'd'), *posd = NULL, *indexd = NULL, *lfd = NULL, *cand = NULL,
+    PyObject *pending = attr(red, s_pending, &PyDict_Type), *posd = NULL, *indexd = NULL, *lfd = NULL, *cand = NULL,
              *newly = NULL, *over = NULL, *op = NULL, *replica = NULL, *ret = NULL;
     Py_ssize_t na = PyTuple_GET_SIZE(among), nt = 0;
     Test *tests = PyMem_New(Test, na ? na : 1);
@@ -551,8 +527,8 @@ static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t n
         PyErr_NoMemory();
         goto done;
     }
-    if (pending == NULL || (posd = attr(red, s_pos, 'd')) == NULL || (indexd = attr(red, s_index, 'd')) == NULL ||
-        (lfd = attr(red, s_live_from, 'd')) == NULL)
+    if (pending == NULL || (posd = attr(red, s_pos, &PyDict_Type)) == NULL ||
+        (indexd = attr(red, s_index, &PyDict_Type)) == NULL || (lfd = attr(red, s_live_from, &PyDict_Type)) == NULL)
         goto done;
     for (Py_ssize_t a = 0; a < na; a++) {
         PyObject *n = PyTuple_GET_ITEM(among, a);
@@ -563,13 +539,9 @@ static PyObject *pass_channel(PyObject *mod, PyObject *const *args, Py_ssize_t n
             if (same)
                 continue;
         }
-        PyObject *p = PyDict_GetItemWithError(posd, n), *ix = p ? PyDict_GetItemWithError(indexd, n) : NULL,
-                 *lf = ix ? PyDict_GetItemWithError(lfd, n) : NULL;
-        if (lf == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, n);
+        PyObject *p = dict_item(posd, n), *ix = p ? dict_item(indexd, n) : NULL, *lf = ix ? dict_item(lfd, n) : NULL;
+        if (lf == NULL)
             goto done;
-        }
         Test *t = &tests[nt];
         t->pos = PyNumber_AsSsize_t(p, PyExc_OverflowError);
         t->lf = PyLong_AsLongLong(lf);
@@ -676,38 +648,28 @@ static int match_held(PyObject *red, PyObject *nbr, PyObject *tagobj, PyObject *
     long long tag = PyLong_AsLongLong(tagobj), lf;
     if (tag == -1 && PyErr_Occurred())
         return -1;
-    if ((indexd = attr(red, s_index, 'd')) == NULL || (lfd = attr(red, s_live_from, 'd')) == NULL ||
-        (dirtyd = attr(red, s_dirty, 'd')) == NULL)
+    if ((indexd = attr(red, s_index, &PyDict_Type)) == NULL || (lfd = attr(red, s_live_from, &PyDict_Type)) == NULL ||
+        (dirtyd = attr(red, s_dirty, &PyDict_Type)) == NULL)
         goto done;
-    PyObject *index = PyDict_GetItemWithError(indexd, nbr), *lfo = index ? PyDict_GetItemWithError(lfd, nbr) : NULL,
-             *dirty = lfo ? PyDict_GetItemWithError(dirtyd, nbr) : NULL;
-    if (dirty == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, nbr);
+    PyObject *index = dict_item(indexd, nbr), *lfo = index ? dict_item(lfd, nbr) : NULL,
+             *dirty = lfo ? dict_item(dirtyd, nbr) : NULL;
+    if (dirty == NULL)
         goto done;
-    }
     if ((lf = PyLong_AsLongLong(lfo)) == -1 && PyErr_Occurred())
         goto done;
     if (!PyList_Check(dirty)) {
         PyErr_SetString(PyExc_TypeError, "a neighbour's dirty sets must be a list");
         goto done;
     }
-    if ((best = attr(index, s_best, 'd')) == NULL || (table = PyObject_GetAttr(index, s_table)) == NULL ||
-        (seqs = attr(table, s_seqs, 'd')) == NULL || (hf = PySequence_Fast(held, "held must be a sequence")) == NULL)
+    if ((best = attr(index, s_best, &PyDict_Type)) == NULL || (table = PyObject_GetAttr(index, s_table)) == NULL ||
+        (seqs = attr(table, s_seqs, &PyDict_Type)) == NULL ||
+        (hf = PySequence_Fast(held, "held must be a sequence")) == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(hf); i++) {
         PyObject *k = PySequence_Fast_GET_ITEM(hf, i);
-        PyObject *oldo = PyDict_GetItemWithError(best, k);
-        if (oldo == NULL) {
-            if (!PyErr_Occurred()) {
-                PyObject *t = PyTuple_Pack(1, k);
-                if (t != NULL) {
-                    PyErr_SetObject(PyExc_KeyError, t);
-                    Py_DECREF(t);
-                }
-            }
+        PyObject *oldo = dict_item(best, k);
+        if (oldo == NULL)
             goto done;
-        }
         long long old = PyLong_AsLongLong(oldo);
         if (old == -1 && PyErr_Occurred())
             goto done;
@@ -717,12 +679,9 @@ static int match_held(PyObject *red, PyObject *nbr, PyObject *tagobj, PyObject *
             goto done;
         if (!(old < lf && lf <= tag))
             continue;
-        PyObject *got = PyDict_GetItemWithError(seqs, k);
-        if (got == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, k);
+        PyObject *got = dict_item(seqs, k);
+        if (got == NULL)
             goto done;
-        }
         Py_INCREF(got);
         for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dirty); d++) {
             PyObject *set = PyList_GET_ITEM(dirty, d);
@@ -779,16 +738,14 @@ static PyObject *take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     long long ev = PyLong_AsLongLong(e);
     if (ev == -1 && PyErr_Occurred())
         return NULL;
-    if ((lfd = attr(red, s_live_from, 'd')) == NULL || (filters = attr(red, s_filters, 'd')) == NULL ||
-        (received = attr(red, s_received, 'd')) == NULL || (indexd = attr(red, s_index, 'd')) == NULL ||
-        (blive = PyObject_GetAttr(body, s_live)) == NULL)
+    if ((lfd = attr(red, s_live_from, &PyDict_Type)) == NULL ||
+        (filters = attr(red, s_filters, &PyDict_Type)) == NULL ||
+        (received = attr(red, s_received, &PyDict_Type)) == NULL ||
+        (indexd = attr(red, s_index, &PyDict_Type)) == NULL || (blive = PyObject_GetAttr(body, s_live)) == NULL)
         goto done;
-    PyObject *cur = PyDict_GetItemWithError(lfd, nbr), *was = cur ? PyDict_GetItemWithError(filters, nbr) : NULL;
-    if (was == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, nbr);
+    PyObject *cur = dict_item(lfd, nbr), *was = cur ? dict_item(filters, nbr) : NULL;
+    if (was == NULL)
         goto done;
-    }
     long long lf = PyLong_AsLongLong(cur), back = PyLong_AsLongLong(blive);
     if (PyErr_Occurred())
         goto done;
@@ -844,12 +801,9 @@ static PyObject *take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
             goto done;
         if (tag < lf)   /* a run whose tuples already left the sender's window holds nothing live */
             continue;
-        PyObject *rec = PyDict_GetItemWithError(received, nbr), *next, *t;
-        if (rec == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, nbr);
+        PyObject *rec = dict_item(received, nbr), *next, *t;
+        if (rec == NULL)
             goto done;
-        }
         if ((next = PyNumber_Add(rec, one)) == NULL)
             goto done;
         int bad = PyDict_SetItem(received, nbr, next) < 0;
@@ -864,12 +818,9 @@ static PyObject *take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     }
     if (PyList_SetSlice(fs, PyList_GET_SIZE(fs), PyList_GET_SIZE(fs), new) < 0)
         goto done;
-    PyObject *index = PyDict_GetItemWithError(indexd, nbr);
-    if (index == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, nbr);
+    PyObject *index = dict_item(indexd, nbr);
+    if (index == NULL)
         goto done;
-    }
     Py_INCREF(index);
     if ((r = PyObject_CallMethodObjArgs(index, s_more_live, fs, new, NULL)) == NULL) {
         Py_DECREF(index);
