@@ -29,7 +29,7 @@ from joinlib.protocol import avro, wire
 from joinlib.protocol.messages import Body, Envelope, InstanceKey
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.instance import InboxKey, Instance, InstanceSpec
-from joinlib.runtime.lanes import Lane
+from joinlib.runtime.lanes import Lane, run_lanes
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.sink import Sink
 from joinlib.runtime.window import HomeWindow
@@ -183,17 +183,8 @@ class Host:
         """Run every lane as far as it can; True if anything ran."""
         if now is not None:
             self.now = now
-        ran, site, sensor, lanes = False, self.site, self.sensor, self._lanes
-        # Round robin until every other lane has failed since the last one that moved (a lane
-        # runs as far as it can, so only another lane's progress can unblock it).
-        n, i, idle = len(lanes), 0, 0
-        while idle < n - 1 or (not ran and idle < n):
-            if lanes[i].run(site, sensor):
-                ran, idle = True, 0
-            else:
-                idle += 1
-            i = i + 1 if i + 1 < n else 0
-        return ran  # windows purge at their next insert, behind their slowest reader
+        # windows purge at their next insert, behind their slowest reader
+        return run_lanes(self._lanes, self.site, self.sensor)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, with_stores: bool = False) -> dict[str, Any]:

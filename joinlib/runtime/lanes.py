@@ -17,10 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from joinlib.kernels import kernel
 from joinlib.runtime.sensor import Sensor
 
 PhaseFn = Callable[[int], bool]
+#: the clock phases are timed by (bench/ab_embedded.py sets the thread's CPU clock); read at every call
 _perf = time.perf_counter
+#: the loops below in C (joinlib/runtime/_lanesc.c), None: this module's Python form
+_c = kernel("joinlib.runtime._lanesc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,8 @@ class Lane:
 
     def run(self, site: str, sensor: Sensor) -> bool:
         """Run phases while they can; True if any ran."""
+        if _c is not None:
+            return bool(_c.run_lane(self, site, sensor.on_phase, _perf))
         hi = self.hi
         if hi is not None and self.epoch > hi:
             return False
@@ -77,3 +83,20 @@ class Lane:
 
     def __repr__(self) -> str:
         return f"Lane({self.name}, epoch={self.epoch}, cursor={self.cursor}, hi={self.hi})"
+
+
+def run_lanes(lanes: list[Lane], site: str, sensor: Sensor) -> bool:
+    """Run every lane as far as it can, round robin until every other lane has failed since the last one that
+    moved (a lane runs as far as it can, so only another lane's progress can unblock it); True if anything ran.
+    ``lanes`` as it is at the call: a phase that changes the host's lanes takes effect at the next call."""
+    if _c is not None:
+        return bool(_c.run_lanes(lanes, site, sensor.on_phase, _perf))
+    lanes = list(lanes)
+    ran, n, i, idle = False, len(lanes), 0, 0
+    while idle < n - 1 or (not ran and idle < n):
+        if lanes[i].run(site, sensor):
+            ran, idle = True, 0
+        else:
+            idle += 1
+        i = i + 1 if i + 1 < n else 0
+    return ran

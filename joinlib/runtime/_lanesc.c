@@ -1,0 +1,188 @@
+/* The scheduler's loop (joinlib/runtime/lanes.py run_lanes and Lane.run), in C.
+ *
+ * Why C: a host runs its lanes round robin until every lane has failed since the last one that moved, so each
+ * call polls every lane at least once, and most polls find nothing to do (a phase waiting for a message, a window
+ * not inserted that far).  A node calls it after every batch of messages: on the demo's query about two polls in
+ * three fail, and the Python loop around each poll (attribute reads, the clock, the cursor) cost more than the
+ * phases' own tests; live, the polls were about a fifth of a node's CPU.  This is the same loop, reading and writing
+ * the same Lane attributes, so a Lane stays a plain Python object that other code (snapshots, repr, the adaptive
+ * runtime) reads as before.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op;
+
+/* getattr(o, name) as a C long long (an int attribute). */
+static int get_ll(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_ll(PyObject *o, PyObject *name, long long x) {
+    PyObject *v = PyLong_FromLongLong(x);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_SetAttr(o, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* perf() as a double; -1 with an exception set on error (a clock never answers -1.0). */
+static double clock_now(PyObject *perf) {
+    PyObject *t = PyObject_CallNoArgs(perf);
+    if (t == NULL)
+        return -1.0;
+    double d = PyFloat_AsDouble(t);
+    Py_DECREF(t);
+    return d;
+}
+
+/* One phase of `lane` at its cursor: 1 ran (timed, reported to on_phase), 0 could not run, -1 error. */
+static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf) {
+    long long cursor, epoch;
+    if (get_ll(lane, s_cursor, &cursor) < 0)
+        return -1;
+    if (cursor < 0 || cursor >= PyList_GET_SIZE(phases)) {
+        PyErr_SetString(PyExc_IndexError, "a lane's cursor is past its phases");
+        return -1;
+    }
+    PyObject *ph = PyList_GET_ITEM(phases, cursor);
+    Py_INCREF(ph);
+    PyObject *fn = PyObject_GetAttr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL, *dt = NULL, *r = NULL;
+    int out = -1;
+    double t0 = clock_now(perf), t1;
+    if (fn == NULL || (t0 == -1.0 && PyErr_Occurred()) || get_ll(lane, s_epoch, &epoch) < 0 ||
+        (e = PyLong_FromLongLong(epoch)) == NULL || (res = PyObject_CallOneArg(fn, e)) == NULL)
+        goto done;
+    int truth = PyObject_IsTrue(res);
+    if (truth <= 0) {
+        out = truth;
+        goto done;
+    }
+    t1 = clock_now(perf);
+    if ((t1 == -1.0 && PyErr_Occurred()) || (op = PyObject_GetAttr(ph, s_op)) == NULL ||
+        (dt = PyFloat_FromDouble(t1 - t0)) == NULL)
+        goto done;
+    PyObject *argv[3] = {site, op, dt};
+    if ((r = PyObject_Vectorcall(on_phase, argv, 3, NULL)) != NULL)
+        out = 1;
+done:
+    Py_DECREF(ph);
+    Py_XDECREF(fn);
+    Py_XDECREF(e);
+    Py_XDECREF(res);
+    Py_XDECREF(op);
+    Py_XDECREF(dt);
+    Py_XDECREF(r);
+    return out;
+}
+
+/* Lane.run: phases while they can; 1 if any ran, 0 if none, -1 on error. */
+static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject *perf) {
+    PyObject *hiobj = PyObject_GetAttr(lane, s_hi);
+    if (hiobj == NULL)
+        return -1;
+    int has_hi = hiobj != Py_None;
+    long long hi = has_hi ? PyLong_AsLongLong(hiobj) : 0, epoch, cursor, n;
+    Py_DECREF(hiobj);
+    if ((hi == -1 && PyErr_Occurred()) || get_ll(lane, s_epoch, &epoch) < 0)
+        return -1;
+    if (has_hi && epoch > hi)
+        return 0;
+    PyObject *phases = PyObject_GetAttr(lane, s_phases);
+    if (phases == NULL)
+        return -1;
+    int moved = 0;
+    if (!PyList_Check(phases)) {
+        PyErr_SetString(PyExc_TypeError, "a lane's phases are a list");
+        goto error;
+    }
+    if (get_ll(lane, s_n, &n) < 0)
+        goto error;
+    for (;;) {
+        int ran = run_phase(lane, phases, site, on_phase, perf);
+        if (ran < 0)
+            goto error;
+        if (ran == 0)
+            break;
+        moved = 1;
+        if (get_ll(lane, s_cursor, &cursor) < 0 || set_ll(lane, s_cursor, cursor + 1) < 0)
+            goto error;
+        if (cursor + 1 == n) {
+            if (set_ll(lane, s_cursor, 0) < 0 || get_ll(lane, s_epoch, &epoch) < 0 ||
+                set_ll(lane, s_epoch, epoch + 1) < 0)
+                goto error;
+            if (has_hi && epoch + 1 > hi)
+                break;
+        }
+    }
+    Py_DECREF(phases);
+    return moved;
+error:
+    Py_DECREF(phases);
+    return -1;
+}
+
+/* run_lanes(lanes, site, on_phase, perf) -> bool: every lane round robin until each has failed since the last one
+ * that moved (lanes.py run_lanes). */
+static PyObject *run_lanes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "run_lanes(lanes: list, site, on_phase, perf)");
+        return NULL;
+    }
+    PyObject *lanes = PySequence_Tuple(args[0]);   /* the list as it is now, whatever a phase does to it */
+    if (lanes == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(lanes), i = 0, idle = 0;
+    int ran = 0;
+    while (idle < n - 1 || (!ran && idle < n)) {
+        int r = run_lane(PyTuple_GET_ITEM(lanes, i), args[1], args[2], args[3]);
+        if (r < 0) {
+            Py_DECREF(lanes);
+            return NULL;
+        }
+        if (r) {
+            ran = 1;
+            idle = 0;
+        } else {
+            idle++;
+        }
+        i = i + 1 < n ? i + 1 : 0;
+    }
+    Py_DECREF(lanes);
+    return PyBool_FromLong(ran);
+}
+
+/* run_lane(lane, site, on_phase, perf) -> bool: Lane.run. */
+static PyObject *run_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run_lane(lane, site, on_phase, perf)");
+        return NULL;
+    }
+    int r = run_lane(args[0], args[1], args[2], args[3]);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyMethodDef methods[] = {
+    {"run_lanes", (PyCFunction)(void (*)(void))run_lanes, METH_FASTCALL,
+     "run_lanes(lanes, site, on_phase, perf) -> bool: the host's round robin (lanes.run_lanes)"},
+    {"run_lane", (PyCFunction)(void (*)(void))run_one, METH_FASTCALL,
+     "run_lane(lane, site, on_phase, perf) -> bool: Lane.run"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lanesc", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__lanesc(void) {
+    if ((s_hi = PyUnicode_InternFromString("hi")) == NULL || (s_epoch = PyUnicode_InternFromString("epoch")) == NULL ||
+        (s_cursor = PyUnicode_InternFromString("cursor")) == NULL ||
+        (s_phases = PyUnicode_InternFromString("phases")) == NULL || (s_n = PyUnicode_InternFromString("_n")) == NULL ||
+        (s_fn = PyUnicode_InternFromString("fn")) == NULL || (s_op = PyUnicode_InternFromString("op")) == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

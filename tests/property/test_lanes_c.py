@@ -1,0 +1,125 @@
+"""The scheduler's loop in C (joinlib/runtime/_lanesc.c) against its Python form (joinlib/runtime/lanes.py).
+
+Random lanes whose phases wait on shared counters that other phases move (as a probe waits for its replica's
+apply), with end epochs, truthy non-bool answers and phases that raise: both forms must call the same phases in
+the same order, leave every lane's epoch and cursor the same, report the same operators, answer the same and raise
+the same.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import joinlib.runtime.lanes as lanes_mod
+from joinlib.runtime.lanes import Lane, Phase, run_lanes
+from joinlib.runtime.sensor import Sensor
+from tests.kernels import kernels
+
+
+class _Boom(Exception):
+    pass
+
+
+class _BadBool:
+    def __bool__(self) -> bool:
+        raise _Boom("truth")
+
+
+class _Log(Sensor):
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str]] = []
+
+    def on_phase(self, site: str, operator: str, seconds: float) -> None:
+        assert seconds >= 0.0
+        self.ops.append((site, operator))
+
+
+_BUDGET = 300   # calls after which every phase waits: a lane that could always run would never stop
+
+
+def _world(spec: dict[str, Any]) -> tuple[list[Lane], list[Any], dict[str, int]]:
+    """Lanes built from ``spec``: phase (l, k) runs at epoch e when counter ``needs`` is above e (or always), then
+    moves counter ``moves``; it answers ``answer`` (a truthy value) or raises on its ``boom``-th call."""
+    calls: list[Any] = []
+    counters = {c: v for c, v in enumerate(spec["counters"])}
+    state = {"n": 0}
+    lanes = []
+    for li, (phases, lo, hi) in enumerate(spec["lanes"]):
+        ps = []
+        for k, (needs, moves, answer, boom) in enumerate(phases):
+            def fn(e: int, li: int = li, k: int = k, needs: Optional[int] = needs, moves: int = moves,
+                   answer: Any = answer, boom: Optional[int] = boom) -> Any:
+                state["n"] += 1
+                calls.append((li, k, e))
+                if boom is not None and state["n"] == boom:
+                    raise _Boom(f"phase {li}.{k}")
+                if state["n"] > _BUDGET or (needs is not None and counters[needs] <= e):
+                    return [] if answer == "list" else False
+                counters[moves] = counters[moves] + 1
+                return _BadBool() if answer == "bad" else answer
+            ps.append(Phase((k,), f"op{li}.{k}", fn))
+        lanes.append(Lane(f"lane{li}", ps, lo, hi))
+    return lanes, calls, counters  # type: ignore[return-value]
+
+
+_phase = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 3),
+                   st.sampled_from([True, 1, "yes", [0], "list", "bad"]), st.one_of(st.none(), st.integers(1, 200)))
+_spec = st.fixed_dictionaries({
+    "counters": st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    "lanes": st.lists(st.tuples(st.lists(_phase, min_size=1, max_size=4), st.integers(-1, 2),
+                                st.one_of(st.none(), st.integers(-2, 8))), max_size=6),
+    "rounds": st.integers(1, 4),
+})
+
+
+def _drive(spec: dict[str, Any], c: bool) -> Any:
+    lanes, calls, counters = _world(spec)
+    sensor = _Log()
+    answers: list[Any] = []
+    with kernels(lanes_mod, c):
+        try:
+            for _ in range(spec["rounds"]):
+                answers.append(run_lanes(lanes, "s1", sensor))
+                if lanes:   # the single-lane entry too
+                    answers.append(lanes[0].run("s1", sensor))
+        except _Boom as exc:
+            answers.append(("raised", str(exc)))
+    return (answers, calls, sensor.ops, counters, [(ln.epoch, ln.cursor, ln.done) for ln in lanes])
+
+
+def test_the_kernel_is_built() -> None:
+    assert lanes_mod._c is not None, "joinlib.runtime._lanesc is not built (python setup.py build_ext --inplace)"
+
+
+@settings(max_examples=400, deadline=None)
+@given(_spec)
+def test_c_and_python_lanes_agree(spec: dict[str, Any]) -> None:
+    assert _drive(spec, True) == _drive(spec, False)
+
+
+def test_a_phase_that_is_not_a_list_of_phases_is_refused() -> None:
+    lane = Lane("x", [], 0, None)
+    lane.phases = ("not", "a list")  # type: ignore[assignment]
+    with kernels(lanes_mod, True), pytest.raises(TypeError, match="phases are a list"):
+        lane.run("s1", Sensor())
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "fallback"])
+def test_lanes_that_run_to_their_end(c: bool) -> None:
+    """Two lanes handing work to each other run to their end epochs in one call, in both forms."""
+    box = {"a": 0}
+
+    def put(e: int) -> bool:
+        box["a"] = e + 1
+        return True
+
+    def get(e: int) -> bool:
+        return box["a"] > e
+    a, b = Lane("a", [Phase((0,), "put", put)], 0, 5), Lane("b", [Phase((0,), "get", get)], 0, 5)
+    with kernels(lanes_mod, c):
+        assert run_lanes([b, a], "s", Sensor()) is True
+        assert (a.epoch, b.epoch, a.done, b.done) == (6, 6, True, True)
+        assert run_lanes([b, a], "s", Sensor()) is False
