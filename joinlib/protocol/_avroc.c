@@ -1,4 +1,5 @@
-/* Avro size kernels: the sizes joinlib/protocol/avro.py's encoders would write, without writing them.
+/* Avro kernels: the sizes joinlib/protocol/avro.py's encoders would write, without writing them; the arrays of
+ * values and longs they write; node-to-node envelopes (wire.py's encode_envelope and envelope_size, at the end).
  *
  * Why C: a node prices every source tuple it takes in as the naive baseline (what shipping it to every other
  * site would cost, wire.naive_batch_size), and most of a selective plan's tuples are never encoded, so the size
@@ -142,13 +143,151 @@ static inline Py_ssize_t put_varint(uint8_t *out, long long n) {
     return i;
 }
 
-/* The end of an array that ``encode_values`` / ``encode_longs`` wrote into ``out`` (``at`` bytes so far): its 0,
- * ``out`` cut to size; ``fast`` (the items' sequence) released. */
-static PyObject *end_array(PyObject *fast, PyObject *out, Py_ssize_t at) {
-    ((uint8_t *)PyBytes_AS_STRING(out))[at++] = 0x00;
-    Py_DECREF(fast);
-    if (_PyBytes_Resize(&out, at) < 0)
+/* A writer: with ``o`` NULL it only counts the bytes (``n``); else it writes them into ``o`` (``cap`` bytes) and
+ * refuses to write beyond (ValueError: what it writes changed since it was counted).  ``encode``: a tuple without
+ * its encoding gets one (avro.encode_tuple, which caches it on the tuple, as the Python encoder does); else its
+ * size is counted from its fields. */
+typedef struct {
+    uint8_t *o;
+    Py_ssize_t n, cap;
+    int encode;
+} W;
+
+static int w_room(W *w, Py_ssize_t k) {
+    if (w->o != NULL && w->n + k > w->cap) {
+        PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
+        return -1;
+    }
+    return 0;
+}
+
+static int w_put(W *w, const void *s, Py_ssize_t k) {
+    if (w_room(w, k) < 0)
+        return -1;
+    if (w->o != NULL)
+        memcpy(w->o + w->n, s, k);
+    w->n += k;
+    return 0;
+}
+
+static int w_byte(W *w, uint8_t c) {
+    return w_put(w, &c, 1);
+}
+
+static int w_long(W *w, long long v) {
+    Py_ssize_t k = zz_len(v);
+    if (w_room(w, k) < 0)
+        return -1;
+    if (w->o != NULL)
+        put_varint(w->o + w->n, v);
+    w->n += k;
+    return 0;
+}
+
+/* The value of an int within 64 bits (``int32``: within an Avro int) in *v, or -1 with TypeError / OverflowError
+ * (the Python form then answers: its bytes or its error). */
+static int as_long(PyObject *x, long long *v, int int32) {
+    if (!PyLong_Check(x)) {
+        PyErr_SetString(PyExc_TypeError, "not an int");
+        return -1;
+    }
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || (int32 && (*v < INT32_MIN || *v > INT32_MAX))) {
+        PyErr_SetString(PyExc_OverflowError, int32 ? "beyond an Avro int" : "beyond an Avro long");
+        return -1;
+    }
+    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* One Value-union item (avro._value) of an exact str, int (64-bit), float, bool or None; TypeError / OverflowError
+ * for anything else. */
+static int w_value(W *w, PyObject *v) {
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(v, &len);
+        if (u == NULL || w_byte(w, 0x08) < 0 || w_long(w, len) < 0)
+            return -1;
+        return w_put(w, u, len);
+    }
+    if (v == Py_None)
+        return w_byte(w, 0x00);
+    if (PyBool_Check(v))
+        return w_byte(w, 0x02) < 0 ? -1 : w_byte(w, v == Py_True ? 1 : 0);
+    if (PyFloat_CheckExact(v)) {
+        char d[8];
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(v), d, 1) < 0 || w_byte(w, 0x06) < 0)
+            return -1;
+        return w_put(w, d, 8);
+    }
+    if (!PyLong_CheckExact(v)) {
+        PyErr_SetString(PyExc_TypeError, "not an exact scalar");
+        return -1;
+    }
+    long long x;
+    if (as_long(v, &x, 0) < 0 || w_byte(w, 0x04) < 0)
+        return -1;
+    return w_long(w, x);
+}
+
+/* An array of Values (avro.put_key): one block of n items, then 0 (an empty array is the 0 alone). */
+static int w_values(W *w, PyObject **items, Py_ssize_t n) {
+    if (n && w_long(w, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (w_value(w, items[i]) < 0)
+            return -1;
+    return w_byte(w, 0x00);
+}
+
+/* An array of longs (avro.put_longs): the count, each zig-zag varint, then 0. */
+static int w_longs(W *w, PyObject **items, Py_ssize_t n) {
+    if (n && w_long(w, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long x;
+        if (as_long(items[i], &x, 0) < 0 || w_long(w, x) < 0)
+            return -1;
+    }
+    return w_byte(w, 0x00);
+}
+
+typedef int (*Put)(W *, PyObject *);
+
+/* The bytes ``put`` writes of ``x``: one pass counts them, a second writes them into a bytes object of that size
+ * (ValueError if it does not fill it exactly: ``x`` changed in between).  ``encode``: see W. */
+static PyObject *written(Put put, PyObject *x, int encode) {
+    W count = {NULL, 0, 0, encode};
+    if (put(&count, x) < 0)
         return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count.n);
+    if (out == NULL)
+        return NULL;
+    W w = {(uint8_t *)PyBytes_AS_STRING(out), 0, count.n, encode};
+    if (put(&w, x) < 0 || w.n != count.n) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int put_fast_values(W *w, PyObject *fast) {
+    return w_values(w, PySequence_Fast_ITEMS(fast), PySequence_Fast_GET_SIZE(fast));
+}
+
+static int put_fast_longs(W *w, PyObject *fast) {
+    return w_longs(w, PySequence_Fast_ITEMS(fast), PySequence_Fast_GET_SIZE(fast));
+}
+
+/* ``put`` of the items of any sequence (a list made of it if it is neither a list nor a tuple). */
+static PyObject *written_items(Put put, PyObject *arg) {
+    PyObject *fast = PySequence_Fast(arg, "takes a sequence");
+    if (fast == NULL)
+        return NULL;
+    PyObject *out = written(put, fast, 0);
+    Py_DECREF(fast);
     return out;
 }
 
@@ -156,107 +295,14 @@ static PyObject *end_array(PyObject *fast, PyObject *out, Py_ssize_t at) {
  * None -- one array block, then 0; TypeError / OverflowError for anything else (values.py then answers: fastavro's
  * encoding or its error).  A live source's payload is encoded once per record with this. */
 static PyObject *encode_values(PyObject *self, PyObject *arg) {
-    PyObject *fast = PySequence_Fast(arg, "encode_values takes a sequence");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), size = 20;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {   /* an upper bound of the size, and the types checked */
-        PyObject *v = items[i];
-        if (PyUnicode_CheckExact(v)) {
-            Py_ssize_t len;
-            if (PyUnicode_AsUTF8AndSize(v, &len) == NULL)
-                goto fail;
-            size += 11 + len;
-        } else if (v == Py_None || PyBool_Check(v) || PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
-            size += 11;
-        } else {
-            PyErr_SetString(PyExc_TypeError, "not an exact scalar");
-            goto fail;
-        }
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL)
-        goto fail;
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    Py_ssize_t at = 0;
-    if (n)
-        at += put_varint(o + at, n);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = items[i];
-        if (PyUnicode_CheckExact(v)) {
-            Py_ssize_t len;
-            const char *u = PyUnicode_AsUTF8AndSize(v, &len);
-            o[at++] = 0x08;
-            at += put_varint(o + at, len);
-            memcpy(o + at, u, len);
-            at += len;
-        } else if (v == Py_None) {
-            o[at++] = 0x00;
-        } else if (PyBool_Check(v)) {
-            o[at++] = 0x02;
-            o[at++] = v == Py_True ? 1 : 0;
-        } else if (PyFloat_CheckExact(v)) {
-            o[at++] = 0x06;
-            if (PyFloat_Pack8(PyFloat_AS_DOUBLE(v), (char *)(o + at), 1) < 0) {
-                Py_DECREF(out);
-                goto fail;
-            }
-            at += 8;
-        } else {
-            int overflow;
-            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (overflow) {
-                Py_DECREF(out);
-                PyErr_SetString(PyExc_OverflowError, "beyond an Avro long");
-                goto fail;
-            }
-            o[at++] = 0x04;
-            at += put_varint(o + at, x);
-        }
-    }
-    return end_array(fast, out, at);
-fail:
-    Py_DECREF(fast);
-    return NULL;
+    return written_items(put_fast_values, arg);
 }
 
 /* encode_longs(xs) -> bytes: avro.put_longs's array of longs -- the count, each zig-zag varint, then 0 (an empty
  * array is the 0 alone); TypeError / OverflowError for anything but ints within 64 bits (avro.py then answers).
  * Update messages carry a count per changed key and per arrival: a C loop in place of a Python call each. */
 static PyObject *encode_longs(PyObject *self, PyObject *arg) {
-    PyObject *fast = PySequence_Fast(arg, "encode_longs takes a sequence");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), at = 0;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 10 * (n + 1) + 1);
-    if (out == NULL)
-        goto fail;
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    if (n)
-        at += put_varint(o + at, n);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = items[i];
-        if (!PyLong_Check(v)) {
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_TypeError, "not an int");
-            goto fail;
-        }
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow || (x == -1 && PyErr_Occurred())) {
-            Py_DECREF(out);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_OverflowError, "beyond an Avro long");
-            goto fail;
-        }
-        at += put_varint(o + at, x);
-    }
-    return end_array(fast, out, at);
-fail:
-    Py_DECREF(fast);
-    return NULL;
+    return written_items(put_fast_longs, arg);
 }
 
 /* A growable byte buffer. */
@@ -463,6 +509,262 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------------- envelopes
+ * envelope(env) -> bytes and envelope_size(env) -> int: wire.encode_envelope's bytes and their number, for the
+ * classes wire.py registers (setup_envelopes) exactly -- a subclass, a value of another type, an int beyond its
+ * Avro type or a list that is neither a list nor a tuple raises, and wire.py's Python form then writes the same
+ * bytes or raises its own error.  Why: every message a plan sends is encoded on Kafka, and sized in the simulator
+ * (the bytes each link carries); in Python that was about 3 us for a key set of a few keys and 9 us for a batch
+ * of ten tuples.  The size is counted without writing: a tuple's cached encoding by its length, one without by
+ * its fields (not encoded, not cached). */
+
+enum { K_TUPLE_BATCH, K_KEY_BATCH, K_EXPIRY_UPDATE, K_DJA_UPDATE, K_WINDOW_SNAPSHOT, K_KEY_FILTER, K_SHIPPED_BATCH,
+       NKINDS };
+static PyObject *envelope_type, *tup_type, *body_types[NKINDS], *encode_tuple_fn;
+static long long body_branch[NKINDS];
+static PyObject *s_part, *s_gen, *s_flow, *s_epoch, *s_body, *s_rows, *s_keys, *s_expired, *s_arrivals, *s_vj,
+    *s_vc, *s_sf, *s_base, *s_tuples, *s_counts, *s_back, *s_live, *s_bits, *s_hashes, *s_n, *s_ages;
+
+/* The items of a list or a tuple, what the envelope writers take (TypeError for anything else). */
+static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n) {
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "not a list or a tuple");
+        return -1;
+    }
+    *items = PySequence_Fast_ITEMS(seq);
+    *n = PySequence_Fast_GET_SIZE(seq);
+    return 0;
+}
+
+static int put_long(W *w, PyObject *x) {
+    long long v;
+    return as_long(x, &v, 0) < 0 ? -1 : w_long(w, v);
+}
+
+static int put_int(W *w, PyObject *x) {
+    long long v;
+    return as_long(x, &v, 1) < 0 ? -1 : w_long(w, v);
+}
+
+static int put_longs(W *w, PyObject *xs) {
+    PyObject **items;
+    Py_ssize_t n;
+    return items_of(xs, &items, &n) < 0 ? -1 : w_longs(w, items, n);
+}
+
+static int put_key(W *w, PyObject *key) {
+    PyObject **items;
+    Py_ssize_t n;
+    return items_of(key, &items, &n) < 0 ? -1 : w_values(w, items, n);
+}
+
+static int put_bytes(W *w, PyObject *b) {
+    if (!PyBytes_CheckExact(b)) {
+        PyErr_SetString(PyExc_TypeError, "not bytes");
+        return -1;
+    }
+    return w_put(w, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+}
+
+/* An array of ``put`` of each item of a list or tuple (avro.put_keys, put_tups, a TupleBatch's rows): the count if
+ * any, the items, 0.  An item is held while it is written (writing a tuple may call encode_tuple), and a list's
+ * length read again each time. */
+static int put_array(W *w, PyObject *seq, Put put) {
+    PyObject **items;
+    Py_ssize_t n;
+    if (items_of(seq, &items, &n) < 0 || (n && w_long(w, n) < 0))
+        return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(x);
+        int r = put(w, x);
+        Py_DECREF(x);
+        if (r < 0)
+            return -1;
+    }
+    return w_byte(w, 0x00);
+}
+
+static int put_keys(W *w, PyObject *keys) {
+    return put_array(w, keys, put_key);
+}
+
+typedef struct {
+    PyObject **name;   /* the attribute written; NULL: ``put`` writes the object itself */
+    Put put;
+} Field;
+
+static int put_fields(W *w, PyObject *o, const Field *f) {
+    for (; f->put != NULL; f++) {
+        if (f->name == NULL) {
+            if (f->put(w, o) < 0)
+                return -1;
+            continue;
+        }
+        PyObject *x = PyObject_GetAttr(o, *f->name);
+        if (x == NULL)
+            return -1;
+        int r = f->put(w, x);
+        Py_DECREF(x);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A tuple not encoded yet, from its fields (avro.encode_tuple): pos, id, ts, seq, the key's Values, the rest. */
+static int put_rest(W *w, PyObject *rest) {
+    if (!PyBytes_CheckExact(rest)) {
+        PyErr_SetString(PyExc_TypeError, "a tuple's rest must be bytes");
+        return -1;
+    }
+    return w_long(w, PyBytes_GET_SIZE(rest)) < 0 ? -1 : put_bytes(w, rest);
+}
+
+static const Field TUP_FIELDS[] = {{&s_pos, put_int}, {&s_id, put_long}, {&s_ts, put_long}, {&s_seq, put_long},
+                                   {&s_key, put_key}, {&s_rest, put_rest}, {NULL, NULL}};
+
+/* One joinlib.BaseTuple (a Tup exactly): its cached encoding; without one, when encoding, avro.encode_tuple's
+ * (which caches it), else its fields. */
+static int put_tup(W *w, PyObject *t) {
+    if ((PyObject *)Py_TYPE(t) != tup_type) {
+        PyErr_SetString(PyExc_TypeError, "not a Tup");
+        return -1;
+    }
+    PyObject *wire = PyObject_GetAttr(t, s_wire);
+    if (wire == NULL)
+        return -1;
+    if (wire == Py_None) {
+        Py_DECREF(wire);
+        if (!w->encode)
+            return put_fields(w, t, TUP_FIELDS);
+        if (w->o != NULL) {   /* encoded by the counting pass */
+            PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
+            return -1;
+        }
+        if ((wire = PyObject_CallOneArg(encode_tuple_fn, t)) == NULL)
+            return -1;
+    }
+    int r = put_bytes(w, wire);
+    Py_DECREF(wire);
+    return r;
+}
+
+static int put_tups(W *w, PyObject *tups) {
+    return put_array(w, tups, put_tup);
+}
+
+static int put_rows(W *w, PyObject *rows) {
+    return put_array(w, rows, put_tups);
+}
+
+/* A KeyFilter's ``bloom`` union (wire._put_key_filter): the Ages record when there are ages, else null without
+ * bits, else the Bloom record (bits, hashes, n). */
+static int put_bloom(W *w, PyObject *body) {
+    PyObject *ages = PyObject_GetAttr(body, s_ages), **items;
+    Py_ssize_t n;
+    if (ages == NULL)
+        return -1;
+    if (items_of(ages, &items, &n) < 0 || (n && (w_byte(w, 0x04) < 0 || w_longs(w, items, n) < 0))) {
+        Py_DECREF(ages);
+        return -1;
+    }
+    Py_DECREF(ages);
+    if (n)
+        return 0;
+    PyObject *bits = PyObject_GetAttr(body, s_bits);
+    if (bits == NULL)
+        return -1;
+    int r;
+    if (!PyBytes_CheckExact(bits)) {
+        PyErr_SetString(PyExc_TypeError, "a Bloom filter's bits must be bytes");
+        r = -1;
+    } else if (PyBytes_GET_SIZE(bits) == 0) {
+        r = w_byte(w, 0x00);
+    } else {
+        static const Field rest[] = {{&s_hashes, put_int}, {&s_n, put_long}, {NULL, NULL}};
+        r = (w_byte(w, 0x02) < 0 || w_long(w, PyBytes_GET_SIZE(bits)) < 0 || put_bytes(w, bits) < 0 ||
+             put_fields(w, body, rest) < 0) ? -1 : 0;
+    }
+    Py_DECREF(bits);
+    return r;
+}
+
+/* The fields of each body class after its union branch, in schema order. */
+static const Field BODY_FIELDS[NKINDS][5] = {
+    [K_TUPLE_BATCH] = {{&s_rows, put_rows}},
+    [K_KEY_BATCH] = {{&s_keys, put_keys}},
+    [K_EXPIRY_UPDATE] = {{&s_expired, put_long}, {&s_arrivals, put_longs}},
+    [K_DJA_UPDATE] = {{&s_vj, put_keys}, {&s_vc, put_longs}, {&s_sf, put_tups}, {&s_arrivals, put_longs}},
+    [K_WINDOW_SNAPSHOT] = {{&s_base, put_long}, {&s_tuples, put_tups}, {&s_keys, put_keys}, {&s_counts, put_longs}},
+    [K_KEY_FILTER] = {{&s_back, put_long}, {&s_live, put_long}, {&s_keys, put_keys}, {NULL, put_bloom}},
+    [K_SHIPPED_BATCH] = {{&s_tuples, put_tups}, {&s_arrivals, put_longs}},
+};
+
+static int put_body(W *w, PyObject *body) {
+    int k = 0;
+    while (k < NKINDS && (PyObject *)Py_TYPE(body) != body_types[k])
+        k++;
+    if (k == NKINDS) {
+        PyErr_SetString(PyExc_TypeError, "not a body class the kernel writes");
+        return -1;
+    }
+    return w_long(w, body_branch[k]) < 0 ? -1 : put_fields(w, body, BODY_FIELDS[k]);
+}
+
+static const Field ENVELOPE_FIELDS[] = {{&s_part, put_int}, {&s_gen, put_int}, {&s_flow, put_int},
+                                        {&s_epoch, put_long}, {&s_body, put_body}, {NULL, NULL}};
+
+static int put_envelope(W *w, PyObject *env) {
+    if ((PyObject *)Py_TYPE(env) != envelope_type) {
+        PyErr_SetString(PyExc_TypeError, "not an Envelope (or setup_envelopes was not called)");
+        return -1;
+    }
+    return put_fields(w, env, ENVELOPE_FIELDS);
+}
+
+/* envelope(env) -> bytes: wire.encode_envelope(env). */
+static PyObject *envelope(PyObject *mod, PyObject *env) {
+    return written(put_envelope, env, 1);
+}
+
+/* envelope_size(env) -> int: len(wire.encode_envelope(env)), nothing written (nor any tuple encoded). */
+static PyObject *envelope_size(PyObject *mod, PyObject *env) {
+    W w = {NULL, 0, 0, 0};
+    return put_envelope(&w, env) < 0 ? NULL : PyLong_FromSsize_t(w.n);
+}
+
+/* setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple): the classes the writers take (``bodies`` in the
+ * order TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch), each body's
+ * union branch, and avro.encode_tuple. */
+static PyObject *setup_envelopes(PyObject *mod, PyObject *args) {
+    PyObject *env_t, *tup_t, *bodies, *branches, *enc;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyType_Type, &env_t, &PyType_Type, &tup_t, &PyTuple_Type, &bodies,
+                          &PyTuple_Type, &branches, &enc))
+        return NULL;
+    if (PyTuple_GET_SIZE(bodies) != NKINDS || PyTuple_GET_SIZE(branches) != NKINDS || !PyCallable_Check(enc)) {
+        PyErr_SetString(PyExc_ValueError, "setup_envelopes takes 7 body classes, 7 branches and encode_tuple");
+        return NULL;
+    }
+    long long br[NKINDS];
+    for (int k = 0; k < NKINDS; k++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(bodies, k))) {
+            PyErr_SetString(PyExc_TypeError, "a body class is not a class");
+            return NULL;
+        }
+        if (as_long(PyTuple_GET_ITEM(branches, k), &br[k], 1) < 0)
+            return NULL;
+    }
+    for (int k = 0; k < NKINDS; k++) {
+        Py_XSETREF(body_types[k], Py_NewRef(PyTuple_GET_ITEM(bodies, k)));
+        body_branch[k] = br[k];
+    }
+    Py_XSETREF(envelope_type, Py_NewRef(env_t));
+    Py_XSETREF(tup_type, Py_NewRef(tup_t));
+    Py_XSETREF(encode_tuple_fn, Py_NewRef(enc));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode_groups", encode_groups, METH_VARARGS,
      "encode_groups(groups, head_pos, names, last, limit) -> [(bytes, ngroups, nresults), ...]"},
@@ -470,16 +772,24 @@ static PyMethodDef methods[] = {
     {"encode_longs", encode_longs, METH_O, "encode_longs(xs) -> bytes (avro.put_longs's array)"},
     {"tuples_size", tuples_size, METH_O, "tuples_size(tups) -> the sum of len(avro.encode_tuple(t))"},
     {"keys_bytes", keys_bytes, METH_O, "keys_bytes(keys) -> joinlib.runtime.algorithms.base.keys_bytes(keys)"},
+    {"envelope", envelope, METH_O, "envelope(env) -> bytes (wire.encode_envelope)"},
+    {"envelope_size", envelope_size, METH_O, "envelope_size(env) -> len(wire.encode_envelope(env))"},
+    {"setup_envelopes", setup_envelopes, METH_VARARGS,
+     "setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple): the classes envelope() writes"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_avroc", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__avroc(void) {
-    if (!(s_wire = PyUnicode_InternFromString("wire")) || !(s_pos = PyUnicode_InternFromString("pos")) ||
-        !(s_id = PyUnicode_InternFromString("id")) || !(s_ts = PyUnicode_InternFromString("ts")) ||
-        !(s_seq = PyUnicode_InternFromString("seq")) || !(s_key = PyUnicode_InternFromString("key")) ||
-        !(s_rest = PyUnicode_InternFromString("rest")))
-        return NULL;
+    static const char *const names[] = {"wire", "pos", "id", "ts", "seq", "key", "rest", "part", "gen", "flow",
+                                        "epoch", "body", "rows", "keys", "expired", "arrivals", "vj", "vc", "sf",
+                                        "base", "tuples", "counts", "back", "live", "bits", "hashes", "n", "ages"};
+    PyObject **const slots[] = {&s_wire, &s_pos, &s_id, &s_ts, &s_seq, &s_key, &s_rest, &s_part, &s_gen, &s_flow,
+                                &s_epoch, &s_body, &s_rows, &s_keys, &s_expired, &s_arrivals, &s_vj, &s_vc, &s_sf,
+                                &s_base, &s_tuples, &s_counts, &s_back, &s_live, &s_bits, &s_hashes, &s_n, &s_ages};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
     return PyModule_Create(&module);
 }

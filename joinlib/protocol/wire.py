@@ -10,10 +10,12 @@ The messages that enter and leave the system (source batches, result batches, co
 :mod:`joinlib.protocol.schemas`.  All encodings are *schemaless* Avro (no container header): they are Kafka
 message values.
 
-Encoding is on the simulator's hot path, so envelopes are written by a hand-written encoder that produces
-exactly the bytes fastavro's ``schemaless_writer`` produces (``tests/unit/test_wire.py`` checks byte identity
-against :func:`_encode_envelope_reference`).  Tuple batches are decoded by hand too (checked against fastavro's
-decoding, :func:`_decode_envelope_reference`); the smaller bodies use fastavro.
+Encoding is on the hot path (every message a plan sends: encoded on Kafka, sized in the simulator), so envelopes
+are written by a hand-written encoder that produces exactly the bytes fastavro's ``schemaless_writer`` produces
+(``tests/unit/test_wire.py`` checks byte identity against :func:`_encode_envelope_reference`): in C where the
+``_avroc`` kernel is built (``envelope``, and ``envelope_size``, which counts the bytes without writing them), else
+in Python (``tests/property/test_wire_c.py`` checks the two alike).  Tuple batches are decoded by hand too (checked
+against fastavro's decoding, :func:`_decode_envelope_reference`); the smaller bodies use fastavro.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any, Callable
 
 import fastavro
 
+from joinlib.kernels import kernel
 from joinlib.model import Tup, Value
 from joinlib.protocol.avro import (
     END,
@@ -30,6 +33,7 @@ from joinlib.protocol.avro import (
     decode_whole,
     encode_int,
     encode_long,
+    encode_tuple,
     fastavro_read,
     fastavro_record,
     put_keys,
@@ -176,6 +180,16 @@ if set(_BODY_WRITERS) != set(_BODY_CLASSES.values()):  # pragma: no cover - a bo
     raise ImportError("joinlib.protocol.wire has no writer for some Envelope body class")
 
 
+#: The envelope kernel (_avroc.c), or None: no compiler at install; then the writers above do it all.  It takes the
+#: classes above exactly; a subclass, or a value it does not take, goes to the writers (same bytes, or their error).
+_c: Any = kernel("joinlib.protocol._avroc")
+if _c is not None:
+    _KERNEL_BODIES = (TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch)
+    _NAME_OF = {cls: name for name, cls in _BODY_CLASSES.items()}
+    _c.setup_envelopes(Envelope, Tup, _KERNEL_BODIES, tuple(_BODY_NAMES.index(_NAME_OF[cls]) for cls in _KERNEL_BODIES),
+                       encode_tuple)
+
+
 def _subclass_writer(body: object) -> BodyWriter:
     """The writer of the body class ``body`` is an instance of a subclass of."""
     for cls in _BODY_CLASSES.values():  # union order: the first class that matches
@@ -191,6 +205,17 @@ def encode_envelope(env: Envelope) -> bytes:
     """Schemaless Avro encoding of ``env`` (schema ``joinlib.Envelope``).  The sending and receiving
     sites are not part of it: on Kafka the message key and the topic carry them (and the
     simulator hands the envelope object over), so every message is a few bytes shorter."""
+    if _c is not None:
+        try:
+            out: bytes = _c.envelope(env)
+            return out
+        except Exception:   # declined (a subclass, an int beyond 64 bits, ...): the writers' bytes or their error
+            pass
+    return _encode_envelope(env)
+
+
+def _encode_envelope(env: Envelope) -> bytes:
+    """:func:`encode_envelope` by the Python writers."""
     parts: list[bytes] = []
     ap = parts.append
     ap(encode_int(env.part))
@@ -204,8 +229,16 @@ def encode_envelope(env: Envelope) -> bytes:
 
 
 def envelope_size(env: Envelope) -> int:
-    """The exact number of bytes of :func:`encode_envelope` (``env``)."""
-    return len(encode_envelope(env))
+    """The exact number of bytes of :func:`encode_envelope` (``env``): what the simulator charges a message.  The
+    kernel counts them without writing them (a tuple not encoded yet is sized from its fields, and stays
+    unencoded)."""
+    if _c is not None:
+        try:
+            n: int = _c.envelope_size(env)
+            return n
+        except Exception:   # declined: see encode_envelope
+            pass
+    return len(_encode_envelope(env))
 
 
 def naive_batch_size(epoch: int, tups: list[Tup]) -> int:

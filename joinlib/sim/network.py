@@ -1,10 +1,10 @@
 """A deterministic simulated network with per-link latency, bandwidth and FIFO order.
 
 Virtual time only: a message sent at time t on link (a, b) departs when the link is
-free, occupies it for bytes / bandwidth, and arrives ``latency`` later.  Every message
-is Avro-encoded (:mod:`joinlib.protocol.wire`) so the bytes charged are the bytes Kafka would
-carry.  Node processing time is measured (wall clock) but does not move virtual time,
-so a run is reproducible bit for bit.
+free, occupies it for bytes / bandwidth, and arrives ``latency`` later.  Every message is
+charged the bytes of its Avro encoding (:func:`joinlib.protocol.wire.envelope_size`, counted
+without writing them): the bytes Kafka would carry.  Node processing time is measured (wall
+clock) but does not move virtual time, so a run is reproducible bit for bit.
 """
 from __future__ import annotations
 
@@ -29,28 +29,23 @@ class SimNetwork:
     decode: Optional[Callable[[Envelope], Envelope]] = None  # round-trip through the codec (tests)
     now: float = 0.0
     stats: dict[tuple[str, str, str], LinkStats] = field(default_factory=dict)
-    _free_at: dict[tuple[str, str], float] = field(default_factory=dict)
     _queue: list[tuple[float, int, Event]] = field(default_factory=list)
     _seq: int = 0
-    _links: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)   # the model's, looked up once
+    #: per (src, dst, kind) sent on: the link's latency and bandwidth (the model's, looked up once), the time the
+    #: link is free from (a cell the link's kinds share) and the kind's stats -- one lookup per message
+    _routes: dict[tuple[str, str, str], tuple[float, float, list[float], LinkStats]] = field(default_factory=dict)
+    _free_at: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def send(self, env: Envelope) -> None:
         size = self.size_of(env)
-        src, dst, now = env.src, env.dst, self.now
-        link = (src, dst)
-        got = self._links.get(link)
-        if got is None:
-            got = self._links[link] = self.model.link(src, dst)
-        lat, bw = got
+        now = self.now
+        route = self._routes.get((env.src, env.dst, env.kind))
+        if route is None:
+            route = self._route(env.src, env.dst, env.kind)
+        lat, bw, free, st = route
         tx = size * 8.0 / bw
-        free = self._free_at.get(link, 0.0)
-        depart = free if free > now else now
-        self._free_at[link] = depart + tx
-        arrive = depart + tx + lat
-        kind = env.kind
-        st = self.stats.get((src, dst, kind))
-        if st is None:
-            st = self.stats[(src, dst, kind)] = LinkStats()
+        depart = free[0] if free[0] > now else now
+        free[0] = depart + tx
         st.messages += 1
         st.bytes += size
         st.transfer_ms += lat + tx
@@ -58,7 +53,14 @@ class SimNetwork:
         if self.decode is not None:
             env = self.decode(env)
         self._seq += 1
-        heapq.heappush(self._queue, (arrive, self._seq, ("msg", (env, now))))
+        heapq.heappush(self._queue, (depart + tx + lat, self._seq, ("msg", (env, now))))
+
+    def _route(self, src: str, dst: str, kind: str) -> tuple[float, float, list[float], LinkStats]:
+        lat, bw = self.model.link(src, dst)
+        free = self._free_at.setdefault((src, dst), [0.0])
+        st = self.stats.setdefault((src, dst, kind), LinkStats())
+        route = self._routes[(src, dst, kind)] = (lat, bw, free, st)
+        return route
 
     def schedule(self, at: float, event: Event) -> None:
         self._seq += 1
