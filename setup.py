@@ -15,7 +15,8 @@ KERNELS = {"joinlib.protocol._bloomc": "joinlib/protocol/_bloomc.c",
            "joinlib.runtime.algorithms._reducerc": "joinlib/runtime/algorithms/_reducerc.c",
            "joinlib.runtime._rowsc": "joinlib/runtime/_rowsc.c",
            "joinlib.runtime._lanesc": "joinlib/runtime/_lanesc.c",
-           "joinlib.ingest._jsonc": "joinlib/ingest/_jsonc.c"}
+           "joinlib.ingest._jsonc": "joinlib/ingest/_jsonc.c",
+           "joinlib.state._storec": "joinlib/state/_storec.c"}
 
 # the headers a kernel includes: build_ext rebuilds it when one changes, and setuptools >= 69 puts them in an sdist
 # (MANIFEST.in does for older ones)

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from operator import itemgetter, lt
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
+from joinlib.kernels import kernel
 from joinlib.model import Tup
 from joinlib.state.base import Index, Key, KeyList
 
 Projector = Callable[[Key], Key]  # a tuple's key -> its key at one Index
+
+#: the per-batch loops of insert and purge_below in C (joinlib/state/_storec.c; None: the Python form below)
+_c: Any = kernel("joinlib.state._storec")
 
 
 class MemoryWindowStore:
@@ -30,6 +34,8 @@ class MemoryWindowStore:
 
     def insert(self, tups: Sequence[Tup]) -> None:
         if not tups:
+            return
+        if _c is not None and _c.insert(self._all, self._indexes, tups):  # the usual case, below
             return
         all_ = self._all
         last = all_.seq[-1] if len(all_) else -1
@@ -57,6 +63,9 @@ class MemoryWindowStore:
     def _append(self, tups: Sequence[Tup], seqs: list[int]) -> None:
         """``tups`` (seqs ``seqs``, increasing, all above the stored ones) at the end of the window and of their
         keys' lists."""
+        if _c is not None:
+            _c.append(self._all, self._indexes, tups)
+            return
         all_ = self._all
         all_.ts.extend([t.ts for t in tups])
         all_.seq.extend(seqs)
@@ -80,6 +89,9 @@ class MemoryWindowStore:
         return {k: kl for k in keys if (kl := table.get(k)) is not None}
 
     def purge_below(self, *, ts: Optional[int] = None, seq: Optional[int] = None) -> list[Tup]:
+        if _c is not None:
+            gone: list[Tup] = _c.purge_below(self._all, self._indexes, ts, seq)  # the same steps
+            return gone
         gone = self._all.drop_below(ts=ts, seq=seq)
         if gone:
             for table, proj in self._indexes.values():
@@ -170,9 +182,16 @@ def projector(index: Index) -> Projector:
         return _Prefix(len(index))
     if len(index) == 1:
         i = index[0]
-        return lambda key: (key[i],)
-    get = itemgetter(*index)
-    return lambda key: get(key)
+
+        def f(key: Key) -> Key:
+            return (key[i],)
+    else:
+        get = itemgetter(*index)
+
+        def f(key: Key) -> Key:
+            return get(key)  # type: ignore[no-any-return]
+    f.positions = index  # type: ignore[attr-defined]  # what it picks: the kernel picks the same without calling it
+    return f
 
 
 def _keys(tups: Sequence[Tup], proj: Projector) -> list[Key]:
@@ -187,3 +206,7 @@ def _entry(table: dict[Key, KeyList], key: Key) -> KeyList:
     if kl is None:
         kl = table[key] = KeyList()
     return kl
+
+
+if _c is not None:
+    _c.setup(KeyList, Tup, _Prefix)
