@@ -1,5 +1,6 @@
 /* Avro kernels: the sizes joinlib/protocol/avro.py's encoders would write, without writing them; the arrays of
- * values and longs they write; node-to-node envelopes (wire.py's encode_envelope and envelope_size, at the end).
+ * values and longs they write; node-to-node envelopes (wire.py's encode_envelope and envelope_size, then
+ * decode_envelope, at the end).
  *
  * Why C: a node prices every source tuple it takes in as the naive baseline (what shipping it to every other
  * site would cost, wire.naive_batch_size), and most of a selective plan's tuples are never encoded, so the size
@@ -12,6 +13,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 static inline Py_ssize_t zz_len(long long n) {
     uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
@@ -734,27 +736,420 @@ static PyObject *envelope_size(PyObject *mod, PyObject *env) {
     return put_envelope(&w, env) < 0 ? NULL : PyLong_FromSsize_t(w.n);
 }
 
-/* setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple): the classes the writers take (``bodies`` in the
- * order TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch), each body's
- * union branch, and avro.encode_tuple. */
+/* ------------------------------------------------------------------------------------------------- decoding
+ * decode_envelope(data, src, dst) -> Envelope | None: wire.decode_envelope's answer for the well-formed messages
+ * wire.py's encoders write: the same classes with the same fields (a TupleBatch's tuples with their bytes as
+ * ``wire``, as avro._rtup leaves them; the other bodies' tuples without, as wire's fastavro reads leave them; keys
+ * as tuples, Bloom bits as bytes, fresh lists).  None: declined -- anything malformed (truncated, a bad union
+ * branch, a negative or too long length, invalid UTF-8, trailing bytes, a Bloom filter or ages the Python form
+ * refuses) or merely unusual (a varint beyond 64 bits, an int field beyond an Avro int, a negative array block
+ * count, a boolean byte other than 0 or 1: fastavro and the hand decoder read some of these differently), and
+ * data that is not bytes.  wire.py then decodes it in Python, which answers or raises as it always did: the
+ * rejections of node/run_inputs.py name the same error.  Why: a node decodes every message it receives; through
+ * fastavro that was about 30 us for a key set of ten keys and 60 us for a batch of ten 1,250-byte tuples.
+ * Objects are made as the classes' __init__ makes them: allocated, then every slot set (setup_envelopes checks
+ * that the slots are exactly those). */
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+enum { NTUP = 8, NENV = 8, MAXFIELDS = 7 };
+static const char *const TUP_SLOTS[NTUP] = {"pos", "id", "ts", "seq", "key", "rest", "wire", "idb"};
+static const char *const ENV_SLOTS[NENV] = {"src", "dst", "flow", "epoch", "body", "part", "gen", "query"};
+static const char *const BODY_SLOTS[NKINDS][MAXFIELDS + 1] = {
+    [K_TUPLE_BATCH] = {"rows"},
+    [K_KEY_BATCH] = {"keys"},
+    [K_EXPIRY_UPDATE] = {"expired", "arrivals"},
+    [K_DJA_UPDATE] = {"vj", "vc", "sf", "arrivals"},
+    [K_WINDOW_SNAPSHOT] = {"base", "tuples", "keys", "counts"},
+    [K_KEY_FILTER] = {"back", "live", "keys", "bits", "hashes", "n", "ages"},
+    [K_SHIPPED_BATCH] = {"tuples", "arrivals"},
+};
+static Py_ssize_t tup_off[NTUP], env_off[NENV], body_off[NKINDS][MAXFIELDS];
+static long long max_hashes;
+static int decoding;   /* setup_envelopes checked the classes' slots */
+
+/* The offsets of ``names`` (``n``, in order) in instances of ``type``; -1 with an exception unless they are exactly
+ * its slots (writable object slots, no others, no __dict__) and it is made by object.__new__. */
+static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *off) {
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (tp->tp_new != PyBaseObject_Type.tp_new || tp->tp_dictoffset != 0 || tp->tp_alloc == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: not a plain class with __slots__", tp->tp_name);
+        return -1;
+    }
+    Py_ssize_t members = 0;
+    PyObject *mro = tp->tp_mro;
+    for (Py_ssize_t i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
+        PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict, *k, *v;
+        Py_ssize_t at = 0;
+        while (dict != NULL && PyDict_Next(dict, &at, &k, &v))
+            members += PyObject_TypeCheck(v, &PyMemberDescr_Type);
+    }
+    if (members != n) {
+        PyErr_Format(PyExc_TypeError, "%s has %zd slots, the decoder sets %d", tp->tp_name, members, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString(type, names[i]);
+        if (d == NULL)
+            return -1;
+        int ok = PyObject_TypeCheck(d, &PyMemberDescr_Type);
+        if (ok) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            ok = m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0;
+            off[i] = m->offset;
+        }
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a writable slot", tp->tp_name, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A new instance of ``type`` with its ``n`` slots (offsets ``off``) set to ``v``, which it takes; NULL if any of
+ * ``v`` is NULL (an exception was set making it) or the allocation fails (the others released). */
+static PyObject *made(PyObject *type, const Py_ssize_t *off, PyObject **v, int n) {
+    PyObject *o = NULL;
+    int i;
+    for (i = 0; i < n && v[i] != NULL; i++)
+        ;
+    if (i == n)
+        o = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+    for (i = 0; i < n; i++) {
+        if (o != NULL)
+            SLOT(o, off[i]) = v[i];
+        else
+            Py_XDECREF(v[i]);
+    }
+    return o;
+}
+
+/* The reader over a message's bytes.  The readers answer NULL (or -1) without an exception for what they
+ * decline, with one for an error of their own (no memory). */
+typedef struct {
+    const uint8_t *b;
+    Py_ssize_t i, n;
+} R;
+
+/* A long (zig-zag varint) within 64 bits. */
+static int r_long(R *r, long long *v) {
+    uint64_t z = 0;
+    for (int shift = 0;; shift += 7) {
+        if (r->i >= r->n)
+            return -1;
+        uint8_t c = r->b[r->i++];
+        if (shift == 63 && c > 1)   /* beyond 64 bits */
+            return -1;
+        z |= (uint64_t)(c & 0x7F) << shift;
+        if (c < 0x80)
+            break;
+        if (shift == 63)
+            return -1;
+    }
+    *v = (long long)((z >> 1) ^ (0 - (z & 1)));
+    return 0;
+}
+
+static int r_int(R *r, long long *v) {
+    return r_long(r, v) < 0 || *v < INT32_MIN || *v > INT32_MAX ? -1 : 0;
+}
+
+/* A length (of bytes, a string, an array block) that the rest of the message can hold: items are a byte at least. */
+static int r_len(R *r, Py_ssize_t *len) {
+    long long v;
+    if (r_long(r, &v) < 0 || v < 0 || v > r->n - r->i)
+        return -1;
+    *len = (Py_ssize_t)v;
+    return 0;
+}
+
+static PyObject *r_bytes(R *r) {
+    Py_ssize_t len;
+    if (r_len(r, &len) < 0)
+        return NULL;
+    r->i += len;
+    return PyBytes_FromStringAndSize((const char *)r->b + r->i - len, len);
+}
+
+static PyObject *r_longobj(R *r) {
+    long long v;
+    return r_long(r, &v) < 0 ? NULL : PyLong_FromLongLong(v);
+}
+
+/* A Value-union item: null, boolean (0 or 1), long, double, string (strict UTF-8). */
+static PyObject *r_value(R *r) {
+    long long br;
+    if (r_long(r, &br) < 0)
+        return NULL;
+    switch (br) {
+    case 0:
+        Py_RETURN_NONE;
+    case 1:
+        if (r->i >= r->n || r->b[r->i] > 1)
+            return NULL;
+        return PyBool_FromLong(r->b[r->i++]);
+    case 2:
+        return r_longobj(r);
+    case 3: {
+        if (r->n - r->i < 8)
+            return NULL;
+        double d = PyFloat_Unpack8((const char *)r->b + r->i, 1);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+        r->i += 8;
+        return PyFloat_FromDouble(d);
+    }
+    case 4: {
+        Py_ssize_t len;
+        if (r_len(r, &len) < 0)
+            return NULL;
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)r->b + r->i, len, NULL);
+        if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear();   /* declined: the Python form raises its error */
+        r->i += len;
+        return s;
+    }
+    default:
+        return NULL;
+    }
+}
+
+typedef PyObject *(*Item)(R *);
+
+/* An array of ``item``s: blocks of a count then the items, up to a count of 0; a list, or (``tuple``) a tuple. */
+static PyObject *r_array(R *r, Item item, int tuple) {
+    Py_ssize_t n;
+    if (r_len(r, &n) < 0)
+        return NULL;
+    if (n == 0)
+        return tuple ? PyTuple_New(0) : PyList_New(0);
+    PyObject *out = tuple ? PyTuple_New(n) : PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = item(r);
+        if (x == NULL)
+            goto fail;
+        if (tuple)
+            PyTuple_SET_ITEM(out, i, x);
+        else
+            PyList_SET_ITEM(out, i, x);
+    }
+    if (r_len(r, &n) < 0)
+        goto fail;
+    if (n == 0)
+        return out;
+    if (tuple) {   /* more blocks (not what wire.py writes): a list, then its tuple */
+        PyObject *list = PySequence_List(out);
+        Py_SETREF(out, list);
+        if (out == NULL)
+            return NULL;
+    }
+    while (n) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *x = item(r);
+            if (x == NULL)
+                goto fail;
+            int e = PyList_Append(out, x);
+            Py_DECREF(x);
+            if (e < 0)
+                goto fail;
+        }
+        if (r_len(r, &n) < 0)
+            goto fail;
+    }
+    if (tuple)
+        Py_SETREF(out, PyList_AsTuple(out));
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *r_key(R *r) {
+    return r_array(r, r_value, 1);
+}
+
+static PyObject *r_keys(R *r) {
+    return r_array(r, r_key, 0);
+}
+
+static PyObject *r_longs(R *r) {
+    return r_array(r, r_longobj, 0);
+}
+
+/* A joinlib.BaseTuple as a Tup; ``keep``: with its bytes as ``wire`` (avro._rtup), else without (tup_of_record). */
+static PyObject *r_tup(R *r, int keep) {
+    Py_ssize_t start = r->i, len;
+    long long pos, id, ts, seq;
+    if (r_int(r, &pos) < 0 || r_long(r, &id) < 0 || r_long(r, &ts) < 0 || r_long(r, &seq) < 0)
+        return NULL;
+    PyObject *key = r_key(r);
+    if (key == NULL)
+        return NULL;
+    if (r_len(r, &len) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    const char *at = (const char *)r->b + r->i;
+    r->i += len;
+    PyObject *v[NTUP] = {PyLong_FromLongLong(pos), PyLong_FromLongLong(id), PyLong_FromLongLong(ts),
+                         PyLong_FromLongLong(seq), key, PyBytes_FromStringAndSize(at, len),
+                         keep ? PyBytes_FromStringAndSize((const char *)r->b + start, r->i - start) : Py_NewRef(Py_None),
+                         Py_NewRef(Py_None)};
+    return made(tup_type, tup_off, v, NTUP);
+}
+
+static PyObject *r_tup_wire(R *r) {
+    return r_tup(r, 1);
+}
+
+static PyObject *r_tup_plain(R *r) {
+    return r_tup(r, 0);
+}
+
+static PyObject *r_row(R *r) {
+    return r_array(r, r_tup_wire, 1);
+}
+
+/* The fields of a KeyFilter's ``bloom`` union into v[0..3] (bits, hashes, n, ages), as wire._bloom_of answers:
+ * null: b"", 0, 0, []; the Bloom record: its fields (hashes within 1..max_hashes when there are bits), []; Ages:
+ * b"", 0, 0 and the runs, (age >= 0, count >= 1) pairs. */
+static int r_bloom(R *r, PyObject **v) {
+    long long br, hashes = 0, n = 0;
+    PyObject *bits = NULL, *ages = NULL;
+    if (r_long(r, &br) < 0)
+        return -1;
+    if (br == 1) {
+        if ((bits = r_bytes(r)) == NULL)
+            return -1;
+        if (r_int(r, &hashes) < 0 || r_long(r, &n) < 0 ||
+            (PyBytes_GET_SIZE(bits) && (hashes < 1 || hashes > max_hashes))) {
+            Py_DECREF(bits);
+            return -1;
+        }
+    } else if (br == 2) {
+        if ((ages = r_longs(r)) == NULL)
+            return -1;
+        Py_ssize_t k = PyList_GET_SIZE(ages);
+        int ok = k % 2 == 0;
+        for (Py_ssize_t i = 0; ok && i < k; i++) {
+            long long x = PyLong_AsLongLong(PyList_GET_ITEM(ages, i));
+            ok = i % 2 ? x >= 1 : x >= 0;
+        }
+        if (!ok) {
+            Py_DECREF(ages);
+            return -1;
+        }
+    } else if (br != 0) {
+        return -1;
+    }
+    v[0] = bits != NULL ? bits : PyBytes_FromStringAndSize(NULL, 0);
+    v[1] = PyLong_FromLongLong(hashes);
+    v[2] = PyLong_FromLongLong(n);
+    v[3] = ages != NULL ? ages : PyList_New(0);
+    return 0;
+}
+
+static PyObject *r_tups(R *r) {
+    return r_array(r, r_tup_plain, 0);
+}
+
+static PyObject *r_rows(R *r) {
+    return r_array(r, r_row, 0);
+}
+
+/* The readers of each body class's fields after its union branch, in schema order; then a KeyFilter's bloom. */
+static const Item BODY_READERS[NKINDS][4] = {
+    [K_TUPLE_BATCH] = {r_rows},
+    [K_KEY_BATCH] = {r_keys},
+    [K_EXPIRY_UPDATE] = {r_longobj, r_longs},
+    [K_DJA_UPDATE] = {r_keys, r_longs, r_tups, r_longs},
+    [K_WINDOW_SNAPSHOT] = {r_longobj, r_tups, r_keys, r_longs},
+    [K_KEY_FILTER] = {r_longobj, r_longobj, r_keys},
+    [K_SHIPPED_BATCH] = {r_tups, r_longs},
+};
+
+/* A body of kind ``k`` (its branch read), as wire.py's Python form makes it. */
+static PyObject *r_body(R *r, int k) {
+    PyObject *v[MAXFIELDS] = {NULL};
+    int n = 0;
+    for (; n < 4 && BODY_READERS[k][n] != NULL; n++)
+        if ((v[n] = BODY_READERS[k][n](r)) == NULL)
+            goto fail;
+    if (k == K_KEY_FILTER) {
+        if (r_bloom(r, v + n) < 0)
+            goto fail;
+        n += 4;
+    }
+    return made(body_types[k], body_off[k], v, n);
+fail:
+    for (int i = 0; i < MAXFIELDS; i++)
+        Py_XDECREF(v[i]);
+    return NULL;
+}
+
+/* decode_envelope(data, src, dst) -> Envelope, or None: declined (see above). */
+static PyObject *decode_envelope(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_envelope(data, src, dst)");
+        return NULL;
+    }
+    if (!decoding || !PyBytes_CheckExact(args[0]))
+        Py_RETURN_NONE;
+    R r = {(const uint8_t *)PyBytes_AS_STRING(args[0]), 0, PyBytes_GET_SIZE(args[0])};
+    long long part, gen, flow, epoch, br;
+    int k = 0;
+    if (r_int(&r, &part) < 0 || r_int(&r, &gen) < 0 || r_int(&r, &flow) < 0 || r_long(&r, &epoch) < 0 ||
+        r_long(&r, &br) < 0)
+        Py_RETURN_NONE;
+    while (k < NKINDS && body_branch[k] != br)
+        k++;
+    PyObject *body = k < NKINDS ? r_body(&r, k) : NULL;
+    if (body != NULL && r.i != r.n)   /* trailing bytes */
+        Py_CLEAR(body);
+    if (body == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *v[NENV] = {Py_NewRef(args[1]), Py_NewRef(args[2]), PyLong_FromLongLong(flow),
+                         PyLong_FromLongLong(epoch), body, PyLong_FromLongLong(part), PyLong_FromLongLong(gen),
+                         PyUnicode_New(0, 0)};
+    return made(envelope_type, env_off, v, NENV);
+}
+
+/* setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple, max_hashes): the classes the writers take and the
+ * decoder makes (``bodies`` in the order TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter,
+ * ShippedBatch), each body's union branch, avro.encode_tuple and the most hash functions a Bloom filter may have.
+ * TypeError (nothing set up) if a class's slots are not those the decoder sets. */
 static PyObject *setup_envelopes(PyObject *mod, PyObject *args) {
     PyObject *env_t, *tup_t, *bodies, *branches, *enc;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyType_Type, &env_t, &PyType_Type, &tup_t, &PyTuple_Type, &bodies,
-                          &PyTuple_Type, &branches, &enc))
+    long long hashes;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OL", &PyType_Type, &env_t, &PyType_Type, &tup_t, &PyTuple_Type, &bodies,
+                          &PyTuple_Type, &branches, &enc, &hashes))
         return NULL;
     if (PyTuple_GET_SIZE(bodies) != NKINDS || PyTuple_GET_SIZE(branches) != NKINDS || !PyCallable_Check(enc)) {
-        PyErr_SetString(PyExc_ValueError, "setup_envelopes takes 7 body classes, 7 branches and encode_tuple");
+        PyErr_SetString(PyExc_ValueError,
+                        "setup_envelopes takes 7 body classes, 7 branches, encode_tuple and max_hashes");
         return NULL;
     }
     long long br[NKINDS];
+    Py_ssize_t toff[NTUP], eoff[NENV], boff[NKINDS][MAXFIELDS];
     for (int k = 0; k < NKINDS; k++) {
-        if (!PyType_Check(PyTuple_GET_ITEM(bodies, k))) {
+        PyObject *cls = PyTuple_GET_ITEM(bodies, k);
+        int nf = 0;
+        while (nf < MAXFIELDS && BODY_SLOTS[k][nf] != NULL)
+            nf++;
+        if (!PyType_Check(cls)) {
             PyErr_SetString(PyExc_TypeError, "a body class is not a class");
             return NULL;
         }
-        if (as_long(PyTuple_GET_ITEM(branches, k), &br[k], 1) < 0)
+        if (as_long(PyTuple_GET_ITEM(branches, k), &br[k], 1) < 0 || slot_offsets(cls, BODY_SLOTS[k], nf, boff[k]) < 0)
             return NULL;
     }
+    if (slot_offsets(tup_t, TUP_SLOTS, NTUP, toff) < 0 || slot_offsets(env_t, ENV_SLOTS, NENV, eoff) < 0)
+        return NULL;
     for (int k = 0; k < NKINDS; k++) {
         Py_XSETREF(body_types[k], Py_NewRef(PyTuple_GET_ITEM(bodies, k)));
         body_branch[k] = br[k];
@@ -762,6 +1157,11 @@ static PyObject *setup_envelopes(PyObject *mod, PyObject *args) {
     Py_XSETREF(envelope_type, Py_NewRef(env_t));
     Py_XSETREF(tup_type, Py_NewRef(tup_t));
     Py_XSETREF(encode_tuple_fn, Py_NewRef(enc));
+    memcpy(tup_off, toff, sizeof toff);
+    memcpy(env_off, eoff, sizeof eoff);
+    memcpy(body_off, boff, sizeof boff);
+    max_hashes = hashes;
+    decoding = 1;
     Py_RETURN_NONE;
 }
 
@@ -775,7 +1175,10 @@ static PyMethodDef methods[] = {
     {"envelope", envelope, METH_O, "envelope(env) -> bytes (wire.encode_envelope)"},
     {"envelope_size", envelope_size, METH_O, "envelope_size(env) -> len(wire.encode_envelope(env))"},
     {"setup_envelopes", setup_envelopes, METH_VARARGS,
-     "setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple): the classes envelope() writes"},
+     "setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple, max_hashes): the classes envelope() writes "
+     "and decode_envelope() makes"},
+    {"decode_envelope", (PyCFunction)(void (*)(void))decode_envelope, METH_FASTCALL,
+     "decode_envelope(data, src, dst) -> Envelope, or None: declined (wire.decode_envelope)"},
     {NULL, NULL, 0, NULL},
 };
 

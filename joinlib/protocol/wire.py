@@ -14,8 +14,10 @@ Encoding is on the hot path (every message a plan sends: encoded on Kafka, sized
 are written by a hand-written encoder that produces exactly the bytes fastavro's ``schemaless_writer`` produces
 (``tests/unit/test_wire.py`` checks byte identity against :func:`_encode_envelope_reference`): in C where the
 ``_avroc`` kernel is built (``envelope``, and ``envelope_size``, which counts the bytes without writing them), else
-in Python (``tests/property/test_wire_c.py`` checks the two alike).  Tuple batches are decoded by hand too (checked
-against fastavro's decoding, :func:`_decode_envelope_reference`); the smaller bodies use fastavro.
+in Python (``tests/property/test_wire_c.py`` checks the two alike).  Decoding is on every node's receiving path: the
+kernel's ``decode_envelope`` decodes what the encoders write into the very objects the Python form makes, and declines
+anything malformed or unusual, which :func:`_decode_envelope` (the definition) then decodes or refuses: tuple batches
+by hand (checked against fastavro's decoding, :func:`_decode_envelope_reference`), the other bodies through fastavro.
 """
 from __future__ import annotations
 
@@ -182,12 +184,13 @@ if set(_BODY_WRITERS) != set(_BODY_CLASSES.values()):  # pragma: no cover - a bo
 
 #: The envelope kernel (_avroc.c), or None: no compiler at install; then the writers above do it all.  It takes the
 #: classes above exactly; a subclass, or a value it does not take, goes to the writers (same bytes, or their error).
+#: It makes the same classes when it decodes (setup_envelopes refuses them unless it sets every slot they have).
 _c: Any = kernel("joinlib.protocol._avroc")
 if _c is not None:
     _KERNEL_BODIES = (TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch)
     _NAME_OF = {cls: name for name, cls in _BODY_CLASSES.items()}
     _c.setup_envelopes(Envelope, Tup, _KERNEL_BODIES, tuple(_BODY_NAMES.index(_NAME_OF[cls]) for cls in _KERNEL_BODIES),
-                       encode_tuple)
+                       encode_tuple, MAX_HASHES)
 
 
 def _subclass_writer(body: object) -> BodyWriter:
@@ -337,7 +340,21 @@ def _envelope_at(data: bytes, src: str = "", dst: str = "") -> tuple[Envelope, i
 
 def decode_envelope(data: bytes, src: str = "", dst: str = "") -> Envelope:
     """Inverse of :func:`encode_envelope`; ``src`` and ``dst`` come from outside the message (the
-    Kafka key and topic)."""
+    Kafka key and topic).  Malformed data raises ValueError.  The kernel decodes what the encoders write; what it
+    declines (anything malformed or unusual) goes to :func:`_decode_envelope`, the definition, which decodes it or
+    raises."""
+    if _c is not None:
+        try:
+            env: Envelope | None = _c.decode_envelope(data, src, dst)
+        except Exception:   # no memory, or a kernel bug: the Python form answers
+            env = None
+        if env is not None:
+            return env
+    return _decode_envelope(data, src, dst)
+
+
+def _decode_envelope(data: bytes, src: str = "", dst: str = "") -> Envelope:
+    """:func:`decode_envelope` in Python: TupleBatch bodies by hand, the others through fastavro."""
     return decode_whole(data, "joinlib.Envelope", lambda b: _envelope_at(b, src, dst))
 
 

@@ -4,14 +4,21 @@ the size it counts without writing is their length.  Envelopes the kernel does n
 other types, ints beyond their Avro type, sequences that are neither lists nor tuples) come out of wire.py as they
 did without the kernel: the same bytes or the same error.  Tuples are drawn both with their encoding cached and
 without: the size leaves the latter unencoded, the encoding caches it.
+
+The decoder (``decode_envelope``) against wire.py's Python form: the same objects, slot by slot, for every message
+the writers write; spoiled messages (cut, changed, inserted, removed and trailing bytes) and hand-made odd ones
+decode or fail alike with the kernel and without (the kernel declines them, and the Python form answers).
 """
 from __future__ import annotations
 
 import enum
+import re
+import struct
 from collections import deque
 from dataclasses import fields
 from typing import Any, Callable
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -163,12 +170,13 @@ def tuples_of(e: Envelope) -> list[Tup]:
     return list(getattr(b, "tuples", [])) + list(getattr(b, "sf", []))
 
 
-def outcome(f: Callable[[Envelope], Any], e: Envelope) -> Any:
-    """What ``f`` answers, or the error it raises (its type and message)."""
+def outcome(f: Callable[[Any], Any], e: Any) -> Any:
+    """What ``f`` answers, or the error it raises (its type and message; an object's address in it masked: some
+    of fastavro's name its buffer)."""
     try:
         return f(e)
     except Exception as x:   # the errors are compared, whatever they are
-        return (type(x).__name__, str(x))
+        return (type(x).__name__, re.sub(r" at 0x[0-9a-f]+", " at 0x...", str(x)))
 
 
 def python_forms(e: Envelope) -> list[Any]:
@@ -204,3 +212,209 @@ def test_what_the_kernel_declines_comes_out_as_without_it(e):
     assert got == want[0]
     size = outcome(wire.envelope_size, fresh(e))
     assert size == (len(got) if isinstance(got, bytes) else got)
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+# The kernel's decode_envelope against wire.py's Python form (_decode_envelope: TupleBatch by hand, the other
+# bodies through fastavro): every message the Python form decodes the kernel decodes to the same objects (the
+# same classes, and in every slot the same values of the same types, down to a tuple's cached ``wire``), or --
+# only for what it declines by design -- answers None; everything else, wire.decode_envelope answers as the
+# Python form does (the same envelope, or the same error: type and message).
+
+SLOTTED = (Envelope, Tup, m.TupleBatch, m.KeyBatch, m.ExpiryUpdate, m.DjaUpdate, m.WindowSnapshot, m.KeyFilter,
+           m.ShippedBatch)
+
+
+def same(a: Any, b: Any, path: str = "env") -> None:
+    """``a`` and ``b`` alike: the same types all the way down, every slot (``Tup.wire`` and ``idb`` too), floats
+    bit for bit (NaN)."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, SLOTTED):
+        for name in type(a).__slots__:
+            same(getattr(a, name), getattr(b, name), f"{path}.{name}")
+    elif type(a) in (list, tuple):
+        assert len(a) == len(b), f"{path}: {len(a)} != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{path}[{i}]")
+    elif type(a) is float:
+        assert struct.pack("<d", a) == struct.pack("<d", b), f"{path}: {a!r} != {b!r}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def python_decoded(data: Any, src: str = "s", dst: str = "d") -> Any:
+    """The Python form's outcome: an Envelope, or (error type, message)."""
+    with kernels(wire, False):
+        return outcome(lambda d: wire.decode_envelope(d, src, dst), data)
+
+
+def check_decoded(data: Any, must_take: bool = False) -> Any:
+    """``data`` decodes (or fails) alike with the kernel and without; the kernel itself answers the Python form's
+    envelope or declines (None), and (``must_take``) declines nothing the Python form decodes."""
+    want = python_decoded(data)
+    got = outcome(lambda d: wire.decode_envelope(d, "s", "d"), data)
+    direct = wire._c.decode_envelope(data, "s", "d")
+    if isinstance(want, Envelope):
+        same(got, want)
+        if must_take:
+            assert direct is not None, "the kernel declined a message the Python form decodes"
+        if direct is not None:
+            same(direct, want)
+    else:
+        assert got == want
+        assert direct is None, f"the kernel decoded what the Python form refuses: {want}"
+    return want
+
+
+def test_the_decoding_kernel_is_built() -> None:
+    data = wire._encode_envelope(Envelope("", "", 1, 2, m.ShippedBatch([Tup(0, 1, 2, 3, ("k", 1.5), b"r")], [4])))
+    got = wire._c.decode_envelope(data, "a", "b")
+    assert got is not None, "setup_envelopes did not set the decoder up"
+    with kernels(wire, False):
+        same(got, wire.decode_envelope(data, "a", "b"))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_strategies(odd=False))
+def test_the_kernel_decodes_what_the_python_form_decodes(e):
+    data = wire._encode_envelope(e)
+    want = check_decoded(data, must_take=True)
+    # what the Python form refuses of what the writers write: a Bloom filter's k beyond 1..16, malformed ages
+    if not isinstance(want, Envelope):
+        b = e.body
+        assert isinstance(b, m.KeyFilter) and (b.ages or (b.bits and not 1 <= b.hashes <= 16)), want
+        assert want[0] == "ValueError"
+
+
+def _mutations() -> st.SearchStrategy[Callable[[bytes], bytes]]:
+    """Ways to spoil a message: cut it, change, insert or remove bytes, add some at the end."""
+    def cut(i: int) -> Callable[[bytes], bytes]:
+        return lambda d: d[: i % (len(d) + 1)]
+
+    def put(i: int, c: int) -> Callable[[bytes], bytes]:
+        return lambda d: d[: i % len(d)] + bytes([c]) + d[i % len(d) + 1:] if d else d
+
+    def insert(i: int, s: bytes) -> Callable[[bytes], bytes]:
+        return lambda d: d[: i % (len(d) + 1)] + s + d[i % (len(d) + 1):]
+
+    def remove(i: int, k: int) -> Callable[[bytes], bytes]:
+        return lambda d: d[: i % (len(d) + 1)] + d[i % (len(d) + 1) + k:]
+
+    i = st.integers(0, 1 << 16)
+    return st.one_of(st.builds(cut, i), st.builds(put, i, st.integers(0, 255)),
+                     st.builds(put, i, st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF])),
+                     st.builds(insert, i, st.binary(min_size=1, max_size=12)), st.builds(remove, i, st.integers(1, 4)),
+                     st.builds(lambda s: lambda d: d + s, st.binary(min_size=1, max_size=3)))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_strategies(odd=False), st.lists(_mutations(), min_size=1, max_size=3))
+def test_spoiled_messages_come_out_as_without_the_kernel(e, spoil):
+    data = wire._encode_envelope(e)
+    for f in spoil:
+        data = f(data)
+    check_decoded(data)
+
+
+# hand-made messages: the header (part, gen, flow, epoch) and a body's branch, then the body
+L = avro.encode_long
+
+
+def head(branch: int, epoch: bytes = L(7)) -> bytes:
+    return L(0) + L(1) + L(2) + epoch + L(branch)
+
+
+BR = {cls: wire._BODY_NAMES.index(name) for name, cls in wire._BODY_CLASSES.items()}
+
+
+def tup_bytes(pos: bytes = L(1), key: bytes = b"\x00", rest: bytes = L(2) + b"ab", ids: bytes = L(5) * 3) -> bytes:
+    return pos + ids + key + rest
+
+
+def shipped(*tups: bytes, arrivals: bytes = b"\x00") -> bytes:
+    return head(BR[m.ShippedBatch]) + (L(len(tups)) + b"".join(tups) if tups else b"") + b"\x00" + arrivals
+
+
+def batch(*tups: bytes) -> bytes:   # a TupleBatch of one row
+    return head(BR[m.TupleBatch]) + L(1) + L(len(tups)) + b"".join(tups) + b"\x00\x00"
+
+
+def key_batch(*values: bytes) -> bytes:   # a KeyBatch of one key
+    return head(BR[m.KeyBatch]) + L(1) + L(len(values)) + b"".join(values) + b"\x00\x00"
+
+
+def key_filter(bloom: bytes) -> bytes:
+    return head(BR[m.KeyFilter]) + L(0) + L(3) + b"\x00" + bloom
+
+
+BEYOND_64 = b"\xff" * 9 + b"\x03"     # a varint of 65 bits: the hand decoder reads a big int, fastavro wraps it
+OVERLONG = b"\x82\x80\x80\x00"        # 1, in four bytes
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x00", head(7), head(-1), head(1 << 40), head(BR[m.TupleBatch]),
+    head(BR[m.TupleBatch], BEYOND_64) + b"\x00", head(BR[m.TupleBatch], OVERLONG) + b"\x00",
+    L(1 << 31) + head(0)[1:] + b"\x00", L(-(1 << 31)) + head(0)[1:] + b"\x00",
+    batch(tup_bytes()), batch(tup_bytes()) + b"\x00", batch(tup_bytes())[:-1],
+    batch(tup_bytes(pos=L(1 << 31))), shipped(tup_bytes(pos=L(1 << 31))),         # fastavro takes any int
+    batch(tup_bytes(ids=BEYOND_64 + L(1) + L(2))), shipped(tup_bytes(ids=BEYOND_64 + L(1) + L(2))),
+    batch(tup_bytes(ids=OVERLONG * 3)), shipped(tup_bytes(ids=OVERLONG * 3)),
+    batch(tup_bytes(rest=L(-1) + b"ab")), shipped(tup_bytes(rest=L(-1) + b"ab")),  # negative lengths
+    batch(tup_bytes(rest=L(-2))), shipped(tup_bytes(rest=L(-2) + b"\x00")),
+    batch(tup_bytes(rest=L(1 << 62) + b"ab")), shipped(tup_bytes(rest=L(1 << 62) + b"ab")),   # huge lengths
+    head(BR[m.ShippedBatch]) + L(1 << 62) + b"\x00", head(BR[m.KeyBatch]) + L(1 << 40) + b"\x00\x00",
+    head(BR[m.ShippedBatch]) + L(-1) + L(9) + tup_bytes() + b"\x00\x00",        # a negative block count
+    head(BR[m.TupleBatch]) + L(-1) + L(0) + L(1) + tup_bytes() + b"\x00\x00",
+    head(BR[m.ShippedBatch]) + L(1) + tup_bytes() + L(2) + tup_bytes() * 2 + b"\x00\x00",   # blocks of items
+    head(BR[m.TupleBatch]) + L(1) + L(1) + tup_bytes() + L(1) + tup_bytes() + b"\x00" + L(1) + b"\x00\x00\x00",
+    key_batch(L(4) + L(2) + b"ab") + b"", key_batch(L(4) + L(-1)), key_batch(L(4) + L(1 << 50)),
+    key_batch(L(4) + L(1) + b"\xff"), key_batch(L(4) + L(3) + b"\xed\xa0\x80"),    # invalid UTF-8, a surrogate
+    batch(tup_bytes(key=L(1) + L(4) + L(1) + b"\xff" + b"\x00")),
+    key_batch(L(1) + b"\x02"), key_batch(L(1) + b"\x01"), key_batch(L(1) + b"\x00"),  # fastavro: 2 is True
+    batch(tup_bytes(key=L(1) + L(1) + b"\x02\x00")), batch(tup_bytes(key=L(1) + L(1) + b"\x01\x00")),
+    key_batch(L(5)), key_batch(L(-1)), key_batch(L(3) + b"\x00" * 7),
+    key_batch(L(3) + b"\x00\x00\x00\x00\x00\x00\xf8\x7f"),
+    batch(tup_bytes(key=L(2) + L(3) + b"\x00" * 7 + L(2) + L(5) + b"\x00")),       # a double cut short
+    batch(tup_bytes(key=L(1) + L(2) + L(-3) + L(1) + L(0) + b"\x00")),           # a key in two blocks
+    key_batch(L(0)) + b"\x00", head(BR[m.KeyBatch]) + L(1) + L(1) + L(0) + L(1) + L(2) + L(9) + b"\x00\x00",
+    key_filter(L(0)), key_filter(L(1) + L(1) + b"\xff" + L(16) + L(2)),
+    key_filter(L(1) + L(1) + b"\xff" + L(17) + L(2)),
+    key_filter(L(1) + L(1) + b"\xff" + L(0) + L(2)), key_filter(L(1) + L(1) + b"\xff" + L(-1) + L(2)),
+    key_filter(L(1) + L(0) + L(99) + L(2)), key_filter(L(1) + L(0) + L(1 << 40) + L(2)),
+    key_filter(L(1) + L(1) + b"\xff" + L(1 << 40) + L(2)), key_filter(L(1) + L(-1) + b"\xff" + L(3) + L(2)),
+    key_filter(L(2) + L(2) + L(0) + L(1) + b"\x00"), key_filter(L(2) + L(1) + L(0) + b"\x00"),
+    key_filter(L(2) + L(2) + L(-1) + L(1) + b"\x00"), key_filter(L(2) + L(2) + L(3) + L(0) + b"\x00"),
+    key_filter(L(2) + b"\x00"), key_filter(L(3)), key_filter(L(-1)),
+    head(BR[m.ExpiryUpdate]) + L(4) + L(2) + L(1) + L(2) + b"\x00", head(BR[m.ExpiryUpdate]) + BEYOND_64 + b"\x00",
+    head(BR[m.WindowSnapshot]) + L(1) + L(1) + tup_bytes() + b"\x00" + b"\x00" + b"\x00",
+    head(BR[m.DjaUpdate]) + b"\x00" + b"\x00" + L(1) + tup_bytes() + b"\x00" + b"\x00",
+], ids=lambda d: d.hex()[:60])
+def test_odd_and_malformed_messages_come_out_as_without_the_kernel(data):
+    check_decoded(data)
+
+
+@pytest.mark.parametrize("data", [bytearray(batch(tup_bytes())), memoryview(key_batch(L(0))), None, "text"])
+def test_data_that_is_not_bytes_comes_out_as_without_the_kernel(data):
+    assert wire._c.decode_envelope(data, "s", "d") is None
+    with kernels(wire, False):
+        want = outcome(wire.decode_envelope, data)
+    got = outcome(wire.decode_envelope, data)
+    if isinstance(want, Envelope):
+        same(got, want)
+    else:
+        assert got == want
+
+
+def test_the_decoder_refuses_classes_whose_slots_it_does_not_set() -> None:
+    """A class with a slot the decoder would leave unset (or without one it sets) is refused at setup, which
+    leaves the classes set up before."""
+    class Wider(Tup):
+        __slots__ = ("extra",)
+
+    bodies = wire._KERNEL_BODIES
+    branches = tuple(wire._BODY_NAMES.index(wire._NAME_OF[cls]) for cls in bodies)
+    with pytest.raises(TypeError, match="slots"):
+        wire._c.setup_envelopes(Envelope, Wider, bodies, branches, avro.encode_tuple, 16)
+    with pytest.raises(TypeError, match="slot"):
+        wire._c.setup_envelopes(Envelope, Color, bodies, branches, avro.encode_tuple, 16)
+    test_the_decoding_kernel_is_built()
