@@ -27,6 +27,25 @@ def test_the_kernels_refuse_what_is_outside_the_tree() -> None:
     with pytest.raises(TypeError):
         ordered._c.removed_before((0, 0), 0)   # not the list ordered.py keeps
 
+
+def test_the_dja_kernels_refuse_what_is_not_an_ordered_entries() -> None:
+    """dja_tick / dja_apply (runtime/algorithms/dja.py's loops) read an OrderedEntries' own dicts and lists."""
+    from collections import deque
+
+    fake = type("Fake", (), {"_entries": {}, "_slot": {}, "_keys": (), "_tree": [0]})()
+    with pytest.raises(TypeError):
+        ordered._c.dja_tick(fake, deque(), [], (0,), True, 0, None)
+    with pytest.raises(TypeError):
+        ordered._c.dja_apply(fake, [], [], None, None)
+    with pytest.raises(AttributeError):
+        ordered._c.dja_apply(object(), [], [], None, None)
+    oe = OrderedEntries()
+    with pytest.raises(TypeError):
+        ordered._c.dja_apply(oe, [], [], {}, None)   # s_F without the expiry dict
+    with pytest.raises(IndexError):
+        ordered._c.dja_apply(oe, [("a",)], [1, 1], None, None)   # past V's end: nothing settled
+    assert list(oe.items()) == [(("a",), [0, False])]
+
 ops = st.lists(st.tuples(st.sampled_from(["add", "del"]), st.integers(0, 40)), max_size=300)
 
 

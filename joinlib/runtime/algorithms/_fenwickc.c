@@ -25,26 +25,31 @@ static int item(PyObject *tree, Py_ssize_t i, long long *v) {
     return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* mark(tree, slot): one more removed slot at 0-based ``slot``. */
-static PyObject *mark(PyObject *self, PyObject *args) {
-    PyObject *tree;
-    Py_ssize_t slot, n;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0)
-        return NULL;
+/* One more removed slot at 0-based ``slot`` of ``tree`` (a list of n entries); -1 with an exception. */
+static int mark_slot(PyObject *tree, Py_ssize_t n, Py_ssize_t slot) {
     if (slot < 0 || slot + 1 >= n) {
         PyErr_SetString(PyExc_IndexError, "slot outside the tree");
-        return NULL;
+        return -1;
     }
     for (Py_ssize_t i = slot + 1; i < n; i += i & -i) {
         long long v;
         if (item(tree, i, &v) < 0)
-            return NULL;
+            return -1;
         PyObject *w = PyLong_FromLongLong(v + 1);
         if (w == NULL)
-            return NULL;
+            return -1;
         if (PyList_SetItem(tree, i, w) < 0)   /* steals w */
-            return NULL;
+            return -1;
     }
+    return 0;
+}
+
+/* mark(tree, slot): one more removed slot at 0-based ``slot``. */
+static PyObject *mark(PyObject *self, PyObject *args) {
+    PyObject *tree;
+    Py_ssize_t slot, n;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || mark_slot(tree, n, slot) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -173,15 +178,512 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------------ DJA's loops
+ *
+ * Why: SM-D1's and SM-S2's home ticks and replica applies (runtime/algorithms/dja.py) spend most of their time
+ * in per-tuple and per-entry interpreter overhead (about ten tuples an epoch); these kernels run
+ * DjaSender._update's and DjaReplica.apply's loops on an OrderedEntries' own objects (its _entries and _slot
+ * dicts, _keys and _tree lists, read from its attributes and read again after a _rebuild it is asked for), in
+ * the order and with the errors of the Python loops, which dja.py and ordered.py keep as the fallback. */
+
+static PyObject *s_entries, *s_slot, *s_keys, *s_tree, *s_rebuild, *s_key, *s_ts, *s_seq, *s_append, *s_popleft,
+    *i_zero, *i_one, *i_minus_one;
+
+typedef struct {
+    PyObject *oe, *entries, *slot, *keys, *tree;   /* the OrderedEntries (borrowed) and its state (owned) */
+} State;
+
+static void state_clear(State *s) {
+    Py_CLEAR(s->entries);
+    Py_CLEAR(s->slot);
+    Py_CLEAR(s->keys);
+    Py_CLEAR(s->tree);
+}
+
+static int state_read(State *s) {
+    state_clear(s);
+    s->entries = PyObject_GetAttr(s->oe, s_entries);
+    s->slot = s->entries ? PyObject_GetAttr(s->oe, s_slot) : NULL;
+    s->keys = s->slot ? PyObject_GetAttr(s->oe, s_keys) : NULL;
+    s->tree = s->keys ? PyObject_GetAttr(s->oe, s_tree) : NULL;
+    if (s->tree == NULL)
+        return -1;
+    if (!PyDict_CheckExact(s->entries) || !PyDict_CheckExact(s->slot) || !PyList_CheckExact(s->keys)
+            || !PyList_CheckExact(s->tree)) {
+        PyErr_SetString(PyExc_TypeError, "not the state of an OrderedEntries");
+        return -1;
+    }
+    return 0;
+}
+
+/* KeyError(key), a tuple key included (as dict's own). */
+static void key_error(PyObject *key) {
+    PyObject *k = PyTuple_Pack(1, key);
+    if (k != NULL) {
+        PyErr_SetObject(PyExc_KeyError, k);
+        Py_DECREF(k);
+    }
+}
+
+/* entry[i], a new reference (an entry is the list [count, flag]). */
+static PyObject *entry_get(PyObject *entry, Py_ssize_t i) {
+    if (PyList_CheckExact(entry) && i < PyList_GET_SIZE(entry)) {
+        PyObject *v = PyList_GET_ITEM(entry, i);
+        Py_INCREF(v);
+        return v;
+    }
+    return PySequence_GetItem(entry, i);
+}
+
+/* entry[i] = v (v borrowed). */
+static int entry_set(PyObject *entry, Py_ssize_t i, PyObject *v) {
+    if (PyList_CheckExact(entry) && i < PyList_GET_SIZE(entry)) {
+        Py_INCREF(v);
+        return PyList_SetItem(entry, i, v);
+    }
+    return PySequence_SetItem(entry, i, v);
+}
+
+/* entry[0] += delta */
+static int entry_add(PyObject *entry, PyObject *delta) {
+    PyObject *c = entry_get(entry, 0);
+    if (c == NULL)
+        return -1;
+    PyObject *d = PyNumber_InPlaceAdd(c, delta);
+    Py_DECREF(c);
+    if (d == NULL)
+        return -1;
+    int r = entry_set(entry, 0, d);
+    Py_DECREF(d);
+    return r;
+}
+
+/* A key not in V appended with ``entry``: OrderedEntries.__setitem__'s and add's new-key path, _rebuild included. */
+static int append_key(State *s, PyObject *key, PyObject *entry) {
+    Py_ssize_t used = PyList_GET_SIZE(s->keys);
+    if (used + 1 >= PyList_GET_SIZE(s->tree)) {
+        Py_ssize_t capacity = 2 * PyDict_GET_SIZE(s->entries) + 2;
+        PyObject *cap = PyLong_FromSsize_t(capacity < 16 ? 16 : capacity);
+        if (cap == NULL)
+            return -1;
+        PyObject *r = PyObject_CallMethodOneArg(s->oe, s_rebuild, cap);
+        Py_DECREF(cap);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        if (state_read(s) < 0)
+            return -1;
+        used = PyList_GET_SIZE(s->keys);
+    }
+    PyObject *slot = PyLong_FromSsize_t(used);
+    if (slot == NULL)
+        return -1;
+    int r = PyDict_SetItem(s->slot, key, slot);
+    Py_DECREF(slot);
+    if (r < 0 || PyList_Append(s->keys, key) < 0 || PyDict_SetItem(s->entries, key, entry) < 0)
+        return -1;
+    return 0;
+}
+
+/* del V[key]: OrderedEntries.__delitem__. */
+static int delete_key(State *s, PyObject *key) {
+    if (PyDict_DelItem(s->entries, key) < 0)
+        return -1;
+    PyObject *slot = PyDict_GetItemWithError(s->slot, key);
+    if (slot == NULL) {
+        if (!PyErr_Occurred())
+            key_error(key);
+        return -1;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(slot);
+    if ((i == -1 && PyErr_Occurred()) || PyDict_DelItem(s->slot, key) < 0)
+        return -1;
+    Py_INCREF(Py_None);
+    if (PyList_SetItem(s->keys, i, Py_None) < 0)
+        return -1;
+    return mark_slot(s->tree, PyList_GET_SIZE(s->tree), i);
+}
+
+/* V[key], borrowed, KeyError if absent. */
+static PyObject *entry_of(State *s, PyObject *key) {
+    PyObject *entry = PyDict_GetItemWithError(s->entries, key);
+    if (entry == NULL && !PyErr_Occurred())
+        key_error(key);
+    return entry;
+}
+
+/* t.key projected onto ``index`` (dja.projector): a new tuple. */
+static PyObject *project(PyObject *t, PyObject *index) {
+    PyObject *key = PyObject_GetAttr(t, s_key);
+    if (key == NULL)
+        return NULL;
+    Py_ssize_t m = PyTuple_GET_SIZE(index);
+    PyObject *out = PyTuple_New(m);
+    for (Py_ssize_t j = 0; out != NULL && j < m; j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(index, j));
+        PyObject *v = NULL;
+        if (!(i == -1 && PyErr_Occurred())) {
+            if (PyTuple_CheckExact(key) && i >= 0 && i < PyTuple_GET_SIZE(key)) {
+                v = PyTuple_GET_ITEM(key, i);
+                Py_INCREF(v);
+            } else {
+                v = PySequence_GetItem(key, i);
+            }
+        }
+        if (v == NULL)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, j, v);
+    }
+    Py_DECREF(key);
+    return out;
+}
+
+static int cmp_slot(const void *a, const void *b) {
+    Py_ssize_t x = *(const Py_ssize_t *)a, y = *(const Py_ssize_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* OrderedEntries.changes(touched): v_C's (gap, count) pairs, a new list. */
+static PyObject *changes_of(State *s, PyObject *touched) {
+    Py_ssize_t m = PySet_GET_SIZE(touched), j = 0, n = PyList_GET_SIZE(s->tree);
+    Py_ssize_t *slots = PyMem_New(Py_ssize_t, m > 0 ? m : 1);
+    if (slots == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = NULL, *it = PyObject_GetIter(touched), *key;
+    if (it == NULL)
+        goto done;
+    while ((key = PyIter_Next(it)) != NULL) {
+        PyObject *slot = PyDict_GetItemWithError(s->slot, key);
+        if (slot == NULL && !PyErr_Occurred())
+            key_error(key);
+        Py_DECREF(key);
+        if (slot == NULL || j >= m)
+            break;
+        if ((slots[j++] = PyLong_AsSsize_t(slot)) == -1 && PyErr_Occurred())
+            break;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        goto done;
+    qsort(slots, (size_t)j, sizeof(Py_ssize_t), cmp_slot);
+    if ((out = PyList_New(2 * j)) == NULL)
+        goto done;
+    long long last = -1;
+    for (Py_ssize_t k = 0; k < j; k++) {
+        long long removed;
+        if (prefix(s->tree, n, slots[k], &removed) < 0 || slots[k] >= PyList_GET_SIZE(s->keys))
+            goto fail;
+        long long pos = (long long)slots[k] - removed;
+        PyObject *entry = entry_of(s, PyList_GET_ITEM(s->keys, slots[k]));
+        PyObject *gap = entry == NULL ? NULL : PyLong_FromLongLong(pos - last - 1);
+        if (gap == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, 2 * k, gap);
+        PyObject *count = entry_get(entry, 0);
+        if (count == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, 2 * k + 1, count);
+        last = pos;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(slots);
+    return out;
+}
+
+/* dja_tick(entries, fifo, batch, index, by_ts, bound, sf) -> (vj, vc): DjaSender._update's loops on the
+ * OrderedEntries ``entries`` and the deque ``fifo`` of (ts, seq, key): the batch's tuples in (s_F: the new
+ * tuples of flagged keys appended to the list ``sf`` unless None), those of ts (``by_ts``) or seq below
+ * ``bound`` out, the touched entries' count changes, the emptied entries removed. */
+static PyObject *dja_tick(PyObject *self, PyObject *args) {
+    PyObject *fifo, *batch, *index, *bound, *sf;
+    int by_ts;
+    State s = {NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTuple(args, "OOOO!pOO", &s.oe, &fifo, &batch, &PyTuple_Type, &index, &by_ts, &bound, &sf))
+        return NULL;
+    if (sf != Py_None && !PyList_Check(sf)) {
+        PyErr_SetString(PyExc_TypeError, "sf must be a list or None");
+        return NULL;
+    }
+    PyObject *append = NULL, *popleft = NULL, *seq = NULL, *vj = NULL, *touched = NULL, *dying = NULL, *vc = NULL,
+        *out = NULL;
+    if (state_read(&s) < 0 || (append = PyObject_GetAttr(fifo, s_append)) == NULL
+            || (popleft = PyObject_GetAttr(fifo, s_popleft)) == NULL
+            || (seq = PySequence_Fast(batch, "the batch must be a sequence")) == NULL
+            || (vj = PyList_New(0)) == NULL || (touched = PySet_New(NULL)) == NULL || (dying = PyList_New(0)) == NULL)
+        goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i), *key = project(t, index), *rec = NULL;
+        if (key == NULL)
+            goto done;
+        PyObject *ts = PyObject_GetAttr(t, s_ts), *sq = ts ? PyObject_GetAttr(t, s_seq) : NULL;
+        if (sq != NULL)
+            rec = PyTuple_Pack(3, ts, sq, key);
+        Py_XDECREF(ts);
+        Py_XDECREF(sq);
+        PyObject *r = rec ? PyObject_CallOneArg(append, rec) : NULL;
+        Py_XDECREF(rec);
+        Py_XDECREF(r);
+        int ok = r != NULL && PySet_Add(touched, key) == 0;
+        PyObject *entry = ok ? PyDict_GetItemWithError(s.entries, key) : NULL;
+        if (ok && entry == NULL && !PyErr_Occurred()) {   /* new: in V, last, with [1, False] */
+            PyObject *fresh = PyList_New(2);
+            if (fresh != NULL) {
+                Py_INCREF(i_one);
+                Py_INCREF(Py_False);
+                PyList_SET_ITEM(fresh, 0, i_one);
+                PyList_SET_ITEM(fresh, 1, Py_False);
+            }
+            ok = fresh != NULL && append_key(&s, key, fresh) == 0 && PyList_Append(vj, key) == 0;
+            Py_XDECREF(fresh);
+        } else if (ok && entry != NULL) {
+            Py_INCREF(entry);
+            ok = entry_add(entry, i_one) == 0;
+            PyObject *flag = ok ? entry_get(entry, 1) : NULL;
+            int on = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+            ok = on >= 0 && (!on || sf == Py_None || PyList_Append(sf, t) == 0);
+            Py_DECREF(entry);
+        } else {
+            ok = 0;
+        }
+        Py_DECREF(key);
+        if (!ok)
+            goto done;
+    }
+    for (;;) {   /* the dying tuples: DjaSender._dying */
+        Py_ssize_t left = PyObject_Size(fifo);
+        if (left < 0)
+            goto done;
+        if (left == 0)
+            break;
+        PyObject *head = PySequence_GetItem(fifo, 0);
+        PyObject *v = head ? PySequence_GetItem(head, by_ts ? 0 : 1) : NULL;
+        Py_XDECREF(head);
+        int lt = v ? PyObject_RichCompareBool(v, bound, Py_LT) : -1;
+        Py_XDECREF(v);
+        if (lt < 0)
+            goto done;
+        if (!lt)
+            break;
+        PyObject *rec = PyObject_CallNoArgs(popleft);
+        PyObject *key = rec ? PySequence_GetItem(rec, 2) : NULL;
+        Py_XDECREF(rec);
+        int r = key ? PyList_Append(dying, key) : -1;
+        Py_XDECREF(key);
+        if (r < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++) {   /* bump(key, -1) */
+        PyObject *entry = entry_of(&s, PyList_GET_ITEM(dying, i));
+        if (entry == NULL)
+            goto done;
+        Py_INCREF(entry);
+        int r = entry_add(entry, i_minus_one);
+        Py_DECREF(entry);
+        if (r < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++)
+        if (PySet_Add(touched, PyList_GET_ITEM(dying, i)) < 0)
+            goto done;
+    if ((vc = changes_of(&s, touched)) == NULL)
+        goto done;
+    PyObject *it = PyObject_GetIter(touched), *key;   /* drop_empty(touched) */
+    if (it == NULL)
+        goto done;
+    while ((key = PyIter_Next(it)) != NULL) {
+        PyObject *entry = entry_of(&s, key);
+        PyObject *c = entry ? entry_get(entry, 0) : NULL;
+        int empty = c ? PyObject_RichCompareBool(c, i_zero, Py_EQ) : -1;
+        Py_XDECREF(c);
+        if (empty > 0)
+            empty = delete_key(&s, key) < 0 ? -1 : 1;
+        Py_DECREF(key);
+        if (empty < 0)
+            break;
+    }
+    Py_DECREF(it);
+    if (!PyErr_Occurred())
+        out = PyTuple_Pack(2, vj, vc);
+done:
+    state_clear(&s);
+    Py_XDECREF(append);
+    Py_XDECREF(popleft);
+    Py_XDECREF(seq);
+    Py_XDECREF(vj);
+    Py_XDECREF(touched);
+    Py_XDECREF(dying);
+    Py_XDECREF(vc);
+    return out;
+}
+
+/* Mixed replicas' settle (MixedReplica._settle): a partial entry keeps its count; a full one takes ``p`` and
+ * leaves in ``expire`` its expired full tuples (its count plus its s_F tuples, popped from ``sf``, less p). */
+static int settle_mixed(PyObject *key, PyObject *entry, PyObject *p, PyObject *sf, PyObject *expire) {
+    PyObject *flag = entry_get(entry, 1);
+    int on = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    if (on <= 0)
+        return on;
+    Py_ssize_t q = 0;
+    PyObject *tups = PyDict_GetItemWithError(sf, key);
+    if (tups != NULL) {
+        Py_INCREF(tups);
+        q = PyObject_Size(tups);
+        int r = q < 0 ? -1 : PyDict_DelItem(sf, key);
+        Py_DECREF(tups);
+        if (r < 0)
+            return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *c = entry_get(entry, 0), *qo = PyLong_FromSsize_t(q);
+    PyObject *cq = c && qo ? PyNumber_Add(c, qo) : NULL;
+    PyObject *k = cq ? PyNumber_Subtract(cq, p) : NULL;
+    Py_XDECREF(c);
+    Py_XDECREF(qo);
+    Py_XDECREF(cq);
+    int any = k ? PyObject_IsTrue(k) : -1;
+    int r = any < 0 || (any && PyDict_SetItem(expire, key, k) < 0) ? -1 : entry_set(entry, 0, p);
+    Py_XDECREF(k);
+    return r;
+}
+
+/* dja_apply(entries, vj, vc, sf, expire): DjaReplica.apply of a DjaUpdate on the OrderedEntries ``entries``:
+ * the new values ``vj`` in (with [0, False]), the counts of the (gap, count) pairs ``vc`` settled (by
+ * DjaReplica._settle if ``sf`` and ``expire`` are None, by MixedReplica._settle on those dicts if not), the
+ * entries of count 0 removed.  IndexError (before any count changes) if a pair names a position past V's
+ * end or the pairs are odd. */
+static PyObject *dja_apply(PyObject *self, PyObject *args) {
+    PyObject *vj, *vc, *sf, *expire;
+    State s = {NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTuple(args, "OOOOO", &s.oe, &vj, &vc, &sf, &expire))
+        return NULL;
+    int mixed = sf != Py_None;
+    if (mixed && (!PyDict_Check(sf) || !PyDict_Check(expire))) {
+        PyErr_SetString(PyExc_TypeError, "sf and expire must be dicts or None");
+        return NULL;
+    }
+    PyObject *newkeys = NULL, *counts = NULL, *dead = NULL, *out = NULL;
+    long long *pos = NULL;
+    if (state_read(&s) < 0 || (newkeys = PySequence_Fast(vj, "vj must be a sequence")) == NULL
+            || (counts = PySequence_Fast(vc, "vc must be a sequence")) == NULL || (dead = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(newkeys); i++) {   /* entries[key] = [0, False] */
+        PyObject *key = PySequence_Fast_GET_ITEM(newkeys, i), *fresh = PyList_New(2);
+        if (fresh == NULL)
+            goto done;
+        Py_INCREF(i_zero);
+        Py_INCREF(Py_False);
+        PyList_SET_ITEM(fresh, 0, i_zero);
+        PyList_SET_ITEM(fresh, 1, Py_False);
+        int in = PyDict_Contains(s.entries, key);
+        int r = in < 0 ? -1 : in ? PyDict_SetItem(s.entries, key, fresh) : append_key(&s, key, fresh);
+        Py_DECREF(fresh);
+        if (r < 0)
+            goto done;
+    }
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(counts), pairs = (m + 1) / 2;
+    if ((pos = PyMem_New(long long, pairs > 0 ? pairs : 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long at = -1, live = (long long)PyDict_GET_SIZE(s.entries);
+    int outside = 0;
+    for (Py_ssize_t j = 0; j < pairs; j++) {   /* changed_entries: the positions, all checked first */
+        int overflow;
+        long long gap = PyLong_AsLongLongAndOverflow(PySequence_Fast_GET_ITEM(counts, 2 * j), &overflow);
+        if (gap == -1 && PyErr_Occurred())
+            goto done;
+        if (overflow || __builtin_add_overflow(at, gap, &at) || __builtin_add_overflow(at, 1LL, &at)) {
+            outside = 1;   /* past any long long: past V's end or before its start */
+            at = 0;
+        }
+        pos[j] = at;
+        if (at < 0 || at >= live)
+            outside = 1;
+    }
+    if (outside || m % 2) {
+        PyErr_SetString(PyExc_IndexError, outside ? "a count change names a position outside V" : "odd count changes");
+        goto done;
+    }
+    Py_ssize_t used = PyList_GET_SIZE(s.keys);
+    for (Py_ssize_t j = 0; j < pairs; j++) {
+        Py_ssize_t slot = find_slot(s.tree, used, pos[j]);
+        if (slot < 0)
+            goto done;
+        PyObject *key = slot < used ? PyList_GET_ITEM(s.keys, slot) : Py_None;
+        if (key == Py_None) {
+            PyErr_SetString(PyExc_AssertionError, "a position names a removed slot");
+            goto done;
+        }
+        PyObject *entry = entry_of(&s, key), *p = PySequence_Fast_GET_ITEM(counts, 2 * j + 1);
+        if (entry == NULL)
+            goto done;
+        Py_INCREF(key);
+        Py_INCREF(entry);
+        int r = mixed ? settle_mixed(key, entry, p, sf, expire) : entry_set(entry, 0, p);
+        int zero = r < 0 ? -1 : PyObject_RichCompareBool(p, i_zero, Py_EQ);
+        if (zero > 0)
+            zero = PyList_Append(dead, key) < 0 ? -1 : 1;
+        Py_DECREF(entry);
+        Py_DECREF(key);
+        if (zero < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dead); i++)
+        if (delete_key(&s, PyList_GET_ITEM(dead, i)) < 0)
+            goto done;
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    PyMem_Free(pos);
+    state_clear(&s);
+    Py_XDECREF(newkeys);
+    Py_XDECREF(counts);
+    Py_XDECREF(dead);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"mark", mark, METH_VARARGS, "mark(tree, slot): one more removed slot"},
     {"removed_before", removed_before, METH_VARARGS, "removed_before(tree, slot) -> removed slots below slot"},
     {"positions", positions, METH_VARARGS, "positions(tree, slots) -> the live keys' positions at those slots"},
     {"slot_of", slot_of, METH_VARARGS, "slot_of(tree, used, position) -> the slot of the live key at position"},
     {"slots_of", slots_of, METH_VARARGS, "slots_of(tree, used, positions) -> slot_of of each position"},
+    {"dja_tick", dja_tick, METH_VARARGS,
+     "dja_tick(entries, fifo, batch, index, by_ts, bound, sf) -> (vj, vc): DjaSender._update's loops"},
+    {"dja_apply", dja_apply, METH_VARARGS, "dja_apply(entries, vj, vc, sf, expire): DjaReplica.apply's loops"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fenwickc", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__fenwickc(void) { return PyModule_Create(&module); }
+static PyObject *intern(const char *name) { return PyUnicode_InternFromString(name); }
+
+PyMODINIT_FUNC PyInit__fenwickc(void) {
+    if (s_entries == NULL) {
+        s_entries = intern("_entries");
+        s_slot = intern("_slot");
+        s_keys = intern("_keys");
+        s_tree = intern("_tree");
+        s_rebuild = intern("_rebuild");
+        s_key = intern("key");
+        s_ts = intern("ts");
+        s_seq = intern("seq");
+        s_append = intern("append");
+        s_popleft = intern("popleft");
+        i_zero = PyLong_FromLong(0);
+        i_one = PyLong_FromLong(1);
+        i_minus_one = PyLong_FromLong(-1);
+        if (!s_entries || !s_slot || !s_keys || !s_tree || !s_rebuild || !s_key || !s_ts || !s_seq || !s_append
+                || !s_popleft || !i_zero || !i_one || !i_minus_one)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
 
 from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
+from joinlib.runtime.algorithms import ordered
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
 from joinlib.runtime.algorithms.keyindex import held_keys
 from joinlib.runtime.algorithms.ordered import Entry, OrderedEntries
@@ -101,6 +102,10 @@ class DjaSender:
         return out
 
     def _update(self, batch: Sequence[Tup], bound: Bound, sf: Optional[list[Tup]]) -> DjaUpdate:
+        c = ordered._c
+        if c is not None:   # the loops below in one call of the C kernel (_fenwickc.c: dja_tick)
+            vj, vc = c.dja_tick(self.entries, self.fifo, batch, self.index, bound[0] == "ts", bound[1], sf)
+            return DjaUpdate(vj, vc, sf or [], arrivals_of(self.stream, batch))
         vj, touched, entries = [], set(), self.entries
         add, key_of, fifo = entries.add, self._key_of, self.fifo
         for t in batch:
@@ -162,13 +167,24 @@ class DjaReplica:
             self._start_entries()
             return
         assert isinstance(body, DjaUpdate)
+        c, settle = ordered._c, type(self)._settle
+        if c is not None and (settle is DjaReplica._settle or settle is MixedReplica._settle):
+            # the loops below in one call of the C kernel (_fenwickc.c: dja_apply); another _settle stays here
+            sf: Optional[dict[Key, list[Tup]]] = None
+            expire: Optional[dict[Key, int]] = None
+            if isinstance(self, MixedReplica) and settle is MixedReplica._settle:
+                sf, expire = self._sf, self._expire
+            try:
+                c.dja_apply(self.entries, body.vj, body.vc, sf, expire)
+            except IndexError:
+                self._out_of_sync()
+            return
         for key in body.vj:
             self.entries[key] = [0, False]
         try:
             changed = changed_entries(self.entries, body.vc)
         except IndexError:
-            raise RuntimeError(f"DJA count changes of {self.stream.name} name entries past the "
-                               f"{len(self.entries)} the replica has: replicas out of sync") from None
+            self._out_of_sync()
         dead = []
         for key, entry, p in changed:
             self._settle(key, entry, p)
@@ -177,8 +193,13 @@ class DjaReplica:
         for key in dead:
             del self.entries[key]
 
+    def _out_of_sync(self) -> NoReturn:
+        raise RuntimeError(f"DJA count changes of {self.stream.name} name entries past the "
+                           f"{len(self.entries)} the replica has: replicas out of sync") from None
+
     def _settle(self, key: Key, entry: list[Any], p: int) -> None:
-        """Take the window's new count ``p`` of tuples with ``key``."""
+        """Take the window's new count ``p`` of tuples with ``key`` (an override other than MixedReplica's keeps
+        :meth:`apply` in Python)."""
         entry[0] = p
 
     def _start_entries(self) -> None:

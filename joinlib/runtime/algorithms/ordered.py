@@ -18,7 +18,9 @@ from joinlib.protocol.messages import Key
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
 
 
-#: The tree's loops in C (``_fenwickc.c``, built by setup.py), or None: the Python loops below answer.
+#: The tree's loops in C (``_fenwickc.c``, built by setup.py), or None: the Python loops below answer.  Its
+#: ``dja_tick`` / ``dja_apply`` run DJA's per-epoch loops (runtime/algorithms/dja.py) on an OrderedEntries' own
+#: ``_entries``, ``_slot``, ``_keys`` and ``_tree`` (calling :meth:`OrderedEntries._rebuild` when add would).
 _c: Any = kernel("joinlib.runtime.algorithms._fenwickc")
 
 
