@@ -24,9 +24,12 @@ from joinlib.protocol.messages import Key
 from joinlib.protocol.schemas import SCHEMAS, check_layouts
 from joinlib.protocol.values import varint
 
-#: The size kernel (_avroc.c, built by setup.py: it says why), or None: no compiler at install; then
-#: :func:`tuples_size` adds up :func:`tuple_size`, the same sizes more slowly.
+#: The size and tuple kernel (_avroc.c, built by setup.py: it says why), or None: no compiler at install; then
+#: :func:`tuples_size` adds up :func:`tuple_size` and :func:`encode_tuple` is :func:`_encode_tuple`, the same answers
+#: more slowly.
 _c: Any = kernel("joinlib.protocol._avroc")
+if _c is not None:
+    _c.setup_tuples(Tup)   # the class its encode_tuple takes
 
 check_layouts(SCHEMAS)  # schema files that disagree with the hand-written encoders below fail the import
 
@@ -166,7 +169,23 @@ def _tup_head(pos: int, id: int, ts: int, seq: int, key: Key) -> bytes:
 
 def encode_tuple(t: Tup) -> bytes:
     """The Avro ``joinlib.BaseTuple`` encoding of ``t``, cached in ``t.wire``: a tuple is
-    encoded once — at its source — however many times it is shipped."""
+    encoded once — at its source — however many times it is shipped.  The C kernel encodes a Tup (the class
+    exactly) where it is built; what it declines (a subclass, a value of another type, an int beyond its Avro
+    type, ...) :func:`_encode_tuple` writes, or raises its error."""
+    w = t.wire
+    if w is None:
+        if _c is not None:
+            try:
+                out: bytes = _c.encode_tuple(t)
+                return out
+            except Exception:   # declined, nothing cached: the Python form's bytes or its error
+                pass
+        w = _encode_tuple(t)
+    return w
+
+
+def _encode_tuple(t: Tup) -> bytes:
+    """:func:`encode_tuple` in Python (the definition the kernel follows)."""
     w = t.wire
     if w is None:
         rest = t.rest

@@ -12,12 +12,14 @@ decode or fail alike with the kernel and without (the kernel declines them, and 
 from __future__ import annotations
 
 import enum
+import io
 import re
 import struct
 from collections import deque
 from dataclasses import fields
 from typing import Any, Callable
 
+import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +28,7 @@ from joinlib.model import Tup
 from joinlib.protocol import avro, wire
 from joinlib.protocol import messages as m
 from joinlib.protocol.messages import Envelope
+from joinlib.protocol.schemas import SCHEMAS
 from tests.kernels import kernels
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -418,3 +421,115 @@ def test_the_decoder_refuses_classes_whose_slots_it_does_not_set() -> None:
     with pytest.raises(TypeError, match="slot"):
         wire._c.setup_envelopes(Envelope, Color, bodies, branches, avro.encode_tuple, 16)
     test_the_decoding_kernel_is_built()
+
+
+# ------------------------------------------------------------------------------------------------ tuples
+# avro.encode_tuple by the kernel (_avroc.encode_tuple) against its Python form (avro._encode_tuple): the same bytes,
+# cached in ``wire`` the same way (the cached object is what later calls answer), or the same error with nothing
+# cached; what the kernel declines it leaves untouched.
+
+surrogate_st = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3)
+tup_value_st = st.one_of(value_st, st.text(st.characters(), max_size=8), st.sampled_from([-(1 << 63), (1 << 63) - 1,
+                                                                                           float("nan"), -0.0]))
+rest_st = st.one_of(st.binary(max_size=40), st.binary(min_size=62, max_size=66), st.just(bytes(1250)),
+                    st.sampled_from([bytes(8191), bytes(8192)]))
+
+
+@st.composite
+def tup_case(draw: Callable[..., Any], odd: bool) -> tuple[type, tuple[Any, ...], Any]:
+    """(class, fields, a ``wire`` set beforehand or None): a Tup as nodes make them, or (odd) rarely anything."""
+    values = rarely(tup_value_st, st.one_of(odd_value_st, surrogate_st)) if odd else tup_value_st
+    key: st.SearchStrategy[Any] = st.lists(values, max_size=3).map(tuple)
+    rest: st.SearchStrategy[Any] = rest_st
+    cls: st.SearchStrategy[Any] = st.just(Tup)
+    cached: st.SearchStrategy[Any] = st.one_of(st.none(), st.none(), st.just(b"cached"))
+    ints, longs = int_st, long_st
+    if odd:
+        key = rarely(key, st.one_of(st.lists(values, max_size=3), st.lists(values, max_size=3).map(deque),
+                                    st.sampled_from([None, "ab", b"", 7])))
+        rest = rarely(rest, st.sampled_from([bytearray(b"ba"), memoryview(b"mv"), "str", None, 3]))
+        cls = rarely(cls, st.just(MyTup))
+        cached = rarely(cached, st.sampled_from([b"", "a str", 0]))
+        ints, longs = odd_int_st, odd_long_st
+    fields = (draw(ints), draw(longs), draw(longs), draw(longs), draw(key), draw(rest))
+    return draw(cls), fields, draw(cached)
+
+
+def _made(case: tuple[type, tuple[Any, ...], Any]) -> Tup:
+    cls, fields, cached = case
+    t = cls(*fields)
+    if cached is not None:
+        t.wire = cached
+    return t
+
+
+def check_tuple(case: tuple[type, tuple[Any, ...], Any], must_take: bool) -> None:
+    py = _made(case)
+    with kernels(avro, False):
+        want = outcome(avro.encode_tuple, py)
+    assert avro._c is not None
+    t = _made(case)
+    got = outcome(avro.encode_tuple, t)
+    assert got == want
+    assert type(t.wire) is type(py.wire) and t.wire == py.wire, "cached otherwise"
+    if not isinstance(want, tuple):   # encoded: cached, and the cached object is the answer from now on
+        assert t.wire is got and avro.encode_tuple(t) is got
+        assert type(t) is not Tup or avro._c.encode_tuple(t) is got
+        assert case[2] is None or got is case[2], "a cached encoding is answered as it is"
+    direct = _made(case)
+    try:
+        w = avro._c.encode_tuple(direct)
+    except (TypeError, OverflowError, UnicodeEncodeError):   # declined: nothing cached
+        assert not must_take, "the kernel declined a plain tuple"
+        assert direct.wire is case[2] and direct.idb is None
+        return
+    assert w == want and direct.wire is w and direct.idb is None
+    assert type(direct) is Tup and (case[2] is not None or type(w) is bytes)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tup_case(odd=False))
+def test_the_kernel_encodes_a_tuple_as_python_does(case):
+    check_tuple(case, must_take=True)
+    t = _made(case)
+    if case[2] is None:   # and as fastavro does
+        assert avro.encode_tuple(t) == fastavro_tuple(t)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tup_case(odd=True))
+def test_a_tuple_the_kernel_declines_comes_out_as_without_it(case):
+    check_tuple(case, must_take=False)
+
+
+def fastavro_tuple(t: Tup) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, SCHEMAS["joinlib.BaseTuple"], avro.tup_record(t))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fill", [(), ("pos", "id", "ts", "seq", "key"), ("pos", "id", "ts", "seq", "key", "rest"),
+                                  ("wire",), ("pos", "id", "ts", "seq", "key", "wire")])
+def test_a_tuple_with_unset_slots_comes_out_as_without_the_kernel(fill):
+    def made() -> Tup:
+        t = Tup.__new__(Tup)
+        for name, v in zip(("pos", "id", "ts", "seq", "key", "rest"), (1, 2, 3, 4, ("k",), b"r"), strict=True):
+            if name in fill:
+                setattr(t, name, v)
+        if "wire" in fill:
+            t.wire = None
+        return t
+    with kernels(avro, False):
+        want = outcome(avro.encode_tuple, made())
+    assert outcome(avro.encode_tuple, made()) == want
+    with pytest.raises(TypeError):
+        avro._c.encode_tuple(made())
+
+
+def test_the_tuple_kernel_is_built_and_set_up() -> None:
+    assert avro._c is not None and avro._c.encode_tuple is not None, "run `python setup.py build_ext --inplace`"
+    t = Tup(3, 1 << 40, -7, 9, ("k", 2, 0.5, None, True), b"rest")
+    w = avro._c.encode_tuple(t)
+    assert t.wire is w and w == avro._encode_tuple(Tup(3, 1 << 40, -7, 9, t.key, t.rest))
+    with pytest.raises(TypeError):
+        avro._c.setup_tuples(MyTup.__mro__[-1])   # object: not a class with the slots
