@@ -17,8 +17,11 @@ never seen do.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from collections import Counter
-from typing import Any, Iterable, Optional
+from itertools import islice
+from operator import le
+from typing import Any, Iterable, Optional, cast
 
 from joinlib.errors import PlanError
 from joinlib.model import Query, Tup, Value
@@ -61,11 +64,57 @@ class ValueMonitor:
     def add(self, stream: str, tups: Iterable[Tup]) -> None:
         """Count released source tuples of ``stream`` (any order; tuples older than the horizon are not).
 
-        One pass per batch with the look-ups hoisted, canonical forms cached by value (equal values have equal
-        canonical forms, so a value-keyed cache is exact): this runs for every input tuple of a live run."""
+        This runs for every input tuple of a live run.  A node's sources release tuples in ts order, and then a
+        batch is counted a bucket at a time with the loops in C (the keys' canonical forms by one ``map`` over a
+        value-keyed cache -- equal values have equal canonical forms, so it is exact --, each bucket's counts by
+        one ``Counter.update``): what :meth:`_add_each` counts tuple by tuple, which takes a batch in any order."""
         i = self.attrs.get(stream)
         if i is None:
             return
+        batch = tups if isinstance(tups, list) else list(tups)
+        ts = [t.ts for t in batch]
+        if not all(map(le, ts, islice(ts, 1, None))):
+            self._add_each(stream, i, batch)
+            return
+        if ts:
+            self._add_sorted(stream, i, batch, ts)
+        self._expire()
+
+    def _add_sorted(self, stream: str, i: int, batch: list[Tup], ts: list[int]) -> None:
+        """:meth:`_add_each` of a batch in ts order: the tuples at or below ``last - horizon`` (before the batch)
+        are a prefix, and none after it is skipped (``last`` only grows past the prefix)."""
+        last = self.last
+        if self.first is None or ts[0] < self.first:
+            self.first = ts[0]
+        lo = 0 if last is None else bisect_right(ts, last - self.horizon)
+        if lo == len(ts):
+            return
+        ks = self._seen_keys([t.key[i] for t in batch[lo:]])
+        buckets, j, n = self.buckets, lo, len(ts)
+        while j < n:
+            b = ts[j] // BUCKET_MS
+            end = bisect_left(ts, (b + 1) * BUCKET_MS, j, n)
+            buckets.setdefault(b, {}).setdefault(stream, Counter()).update(ks[j - lo:end - lo])
+            j = end
+        if last is None or ts[-1] > last:
+            self.last = ts[-1]
+
+    def _seen_keys(self, vals: list[Value]) -> list[bytes]:
+        """The canonical forms of ``vals``; the first value of each form not seen yet is kept (as
+        :meth:`_add_each` keeps it)."""
+        got = list(map(self._canon.get, vals))
+        ks = cast(list[bytes], got) if None not in got else [
+            self._canonical(v) if k is None else k for k, v in zip(got, vals, strict=True)]
+        seen = self.seen
+        new = set(ks).difference(seen)
+        if new:
+            for k, v in zip(ks, vals, strict=True):
+                if k in new and k not in seen:
+                    seen[k] = v
+        return ks
+
+    def _add_each(self, stream: str, i: int, tups: list[Tup]) -> None:
+        """:meth:`add` tuple by tuple (a batch in any order), with the look-ups hoisted."""
         seen, canon, buckets, horizon = self.seen, self._canon, self.buckets, self.horizon
         first, last = self.first, self.last
         counts: Optional[Counter[bytes]] = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from joinlib.control.check import check_control
@@ -130,3 +130,28 @@ def test_stats_command_mistakes_are_one_clear_line(tmp_path: Path, capsys, args:
     assert main(["stats", str(qpath), *[str(tmp_path / a) if a.endswith((".json", ".yaml")) else a for a in args]]) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(-3_000, 30_000),
+                                   st.sampled_from(["a", "b", 1, 1.0, True, 2.5, None, float("nan")])),
+                         max_size=30), min_size=1, max_size=8),
+       st.integers(BUCKET_MS, 12_000), st.booleans())
+@example([[(5_000, "a")], [(4_000, "b"), (4_001, "c")]], 1_000, True)   # a tuple at last - horizon is not counted
+def test_a_sorted_batch_counts_as_tuple_by_tuple(tmp_path_factory, batches, horizon: int, sort: bool) -> None:
+    """``add``'s bucket-at-a-time count of a batch in ts order (a node's release) leaves exactly the state the
+    tuple-by-tuple count does (``_add_each``): buckets, counts, the values kept, in the same order."""
+    qpath, _ = write_data(tmp_path_factory.mktemp("vm"))
+    query = load_query(qpath)
+    site = query.stream("S1").site
+    fast, slow = ValueMonitor(query, site, horizon_ms=horizon), ValueMonitor(query, site, horizon_ms=horizon)
+    for batch in batches:
+        rows = sorted(batch, key=lambda x: x[0]) if sort else batch
+        tups = [Tup(0, k, ts, 0, (v,)) for k, (ts, v) in enumerate(rows)]
+        fast.add("S1", tups)
+        slow._add_each("S1", slow.attrs["S1"], tups)
+        assert (fast.first, fast.last) == (slow.first, slow.last)
+        assert [(b, s, list(c.items())) for b, per in fast.buckets.items() for s, c in per.items()] == \
+            [(b, s, list(c.items())) for b, per in slow.buckets.items() for s, c in per.items()]
+        assert list(fast.seen) == list(slow.seen)
+        assert [repr(v) for v in fast.seen.values()] == [repr(v) for v in slow.seen.values()]
