@@ -202,11 +202,307 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------------------------------------- key sets
+ * key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined.
+ * joinlib.runtime.algorithms.keysets.key_filter (its Python form, key_filter_py, says what a set becomes): the
+ * ages' runs, the distinct keys, their bytes written out (base.keys_bytes's count), the filter's price
+ * (``filter_cost``, called: it is cached there) and bits (each key's digest from ``digests``, bloom._DIGESTS,
+ * or ``remember``), then the message.  Why: a reduction sends a set on every edge every epoch, and in Python
+ * that was 10-14 us a set of ten keys, most of it calls between small steps.  Anything unusual -- a key that is
+ * not a tuple where its bytes count, ages that are not ints, an error raised on the way (an unhashable key, a
+ * string that is not UTF-8) -- is declined, and the Python form then answers or raises as it would have. */
+
+typedef struct {
+    long long age;
+    Py_ssize_t slot;
+} Aged;
+
+static int by_age(const void *a, const void *b) {
+    const Aged *x = a, *y = b;
+    if (x->age != y->age)
+        return x->age < y->age ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;   /* the slots' order: sorted()'s stability */
+}
+
+/* The KeyFilter (back, live, keys, bits, hashes, n, ages): steals keys, bits, hashes and ages. */
+static PyObject *message(PyObject *cls, PyObject *back, PyObject *live, PyObject *keys, PyObject *bits,
+                         PyObject *hashes, PyObject *n, PyObject *ages) {
+    PyObject *out = NULL;
+    if (keys && bits && hashes && n && ages) {
+        PyObject *args[7] = {back, live, keys, bits, hashes, n, ages};
+        out = PyObject_Vectorcall(cls, args, 7, NULL);
+    }
+    Py_XDECREF(keys);
+    Py_XDECREF(bits);
+    Py_XDECREF(hashes);
+    Py_XDECREF(n);
+    Py_XDECREF(ages);
+    return out;
+}
+
+static PyObject *written_out(PyObject *cls, PyObject *back, PyObject *live, PyObject *keys, PyObject *ages) {
+    return message(cls, back, live, keys, PyBytes_FromStringAndSize(NULL, 0), PyLong_FromLong(0), PyLong_FromLong(0),
+                   ages ? ages : PyList_New(0));
+}
+
+/* The distinct keys' list (slots 0..n-1, the dictionary's order). */
+static PyObject *key_list(PyObject **keys, Py_ssize_t n) {
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t j = 0; out != NULL && j < n; j++) {
+        Py_INCREF(keys[j]);
+        PyList_SET_ITEM(out, j, keys[j]);
+    }
+    return out;
+}
+
+/* base.keys_bytes of the distinct keys, -1: declined (a key that is not a tuple), -2: an error. */
+static long long written_bytes(PyObject **keys, Py_ssize_t n) {
+    long long total = 1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!PyTuple_CheckExact(keys[j]))
+            return -1;
+        total += 1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys[j]); i++) {
+            PyObject *v = PyTuple_GET_ITEM(keys[j], i);
+            if (PyUnicode_Check(v)) {
+                Py_ssize_t len;
+                if (PyUnicode_IS_ASCII(v))
+                    len = PyUnicode_GET_LENGTH(v);
+                else if (PyUnicode_AsUTF8AndSize(v, &len) == NULL)
+                    return -2;
+                total += len + 2;
+            } else {
+                total += PyFloat_Check(v) ? 9 : 4;
+            }
+        }
+    }
+    return total;
+}
+
+/* The m bits of the keys' digests (first k words each, mod m), or NULL (an error, or a digest that is not 64
+ * bytes: declined).  As bloom.digests: every key looked up first, then the missing ones remembered. */
+static PyObject *bits_of(PyObject **keys, Py_ssize_t n, Py_ssize_t m, int k, PyObject *digests, PyObject *remember) {
+    PyObject **ds = PyMem_Calloc(n + 1, sizeof(*ds)), *out = NULL;
+    if (ds == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < n; j++) {
+        ds[j] = PyDict_GetItemWithError(digests, keys[j]);
+        if (ds[j] == NULL && PyErr_Occurred())
+            goto done;
+        Py_XINCREF(ds[j]);
+    }
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (ds[j] == NULL && (ds[j] = PyObject_CallOneArg(remember, keys[j])) == NULL)
+            goto done;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!PyBytes_CheckExact(ds[j]) || PyBytes_GET_SIZE(ds[j]) != WORDS * 4) {
+            PyErr_SetString(PyExc_ValueError, "a key's digest is not 64 bytes");
+            goto done;
+        }
+    if ((out = PyBytes_FromStringAndSize(NULL, m / 8)) == NULL)
+        goto done;
+    uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(out);
+    memset(bits, 0, m / 8);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        uint32_t h[WORDS];
+        memcpy(h, PyBytes_AS_STRING(ds[j]), sizeof(h));
+        for (int i = 0; i < k; i++) {
+            uint32_t p = h[i] % (uint32_t)m;
+            bits[p >> 3] |= (uint8_t)(1u << (p & 7));
+        }
+    }
+done:
+    for (Py_ssize_t j = 0; j < n; j++)
+        Py_XDECREF(ds[j]);
+    PyMem_Free(ds);
+    return out;
+}
+
+/* bloom.choose over the distinct keys, then the message: written out, or a filter when it costs less. */
+static PyObject *chosen(PyObject *const *args, PyObject **keys, Py_ssize_t n, PyObject *back, PyObject *live,
+                        int *declined) {
+    PyObject *fpr = args[1], *fp_cost = args[2], *cls = args[3];
+    if (fpr == Py_None || fp_cost == Py_None || n == 0)
+        return written_out(cls, back, live, key_list(keys, n), NULL);
+    long long exact = written_bytes(keys, n);
+    if (exact < 0) {
+        *declined = exact == -1;
+        return NULL;
+    }
+    PyObject *nn = PyLong_FromSsize_t(n), *priced = NULL, *ex = NULL, *out = NULL;
+    if (nn == NULL || (ex = PyLong_FromLongLong(exact)) == NULL)
+        goto done;
+    PyObject *cargs[3] = {nn, fpr, fp_cost};
+    if ((priced = PyObject_Vectorcall(args[4], cargs, 3, NULL)) == NULL)
+        goto done;
+    if (!PyTuple_CheckExact(priced) || PyTuple_GET_SIZE(priced) != 3) {
+        *declined = 1;
+        goto done;
+    }
+    int lower = PyObject_RichCompareBool(PyTuple_GET_ITEM(priced, 2), ex, Py_LT);
+    if (lower < 0)
+        goto done;
+    if (!lower) {
+        out = written_out(cls, back, live, key_list(keys, n), NULL);
+        goto done;
+    }
+    PyObject *mo = PyTuple_GET_ITEM(priced, 0), *ko = PyTuple_GET_ITEM(priced, 1);
+    Py_ssize_t m = PyLong_CheckExact(mo) ? PyLong_AsSsize_t(mo) : -1;
+    long k = PyLong_CheckExact(ko) ? PyLong_AsLong(ko) : -1;
+    if (m <= 0 || m % 8 || k < 1 || k > WORDS) {
+        PyErr_Clear();
+        *declined = 1;
+        goto done;
+    }
+    PyObject *bits = bits_of(keys, n, m, (int)k, args[5], args[6]);
+    if (bits != NULL) {
+        Py_INCREF(ko);
+        Py_INCREF(nn);
+        out = message(cls, back, live, PyList_New(0), bits, ko, nn, PyList_New(0));
+    }
+done:
+    Py_XDECREF(nn);
+    Py_XDECREF(ex);
+    Py_XDECREF(priced);
+    return out;
+}
+
+/* The ages' runs over the distinct keys (slot j: its first tuple's key, yage[j] its youngest age), or NULL
+ * with *single set when they make one run (the set is then priced as keys of one age). */
+static PyObject *aged(PyObject *cls, PyObject **keys, const long long *yage, Py_ssize_t n, PyObject *back,
+                      PyObject *live, int *single) {
+    Aged *order = PyMem_Malloc(sizeof(*order) * (n + 1));
+    if (order == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < n; j++)
+        order[j] = (Aged){yage[j], j};
+    qsort(order, n, sizeof(*order), by_age);
+    *single = n == 0 || order[0].age == order[n - 1].age;
+    PyObject *ks = NULL, *runs = NULL;
+    if (*single)
+        goto done;
+    if ((ks = PyList_New(n)) == NULL || (runs = PyList_New(0)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0, start = 0; i < n; i++) {
+        Py_INCREF(keys[order[i].slot]);
+        PyList_SET_ITEM(ks, i, keys[order[i].slot]);
+        if (i + 1 < n && order[i + 1].age == order[i].age)
+            continue;
+        PyObject *a = PyLong_FromLongLong(order[i].age), *c = PyLong_FromSsize_t(i + 1 - start);
+        int bad = a == NULL || c == NULL || PyList_Append(runs, a) < 0 || PyList_Append(runs, c) < 0;
+        Py_XDECREF(a);
+        Py_XDECREF(c);
+        if (bad)
+            goto fail;
+        start = i + 1;
+    }
+    PyMem_Free(order);
+    return written_out(cls, back, live, ks, runs);
+fail:
+    Py_XDECREF(ks);
+    Py_XDECREF(runs);
+done:
+    PyMem_Free(order);
+    return NULL;
+}
+
+/* The ages as C integers: 1 when they are all exact ints (*several: not all equal), 0: declined. */
+static int ages_of(PyObject *ages, long long **out, Py_ssize_t *na, int *several) {
+    if (!PyList_CheckExact(ages) && !PyTuple_CheckExact(ages))
+        return 0;
+    PyObject **items = PySequence_Fast_ITEMS(ages);
+    *na = PySequence_Fast_GET_SIZE(ages);
+    *several = 0;
+    if ((*out = PyMem_Malloc(sizeof(**out) * (*na + 1))) == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < *na; i++) {
+        int over;
+        if (!PyLong_CheckExact(items[i]))
+            return 0;
+        (*out)[i] = PyLong_AsLongLongAndOverflow(items[i], &over);
+        if (over)
+            return 0;
+        *several |= (*out)[i] != (*out)[0];
+    }
+    return 1;
+}
+
+static PyObject *key_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember)");
+        return NULL;
+    }
+    PyObject *out = args[0];
+    if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != 4 || !PyDict_CheckExact(args[5]))
+        Py_RETURN_NONE;
+    PyObject *kseq = PyTuple_GET_ITEM(out, 0), *back = PyTuple_GET_ITEM(out, 1), *live = PyTuple_GET_ITEM(out, 2);
+    if (!PyList_CheckExact(kseq) && !PyTuple_CheckExact(kseq))
+        Py_RETURN_NONE;
+    /* a copy of the keys, and strong references to the distinct ones: a key's __eq__ may run Python */
+    PyObject *keys = PySequence_Tuple(kseq), *seen = PyDict_New(), *res = NULL, **dk = NULL;
+    long long *ages = NULL, *yage = NULL;
+    Py_ssize_t na = 0, n = 0;
+    int several = 0, declined = 0;
+    if (keys == NULL || seen == NULL)
+        goto done;
+    Py_ssize_t nk = PyTuple_GET_SIZE(keys);
+    if (!ages_of(PyTuple_GET_ITEM(out, 3), &ages, &na, &several) || (several && na != nk)) {
+        declined = 1;
+        goto done;
+    }
+    dk = PyMem_Malloc(sizeof(*dk) * (nk + 1));
+    yage = PyMem_Malloc(sizeof(*yage) * (nk + 1));
+    if (dk == NULL || yage == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nk; i++) {   /* dict.fromkeys, and each key's youngest age (age_runs) */
+        PyObject *key = PyTuple_GET_ITEM(keys, i), *slot = PyDict_GetItemWithError(seen, key);
+        if (slot != NULL) {
+            Py_ssize_t j = PyLong_AsSsize_t(slot);
+            if (several && ages[i] < yage[j])
+                yage[j] = ages[i];
+            continue;
+        }
+        if (PyErr_Occurred() || (slot = PyLong_FromSsize_t(n)) == NULL)
+            goto done;
+        int bad = PyDict_SetItem(seen, key, slot) < 0;
+        Py_DECREF(slot);
+        if (bad)
+            goto done;
+        Py_INCREF(key);
+        dk[n] = key;
+        yage[n++] = several ? ages[i] : 0;
+    }
+    if (several) {
+        int single = 0;
+        if ((res = aged(args[3], dk, yage, n, back, live, &single)) == NULL && !single)
+            goto done;
+    }
+    if (res == NULL)
+        res = chosen(args, dk, n, back, live, &declined);
+done:
+    for (Py_ssize_t j = 0; j < n; j++)
+        Py_DECREF(dk[j]);
+    PyMem_Free(dk);
+    PyMem_Free(yage);
+    PyMem_Free(ages);
+    Py_XDECREF(keys);
+    Py_XDECREF(seen);
+    if (res == NULL && (declined || PyErr_ExceptionMatches(PyExc_Exception))) {
+        PyErr_Clear();   /* the Python form answers, or raises what it raises */
+        Py_RETURN_NONE;
+    }
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"filter_bits", filter_bits, METH_VARARGS, "filter_bits(digests, m, k) -> bytes"},
     {"hits", hits, METH_VARARGS, "hits(bits, k, rows) -> bytes (one 0/1 byte per row)"},
     {"hit_index", hit_index, METH_VARARGS, "hit_index(bits, k, rows) -> list[int] (the rows held)"},
     {"latest", latest, METH_VARARGS, "latest([(bits, k, tag), ...], rows) -> list[int]"},
+    {"key_filter", (PyCFunction)(void (*)(void))key_filter, METH_FASTCALL,
+     "key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,12 +8,19 @@ sets (:mod:`joinlib.runtime.ahead`) make and send the same messages.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
+from joinlib.kernels import kernel
 from joinlib.model import Tup
+from joinlib.protocol import bloom
 from joinlib.protocol.bloom import Bloom, Matcher, choose
 from joinlib.protocol.messages import Key, KeyFilter
 from joinlib.runtime.algorithms.base import keys_bytes
+
+#: The Bloom kernels (``joinlib/protocol/_bloomc.c``) for :func:`key_filter` -- the whole choice in one call, on
+#: bloom.py's digest dictionary and filter prices -- or None: :func:`key_filter_py` (the same messages;
+#: tests/property/test_keyfilter_c.py compares them).
+_c: Any = kernel("joinlib.protocol._bloomc")
 
 
 class Outgoing(NamedTuple):
@@ -32,7 +39,19 @@ def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) ->
     """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes.  Written-out
     keys of several arrival epochs carry their ages (:func:`age_runs`): each key then lives at the receiver
     as long as its own tuple is in the sender's window, not as long as the set's latest tuple -- a tuple that
-    passes late (its partner arrived after it) would otherwise keep its key live for up to a window more."""
+    passes late (its partner arrived after it) would otherwise keep its key live for up to a window more.
+    In one kernel call when the Bloom kernels are built (a reduction sends a set on every edge every epoch:
+    about 2 us for ten keys, against 10-14 in Python); what the kernel declines, :func:`key_filter_py` makes."""
+    if _c is not None:
+        body: Optional[KeyFilter] = _c.key_filter(out, fpr, fp_cost, KeyFilter, bloom.filter_cost,
+                                                  bloom._DIGESTS, bloom._remember)
+        if body is not None:
+            return body
+    return key_filter_py(out, fpr, fp_cost)
+
+
+def key_filter_py(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
+    """:func:`key_filter` in Python: the ages' runs, else :func:`joinlib.protocol.bloom.choose`'s keys or filter."""
     keys, runs = age_runs(out.keys, out.ages)
     if runs:
         return KeyFilter(out.back, out.live, keys, ages=runs)
