@@ -158,6 +158,28 @@ def test_a_settle_of_another_subclass_stays_in_python() -> None:
         assert seen == [((1,), 1), ((2,), 1), ((1,), 0), ((2,), 0)] and len(rep.entries) == 0
 
 
+def test_a_settle_below_mixed_replica_stays_in_python() -> None:
+    """A subclass of MixedReplica that overrides _settle inherits MixedReplica's _kernel_settle, which declines:
+    the override is called with the kernels on too."""
+    seen: list[tuple[Any, int]] = []
+
+    class Counting(MixedReplica):
+        def _settle(self, key, entry, p):
+            seen.append((key, p))
+            super()._settle(key, entry, p)
+
+    for c in (True, False):
+        seen.clear()
+        with kernels(ordered, c):
+            store = MemoryWindowStore()
+            store.add_index((0,))
+            home, rep = MixedSender(S, (0,)), Counting(S, (0,), store)
+            assert rep._kernel_settle() is None
+            rep.apply(0, home.tick(0, [Tup(1, 0, 0, 0, (1, "x")), Tup(1, 1, 0, 1, (2, "x"))], ("ts", 0)))
+            rep.apply(1, home.tick(1, [], ("ts", 1)))
+        assert seen == [((1,), 1), ((2,), 1), ((1,), 0), ((2,), 0)] and len(rep.entries) == 0
+
+
 @pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "fallback"])
 def test_many_keys_rebuild_the_tree_at_the_same_moments(c: bool) -> None:
     """Thousands of keys in and out: the tree is rebuilt (by add's and __setitem__'s rule) on both sides alike."""

@@ -154,6 +154,9 @@ class MixedSender(DjaSender):
         return TupleBatch(out)
 
 
+SettleArgs = tuple[Optional[dict[Key, list[Tup]]], Optional[dict[Key, int]]]   # dja_apply's sf and expire
+
+
 class DjaReplica:
     """SM-D1's V_2@N_1: distinct join values with counts, in V_2's order."""
 
@@ -167,15 +170,12 @@ class DjaReplica:
             self._start_entries()
             return
         assert isinstance(body, DjaUpdate)
-        c, settle = ordered._c, type(self)._settle
-        if c is not None and (settle is DjaReplica._settle or settle is MixedReplica._settle):
+        c = ordered._c
+        settle = self._kernel_settle() if c is not None else None
+        if c is not None and settle is not None:
             # the loops below in one call of the C kernel (_fenwickc.c: dja_apply); another _settle stays here
-            sf: Optional[dict[Key, list[Tup]]] = None
-            expire: Optional[dict[Key, int]] = None
-            if isinstance(self, MixedReplica) and settle is MixedReplica._settle:
-                sf, expire = self._sf, self._expire
             try:
-                c.dja_apply(self.entries, body.vj, body.vc, sf, expire)
+                c.dja_apply(self.entries, body.vj, body.vc, *settle)
             except IndexError:
                 self._out_of_sync()
             return
@@ -198,9 +198,15 @@ class DjaReplica:
                            f"{len(self.entries)} the replica has: replicas out of sync") from None
 
     def _settle(self, key: Key, entry: list[Any], p: int) -> None:
-        """Take the window's new count ``p`` of tuples with ``key`` (an override other than MixedReplica's keeps
-        :meth:`apply` in Python)."""
+        """Take the window's new count ``p`` of tuples with ``key`` (an override keeps :meth:`apply` in Python
+        unless it also overrides :meth:`_kernel_settle`)."""
         entry[0] = p
+
+    def _kernel_settle(self) -> Optional[SettleArgs]:
+        """The ``sf`` and ``expire`` arguments with which dja_apply does this class's :meth:`_settle` (None, None:
+        this one), or None if the kernel cannot: a subclass that overrides ``_settle`` gets the Python loop, the
+        kernel knowing only the settles written into it."""
+        return (None, None) if type(self)._settle is DjaReplica._settle else None
 
     def _start_entries(self) -> None:
         """Entries just taken from a snapshot (all partial)."""
@@ -257,6 +263,10 @@ class MixedReplica(DjaReplica):
         if k:
             self._expire[key] = k
         entry[0] = p
+
+    def _kernel_settle(self) -> Optional[SettleArgs]:
+        """dja_apply does this :meth:`_settle` on the two dicts it fills (Algorithm 9's s_F and expiries)."""
+        return (self._sf, self._expire) if type(self)._settle is MixedReplica._settle else None
 
     def _start_entries(self) -> None:
         for entry in self.entries.values():
