@@ -21,7 +21,7 @@
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 static PyObject *s_ts, *s_seq, *s_tups, *s_lo, *s_key, *s_n, *s_positions;
-static PyTypeObject *keylist_type, *tup_type, *prefix_type;
+static PyTypeObject *keylist_type, *tup_type, *prefix_type, *pick_type;
 static Py_ssize_t kl_ts, kl_seq, kl_tups, kl_lo;   /* KeyList's slots */
 static Py_ssize_t tp_ts, tp_seq, tp_key;          /* Tup's */
 static int kl_plain;                               /* KeyList made by object.__new__: of_one by tp_alloc */
@@ -156,7 +156,7 @@ done:
 /* ---------------------------------------------------------------------------- keys */
 
 /* The keys of the tuples whose store keys are ``keys`` (``n`` of them) under ``proj`` (memory.py's projector():
- * a _Prefix, a function with ``positions``, or anything else, which is called), as memory._keys computes them:
+ * a _Prefix, a _Pick with its ``positions``, or anything else, which is called), as memory._keys computes them:
  * new references into out, or -1 with out cleared. */
 static int index_keys(PyObject *proj, PyObject **keys, Py_ssize_t n, PyObject **out) {
     Py_ssize_t i = 0, np = -1, npos = 0, pos[8];
@@ -178,7 +178,7 @@ static int index_keys(PyObject *proj, PyObject **keys, Py_ssize_t n, PyObject **
                 Py_INCREF(out[i] = keys[i]);
             return 0;
         }
-    } else if (PyFunction_Check(proj)) {
+    } else if (Py_TYPE(proj) == pick_type) {
         PyObject *p = PyObject_GetAttr(proj, s_positions);
         if (p == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -556,10 +556,11 @@ fail:
 
 /* ---------------------------------------------------------------------------- setup */
 
-/* setup(KeyList, Tup, _Prefix): the classes whose slots the kernel reads */
+/* setup(KeyList, Tup, _Prefix, _Pick): the classes whose slots the kernel reads and the projectors it knows */
 static PyObject *setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "setup(KeyList, Tup, _Prefix)");
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
+            || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "setup(KeyList, Tup, _Prefix, _Pick)");
         return NULL;
     }
     PyTypeObject *kl = (PyTypeObject *)args[0], *tp = (PyTypeObject *)args[1];
@@ -571,15 +572,17 @@ static PyObject *setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     /* of_one by tp_alloc when KeyList is made by object.__new__ with exactly these four slots */
     kl_plain = kl->tp_new == PyBaseObject_Type.tp_new && kl->tp_dictoffset == 0 &&
                kl->tp_basicsize == PyBaseObject_Type.tp_basicsize + 4 * (Py_ssize_t)sizeof(PyObject *);
-    Py_INCREF(kl), Py_INCREF(tp), Py_INCREF(args[2]);
+    Py_INCREF(kl), Py_INCREF(tp), Py_INCREF(args[2]), Py_INCREF(args[3]);
     Py_XSETREF(keylist_type, kl);
     Py_XSETREF(tup_type, tp);
     Py_XSETREF(prefix_type, (PyTypeObject *)args[2]);
+    Py_XSETREF(pick_type, (PyTypeObject *)args[3]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, "setup(KeyList, Tup, _Prefix): the classes"},
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL,
+     "setup(KeyList, Tup, _Prefix, _Pick): the classes"},
     {"insert", (PyCFunction)(void (*)(void))insert, METH_FASTCALL,
      "insert(all, indexes, tups) -> bool: MemoryWindowStore.insert's in-order case (False: not that case)"},
     {"append", (PyCFunction)(void (*)(void))append, METH_FASTCALL,

@@ -176,22 +176,26 @@ class _Prefix:
         return key if len(key) == self.n else key[:self.n]
 
 
+class _Pick:
+    """Projection on the key attributes at ``positions`` (any but a prefix).  An object of its own class, not a
+    closure, so the kernel knows it by its type and picks the same positions itself without calling it."""
+
+    __slots__ = ("positions", "_get", "_one")
+
+    def __init__(self, positions: Index) -> None:
+        self.positions = positions
+        self._get = itemgetter(*positions)
+        self._one = len(positions) == 1   # itemgetter of one position gives the value, not a 1-tuple
+
+    def __call__(self, key: Key) -> Key:
+        return (self._get(key),) if self._one else self._get(key)
+
+
 def projector(index: Index) -> Projector:
     """A function key -> the values at ``index``."""
     if index == tuple(range(len(index))):
         return _Prefix(len(index))
-    if len(index) == 1:
-        i = index[0]
-
-        def f(key: Key) -> Key:
-            return (key[i],)
-    else:
-        get = itemgetter(*index)
-
-        def f(key: Key) -> Key:
-            return get(key)  # type: ignore[no-any-return]
-    f.positions = index  # type: ignore[attr-defined]  # what it picks: the kernel picks the same without calling it
-    return f
+    return _Pick(index)
 
 
 def _keys(tups: Sequence[Tup], proj: Projector) -> list[Key]:
@@ -209,4 +213,4 @@ def _entry(table: dict[Key, KeyList], key: Key) -> KeyList:
 
 
 if _c is not None:
-    _c.setup(KeyList, Tup, _Prefix)
+    _c.setup(KeyList, Tup, _Prefix, _Pick)

@@ -171,3 +171,26 @@ def test_unknown_projector() -> None:
         _do(s, c, "purge_below", {"ts": 7})
         _do(s, c, "insert", tups[20:])
     assert _state(stores[True]) == _state(stores[False])
+
+
+def test_picks_are_known_by_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A projector of positions that are not a prefix (memory._Pick) is picked by the kernel, not called; the
+    Python form calls it per tuple.  Both give the same keys."""
+    calls = []
+    call = mem._Pick.__call__
+
+    def counted(self: Any, key: Any) -> Any:
+        calls.append(key)
+        return call(self, key)
+
+    monkeypatch.setattr(mem._Pick, "__call__", counted)
+    tups = [Tup(0, i, i, i, KEYS[i % len(KEYS)], b"") for i in range(12)]
+    stores = {c: MemoryWindowStore() for c in (True, False)}
+    for c, s in stores.items():
+        calls.clear()
+        for index in ((1,), (2, 0)):
+            s.add_index(index)
+        _do(s, c, "insert", tups)
+        _do(s, c, "purge_below", {"ts": 5})
+        assert (calls == []) == c, calls
+    assert _state(stores[True]) == _state(stores[False])
