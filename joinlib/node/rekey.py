@@ -231,8 +231,10 @@ class Rekeyer:
             instance=getattr(self.svc, "instance", None), live=True, dead_letters=stats["dead_letters"],
             watermarks_ms=self.live.watermarks_ms())
 
-    def _on_naive(self, dst: str, epoch: int, tups: list[Tup]) -> None:
-        self.naive[dst] = self.naive.get(dst, 0) + wire.naive_batch_size(epoch, tups)
+    def _on_naive(self, dsts: list[str], epoch: int, tups: list[Tup]) -> None:
+        n = wire.naive_batch_size(epoch, tups)   # the same batch for every site: sized once
+        for dst in dsts:
+            self.naive[dst] = self.naive.get(dst, 0) + n
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self) -> None:

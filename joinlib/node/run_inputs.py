@@ -206,20 +206,21 @@ class RunInputs:
             self.reject(m, INVALID, f"a SourceBatch of stream {b.stream[:40]!r} on the topic of {stream.name}")
             return
         if run.reader.naive and self.others and tuples:
-            for dst in self.others:
-                self.naive(dst, tuples[0].ts // run.q.execution.interval_ms, tuples)
+            self.naive(self.others, tuples[0].ts // run.q.execution.interval_ms, tuples)
         wm = run.reader.watermark(run, b, stream)
         if run.adaptive is not None:  # the node holds the watermark at its fence during a migration
             run.adaptive.on_source(stream.name, tuples, wm)
         else:
             run.host.feed(run.q.name, stream.name, tuples, wm, run.scope.part)
 
-    def naive(self, dst: str, epoch: int, tups: list[Tup]) -> None:
-        """What shipping ``tups`` (a batch of epoch ``epoch``) to ``dst`` would cost: the naive baseline."""
+    def naive(self, dsts: list[str], epoch: int, tups: list[Tup]) -> None:
+        """What shipping ``tups`` (a batch of epoch ``epoch``) to each of ``dsts`` would cost: the naive baseline.
+        The batch is the same whatever the site it would go to: sized once, counted for each."""
         run = self.run
         n = wire.naive_batch_size(epoch, tups)
-        run.counters.naive[(run.site, dst)] += n
-        run.svc.sensor.on_naive(run.site, dst, n)
+        for dst in dsts:
+            run.counters.naive[(run.site, dst)] += n
+            run.svc.sensor.on_naive(run.site, dst, n)
 
     # ------------------------------------------------------------------ back-pressure
     def pace(self) -> None:

@@ -165,12 +165,12 @@ class LiveInputs:
 
     ``starts``: stream -> {partition: first offset} (the plan message's, or the checkpoint's);
     ``out``: the run's producer (dead letters); ``sensor``: the service's Prometheus sensor
-    (``on_dead_letter``, ``on_source_watermark``); ``on_naive(dst, epoch, tuples)``: an epoch of
-    a home stream is complete (what shipping it naively would cost)."""
+    (``on_dead_letter``, ``on_source_watermark``); ``on_naive(dsts, epoch, tuples)``: an epoch of
+    a home stream is complete (what shipping it naively to each of ``dsts``, the other sites, would cost)."""
 
     def __init__(self, query: Query, site: str, origin_ms: int, starts: dict[str, dict[int, int]], *,
                  bootstrap: str, out: Producing, run_id: Optional[str], sensor: Any,
-                 log: Callable[[str], None], on_naive: Callable[[str, int, list[Tup]], None],
+                 log: Callable[[str], None], on_naive: Callable[[list[str], int, list[Tup]], None],
                  now: float, name: Optional[str] = None) -> None:
         self.q, self.site, self.origin, self.run_id = query, site, origin_ms, run_id
         name = name or query.name   # the query whose dlq and wm topics these are (an MJoin tree's, not an operator's)
@@ -562,8 +562,8 @@ class LiveInputs:
             # the released tuples are in ts order (a release hands out every record below a watermark that only
             # rises): the epoch's last one found by bisection, not tuple by tuple
             j = bisect_left(tups, (e + 1) * tau, i, n, key=_TS)
-            for dst in self.others:
-                self.on_naive(dst, e, tups[i:j])
+            if self.others:   # one call for all: the batch, and so its size, is the same for every site
+                self.on_naive(self.others, e, tups[i:j])
             i = j
         del tups[:i]
 
