@@ -145,6 +145,37 @@ static inline Py_ssize_t put_varint(uint8_t *out, long long n) {
     return i;
 }
 
+/* Declined: what the writers do not take (a subclass, a value of another type, an int beyond its Avro type, a
+ * sequence neither a list nor a tuple, an unset slot, a message that changed while it was written).  The entry
+ * points wire.py and avro.py fall back from (envelope, envelope_size, encode_tuple) answer it as None, and the Python
+ * form then writes the same bytes or raises its error; any other exception (no memory, a bug of this file)
+ * propagates: falling back on it would hide a kernel bug.  A TypeError, so that encode_values' and encode_longs'
+ * callers, which catch TypeError and OverflowError as their decline, keep working. */
+static PyObject *Declined;
+
+static int decline(const char *why) {
+    PyErr_Clear();
+    PyErr_SetString(Declined, why);
+    return -1;
+}
+
+/* An entry point's answer ``r``, or None if it declined (see Declined). */
+static PyObject *or_none(PyObject *r) {
+    if (r == NULL && PyErr_ExceptionMatches(Declined)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return r;
+}
+
+/* getattr(o, name), an unset slot declined (the Python form raises its AttributeError). */
+static PyObject *attr(PyObject *o, PyObject *name) {
+    PyObject *x = PyObject_GetAttr(o, name);
+    if (x == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        decline("an unset slot");
+    return x;
+}
+
 /* A writer: with ``o`` NULL it only counts the bytes (``n``); else it writes them into ``o`` (``cap`` bytes) and
  * refuses to write beyond (ValueError: what it writes changed since it was counted).  ``encode``: a tuple without
  * its encoding gets one (avro.encode_tuple, which caches it on the tuple, as the Python encoder does); else its
@@ -156,10 +187,8 @@ typedef struct {
 } W;
 
 static int w_room(W *w, Py_ssize_t k) {
-    if (w->o != NULL && w->n + k > w->cap) {
-        PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
-        return -1;
-    }
+    if (w->o != NULL && w->n + k > w->cap)
+        return decline("the message changed while it was written");
     return 0;
 }
 
@@ -186,28 +215,26 @@ static int w_long(W *w, long long v) {
     return 0;
 }
 
-/* The value of an int within 64 bits (``int32``: within an Avro int) in *v, or -1 with TypeError / OverflowError
- * (the Python form then answers: its bytes or its error). */
+/* The value of an int within 64 bits (``int32``: within an Avro int) in *v, or -1 declined (the Python form then
+ * answers: its bytes or its error). */
 static int as_long(PyObject *x, long long *v, int int32) {
-    if (!PyLong_Check(x)) {
-        PyErr_SetString(PyExc_TypeError, "not an int");
-        return -1;
-    }
+    if (!PyLong_Check(x))
+        return decline("not an int");
     int overflow;
     *v = PyLong_AsLongLongAndOverflow(x, &overflow);
-    if (overflow || (int32 && (*v < INT32_MIN || *v > INT32_MAX))) {
-        PyErr_SetString(PyExc_OverflowError, int32 ? "beyond an Avro int" : "beyond an Avro long");
-        return -1;
-    }
+    if (overflow || (int32 && (*v < INT32_MIN || *v > INT32_MAX)))
+        return decline(int32 ? "beyond an Avro int" : "beyond an Avro long");
     return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* One Value-union item (avro._value) of an exact str, int (64-bit), float, bool or None; TypeError / OverflowError
- * for anything else. */
+/* One Value-union item (avro._value) of an exact str (without surrogates), int (64-bit), float, bool or None;
+ * declined for anything else. */
 static int w_value(W *w, PyObject *v) {
     if (PyUnicode_CheckExact(v)) {
         Py_ssize_t len;
         const char *u = PyUnicode_AsUTF8AndSize(v, &len);
+        if (u == NULL && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return decline("a str with surrogates");
         if (u == NULL || w_byte(w, 0x08) < 0 || w_long(w, len) < 0)
             return -1;
         return w_put(w, u, len);
@@ -222,10 +249,8 @@ static int w_value(W *w, PyObject *v) {
             return -1;
         return w_put(w, d, 8);
     }
-    if (!PyLong_CheckExact(v)) {
-        PyErr_SetString(PyExc_TypeError, "not an exact scalar");
-        return -1;
-    }
+    if (!PyLong_CheckExact(v))
+        return decline("not an exact scalar");
     long long x;
     if (as_long(v, &x, 0) < 0 || w_byte(w, 0x04) < 0)
         return -1;
@@ -257,7 +282,7 @@ static int w_longs(W *w, PyObject **items, Py_ssize_t n) {
 typedef int (*Put)(W *, PyObject *);
 
 /* The bytes ``put`` writes of ``x``: one pass counts them, a second writes them into a bytes object of that size
- * (ValueError if it does not fill it exactly: ``x`` changed in between).  ``encode``: see W. */
+ * (declined if it does not fill it exactly: ``x`` changed in between).  ``encode``: see W. */
 static PyObject *written(Put put, PyObject *x, int encode) {
     W count = {NULL, 0, 0, encode};
     if (put(&count, x) < 0)
@@ -268,7 +293,7 @@ static PyObject *written(Put put, PyObject *x, int encode) {
     W w = {(uint8_t *)PyBytes_AS_STRING(out), 0, count.n, encode};
     if (put(&w, x) < 0 || w.n != count.n) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
+            decline("the message changed while it was written");
         Py_DECREF(out);
         return NULL;
     }
@@ -294,14 +319,14 @@ static PyObject *written_items(Put put, PyObject *arg) {
 }
 
 /* encode_values(values) -> bytes: values.encode_values of a list of exact str, int (64-bit), float, bool and
- * None -- one array block, then 0; TypeError / OverflowError for anything else (values.py then answers: fastavro's
+ * None -- one array block, then 0; Declined (a TypeError) for anything else (values.py then answers: fastavro's
  * encoding or its error).  A live source's payload is encoded once per record with this. */
 static PyObject *encode_values(PyObject *self, PyObject *arg) {
     return written_items(put_fast_values, arg);
 }
 
 /* encode_longs(xs) -> bytes: avro.put_longs's array of longs -- the count, each zig-zag varint, then 0 (an empty
- * array is the 0 alone); TypeError / OverflowError for anything but ints within 64 bits (avro.py then answers).
+ * array is the 0 alone); Declined (a TypeError) for anything but ints within 64 bits (avro.py then answers).
  * Update messages carry a count per changed key and per arrival: a C loop in place of a Python call each. */
 static PyObject *encode_longs(PyObject *self, PyObject *arg) {
     return written_items(put_fast_longs, arg);
@@ -514,11 +539,11 @@ fail:
 /* ------------------------------------------------------------------------------------------------- envelopes
  * envelope(env) -> bytes and envelope_size(env) -> int: wire.encode_envelope's bytes and their number, for the
  * classes wire.py registers (setup_envelopes) exactly -- a subclass, a value of another type, an int beyond its
- * Avro type or a list that is neither a list nor a tuple raises, and wire.py's Python form then writes the same
- * bytes or raises its own error.  Why: every message a plan sends is encoded on Kafka, and sized in the simulator
- * (the bytes each link carries); in Python that was about 3 us for a key set of a few keys and 9 us for a batch
- * of ten tuples.  The size is counted without writing: a tuple's cached encoding by its length, one without by
- * its fields (not encoded, not cached). */
+ * Avro type or a list that is neither a list nor a tuple is declined (None: see Declined), and wire.py's Python
+ * form then writes the same bytes or raises its own error.  Why: every message a plan sends is encoded on Kafka,
+ * and sized in the simulator (the bytes each link carries); in Python that was about 3 us for a key set of a few
+ * keys and 9 us for a batch of ten tuples.  The size is counted without writing: a tuple's cached encoding by its
+ * length, one without by its fields (not encoded, not cached). */
 
 enum { K_TUPLE_BATCH, K_KEY_BATCH, K_EXPIRY_UPDATE, K_DJA_UPDATE, K_WINDOW_SNAPSHOT, K_KEY_FILTER, K_SHIPPED_BATCH,
        NKINDS };
@@ -527,12 +552,10 @@ static long long body_branch[NKINDS];
 static PyObject *s_part, *s_gen, *s_flow, *s_epoch, *s_body, *s_rows, *s_keys, *s_expired, *s_arrivals, *s_vj,
     *s_vc, *s_sf, *s_base, *s_tuples, *s_counts, *s_back, *s_live, *s_bits, *s_hashes, *s_n, *s_ages;
 
-/* The items of a list or a tuple, what the envelope writers take (TypeError for anything else). */
+/* The items of a list or a tuple, what the envelope writers take (declined for anything else). */
 static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n) {
-    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
-        PyErr_SetString(PyExc_TypeError, "not a list or a tuple");
-        return -1;
-    }
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq))
+        return decline("not a list or a tuple");
     *items = PySequence_Fast_ITEMS(seq);
     *n = PySequence_Fast_GET_SIZE(seq);
     return 0;
@@ -561,10 +584,8 @@ static int put_key(W *w, PyObject *key) {
 }
 
 static int put_bytes(W *w, PyObject *b) {
-    if (!PyBytes_CheckExact(b)) {
-        PyErr_SetString(PyExc_TypeError, "not bytes");
-        return -1;
-    }
+    if (!PyBytes_CheckExact(b))
+        return decline("not bytes");
     return w_put(w, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
 }
 
@@ -603,7 +624,7 @@ static int put_fields(W *w, PyObject *o, const Field *f) {
                 return -1;
             continue;
         }
-        PyObject *x = PyObject_GetAttr(o, *f->name);
+        PyObject *x = attr(o, *f->name);
         if (x == NULL)
             return -1;
         int r = f->put(w, x);
@@ -616,10 +637,8 @@ static int put_fields(W *w, PyObject *o, const Field *f) {
 
 /* A tuple not encoded yet, from its fields (avro.encode_tuple): pos, id, ts, seq, the key's Values, the rest. */
 static int put_rest(W *w, PyObject *rest) {
-    if (!PyBytes_CheckExact(rest)) {
-        PyErr_SetString(PyExc_TypeError, "a tuple's rest must be bytes");
-        return -1;
-    }
+    if (!PyBytes_CheckExact(rest))
+        return decline("a tuple's rest must be bytes");
     return w_long(w, PyBytes_GET_SIZE(rest)) < 0 ? -1 : put_bytes(w, rest);
 }
 
@@ -631,25 +650,23 @@ static PyObject *tup_wire(PyObject *t);
 /* One joinlib.BaseTuple (a Tup exactly): its cached encoding; without one, when encoding, the kernel's (tup_wire,
  * which caches it; what it declines avro.encode_tuple's), else its fields. */
 static int put_tup(W *w, PyObject *t) {
-    if ((PyObject *)Py_TYPE(t) != tup_type) {
-        PyErr_SetString(PyExc_TypeError, "not a Tup");
-        return -1;
-    }
-    PyObject *wire = PyObject_GetAttr(t, s_wire);
+    if ((PyObject *)Py_TYPE(t) != tup_type)
+        return decline("not a Tup");
+    PyObject *wire = attr(t, s_wire);
     if (wire == NULL)
         return -1;
     if (wire == Py_None) {
         Py_DECREF(wire);
         if (!w->encode)
             return put_fields(w, t, TUP_FIELDS);
-        if (w->o != NULL) {   /* encoded by the counting pass */
-            PyErr_SetString(PyExc_ValueError, "the message changed while it was written");
-            return -1;
-        }
+        if (w->o != NULL)   /* encoded by the counting pass */
+            return decline("the message changed while it was written");
         if ((wire = tup_wire(t)) == NULL) {   /* declined: avro.encode_tuple's answer (its bytes or its error) */
+            if (!PyErr_ExceptionMatches(Declined))
+                return -1;
             PyErr_Clear();
             if ((wire = PyObject_CallOneArg(encode_tuple_fn, t)) == NULL)
-                return -1;
+                return -1;   /* its error: the Python form's for this tuple */
         }
     }
     int r = put_bytes(w, wire);
@@ -668,7 +685,7 @@ static int put_rows(W *w, PyObject *rows) {
 /* A KeyFilter's ``bloom`` union (wire._put_key_filter): the Ages record when there are ages, else null without
  * bits, else the Bloom record (bits, hashes, n). */
 static int put_bloom(W *w, PyObject *body) {
-    PyObject *ages = PyObject_GetAttr(body, s_ages), **items;
+    PyObject *ages = attr(body, s_ages), **items;
     Py_ssize_t n;
     if (ages == NULL)
         return -1;
@@ -679,13 +696,12 @@ static int put_bloom(W *w, PyObject *body) {
     Py_DECREF(ages);
     if (n)
         return 0;
-    PyObject *bits = PyObject_GetAttr(body, s_bits);
+    PyObject *bits = attr(body, s_bits);
     if (bits == NULL)
         return -1;
     int r;
     if (!PyBytes_CheckExact(bits)) {
-        PyErr_SetString(PyExc_TypeError, "a Bloom filter's bits must be bytes");
-        r = -1;
+        r = decline("a Bloom filter's bits must be bytes");
     } else if (PyBytes_GET_SIZE(bits) == 0) {
         r = w_byte(w, 0x00);
     } else {
@@ -712,10 +728,8 @@ static int put_body(W *w, PyObject *body) {
     int k = 0;
     while (k < NKINDS && (PyObject *)Py_TYPE(body) != body_types[k])
         k++;
-    if (k == NKINDS) {
-        PyErr_SetString(PyExc_TypeError, "not a body class the kernel writes");
-        return -1;
-    }
+    if (k == NKINDS)
+        return decline("not a body class the kernel writes");
     return w_long(w, body_branch[k]) < 0 ? -1 : put_fields(w, body, BODY_FIELDS[k]);
 }
 
@@ -723,22 +737,21 @@ static const Field ENVELOPE_FIELDS[] = {{&s_part, put_int}, {&s_gen, put_int}, {
                                         {&s_epoch, put_long}, {&s_body, put_body}, {NULL, NULL}};
 
 static int put_envelope(W *w, PyObject *env) {
-    if ((PyObject *)Py_TYPE(env) != envelope_type) {
-        PyErr_SetString(PyExc_TypeError, "not an Envelope (or setup_envelopes was not called)");
-        return -1;
-    }
+    if ((PyObject *)Py_TYPE(env) != envelope_type)
+        return decline("not an Envelope (or setup_envelopes was not called)");
     return put_fields(w, env, ENVELOPE_FIELDS);
 }
 
-/* envelope(env) -> bytes: wire.encode_envelope(env). */
+/* envelope(env) -> bytes: wire.encode_envelope(env), or None: declined. */
 static PyObject *envelope(PyObject *mod, PyObject *env) {
-    return written(put_envelope, env, 1);
+    return or_none(written(put_envelope, env, 1));
 }
 
-/* envelope_size(env) -> int: len(wire.encode_envelope(env)), nothing written (nor any tuple encoded). */
+/* envelope_size(env) -> int: len(wire.encode_envelope(env)), nothing written (nor any tuple encoded); or None:
+ * declined. */
 static PyObject *envelope_size(PyObject *mod, PyObject *env) {
     W w = {NULL, 0, 0, 0};
-    return put_envelope(&w, env) < 0 ? NULL : PyLong_FromSsize_t(w.n);
+    return or_none(put_envelope(&w, env) < 0 ? NULL : PyLong_FromSsize_t(w.n));
 }
 
 /* ------------------------------------------------------------------------------------------------- decoding
@@ -1127,8 +1140,8 @@ static PyObject *decode_envelope(PyObject *mod, PyObject *const *args, Py_ssize_
 /* ------------------------------------------------------------------------------------------------- tuples
  * encode_tuple(t) -> bytes: avro.encode_tuple(t) of a Tup exactly: its cached encoding (``wire``, the same object)
  * if it has one, else the joinlib.BaseTuple encoding, which is cached in ``wire`` -- pos (an Avro int), id, ts, seq
- * (longs), the key (an array of Values: one block, then 0), the rest (its length, its bytes).  Declined, nothing
- * cached (TypeError / OverflowError; UnicodeEncodeError for a str with surrogates): a subclass of Tup, an unset
+ * (longs), the key (an array of Values: one block, then 0), the rest (its length, its bytes).  Declined (None),
+ * nothing cached: a subclass of Tup, a str with surrogates, an unset
  * slot, an int field that is not an int or a bool exactly, a key neither a tuple nor a list, a rest not bytes, a
  * value w_value does not take, an int beyond its Avro type; avro.py then answers in Python (its bytes or its error).
  * Why: a leaf node encodes every source tuple it ships; in Python (avro._tup_head) that was ~3 % of its CPU. */
@@ -1139,17 +1152,13 @@ static int w_tup(W *w, PyObject *t) {
     PyObject **items;
     Py_ssize_t n;
     for (int i = T_POS; i <= T_REST; i++)
-        if (SLOT(t, tup_off[i]) == NULL) {
-            PyErr_SetString(PyExc_TypeError, "a tuple's slot is not set");
-            return -1;
-        }
+        if (SLOT(t, tup_off[i]) == NULL)
+            return decline("a tuple's slot is not set");
     for (int i = T_POS; i <= T_SEQ; i++) {
         PyObject *x = SLOT(t, tup_off[i]);
         long long v;
-        if (!PyLong_CheckExact(x) && !PyBool_Check(x)) {
-            PyErr_SetString(PyExc_TypeError, "not an int exactly");
-            return -1;
-        }
+        if (!PyLong_CheckExact(x) && !PyBool_Check(x))
+            return decline("not an int exactly");
         if (as_long(x, &v, i == T_POS) < 0 || w_long(w, v) < 0)
             return -1;
     }
@@ -1158,15 +1167,15 @@ static int w_tup(W *w, PyObject *t) {
     return put_rest(w, SLOT(t, tup_off[T_REST]));
 }
 
-/* avro.encode_tuple(t) by the kernel (see above): a new reference, or NULL with an exception (declined). */
+/* avro.encode_tuple(t) by the kernel (see above): a new reference, or NULL with an exception (Declined: declined). */
 static PyObject *tup_wire(PyObject *t) {
     if (tup_type == NULL || (PyObject *)Py_TYPE(t) != tup_type) {
-        PyErr_SetString(PyExc_TypeError, "not a Tup (or setup_tuples was not called)");
+        decline("not a Tup (or setup_tuples was not called)");
         return NULL;
     }
     PyObject *wire = SLOT(t, tup_off[T_WIRE]);
     if (wire == NULL) {
-        PyErr_SetString(PyExc_TypeError, "a tuple's slot is not set");
+        decline("a tuple's slot is not set");
         return NULL;
     }
     if (wire != Py_None)
@@ -1177,9 +1186,9 @@ static PyObject *tup_wire(PyObject *t) {
     return wire;
 }
 
-/* encode_tuple(t) -> bytes: avro.encode_tuple(t), or TypeError / OverflowError / UnicodeEncodeError (declined). */
+/* encode_tuple(t) -> bytes: avro.encode_tuple(t), or None: declined. */
 static PyObject *encode_tuple(PyObject *mod, PyObject *t) {
-    return tup_wire(t);
+    return or_none(tup_wire(t));
 }
 
 /* setup_tuples(Tup): the class encode_tuple takes (and decode_envelope makes); TypeError (nothing set up) if its
@@ -1249,11 +1258,13 @@ static PyMethodDef methods[] = {
     {"encode_values", encode_values, METH_O, "encode_values(values) -> bytes (values.encode_values)"},
     {"encode_longs", encode_longs, METH_O, "encode_longs(xs) -> bytes (avro.put_longs's array)"},
     {"tuples_size", tuples_size, METH_O, "tuples_size(tups) -> the sum of len(avro.encode_tuple(t))"},
-    {"encode_tuple", encode_tuple, METH_O, "encode_tuple(t) -> bytes (avro.encode_tuple: cached in t.wire)"},
+    {"encode_tuple", encode_tuple, METH_O,
+     "encode_tuple(t) -> bytes (avro.encode_tuple: cached in t.wire), or None: declined"},
     {"setup_tuples", setup_tuples, METH_O, "setup_tuples(Tup): the class encode_tuple takes"},
     {"keys_bytes", keys_bytes, METH_O, "keys_bytes(keys) -> joinlib.runtime.algorithms.base.keys_bytes(keys)"},
-    {"envelope", envelope, METH_O, "envelope(env) -> bytes (wire.encode_envelope)"},
-    {"envelope_size", envelope_size, METH_O, "envelope_size(env) -> len(wire.encode_envelope(env))"},
+    {"envelope", envelope, METH_O, "envelope(env) -> bytes (wire.encode_envelope), or None: declined"},
+    {"envelope_size", envelope_size, METH_O,
+     "envelope_size(env) -> len(wire.encode_envelope(env)), or None: declined"},
     {"setup_envelopes", setup_envelopes, METH_VARARGS,
      "setup_envelopes(Envelope, Tup, bodies, branches, encode_tuple, max_hashes): the classes envelope() writes "
      "and decode_envelope() makes"},
@@ -1274,5 +1285,11 @@ PyMODINIT_FUNC PyInit__avroc(void) {
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
             return NULL;
-    return PyModule_Create(&module);
+    if (Declined == NULL
+            && (Declined = PyErr_NewException("joinlib.protocol._avroc.Declined", PyExc_TypeError, NULL)) == NULL)
+        return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod != NULL && PyModule_AddObjectRef(mod, "Declined", Declined) < 0)
+        Py_CLEAR(mod);
+    return mod;
 }

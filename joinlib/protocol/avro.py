@@ -175,11 +175,9 @@ def encode_tuple(t: Tup) -> bytes:
     w = t.wire
     if w is None:
         if _c is not None:
-            try:
-                out: bytes = _c.encode_tuple(t)
+            out: bytes | None = _c.encode_tuple(t)
+            if out is not None:   # None: declined, nothing cached: the Python form's bytes or its error
                 return out
-            except Exception:   # declined, nothing cached: the Python form's bytes or its error
-                pass
         w = _encode_tuple(t)
     return w
 

@@ -183,8 +183,10 @@ if set(_BODY_WRITERS) != set(_BODY_CLASSES.values()):  # pragma: no cover - a bo
 
 
 #: The envelope kernel (_avroc.c), or None: no compiler at install; then the writers above do it all.  It takes the
-#: classes above exactly; a subclass, or a value it does not take, goes to the writers (same bytes, or their error).
-#: It makes the same classes when it decodes (setup_envelopes refuses them unless it sets every slot they have).
+#: classes above exactly; a subclass, or a value it does not take, it declines by answering None, and goes to the
+#: writers (same bytes, or their error).  Only None falls back: an exception it raises (no memory -- the Python form
+#: would need more -- or a bug of its own) propagates rather than hide behind the Python form's answer.  It makes
+#: the same classes when it decodes (setup_envelopes refuses them unless it sets every slot they have).
 _c: Any = kernel("joinlib.protocol._avroc")
 if _c is not None:
     _KERNEL_BODIES = (TupleBatch, KeyBatch, ExpiryUpdate, DjaUpdate, WindowSnapshot, KeyFilter, ShippedBatch)
@@ -209,11 +211,9 @@ def encode_envelope(env: Envelope) -> bytes:
     sites are not part of it: on Kafka the message key and the topic carry them (and the
     simulator hands the envelope object over), so every message is a few bytes shorter."""
     if _c is not None:
-        try:
-            out: bytes = _c.envelope(env)
+        out: bytes | None = _c.envelope(env)
+        if out is not None:   # None: declined (a subclass, an int beyond 64 bits, ...): the writers' bytes or error
             return out
-        except Exception:   # declined (a subclass, an int beyond 64 bits, ...): the writers' bytes or their error
-            pass
     return _encode_envelope(env)
 
 
@@ -236,11 +236,9 @@ def envelope_size(env: Envelope) -> int:
     kernel counts them without writing them (a tuple not encoded yet is sized from its fields, and stays
     unencoded)."""
     if _c is not None:
-        try:
-            n: int = _c.envelope_size(env)
+        n: int | None = _c.envelope_size(env)
+        if n is not None:   # None: declined, see encode_envelope
             return n
-        except Exception:   # declined: see encode_envelope
-            pass
     return len(_encode_envelope(env))
 
 
@@ -344,11 +342,8 @@ def decode_envelope(data: bytes, src: str = "", dst: str = "") -> Envelope:
     declines (anything malformed or unusual) goes to :func:`_decode_envelope`, the definition, which decodes it or
     raises."""
     if _c is not None:
-        try:
-            env: Envelope | None = _c.decode_envelope(data, src, dst)
-        except Exception:   # no memory, or a kernel bug: the Python form answers
-            env = None
-        if env is not None:
+        env: Envelope | None = _c.decode_envelope(data, src, dst)
+        if env is not None:   # None: declined; what it raises (no memory, a bug of its own) is no decline
             return env
     return _decode_envelope(data, src, dst)
 
