@@ -64,6 +64,12 @@ def _epochs(draw):
     return out
 
 
+def _join_values(k: int, n: int) -> tuple[str, ...]:
+    """A tuple's n join values, a different key's value at each position (so that a key read at the wrong position
+    is a different key), each one a key the sets may hold."""
+    return tuple(KEYS[(k + j) % len(KEYS)][0] for j in range(n))
+
+
 def _state(red: Reducer) -> dict:
     """Everything a reducer keeps that another step reads, and how many references hold each window row and each
     pending entry (the same in both forms: a reference the C code forgot to release is a leak)."""
@@ -93,7 +99,7 @@ def test_the_c_reducer_is_the_python_reducer(which, script):
     steps = [("in", n) for n in takes] + [("out", e.stream) for e in op.sends] + ([("ship", "")] if op.replica else [])
     seq, low = 0, 0
     for e, (keys, move, rnd, sets, snap) in enumerate(script):
-        batch = [Tup(stream.pos, seq + i, e * 100 + i, seq + i, KEYS[k] * len(stream.join_attrs), b"")
+        batch = [Tup(stream.pos, seq + i, e * 100 + i, seq + i, _join_values(k, len(stream.join_attrs)), b"")
                  for i, k in enumerate(keys)]
         seq += len(batch)
         low += move * 41

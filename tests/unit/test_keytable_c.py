@@ -70,7 +70,7 @@ def _run(ops: list[tuple[Any, ...]], slack: int) -> None:
         assert answers[0] == answers[1], op
         assert worlds[0].state() == worlds[1].state(), op
         kind = op[0]
-        if kind == "add":
+        if kind in ("add", "add_settle"):
             t = op[1]
             pending[t].update(zip(range(seq, seq + len(op[2])), op[2], strict=True))
             seq += len(op[2])
@@ -86,6 +86,9 @@ def _apply(w: World, op: tuple[Any, ...], pending: list[dict[int, Any]], seq: in
     if kind == "add":
         _, t, batch = op
         w.tables[t].add_all(batch, list(range(seq, seq + len(batch))))
+    elif kind == "add_settle":   # a reducer's batch: added, and every index over the table settled
+        _, t, batch = op
+        w.tables[t].add_settle(batch, list(range(seq, seq + len(batch))))
     elif kind == "discard":
         _, t, seqs, wrong = op
         ks = [pending[t][s] for s in seqs]
@@ -120,10 +123,11 @@ def operations(draw: st.DrawFn) -> list[tuple[Any, ...]]:
     pending: list[dict[int, Any]] = [{}, {}]
     seq = 0
     for _ in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["add", "add", "discard", "discard", "settle", "settle", "sets", "holding"]))
-        if kind == "add":
+        kind = draw(st.sampled_from(["add", "add", "add_settle", "discard", "discard", "settle", "settle", "sets",
+                                     "holding"]))
+        if kind in ("add", "add_settle"):
             t, batch = draw(st.integers(0, 1)), draw(st.lists(keys, max_size=8))
-            ops.append(("add", t, batch))
+            ops.append((kind, t, batch))
             pending[t].update(zip(range(seq, seq + len(batch)), batch, strict=True))
             seq += len(batch)
         elif kind == "discard":

@@ -1,5 +1,5 @@
-/* A reducer's key table (joinlib/runtime/algorithms/keyindex.py: KeyTable, and KeyIndex.settle's explicit-set
- * part), in C.
+/* A reducer's key table (joinlib/runtime/algorithms/keyindex.py: KeyTable, KeyIndex.settle's explicit-set part and
+ * KeyIndex.more_live), in C.
  *
  * Why C: a reducer adds and forgets an epoch's tuples, settles their keys and finds the pending keys a new set
  * holds every epoch, with about ten keys a call; in Python each step is a handful of interpreted operations per
@@ -18,7 +18,8 @@
 #define DIG 64   /* bytes of a key's digest */
 
 static PyObject *s_seqs, *s_keys, *s_slot, *s_base, *s_dig, *s_users, *s_settled, *s_best, *s_exact, *s_table,
-    *s_slack, *s_add, *s_discard, *s_pop, *minus_one;
+    *s_slack, *s_add, *s_discard, *s_pop, *s_blooms, *s_settle, *s_exact_sets,
+    *s_exact_cap, *s_matchers, *s_live, *s_set, *s_bloom, *s_bits, *s_k, *minus_one;
 
 /* ---------------------------------------------------------------------------- helpers */
 
@@ -507,13 +508,9 @@ fail:
  * ``index.settled`` get their latest tag in ``index.best`` -- with latest None (no live Bloom filter), the latest
  * tag of an explicit set holding them (-1: none); else ``latest`` (the filters' answer, a tag per key) raised to
  * an explicit set's tag where that is later. */
-static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "settle(index, latest)");
-        return NULL;
-    }
-    PyObject *self = args[0], *latest = args[1];
-    PyObject *table = NULL, *keys = NULL, *exact = NULL, *best = NULL, *lf = NULL, *ret = NULL;
+static int settle_index(PyObject *self, PyObject *latest) {
+    PyObject *table = NULL, *keys = NULL, *exact = NULL, *best = NULL, *lf = NULL;
+    int ret = -1;
     Py_ssize_t start = attr_n(self, s_settled);
     if ((start == -1 && PyErr_Occurred()) || (table = PyObject_GetAttr(self, s_table)) == NULL ||
         (keys = attr(table, s_keys, &PyList_Type)) == NULL)
@@ -524,7 +521,7 @@ static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
     if (start < 0)   /* keys[start:] */
         start = start + n < 0 ? 0 : start + n;
     if (start >= n) {
-        ret = Py_NewRef(Py_None);
+        ret = 0;
         goto done;
     }
     if ((exact = attr(self, s_exact, &PyDict_Type)) == NULL || (best = attr(self, s_best, &PyDict_Type)) == NULL)
@@ -580,7 +577,7 @@ static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) 
                 goto fail;
         }
     }
-    ret = Py_NewRef(Py_None);
+    ret = 0;
 fail:
     Py_DECREF(added);
 done:
@@ -589,6 +586,166 @@ done:
     Py_XDECREF(exact);
     Py_XDECREF(best);
     Py_XDECREF(lf);
+    return ret;
+}
+
+static PyObject *settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "settle(index, latest)");
+        return NULL;
+    }
+    return settle_index(args[0], args[1]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* KeyIndex.settle() of an index whose live sets are set (KeyIndex._settle_c): with no live Bloom filter, the
+ * explicit sets' tags; else latest(filters, digests of the slots since ``settled``) -- _bloomc.latest, what
+ * bloom.latest_tags calls -- raised to the explicit sets' tags; with latest None (no Bloom kernel), the index's
+ * own settle method, which tests the filters in its array form. */
+static int settle_user(PyObject *user, PyObject *latest) {
+    PyObject *blooms = attr(user, s_blooms, &PyList_Type), *table = NULL, *keys = NULL, *dig = NULL,
+             *tail = NULL, *got = NULL;
+    int ret = -1;
+    if (blooms == NULL)
+        return -1;
+    if (PyList_GET_SIZE(blooms) == 0) {
+        ret = settle_index(user, Py_None);
+        goto done;
+    }
+    if (latest == Py_None) {
+        PyObject *r = PyObject_CallMethodNoArgs(user, s_settle);
+        ret = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+        goto done;
+    }
+    Py_ssize_t start = attr_n(user, s_settled);
+    if ((start == -1 && PyErr_Occurred()) || (table = PyObject_GetAttr(user, s_table)) == NULL ||
+        (keys = attr(table, s_keys, &PyList_Type)) == NULL)
+        goto done;
+    if (start == PyList_GET_SIZE(keys)) {
+        ret = 0;
+        goto done;
+    }
+    /* table.dig[64 * start:], as _settle_c slices it */
+    PyObject *from = PyLong_FromSsize_t(DIG * start), *sl = from ? PySlice_New(from, Py_None, NULL) : NULL;
+    Py_XDECREF(from);
+    if (sl == NULL || (dig = PyObject_GetAttr(table, s_dig)) == NULL) {
+        Py_XDECREF(sl);
+        goto done;
+    }
+    tail = PyObject_GetItem(dig, sl);
+    Py_DECREF(sl);
+    if (tail == NULL)
+        goto done;
+    PyObject *la[2] = {blooms, tail};
+    if ((got = PyObject_Vectorcall(latest, la, 2, NULL)) == NULL)
+        goto done;
+    ret = settle_index(user, got);
+done:
+    Py_DECREF(blooms);
+    Py_XDECREF(table);
+    Py_XDECREF(keys);
+    Py_XDECREF(dig);
+    Py_XDECREF(tail);
+    Py_XDECREF(got);
+    return ret;
+}
+
+/* add_settle(table, keys, seqs, cache, remember, latest): KeyTable.add_settle -- add_all, then every index over
+ * the table settled (settle_user; latest: _bloomc.latest, or None).  A reducer's batch in one call, where the
+ * Python form makes a call per index and three more per index with live filters. */
+static PyObject *add_settle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "add_settle(table, keys, seqs, cache, remember, latest)");
+        return NULL;
+    }
+    PyObject *r = add_all(mod, args, 5), *users;
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    if ((users = attr(args[0], s_users, &PyList_Type)) == NULL)
+        return NULL;
+    for (Py_ssize_t u = 0; u < PyList_GET_SIZE(users); u++) {
+        PyObject *user = PyList_GET_ITEM(users, u);
+        Py_INCREF(user);
+        int bad = settle_user(user, args[5]) < 0;
+        Py_DECREF(user);
+        if (bad) {
+            Py_DECREF(users);
+            return NULL;
+        }
+    }
+    Py_DECREF(users);
+    return Py_NewRef(Py_None);
+}
+
+/* more_live(index, sets, new): KeyIndex.more_live -- the sets of ``new`` added to the forms kept (an explicit set's
+ * keys to ``_exact`` at its tag, a filter to ``_matchers`` and ``_blooms``), or the forms rebuilt from ``sets`` by
+ * the index's live method when the expired ones are too many.  A set arrives at every reducer every epoch. */
+static PyObject *more_live(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "more_live(index, sets, new)");
+        return NULL;
+    }
+    PyObject *self = args[0], *sets = args[1], *nf = NULL, *exact = NULL, *matchers = NULL, *blooms = NULL,
+             *ret = NULL;
+    Py_ssize_t nexact = attr_n(self, s_exact_sets), cap = -1, nsets = -1;
+    if (!PyErr_Occurred() && ((cap = attr_n(self, s_exact_cap)) != -1 || !PyErr_Occurred()))
+        nsets = PyObject_Length(sets);
+    if (nsets < 0 || (exact = attr(self, s_exact, &PyDict_Type)) == NULL ||
+        (matchers = attr(self, s_matchers, &PyList_Type)) == NULL || (blooms = attr(self, s_blooms, &PyList_Type)) == NULL)
+        goto done;
+    if (4 * (nexact + PyList_GET_SIZE(matchers)) > 5 * nsets || PyDict_GET_SIZE(exact) > cap) {
+        ret = PyObject_CallMethodOneArg(self, s_live, sets);
+        goto done;
+    }
+    if ((nf = PySequence_Fast(args[2], "new must be a sequence")) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(nf); i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(nf, i);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a live set must be (number, tag, matcher)");
+            goto done;
+        }
+        PyObject *tag = PyTuple_GET_ITEM(f, 1), *m = PyTuple_GET_ITEM(f, 2), *held = PyObject_GetAttr(m, s_set);
+        if (held == NULL)
+            goto done;
+        int r = 0;
+        if (held != Py_None) {   /* _hold: each key's latest explicit tag */
+            r = set_attr_n(self, s_exact_sets, ++nexact);
+            PyObject *it = r < 0 ? NULL : PyObject_GetIter(held), *k;
+            if (it == NULL)
+                r = -1;
+            while (r == 0 && (k = PyIter_Next(it)) != NULL) {
+                PyObject *old = PyDict_GetItemWithError(exact, k);
+                int below = old == NULL ? (PyErr_Occurred() ? -1 : PyObject_RichCompareBool(minus_one, tag, Py_LT))
+                                        : PyObject_RichCompareBool(old, tag, Py_LT);
+                r = below < 0 ? -1 : below ? PyDict_SetItem(exact, k, tag) : 0;
+                Py_DECREF(k);
+            }
+            if (r == 0 && PyErr_Occurred())
+                r = -1;
+            Py_XDECREF(it);
+        } else {   /* a filter: (m, tag) and (bits, k, tag) */
+            PyObject *b = PyObject_GetAttr(m, s_bloom), *bits = NULL, *k = NULL, *pair = NULL, *form = NULL;
+            r = b == NULL || (bits = PyObject_GetAttr(b, s_bits)) == NULL || (k = PyObject_GetAttr(b, s_k)) == NULL ||
+                (pair = PyTuple_Pack(2, m, tag)) == NULL || (form = PyTuple_Pack(3, bits, k, tag)) == NULL ||
+                PyList_Append(matchers, pair) < 0 || PyList_Append(blooms, form) < 0 ? -1 : 0;
+            Py_XDECREF(b);
+            Py_XDECREF(bits);
+            Py_XDECREF(k);
+            Py_XDECREF(pair);
+            Py_XDECREF(form);
+        }
+        Py_DECREF(held);
+        if (r < 0)
+            goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(nf);
+    Py_XDECREF(exact);
+    Py_XDECREF(matchers);
+    Py_XDECREF(blooms);
     return ret;
 }
 
@@ -602,6 +759,10 @@ static PyMethodDef methods[] = {
      "holding_set(seqs, held): the pending keys an explicit set holds (KeyTable.holding)"},
     {"live_hits", (PyCFunction)(void (*)(void))live_hits, METH_FASTCALL,
      "live_hits(table, hits): the keys of the live slots among a filter's hits (KeyTable.holding)"},
+    {"add_settle", (PyCFunction)(void (*)(void))add_settle, METH_FASTCALL,
+     "add_settle(table, keys, seqs, cache, remember, latest): KeyTable.add_settle (latest: _bloomc.latest or None)"},
+    {"more_live", (PyCFunction)(void (*)(void))more_live, METH_FASTCALL,
+     "more_live(index, sets, new): KeyIndex.more_live"},
     {"settle", (PyCFunction)(void (*)(void))settle, METH_FASTCALL,
      "settle(index, latest): KeyIndex.settle's update of best (latest None: explicit sets only)"},
     {NULL, NULL, 0, NULL},
@@ -616,7 +777,9 @@ PyMODINIT_FUNC PyInit__keytablec(void) {
     } names[] = {{&s_seqs, "seqs"}, {&s_keys, "keys"}, {&s_slot, "slot"}, {&s_base, "base"}, {&s_dig, "dig"},
                  {&s_users, "users"}, {&s_settled, "settled"}, {&s_best, "best"}, {&s_exact, "_exact"},
                  {&s_table, "table"}, {&s_slack, "slack"}, {&s_add, "add"}, {&s_discard, "discard"},
-                 {&s_pop, "pop"}};
+                 {&s_pop, "pop"}, {&s_blooms, "_blooms"}, {&s_settle, "settle"},
+                 {&s_exact_sets, "_exact_sets"}, {&s_exact_cap, "_exact_cap"}, {&s_matchers, "_matchers"},
+                 {&s_live, "live"}, {&s_set, "_set"}, {&s_bloom, "_bloom"}, {&s_bits, "bits"}, {&s_k, "k"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].s)) == NULL)
             return NULL;

@@ -7,7 +7,9 @@
  * (issue 27).  One call per phase does the same steps on the same Python objects (the reducer's ``pending``,
  * ``window``, ``_fresh``, ``_again``, ``_rank``, its key tables and indexes, called through their methods), so
  * the state others read is the same by construction; the Python form stays the fallback and the reference
- * the tests compare against (tests/property/test_reducer_c.py).
+ * the tests compare against (tests/property/test_reducer_c.py).  What admit called back into Python for it does
+ * without: the batch's keys are read at their positions (reduce.py's key_of lambdas are the fallback), and a key
+ * table adds and settles them in one call (KeyTable.add_settle).
  *
  * Also Reducer.take: a set that arrives, and _matched's loop over the pending keys it holds.
  *
@@ -33,7 +35,7 @@ static PyTypeObject EntryType;
 #define Entry_Check(o) (Py_TYPE(o) == &EntryType)
 
 static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
-    *s_rank, *s_index, *s_add_all, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
+    *s_rank, *s_index, *s_add_all, *s_add_settle, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
     *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *s_filters,
     *s_received, *s_live, *s_keys, *s_n, *s_more_live, *s_holding, *empty, *one;
 
@@ -123,9 +125,9 @@ static int forget(PyObject *red, PyObject *xs) {
     for (Py_ssize_t i = 0; i < n; i++)
         PyList_SET_ITEM(seqs, i, Py_NewRef(((Entry *)PyList_GET_ITEM(xs, i))->seq));
     for (Py_ssize_t c = 0; c < PyList_GET_SIZE(extract); c++) {
-        PyObject *ex = PyList_GET_ITEM(extract, c);   /* (key_of, table, i) */
-        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 3) {
-            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i)");
+        PyObject *ex = PyList_GET_ITEM(extract, c);   /* (key_of, table, i, positions) */
+        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 4) {
+            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i, positions)");
             goto done;
         }
         Py_ssize_t at = PyNumber_AsSsize_t(PyTuple_GET_ITEM(ex, 2), PyExc_OverflowError);
@@ -155,9 +157,49 @@ done:
 
 /* ---------------------------------------------------------------------------- admit */
 
+/* The keys at ``positions`` of each of the batch's join values (``keylist``), as key_of (reduce.py's _keys_of)
+ * gives them -- (key[i],) for one position, (key[i], key[j], ...) for several -- without its call: read directly
+ * when every join value is a tuple and the positions are in range, else key_of's answer (and its errors). */
+static PyObject *keys_at(PyObject *keylist, PyObject *positions, PyObject *key_of) {
+    Py_ssize_t n = PyList_GET_SIZE(keylist), np = PyTuple_Check(positions) ? PyTuple_GET_SIZE(positions) : 0;
+    Py_ssize_t at[8];
+    int direct = np > 0 && np <= 8;
+    for (Py_ssize_t j = 0; j < np && direct; j++) {
+        PyObject *p = PyTuple_GET_ITEM(positions, j);
+        at[j] = PyLong_CheckExact(p) ? PyLong_AsSsize_t(p) : -1;
+        if (at[j] < 0) {
+            PyErr_Clear();
+            direct = 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n && direct; i++) {
+        PyObject *k = PyList_GET_ITEM(keylist, i);
+        direct = PyTuple_CheckExact(k);
+        for (Py_ssize_t j = 0; j < np && direct; j++)
+            direct = at[j] < PyTuple_GET_SIZE(k);
+    }
+    if (!direct)
+        return PyObject_CallOneArg(key_of, keylist);
+    PyObject *col = PyList_New(n);
+    if (col == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keylist, i), *key = PyTuple_New(np);
+        if (key == NULL) {
+            Py_DECREF(col);
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < np; j++)
+            PyTuple_SET_ITEM(key, j, Py_NewRef(PyTuple_GET_ITEM(k, at[j])));
+        PyList_SET_ITEM(col, i, key);
+    }
+    return col;
+}
+
 /* Reducer._add_all(batch, e): new entries, indexed by their keys, pending, in the window (e not None) and
- * fresh for every channel. */
-static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
+ * fresh for every channel.  settle: each key table's indexes settled too, by the table in the same call
+ * (KeyTable.add_settle, what Reducer._settle_keys does after _add_all). */
+static int add_batch(PyObject *red, PyObject *batch, PyObject *e, int settle) {
     PyObject *bf = PySequence_Fast(batch, "a batch must be a sequence"), *pending = NULL, *seqs = NULL,
              *keylist = NULL, *extract = NULL, *cols = NULL, *col_of = NULL, *new = NULL, *rankobj = NULL,
              *fresh = NULL, *window = NULL, *rows = NULL;
@@ -191,11 +233,11 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
         goto done;
     for (Py_ssize_t c = 0; c < ncol; c++) {
         PyObject *ex = PyList_GET_ITEM(extract, c);
-        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 3) {
-            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i)");
+        if (!PyTuple_Check(ex) || PyTuple_GET_SIZE(ex) != 4) {
+            PyErr_SetString(PyExc_TypeError, "an extract entry must be (key_of, table, i, positions)");
             goto done;
         }
-        PyObject *col = PyObject_CallOneArg(PyTuple_GET_ITEM(ex, 0), keylist);
+        PyObject *col = keys_at(keylist, PyTuple_GET_ITEM(ex, 3), PyTuple_GET_ITEM(ex, 0));
         if (col == NULL)
             goto done;
         PyList_SET_ITEM(cols, c, col);
@@ -203,7 +245,7 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e) {
             PyErr_SetString(PyExc_ValueError, "key_of must give a list of a key per tuple");
             goto done;
         }
-        if (call_method(PyTuple_GET_ITEM(ex, 1), s_add_all, col, seqs) < 0)
+        if (call_method(PyTuple_GET_ITEM(ex, 1), settle ? s_add_settle : s_add_all, col, seqs) < 0)
             goto done;
     }
     /* per neighbour testing it (in _filters order), its key's column */
@@ -297,7 +339,8 @@ done:
 
 /* The window's tuples below value in column col (0: ts, 1: seq) leave it: their pending entries, popped. */
 static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
-    PyObject *window = PyObject_GetAttr(red, s_window), *pending = NULL, *gone = NULL, *first = NULL;
+    PyObject *window = PyObject_GetAttr(red, s_window), *pending = NULL, *gone = NULL, *first = NULL,
+             *popleft = NULL;
     if (window == NULL || (pending = attr(red, s_pending, &PyDict_Type)) == NULL || (gone = PyList_New(0)) == NULL)
         goto fail;
     for (;;) {
@@ -319,7 +362,9 @@ static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
             Py_CLEAR(first);
             break;
         }
-        PyObject *popped = PyObject_CallMethodNoArgs(window, s_popleft);
+        if (popleft == NULL && (popleft = PyObject_GetAttr(window, s_popleft)) == NULL)
+            goto fail;
+        PyObject *popped = PyObject_CallNoArgs(popleft);
         if (popped == NULL)
             goto fail;
         Py_DECREF(popped);
@@ -337,8 +382,10 @@ static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
     }
     Py_DECREF(window);
     Py_DECREF(pending);
+    Py_XDECREF(popleft);
     return gone;
 fail:
+    Py_XDECREF(popleft);
     Py_XDECREF(window);
     Py_XDECREF(pending);
     Py_XDECREF(gone);
@@ -353,7 +400,7 @@ static PyObject *admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "admit(red, e, batch, col, value)");
         return NULL;
     }
-    PyObject *red = args[0], *index = NULL, *gone = NULL, *ret = NULL;
+    PyObject *red = args[0], *gone = NULL, *ret = NULL;
     Py_ssize_t col = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
     if (col == -1 && PyErr_Occurred())
         return NULL;
@@ -361,23 +408,14 @@ static PyObject *admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "col must be 0 (ts) or 1 (seq)");
         return NULL;
     }
-    if (add_batch(red, args[2], args[1]) < 0 || (index = attr(red, s_index, &PyDict_Type)) == NULL)
+    if (add_batch(red, args[2], args[1], 1) < 0)
         goto done;
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(index, &pos, &k, &v)) {
-        PyObject *r = PyObject_CallMethodNoArgs(v, s_settle);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
     if ((gone = expire(red, col, args[4])) == NULL)
         goto done;
     if (PyList_GET_SIZE(gone) && forget(red, gone) < 0)
         goto done;
     ret = Py_NewRef(Py_None);
 done:
-    Py_XDECREF(index);
     Py_XDECREF(gone);
     return ret;
 }
@@ -388,7 +426,7 @@ static PyObject *add(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "add(red, batch, e)");
         return NULL;
     }
-    return add_batch(args[0], args[1], args[2]) < 0 ? NULL : Py_NewRef(Py_None);
+    return add_batch(args[0], args[1], args[2], 0) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* forget_all(red, entries): Reducer._forget_all. */
@@ -826,21 +864,26 @@ static PyObject *take(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(index);
         goto done;
     }
+    /* the index's holding is its table's (KeyIndex.holding): asked of the table, a call fewer per group */
+    PyObject *table = PyObject_GetAttr(index, s_table);
+    Py_DECREF(index);
+    if (table == NULL)
+        goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(new); i++) {
         PyObject *t = PyList_GET_ITEM(new, i);
-        PyObject *held = PyObject_CallMethodOneArg(index, s_holding, PyTuple_GET_ITEM(t, 2));
+        PyObject *held = PyObject_CallMethodOneArg(table, s_holding, PyTuple_GET_ITEM(t, 2));
         if (held == NULL) {
-            Py_DECREF(index);
+            Py_DECREF(table);
             goto done;
         }
         int bad = match_held(red, nbr, PyTuple_GET_ITEM(t, 1), held) < 0;
         Py_DECREF(held);
         if (bad) {
-            Py_DECREF(index);
+            Py_DECREF(table);
             goto done;
         }
     }
-    Py_DECREF(index);
+    Py_DECREF(table);
     ret = Py_NewRef(Py_None);
 done:
     Py_XDECREF(lfd);
@@ -884,7 +927,7 @@ PyMODINIT_FUNC PyInit__reducerc(void) {
         const char *s;
     } names[] = {{&s_seq, "seq"}, {&s_key, "key"}, {&s_ts, "ts"}, {&s_pending, "pending"},
                  {&s_window, "window"}, {&s_fresh, "_fresh"}, {&s_again, "_again"}, {&s_extract, "_extract"},
-                 {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"},
+                 {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"}, {&s_add_settle, "add_settle"},
                  {&s_discard_all, "discard_all"}, {&s_settle, "settle"}, {&s_popleft, "popleft"},
                  {&s_extend, "extend"}, {&s_pos, "_pos"}, {&s_best, "best"}, {&s_live_from, "live_from"},
                  {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"},

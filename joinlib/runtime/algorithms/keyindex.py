@@ -11,10 +11,12 @@ kernels) in place of a Python call per pair, with the live filters kept in the f
 The answers are exactly :meth:`joinlib.protocol.bloom.Matcher.has`'s: the same hash words, the same bit
 positions (word mod m for the filter's first k words).
 
-The table's bookkeeping (:meth:`KeyTable.add_all`, :meth:`KeyTable.discard_all`, :meth:`KeyTable.holding`) and
-:meth:`KeyIndex.settle`'s update of ``best`` run in C when ``_keytablec.c`` is built (setup.py): the same steps on
-the same Python containers, so the state others read (``seqs``, ``keys``, ``slot``, ``base``, ``dig``, ``best``,
-``settled``) is the same; the Python below is the fallback, and what tests/unit/test_keytable_c.py compares it to.
+The table's bookkeeping (:meth:`KeyTable.add_all`, :meth:`KeyTable.discard_all`, :meth:`KeyTable.holding`),
+:meth:`KeyIndex.settle`'s update of ``best`` (both at once: :meth:`KeyTable.add_settle`) and
+:meth:`KeyIndex.more_live` run in C when ``_keytablec.c`` is built (setup.py): the same steps on the same Python
+containers, so the state others read (``seqs``, ``keys``, ``slot``, ``base``, ``dig``, ``best``, ``settled``,
+``_exact``, ``_blooms``) is the same; the Python below is the fallback, and what tests/unit/test_keytable_c.py
+compares it to.
 """
 from __future__ import annotations
 
@@ -139,6 +141,18 @@ class KeyTable:
             self.keys += keys
             self.slot.update(zip(keys, range(at, at + len(keys)), strict=True))
             self.dig += digests(keys)
+
+    def add_settle(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
+        """:meth:`add_all`, then every index over the table settled (:meth:`KeyIndex.settle`): what a reducer does
+        with its batch every epoch, one kernel call for what is otherwise a call per index and three more per index
+        with live filters (a few microseconds each, with ten keys a batch)."""
+        if _c is not None:
+            _c.add_settle(self, keys, seqs, bloom._DIGESTS, bloom._remember,
+                          bloom._c.latest if bloom._c is not None else None)
+            return
+        self.add_all(keys, seqs)
+        for u in self.users:
+            u.settle()
 
     def discard_all(self, keys: Sequence[Key], seqs: Sequence[int]) -> None:
         """Each (key, seq) pair no longer pending (the tuples that left a reducer's window, or were done with)."""
@@ -273,6 +287,9 @@ class KeyIndex:
         explicit keys' dictionary doubled): an epoch's new set costs what it holds, not the whole window's sets,
         and :meth:`settle` tests at most a quarter more filters than are live (with half, rebuilding less often
         cost more in settle than it saved here)."""
+        if _c is not None:
+            _c.more_live(self, sets, new)
+            return
         if 4 * (self._exact_sets + len(self._matchers)) > 5 * len(sets) or len(self._exact) > self._exact_cap:
             self.live(sets)
             return

@@ -77,6 +77,11 @@ _RANK = attrgetter("rank")
 _SEQ = attrgetter("seq")
 
 
+#: per key table of a reducer: the function taking the key from a batch's join values, the table, the position in
+#: ``Reducer._filters`` of a neighbour testing the key, and the key's positions in the join values
+_Extract = tuple[Callable[[list[tuple[Any, ...]]], list[Key]], KeyTable, int, tuple[int, ...]]
+
+
 #: the channel of :meth:`Reducer.ship` among the dirty sets (the others are named by their neighbour)
 _SHIP = ""
 
@@ -160,7 +165,7 @@ class Reducer:
         pending, rank = self.pending, self._rank
         seqs = [t.seq for t in batch]
         cols = []
-        for key_of, table, _ in self._extract:   # per key table: the batch's keys, indexed in one call
+        for key_of, table, _, _ in self._extract:   # per key table: the batch's keys, indexed in one call
             col = key_of([t.key for t in batch])
             table.add_all(col, seqs)
             cols.append(col)
@@ -189,21 +194,21 @@ class Reducer:
         x = self.pending[t.seq]
         x.sent, x.shipped = tuple(dict.fromkeys(sent)), bool(shipped)
 
-    def _indexes(self) -> tuple[dict[str, KeyIndex], list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]],
-                                                                 KeyTable, int]]]:
+    def _indexes(self) -> tuple[dict[str, KeyIndex], list[_Extract]]:
         """Per neighbour whose sets are tested, its index; and per distinct key toward them (the positions of the
         join values), the function taking it from a batch's join values, its table (shared by the indexes of the
-        neighbours testing that key: a tuple's key is added and forgotten once) and the position in ``_filters``
-        of a neighbour testing it.  ``_col_of``: per neighbour (in ``_filters`` order), its key's number."""
+        neighbours testing that key: a tuple's key is added and forgotten once), the position in ``_filters``
+        of a neighbour testing it and the positions themselves (the C form reads the keys at them directly, the
+        function is its fallback).  ``_col_of``: per neighbour (in ``_filters`` order), its key's number."""
         tables: dict[tuple[int, ...], int] = {}
-        extract: list[tuple[Callable[[list[tuple[Any, ...]]], list[Key]], KeyTable, int]] = []
+        extract: list[_Extract] = []
         index: dict[str, KeyIndex] = {}
         self._col_of: list[int] = []
         for i, n in enumerate(self._filters):
             pos = tuple(self._keys[n])
             if pos not in tables:
                 tables[pos] = len(extract)
-                extract.append((_keys_of(pos), KeyTable(), i))
+                extract.append((_keys_of(pos), KeyTable(), i, pos))
             c = tables[pos]
             index[n] = KeyIndex(extract[c][1])
             self._col_of.append(c)
@@ -220,7 +225,7 @@ class Reducer:
             _c.forget_all(self, xs)
             return
         seqs = [x.seq for x in xs]
-        for _, table, i in self._extract:
+        for _, table, i, _ in self._extract:
             table.discard_all([x.keys[i] for x in xs], seqs)
 
     # ------------------------------------------------------------------ filters
