@@ -54,7 +54,8 @@ class World:
         """Everything, spelled out: repr tells 1 from 1.0 and True, and a set's order."""
         tables = [(repr(list(t.seqs.items())), repr(t.keys), repr(list(t.slot.items())), t.base, bytes(t.dig),
                    [id(u) for u in t.users] == [id(u) for u in self.indexes if u.table is t]) for t in self.tables]
-        indexes = [(repr(list(i.best.items())), i.settled, repr(list(i._exact.items()))) for i in self.indexes]
+        indexes = [(repr(list(i.best.items())), i.settled, repr(list(i._exact.items())), i._exact_sets, i._exact_cap,
+                    i._blooms, [(id(m), tag) for m, tag in i._matchers]) for i in self.indexes]
         return tables, indexes
 
 

@@ -117,11 +117,15 @@ fail:
     return -1;
 }
 
-/* seqs[k]: seq pending too (an int alone, a set of several). */
+/* seqs[k]: seq pending too (an int alone, a set of several).  A key not pending yet (most of a batch's) is looked
+ * up and inserted at once (setdefault); one pending already has its entry changed as the Python form does. */
 static int add_seq(PyObject *index, PyObject *k, PyObject *seq) {
-    PyObject *got = PyDict_GetItemWithError(index, k);
+    Py_ssize_t had = PyDict_GET_SIZE(index);
+    PyObject *got = PyDict_SetDefault(index, k, seq);
     if (got == NULL)
-        return PyErr_Occurred() ? -1 : PyDict_SetItem(index, k, seq);
+        return -1;
+    if (PyDict_GET_SIZE(index) != had)   /* inserted (got is seq itself, which may also be the value kept) */
+        return 0;
     int r;
     Py_INCREF(got);
     if (PyLong_Check(got)) {
@@ -678,9 +682,90 @@ static PyObject *add_settle(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     return Py_NewRef(Py_None);
 }
 
-/* more_live(index, sets, new): KeyIndex.more_live -- the sets of ``new`` added to the forms kept (an explicit set's
- * keys to ``_exact`` at its tag, a filter to ``_matchers`` and ``_blooms``), or the forms rebuilt from ``sets`` by
- * the index's live method when the expired ones are too many.  A set arrives at every reducer every epoch. */
+/* KeyIndex._hold: an explicit set's keys at its tag in ``exact`` (a key keeps its latest tag), one more explicit set
+ * counted in *nexact. */
+static int hold(PyObject *exact, PyObject *held, PyObject *tag, Py_ssize_t *nexact) {
+    PyObject *it = PyObject_GetIter(held), *k;
+    int r = 0;
+    if (it == NULL)
+        return -1;
+    ++*nexact;
+    while (r == 0 && (k = PyIter_Next(it)) != NULL) {
+        PyObject *old = PyDict_GetItemWithError(exact, k);
+        int below = old == NULL ? (PyErr_Occurred() ? -1 : PyObject_RichCompareBool(minus_one, tag, Py_LT))
+                                : PyObject_RichCompareBool(old, tag, Py_LT);
+        r = below < 0 ? -1 : below ? PyDict_SetItem(exact, k, tag) : 0;
+        Py_DECREF(k);
+    }
+    Py_DECREF(it);
+    return r == 0 && PyErr_Occurred() ? -1 : r;
+}
+
+/* A live set (number, tag, matcher) kept in the forms an index tests: an explicit set's keys in ``exact``, a filter
+ * as (m, tag) in ``matchers`` and (bits, k, tag) in ``blooms``. */
+static int keep(PyObject *f, PyObject *exact, PyObject *matchers, PyObject *blooms, Py_ssize_t *nexact) {
+    if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a live set must be (number, tag, matcher)");
+        return -1;
+    }
+    PyObject *tag = PyTuple_GET_ITEM(f, 1), *m = PyTuple_GET_ITEM(f, 2), *held = PyObject_GetAttr(m, s_set);
+    if (held == NULL)
+        return -1;
+    int r;
+    if (held != Py_None) {
+        r = hold(exact, held, tag, nexact);
+    } else {
+        PyObject *b = PyObject_GetAttr(m, s_bloom), *bits = NULL, *k = NULL, *pair = NULL, *form = NULL;
+        r = b == NULL || (bits = PyObject_GetAttr(b, s_bits)) == NULL || (k = PyObject_GetAttr(b, s_k)) == NULL ||
+            (pair = PyTuple_Pack(2, m, tag)) == NULL || (form = PyTuple_Pack(3, bits, k, tag)) == NULL ||
+            PyList_Append(matchers, pair) < 0 || PyList_Append(blooms, form) < 0 ? -1 : 0;
+        Py_XDECREF(b);
+        Py_XDECREF(bits);
+        Py_XDECREF(k);
+        Py_XDECREF(pair);
+        Py_XDECREF(form);
+    }
+    Py_DECREF(held);
+    return r;
+}
+
+/* KeyIndex.live: the forms rebuilt from the live sets. */
+static int live_index(PyObject *self, PyObject *sets) {
+    PyObject *sf = PySequence_Fast(sets, "the live sets must be a sequence"), *exact = NULL, *matchers = NULL,
+             *blooms = NULL;
+    Py_ssize_t nexact = 0;
+    int r = -1;
+    if (sf == NULL || (exact = PyDict_New()) == NULL || (matchers = PyList_New(0)) == NULL ||
+        (blooms = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sf); i++)
+        if (keep(PySequence_Fast_GET_ITEM(sf, i), exact, matchers, blooms, &nexact) < 0)
+            goto done;
+    Py_ssize_t cap = 2 * PyDict_GET_SIZE(exact);
+    if (PyObject_SetAttr(self, s_exact, exact) < 0 || set_attr_n(self, s_exact_sets, nexact) < 0 ||
+        set_attr_n(self, s_exact_cap, cap > 64 ? cap : 64) < 0 || PyObject_SetAttr(self, s_matchers, matchers) < 0 ||
+        PyObject_SetAttr(self, s_blooms, blooms) < 0)
+        goto done;
+    r = 0;
+done:
+    Py_XDECREF(sf);
+    Py_XDECREF(exact);
+    Py_XDECREF(matchers);
+    Py_XDECREF(blooms);
+    return r;
+}
+
+static PyObject *live(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "live(index, sets)");
+        return NULL;
+    }
+    return live_index(args[0], args[1]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* more_live(index, sets, new): KeyIndex.more_live -- the sets of ``new`` added to the forms kept, or the forms
+ * rebuilt from ``sets`` (live_index) when the expired ones are too many.  A set arrives at every reducer every
+ * epoch. */
 static PyObject *more_live(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "more_live(index, sets, new)");
@@ -695,51 +780,18 @@ static PyObject *more_live(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         (matchers = attr(self, s_matchers, &PyList_Type)) == NULL || (blooms = attr(self, s_blooms, &PyList_Type)) == NULL)
         goto done;
     if (4 * (nexact + PyList_GET_SIZE(matchers)) > 5 * nsets || PyDict_GET_SIZE(exact) > cap) {
-        ret = PyObject_CallMethodOneArg(self, s_live, sets);
+        if (live_index(self, sets) == 0)
+            ret = Py_NewRef(Py_None);
         goto done;
     }
     if ((nf = PySequence_Fast(args[2], "new must be a sequence")) == NULL)
         goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(nf); i++) {
-        PyObject *f = PySequence_Fast_GET_ITEM(nf, i);
-        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a live set must be (number, tag, matcher)");
+    Py_ssize_t was = nexact;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(nf); i++)
+        if (keep(PySequence_Fast_GET_ITEM(nf, i), exact, matchers, blooms, &nexact) < 0)
             goto done;
-        }
-        PyObject *tag = PyTuple_GET_ITEM(f, 1), *m = PyTuple_GET_ITEM(f, 2), *held = PyObject_GetAttr(m, s_set);
-        if (held == NULL)
-            goto done;
-        int r = 0;
-        if (held != Py_None) {   /* _hold: each key's latest explicit tag */
-            r = set_attr_n(self, s_exact_sets, ++nexact);
-            PyObject *it = r < 0 ? NULL : PyObject_GetIter(held), *k;
-            if (it == NULL)
-                r = -1;
-            while (r == 0 && (k = PyIter_Next(it)) != NULL) {
-                PyObject *old = PyDict_GetItemWithError(exact, k);
-                int below = old == NULL ? (PyErr_Occurred() ? -1 : PyObject_RichCompareBool(minus_one, tag, Py_LT))
-                                        : PyObject_RichCompareBool(old, tag, Py_LT);
-                r = below < 0 ? -1 : below ? PyDict_SetItem(exact, k, tag) : 0;
-                Py_DECREF(k);
-            }
-            if (r == 0 && PyErr_Occurred())
-                r = -1;
-            Py_XDECREF(it);
-        } else {   /* a filter: (m, tag) and (bits, k, tag) */
-            PyObject *b = PyObject_GetAttr(m, s_bloom), *bits = NULL, *k = NULL, *pair = NULL, *form = NULL;
-            r = b == NULL || (bits = PyObject_GetAttr(b, s_bits)) == NULL || (k = PyObject_GetAttr(b, s_k)) == NULL ||
-                (pair = PyTuple_Pack(2, m, tag)) == NULL || (form = PyTuple_Pack(3, bits, k, tag)) == NULL ||
-                PyList_Append(matchers, pair) < 0 || PyList_Append(blooms, form) < 0 ? -1 : 0;
-            Py_XDECREF(b);
-            Py_XDECREF(bits);
-            Py_XDECREF(k);
-            Py_XDECREF(pair);
-            Py_XDECREF(form);
-        }
-        Py_DECREF(held);
-        if (r < 0)
-            goto done;
-    }
+    if (nexact != was && set_attr_n(self, s_exact_sets, nexact) < 0)
+        goto done;
     ret = Py_NewRef(Py_None);
 done:
     Py_XDECREF(nf);
@@ -761,6 +813,7 @@ static PyMethodDef methods[] = {
      "live_hits(table, hits): the keys of the live slots among a filter's hits (KeyTable.holding)"},
     {"add_settle", (PyCFunction)(void (*)(void))add_settle, METH_FASTCALL,
      "add_settle(table, keys, seqs, cache, remember, latest): KeyTable.add_settle (latest: _bloomc.latest or None)"},
+    {"live", (PyCFunction)(void (*)(void))live, METH_FASTCALL, "live(index, sets): KeyIndex.live"},
     {"more_live", (PyCFunction)(void (*)(void))more_live, METH_FASTCALL,
      "more_live(index, sets, new): KeyIndex.more_live"},
     {"settle", (PyCFunction)(void (*)(void))settle, METH_FASTCALL,

@@ -12,7 +12,7 @@ The answers are exactly :meth:`joinlib.protocol.bloom.Matcher.has`'s: the same h
 positions (word mod m for the filter's first k words).
 
 The table's bookkeeping (:meth:`KeyTable.add_all`, :meth:`KeyTable.discard_all`, :meth:`KeyTable.holding`),
-:meth:`KeyIndex.settle`'s update of ``best`` (both at once: :meth:`KeyTable.add_settle`) and
+:meth:`KeyIndex.settle`'s update of ``best`` (both at once: :meth:`KeyTable.add_settle`), :meth:`KeyIndex.live` and
 :meth:`KeyIndex.more_live` run in C when ``_keytablec.c`` is built (setup.py): the same steps on the same Python
 containers, so the state others read (``seqs``, ``keys``, ``slot``, ``base``, ``dig``, ``best``, ``settled``,
 ``_exact``, ``_blooms``) is the same; the Python below is the fallback, and what tests/unit/test_keytable_c.py
@@ -111,8 +111,11 @@ class KeyTable:
     are dropped only when every index has settled the keys added (:meth:`KeyIndex.settle` finds its new keys by
     slot)."""
 
-    #: keys gone (beyond one per pending key) remembered before the table is swept
-    slack = 64
+    #: keys gone (beyond one per pending key) remembered before the table is swept.  A sweep rebuilds ``slot`` and
+    #: every index's ``best`` from the pending keys, so it comes rarer the more is remembered: with 64, the demo's
+    #: reducers (about 300 pending keys, 10 new an epoch) swept every 35 epochs, a tenth of their admit's time; a few
+    #: hundred stale dictionary entries more cost less than that
+    slack = 512
 
     def __init__(self) -> None:
         self.seqs: dict[Key, int | set[int]] = {}   # a key's pending seq, or its seqs when it has several
@@ -264,6 +267,9 @@ class KeyIndex:
     def live(self, sets: Sequence[LiveSet]) -> None:
         """The live sets are now ``sets`` (their owner calls this when one arrives or expires): kept in the forms
         the tests below take, so an epoch's :meth:`settle` builds nothing."""
+        if _c is not None:
+            _c.live(self, sets)
+            return
         exact: dict[Key, int] = {}
         self._exact, self._exact_sets = exact, 0
         for _, tag, m in sets:
