@@ -71,21 +71,24 @@ class LookAhead:
         self.pending.extend(tuples)
 
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
-        self.window.extend((t.ts, t.seq, e) for t in batch)
-        self.pending.extend(batch)
+        w = self.window
+        w.extend([(t.ts, t.seq, e) for t in batch])   # a list, not a generator: a resumption per tuple costs more
+        self.pending += batch
         col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
-        w, gone = self.window, set()
-        while w and w[0][col] < value:
-            gone.add(w.popleft()[1])
-        if gone:   # only tuples since the last set can be pending: what expired unsent is never sent
+        if w and w[0][col] < value:
+            gone = set()
+            while w and w[0][col] < value:
+                gone.add(w.popleft()[1])
+            # only tuples since the last set can be pending: what expired unsent is never sent
             self.pending = [t for t in self.pending if t.seq not in gone]
 
     def out_keys(self, e: int) -> Outgoing:
         newly, self.pending = self.pending, []
+        if not newly:   # an epoch without tuples (or all expired): no keys, tagged as the reducer tags it
+            return Outgoing([], 0, e - (self.window[0][2] if self.window else e + 1), [])
         tau = self.tau
         ages = [e - t.ts // tau for t in newly]
-        oldest = self.window[0][2] if self.window else e + 1
-        return Outgoing(keys_at(self.mine, newly), min(ages, default=0), e - oldest, ages)
+        return Outgoing(keys_at(self.mine, newly), min(ages), e - (self.window[0][2] if self.window else e + 1), ages)
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
         return {"v": "ahead", "window": list(self.window), "pending": [encode(t) for t in self.pending]}
