@@ -21,7 +21,7 @@ from joinlib.protocol.avro import decode_tuple, encode_tuple
 from joinlib.query import load_query
 from joinlib.runtime.algorithms import reduce as reduce_mod
 from joinlib.runtime.algorithms.keysets import Outgoing, key_filter
-from joinlib.runtime.algorithms.reduce import Reducer
+from joinlib.runtime.algorithms.reduce import PassReducer, Reducer
 from tests.kernels import kernels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,20 @@ def _ops() -> list[tuple[ReducerOp, Stream]]:
     return [(op, s) for op, s in out if op.filters]
 
 
+def _pass_ops() -> list[tuple[ReducerOp, Stream]]:
+    """The reducers that take no sets (every direction toward them skipped), shipping or not."""
+    chain = load_query(ROOT / "examples" / "routers_selective.yaml")
+    tree = [("S1", "S2"), ("S2", "S3")]
+    out = []
+    for site, skip in (("r2", [("S2", "S1")]), ("r1", [("S2", "S1")]), ("r2", [("S2", "S3")])):
+        for op in lower(chain, plans.reduction(chain, site, tree, "S2", skip)).reducers:
+            if not op.filters:
+                out.append((op, chain.stream(op.stream)))
+    return out
+
+
 OPS = _ops()
+PASS_OPS = _pass_ops()
 KEYS = [(f"k{i}",) for i in range(12)]
 
 
@@ -142,3 +155,34 @@ def test_an_entry_reads_and_sets_as_the_python_one():
         x.rank = 1
     with pytest.raises(TypeError):
         reduce_mod._c.pass_channel(None, "", None, [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(which=st.integers(0, len(PASS_OPS) - 1), script=_epochs())
+def test_the_c_pass_reducer_is_the_python_one(which, script):
+    """A reducer that takes no sets admits in C too: the same window, the same tuples left for each channel (a
+    tuple that leaves before a channel looked is dropped from it), the same sets out and tuples shipped."""
+    op, stream = PASS_OPS[which]
+    assert not op.filters and (op.sends or op.replica)
+    reds = {c: PassReducer(op, stream, 100, 0.05) for c in (True, False)}
+    steps = [("out", e.stream) for e in op.sends] + ([("ship", "")] if op.replica else [])
+    seq, low = 0, 0
+    for e, (keys, move, rnd, _, snap) in enumerate(script):
+        batch = [Tup(stream.pos, seq + i, e * 100 + i, seq + i, _join_values(k, len(stream.join_attrs)), b"")
+                 for i, k in enumerate(keys)]
+        seq += len(batch)
+        low += move * 41
+        looks = [s for s in steps if rnd.random() < 0.7]   # a channel that does not look keeps its tuples
+        got = {}
+        for c, red in reds.items():
+            with kernels(reduce_mod, c):
+                if snap:
+                    data = red.snapshot(encode_tuple)
+                    red = reds[c] = PassReducer(op, stream, 100, 0.05)
+                    red.restore(data, decode_tuple)
+                red.admit(e, batch, ("ts", low) if e % 3 else ("seq", low // 41))
+                state = (list(red.window), {ch: [t.seq for t in new] for ch, new in red._new.items()},
+                         [sys.getrefcount(row) for row in red.window])
+                out = [red.out(n, e) if way == "out" else red.ship(e, batch) for way, n in looks]
+                got[c] = (state, out)
+        assert got[True] == got[False], f"epoch {e}"

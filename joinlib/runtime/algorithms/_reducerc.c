@@ -11,7 +11,8 @@
  * without: the batch's keys are read at their positions (reduce.py's key_of lambdas are the fallback), and a key
  * table adds and settles them in one call (KeyTable.add_settle).
  *
- * Also Reducer.take: a set that arrives, and _matched's loop over the pending keys it holds.
+ * Also PassReducer.admit (a reducer that takes no sets: the window and each channel's new tuples), and
+ * Reducer.take: a set that arrives, and _matched's loop over the pending keys it holds.
  *
  * ``Entry`` is reduce.py's ``_Entry`` (a pending tuple: t, seq, sent, shipped, keys, rank) as a C struct, so
  * that these loops read its fields without attribute look-ups; Python code reads and sets its fields as
@@ -35,7 +36,7 @@ static PyTypeObject EntryType;
 #define Entry_Check(o) (Py_TYPE(o) == &EntryType)
 
 static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
-    *s_rank, *s_index, *s_add_all, *s_add_settle, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
+    *s_rank, *s_index, *s_add_all, *s_add_settle, *s_new, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
     *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *s_filters,
     *s_received, *s_live, *s_keys, *s_n, *s_more_live, *s_holding, *empty, *one;
 
@@ -196,13 +197,37 @@ static PyObject *keys_at(PyObject *keylist, PyObject *positions, PyObject *key_o
     return col;
 }
 
+/* The batch's tuples ts[0..n) enter the window as (ts, seq, e) rows (seqs: their seqs, or NULL to read them). */
+static int enter(PyObject *red, PyObject *const *ts, Py_ssize_t n, PyObject *seqs, PyObject *e) {
+    PyObject *rows = PyList_New(n), *window = NULL;
+    int r = -1;
+    if (rows == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *tsv = PyObject_GetAttr(ts[i], s_ts), *seq = NULL, *row = NULL;
+        if (tsv != NULL && (seq = seqs ? Py_NewRef(PyList_GET_ITEM(seqs, i)) : PyObject_GetAttr(ts[i], s_seq)) != NULL)
+            row = PyTuple_Pack(3, tsv, seq, e);
+        Py_XDECREF(tsv);
+        Py_XDECREF(seq);
+        if (row == NULL)
+            goto done;
+        PyList_SET_ITEM(rows, i, row);
+    }
+    if ((window = PyObject_GetAttr(red, s_window)) != NULL && call_method(window, s_extend, rows, NULL) == 0)
+        r = 0;
+done:
+    Py_DECREF(rows);
+    Py_XDECREF(window);
+    return r;
+}
+
 /* Reducer._add_all(batch, e): new entries, indexed by their keys, pending, in the window (e not None) and
  * fresh for every channel.  settle: each key table's indexes settled too, by the table in the same call
  * (KeyTable.add_settle, what Reducer._settle_keys does after _add_all). */
 static int add_batch(PyObject *red, PyObject *batch, PyObject *e, int settle) {
     PyObject *bf = PySequence_Fast(batch, "a batch must be a sequence"), *pending = NULL, *seqs = NULL,
              *keylist = NULL, *extract = NULL, *cols = NULL, *col_of = NULL, *new = NULL, *rankobj = NULL,
-             *fresh = NULL, *window = NULL, *rows = NULL;
+             *fresh = NULL;
     PyObject **byf = NULL;
     int r = -1;
     if (bf == NULL)
@@ -290,23 +315,8 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e, int settle) {
     Py_DECREF(next);
     if (sr < 0)
         goto done;
-    if (e != Py_None) {
-        if ((rows = PyList_New(n)) == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *tsv = PyObject_GetAttr(ts[i], s_ts), *row;
-            if (tsv == NULL)
-                goto done;
-            row = PyTuple_Pack(3, tsv, PyList_GET_ITEM(seqs, i), e);
-            Py_DECREF(tsv);
-            if (row == NULL)
-                goto done;
-            PyList_SET_ITEM(rows, i, row);
-        }
-        if ((window = PyObject_GetAttr(red, s_window)) == NULL ||
-            call_method(window, s_extend, rows, NULL) < 0)
-            goto done;
-    }
+    if (e != Py_None && enter(red, ts, n, seqs, e) < 0)
+        goto done;
     if ((fresh = attr(red, s_fresh, &PyDict_Type)) == NULL)
         goto done;
     Py_ssize_t pos = 0;
@@ -332,16 +342,16 @@ done:
     Py_XDECREF(new);
     Py_XDECREF(rankobj);
     Py_XDECREF(fresh);
-    Py_XDECREF(window);
-    Py_XDECREF(rows);
     return r;
 }
 
-/* The window's tuples below value in column col (0: ts, 1: seq) leave it: their pending entries, popped. */
-static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
+/* The window's tuples below value in column col (0: ts, 1: seq) leave it: their pending entries, popped (entries
+ * true: a Reducer's), or their seqs as a set (a PassReducer's, which keeps no entries). */
+static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value, int entries) {
     PyObject *window = PyObject_GetAttr(red, s_window), *pending = NULL, *gone = NULL, *first = NULL,
              *popleft = NULL;
-    if (window == NULL || (pending = attr(red, s_pending, &PyDict_Type)) == NULL || (gone = PyList_New(0)) == NULL)
+    if (window == NULL || (entries && (pending = attr(red, s_pending, &PyDict_Type)) == NULL) ||
+        (gone = entries ? PyList_New(0) : PySet_New(NULL)) == NULL)
         goto fail;
     for (;;) {
         Py_ssize_t len = PyObject_Size(window);
@@ -368,8 +378,11 @@ static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
         if (popped == NULL)
             goto fail;
         Py_DECREF(popped);
-        PyObject *seq = PyTuple_GET_ITEM(first, 1), *x = PyDict_GetItemWithError(pending, seq);
-        if (x != NULL) {
+        PyObject *seq = PyTuple_GET_ITEM(first, 1), *x;
+        if (!entries) {
+            if (PySet_Add(gone, seq) < 0)
+                goto fail;
+        } else if ((x = PyDict_GetItemWithError(pending, seq)) != NULL) {
             Py_INCREF(x);
             int bad = PyDict_DelItem(pending, seq) < 0 || PyList_Append(gone, x) < 0;
             Py_DECREF(x);
@@ -381,7 +394,7 @@ static PyObject *expire(PyObject *red, Py_ssize_t col, PyObject *value) {
         Py_CLEAR(first);
     }
     Py_DECREF(window);
-    Py_DECREF(pending);
+    Py_XDECREF(pending);
     Py_XDECREF(popleft);
     return gone;
 fail:
@@ -410,12 +423,80 @@ static PyObject *admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     }
     if (add_batch(red, args[2], args[1], 1) < 0)
         goto done;
-    if ((gone = expire(red, col, args[4])) == NULL)
+    if ((gone = expire(red, col, args[4], 1)) == NULL)
         goto done;
     if (PyList_GET_SIZE(gone) && forget(red, gone) < 0)
         goto done;
     ret = Py_NewRef(Py_None);
 done:
+    Py_XDECREF(gone);
+    return ret;
+}
+
+/* pass_admit(red, e, batch, col, value): PassReducer.admit -- B_e enters the window and every channel's new tuples,
+ * the tuples below value in column col leave the window, and the channels' new tuples with them. */
+static PyObject *pass_admit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "pass_admit(red, e, batch, col, value)");
+        return NULL;
+    }
+    PyObject *red = args[0], *bf = NULL, *newd = NULL, *gone = NULL, *ret = NULL;
+    Py_ssize_t col = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if (col == -1 && PyErr_Occurred())
+        return NULL;
+    if (col != 0 && col != 1) {
+        PyErr_SetString(PyExc_ValueError, "col must be 0 (ts) or 1 (seq)");
+        return NULL;
+    }
+    if ((bf = PySequence_Fast(args[2], "a batch must be a sequence")) == NULL ||
+        enter(red, PySequence_Fast_ITEMS(bf), PySequence_Fast_GET_SIZE(bf), NULL, args[1]) < 0 ||
+        (newd = attr(red, s_new, &PyDict_Type)) == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *c, *v;
+    while (PyDict_Next(newd, &pos, &c, &v)) {
+        if (!PyList_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "a channel's new tuples must be a list");
+            goto done;
+        }
+        if (PyList_SetSlice(v, PyList_GET_SIZE(v), PyList_GET_SIZE(v), bf) < 0)
+            goto done;
+    }
+    if ((gone = expire(red, col, args[4], 0)) == NULL)
+        goto done;
+    /* only tuples no channel looked at yet can be among them: a channel whose first is not gone keeps its list */
+    pos = 0;
+    while (PySet_GET_SIZE(gone) && PyDict_Next(newd, &pos, &c, &v)) {
+        if (!PyList_Check(v) || PyList_GET_SIZE(v) == 0)
+            continue;
+        PyObject *seq = PyObject_GetAttr(PyList_GET_ITEM(v, 0), s_seq), *kept;
+        int in = seq == NULL ? -1 : PySet_Contains(gone, seq);
+        Py_XDECREF(seq);
+        if (in < 0)
+            goto done;
+        if (!in)
+            continue;
+        if ((kept = PyList_New(0)) == NULL)
+            goto done;
+        Py_INCREF(v);   /* setting the item below may free the list being read */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v) && in >= 0; i++) {
+            PyObject *t = PyList_GET_ITEM(v, i);
+            seq = PyObject_GetAttr(t, s_seq);
+            in = seq == NULL ? -1 : PySet_Contains(gone, seq);
+            Py_XDECREF(seq);
+            if (in == 0 && PyList_Append(kept, t) < 0)
+                in = -1;
+        }
+        int bad = in < 0 || PyDict_SetItem(newd, c, kept) < 0;
+        Py_DECREF(kept);
+        Py_DECREF(v);
+        if (bad)
+            goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(bf);
+    Py_XDECREF(newd);
     Py_XDECREF(gone);
     return ret;
 }
@@ -906,6 +987,8 @@ done:
 static PyMethodDef methods[] = {
     {"admit", (PyCFunction)(void (*)(void))admit, METH_FASTCALL,
      "admit(red, e, batch, col, value): Reducer.admit (col 0: the lower bound is a ts, 1: a seq)"},
+    {"pass_admit", (PyCFunction)(void (*)(void))pass_admit, METH_FASTCALL,
+     "pass_admit(red, e, batch, col, value): PassReducer.admit"},
     {"add", (PyCFunction)(void (*)(void))add, METH_FASTCALL, "add(red, batch, e): Reducer._add_all"},
     {"forget_all", (PyCFunction)(void (*)(void))forget_all, METH_FASTCALL,
      "forget_all(red, entries): Reducer._forget_all"},
@@ -927,7 +1010,7 @@ PyMODINIT_FUNC PyInit__reducerc(void) {
         const char *s;
     } names[] = {{&s_seq, "seq"}, {&s_key, "key"}, {&s_ts, "ts"}, {&s_pending, "pending"},
                  {&s_window, "window"}, {&s_fresh, "_fresh"}, {&s_again, "_again"}, {&s_extract, "_extract"},
-                 {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"}, {&s_add_settle, "add_settle"},
+                 {&s_col_of, "_col_of"}, {&s_rank, "_rank"}, {&s_index, "_index"}, {&s_add_all, "add_all"}, {&s_add_settle, "add_settle"}, {&s_new, "_new"},
                  {&s_discard_all, "discard_all"}, {&s_settle, "settle"}, {&s_popleft, "popleft"},
                  {&s_extend, "extend"}, {&s_pos, "_pos"}, {&s_best, "best"}, {&s_live_from, "live_from"},
                  {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"},
