@@ -729,18 +729,46 @@ static int keep(PyObject *f, PyObject *exact, PyObject *matchers, PyObject *bloo
     return r;
 }
 
-/* KeyIndex.live: the forms rebuilt from the live sets. */
+/* A filter (m, tag) of the forms kept before a rebuild, at or after *j of ``matchers`` (scanning forward): its
+ * (m, tag) and (bits, k, tag) appended to the new forms as they are, 1; 0 when it is not there.  The live sets keep
+ * the order they arrived in and only lose sets, so the filters that stay are found in one pass, and a rebuild
+ * copies references instead of reading every filter's attributes and packing its forms anew. */
+static int reuse(PyObject *m, PyObject *tag, PyObject *old_m, PyObject *old_b, Py_ssize_t *j, PyObject *matchers,
+                 PyObject *blooms) {
+    for (Py_ssize_t i = *j; i < PyList_GET_SIZE(old_m) && i < PyList_GET_SIZE(old_b); i++) {
+        PyObject *pair = PyList_GET_ITEM(old_m, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || PyTuple_GET_ITEM(pair, 0) != m)
+            continue;
+        int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(pair, 1), tag, Py_EQ);
+        if (same < 0)
+            return -1;
+        if (!same)
+            continue;
+        *j = i + 1;
+        return PyList_Append(matchers, pair) < 0 || PyList_Append(blooms, PyList_GET_ITEM(old_b, i)) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* KeyIndex.live: the forms rebuilt from the live sets (a filter kept already reused as it is: reuse). */
 static int live_index(PyObject *self, PyObject *sets) {
     PyObject *sf = PySequence_Fast(sets, "the live sets must be a sequence"), *exact = NULL, *matchers = NULL,
-             *blooms = NULL;
-    Py_ssize_t nexact = 0;
+             *blooms = NULL, *old_m = NULL, *old_b = NULL;
+    Py_ssize_t nexact = 0, j = 0;
     int r = -1;
     if (sf == NULL || (exact = PyDict_New()) == NULL || (matchers = PyList_New(0)) == NULL ||
-        (blooms = PyList_New(0)) == NULL)
+        (blooms = PyList_New(0)) == NULL || (old_m = attr(self, s_matchers, &PyList_Type)) == NULL ||
+        (old_b = attr(self, s_blooms, &PyList_Type)) == NULL)
         goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sf); i++)
-        if (keep(PySequence_Fast_GET_ITEM(sf, i), exact, matchers, blooms, &nexact) < 0)
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sf); i++) {
+        PyObject *f = PySequence_Fast_GET_ITEM(sf, i);
+        int got = 0;
+        if (PyTuple_Check(f) && PyTuple_GET_SIZE(f) == 3 &&
+            (got = reuse(PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 1), old_m, old_b, &j, matchers, blooms)) < 0)
             goto done;
+        if (!got && keep(f, exact, matchers, blooms, &nexact) < 0)
+            goto done;
+    }
     Py_ssize_t cap = 2 * PyDict_GET_SIZE(exact);
     if (PyObject_SetAttr(self, s_exact, exact) < 0 || set_attr_n(self, s_exact_sets, nexact) < 0 ||
         set_attr_n(self, s_exact_cap, cap > 64 ? cap : 64) < 0 || PyObject_SetAttr(self, s_matchers, matchers) < 0 ||
@@ -752,6 +780,8 @@ done:
     Py_XDECREF(exact);
     Py_XDECREF(matchers);
     Py_XDECREF(blooms);
+    Py_XDECREF(old_m);
+    Py_XDECREF(old_b);
     return r;
 }
 
