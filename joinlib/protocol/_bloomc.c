@@ -465,8 +465,8 @@ static PyObject *key_filter(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember)");
         return NULL;
     }
-    PyObject *out = args[0];
-    if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != 4 || !PyDict_CheckExact(args[5]))
+    PyObject *out = args[0];   /* an Outgoing: (keys, back, live, ages); a plain tuple has no fields to read */
+    if (!PyTuple_Check(out) || PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 4 || !PyDict_CheckExact(args[5]))
         Py_RETURN_NONE;
     PyObject *kseq = PyTuple_GET_ITEM(out, 0), *back = PyTuple_GET_ITEM(out, 1), *live = PyTuple_GET_ITEM(out, 2);
     if (!PyList_CheckExact(kseq) && !PyTuple_CheckExact(kseq))

@@ -117,6 +117,13 @@ BAD: list[tuple[Any, Any]] = [
 ]
 
 
+def test_a_plain_tuple_is_not_a_key_set() -> None:
+    plain: Any = ([("a",)], 0, 1, [0])
+    for f in (key_filter, key_filter_py):
+        with pytest.raises(AttributeError):
+            f(plain, 0.01, 1e9)
+
+
 @pytest.mark.parametrize("keys, ages", BAD)
 @pytest.mark.parametrize("fpr, cost", [(None, None), (0.01, 1e9), (0.01, 1.0)])
 def test_what_the_kernel_declines_the_python_form_answers_or_raises(keys: Any, ages: Any, fpr: Any,
