@@ -160,7 +160,8 @@ done:
 
 /* The keys at ``positions`` of each of the batch's join values (``keylist``), as key_of (reduce.py's _keys_of)
  * gives them -- (key[i],) for one position, (key[i], key[j], ...) for several -- without its call: read directly
- * when every join value is a tuple and the positions are in range, else key_of's answer (and its errors). */
+ * when every join value is a tuple and the positions are in range, else key_of's answer (and its errors).  A join
+ * value that is all of the key is the key itself: a tuple fewer to make and free per tuple and table. */
 static PyObject *keys_at(PyObject *keylist, PyObject *positions, PyObject *key_of) {
     Py_ssize_t n = PyList_GET_SIZE(keylist), np = PyTuple_Check(positions) ? PyTuple_GET_SIZE(positions) : 0;
     Py_ssize_t at[8];
@@ -184,9 +185,16 @@ static PyObject *keys_at(PyObject *keylist, PyObject *positions, PyObject *key_o
     PyObject *col = PyList_New(n);
     if (col == NULL)
         return NULL;
+    int whole = 1;   /* the positions are 0, 1, ...: a join value of that many is its own key (an equal tuple) */
+    for (Py_ssize_t j = 0; j < np && whole; j++)
+        whole = at[j] == j;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyList_GET_ITEM(keylist, i), *key = PyTuple_New(np);
-        if (key == NULL) {
+        PyObject *k = PyList_GET_ITEM(keylist, i), *key;
+        if (whole && PyTuple_GET_SIZE(k) == np) {
+            PyList_SET_ITEM(col, i, Py_NewRef(k));
+            continue;
+        }
+        if ((key = PyTuple_New(np)) == NULL) {
             Py_DECREF(col);
             return NULL;
         }
