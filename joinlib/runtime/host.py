@@ -11,7 +11,11 @@ A host keeps
 * the inbox of messages by (query, partition, generation, flow, epoch), and per flow the last
   epoch a phase took, so a message sent twice (a restarted sender replaying) is dropped.
 
-:meth:`run` runs every lane as far as it can.  Lanes wait for their inputs rather than trusting a
+:meth:`run` runs every lane as far as it can.  After a run every lane waits for something, and what a lane
+waits for changes only by the host's methods (:meth:`feed`, :meth:`advance`, :meth:`install`, ...) or by the
+lanes of its own query partition (the instances of every generation of it and its windows' readers); so a run
+after nothing but messages runs only the lanes of the (query, partition) they reached (*woken*): one message
+of a partitioned plan no longer polls every partition's lanes.  Lanes wait for their inputs rather than trusting a
 latency bound, so results are exact under any delay, and every message's content is a function
 of the plan and the data: the simulator and Kafka carry byte-identical messages, and a node
 restored from a checkpoint resends exactly what it sent before.  δ only counts *late* messages.
@@ -62,6 +66,9 @@ class Host:
         self.routes: dict[str, tuple[int, dict[str, Optional[Callable[[Tup], int]]]]] = {}
         self._lanes: list[Lane] = []
         self._full: list[FullReplica] = []
+        # per (query, partition): its instances' lanes; what messages reached since the last run (None: run all)
+        self._groups: dict[tuple[str, int], list[Lane]] = {}
+        self._woken: Optional[set[tuple[str, int]]] = None
 
     # ------------------------------------------------------------------ instances
     def install(self, spec: InstanceSpec) -> Instance:
@@ -77,6 +84,7 @@ class Host:
     def stop_instance(self, key: InstanceKey, stop: int) -> None:
         """End generation ``key`` with head epoch ``stop`` (a switch decided while running)."""
         self.instances[key].set_stop(stop, self.last.get(key[0]))
+        self._woken = None
 
     def retire(self, key: InstanceKey) -> None:
         """Remove a finished instance (its lanes are done): its windows' purges are no longer held."""
@@ -93,6 +101,7 @@ class Host:
             w = self.windows[(q, part, stream)] = HomeWindow(
                 s, self.store_factory(name), spec.ir.query.execution.interval_ms, self.site, self.sensor)
             w.lane.hi = self.last.get(q)
+            self._woken = None
         return w
 
     def make_store(self, name: str) -> WindowStore:
@@ -101,21 +110,26 @@ class Host:
     def _relink(self) -> None:
         self._lanes = [w.lane for w in self.windows.values()]
         self._full = []
-        for inst in self.instances.values():
+        self._groups = {}
+        for (q, part, _), inst in self.instances.items():
             self._lanes.extend(inst.lanes)
+            self._groups.setdefault((q, part), []).extend(inst.lanes)
             self._full.extend(r for r in inst.replicas.values() if isinstance(r, FullReplica))
+        self._woken = None
 
     # ------------------------------------------------------------------ inputs
     def set_routes(self, query: str, parts: int, routes: dict[str, Optional[Callable[[Tup], int]]]) -> None:
         """Route the source tuples :meth:`feed` gets for ``query`` to its ``parts`` partitions (a partitioned
         plan, :class:`joinlib.plan.partitioned.Partitioned`): per stream tuple -> partition, or None: to every one."""
         self.routes[query] = (parts, routes)
+        self._woken = None
 
     def feed(self, query: str, stream: str, tups: Iterable[Tup], watermark: Optional[int] = None,
              part: Optional[int] = None) -> None:
         """Source tuples of a stream born here (ts order); ``watermark``: no later tuple has ts below it.
         ``part``: the partition they belong to; None: partition 0, or each tuple's partition if the query's
         tuples are routed (:meth:`set_routes`; the watermark then holds for every partition)."""
+        self._woken = None
         routed = self.routes.get(query) if part is None else None
         if routed is None:
             self._home(query, part or 0, stream).feed(tups, watermark)
@@ -138,6 +152,7 @@ class Host:
 
     def advance(self, query: str, watermark: int, streams: Optional[Container[str]] = None) -> None:
         """Every stream of ``query`` born here (or of ``streams``) has seen everything before ``watermark``."""
+        self._woken = None
         for (q, _, s), w in self.windows.items():
             if q == query and watermark > w.watermark and (streams is None or s in streams):
                 w.watermark = watermark
@@ -145,6 +160,7 @@ class Host:
     def set_last(self, query: str, last: Optional[int]) -> None:
         """``query`` ends with epoch ``last`` (a finite replay); every lane of it stops there."""
         self.last[query] = last
+        self._woken = None
         for (q, _, _), w in self.windows.items():
             if q == query:
                 w.lane.hi = last
@@ -166,6 +182,8 @@ class Host:
         if inst is not None and sent is not None and self.now - sent > inst.q.execution.max_delay_ms:
             self.sensor.on_late(self.site, env.kind)
         self.inbox[key] = env.body
+        if self._woken is not None:
+            self._woken.add((env.query, env.part))
         return True
 
     # ------------------------------------------------------------------ used by instances
@@ -184,7 +202,18 @@ class Host:
         if now is not None:
             self.now = now
         # windows purge at their next insert, behind their slowest reader
-        return run_lanes(self._lanes, self.site, self.sensor)
+        woken, self._woken = self._woken, set()   # (a phase that changes the lanes sets None: all, next run)
+        if woken is None:
+            return run_lanes(self._lanes, self.site, self.sensor)
+        if len(woken) == 1:
+            lanes = self._groups.get(next(iter(woken)), [])
+        else:
+            lanes = [lane for g, group in self._groups.items() if g in woken for lane in group]
+        return run_lanes(lanes, self.site, self.sensor) if lanes else False
+
+    def touch(self) -> None:
+        """Something the lanes read changed outside the host's methods: the next :meth:`run` runs every lane."""
+        self._woken = None
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, with_stores: bool = False) -> dict[str, Any]:
@@ -210,6 +239,7 @@ class Host:
         if wins != set(self.windows):
             raise CheckpointError(f"checkpoint holds windows {sorted(wins)}, the host {sorted(self.windows)}")
         dec = avro.decode_tuple
+        self._woken = None
         self.now = st["now"]
         for q, last in st["last"].items():
             self.set_last(q, last)
