@@ -40,6 +40,7 @@ class HomeWindow:
     def __init__(self, stream: Stream, store: WindowStore, tau: int, site: str, sensor: Sensor) -> None:
         self.stream, self.store, self.tau, self.site, self.sensor = stream, store, tau, site, sensor
         self.progress: Optional[Progress] = None if stream.window.is_time else Progress()
+        self._time_size: Optional[int] = stream.window.size if stream.window.is_time else None
         self.next = 0                     # the next epoch to insert
         self.purged = 0                   # tuples with deadline < purged are gone
         self.source: deque[Tup] = deque()
@@ -77,9 +78,10 @@ class HomeWindow:
                 continue
             batch.append(t)
         self.store.insert(batch)
-        for index, col in list(self.columns.items()):
-            if not col.append(batch):
-                del self.columns[index]
+        if self.columns:
+            for index, col in list(self.columns.items()):
+                if not col.append(batch):
+                    del self.columns[index]
         if self.progress is not None:
             self.progress.add_epoch(e, [t.ts for t in batch])
         self.next = e + 1
@@ -101,19 +103,23 @@ class HomeWindow:
     def low_epoch(self) -> int:
         """The lowest epoch a user still needs (``next`` when none does)."""
         low = self.next
-        for u in self.users:
-            if not u.done and u.epoch < low:
-                low = u.epoch
+        for u in self.users:   # (Lane.done, inlined: this runs at every insert)
+            ep = u.epoch
+            if ep < low and (u.hi is None or ep <= u.hi):
+                low = ep
         return low
 
     def maintain(self) -> None:
         """Purge what no user needs any more; drop batches no user will take."""
         low = self.low_epoch()
         if low > self.purged:
-            bound = purge_bound(self.stream, low, self.tau, self.progress)
-            self.store.purge_below(**bound)
-            for col in self.columns.values():
-                col.purge(bound)
+            if self._time_size is not None and not self.columns:   # a time window: purge_bound's ts, directly
+                self.store.purge_below(ts=low * self.tau - self._time_size)
+            else:
+                bound = purge_bound(self.stream, low, self.tau, self.progress)
+                self.store.purge_below(**bound)
+                for col in self.columns.values():
+                    col.purge(bound)
             if self.progress is not None:
                 self.progress.prune(low)
             self.purged = low
