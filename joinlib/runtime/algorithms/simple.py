@@ -67,11 +67,15 @@ class FullReplica:
 
     def maintain(self) -> None:
         low = self.next
-        for u in self.users:
-            if not u.done and u.epoch < low:
-                low = u.epoch
+        for u in self.users:   # (Lane.done, inlined: this runs at every apply)
+            ep = u.epoch
+            if ep < low and (u.hi is None or ep <= u.hi):
+                low = ep
         if low > self.purged:
-            self.store.purge_below(**purge_bound(self.stream, low, self.tau, self.progress))
+            if self.progress is None:   # a time window: purge_bound's ts, directly
+                self.store.purge_below(ts=low * self.tau - self.stream.window.size)
+            else:
+                self.store.purge_below(**purge_bound(self.stream, low, self.tau, self.progress))
             if self.progress is not None:
                 self.progress.prune(low)
             self.purged = low
