@@ -60,6 +60,22 @@ def one_run(tree: Path, query: Path, data: Path, plan: str) -> dict[str, Any]:
     return out
 
 
+def best_runs(trees: dict[str, Path], query: Path, data: Path, plan: str,
+              runs: int) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """Per tree, the report of its run with the least ``processing_s`` and the least ``run_cpu_s`` of its runs (the
+    trees alternating, ``runs`` rounds)."""
+    best: dict[str, dict[str, Any]] = {}
+    run_cpu: dict[str, float] = {}
+    for _ in range(runs):
+        for name, tree in trees.items():
+            r = one_run(tree, query, data, plan)
+            if name not in best or r["processing_s"] < best[name]["processing_s"]:
+                best[name] = r
+            if r["run_cpu_s"] is not None:
+                run_cpu[name] = min(run_cpu.get(name, r["run_cpu_s"]), r["run_cpu_s"])
+    return best, run_cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--query", type=Path, required=True)
@@ -76,15 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--tree {t!r}: expected NAME=DIR with an existing directory")
         trees[name] = Path(path).resolve()
     query, data = args.query.resolve(), args.data.resolve()
-    best: dict[str, dict[str, Any]] = {}
-    run_cpu: dict[str, float] = {}   # per tree, the best thread CPU of the whole simulation (phases, polls, network)
-    for _ in range(args.runs):
-        for name, tree in trees.items():
-            r = one_run(tree, query, data, args.plan)
-            if name not in best or r["processing_s"] < best[name]["processing_s"]:
-                best[name] = r
-            if r["run_cpu_s"] is not None:
-                run_cpu[name] = min(run_cpu.get(name, r["run_cpu_s"]), r["run_cpu_s"])
+    best, run_cpu = best_runs(trees, query, data, args.plan, args.runs)
     rows = {}
     for name, r in best.items():
         ops: dict[str, float] = {}

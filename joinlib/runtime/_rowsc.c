@@ -7,6 +7,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 
 /* expand(out, groups, pos): out += [row[:pos] + (t,) + row[pos + 1:] for row, tups in groups for t in tups]. */
 static PyObject *expand(PyObject *self, PyObject *args) {
@@ -45,13 +46,235 @@ static PyObject *expand(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+/* ---------------------------------------------------------------------------- a step's probe (base.join)
+ *
+ * Why C: every plan probes windows with the rows of each epoch (central at its site, SP-S at the source, a
+ * reduction at R, every partition of pmjoin); in Python grouping the rows by key and cutting each key's list by
+ * two bisections per head was a fifth of central's embedded time and the largest part of a live central node's
+ * join.  Both functions answer None where they decline (a value that is not what the fast path reads); the caller
+ * then runs its Python form, which is the definition (tests/property/test_join_c.py compares them). */
+
+static PyObject *s_key, *s_ts, *s_tups, *s_lo;
+
+/* by_key1(rows, p, i) -> {(row[p].key[i],): [row, ...]} in first-appearance order, or None. */
+static PyObject *by_key1(PyObject *self, PyObject *args) {
+    PyObject *rows;
+    Py_ssize_t p, i;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &rows, &p, &i))
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(rows); r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyTuple_CheckExact(row) || p < 0 || p >= PyTuple_GET_SIZE(row))
+            goto decline;
+        PyObject *keys = PyObject_GetAttr(PyTuple_GET_ITEM(row, p), s_key);
+        if (keys == NULL) {
+            PyErr_Clear();
+            goto decline;
+        }
+        if (!PyTuple_CheckExact(keys) || i < 0 || i >= PyTuple_GET_SIZE(keys)) {
+            Py_DECREF(keys);
+            goto decline;
+        }
+        PyObject *k = PyTuple_Pack(1, PyTuple_GET_ITEM(keys, i));
+        Py_DECREF(keys);
+        if (k == NULL)
+            goto fail;
+        PyObject *lst = PyDict_GetItemWithError(out, k);   /* borrowed */
+        if (lst == NULL) {
+            if (PyErr_Occurred()) {   /* an unhashable value: the Python form says so */
+                Py_DECREF(k);
+                PyErr_Clear();
+                goto decline;
+            }
+            lst = PyList_New(0);
+            if (lst == NULL || PyDict_SetItem(out, k, lst) < 0) {
+                Py_XDECREF(lst);
+                Py_DECREF(k);
+                goto fail;
+            }
+            Py_DECREF(lst);   /* the dict holds it */
+        }
+        Py_DECREF(k);
+        if (PyList_Append(lst, row) < 0)
+            goto fail;
+    }
+    return out;
+decline:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* The first index in [lo, hi) of the ints ts whose value is >= x (right: > x); -2 when a value is not an int. */
+static Py_ssize_t bisect(PyObject *ts, long long x, Py_ssize_t lo, Py_ssize_t hi, int right) {
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        PyObject *v = PyList_GET_ITEM(ts, mid);
+        if (!PyLong_CheckExact(v))
+            return -2;
+        int overflow;
+        long long y = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return -2;
+        if (right ? x < y : x <= y)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* time_groups(bykey, found, hp, size, right) -> [(row, tups[lo:hi]), ...]: join's time-window loop -- for each
+ * key of found (in its order) and each of its rows, the key list's tuples in the window seen by the row's head
+ * (hi: bisect_right (right) or bisect_left of the head's ts from kl.lo, lo: bisect_left of ts - size below hi);
+ * rows of one head in a row share one list.  None: declined. */
+static PyObject *time_groups(PyObject *self, PyObject *args) {
+    PyObject *bykey, *found;
+    Py_ssize_t hp;
+    long long size;
+    int right;
+    if (!PyArg_ParseTuple(args, "O!O!nLp", &PyDict_Type, &bykey, &PyDict_Type, &found, &hp, &size, &right))
+        return NULL;
+    PyObject *groups = PyList_New(0), *k, *kl, *ts = NULL, *tups = NULL, *loobj = NULL, *got = NULL;
+    if (groups == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(found, &pos, &k, &kl)) {
+        PyObject *rows = PyDict_GetItemWithError(bykey, k);
+        if (rows == NULL || !PyList_CheckExact(rows))
+            goto decline;
+        ts = PyObject_GetAttr(kl, s_ts);
+        tups = ts != NULL ? PyObject_GetAttr(kl, s_tups) : NULL;
+        loobj = tups != NULL ? PyObject_GetAttr(kl, s_lo) : NULL;
+        if (loobj == NULL || !PyList_CheckExact(ts) || !PyList_CheckExact(tups) || !PyLong_CheckExact(loobj) ||
+            PyList_GET_SIZE(ts) != PyList_GET_SIZE(tups))
+            goto decline;
+        Py_ssize_t first = PyLong_AsSsize_t(loobj), n = PyList_GET_SIZE(ts);
+        if (first < 0 || first > n)
+            goto decline;
+        int have = 0;
+        long long seen = 0;
+        for (Py_ssize_t r = 0; r < PyList_GET_SIZE(rows); r++) {
+            PyObject *row = PyList_GET_ITEM(rows, r);
+            if (!PyTuple_CheckExact(row) || hp < 0 || hp >= PyTuple_GET_SIZE(row))
+                goto decline;
+            PyObject *hts = PyObject_GetAttr(PyTuple_GET_ITEM(row, hp), s_ts);
+            if (hts == NULL || !PyLong_CheckExact(hts)) {
+                Py_XDECREF(hts);
+                goto decline;
+            }
+            int overflow;
+            long long h = PyLong_AsLongLongAndOverflow(hts, &overflow);
+            Py_DECREF(hts);
+            if (overflow || size < 0 || h < LLONG_MIN + size)
+                goto decline;
+            if (!have || h != seen) {
+                have = 1;
+                seen = h;
+                Py_CLEAR(got);
+                Py_ssize_t hi = bisect(ts, h, first, n, right);
+                Py_ssize_t lo = hi < 0 ? -2 : bisect(ts, h - size, first, hi, 0);
+                if (hi < 0 || lo < 0)
+                    goto decline;
+                if (lo < hi && (got = PyList_GetSlice(tups, lo, hi)) == NULL)
+                    goto fail;
+            }
+            if (got != NULL) {
+                PyObject *g = PyTuple_Pack(2, row, got);
+                if (g == NULL || PyList_Append(groups, g) < 0) {
+                    Py_XDECREF(g);
+                    goto fail;
+                }
+                Py_DECREF(g);
+            }
+        }
+        Py_CLEAR(got);
+        Py_CLEAR(ts);
+        Py_CLEAR(tups);
+        Py_CLEAR(loobj);
+    }
+    return groups;
+decline:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+        goto fail;
+    PyErr_Clear();
+    Py_XDECREF(got);
+    Py_XDECREF(ts);
+    Py_XDECREF(tups);
+    Py_XDECREF(loobj);
+    Py_DECREF(groups);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(got);
+    Py_XDECREF(ts);
+    Py_XDECREF(tups);
+    Py_XDECREF(loobj);
+    Py_DECREF(groups);
+    return NULL;
+}
+
+/* time_join(rows, p, i, table, hp, size, right) -> groups or None: by_key1, the keys found in table (a window
+ * index: key -> KeyList) in the rows' order, then time_groups -- a step's whole probe of a memory window. */
+static PyObject *time_join(PyObject *self, PyObject *args) {
+    PyObject *rows, *table, *pi, *bykey = NULL, *found = NULL, *sub = NULL, *out = NULL;
+    Py_ssize_t p, i, hp;
+    long long size;
+    int right;
+    if (!PyArg_ParseTuple(args, "O!nnO!nLp", &PyList_Type, &rows, &p, &i, &PyDict_Type, &table, &hp, &size, &right))
+        return NULL;
+    if ((pi = Py_BuildValue("(Onn)", rows, p, i)) == NULL)
+        return NULL;
+    bykey = by_key1(self, pi);
+    Py_DECREF(pi);
+    if (bykey == NULL || bykey == Py_None)
+        return bykey;
+    if ((found = PyDict_New()) == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(bykey, &pos, &k, &v)) {
+        PyObject *kl = PyDict_GetItemWithError(table, k);
+        if (kl == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            continue;
+        }
+        if (PyDict_SetItem(found, k, kl) < 0)
+            goto done;
+    }
+    if (PyDict_GET_SIZE(found) == 0) {
+        out = PyList_New(0);
+        goto done;
+    }
+    if ((sub = Py_BuildValue("(OOnLi)", bykey, found, hp, size, right)) == NULL)
+        goto done;
+    out = time_groups(self, sub);
+done:
+    Py_XDECREF(bykey);
+    Py_XDECREF(found);
+    Py_XDECREF(sub);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"expand", expand, METH_VARARGS, "expand(out, groups, pos): the next step's rows, appended to out"},
+    {"by_key1", by_key1, METH_VARARGS, "by_key1(rows, p, i): rows by (row[p].key[i],), or None (declined)"},
+    {"time_groups", time_groups, METH_VARARGS, "time_groups(bykey, found, hp, size, right): join's groups, or None"},
+    {"time_join", time_join, METH_VARARGS, "time_join(rows, p, i, table, hp, size, right): a probe's groups, or None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rowsc", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__rowsc(void) {
+    if ((s_key = PyUnicode_InternFromString("key")) == NULL || (s_ts = PyUnicode_InternFromString("ts")) == NULL ||
+        (s_tups = PyUnicode_InternFromString("tups")) == NULL || (s_lo = PyUnicode_InternFromString("lo")) == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

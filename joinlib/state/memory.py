@@ -84,6 +84,11 @@ class MemoryWindowStore:
     def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
         return self._indexes[index][0].get(key)
 
+    def table(self, index: Index) -> dict[Key, KeyList]:
+        """The index itself, key -> list (to be read, not changed): a probe's kernel looks its keys up there
+        (:func:`joinlib.runtime.algorithms.base.store_join`)."""
+        return self._indexes[index][0]
+
     def lookup_many(self, index: Index, keys: Iterable[Key]) -> dict[Key, KeyList]:
         table = self._indexes[index][0]
         return {k: kl for k in keys if (kl := table.get(k)) is not None}

@@ -23,9 +23,13 @@ from joinlib.runtime.sink import Group
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, valid_range
 from joinlib.state.base import KeyList, WindowStore
+from joinlib.state.memory import MemoryWindowStore
 
 #: the Avro size kernel (``joinlib/protocol/_avroc.c``) for :func:`keys_bytes`, or None: the Python form
 _c: Any = kernel("joinlib.protocol._avroc")
+#: a step's probe in C (``joinlib/runtime/_rowsc.c``: ``by_key1``, ``time_groups``), or None: :func:`join`'s Python
+#: loops, the definition (tests/property/test_join_c.py runs both)
+_rows_c: Any = kernel("joinlib.runtime._rowsc")
 
 Encode = Callable[[Tup], bytes]
 Decode = Callable[[bytes], Tup]
@@ -238,6 +242,15 @@ def join(ctx: StepContext, st: StepOp, rows: list[Row], lookup: Callable[[list[K
 def store_join(ctx: StepContext, st: StepOp, rows: list[Row], store: WindowStore,
                progress: Optional[Progress]) -> list[Group]:
     index = st.key.index
+    mem = getattr(store, "mem", store)   # a store that reads from a memory mirror (the Redis stores) reads there
+    if _rows_c is not None and type(mem) is MemoryWindowStore and not st.key.checks and len(st.key.sources) == 1:
+        stream = ctx.q.streams[st.pos]
+        if stream.window.is_time and rows:   # the whole of join's time-window path, in one call
+            p, i = st.key.sources[0]
+            got = _rows_c.time_join(rows, p, i, mem.table(index), st.head_pos, stream.window.size,
+                                    stream.pos < st.head_pos)
+            if got is not None:
+                return got  # type: ignore[no-any-return]
     return join(ctx, st, rows, lambda keys: store.lookup_many(index, keys), progress)
 
 
