@@ -89,7 +89,7 @@ def test_what_the_kernel_does_not_read_is_declined():
     assert _c.by_key1([(t,)], 0, 1) is None                      # no such key value
     assert _c.by_key1([(Tup(0, 1, 5, 0, ([1],), b""),)], 0, 0) is None   # an unhashable value
     kl = KeyList()
-    kl.ts, kl.tups, kl.seq = [1, "x"], [t, t], [0, 1]
+    kl.ts, kl.tups, kl.seq = [1, "x"], [t, t], [0, 1]  # type: ignore[list-item]
     assert _c.time_groups({("a",): [(t,)]}, {("a",): kl}, 0, SIZE, True) is None   # a ts that is not an int
     kl.ts = [1, 2**70]
     assert _c.time_groups({("a",): [(t,)]}, {("a",): kl}, 0, SIZE, True) is None   # beyond 64 bits
