@@ -211,10 +211,6 @@ class Host:
             lanes = [lane for g, group in self._groups.items() if g in woken for lane in group]
         return run_lanes(lanes, self.site, self.sensor) if lanes else False
 
-    def touch(self) -> None:
-        """Something the lanes read changed outside the host's methods: the next :meth:`run` runs every lane."""
-        self._woken = None
-
     # ------------------------------------------------------------------ checkpoints
     def state(self, with_stores: bool = False) -> dict[str, Any]:
         """Everything the host knows, as plain data (:mod:`joinlib.runtime.checkpoint`); the window
