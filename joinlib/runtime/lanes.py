@@ -85,6 +85,16 @@ class Lane:
         return f"Lane({self.name}, epoch={self.epoch}, cursor={self.cursor}, hi={self.hi})"
 
 
+def lowest_epoch(lanes: list[Lane], low: int) -> int:
+    """The lowest epoch a lane of ``lanes`` that is not done still runs, at most ``low`` (:attr:`Lane.done`, inlined:
+    windows and replicas ask this at every insert, about their readers)."""
+    for u in lanes:
+        ep = u.epoch
+        if ep < low and (u.hi is None or ep <= u.hi):
+            low = ep
+    return low
+
+
 def run_lanes(lanes: list[Lane], site: str, sensor: Sensor) -> bool:
     """Run every lane as far as it can, round robin until every other lane has failed since the last one that
     moved (a lane runs as far as it can, so only another lane's progress can unblock it); True if anything ran.

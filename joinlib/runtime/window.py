@@ -28,7 +28,7 @@ from joinlib.model import Stream, Tup
 from joinlib.protocol.bloom import Matcher
 from joinlib.protocol.messages import Key
 from joinlib.runtime.keycolumn import KeyColumn
-from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.lanes import Lane, Phase, lowest_epoch
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
 from joinlib.state.base import Index, WindowStore
@@ -102,12 +102,7 @@ class HomeWindow:
 
     def low_epoch(self) -> int:
         """The lowest epoch a user still needs (``next`` when none does)."""
-        low = self.next
-        for u in self.users:   # (Lane.done, inlined: this runs at every insert)
-            ep = u.epoch
-            if ep < low and (u.hi is None or ep <= u.hi):
-                low = ep
-        return low
+        return lowest_epoch(self.users, self.next)
 
     def maintain(self) -> None:
         """Purge what no user needs any more; drop batches no user will take."""

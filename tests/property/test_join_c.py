@@ -3,8 +3,6 @@ form of :func:`joinlib.runtime.algorithms.base.join`, which is the definition: t
 rows of one head sharing one list, and None (the Python form then answers) for what the kernel does not read."""
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,23 +25,7 @@ def by_key_py(rows, p, i):
     return out
 
 
-def time_groups_py(bykey, found, hp, size, right):
-    """join's time-window loop, as base.py has it."""
-    upper = bisect_right if right else bisect_left
-    groups = []
-    for k, kl in found.items():
-        ts, tups, first = kl.ts, kl.tups, kl.lo
-        seen, got = None, None
-        for row in bykey[k]:
-            h = row[hp].ts
-            if h != seen:
-                seen = h
-                hi = upper(ts, h, first)
-                lo = bisect_left(ts, h - size, first, hi)
-                got = tups[lo:hi] if lo < hi else None
-            if got is not None:
-                groups.append((row, got))
-    return groups
+time_groups_py = base.time_groups   # the definition
 
 
 def _same(a, b):

@@ -3,35 +3,16 @@ them again from the topic, feeds the host nothing -- not even a watermark -- unt
 releases exactly what an uninterrupted node releases, with the same ranks."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from joinlib.ingest.stream import pending_refs
 from joinlib.node.sources import LiveInputs
 from joinlib.runtime import checkpoint
-from tests.live_inputs import two_stream_query
+from tests.live_inputs import Record, two_stream_query
 
 DELTA = 50
 
 
-class _Msg:
-    def __init__(self, offset: int, ts: int, id_: int) -> None:
-        self._offset, self._value = offset, json.dumps({"id": id_, "ts": ts, "J": id_ % 3}).encode()
-
-    def topic(self) -> str:
-        return "t1"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> None:
-        return None
 
 
 class _Host:
@@ -67,7 +48,7 @@ TS = [0, 30, 10, 120, 90, 200, 170, 260, 300, 280, 400, 390, 520, 500, 610]
 
 
 def test_pending_records_named_by_position_come_back_before_anything_moves_on() -> None:
-    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    msgs = [Record(off, ts, 100 + off) for off, ts in enumerate(TS)]
     whole, host = _inputs(), _Host()
     for m in msgs:
         whole.handle(m, 0.0)
@@ -102,7 +83,7 @@ def test_a_named_record_the_topic_no_longer_has_is_an_error() -> None:
     import pytest
 
     from joinlib.errors import ClusterError
-    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    msgs = [Record(off, ts, 100 + off) for off, ts in enumerate(TS)]
     first = _inputs()
     for m in msgs[:9]:
         first.handle(m, 0.0)
@@ -120,7 +101,7 @@ def test_a_partition_read_past_every_named_record_is_an_error_not_a_stall() -> N
     import pytest
 
     from joinlib.errors import ClusterError
-    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    msgs = [Record(off, ts, 100 + off) for off, ts in enumerate(TS)]
     first = _inputs()
     for m in msgs[:9]:
         first.handle(m, 0.0)
@@ -149,7 +130,7 @@ def test_end_offsets_that_never_answer_drop_the_idle_advance_and_release_the_hel
 
     from joinlib.ingest.stream import Advance
     from joinlib.node.sources import ASK_LIMIT_S, _PendingAdvances
-    msgs = [_Msg(off, ts, 100 + off) for off, ts in enumerate(TS)]
+    msgs = [Record(off, ts, 100 + off) for off, ts in enumerate(TS)]
     inputs, host = _inputs(), _Host()
     for m in msgs[:5]:
         inputs.handle(m, 0.0)

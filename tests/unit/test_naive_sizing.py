@@ -3,7 +3,6 @@ live stream once, whatever the number of sites it would go to, and counts that s
 are those of sizing it per site."""
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +12,7 @@ from joinlib.node.run_inputs import RunInputs
 from joinlib.node.sources import LiveInputs
 from joinlib.protocol import wire
 from joinlib.query import parse_query
+from tests.live_inputs import Record
 
 SRC = {"topic": "t1", "format": "json", "time": {"field": "ts", "unit": "ms"}, "id": "id", "start": "earliest"}
 QUERY = parse_query({"streams": {"S1": {"site": "a", "window": "1s", "source": SRC},
@@ -23,24 +23,6 @@ QUERY = parse_query({"streams": {"S1": {"site": "a", "window": "1s", "source": S
 TS = [0, 30, 10, 120, 90, 200, 170, 260, 300, 280, 400, 390, 520, 500, 610, 990]
 
 
-class _Msg:
-    def __init__(self, offset: int, ts: int) -> None:
-        self._offset, self._value = offset, json.dumps({"id": 100 + offset, "ts": ts, "J": offset % 3}).encode()
-
-    def topic(self) -> str:
-        return "t1"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> None:
-        return None
 
 
 class _Null:
@@ -54,7 +36,7 @@ def test_each_closed_epoch_is_one_call_for_all_other_sites() -> None:
                         run_id=None, sensor=_Null(), log=lambda s: None,
                         on_naive=lambda dsts, e, tups: calls.append((list(dsts), e, [t.ts for t in tups])), now=0.0)
     for off, ts in enumerate(TS):
-        inputs.handle(_Msg(off, ts), 0.0)
+        inputs.handle(Record(off, ts), 0.0)
         inputs.drain(_Null())
     assert calls, "no epoch closed"
     assert all(dsts == ["b", "c"] for dsts, _, _ in calls)

@@ -156,6 +156,21 @@ done:
     return r;
 }
 
+/* Every list value of the dict d extended by items (a list or a tuple); what: the error if a value is no list. */
+static int extend_each(PyObject *d, PyObject *items, const char *what) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyList_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, what);
+            return -1;
+        }
+        if (PyList_SetSlice(v, PyList_GET_SIZE(v), PyList_GET_SIZE(v), items) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------- admit */
 
 /* The keys at ``positions`` of each of the batch's join values (``keylist``), as key_of (reduce.py's _keys_of)
@@ -327,16 +342,8 @@ static int add_batch(PyObject *red, PyObject *batch, PyObject *e, int settle) {
         goto done;
     if ((fresh = attr(red, s_fresh, &PyDict_Type)) == NULL)
         goto done;
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(fresh, &pos, &k, &v)) {
-        if (!PyList_Check(v)) {
-            PyErr_SetString(PyExc_TypeError, "a channel's fresh entries must be a list");
-            goto done;
-        }
-        if (PyList_SetSlice(v, PyList_GET_SIZE(v), PyList_GET_SIZE(v), new) < 0)
-            goto done;
-    }
+    if (extend_each(fresh, new, "a channel's fresh entries must be a list") < 0)
+        goto done;
     r = 0;
 done:
     PyMem_Free(byf);
@@ -460,20 +467,13 @@ static PyObject *pass_admit(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         enter(red, PySequence_Fast_ITEMS(bf), PySequence_Fast_GET_SIZE(bf), NULL, args[1]) < 0 ||
         (newd = attr(red, s_new, &PyDict_Type)) == NULL)
         goto done;
-    Py_ssize_t pos = 0;
-    PyObject *c, *v;
-    while (PyDict_Next(newd, &pos, &c, &v)) {
-        if (!PyList_Check(v)) {
-            PyErr_SetString(PyExc_TypeError, "a channel's new tuples must be a list");
-            goto done;
-        }
-        if (PyList_SetSlice(v, PyList_GET_SIZE(v), PyList_GET_SIZE(v), bf) < 0)
-            goto done;
-    }
+    if (extend_each(newd, bf, "a channel's new tuples must be a list") < 0)
+        goto done;
     if ((gone = expire(red, col, args[4], 0)) == NULL)
         goto done;
     /* only tuples no channel looked at yet can be among them: a channel whose first is not gone keeps its list */
-    pos = 0;
+    Py_ssize_t pos = 0;
+    PyObject *c, *v;
     while (PySet_GET_SIZE(gone) && PyDict_Next(newd, &pos, &c, &v)) {
         if (!PyList_Check(v) || PyList_GET_SIZE(v) == 0)
             continue;

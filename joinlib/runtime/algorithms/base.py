@@ -221,9 +221,17 @@ def join(ctx: StepContext, st: StepOp, rows: list[Row], lookup: Callable[[list[K
                 if lo < hi:
                     groups.append((row, kl.tups[lo:hi]))
         return groups
-    # time window, inlined (the hot path): the same two bisections as valid_range
-    size = stream.window.size
-    upper = bisect_right if stream.pos < st.head_pos else bisect_left
+    # a time window (the hot path): the same two bisections as valid_range
+    return time_groups(bykey, found, hp, stream.window.size, stream.pos < st.head_pos)
+
+
+def time_groups(bykey: dict[Key, list[Row]], found: dict[Key, KeyList], hp: int, size: int,
+                right: bool) -> list[Group]:
+    """:func:`join`'s groups for a time window of ``size``: for each key found and each of its rows, the key's
+    tuples in the window the row's head (slot ``hp``) sees -- ``right``: the probed stream precedes the head on
+    equal ts (what ``_rowsc.time_groups`` does in C)."""
+    groups: list[Group] = []
+    upper = bisect_right if right else bisect_left
     for k, kl in found.items():
         ts, tups, first = kl.ts, kl.tups, kl.lo
         seen, got = None, None

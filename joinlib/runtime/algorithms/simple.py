@@ -13,7 +13,7 @@ from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, own_lane, row_maker, store_join
-from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.lanes import Lane, Phase, lowest_epoch
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, purge_bound
 from joinlib.state.base import WindowStore
@@ -66,11 +66,7 @@ class FullReplica:
         self.maintain()
 
     def maintain(self) -> None:
-        low = self.next
-        for u in self.users:   # (Lane.done, inlined: this runs at every apply)
-            ep = u.epoch
-            if ep < low and (u.hi is None or ep <= u.hi):
-                low = ep
+        low = lowest_epoch(self.users, self.next)
         if low > self.purged:
             if self.progress is None:   # a time window: purge_bound's ts, directly
                 self.store.purge_below(ts=low * self.tau - self.stream.window.size)
