@@ -1,4 +1,5 @@
-"""The compiled parts of joinlib: the Bloom filter kernels (joinlib/protocol/_bloomc.c), the Avro size kernel
+"""The compiled parts of joinlib: the Bloom filter kernels (joinlib/protocol/_bloomc.c), a join
+key's digest (joinlib/protocol/_digestc.c), the Avro size kernel
 (joinlib/protocol/_avroc.c), DJA's Fenwick tree (joinlib/runtime/algorithms/_fenwickc.c), a reducer's key tables
 (joinlib/runtime/algorithms/_keytablec.c) and pending tuples (joinlib/runtime/algorithms/_reducerc.c), the rows a
 step hands to the next (joinlib/runtime/_rowsc.c) and the live decoder's flat JSON records (joinlib/ingest/_jsonc.c).
@@ -9,6 +10,7 @@ are built.  Everything else about the package is in pyproject.toml."""
 from setuptools import Extension, setup
 
 KERNELS = {"joinlib.protocol._bloomc": "joinlib/protocol/_bloomc.c",
+           "joinlib.protocol._digestc": "joinlib/protocol/_digestc.c",
            "joinlib.protocol._avroc": "joinlib/protocol/_avroc.c",
            "joinlib.runtime.algorithms._fenwickc": "joinlib/runtime/algorithms/_fenwickc.c",
            "joinlib.runtime.algorithms._keytablec": "joinlib/runtime/algorithms/_keytablec.c",
