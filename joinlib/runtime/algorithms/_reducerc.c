@@ -38,7 +38,7 @@ static PyTypeObject EntryType;
 static PyObject *s_seq, *s_key, *s_ts, *s_pending, *s_window, *s_fresh, *s_again, *s_extract, *s_col_of,
     *s_rank, *s_index, *s_add_all, *s_add_settle, *s_new, *s_discard_all, *s_settle, *s_popleft, *s_extend, *s_pos, *s_best,
     *s_live_from, *s_sends, *s_op, *s_replica, *s_dirty, *s_table, *s_seqs, *s_update, *s_filters,
-    *s_received, *s_live, *s_keys, *s_n, *s_more_live, *s_holding, *empty, *one;
+    *s_received, *s_live, *s_keys, *s_n, *s_more_live, *s_holding, *s_keys_, *empty, *one;
 
 /* ---------------------------------------------------------------------------- Entry */
 
@@ -766,6 +766,135 @@ done:
     return ret;
 }
 
+/* The key of t at positions (a tuple of ints): (t.key[p], ...), as keysets.keys_at makes it. */
+static PyObject *key_at(PyObject *t, PyObject *positions) {
+    PyObject *key = PyObject_GetAttr(t, s_key);
+    if (key == NULL)
+        return NULL;
+    Py_ssize_t np = PyTuple_GET_SIZE(positions);
+    PyObject *out = PyTuple_New(np);
+    for (Py_ssize_t j = 0; out != NULL && j < np; j++) {
+        Py_ssize_t p = PyNumber_AsSsize_t(PyTuple_GET_ITEM(positions, j), PyExc_IndexError);
+        PyObject *v = (p == -1 && PyErr_Occurred()) ? NULL : PySequence_GetItem(key, p);
+        if (v == NULL)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, j, v);
+    }
+    Py_DECREF(key);
+    return out;
+}
+
+/* out_keys(red, nbr, e, among, tau, Outgoing): Reducer.out_keys -- pass_channel's entries for nbr, then the
+ * Outgoing of their keys toward nbr (kept in the entry when nbr's sets test it, else read at the edge's
+ * positions), their ages (e - ts // tau), the least of them and the epochs back to the window's oldest arrival.
+ * Why: out_keys ran as four Python frames around the kernel (two list comprehensions, the NamedTuple, oldest),
+ * a third of a set's cost with ten keys; a reduction sends a set on every edge every epoch, every partition. */
+static PyObject *out_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "out_keys(red, nbr, e, among: tuple, tau, Outgoing)");
+        return NULL;
+    }
+    PyObject *red = args[0], *nbr = args[1], *eo = args[2], *outgoing = args[5];
+    long long e = PyLong_AsLongLong(eo), tau = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (tau <= 0) {
+        PyErr_SetString(PyExc_ValueError, "tau must be positive");
+        return NULL;
+    }
+    PyObject *pass_args[4] = {red, nbr, nbr, args[3]};
+    PyObject *newly = pass_channel(mod, pass_args, 4), *posd = NULL, *keys = NULL, *ages = NULL, *positions = NULL,
+             *window = NULL, *first = NULL, *ret = NULL;
+    if (newly == NULL || (posd = attr(red, s_pos, &PyDict_Type)) == NULL)
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(newly), at = -1;
+    PyObject *p = PyDict_GetItemWithError(posd, nbr);
+    if (p != NULL) {
+        if ((at = PyNumber_AsSsize_t(p, PyExc_OverflowError)) == -1 && PyErr_Occurred())
+            goto done;
+    } else if (PyErr_Occurred()) {
+        goto done;
+    } else {
+        PyObject *kd = attr(red, s_keys_, &PyDict_Type), *pos;
+        if (kd == NULL)
+            goto done;
+        pos = dict_item(kd, nbr);
+        positions = pos == NULL ? NULL : PySequence_Tuple(pos);
+        Py_DECREF(kd);
+        if (positions == NULL)
+            goto done;
+        if (PyTuple_GET_SIZE(positions) == 0) {   /* itemgetter() refuses no positions */
+            PyErr_SetString(PyExc_TypeError, "an edge's key has no positions");
+            goto done;
+        }
+    }
+    if ((keys = PyList_New(n)) == NULL || (ages = PyList_New(n)) == NULL)
+        goto done;
+    long long back = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Entry *x = (Entry *)PyList_GET_ITEM(newly, i);
+        PyObject *k;
+        if (at >= 0) {
+            if (at >= PyTuple_GET_SIZE(x->keys)) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                goto done;
+            }
+            k = Py_NewRef(PyTuple_GET_ITEM(x->keys, at));
+        } else if ((k = key_at(x->t, positions)) == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(keys, i, k);
+        PyObject *tso = PyObject_GetAttr(x->t, s_ts);
+        long long ts = tso == NULL ? -1 : PyLong_AsLongLong(tso);
+        Py_XDECREF(tso);
+        if (PyErr_Occurred())
+            goto done;
+        long long q = ts / tau;
+        if (ts % tau != 0 && ts < 0)   /* Python's floor division */
+            q--;
+        long long age = e - q;
+        PyObject *a = PyLong_FromLongLong(age);
+        if (a == NULL)
+            goto done;
+        PyList_SET_ITEM(ages, i, a);
+        if (i == 0 || age < back)
+            back = age;
+    }
+    /* Reducer.oldest(e): the window's oldest arrival epoch, e + 1 when it is empty */
+    long long oldest = e + 1;
+    if ((window = PyObject_GetAttr(red, s_window)) == NULL)
+        goto done;
+    Py_ssize_t wn = PyObject_Length(window);
+    if (wn < 0)
+        goto done;
+    if (wn > 0) {
+        PyObject *ep;
+        if ((first = PySequence_GetItem(window, 0)) == NULL || (ep = PySequence_GetItem(first, 2)) == NULL)
+            goto done;
+        oldest = PyLong_AsLongLong(ep);
+        Py_DECREF(ep);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    PyObject *bo = PyLong_FromLongLong(back), *lo = PyLong_FromLongLong(e - oldest);
+    if (bo != NULL && lo != NULL) {
+        PyObject *argv[4] = {keys, bo, lo, ages};
+        ret = PyObject_Vectorcall(outgoing, argv, 4, NULL);
+    }
+    Py_XDECREF(bo);
+    Py_XDECREF(lo);
+done:
+    Py_XDECREF(newly);
+    Py_XDECREF(posd);
+    Py_XDECREF(keys);
+    Py_XDECREF(ages);
+    Py_XDECREF(positions);
+    Py_XDECREF(window);
+    Py_XDECREF(first);
+    return ret;
+}
+
 /* matched(red, nbr, tag, held): Reducer._matched's loop over the pending keys a new set of nbr tagged tag holds
  * (``held``): each key's latest tag moves up to tag, and a key that did not match nbr's live sets before (its
  * latest tag below the live tag) makes its pending seqs dirty for every other channel. */
@@ -1003,6 +1132,8 @@ static PyMethodDef methods[] = {
     {"pass_channel", (PyCFunction)(void (*)(void))pass_channel, METH_FASTCALL,
      "pass_channel(red, channel, nbr, among): the entries newly passing for a set to nbr (None: to ship), "
      "marked; those done with forgotten"},
+    {"out_keys", (PyCFunction)(void (*)(void))out_keys, METH_FASTCALL,
+     "out_keys(red, nbr, e, among, tau, Outgoing): Reducer.out_keys"},
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
      "take(red, nbr, e, body, key_matchers): Reducer.take"},
     {"matched", (PyCFunction)(void (*)(void))matched, METH_FASTCALL,
@@ -1024,7 +1155,7 @@ PyMODINIT_FUNC PyInit__reducerc(void) {
                  {&s_sends, "_sends"}, {&s_op, "op"}, {&s_replica, "replica"},
                  {&s_dirty, "_dirty"}, {&s_table, "table"}, {&s_seqs, "seqs"}, {&s_update, "update"},
                  {&s_filters, "filters"}, {&s_received, "received"}, {&s_live, "live"}, {&s_keys, "keys"},
-                 {&s_n, "n"}, {&s_more_live, "more_live"}, {&s_holding, "holding"}};
+                 {&s_n, "n"}, {&s_more_live, "more_live"}, {&s_holding, "holding"}, {&s_keys_, "_keys"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].at == NULL && (*names[i].at = PyUnicode_InternFromString(names[i].s)) == NULL)
             return NULL;

@@ -315,13 +315,12 @@ class Reducer:
 
     def out_keys(self, nbr: str, e: int) -> Outgoing:
         """What :meth:`out` sends, before the choice between keys and a filter (the tuples are marked sent)."""
-        if _c is not None:   # the same steps: candidates, passing, marked, settled
-            newly = _c.pass_channel(self, nbr, nbr, self._tree_filters)
-        else:
-            newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, self._tree_filters)
-            for x in newly:
-                x.sent += (nbr,)
-            self._settle(newly)
+        if _c is not None:   # the same steps, and the Outgoing made in the kernel
+            return _c.out_keys(self, nbr, e, self._tree_filters, self.tau, Outgoing)  # type: ignore[no-any-return]
+        newly = self._passing([x for x in self._candidates(nbr) if nbr not in x.sent], nbr, self._tree_filters)
+        for x in newly:
+            x.sent += (nbr,)
+        self._settle(newly)
         if nbr in self._pos:   # its key toward nbr is kept already (nbr's sets test it)
             i = self._pos[nbr]
             keys = [x.keys[i] for x in newly]
