@@ -10,12 +10,68 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op;
 
+/* Where a __slots__ attribute of a type lives in its instances: (type, interned name) -> offset, for the few
+ * (type, name) pairs the loop reads (Lane's epoch, cursor, _n).  Why: PyObject_GetAttr on a slot goes through the
+ * type's method cache and the member descriptor, a few hundred instructions; the loop reads a lane's attributes
+ * about seven times a poll, and on the demo's query that was a twelfth of a run's instructions (callgrind, issue
+ * 27).  Only a type whose getattr and setattr are the generic ones and whose attribute is a plain object slot is
+ * cached, so the slot read is exactly what getattr does; anything else (a property, __getattr__, a subclass's
+ * override, more pairs than fit) takes PyObject_GetAttr as before. */
+#define SLOTS 16
+static struct {
+    PyTypeObject *type;
+    PyObject *name;
+    Py_ssize_t offset;   /* 0: not a plain slot (look it up each time) */
+    int settable;        /* the type's setattr is the generic one too (a frozen dataclass's is not) */
+} slots[SLOTS];
+static int nslots;
+
+static Py_ssize_t slot_offset(PyObject *o, PyObject *name, int set) {
+    PyTypeObject *tp = Py_TYPE(o);
+    for (int i = 0; i < nslots; i++)
+        if (slots[i].type == tp && slots[i].name == name)
+            return set && !slots[i].settable ? 0 : slots[i].offset;
+    if (nslots == SLOTS)
+        return 0;
+    Py_ssize_t off = 0;
+    int settable = tp->tp_setattro == PyObject_GenericSetAttr;
+    if (tp->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *d = _PyType_Lookup(tp, name);   /* borrowed */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+                off = m->offset;
+        }
+    }
+    Py_INCREF(tp);   /* kept for the module's life, as the names are */
+    slots[nslots].type = tp;
+    slots[nslots].name = name;
+    slots[nslots].offset = off;
+    slots[nslots].settable = settable;
+    nslots++;
+    return set && !settable ? 0 : off;
+}
+
+/* getattr(o, name): a new reference (a plain slot read in place, see slot_offset). */
+static PyObject *get_attr(PyObject *o, PyObject *name) {
+    Py_ssize_t off = slot_offset(o, name, 0);
+    PyObject *v = off ? *(PyObject **)((char *)o + off) : NULL;
+    return v != NULL ? Py_NewRef(v) : PyObject_GetAttr(o, name);
+}
+
 /* getattr(o, name) as a C long long (an int attribute). */
 static int get_ll(PyObject *o, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    Py_ssize_t off = slot_offset(o, name, 0);
+    PyObject *v = off ? *(PyObject **)((char *)o + off) : NULL;
+    if (v != NULL) {   /* an unset slot (NULL) raises through getattr below */
+        *out = PyLong_AsLongLong(v);
+        return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    v = PyObject_GetAttr(o, name);
     if (v == NULL)
         return -1;
     *out = PyLong_AsLongLong(v);
@@ -27,6 +83,11 @@ static int set_ll(PyObject *o, PyObject *name, long long x) {
     PyObject *v = PyLong_FromLongLong(x);
     if (v == NULL)
         return -1;
+    Py_ssize_t off = slot_offset(o, name, 1);
+    if (off) {
+        Py_XSETREF(*(PyObject **)((char *)o + off), v);
+        return 0;
+    }
     int r = PyObject_SetAttr(o, name, v);
     Py_DECREF(v);
     return r;
@@ -53,7 +114,7 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     }
     PyObject *ph = PyList_GET_ITEM(phases, cursor);
     Py_INCREF(ph);
-    PyObject *fn = PyObject_GetAttr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL, *dt = NULL, *r = NULL;
+    PyObject *fn = get_attr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL, *dt = NULL, *r = NULL;
     int out = -1;
     double t0 = clock_now(perf), t1;
     if (fn == NULL || (t0 == -1.0 && PyErr_Occurred()) || get_ll(lane, s_epoch, &epoch) < 0 ||
@@ -65,7 +126,7 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
         goto done;
     }
     t1 = clock_now(perf);
-    if ((t1 == -1.0 && PyErr_Occurred()) || (op = PyObject_GetAttr(ph, s_op)) == NULL ||
+    if ((t1 == -1.0 && PyErr_Occurred()) || (op = get_attr(ph, s_op)) == NULL ||
         (dt = PyFloat_FromDouble(t1 - t0)) == NULL)
         goto done;
     PyObject *argv[3] = {site, op, dt};
@@ -84,7 +145,7 @@ done:
 
 /* Lane.run: phases while they can; 1 if any ran, 0 if none, -1 on error. */
 static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject *perf) {
-    PyObject *hiobj = PyObject_GetAttr(lane, s_hi);
+    PyObject *hiobj = get_attr(lane, s_hi);
     if (hiobj == NULL)
         return -1;
     int has_hi = hiobj != Py_None;
@@ -94,7 +155,7 @@ static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject
         return -1;
     if (has_hi && epoch > hi)
         return 0;
-    PyObject *phases = PyObject_GetAttr(lane, s_phases);
+    PyObject *phases = get_attr(lane, s_phases);
     if (phases == NULL)
         return -1;
     int moved = 0;

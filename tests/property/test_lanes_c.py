@@ -123,3 +123,59 @@ def test_lanes_that_run_to_their_end(c: bool) -> None:
         assert run_lanes([b, a], "s", Sensor()) is True
         assert (a.epoch, b.epoch, a.done, b.done) == (6, 6, True, True)
         assert run_lanes([b, a], "s", Sensor()) is False
+
+
+class _WatchedLane(Lane):
+    """A lane whose cursor is a property counting its writes: the kernel reads slots in place only where getattr
+    would read the same slot, so a property (a subclass's) must still be called."""
+
+    __slots__ = ("_cur", "writes")
+
+    def __init__(self, *a: Any) -> None:
+        self.writes = 0
+        super().__init__(*a)
+
+    @property
+    def cursor(self) -> int:
+        return self._cur
+
+    @cursor.setter
+    def cursor(self, v: int) -> None:
+        self.writes += 1
+        self._cur = v
+
+
+class _DictLane:
+    """A lane without slots: the same attributes in an instance dictionary."""
+
+    run = Lane.run
+
+    def __init__(self, lane: Lane) -> None:
+        self.name, self.phases, self.epoch, self.cursor, self.hi, self._n = (
+            lane.name, lane.phases, lane.epoch, lane.cursor, lane.hi, lane._n)
+
+
+def _three_kinds(c: bool) -> list[Any]:
+    runs: list[int] = []
+
+    def step(e: int) -> bool:
+        runs.append(e)
+        return len(runs) < 7
+
+    phases = [Phase((0,), "a", step), Phase((1,), "b", step)]
+    watched = _WatchedLane("w", phases, 0, None)
+    out: list[Any] = []
+    with kernels(lanes_mod, c):
+        for lane in (watched, Lane("p", phases, 0, None), _DictLane(Lane("d", phases, 0, None))):
+            runs.clear()
+            out.append((run_lanes([lane], "s", Sensor()), lane.epoch, lane.cursor, list(runs)))  # type: ignore[list-item]
+    return out + [watched.writes]
+
+
+def test_lanes_of_other_classes_run_alike() -> None:
+    """A Lane subclass whose cursor is a property, a Lane, and a plain object with a Lane's attributes run alike
+    in both forms; the property is called for every write (the kernel reads a slot in place only where getattr
+    would read that same slot)."""
+    c, py = _three_kinds(True), _three_kinds(False)
+    assert c == py
+    assert c[0] == (True, 3, 0, [0, 0, 1, 1, 2, 2, 3]) and c[-1] == 1 + 6 + 3   # __init__, 6 phases that ran, 3 wraps
