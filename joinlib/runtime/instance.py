@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from joinlib.algorithms import REGISTRY
 from joinlib.errors import CheckpointError
@@ -306,14 +307,17 @@ class Instance:
             uses = None
 
         pos = self.q.stream(head).pos
-        pre, post = (None,) * pos, (None,) * (m - pos - 1)
+        # a row per tuple, the tuple at pos and None elsewhere: zip of the batch with endless Nones, all in C
+        nones: list[Iterable[Any]] = [repeat(None)] * m
 
         def start(e: int) -> bool:
             batch = batch_of(e)
             if batch is None:
                 return False
             if batch:
-                self.pending[(si, 0, e)] = [pre + (t,) + post for t in batch]
+                cols = nones.copy()
+                cols[pos] = batch
+                self.pending[(si, 0, e)] = list(zip(*cols, strict=False))   # the Nones never end
             self.started[si] = e
             return True
         return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)
