@@ -105,8 +105,15 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     PyObject *fn = PyObject_GetAttr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL;
     int out = -1;
     double t1;
-    if (fn == NULL || get_ll(lane, s_epoch, &epoch) < 0 ||
-        (e = PyLong_FromLongLong(epoch)) == NULL || (res = PyObject_CallOneArg(fn, e)) == NULL)
+    /* fn(lane.epoch): the attribute's own int object, as the Python form passes it (no new int per poll) */
+    if (fn == NULL || (e = PyObject_GetAttr(lane, s_epoch)) == NULL)
+        goto done;
+    if (!PyLong_CheckExact(e)) {   /* anything else as get_ll reads it */
+        Py_CLEAR(e);
+        if (get_ll(lane, s_epoch, &epoch) < 0 || (e = PyLong_FromLongLong(epoch)) == NULL)
+            goto done;
+    }
+    if ((res = PyObject_CallOneArg(fn, e)) == NULL)
         goto done;
     int truth = PyObject_IsTrue(res);
     if (truth <= 0) {
