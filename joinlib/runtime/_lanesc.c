@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <time.h>
 
 static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op;
 
@@ -93,8 +94,17 @@ static int set_ll(PyObject *o, PyObject *name, long long x) {
     return r;
 }
 
-/* perf() as a double; -1 with an exception set on error (a clock never answers -1.0). */
+static PyObject *t_perf_counter, *t_thread_time;   /* time.perf_counter, time.thread_time: read directly */
+
+/* perf() as a double; -1 with an exception set on error (a clock never answers -1.0).  time.perf_counter and
+ * time.thread_time are read as CPython reads them (clock_gettime of CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID),
+ * without the call and the float; any other clock is called. */
 static double clock_now(PyObject *perf) {
+    struct timespec ts;
+    if (perf == t_thread_time && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (perf == t_perf_counter && clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     PyObject *t = PyObject_CallNoArgs(perf);
     if (t == NULL)
         return -1.0;
@@ -103,8 +113,47 @@ static double clock_now(PyObject *perf) {
     return d;
 }
 
-/* One phase of `lane` at its cursor: 1 ran (timed, reported to on_phase), 0 could not run, -1 error. */
-static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf) {
+/* A phase's time to the sensor: on_phase(site, op, seconds), or, when the sensor's hook is its totals (a dict,
+ * lanes.py _hook: a TotalsSensor), totals[(site, op)] += seconds in place -- what TotalsSensor.on_phase does. */
+static int report(PyObject *on_phase, PyObject *site, PyObject *op, double seconds) {
+    if (PyDict_Check(on_phase)) {
+        PyObject *key = PyTuple_Pack(2, site, op);
+        if (key == NULL)
+            return -1;
+        PyObject *old = PyDict_GetItemWithError(on_phase, key);   /* borrowed; no __missing__ */
+        double sum = seconds;
+        if (old != NULL) {
+            sum = PyFloat_AsDouble(old) + seconds;
+            if (sum == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(key);
+                return -1;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+        PyObject *v = PyFloat_FromDouble(sum);
+        int r = v == NULL ? -1 : PyDict_SetItem(on_phase, key, v);
+        Py_XDECREF(v);
+        Py_DECREF(key);
+        return r;
+    }
+    PyObject *dt = PyFloat_FromDouble(seconds);
+    if (dt == NULL)
+        return -1;
+    PyObject *argv[3] = {site, op, dt};
+    PyObject *r = PyObject_Vectorcall(on_phase, argv, 3, NULL);
+    Py_DECREF(dt);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* One phase of `lane` at its cursor, the clock read at *t0 before it: 1 ran (timed from *t0, reported; *t0 the
+ * clock after it, the next phase's start), 0 could not run, -1 error. */
+static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf,
+                     double *t0) {
     long long cursor, epoch;
     if (get_ll(lane, s_cursor, &cursor) < 0)
         return -1;
@@ -114,11 +163,18 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     }
     PyObject *ph = PyList_GET_ITEM(phases, cursor);
     Py_INCREF(ph);
-    PyObject *fn = get_attr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL, *dt = NULL, *r = NULL;
+    PyObject *fn = get_attr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL;
     int out = -1;
-    double t0 = clock_now(perf), t1;
-    if (fn == NULL || (t0 == -1.0 && PyErr_Occurred()) || get_ll(lane, s_epoch, &epoch) < 0 ||
-        (e = PyLong_FromLongLong(epoch)) == NULL || (res = PyObject_CallOneArg(fn, e)) == NULL)
+    double t1;
+    /* fn(lane.epoch): the attribute's own int object, as the Python form passes it (no new int per poll) */
+    if (fn == NULL || (e = get_attr(lane, s_epoch)) == NULL)
+        goto done;
+    if (!PyLong_CheckExact(e)) {   /* anything else as get_ll reads it */
+        Py_CLEAR(e);
+        if (get_ll(lane, s_epoch, &epoch) < 0 || (e = PyLong_FromLongLong(epoch)) == NULL)
+            goto done;
+    }
+    if ((res = PyObject_CallOneArg(fn, e)) == NULL)
         goto done;
     int truth = PyObject_IsTrue(res);
     if (truth <= 0) {
@@ -127,19 +183,16 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     }
     t1 = clock_now(perf);
     if ((t1 == -1.0 && PyErr_Occurred()) || (op = get_attr(ph, s_op)) == NULL ||
-        (dt = PyFloat_FromDouble(t1 - t0)) == NULL)
+        report(on_phase, site, op, t1 - *t0) < 0)
         goto done;
-    PyObject *argv[3] = {site, op, dt};
-    if ((r = PyObject_Vectorcall(on_phase, argv, 3, NULL)) != NULL)
-        out = 1;
+    *t0 = t1;
+    out = 1;
 done:
     Py_DECREF(ph);
     Py_XDECREF(fn);
     Py_XDECREF(e);
     Py_XDECREF(res);
     Py_XDECREF(op);
-    Py_XDECREF(dt);
-    Py_XDECREF(r);
     return out;
 }
 
@@ -165,8 +218,12 @@ static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject
     }
     if (get_ll(lane, s_n, &n) < 0)
         goto error;
+    /* the clock once before the first phase, then once after each that runs: its end is the next one's start */
+    double t0 = clock_now(perf);
+    if (t0 == -1.0 && PyErr_Occurred())
+        goto error;
     for (;;) {
-        int ran = run_phase(lane, phases, site, on_phase, perf);
+        int ran = run_phase(lane, phases, site, on_phase, perf, &t0);
         if (ran < 0)
             goto error;
         if (ran == 0)
@@ -244,6 +301,14 @@ PyMODINIT_FUNC PyInit__lanesc(void) {
         (s_cursor = PyUnicode_InternFromString("cursor")) == NULL ||
         (s_phases = PyUnicode_InternFromString("phases")) == NULL || (s_n = PyUnicode_InternFromString("_n")) == NULL ||
         (s_fn = PyUnicode_InternFromString("fn")) == NULL || (s_op = PyUnicode_InternFromString("op")) == NULL)
+        return NULL;
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        return NULL;
+    t_perf_counter = PyObject_GetAttrString(time, "perf_counter");
+    t_thread_time = PyObject_GetAttrString(time, "thread_time");
+    Py_DECREF(time);
+    if (t_perf_counter == NULL || t_thread_time == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from joinlib.algorithms import REGISTRY
 from joinlib.errors import CheckpointError
@@ -128,6 +129,7 @@ class Instance:
         self.started: dict[int, int] = {}
         self.lanes: list[Lane] = []
         self._flow_ids = ir.flow_ids
+        self._inbox_keys: dict[str, tuple[str, int, int, int]] = {}   # flow -> its inbox keys' first four
         self._build()
 
     # ------------------------------------------------------------------ StepContext
@@ -140,8 +142,15 @@ class Instance:
             self.host.send(env)
 
     def take(self, flow: str, epoch: int) -> Optional[Body]:
-        q, part, gen = self.key
-        return self.host.take((q, part, gen, self._flow_ids[flow], epoch))
+        pre = self._inbox_keys.get(flow)
+        if pre is None:
+            pre = self._inbox_keys[flow] = self.key + (self._flow_ids[flow],)
+        key = pre + (epoch,)
+        # most polls: the message is not here yet; a host that keeps an inbox (a Host) says so without the call
+        inbox = getattr(self.host, "inbox", None)
+        if inbox is not None and key not in inbox:
+            return None
+        return self.host.take(key)
 
     def ready(self, st: StepOp, e: int) -> bool:
         """Has the previous step (or the start) delivered all of epoch e's input here?"""
@@ -243,7 +252,7 @@ class Instance:
         start = self.start
 
         def tick(e: int) -> bool:
-            if not home.inserted(e):
+            if home.next <= e:   # not inserted yet (home.inserted, inlined: a poll)
                 return False
             if e < start:
                 msg: Body = sender.jump(home, start)
@@ -295,7 +304,7 @@ class Instance:
             home = self.homes[head]
 
             def batch_of(e: int) -> Optional[list[Tup]]:
-                return home.batches[e] if home.inserted(e) else None
+                return home.batches[e] if home.next > e else None
             uses: Optional[tuple[str, str]] = ("home", head)
         else:
             rep = next(r for sig, r in self.replicas.items()
@@ -306,14 +315,17 @@ class Instance:
             uses = None
 
         pos = self.q.stream(head).pos
-        pre, post = (None,) * pos, (None,) * (m - pos - 1)
+        # a row per tuple, the tuple at pos and None elsewhere: zip of the batch with endless Nones, all in C
+        nones: list[Iterable[Any]] = [repeat(None)] * m
 
         def start(e: int) -> bool:
             batch = batch_of(e)
             if batch is None:
                 return False
             if batch:
-                self.pending[(si, 0, e)] = [pre + (t,) + post for t in batch]
+                cols = nones.copy()
+                cols[pos] = batch
+                self.pending[(si, 0, e)] = list(zip(*cols, strict=False))   # the Nones never end
             self.started[si] = e
             return True
         return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from joinlib.kernels import kernel
-from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.sensor import Sensor, TotalsSensor
 
 PhaseFn = Callable[[int], bool]
 #: the clock phases are timed by (bench/ab_embedded.py sets the thread's CPU clock); read at every call
@@ -62,17 +62,19 @@ class Lane:
     def run(self, site: str, sensor: Sensor) -> bool:
         """Run phases while they can; True if any ran."""
         if _c is not None:
-            return bool(_c.run_lane(self, site, sensor.on_phase, _perf))
+            return bool(_c.run_lane(self, site, _hook(sensor), _perf))
         hi = self.hi
         if hi is not None and self.epoch > hi:
             return False
         moved, phases, on_phase = False, self.phases, sensor.on_phase
+        t0 = _perf()   # once before the first phase, then once after each that runs: its end, the next one's start
         while True:
             ph = phases[self.cursor]
-            t0 = _perf()
             if not ph.fn(self.epoch):
                 return moved
-            on_phase(site, ph.op, _perf() - t0)
+            t1 = _perf()
+            on_phase(site, ph.op, t1 - t0)
+            t0 = t1
             moved = True
             self.cursor += 1
             if self.cursor == self._n:
@@ -83,6 +85,12 @@ class Lane:
 
     def __repr__(self) -> str:
         return f"Lane({self.name}, epoch={self.epoch}, cursor={self.cursor}, hi={self.hi})"
+
+
+def _hook(sensor: Sensor) -> object:
+    """What the C loop reports a phase's time to: a :class:`TotalsSensor`'s totals, added to in place (what its
+    ``on_phase`` does, without the call), else ``sensor.on_phase``."""
+    return sensor.processing if type(sensor) is TotalsSensor else sensor.on_phase
 
 
 def lowest_epoch(lanes: list[Lane], low: int) -> int:
@@ -100,7 +108,7 @@ def run_lanes(lanes: list[Lane], site: str, sensor: Sensor) -> bool:
     moved (a lane runs as far as it can, so only another lane's progress can unblock it); True if anything ran.
     ``lanes`` as it is at the call: a phase that changes the host's lanes takes effect at the next call."""
     if _c is not None:
-        return bool(_c.run_lanes(lanes, site, sensor.on_phase, _perf))
+        return bool(_c.run_lanes(lanes, site, _hook(sensor), _perf))
     lanes = list(lanes)
     ran, n, i, idle = False, len(lanes), 0, 0
     while idle < n - 1 or (not ran and idle < n):

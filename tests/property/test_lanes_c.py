@@ -7,6 +7,7 @@ the same.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 import joinlib.runtime.lanes as lanes_mod
 from joinlib.runtime.lanes import Lane, Phase, run_lanes
-from joinlib.runtime.sensor import Sensor
+from joinlib.runtime.sensor import Sensor, TotalsSensor
 from tests.kernels import kernels
 
 
@@ -179,3 +180,49 @@ def test_lanes_of_other_classes_run_alike() -> None:
     c, py = _three_kinds(True), _three_kinds(False)
     assert c == py
     assert c[0] == (True, 3, 0, [0, 0, 1, 1, 2, 2, 3]) and c[-1] == 1 + 6 + 3   # __init__, 6 phases that ran, 3 wraps
+
+
+class _Counted(TotalsSensor):
+    """A TotalsSensor subclass: the C loop calls its on_phase (only the exact type is added to in place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def on_phase(self, site: str, operator: str, seconds: float) -> None:
+        self.calls += 1
+        super().on_phase(site, operator, seconds)
+
+
+@pytest.mark.parametrize("clock", ["perf_counter", "thread_time", "other"])
+@pytest.mark.parametrize("sensor_type", [TotalsSensor, _Counted])
+def test_totals_are_the_same_in_both_forms(clock: str, sensor_type: type) -> None:
+    """A TotalsSensor's totals (added to in place by the C loop) have the same operators as the Python form's, each
+    time a sum of non-negative phase times, under the clocks the C loop reads itself and any other."""
+    perf = {"perf_counter": time.perf_counter, "thread_time": time.thread_time,
+            "other": lambda: time.perf_counter() * 2.0}[clock]
+    out = []
+    for c in (True, False):
+        box = {"a": 0}
+
+        def put(e: int, box: dict[str, int] = box) -> bool:
+            box["a"] = e + 1
+            return True
+
+        def get(e: int, box: dict[str, int] = box) -> bool:
+            return box["a"] > e
+        lanes = [Lane("b", [Phase((0,), "get", get), Phase((1,), "get2", get)], 0, 40),
+                 Lane("a", [Phase((0,), "put", put)], 0, 40)]
+        sensor = sensor_type()
+        saved = lanes_mod._perf
+        lanes_mod._perf = perf
+        try:
+            with kernels(lanes_mod, c):
+                assert run_lanes(lanes, "s", sensor) is True
+        finally:
+            lanes_mod._perf = saved
+        assert all(v >= 0.0 for v in sensor.processing.values())
+        if sensor_type is _Counted:
+            assert sensor.calls == 41 * 3
+        out.append(sorted(sensor.processing))
+    assert out[0] == out[1] == [("s", "get"), ("s", "get2"), ("s", "put")]

@@ -94,7 +94,7 @@ def local_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     def probe(e: int) -> bool:
         if e < ctx.start:
             return True
-        if not ctx.ready(st, e) or home.next <= e:
+        if home.next <= e or not ctx.ready(st, e):   # (both only read: the cheaper first)
             return False
         ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), home.store, home.progress))
         return True
@@ -108,7 +108,7 @@ def sps_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     def probe(e: int) -> bool:
         if e < ctx.start:
             return True
-        if not ctx.ready(st, e) or rep.next <= e:
+        if rep.next <= e or not ctx.ready(st, e):
             return False
         ctx.output(st, e, store_join(ctx, st, ctx.rows_in(st, e), rep.store, rep.progress))
         return True
