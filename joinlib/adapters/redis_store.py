@@ -378,6 +378,12 @@ class RedisStoreFactory:
         store = self.cls(self.client, store_prefix(self.namespace, name))
         if isinstance(store, RedisBlockStore):
             store.fence = self.fence
+            if self.fence is not None:
+                # a fenced run takes checkpoints (joinlib.node.recovery), each flushing every store first, and a
+                # restart rolls the live keys back to the last checkpoint's copies: a store's own flush of
+                # records a second old would send blocks (most of which expire before the next checkpoint) that
+                # nothing ever reads -- only the bound on waiting records stays
+                store.flush_after_s = float("inf")
             self._blocks.add(store)
         return store
 
