@@ -7,6 +7,7 @@ and the key namespace, not the window store.
 from __future__ import annotations
 
 import redis
+import redis.connection
 
 from joinlib.settings import RedisSecurity
 
@@ -28,7 +29,8 @@ class BlockPacker:
     sends the chunks in turn, as it does for its pure-Python packer's)."""
 
     def __init__(self, encode) -> None:
-        from redis.connection import HIREDIS_AVAILABLE, HiredisRespSerializer, PythonRespSerializer
+        from redis.connection import HiredisRespSerializer, PythonRespSerializer
+        from redis.utils import HIREDIS_AVAILABLE
         self._small = HiredisRespSerializer() if HIREDIS_AVAILABLE else PythonRespSerializer(BIG_ARG, encode)
         self._encode = encode
 
@@ -53,18 +55,23 @@ class BlockPacker:
         return out
 
 
-_CONNECTIONS: dict = {}
+class BlockConnection(redis.connection.Connection):
+    """A redis-py TCP connection packing with :class:`BlockPacker`."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self._command_packer = BlockPacker(self.encoder.encode)
 
 
-def _block_connection(base: type) -> type:
-    """``base`` (a redis-py connection class) whose connections pack with :class:`BlockPacker`."""
-    cls = _CONNECTIONS.get(base)
-    if cls is None:
-        def __init__(self, *a, **kw) -> None:
-            base.__init__(self, *a, **kw)
-            self._command_packer = BlockPacker(self.encoder.encode)
-        cls = _CONNECTIONS[base] = type("Block" + base.__name__, (base,), {"__init__": __init__})
-    return cls
+class BlockSSLConnection(redis.connection.SSLConnection):
+    """A redis-py TLS connection packing with :class:`BlockPacker`."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self._command_packer = BlockPacker(self.encoder.encode)
+
+
+_BLOCK = {redis.connection.Connection: BlockConnection, redis.connection.SSLConnection: BlockSSLConnection}
 
 
 def redis_client(url: str, **client_kwargs):
@@ -75,9 +82,9 @@ def redis_client(url: str, **client_kwargs):
         client_kwargs.setdefault(k, v)
     client = redis.Redis.from_url(url, **client_kwargs)
     pool = client.connection_pool
-    from redis.connection import Connection, SSLConnection
-    if pool.connection_class in (Connection, SSLConnection):   # not a unix socket's, nor a caller's own
-        pool.connection_class = _block_connection(pool.connection_class)
+    cls = _BLOCK.get(pool.connection_class)   # not a unix socket's, nor a caller's own
+    if cls is not None:
+        pool.connection_class = cls
     return client
 
 
