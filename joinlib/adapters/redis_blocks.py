@@ -35,11 +35,12 @@ every store of a node in one round trip, and the node flushes it before each che
 (:class:`joinlib.node.recovery.NodeCheckpoints`).  A store flushes by itself when ``flush_records``
 records are waiting (bounded memory for a node without checkpoints), and at its next change once a record
 has waited ``flush_after_s`` (1 s): a node that takes no checkpoints (a live adaptive run) still keeps its
-windows in Redis, at most about a second behind, for one round trip a second.  A store of a run with
-checkpoints (a fenced one, :class:`~joinlib.adapters.redis_store.RedisStoreFactory`) has no such timer: the
-checkpoints flush it, and a restart rolls its live keys back to the last checkpoint's copies anyway.  Redis errors therefore surface at a
-flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from its
-checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
+windows in Redis, at most about a second behind, for one round trip a second.  Redis errors therefore
+surface at a flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from
+its checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
+A store of a run with checkpoints (a fenced one, :class:`~joinlib.adapters.redis_store.RedisStoreFactory`)
+has no timer: its checkpoints flush it, and a restart rolls its live keys back to the last checkpoint's
+copies anyway.
 
 Keys (``B`` as for the other stores, ``{ns/site}/rest`` under :func:`~joinlib.adapters.redis_store.
 redis_store_factory`): ``B:d`` the records, ``B:x`` the set of index specs (``"0"``, ``"0,2"``).  A

@@ -5,7 +5,8 @@ import pytest
 
 pytest.importorskip("redis")
 
-from redis.connection import Encoder, PythonRespSerializer  # noqa: E402
+from redis._parsers import Encoder  # noqa: E402
+from redis.connection import PythonRespSerializer  # noqa: E402
 
 from joinlib.adapters.redis_client import BIG_ARG, BlockConnection, BlockPacker, redis_client  # noqa: E402
 
