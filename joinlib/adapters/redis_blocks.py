@@ -39,8 +39,9 @@ windows in Redis, at most about a second behind, for one round trip a second.  R
 surface at a flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from
 its checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
 A store of a run with checkpoints (a fenced one, :class:`~joinlib.adapters.redis_store.RedisStoreFactory`)
-has no timer: its checkpoints flush it, and a restart rolls its live keys back to the last checkpoint's
-copies anyway.
+never flushes by itself: its checkpoints flush it, and a restart rolls its live keys back to the last
+checkpoint's copies anyway (its waiting records stay bounded by the window: a record that dies before a
+flush is dropped at once).
 
 Keys (``B`` as for the other stores, ``{ns/site}/rest`` under :func:`~joinlib.adapters.redis_store.
 redis_store_factory`): ``B:d`` the records, ``B:x`` the set of index specs (``"0"``, ``"0,2"``).  A
