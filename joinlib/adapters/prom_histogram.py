@@ -19,7 +19,7 @@ from bisect import bisect_left
 from typing import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -60,4 +60,42 @@ class FastHistogram(Collector):
                 acc += n
                 buckets.append((le, acc))
             fam.add_metric(list(labels), buckets, snap[-1])
+        yield fam
+
+
+class FastCounter(Collector):
+    """A Prometheus counter per label tuple whose ``inc(labels, n)`` is a dict lookup and an addition: a node
+    counts each message it ships (bytes and messages, per link and kind), thousands per second in a backlog's
+    drain, and prometheus_client's :class:`~prometheus_client.Counter` takes a lock per ``inc`` (with its label
+    lookup, ~3 % of a busy node's CPU).  Exposed as the client's counters are (``<name>_total``), without their
+    ``_created`` series; thread safety as :class:`FastHistogram`'s (an addition under the GIL)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, list(labelnames)
+        self._series: dict[tuple[str, ...], list[float]] = {}   # label values -> [total]
+        registry.register(self)
+
+    def inc(self, labels: tuple[str, ...], n: float = 1.0) -> None:
+        s = self._series.get(labels)
+        if s is None:
+            if len(labels) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected {len(self.labelnames)} label values, got {labels!r}")
+            s = self._series[labels] = [0.0]
+        if n < 0:
+            raise ValueError(f"{self.name}: counters can only be incremented by non-negative amounts")
+        s[0] += n
+
+    def value(self, labels: tuple[str, ...]) -> float:
+        """The total of ``labels`` (0 if never counted)."""
+        s = self._series.get(labels)
+        return s[0] if s is not None else 0.0
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        fam = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, s in list(self._series.items()):
+            fam.add_metric(list(labels), s[0])
         yield fam

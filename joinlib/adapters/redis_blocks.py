@@ -35,9 +35,13 @@ every store of a node in one round trip, and the node flushes it before each che
 (:class:`joinlib.node.recovery.NodeCheckpoints`).  A store flushes by itself when ``flush_records``
 records are waiting (bounded memory for a node without checkpoints), and at its next change once a record
 has waited ``flush_after_s`` (1 s): a node that takes no checkpoints (a live adaptive run) still keeps its
-windows in Redis, at most about a second behind, for one round trip a second.  Redis errors therefore surface at a
-flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from its
-checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
+windows in Redis, at most about a second behind, for one round trip a second.  Redis errors therefore
+surface at a flush, where a node's outage handling (:mod:`joinlib.adapters.redis_outage`) restarts it from
+its checkpoint as before.  A new handle on the prefix (a restarted node) sees the state of the last flush.
+A store of a run with checkpoints (a fenced one, :class:`~joinlib.adapters.redis_store.RedisStoreFactory`)
+never flushes by itself: its checkpoints flush it, and a restart rolls its live keys back to the last
+checkpoint's copies anyway (its waiting records stay bounded by the window: a record that dies before a
+flush is dropped at once).
 
 Keys (``B`` as for the other stores, ``{ns/site}/rest`` under :func:`~joinlib.adapters.redis_store.
 redis_store_factory`): ``B:d`` the records, ``B:x`` the set of index specs (``"0"``, ``"0,2"``).  A
@@ -147,7 +151,7 @@ class RedisBlockStore(MemoryReads):
         self._kd, self._kx = base + ":d", base + ":x"
         self.fence: Any = None   # a claimed RedisFence: flushes only while its run owns the store
         self._flush_records = flush_records
-        self._flush_after_s = flush_after_s
+        self.flush_after_s = flush_after_s
         self._waiting_since: Optional[float] = None   # when the oldest change not in Redis was made
         self._reset_log()
         self._new_indexes: list[str] = []          # index specs not yet in Redis
@@ -317,7 +321,7 @@ class RedisBlockStore(MemoryReads):
         """Flush when too many records wait, or one has waited ``flush_after_s``."""
         since = self._waiting_since
         if len(self._pending) >= self._flush_records or (
-                since is not None and time.monotonic() - since >= self._flush_after_s):
+                since is not None and time.monotonic() - since >= self.flush_after_s):
             self.flush()
 
     def dirty(self) -> bool:

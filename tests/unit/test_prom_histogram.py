@@ -54,3 +54,20 @@ def test_bad_buckets_and_labels_are_refused():
     h = FastHistogram("z", "h", ["a", "b"], [0.1], CollectorRegistry())
     with pytest.raises(ValueError, match="expected 2 label values"):
         h.observe(("only",), 0.2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(LABELS), st.integers(min_value=0, max_value=10**9)), max_size=60))
+def test_fast_counter_same_exposition_as_the_clients_counter(obs):
+    from prometheus_client import Counter
+
+    from joinlib.adapters.prom_histogram import FastCounter
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    fast = FastCounter("x_bytes", "help text", ["site", "operator"], ours)
+    ref = Counter("x_bytes", "help text", ["site", "operator"], registry=theirs)
+    for labels, n in obs:
+        fast.inc(labels, n)
+        ref.labels(*labels).inc(n)
+    assert _exposition(ours) == _exposition(theirs)
+    for labels, _ in obs:
+        assert fast.value(labels) == ref.labels(*labels)._value.get()
