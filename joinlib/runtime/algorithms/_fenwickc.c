@@ -262,7 +262,7 @@ static int entry_add(PyObject *entry, PyObject *delta) {
 static int append_key(State *s, PyObject *key, PyObject *entry) {
     Py_ssize_t used = PyList_GET_SIZE(s->keys);
     if (used + 1 >= PyList_GET_SIZE(s->tree)) {
-        Py_ssize_t capacity = 2 * PyDict_GET_SIZE(s->entries) + 2;
+        Py_ssize_t capacity = 4 * PyDict_GET_SIZE(s->entries) + 2;   /* ordered._capacity */
         PyObject *cap = PyLong_FromSsize_t(capacity < 16 ? 16 : capacity);
         if (cap == NULL)
             return -1;
@@ -339,81 +339,165 @@ static PyObject *project(PyObject *t, PyObject *index) {
     return out;
 }
 
-static int cmp_slot(const void *a, const void *b) {
-    Py_ssize_t x = *(const Py_ssize_t *)a, y = *(const Py_ssize_t *)b;
+/* A touched entry of an epoch's tick: its key and entry (strong references) and its slot. */
+typedef struct {
+    PyObject *key, *entry;
+    Py_ssize_t slot;
+} Touch;
+
+typedef struct {
+    Touch *at;
+    Py_ssize_t n, cap;
+} Touches;
+
+static void touches_clear(Touches *t) {
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        Py_DECREF(t->at[i].key);
+        Py_DECREF(t->at[i].entry);
+    }
+    PyMem_Free(t->at);
+    t->at = NULL;
+    t->n = t->cap = 0;
+}
+
+/* One more touched (key, entry), both borrowed (kept as strong references). */
+static int touch(Touches *t, PyObject *key, PyObject *entry) {
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? 2 * t->cap : 32;
+        Touch *at = PyMem_Resize(t->at, Touch, cap);
+        if (at == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->at = at;
+        t->cap = cap;
+    }
+    Py_INCREF(key);
+    Py_INCREF(entry);
+    t->at[t->n].key = key;
+    t->at[t->n].entry = entry;
+    t->at[t->n].slot = 0;
+    t->n++;
+    return 0;
+}
+
+static int cmp_touch(const void *a, const void *b) {
+    Py_ssize_t x = ((const Touch *)a)->slot, y = ((const Touch *)b)->slot;
     return (x > y) - (x < y);
 }
 
-/* OrderedEntries.changes(touched): v_C's (gap, count) pairs, a new list. */
-static PyObject *changes_of(State *s, PyObject *touched) {
-    Py_ssize_t m = PySet_GET_SIZE(touched), j = 0, n = PyList_GET_SIZE(s->tree);
-    Py_ssize_t *slots = PyMem_New(Py_ssize_t, m > 0 ? m : 1);
-    if (slots == NULL)
-        return PyErr_NoMemory();
-    PyObject *out = NULL, *it = PyObject_GetIter(touched), *key;
-    if (it == NULL)
-        goto done;
-    while ((key = PyIter_Next(it)) != NULL) {
-        PyObject *slot = PyDict_GetItemWithError(s->slot, key);
-        if (slot == NULL && !PyErr_Occurred())
-            key_error(key);
-        Py_DECREF(key);
-        if (slot == NULL || j >= m)
-            break;
-        if ((slots[j++] = PyLong_AsSsize_t(slot)) == -1 && PyErr_Occurred())
-            break;
+/* entry[0] += delta for a small delta: an exact int count added in C, anything else by PyNumber_InPlaceAdd. */
+static int entry_bump(PyObject *entry, long delta, PyObject *odelta) {
+    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) >= 1 && PyLong_CheckExact(PyList_GET_ITEM(entry, 0))) {
+        int overflow;
+        long c = PyLong_AsLongAndOverflow(PyList_GET_ITEM(entry, 0), &overflow);
+        if (!overflow && !(c == -1 && PyErr_Occurred()) && c > LONG_MIN + 1 && c < LONG_MAX - 1) {
+            PyObject *d = PyLong_FromLong(c + delta);
+            if (d == NULL)
+                return -1;
+            PyObject *old = PyList_GET_ITEM(entry, 0);
+            PyList_SET_ITEM(entry, 0, d);
+            Py_DECREF(old);
+            return 0;
+        }
+        PyErr_Clear();
     }
-    Py_DECREF(it);
-    if (PyErr_Occurred())
-        goto done;
-    qsort(slots, (size_t)j, sizeof(Py_ssize_t), cmp_slot);
-    if ((out = PyList_New(2 * j)) == NULL)
-        goto done;
+    return entry_add(entry, odelta);
+}
+
+/* Is entry[0] == 0 (1), not (0), or -1 with an exception. */
+static int count_is_zero(PyObject *entry) {
+    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) >= 1 && PyLong_CheckExact(PyList_GET_ITEM(entry, 0))) {
+        int overflow;
+        long c = PyLong_AsLongAndOverflow(PyList_GET_ITEM(entry, 0), &overflow);
+        if (c == -1 && PyErr_Occurred())
+            return -1;
+        return !overflow && c == 0;
+    }
+    PyObject *c = entry_get(entry, 0);
+    int zero = c ? PyObject_RichCompareBool(c, i_zero, Py_EQ) : -1;
+    Py_XDECREF(c);
+    return zero;
+}
+
+/* OrderedEntries.changes(keys) and drop_empty(keys) of the touched entries ``t``: their slots found (sorted, each
+ * entry once), v_C's (gap, count) pairs (a new list), then the entries whose count is 0 removed. */
+static PyObject *changes_and_drop(State *s, Touches *t) {
+    Py_ssize_t n = PyList_GET_SIZE(s->tree), used = PyList_GET_SIZE(s->keys);
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        PyObject *slot = PyDict_GetItemWithError(s->slot, t->at[i].key);
+        if (slot == NULL) {
+            if (!PyErr_Occurred())
+                key_error(t->at[i].key);
+            return NULL;
+        }
+        if ((t->at[i].slot = PyLong_AsSsize_t(slot)) == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    qsort(t->at, (size_t)t->n, sizeof(Touch), cmp_touch);
+    Py_ssize_t j = 0;   /* each slot once: a key touched again has the same slot (and entry) */
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if (j > 0 && t->at[j - 1].slot == t->at[i].slot) {
+            Py_DECREF(t->at[i].key);
+            Py_DECREF(t->at[i].entry);
+            continue;
+        }
+        t->at[j++] = t->at[i];
+    }
+    t->n = j;
+    PyObject *out = PyList_New(2 * j);
+    if (out == NULL)
+        return NULL;
     long long last = -1;
     for (Py_ssize_t k = 0; k < j; k++) {
         long long removed;
-        if (prefix(s->tree, n, slots[k], &removed) < 0 || slots[k] >= PyList_GET_SIZE(s->keys))
+        if (prefix(s->tree, n, t->at[k].slot, &removed) < 0 || t->at[k].slot >= used)
             goto fail;
-        long long pos = (long long)slots[k] - removed;
-        PyObject *entry = entry_of(s, PyList_GET_ITEM(s->keys, slots[k]));
-        PyObject *gap = entry == NULL ? NULL : PyLong_FromLongLong(pos - last - 1);
+        long long pos = (long long)t->at[k].slot - removed;
+        PyObject *gap = PyLong_FromLongLong(pos - last - 1);
         if (gap == NULL)
             goto fail;
         PyList_SET_ITEM(out, 2 * k, gap);
-        PyObject *count = entry_get(entry, 0);
+        PyObject *count = entry_get(t->at[k].entry, 0);
         if (count == NULL)
             goto fail;
         PyList_SET_ITEM(out, 2 * k + 1, count);
         last = pos;
     }
-    goto done;
-fail:
-    Py_CLEAR(out);
-done:
-    PyMem_Free(slots);
+    for (Py_ssize_t k = 0; k < j; k++) {   /* drop_empty */
+        int empty = count_is_zero(t->at[k].entry);
+        if (empty > 0)
+            empty = delete_key(s, t->at[k].key) < 0 ? -1 : 1;
+        if (empty < 0)
+            goto fail;
+    }
     return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* dja_tick(entries, fifo, batch, index, by_ts, bound, sf) -> (vj, vc): DjaSender._update's loops on the
  * OrderedEntries ``entries`` and the deque ``fifo`` of (ts, seq, key): the batch's tuples in (s_F: the new
  * tuples of flagged keys appended to the list ``sf`` unless None), those of ts (``by_ts``) or seq below
- * ``bound`` out, the touched entries' count changes, the emptied entries removed. */
+ * ``bound`` out, the touched entries' count changes, the emptied entries removed.  The touched entries are kept
+ * with their keys as they are met (not in a set looked up again), their slots found once at the end. */
 static PyObject *dja_tick(PyObject *self, PyObject *args) {
     PyObject *fifo, *batch, *index, *bound, *sf;
     int by_ts;
     State s = {NULL, NULL, NULL, NULL, NULL};
+    Touches touched = {NULL, 0, 0};
     if (!PyArg_ParseTuple(args, "OOOO!pOO", &s.oe, &fifo, &batch, &PyTuple_Type, &index, &by_ts, &bound, &sf))
         return NULL;
     if (sf != Py_None && !PyList_Check(sf)) {
         PyErr_SetString(PyExc_TypeError, "sf must be a list or None");
         return NULL;
     }
-    PyObject *append = NULL, *popleft = NULL, *seq = NULL, *vj = NULL, *touched = NULL, *dying = NULL, *vc = NULL,
-        *out = NULL;
+    PyObject *append = NULL, *popleft = NULL, *seq = NULL, *vj = NULL, *dying = NULL, *vc = NULL, *out = NULL;
     if (state_read(&s) < 0 || (append = PyObject_GetAttr(fifo, s_append)) == NULL
             || (popleft = PyObject_GetAttr(fifo, s_popleft)) == NULL
             || (seq = PySequence_Fast(batch, "the batch must be a sequence")) == NULL
-            || (vj = PyList_New(0)) == NULL || (touched = PySet_New(NULL)) == NULL || (dying = PyList_New(0)) == NULL)
+            || (vj = PyList_New(0)) == NULL || (dying = PyList_New(0)) == NULL)
         goto done;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < m; i++) {
@@ -428,7 +512,7 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
         PyObject *r = rec ? PyObject_CallOneArg(append, rec) : NULL;
         Py_XDECREF(rec);
         Py_XDECREF(r);
-        int ok = r != NULL && PySet_Add(touched, key) == 0;
+        int ok = r != NULL;
         PyObject *entry = ok ? PyDict_GetItemWithError(s.entries, key) : NULL;
         if (ok && entry == NULL && !PyErr_Occurred()) {   /* new: in V, last, with [1, False] */
             PyObject *fresh = PyList_New(2);
@@ -438,11 +522,12 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
                 PyList_SET_ITEM(fresh, 0, i_one);
                 PyList_SET_ITEM(fresh, 1, Py_False);
             }
-            ok = fresh != NULL && append_key(&s, key, fresh) == 0 && PyList_Append(vj, key) == 0;
+            ok = fresh != NULL && append_key(&s, key, fresh) == 0 && PyList_Append(vj, key) == 0
+                && touch(&touched, key, fresh) == 0;
             Py_XDECREF(fresh);
         } else if (ok && entry != NULL) {
             Py_INCREF(entry);
-            ok = entry_add(entry, i_one) == 0;
+            ok = entry_bump(entry, 1, i_one) == 0 && touch(&touched, key, entry) == 0;
             PyObject *flag = ok ? entry_get(entry, 1) : NULL;
             int on = flag ? PyObject_IsTrue(flag) : -1;
             Py_XDECREF(flag);
@@ -461,8 +546,13 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
             goto done;
         if (left == 0)
             break;
-        PyObject *head = PySequence_GetItem(fifo, 0);
-        PyObject *v = head ? PySequence_GetItem(head, by_ts ? 0 : 1) : NULL;
+        PyObject *head = PySequence_GetItem(fifo, 0), *v;
+        if (head != NULL && PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 3) {
+            v = PyTuple_GET_ITEM(head, by_ts ? 0 : 1);
+            Py_INCREF(v);
+        } else {
+            v = head ? PySequence_GetItem(head, by_ts ? 0 : 1) : NULL;
+        }
         Py_XDECREF(head);
         int lt = v ? PyObject_RichCompareBool(v, bound, Py_LT) : -1;
         Py_XDECREF(v);
@@ -479,44 +569,25 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
             goto done;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++) {   /* bump(key, -1) */
-        PyObject *entry = entry_of(&s, PyList_GET_ITEM(dying, i));
+        PyObject *key = PyList_GET_ITEM(dying, i), *entry = entry_of(&s, key);
         if (entry == NULL)
             goto done;
         Py_INCREF(entry);
-        int r = entry_add(entry, i_minus_one);
+        int r = entry_bump(entry, -1, i_minus_one) < 0 || touch(&touched, key, entry) < 0 ? -1 : 0;
         Py_DECREF(entry);
         if (r < 0)
             goto done;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++)
-        if (PySet_Add(touched, PyList_GET_ITEM(dying, i)) < 0)
-            goto done;
-    if ((vc = changes_of(&s, touched)) == NULL)
+    if ((vc = changes_and_drop(&s, &touched)) == NULL)
         goto done;
-    PyObject *it = PyObject_GetIter(touched), *key;   /* drop_empty(touched) */
-    if (it == NULL)
-        goto done;
-    while ((key = PyIter_Next(it)) != NULL) {
-        PyObject *entry = entry_of(&s, key);
-        PyObject *c = entry ? entry_get(entry, 0) : NULL;
-        int empty = c ? PyObject_RichCompareBool(c, i_zero, Py_EQ) : -1;
-        Py_XDECREF(c);
-        if (empty > 0)
-            empty = delete_key(&s, key) < 0 ? -1 : 1;
-        Py_DECREF(key);
-        if (empty < 0)
-            break;
-    }
-    Py_DECREF(it);
-    if (!PyErr_Occurred())
-        out = PyTuple_Pack(2, vj, vc);
+    out = PyTuple_Pack(2, vj, vc);
 done:
     state_clear(&s);
+    touches_clear(&touched);
     Py_XDECREF(append);
     Py_XDECREF(popleft);
     Py_XDECREF(seq);
     Py_XDECREF(vj);
-    Py_XDECREF(touched);
     Py_XDECREF(dying);
     Py_XDECREF(vc);
     return out;
