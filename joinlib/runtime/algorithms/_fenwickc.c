@@ -3,112 +3,135 @@
  * Why C: a DJA update names the entries whose counts changed by their position in V, so the home and
  * every replica find positions and keys at positions (O(log n) steps each) for every changed entry,
  * every epoch; in Python each step is a few bytecodes and the three operations were about a quarter
- * of an SM-S2 plan's CPU.  The tree is the 1-based Python list of ints ordered.py keeps (the number of
- * removed slots under each node), read in place; ordered.py keeps the same loops in Python as the
- * fallback.
+ * of an SM-S2 plan's CPU.  The tree is the 1-based ``array('q')`` ordered.py keeps (the number of
+ * removed slots under each node), read and written in place through its buffer (as a list of ints, each
+ * step read an int object and a removal made one per level: a third of dja_apply's time); ordered.py keeps
+ * the same loops in Python as the fallback.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
-static int tree_of(PyObject *o, Py_ssize_t *n) {
-    if (!PyList_CheckExact(o)) {
-        PyErr_SetString(PyExc_TypeError, "the tree must be a list of ints");
+/* A tree's entries in place: the buffer of an array('q') (or any writable, contiguous buffer of 8-byte signed
+ * ints), held until tree_release. */
+typedef struct {
+    Py_buffer view;
+    long long *t;
+    Py_ssize_t n;
+} Tree;
+
+static int tree_get(PyObject *o, Tree *tr) {
+    tr->t = NULL;
+    tr->n = 0;
+    if (PyObject_GetBuffer(o, &tr->view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "the tree must be an array('q') of ints");
+        }
         return -1;
     }
-    *n = PyList_GET_SIZE(o);
+    if (tr->view.itemsize != 8 || tr->view.format == NULL || strcmp(tr->view.format, "q") != 0) {
+        PyBuffer_Release(&tr->view);
+        PyErr_SetString(PyExc_TypeError, "the tree must be an array('q') of ints");
+        return -1;
+    }
+    tr->t = (long long *)tr->view.buf;
+    tr->n = tr->view.len / 8;
     return 0;
 }
 
-static int item(PyObject *tree, Py_ssize_t i, long long *v) {
-    *v = PyLong_AsLongLong(PyList_GET_ITEM(tree, i));
-    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+static void tree_release(Tree *tr) {
+    if (tr->t != NULL) {
+        PyBuffer_Release(&tr->view);
+        tr->t = NULL;
+        tr->n = 0;
+    }
 }
 
-/* One more removed slot at 0-based ``slot`` of ``tree`` (a list of n entries); -1 with an exception. */
-static int mark_slot(PyObject *tree, Py_ssize_t n, Py_ssize_t slot) {
+/* One more removed slot at 0-based ``slot``; -1 with an exception. */
+static int mark_slot(Tree *tr, Py_ssize_t slot) {
+    Py_ssize_t n = tr->n;
     if (slot < 0 || slot + 1 >= n) {
         PyErr_SetString(PyExc_IndexError, "slot outside the tree");
         return -1;
     }
-    for (Py_ssize_t i = slot + 1; i < n; i += i & -i) {
-        long long v;
-        if (item(tree, i, &v) < 0)
-            return -1;
-        PyObject *w = PyLong_FromLongLong(v + 1);
-        if (w == NULL)
-            return -1;
-        if (PyList_SetItem(tree, i, w) < 0)   /* steals w */
-            return -1;
-    }
+    for (Py_ssize_t i = slot + 1; i < n; i += i & -i)
+        tr->t[i] += 1;
     return 0;
 }
 
 /* mark(tree, slot): one more removed slot at 0-based ``slot``. */
 static PyObject *mark(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t slot, n;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || mark_slot(tree, n, slot) < 0)
+    Py_ssize_t slot;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_get(tree, &tr) < 0)
+        return NULL;
+    int r = mark_slot(&tr, slot);
+    tree_release(&tr);
+    if (r < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
-/* The removed slots among slots 0 .. slot - 1 of a tree of n entries, in *removed; -1 with an exception. */
-static int prefix(PyObject *tree, Py_ssize_t n, Py_ssize_t slot, long long *removed) {
-    if (slot < 0 || slot >= n) {
+/* The removed slots among slots 0 .. slot - 1, in *removed; -1 with an exception. */
+static int prefix(const Tree *tr, Py_ssize_t slot, long long *removed) {
+    if (slot < 0 || slot >= tr->n) {
         PyErr_SetString(PyExc_IndexError, "slot outside the tree");
         return -1;
     }
-    *removed = 0;
-    for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
-        long long v;
-        if (item(tree, i, &v) < 0)
-            return -1;
-        *removed += v;
-    }
+    long long r = 0;
+    for (Py_ssize_t i = slot; i > 0; i -= i & -i)
+        r += tr->t[i];
+    *removed = r;
     return 0;
 }
 
 /* removed_before(tree, slot) -> int: removed slots among slots 0 .. slot - 1. */
 static PyObject *removed_before(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t slot, n;
+    Py_ssize_t slot;
     long long removed;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || prefix(tree, n, slot, &removed) < 0)
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_get(tree, &tr) < 0)
         return NULL;
-    return PyLong_FromLongLong(removed);
+    int r = prefix(&tr, slot, &removed);
+    tree_release(&tr);
+    return r < 0 ? NULL : PyLong_FromLongLong(removed);
 }
 
 /* positions(tree, slots) -> list[int]: per 0-based slot of ``slots``, the slot less the removed slots
  * below it (the live key's position): the positions of an epoch's changed entries in one call. */
 static PyObject *positions(PyObject *self, PyObject *args) {
     PyObject *tree, *slots;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OO!", &tree, &PyList_Type, &slots) || tree_of(tree, &n) < 0)
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "OO!", &tree, &PyList_Type, &slots) || tree_get(tree, &tr) < 0)
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(slots);
     PyObject *out = PyList_New(m);
     if (out == NULL)
-        return NULL;
+        goto done;
     for (Py_ssize_t j = 0; j < m; j++) {
         Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(slots, j));
         long long removed;
-        if ((slot == -1 && PyErr_Occurred()) || prefix(tree, n, slot, &removed) < 0)
+        if ((slot == -1 && PyErr_Occurred()) || prefix(&tr, slot, &removed) < 0)
             goto fail;
         PyObject *w = PyLong_FromLongLong((long long)slot - removed);
         if (w == NULL)
             goto fail;
         PyList_SET_ITEM(out, j, w);
     }
-    return out;
+    goto done;
 fail:
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+done:
+    tree_release(&tr);
+    return out;
 }
 
 /* The 0-based slot holding the live key at 0-based ``position`` among the first ``used`` slots (the
- * caller checked that it exists); -1 with an exception set on a malformed tree. */
-static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position) {
+ * caller checked that it exists and that used < the tree's size). */
+static Py_ssize_t find_slot(const Tree *tr, Py_ssize_t used, long long position) {
     Py_ssize_t i = 0, step = 1;
     long long rest = position + 1;
     while (step <= used)
@@ -116,10 +139,7 @@ static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position)
     for (; step; step >>= 1) {   /* the largest slot prefix holding fewer than position + 1 live keys */
         Py_ssize_t j = i + step;
         if (j <= used) {
-            long long v;
-            if (item(tree, j, &v) < 0)
-                return -1;
-            long long live = (long long)step - v;
+            long long live = (long long)step - tr->t[j];
             if (live < rest) {
                 i = j;
                 rest -= live;
@@ -132,32 +152,35 @@ static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position)
 /* slot_of(tree, used, position) -> int: the slot of the live key at ``position`` (see find_slot). */
 static PyObject *slot_of(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t used, position, n;
-    if (!PyArg_ParseTuple(args, "Onn", &tree, &used, &position) || tree_of(tree, &n) < 0)
+    Py_ssize_t used, position;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "Onn", &tree, &used, &position) || tree_get(tree, &tr) < 0)
         return NULL;
-    if (used < 0 || used >= n || position < 0) {
+    PyObject *out = NULL;
+    if (used < 0 || used >= tr.n || position < 0)
         PyErr_SetString(PyExc_IndexError, "position or used slots outside the tree");
-        return NULL;
-    }
-    Py_ssize_t i = find_slot(tree, used, position);
-    return i < 0 ? NULL : PyLong_FromSsize_t(i);
+    else
+        out = PyLong_FromSsize_t(find_slot(&tr, used, position));
+    tree_release(&tr);
+    return out;
 }
 
 /* slots_of(tree, used, positions) -> list[int]: slot_of for each of ``positions`` (one call for the
  * entries an update names). */
 static PyObject *slots_of(PyObject *self, PyObject *args) {
     PyObject *tree, *positions;
-    Py_ssize_t used, n;
-    if (!PyArg_ParseTuple(args, "OnO!", &tree, &used, &PyList_Type, &positions) || tree_of(tree, &n) < 0)
+    Py_ssize_t used;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "OnO!", &tree, &used, &PyList_Type, &positions) || tree_get(tree, &tr) < 0)
         return NULL;
-    if (used < 0 || used >= n) {
+    PyObject *out = NULL;
+    if (used < 0 || used >= tr.n) {
         PyErr_SetString(PyExc_IndexError, "used slots outside the tree");
-        return NULL;
+        goto done;
     }
     Py_ssize_t m = PyList_GET_SIZE(positions);
-    PyObject *out = PyList_New(m);
-    if (out == NULL)
-        return NULL;
+    if ((out = PyList_New(m)) == NULL)
+        goto done;
     for (Py_ssize_t j = 0; j < m; j++) {
         long long position = PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
         if (position == -1 && PyErr_Occurred())
@@ -166,16 +189,17 @@ static PyObject *slots_of(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "a position is negative");
             goto fail;
         }
-        Py_ssize_t i = find_slot(tree, used, position);
-        PyObject *w = i < 0 ? NULL : PyLong_FromSsize_t(i);
+        PyObject *w = PyLong_FromSsize_t(find_slot(&tr, used, position));
         if (w == NULL)
             goto fail;
         PyList_SET_ITEM(out, j, w);
     }
-    return out;
+    goto done;
 fail:
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+done:
+    tree_release(&tr);
+    return out;
 }
 
 /* ------------------------------------------------------------------------------------------------ DJA's loops
@@ -183,7 +207,7 @@ fail:
  * Why: SM-D1's and SM-S2's home ticks and replica applies (runtime/algorithms/dja.py) spend most of their time
  * in per-tuple and per-entry interpreter overhead (about ten tuples an epoch); these kernels run
  * DjaSender._update's and DjaReplica.apply's loops on an OrderedEntries' own objects (its _entries and _slot
- * dicts, _keys and _tree lists, read from its attributes and read again after a _rebuild it is asked for), in
+ * dicts, _keys list and _tree array, read from its attributes and read again after a _rebuild it is asked for), in
  * the order and with the errors of the Python loops, which dja.py and ordered.py keep as the fallback. */
 
 static PyObject *s_entries, *s_slot, *s_keys, *s_tree, *s_rebuild, *s_key, *s_ts, *s_seq, *s_append, *s_popleft,
@@ -191,9 +215,11 @@ static PyObject *s_entries, *s_slot, *s_keys, *s_tree, *s_rebuild, *s_key, *s_ts
 
 typedef struct {
     PyObject *oe, *entries, *slot, *keys, *tree;   /* the OrderedEntries (borrowed) and its state (owned) */
+    Tree tr;                                       /* the tree's buffer (held while ``tree`` is) */
 } State;
 
 static void state_clear(State *s) {
+    tree_release(&s->tr);
     Py_CLEAR(s->entries);
     Py_CLEAR(s->slot);
     Py_CLEAR(s->keys);
@@ -208,11 +234,12 @@ static int state_read(State *s) {
     s->tree = s->keys ? PyObject_GetAttr(s->oe, s_tree) : NULL;
     if (s->tree == NULL)
         return -1;
-    if (!PyDict_CheckExact(s->entries) || !PyDict_CheckExact(s->slot) || !PyList_CheckExact(s->keys)
-            || !PyList_CheckExact(s->tree)) {
+    if (!PyDict_CheckExact(s->entries) || !PyDict_CheckExact(s->slot) || !PyList_CheckExact(s->keys)) {
         PyErr_SetString(PyExc_TypeError, "not the state of an OrderedEntries");
         return -1;
     }
+    if (tree_get(s->tree, &s->tr) < 0)
+        return -1;
     return 0;
 }
 
@@ -261,7 +288,7 @@ static int entry_add(PyObject *entry, PyObject *delta) {
 /* A key not in V appended with ``entry``: OrderedEntries.__setitem__'s and add's new-key path, _rebuild included. */
 static int append_key(State *s, PyObject *key, PyObject *entry) {
     Py_ssize_t used = PyList_GET_SIZE(s->keys);
-    if (used + 1 >= PyList_GET_SIZE(s->tree)) {
+    if (used + 1 >= s->tr.n) {
         Py_ssize_t capacity = 4 * PyDict_GET_SIZE(s->entries) + 2;   /* ordered._capacity */
         PyObject *cap = PyLong_FromSsize_t(capacity < 16 ? 16 : capacity);
         if (cap == NULL)
@@ -301,7 +328,7 @@ static int delete_key(State *s, PyObject *key) {
     Py_INCREF(Py_None);
     if (PyList_SetItem(s->keys, i, Py_None) < 0)
         return -1;
-    return mark_slot(s->tree, PyList_GET_SIZE(s->tree), i);
+    return mark_slot(&s->tr, i);
 }
 
 /* V[key], borrowed, KeyError if absent. */
@@ -423,7 +450,7 @@ static int count_is_zero(PyObject *entry) {
 /* OrderedEntries.changes(keys) and drop_empty(keys) of the touched entries ``t``: their slots found (sorted, each
  * entry once), v_C's (gap, count) pairs (a new list), then the entries whose count is 0 removed. */
 static PyObject *changes_and_drop(State *s, Touches *t) {
-    Py_ssize_t n = PyList_GET_SIZE(s->tree), used = PyList_GET_SIZE(s->keys);
+    Py_ssize_t used = PyList_GET_SIZE(s->keys);
     for (Py_ssize_t i = 0; i < t->n; i++) {
         PyObject *slot = PyDict_GetItemWithError(s->slot, t->at[i].key);
         if (slot == NULL) {
@@ -451,7 +478,7 @@ static PyObject *changes_and_drop(State *s, Touches *t) {
     long long last = -1;
     for (Py_ssize_t k = 0; k < j; k++) {
         long long removed;
-        if (prefix(s->tree, n, t->at[k].slot, &removed) < 0 || t->at[k].slot >= used)
+        if (prefix(&s->tr, t->at[k].slot, &removed) < 0 || t->at[k].slot >= used)
             goto fail;
         long long pos = (long long)t->at[k].slot - removed;
         PyObject *gap = PyLong_FromLongLong(pos - last - 1);
@@ -684,8 +711,12 @@ static PyObject *dja_apply(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t used = PyList_GET_SIZE(s.keys);
+    if (used >= s.tr.n) {
+        PyErr_SetString(PyExc_IndexError, "used slots outside the tree");
+        goto done;
+    }
     for (Py_ssize_t j = 0; j < pairs; j++) {
-        Py_ssize_t slot = find_slot(s.tree, used, pos[j]);
+        Py_ssize_t slot = find_slot(&s.tr, used, pos[j]);
         if (slot < 0)
             goto done;
         PyObject *key = slot < used ? PyList_GET_ITEM(s.keys, slot) : Py_None;

@@ -9,6 +9,7 @@ of the removed slots (keys are appended, so an insert costs nothing there) gives
 """
 from __future__ import annotations
 
+from array import array
 from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
@@ -25,9 +26,10 @@ Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home,
 _c: Any = kernel("joinlib.runtime.algorithms._fenwickc")
 
 
-def _tree(size: int) -> list[int]:
-    """A zeroed Fenwick tree of ``size`` entries."""
-    return [0] * size
+def _tree(size: int) -> "array[int]":
+    """A zeroed Fenwick tree of ``size`` entries: an array of 8-byte ints, which the kernels read and write in place
+    (as a list, each step read an int object and each removal made one per level)."""
+    return array("q", bytes(8 * size))
 
 
 def _capacity(live: int) -> int:
