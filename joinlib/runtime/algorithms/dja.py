@@ -149,8 +149,11 @@ class MixedSender(DjaSender):
         """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
         want = self.entries.unflagged(keys)
         out: list[tuple[Tup, ...]] = []
+        if not want:
+            return TupleBatch(out)
+        entries = self.entries._entries
         for key, tups in home.view(self.index, want, e).items():
-            self.entries[key][1] = True
+            entries[key][1] = True
             out.extend((t,) for t in tups)
         return TupleBatch(out)
 
@@ -329,15 +332,20 @@ def _s2_probe(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
         if not ctx.ready(st, e):
             return False
         rep: MixedReplica = ctx.replica(sig)
-        bykey = by_key(st, ctx.rows_in(st, e))
-        partial_keys = rep.partial_keys(bykey)
+        entries = rep.entries._entries   # M_2's dict, read once per key (MixedReplica.partial_keys in one pass)
         now_rows: list[Row] = []
         later: list[Row] = []
-        for k, rs in bykey.items():
-            (later if k in partial_keys else now_rows).extend(rs)
+        partial: list[Key] = []
+        for k, rs in by_key(st, ctx.rows_in(st, e)).items():
+            x = entries.get(k)
+            if x is not None and not x[1]:
+                partial.append(k)
+                later.extend(rs)
+            else:
+                now_rows.extend(rs)
         ctx.output(st, e, store_join(ctx, st, now_rows, rep.store, rep.progress), final=False)
         ctx.hold(("rows", st.sig, e), later)
-        ctx.send(st.home, req, e, request(ctx, st, [k for k in bykey if k in partial_keys]))
+        ctx.send(st.home, req, e, request(ctx, st, partial))
         return True
     return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
 
@@ -354,7 +362,8 @@ def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         if not ctx.ready(st, e):
             return False
         rep: DjaReplica = ctx.replica(sig)
-        rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in rep for r in rs]
+        v2 = rep.entries._entries   # V_2's dict (membership only)
+        rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in v2 for r in rs]
         ctx.send(st.home, data, e, TupleBatch([tuple(filter(None, r)) for r in rows]))
         return True
 
