@@ -14,7 +14,7 @@ from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
 from joinlib.kernels import kernel
-from joinlib.protocol.bloom import Matcher, hit_index, key_digest
+from joinlib.protocol.bloom import _DIGESTS, Matcher, hit_index, key_digest
 from joinlib.protocol.messages import Key
 
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
@@ -147,7 +147,13 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         dig, keys = self._dig, self._keys
         done = len(dig) // 64
         if done < len(keys):
-            dig += b"".join([_NO_DIGEST if k is None else key_digest(k) for k in keys[done:]])
+            new = keys[done:]
+            # one C look-up per slot (a removed slot's None and a miss both give None, put right below)
+            ds = list(map(_DIGESTS.get, new))  # type: ignore[arg-type]
+            if None in ds:
+                ds = [d if d is not None else _NO_DIGEST if k is None else key_digest(k)
+                      for k, d in zip(new, ds, strict=True)]
+            dig += b"".join(ds)  # type: ignore[arg-type]
         entries = self._entries
         return [k for i in hit_index(m, dig) if (k := keys[i]) is not None and not entries[k][1]]
 
