@@ -3,112 +3,135 @@
  * Why C: a DJA update names the entries whose counts changed by their position in V, so the home and
  * every replica find positions and keys at positions (O(log n) steps each) for every changed entry,
  * every epoch; in Python each step is a few bytecodes and the three operations were about a quarter
- * of an SM-S2 plan's CPU.  The tree is the 1-based Python list of ints ordered.py keeps (the number of
- * removed slots under each node), read in place; ordered.py keeps the same loops in Python as the
- * fallback.
+ * of an SM-S2 plan's CPU.  The tree is the 1-based ``array('q')`` ordered.py keeps (the number of
+ * removed slots under each node), read and written in place through its buffer (as a list of ints, each
+ * step read an int object and a removal made one per level: a third of dja_apply's time); ordered.py keeps
+ * the same loops in Python as the fallback.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
-static int tree_of(PyObject *o, Py_ssize_t *n) {
-    if (!PyList_CheckExact(o)) {
-        PyErr_SetString(PyExc_TypeError, "the tree must be a list of ints");
+/* A tree's entries in place: the buffer of an array('q') (or any writable, contiguous buffer of 8-byte signed
+ * ints), held until tree_release. */
+typedef struct {
+    Py_buffer view;
+    long long *t;
+    Py_ssize_t n;
+} Tree;
+
+static int tree_get(PyObject *o, Tree *tr) {
+    tr->t = NULL;
+    tr->n = 0;
+    if (PyObject_GetBuffer(o, &tr->view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "the tree must be an array('q') of ints");
+        }
         return -1;
     }
-    *n = PyList_GET_SIZE(o);
+    if (tr->view.itemsize != 8 || tr->view.format == NULL || strcmp(tr->view.format, "q") != 0) {
+        PyBuffer_Release(&tr->view);
+        PyErr_SetString(PyExc_TypeError, "the tree must be an array('q') of ints");
+        return -1;
+    }
+    tr->t = (long long *)tr->view.buf;
+    tr->n = tr->view.len / 8;
     return 0;
 }
 
-static int item(PyObject *tree, Py_ssize_t i, long long *v) {
-    *v = PyLong_AsLongLong(PyList_GET_ITEM(tree, i));
-    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+static void tree_release(Tree *tr) {
+    if (tr->t != NULL) {
+        PyBuffer_Release(&tr->view);
+        tr->t = NULL;
+        tr->n = 0;
+    }
 }
 
-/* One more removed slot at 0-based ``slot`` of ``tree`` (a list of n entries); -1 with an exception. */
-static int mark_slot(PyObject *tree, Py_ssize_t n, Py_ssize_t slot) {
+/* One more removed slot at 0-based ``slot``; -1 with an exception. */
+static int mark_slot(Tree *tr, Py_ssize_t slot) {
+    Py_ssize_t n = tr->n;
     if (slot < 0 || slot + 1 >= n) {
         PyErr_SetString(PyExc_IndexError, "slot outside the tree");
         return -1;
     }
-    for (Py_ssize_t i = slot + 1; i < n; i += i & -i) {
-        long long v;
-        if (item(tree, i, &v) < 0)
-            return -1;
-        PyObject *w = PyLong_FromLongLong(v + 1);
-        if (w == NULL)
-            return -1;
-        if (PyList_SetItem(tree, i, w) < 0)   /* steals w */
-            return -1;
-    }
+    for (Py_ssize_t i = slot + 1; i < n; i += i & -i)
+        tr->t[i] += 1;
     return 0;
 }
 
 /* mark(tree, slot): one more removed slot at 0-based ``slot``. */
 static PyObject *mark(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t slot, n;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || mark_slot(tree, n, slot) < 0)
+    Py_ssize_t slot;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_get(tree, &tr) < 0)
+        return NULL;
+    int r = mark_slot(&tr, slot);
+    tree_release(&tr);
+    if (r < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
-/* The removed slots among slots 0 .. slot - 1 of a tree of n entries, in *removed; -1 with an exception. */
-static int prefix(PyObject *tree, Py_ssize_t n, Py_ssize_t slot, long long *removed) {
-    if (slot < 0 || slot >= n) {
+/* The removed slots among slots 0 .. slot - 1, in *removed; -1 with an exception. */
+static int prefix(const Tree *tr, Py_ssize_t slot, long long *removed) {
+    if (slot < 0 || slot >= tr->n) {
         PyErr_SetString(PyExc_IndexError, "slot outside the tree");
         return -1;
     }
-    *removed = 0;
-    for (Py_ssize_t i = slot; i > 0; i -= i & -i) {
-        long long v;
-        if (item(tree, i, &v) < 0)
-            return -1;
-        *removed += v;
-    }
+    long long r = 0;
+    for (Py_ssize_t i = slot; i > 0; i -= i & -i)
+        r += tr->t[i];
+    *removed = r;
     return 0;
 }
 
 /* removed_before(tree, slot) -> int: removed slots among slots 0 .. slot - 1. */
 static PyObject *removed_before(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t slot, n;
+    Py_ssize_t slot;
     long long removed;
-    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_of(tree, &n) < 0 || prefix(tree, n, slot, &removed) < 0)
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "On", &tree, &slot) || tree_get(tree, &tr) < 0)
         return NULL;
-    return PyLong_FromLongLong(removed);
+    int r = prefix(&tr, slot, &removed);
+    tree_release(&tr);
+    return r < 0 ? NULL : PyLong_FromLongLong(removed);
 }
 
 /* positions(tree, slots) -> list[int]: per 0-based slot of ``slots``, the slot less the removed slots
  * below it (the live key's position): the positions of an epoch's changed entries in one call. */
 static PyObject *positions(PyObject *self, PyObject *args) {
     PyObject *tree, *slots;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OO!", &tree, &PyList_Type, &slots) || tree_of(tree, &n) < 0)
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "OO!", &tree, &PyList_Type, &slots) || tree_get(tree, &tr) < 0)
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(slots);
     PyObject *out = PyList_New(m);
     if (out == NULL)
-        return NULL;
+        goto done;
     for (Py_ssize_t j = 0; j < m; j++) {
         Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(slots, j));
         long long removed;
-        if ((slot == -1 && PyErr_Occurred()) || prefix(tree, n, slot, &removed) < 0)
+        if ((slot == -1 && PyErr_Occurred()) || prefix(&tr, slot, &removed) < 0)
             goto fail;
         PyObject *w = PyLong_FromLongLong((long long)slot - removed);
         if (w == NULL)
             goto fail;
         PyList_SET_ITEM(out, j, w);
     }
-    return out;
+    goto done;
 fail:
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+done:
+    tree_release(&tr);
+    return out;
 }
 
 /* The 0-based slot holding the live key at 0-based ``position`` among the first ``used`` slots (the
- * caller checked that it exists); -1 with an exception set on a malformed tree. */
-static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position) {
+ * caller checked that it exists and that used < the tree's size). */
+static Py_ssize_t find_slot(const Tree *tr, Py_ssize_t used, long long position) {
     Py_ssize_t i = 0, step = 1;
     long long rest = position + 1;
     while (step <= used)
@@ -116,10 +139,7 @@ static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position)
     for (; step; step >>= 1) {   /* the largest slot prefix holding fewer than position + 1 live keys */
         Py_ssize_t j = i + step;
         if (j <= used) {
-            long long v;
-            if (item(tree, j, &v) < 0)
-                return -1;
-            long long live = (long long)step - v;
+            long long live = (long long)step - tr->t[j];
             if (live < rest) {
                 i = j;
                 rest -= live;
@@ -132,32 +152,35 @@ static Py_ssize_t find_slot(PyObject *tree, Py_ssize_t used, long long position)
 /* slot_of(tree, used, position) -> int: the slot of the live key at ``position`` (see find_slot). */
 static PyObject *slot_of(PyObject *self, PyObject *args) {
     PyObject *tree;
-    Py_ssize_t used, position, n;
-    if (!PyArg_ParseTuple(args, "Onn", &tree, &used, &position) || tree_of(tree, &n) < 0)
+    Py_ssize_t used, position;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "Onn", &tree, &used, &position) || tree_get(tree, &tr) < 0)
         return NULL;
-    if (used < 0 || used >= n || position < 0) {
+    PyObject *out = NULL;
+    if (used < 0 || used >= tr.n || position < 0)
         PyErr_SetString(PyExc_IndexError, "position or used slots outside the tree");
-        return NULL;
-    }
-    Py_ssize_t i = find_slot(tree, used, position);
-    return i < 0 ? NULL : PyLong_FromSsize_t(i);
+    else
+        out = PyLong_FromSsize_t(find_slot(&tr, used, position));
+    tree_release(&tr);
+    return out;
 }
 
 /* slots_of(tree, used, positions) -> list[int]: slot_of for each of ``positions`` (one call for the
  * entries an update names). */
 static PyObject *slots_of(PyObject *self, PyObject *args) {
     PyObject *tree, *positions;
-    Py_ssize_t used, n;
-    if (!PyArg_ParseTuple(args, "OnO!", &tree, &used, &PyList_Type, &positions) || tree_of(tree, &n) < 0)
+    Py_ssize_t used;
+    Tree tr;
+    if (!PyArg_ParseTuple(args, "OnO!", &tree, &used, &PyList_Type, &positions) || tree_get(tree, &tr) < 0)
         return NULL;
-    if (used < 0 || used >= n) {
+    PyObject *out = NULL;
+    if (used < 0 || used >= tr.n) {
         PyErr_SetString(PyExc_IndexError, "used slots outside the tree");
-        return NULL;
+        goto done;
     }
     Py_ssize_t m = PyList_GET_SIZE(positions);
-    PyObject *out = PyList_New(m);
-    if (out == NULL)
-        return NULL;
+    if ((out = PyList_New(m)) == NULL)
+        goto done;
     for (Py_ssize_t j = 0; j < m; j++) {
         long long position = PyLong_AsLongLong(PyList_GET_ITEM(positions, j));
         if (position == -1 && PyErr_Occurred())
@@ -166,16 +189,17 @@ static PyObject *slots_of(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "a position is negative");
             goto fail;
         }
-        Py_ssize_t i = find_slot(tree, used, position);
-        PyObject *w = i < 0 ? NULL : PyLong_FromSsize_t(i);
+        PyObject *w = PyLong_FromSsize_t(find_slot(&tr, used, position));
         if (w == NULL)
             goto fail;
         PyList_SET_ITEM(out, j, w);
     }
-    return out;
+    goto done;
 fail:
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+done:
+    tree_release(&tr);
+    return out;
 }
 
 /* ------------------------------------------------------------------------------------------------ DJA's loops
@@ -183,17 +207,32 @@ fail:
  * Why: SM-D1's and SM-S2's home ticks and replica applies (runtime/algorithms/dja.py) spend most of their time
  * in per-tuple and per-entry interpreter overhead (about ten tuples an epoch); these kernels run
  * DjaSender._update's and DjaReplica.apply's loops on an OrderedEntries' own objects (its _entries and _slot
- * dicts, _keys and _tree lists, read from its attributes and read again after a _rebuild it is asked for), in
+ * dicts, _keys list and _tree array, read from its attributes and read again after a _rebuild it is asked for), in
  * the order and with the errors of the Python loops, which dja.py and ordered.py keep as the fallback. */
+
+/* Dict operations with the key's hash computed once (a tuple key's hash is not cached: a key met in a tick is
+ * looked up, inserted or removed in two dicts, five times in all); the public forms where the private ones are
+ * gone. */
+#if PY_VERSION_HEX < 0x030D0000
+#define GET_KH(d, k, h) _PyDict_GetItem_KnownHash((d), (k), (h))
+#define SET_KH(d, k, v, h) _PyDict_SetItem_KnownHash((d), (k), (v), (h))
+#define DEL_KH(d, k, h) _PyDict_DelItem_KnownHash((d), (k), (h))
+#else
+#define GET_KH(d, k, h) PyDict_GetItemWithError((d), (k))
+#define SET_KH(d, k, v, h) PyDict_SetItem((d), (k), (v))
+#define DEL_KH(d, k, h) PyDict_DelItem((d), (k))
+#endif
 
 static PyObject *s_entries, *s_slot, *s_keys, *s_tree, *s_rebuild, *s_key, *s_ts, *s_seq, *s_append, *s_popleft,
     *i_zero, *i_one, *i_minus_one;
 
 typedef struct {
     PyObject *oe, *entries, *slot, *keys, *tree;   /* the OrderedEntries (borrowed) and its state (owned) */
+    Tree tr;                                       /* the tree's buffer (held while ``tree`` is) */
 } State;
 
 static void state_clear(State *s) {
+    tree_release(&s->tr);
     Py_CLEAR(s->entries);
     Py_CLEAR(s->slot);
     Py_CLEAR(s->keys);
@@ -208,11 +247,12 @@ static int state_read(State *s) {
     s->tree = s->keys ? PyObject_GetAttr(s->oe, s_tree) : NULL;
     if (s->tree == NULL)
         return -1;
-    if (!PyDict_CheckExact(s->entries) || !PyDict_CheckExact(s->slot) || !PyList_CheckExact(s->keys)
-            || !PyList_CheckExact(s->tree)) {
+    if (!PyDict_CheckExact(s->entries) || !PyDict_CheckExact(s->slot) || !PyList_CheckExact(s->keys)) {
         PyErr_SetString(PyExc_TypeError, "not the state of an OrderedEntries");
         return -1;
     }
+    if (tree_get(s->tree, &s->tr) < 0)
+        return -1;
     return 0;
 }
 
@@ -259,10 +299,10 @@ static int entry_add(PyObject *entry, PyObject *delta) {
 }
 
 /* A key not in V appended with ``entry``: OrderedEntries.__setitem__'s and add's new-key path, _rebuild included. */
-static int append_key(State *s, PyObject *key, PyObject *entry) {
+static int append_key_h(State *s, PyObject *key, Py_hash_t h, PyObject *entry) {
     Py_ssize_t used = PyList_GET_SIZE(s->keys);
-    if (used + 1 >= PyList_GET_SIZE(s->tree)) {
-        Py_ssize_t capacity = 2 * PyDict_GET_SIZE(s->entries) + 2;
+    if (used + 1 >= s->tr.n) {
+        Py_ssize_t capacity = 4 * PyDict_GET_SIZE(s->entries) + 2;   /* ordered._capacity */
         PyObject *cap = PyLong_FromSsize_t(capacity < 16 ? 16 : capacity);
         if (cap == NULL)
             return -1;
@@ -278,30 +318,35 @@ static int append_key(State *s, PyObject *key, PyObject *entry) {
     PyObject *slot = PyLong_FromSsize_t(used);
     if (slot == NULL)
         return -1;
-    int r = PyDict_SetItem(s->slot, key, slot);
+    int r = SET_KH(s->slot, key, slot, h);
     Py_DECREF(slot);
-    if (r < 0 || PyList_Append(s->keys, key) < 0 || PyDict_SetItem(s->entries, key, entry) < 0)
+    if (r < 0 || PyList_Append(s->keys, key) < 0 || SET_KH(s->entries, key, entry, h) < 0)
         return -1;
     return 0;
 }
 
 /* del V[key]: OrderedEntries.__delitem__. */
-static int delete_key(State *s, PyObject *key) {
-    if (PyDict_DelItem(s->entries, key) < 0)
+static int delete_key_h(State *s, PyObject *key, Py_hash_t h) {
+    if (DEL_KH(s->entries, key, h) < 0)
         return -1;
-    PyObject *slot = PyDict_GetItemWithError(s->slot, key);
+    PyObject *slot = GET_KH(s->slot, key, h);
     if (slot == NULL) {
         if (!PyErr_Occurred())
             key_error(key);
         return -1;
     }
     Py_ssize_t i = PyLong_AsSsize_t(slot);
-    if ((i == -1 && PyErr_Occurred()) || PyDict_DelItem(s->slot, key) < 0)
+    if ((i == -1 && PyErr_Occurred()) || DEL_KH(s->slot, key, h) < 0)
         return -1;
     Py_INCREF(Py_None);
     if (PyList_SetItem(s->keys, i, Py_None) < 0)
         return -1;
-    return mark_slot(s->tree, PyList_GET_SIZE(s->tree), i);
+    return mark_slot(&s->tr, i);
+}
+
+static int delete_key(State *s, PyObject *key) {
+    Py_hash_t h = PyObject_Hash(key);
+    return h == -1 ? -1 : delete_key_h(s, key, h);
 }
 
 /* V[key], borrowed, KeyError if absent. */
@@ -339,81 +384,176 @@ static PyObject *project(PyObject *t, PyObject *index) {
     return out;
 }
 
-static int cmp_slot(const void *a, const void *b) {
-    Py_ssize_t x = *(const Py_ssize_t *)a, y = *(const Py_ssize_t *)b;
-    return (x > y) - (x < y);
+/* A touched entry of an epoch's tick: its key and entry (strong references) and its slot. */
+typedef struct {
+    PyObject *key, *entry;
+    Py_ssize_t slot;
+    Py_hash_t hash;
+} Touch;
+
+typedef struct {
+    Touch *at;
+    Py_ssize_t n, cap;
+} Touches;
+
+static void touches_clear(Touches *t) {
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        Py_DECREF(t->at[i].key);
+        Py_DECREF(t->at[i].entry);
+    }
+    PyMem_Free(t->at);
+    t->at = NULL;
+    t->n = t->cap = 0;
 }
 
-/* OrderedEntries.changes(touched): v_C's (gap, count) pairs, a new list. */
-static PyObject *changes_of(State *s, PyObject *touched) {
-    Py_ssize_t m = PySet_GET_SIZE(touched), j = 0, n = PyList_GET_SIZE(s->tree);
-    Py_ssize_t *slots = PyMem_New(Py_ssize_t, m > 0 ? m : 1);
-    if (slots == NULL)
-        return PyErr_NoMemory();
-    PyObject *out = NULL, *it = PyObject_GetIter(touched), *key;
-    if (it == NULL)
-        goto done;
-    while ((key = PyIter_Next(it)) != NULL) {
-        PyObject *slot = PyDict_GetItemWithError(s->slot, key);
-        if (slot == NULL && !PyErr_Occurred())
-            key_error(key);
-        Py_DECREF(key);
-        if (slot == NULL || j >= m)
-            break;
-        if ((slots[j++] = PyLong_AsSsize_t(slot)) == -1 && PyErr_Occurred())
-            break;
+/* One more touched (key, entry), both borrowed (kept as strong references), the key's hash ``h``. */
+static int touch(Touches *t, PyObject *key, Py_hash_t h, PyObject *entry) {
+    if (t->n == t->cap) {
+        Py_ssize_t cap = t->cap ? 2 * t->cap : 32;
+        Touch *at = PyMem_Resize(t->at, Touch, cap);
+        if (at == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->at = at;
+        t->cap = cap;
     }
-    Py_DECREF(it);
-    if (PyErr_Occurred())
-        goto done;
-    qsort(slots, (size_t)j, sizeof(Py_ssize_t), cmp_slot);
-    if ((out = PyList_New(2 * j)) == NULL)
-        goto done;
+    Py_INCREF(key);
+    Py_INCREF(entry);
+    t->at[t->n].key = key;
+    t->at[t->n].entry = entry;
+    t->at[t->n].slot = 0;
+    t->at[t->n].hash = h;
+    t->n++;
+    return 0;
+}
+
+/* The touches by slot: an insertion sort (an epoch touches a few tens of entries; qsort's merge sort with its
+ * buffer cost a tenth of a tick), stable like the merge sort it replaces. */
+static void sort_touches(Touch *at, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Touch x = at[i];
+        Py_ssize_t j = i;
+        while (j > 0 && at[j - 1].slot > x.slot) {
+            at[j] = at[j - 1];
+            j--;
+        }
+        at[j] = x;
+    }
+}
+
+/* entry[0] += delta for a small delta: an exact int count added in C, anything else by PyNumber_InPlaceAdd. */
+static int entry_bump(PyObject *entry, long delta, PyObject *odelta) {
+    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) >= 1 && PyLong_CheckExact(PyList_GET_ITEM(entry, 0))) {
+        int overflow;
+        long c = PyLong_AsLongAndOverflow(PyList_GET_ITEM(entry, 0), &overflow);
+        if (!overflow && !(c == -1 && PyErr_Occurred()) && c > LONG_MIN + 1 && c < LONG_MAX - 1) {
+            PyObject *d = PyLong_FromLong(c + delta);
+            if (d == NULL)
+                return -1;
+            PyObject *old = PyList_GET_ITEM(entry, 0);
+            PyList_SET_ITEM(entry, 0, d);
+            Py_DECREF(old);
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    return entry_add(entry, odelta);
+}
+
+/* Is entry[0] == 0 (1), not (0), or -1 with an exception. */
+static int count_is_zero(PyObject *entry) {
+    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) >= 1 && PyLong_CheckExact(PyList_GET_ITEM(entry, 0))) {
+        int overflow;
+        long c = PyLong_AsLongAndOverflow(PyList_GET_ITEM(entry, 0), &overflow);
+        if (c == -1 && PyErr_Occurred())
+            return -1;
+        return !overflow && c == 0;
+    }
+    PyObject *c = entry_get(entry, 0);
+    int zero = c ? PyObject_RichCompareBool(c, i_zero, Py_EQ) : -1;
+    Py_XDECREF(c);
+    return zero;
+}
+
+/* OrderedEntries.changes(keys) and drop_empty(keys) of the touched entries ``t``: their slots found (sorted, each
+ * entry once), v_C's (gap, count) pairs (a new list), then the entries whose count is 0 removed. */
+static PyObject *changes_and_drop(State *s, Touches *t) {
+    Py_ssize_t used = PyList_GET_SIZE(s->keys);
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        PyObject *slot = GET_KH(s->slot, t->at[i].key, t->at[i].hash);
+        if (slot == NULL) {
+            if (!PyErr_Occurred())
+                key_error(t->at[i].key);
+            return NULL;
+        }
+        if ((t->at[i].slot = PyLong_AsSsize_t(slot)) == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    sort_touches(t->at, t->n);
+    Py_ssize_t j = 0;   /* each slot once: a key touched again has the same slot (and entry) */
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if (j > 0 && t->at[j - 1].slot == t->at[i].slot) {
+            Py_DECREF(t->at[i].key);
+            Py_DECREF(t->at[i].entry);
+            continue;
+        }
+        t->at[j++] = t->at[i];
+    }
+    t->n = j;
+    PyObject *out = PyList_New(2 * j);
+    if (out == NULL)
+        return NULL;
     long long last = -1;
     for (Py_ssize_t k = 0; k < j; k++) {
         long long removed;
-        if (prefix(s->tree, n, slots[k], &removed) < 0 || slots[k] >= PyList_GET_SIZE(s->keys))
+        if (prefix(&s->tr, t->at[k].slot, &removed) < 0 || t->at[k].slot >= used)
             goto fail;
-        long long pos = (long long)slots[k] - removed;
-        PyObject *entry = entry_of(s, PyList_GET_ITEM(s->keys, slots[k]));
-        PyObject *gap = entry == NULL ? NULL : PyLong_FromLongLong(pos - last - 1);
+        long long pos = (long long)t->at[k].slot - removed;
+        PyObject *gap = PyLong_FromLongLong(pos - last - 1);
         if (gap == NULL)
             goto fail;
         PyList_SET_ITEM(out, 2 * k, gap);
-        PyObject *count = entry_get(entry, 0);
+        PyObject *count = entry_get(t->at[k].entry, 0);
         if (count == NULL)
             goto fail;
         PyList_SET_ITEM(out, 2 * k + 1, count);
         last = pos;
     }
-    goto done;
-fail:
-    Py_CLEAR(out);
-done:
-    PyMem_Free(slots);
+    for (Py_ssize_t k = 0; k < j; k++) {   /* drop_empty */
+        int empty = count_is_zero(t->at[k].entry);
+        if (empty > 0)
+            empty = delete_key_h(s, t->at[k].key, t->at[k].hash) < 0 ? -1 : 1;
+        if (empty < 0)
+            goto fail;
+    }
     return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* dja_tick(entries, fifo, batch, index, by_ts, bound, sf) -> (vj, vc): DjaSender._update's loops on the
  * OrderedEntries ``entries`` and the deque ``fifo`` of (ts, seq, key): the batch's tuples in (s_F: the new
  * tuples of flagged keys appended to the list ``sf`` unless None), those of ts (``by_ts``) or seq below
- * ``bound`` out, the touched entries' count changes, the emptied entries removed. */
+ * ``bound`` out, the touched entries' count changes, the emptied entries removed.  The touched entries are kept
+ * with their keys as they are met (not in a set looked up again), their slots found once at the end. */
 static PyObject *dja_tick(PyObject *self, PyObject *args) {
     PyObject *fifo, *batch, *index, *bound, *sf;
     int by_ts;
     State s = {NULL, NULL, NULL, NULL, NULL};
+    Touches touched = {NULL, 0, 0};
     if (!PyArg_ParseTuple(args, "OOOO!pOO", &s.oe, &fifo, &batch, &PyTuple_Type, &index, &by_ts, &bound, &sf))
         return NULL;
     if (sf != Py_None && !PyList_Check(sf)) {
         PyErr_SetString(PyExc_TypeError, "sf must be a list or None");
         return NULL;
     }
-    PyObject *append = NULL, *popleft = NULL, *seq = NULL, *vj = NULL, *touched = NULL, *dying = NULL, *vc = NULL,
-        *out = NULL;
+    PyObject *append = NULL, *popleft = NULL, *seq = NULL, *vj = NULL, *dying = NULL, *vc = NULL, *out = NULL;
     if (state_read(&s) < 0 || (append = PyObject_GetAttr(fifo, s_append)) == NULL
             || (popleft = PyObject_GetAttr(fifo, s_popleft)) == NULL
             || (seq = PySequence_Fast(batch, "the batch must be a sequence")) == NULL
-            || (vj = PyList_New(0)) == NULL || (touched = PySet_New(NULL)) == NULL || (dying = PyList_New(0)) == NULL)
+            || (vj = PyList_New(0)) == NULL || (dying = PyList_New(0)) == NULL)
         goto done;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < m; i++) {
@@ -428,8 +568,9 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
         PyObject *r = rec ? PyObject_CallOneArg(append, rec) : NULL;
         Py_XDECREF(rec);
         Py_XDECREF(r);
-        int ok = r != NULL && PySet_Add(touched, key) == 0;
-        PyObject *entry = ok ? PyDict_GetItemWithError(s.entries, key) : NULL;
+        Py_hash_t h = r != NULL ? PyObject_Hash(key) : -1;
+        int ok = h != -1;
+        PyObject *entry = ok ? GET_KH(s.entries, key, h) : NULL;
         if (ok && entry == NULL && !PyErr_Occurred()) {   /* new: in V, last, with [1, False] */
             PyObject *fresh = PyList_New(2);
             if (fresh != NULL) {
@@ -438,11 +579,12 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
                 PyList_SET_ITEM(fresh, 0, i_one);
                 PyList_SET_ITEM(fresh, 1, Py_False);
             }
-            ok = fresh != NULL && append_key(&s, key, fresh) == 0 && PyList_Append(vj, key) == 0;
+            ok = fresh != NULL && append_key_h(&s, key, h, fresh) == 0 && PyList_Append(vj, key) == 0
+                && touch(&touched, key, h, fresh) == 0;
             Py_XDECREF(fresh);
         } else if (ok && entry != NULL) {
             Py_INCREF(entry);
-            ok = entry_add(entry, i_one) == 0;
+            ok = entry_bump(entry, 1, i_one) == 0 && touch(&touched, key, h, entry) == 0;
             PyObject *flag = ok ? entry_get(entry, 1) : NULL;
             int on = flag ? PyObject_IsTrue(flag) : -1;
             Py_XDECREF(flag);
@@ -461,8 +603,13 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
             goto done;
         if (left == 0)
             break;
-        PyObject *head = PySequence_GetItem(fifo, 0);
-        PyObject *v = head ? PySequence_GetItem(head, by_ts ? 0 : 1) : NULL;
+        PyObject *head = PySequence_GetItem(fifo, 0), *v;
+        if (head != NULL && PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 3) {
+            v = PyTuple_GET_ITEM(head, by_ts ? 0 : 1);
+            Py_INCREF(v);
+        } else {
+            v = head ? PySequence_GetItem(head, by_ts ? 0 : 1) : NULL;
+        }
         Py_XDECREF(head);
         int lt = v ? PyObject_RichCompareBool(v, bound, Py_LT) : -1;
         Py_XDECREF(v);
@@ -479,44 +626,30 @@ static PyObject *dja_tick(PyObject *self, PyObject *args) {
             goto done;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++) {   /* bump(key, -1) */
-        PyObject *entry = entry_of(&s, PyList_GET_ITEM(dying, i));
-        if (entry == NULL)
+        PyObject *key = PyList_GET_ITEM(dying, i);
+        Py_hash_t h = PyObject_Hash(key);
+        PyObject *entry = h == -1 ? NULL : GET_KH(s.entries, key, h);
+        if (entry == NULL) {
+            if (!PyErr_Occurred())
+                key_error(key);
             goto done;
+        }
         Py_INCREF(entry);
-        int r = entry_add(entry, i_minus_one);
+        int r = entry_bump(entry, -1, i_minus_one) < 0 || touch(&touched, key, h, entry) < 0 ? -1 : 0;
         Py_DECREF(entry);
         if (r < 0)
             goto done;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dying); i++)
-        if (PySet_Add(touched, PyList_GET_ITEM(dying, i)) < 0)
-            goto done;
-    if ((vc = changes_of(&s, touched)) == NULL)
+    if ((vc = changes_and_drop(&s, &touched)) == NULL)
         goto done;
-    PyObject *it = PyObject_GetIter(touched), *key;   /* drop_empty(touched) */
-    if (it == NULL)
-        goto done;
-    while ((key = PyIter_Next(it)) != NULL) {
-        PyObject *entry = entry_of(&s, key);
-        PyObject *c = entry ? entry_get(entry, 0) : NULL;
-        int empty = c ? PyObject_RichCompareBool(c, i_zero, Py_EQ) : -1;
-        Py_XDECREF(c);
-        if (empty > 0)
-            empty = delete_key(&s, key) < 0 ? -1 : 1;
-        Py_DECREF(key);
-        if (empty < 0)
-            break;
-    }
-    Py_DECREF(it);
-    if (!PyErr_Occurred())
-        out = PyTuple_Pack(2, vj, vc);
+    out = PyTuple_Pack(2, vj, vc);
 done:
     state_clear(&s);
+    touches_clear(&touched);
     Py_XDECREF(append);
     Py_XDECREF(popleft);
     Py_XDECREF(seq);
     Py_XDECREF(vj);
-    Py_XDECREF(touched);
     Py_XDECREF(dying);
     Py_XDECREF(vc);
     return out;
@@ -582,8 +715,10 @@ static PyObject *dja_apply(PyObject *self, PyObject *args) {
         Py_INCREF(Py_False);
         PyList_SET_ITEM(fresh, 0, i_zero);
         PyList_SET_ITEM(fresh, 1, Py_False);
-        int in = PyDict_Contains(s.entries, key);
-        int r = in < 0 ? -1 : in ? PyDict_SetItem(s.entries, key, fresh) : append_key(&s, key, fresh);
+        Py_hash_t h = PyObject_Hash(key);
+        PyObject *had = h == -1 ? NULL : GET_KH(s.entries, key, h);
+        int r = had == NULL && PyErr_Occurred() ? -1
+            : had != NULL ? SET_KH(s.entries, key, fresh, h) : append_key_h(&s, key, h, fresh);
         Py_DECREF(fresh);
         if (r < 0)
             goto done;
@@ -613,8 +748,12 @@ static PyObject *dja_apply(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t used = PyList_GET_SIZE(s.keys);
+    if (used >= s.tr.n) {
+        PyErr_SetString(PyExc_IndexError, "used slots outside the tree");
+        goto done;
+    }
     for (Py_ssize_t j = 0; j < pairs; j++) {
-        Py_ssize_t slot = find_slot(s.tree, used, pos[j]);
+        Py_ssize_t slot = find_slot(&s.tr, used, pos[j]);
         if (slot < 0)
             goto done;
         PyObject *key = slot < used ? PyList_GET_ITEM(s.keys, slot) : Py_None;

@@ -22,7 +22,7 @@ fits in the batch interval τ.
 from __future__ import annotations
 
 from collections import deque
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
 
 from joinlib.model import Stream, Tup
@@ -30,7 +30,6 @@ from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, DjaUpdate, Key, Row, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms import ordered
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, by_key, own_lane, request, store_join
-from joinlib.runtime.algorithms.keyindex import held_keys
 from joinlib.runtime.algorithms.ordered import Entry, OrderedEntries
 from joinlib.runtime.algorithms.semijoin import answer, arrivals_of, finish
 from joinlib.runtime.algorithms.simple import probe_shipped
@@ -38,6 +37,8 @@ from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress
 from joinlib.state.base import WindowStore
+
+_seq_of = attrgetter("seq")
 
 
 def project(t: Tup, index: tuple[int, ...]) -> Key:
@@ -148,8 +149,11 @@ class MixedSender(DjaSender):
         """ΔW'_2: the tuples of the window at epoch ``e`` of the requested keys not shipped yet."""
         want = self.entries.unflagged(keys)
         out: list[tuple[Tup, ...]] = []
+        if not want:
+            return TupleBatch(out)
+        entries = self.entries._entries
         for key, tups in home.view(self.index, want, e).items():
-            self.entries[key][1] = True
+            entries[key][1] = True
             out.extend((t,) for t in tups)
         return TupleBatch(out)
 
@@ -162,6 +166,7 @@ class DjaReplica:
 
     def __init__(self, stream: Stream, index: tuple[int, ...]) -> None:
         self.stream, self.index = stream, index
+        self._key_of = projector(index)
         self.entries = OrderedEntries()  # key -> [count, full?]
 
     def apply(self, e: int, body: Body) -> None:
@@ -238,19 +243,27 @@ class MixedReplica(DjaReplica):
                 self.progress.start_at(e + 1, body.base)
             return
         assert isinstance(body, DjaUpdate)
-        self._sf = {}
-        for t in body.sf:
-            self._sf.setdefault(project(t, self.index), []).append(t)
-        self._expire = {}
+        sf_in = body.sf
+        sf: dict[Key, list[Tup]] = {}
+        self._sf = sf
+        if sf_in:
+            key_of = self._key_of
+            for t in sf_in:
+                sf.setdefault(key_of(t), []).append(t)
+        expire: dict[Key, int] = {}
+        self._expire = expire
         super().apply(e, body)
-        if self._sf:
+        if sf:
             raise RuntimeError(f"s_F of {self.stream.name} names keys the replica holds no full tuples of")
-        # One store call each for the new and the expired tuples (a round trip each on Redis).
-        self.store.insert(sorted(body.sf, key=lambda t: t.seq))
-        gone = [t for key, kl in self.store.lookup_many(self.index, self._expire).items()
-                for t in kl.live()[:self._expire[key]]]
-        gone.sort(key=lambda t: t.seq)
-        self.store.remove_oldest(gone)
+        # One store call each for the new and the expired tuples (a round trip each on Redis), none when there are
+        # none (most epochs: ten tuples an epoch, of keys rarely full).
+        if sf_in:
+            self.store.insert(sorted(sf_in, key=_seq_of))
+        if expire:
+            gone = [t for key, kl in self.store.lookup_many(self.index, expire).items()
+                    for t in kl.live()[:expire[key]]]
+            gone.sort(key=_seq_of)
+            self.store.remove_oldest(gone)
         if self.progress is not None:
             self.progress.add_epoch(e, body.arrivals)
             self.progress.prune(e)
@@ -278,8 +291,10 @@ class MixedReplica(DjaReplica):
     def receive(self, body: TupleBatch) -> None:
         """ΔW'_2 arrived: the requested entries become full."""
         tups = [r[0] for r in body.rows]
+        if not tups:
+            return
         self.store.insert(tups)
-        for key, kl in self.store.lookup_many(self.index, {project(t, self.index) for t in tups}).items():
+        for key, kl in self.store.lookup_many(self.index, set(map(self._key_of, tups))).items():
             entry = self.entries[key]
             entry[1] = True
             entry[0] = len(kl)
@@ -303,7 +318,7 @@ def sms2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         sender: MixedSender = ctx.sender(st.replica or "")
         home = ctx.home(st.stream)
         out.append(answer(ctx, st, lambda keys, e: sender.semijoin(home, keys, e),
-                          lambda m, e: held_keys(m, [k for k, x in sender.entries.items() if not x[1]])))
+                          lambda m, e: sender.entries.held_unflagged(m)))
     return out
 
 
@@ -317,15 +332,20 @@ def _s2_probe(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
         if not ctx.ready(st, e):
             return False
         rep: MixedReplica = ctx.replica(sig)
-        bykey = by_key(st, ctx.rows_in(st, e))
-        partial_keys = rep.partial_keys(bykey)
+        entries = rep.entries._entries   # M_2's dict, read once per key (MixedReplica.partial_keys in one pass)
         now_rows: list[Row] = []
         later: list[Row] = []
-        for k, rs in bykey.items():
-            (later if k in partial_keys else now_rows).extend(rs)
+        partial: list[Key] = []
+        for k, rs in by_key(st, ctx.rows_in(st, e)).items():
+            x = entries.get(k)
+            if x is not None and not x[1]:
+                partial.append(k)
+                later.extend(rs)
+            else:
+                now_rows.extend(rs)
         ctx.output(st, e, store_join(ctx, st, now_rows, rep.store, rep.progress), final=False)
         ctx.hold(("rows", st.sig, e), later)
-        ctx.send(st.home, req, e, request(ctx, st, [k for k in bykey if k in partial_keys]))
+        ctx.send(st.home, req, e, request(ctx, st, partial))
         return True
     return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
 
@@ -342,7 +362,8 @@ def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         if not ctx.ready(st, e):
             return False
         rep: DjaReplica = ctx.replica(sig)
-        rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in rep for r in rs]
+        v2 = rep.entries._entries   # V_2's dict (membership only)
+        rows = [r for k, rs in by_key(st, ctx.rows_in(st, e)).items() if k in v2 for r in rs]
         ctx.send(st.home, data, e, TupleBatch([tuple(filter(None, r)) for r in rows]))
         return True
 

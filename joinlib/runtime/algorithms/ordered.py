@@ -9,10 +9,12 @@ of the removed slots (keys are appended, so an insert costs nothing there) gives
 """
 from __future__ import annotations
 
+from array import array
 from collections.abc import ItemsView, MutableMapping, ValuesView
 from typing import Any, Iterable, Iterator, Optional
 
 from joinlib.kernels import kernel
+from joinlib.protocol.bloom import _DIGESTS, Matcher, hit_index, key_digest
 from joinlib.protocol.messages import Key
 
 Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home, full on a replica)
@@ -24,9 +26,22 @@ Entry = list[Any]   # [count, flag]: a DJA entry (the flag: shipped on the home,
 _c: Any = kernel("joinlib.runtime.algorithms._fenwickc")
 
 
-def _tree(size: int) -> list[int]:
-    """A zeroed Fenwick tree of ``size`` entries."""
-    return [0] * size
+def _tree(size: int) -> "array[int]":
+    """A zeroed Fenwick tree of ``size`` entries: an array of 8-byte ints, which the kernels read and write in place
+    (as a list, each step read an int object and each removal made one per level)."""
+    return array("q", bytes(8 * size))
+
+
+def _capacity(live: int) -> int:
+    """The slots a rebuild with ``live`` keys makes room for: four times the live keys, so that a rebuild (O(V))
+    comes after three times V new keys, not after V (a key per tuple when join values rarely repeat: with twice
+    V, the rebuilds were a tenth of an SM-D1 home's tick); the tree is one level deeper for it.  ``_fenwickc.c``'s
+    ``append_key`` sizes it the same."""
+    return max(16, 4 * live + 2)
+
+
+#: the digest of a removed slot in :attr:`OrderedEntries._dig` (its hits are dropped: the slot holds no key)
+_NO_DIGEST = bytes(64)
 
 
 class OrderedEntries(MutableMapping[Key, Entry]):
@@ -38,6 +53,7 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         self._slot: dict[Key, int] = {}
         self._keys: list[Optional[Key]] = []
         self._tree = _tree(1)   # Fenwick tree of removed slots, 1-based
+        self._dig = bytearray()   # the key digests of the slots, end to end (64 bytes each), up to some slot
         for k, e in items:
             self[k] = e
 
@@ -68,7 +84,7 @@ class OrderedEntries(MutableMapping[Key, Entry]):
             self._entries[key] = entry
             return
         if len(self._keys) + 1 >= len(self._tree):
-            self._rebuild(max(16, 2 * len(self._entries) + 2))
+            self._rebuild(_capacity(len(self._entries)))
         self._slot[key] = len(self._keys)   # appended: no tree update (the tree counts removed slots)
         self._keys.append(key)
         self._entries[key] = entry
@@ -96,7 +112,7 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         entry = self._entries.get(key)
         if entry is None:
             if len(self._keys) + 1 >= len(self._tree):
-                self._rebuild(max(16, 2 * len(self._entries) + 2))
+                self._rebuild(_capacity(len(self._entries)))
             self._slot[key] = len(self._keys)   # as __setitem__ does for a new key
             self._keys.append(key)
             self._entries[key] = [1, False]
@@ -120,6 +136,26 @@ class OrderedEntries(MutableMapping[Key, Entry]):
         the order given."""
         entries = self._entries
         return [k for k in keys if (e := entries.get(k)) is not None and not e[1]]
+
+    def held_unflagged(self, m: Matcher) -> list[Key]:
+        """The keys in V whose flag is off that the set of ``m`` holds, in V's order: an SM-S2 home's answer to a
+        request sent as a Bloom filter.  The slots' digests are kept end to end (:attr:`_dig`, extended by the
+        slots added since the last call, dropped with the slots by :meth:`_rebuild`), so a request costs one
+        kernel call over them and a Python step per hit, not a walk of V and a digest look-up per key."""
+        if m._bloom is None:
+            return [k for k, e in self._entries.items() if not e[1] and m.has(k)]
+        dig, keys = self._dig, self._keys
+        done = len(dig) // 64
+        if done < len(keys):
+            new = keys[done:]
+            # one C look-up per slot (a removed slot's None and a miss both give None, put right below)
+            ds = list(map(_DIGESTS.get, new))  # type: ignore[arg-type]
+            if None in ds:
+                ds = [d if d is not None else _NO_DIGEST if k is None else key_digest(k)
+                      for k, d in zip(new, ds, strict=True)]
+            dig += b"".join(ds)  # type: ignore[arg-type]
+        entries = self._entries
+        return [k for i in hit_index(m, dig) if (k := keys[i]) is not None and not entries[k][1]]
 
     # ------------------------------------------------------------------ positions
     def position(self, key: Key) -> int:
@@ -185,7 +221,8 @@ class OrderedEntries(MutableMapping[Key, Entry]):
 
     def _rebuild(self, capacity: int) -> None:
         """Slots for the live keys only, in order (no removed slot left), and room for ``capacity``."""
-        keys = list(self._entries)
-        self._keys = list(keys)
-        self._slot = {k: i for i, k in enumerate(keys)}
+        keys: list[Optional[Key]] = list(self._entries)
+        self._keys = keys
+        self._slot = dict(zip(keys, range(len(keys)), strict=True))  # type: ignore[arg-type]
         self._tree = _tree(max(capacity, len(keys) + 1) + 1)
+        self._dig = bytearray()

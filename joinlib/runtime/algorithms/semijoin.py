@@ -210,6 +210,7 @@ def smd2_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
 def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
     """At the home: the keys with tuples in the window of epoch e go back; their lists stay."""
     keys_f, match_f = st.flow("keys"), st.flow("match")
+    rb = row_bytes_of(*(ctx.q.stream(n) for n in st.input.streams))   # the query's: one per step, not per epoch
 
     def match(e: int) -> bool:
         if e < ctx.start:
@@ -228,7 +229,6 @@ def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
         found = {k: kl for k, kl in home.store.lookup_many(st.key.index, keys).items()
                  if view_slice(kl, lower, end)}
         ctx.hold(("found", st.sig, e), found)
-        rb = row_bytes_of(*(ctx.q.stream(n) for n in st.input.streams))
         ctx.send(st.loc, match_f, e, key_message(list(found), ctx.q.execution.bloom_fpr,
                                                  rb * asked if rb is not None else None))
         return True
