@@ -13,7 +13,7 @@
 #include <structmember.h>
 #include <time.h>
 
-static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op;
+static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op, *s_wait, *s_inbox;
 
 /* Where a __slots__ attribute of a type lives in its instances: (type, interned name) -> offset, for the few
  * (type, name) pairs the loop reads (Lane's epoch, cursor, _n).  Why: PyObject_GetAttr on a slot goes through the
@@ -150,6 +150,38 @@ static int report(PyObject *on_phase, PyObject *site, PyObject *op, double secon
     return 0;
 }
 
+/* Phase.wait at epoch e: 1 the phase may run (no wait, e below its start, or its message in the host's inbox), 0 its
+ * message is not there, -1 on error. */
+static int waited(PyObject *ph, PyObject *e) {
+    PyObject *w = get_attr(ph, s_wait), *inbox = NULL, *key = NULL, *last = NULL;
+    int r = -1;
+    if (w == NULL)
+        return -1;
+    if (w == Py_None) {
+        Py_DECREF(w);
+        return 1;
+    }
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(w, 1))) {
+        PyErr_SetString(PyExc_TypeError, "a phase's wait is (host, key prefix: tuple, start)");
+        goto done;
+    }
+    int below = PyObject_RichCompareBool(e, PyTuple_GET_ITEM(w, 2), Py_LT);
+    if (below != 0) {
+        r = below < 0 ? -1 : 1;
+        goto done;
+    }
+    if ((inbox = PyObject_GetAttr(PyTuple_GET_ITEM(w, 0), s_inbox)) == NULL || (last = PyTuple_Pack(1, e)) == NULL ||
+        (key = PySequence_Concat(PyTuple_GET_ITEM(w, 1), last)) == NULL)
+        goto done;
+    r = PySequence_Contains(inbox, key);
+done:
+    Py_DECREF(w);
+    Py_XDECREF(inbox);
+    Py_XDECREF(key);
+    Py_XDECREF(last);
+    return r;
+}
+
 /* One phase of `lane` at its cursor, the clock read at *t0 before it: 1 ran (timed from *t0, reported; *t0 the
  * clock after it, the next phase's start), 0 could not run, -1 error. */
 static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf,
@@ -173,6 +205,11 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
         Py_CLEAR(e);
         if (get_ll(lane, s_epoch, &epoch) < 0 || (e = PyLong_FromLongLong(epoch)) == NULL)
             goto done;
+    }
+    int open = waited(ph, e);
+    if (open <= 0) {   /* the message the phase waits for is not here: it would answer False */
+        out = open;
+        goto done;
     }
     if ((res = PyObject_CallOneArg(fn, e)) == NULL)
         goto done;
@@ -300,7 +337,8 @@ PyMODINIT_FUNC PyInit__lanesc(void) {
     if ((s_hi = PyUnicode_InternFromString("hi")) == NULL || (s_epoch = PyUnicode_InternFromString("epoch")) == NULL ||
         (s_cursor = PyUnicode_InternFromString("cursor")) == NULL ||
         (s_phases = PyUnicode_InternFromString("phases")) == NULL || (s_n = PyUnicode_InternFromString("_n")) == NULL ||
-        (s_fn = PyUnicode_InternFromString("fn")) == NULL || (s_op = PyUnicode_InternFromString("op")) == NULL)
+        (s_fn = PyUnicode_InternFromString("fn")) == NULL || (s_op = PyUnicode_InternFromString("op")) == NULL ||
+        (s_wait = PyUnicode_InternFromString("wait")) == NULL || (s_inbox = PyUnicode_InternFromString("inbox")) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");
     if (time == NULL)

@@ -152,6 +152,14 @@ class Instance:
             return None
         return self.host.take(key)
 
+    def waits(self, flow: str) -> Optional[tuple[Any, tuple[Any, ...], int]]:
+        """What a phase that takes ``flow``'s message of its epoch, first thing from this instance's start on,
+        waits for (:attr:`joinlib.runtime.lanes.Phase.wait`): the scheduler skips its call until the message is in
+        the host's inbox.  None when the host keeps no inbox."""
+        if not hasattr(self.host, "inbox"):
+            return None
+        return (self.host, self.key + (self._flow_ids[flow],), self.start)
+
     def ready(self, st: StepOp, e: int) -> bool:
         """Has the previous step (or the start) delivered all of epoch e's input here?"""
         if st.j == 0:
@@ -296,7 +304,7 @@ class Instance:
                 return False
             rep.apply(e, body)
             return True
-        return Placed(self.site, ("hold", op.sig), Phase((0,), "sync", apply))
+        return Placed(self.site, ("hold", op.sig), Phase((0,), "sync", apply, self.waits(flow)))
 
     def _start(self, si: int, head: str) -> Placed:
         m = self.m

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from joinlib.kernels import kernel
 from joinlib.runtime.sensor import Sensor, TotalsSensor
@@ -35,6 +35,10 @@ class Phase:
     rank: tuple[int, ...]
     op: str
     fn: PhaseFn
+    #: a message the phase cannot run without, as (host, key prefix, start): at an epoch e >= start the phase
+    #: answers False (doing nothing) until ``host.inbox`` holds ``prefix + (e,)``, so the scheduler tests that
+    #: and skips the call -- most polls of a phase that waits for a message find none (issue 27)
+    wait: Optional[tuple[Any, tuple[Any, ...], int]] = None
 
 
 class Lane:
@@ -70,6 +74,9 @@ class Lane:
         t0 = _perf()   # once before the first phase, then once after each that runs: its end, the next one's start
         while True:
             ph = phases[self.cursor]
+            w = ph.wait
+            if w is not None and self.epoch >= w[2] and w[1] + (self.epoch,) not in w[0].inbox:
+                return moved
             if not ph.fn(self.epoch):
                 return moved
             t1 = _perf()

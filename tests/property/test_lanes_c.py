@@ -226,3 +226,29 @@ def test_totals_are_the_same_in_both_forms(clock: str, sensor_type: type) -> Non
             assert sensor.calls == 41 * 3
         out.append(sorted(sensor.processing))
     assert out[0] == out[1] == [("s", "get"), ("s", "get2"), ("s", "put")]
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c-kernels", "fallback"])
+def test_a_phase_is_not_called_before_the_message_it_waits_for(c: bool) -> None:
+    """Phase.wait: below its start the phase is called as any other; from its start on, only once the host's inbox
+    (read at every poll: a restore replaces it) holds its message."""
+    class _Host:
+        inbox: dict[tuple[Any, ...], int] = {}
+
+    host, calls = _Host(), []
+
+    def take(e: int) -> bool:
+        calls.append(e)
+        return e < 2 or ("q", 7, e) in host.inbox
+
+    lane = Lane("w", [Phase((0,), "take", take, (host, ("q", 7), 2))], 0, 5)
+    with kernels(lanes_mod, c):
+        assert run_lanes([lane], "s", Sensor()) is True
+        assert (calls, lane.epoch) == ([0, 1], 2)       # epoch 2: no message, no call
+        assert run_lanes([lane], "s", Sensor()) is False and calls == [0, 1]
+        host.inbox = {("q", 7, 2): 1, ("q", 7, 3): 1}
+        assert run_lanes([lane], "s", Sensor()) is True
+        assert (calls, lane.epoch) == ([0, 1, 2, 3], 4)
+        with pytest.raises(TypeError):   # a wait that is no (host, prefix, start)
+            bad: Any = ("not", "a", "wait")
+            Lane("x", [Phase((0,), "t", take, bad)], 2, 5).run("s", Sensor())

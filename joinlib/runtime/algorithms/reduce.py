@@ -512,13 +512,14 @@ def reducer_phases(ctx: StepContext, red: Reducer, home: HomeWindow, ship_flow: 
         edge = op.edge(nbr)
         flow = edge.in_flow if way == "in" else edge.out_flow
         assert flow is not None  # the schedule has no skipped direction
+        wait = None
         if way == "in":
-            fn = _take(ctx, red, nbr, flow)
+            fn, wait = _take(ctx, red, nbr, flow), ctx.waits(flow)
         elif ahead is not None and flow in ahead.flows:
             fn = _check(ctx, red, nbr, flow, ahead)
         else:
             fn = _send(ctx, red, nbr, edge.home, flow)
-        phases.append(Phase((i,), "semijoin", fn))
+        phases.append(Phase((i,), "semijoin", fn, wait))
     if ship_flow is not None:
         def ship(e: int) -> bool:
             if e < start:

@@ -168,7 +168,8 @@ def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], Tup
             return False
         ctx.send(st.loc, resp, e, respond(requested(body, e), e))
         return True
-    return Placed(st.home, ("serve", st.replica or ""), Phase(rank, "semijoin", semijoin), ("home", st.stream))
+    return Placed(st.home, ("serve", st.replica or ""), Phase(rank, "semijoin", semijoin, ctx.waits(req)),
+                  ("home", st.stream))
 
 
 def finish(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
@@ -190,7 +191,7 @@ def finish(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
         rep.receive(body)
         ctx.output(st, e, store_join(ctx, st, ctx.release(("rows", st.sig, e)), rep.store, rep.progress))
         return True
-    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
+    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe, ctx.waits(resp)))
 
 
 def sms1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
