@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import heapq
 import marshal
+import sys
 import time
 from collections import deque
 from operator import attrgetter
@@ -151,7 +152,7 @@ class RedisBlockStore(MemoryReads):
         self._kd, self._kx = base + ":d", base + ":x"
         self.fence: Any = None   # a claimed RedisFence: flushes only while its run owns the store
         self._flush_records = flush_records
-        self.flush_after_s = flush_after_s
+        self._flush_after_s = flush_after_s
         self._waiting_since: Optional[float] = None   # when the oldest change not in Redis was made
         self._reset_log()
         self._new_indexes: list[str] = []          # index specs not yet in Redis
@@ -317,11 +318,20 @@ class RedisBlockStore(MemoryReads):
         self._new_indexes, self._pending, self._dead = [], {}, []
         self._waiting_since = None
 
+    def flush_when_asked(self) -> None:
+        """Never flush by itself again (neither by the clock nor by the records waiting): a store of a run that takes
+        checkpoints, each of which flushes every store first, while a restart rolls the live keys back to the last
+        checkpoint's copies -- a flush in between (of a lane's blocks between two checkpoints of a backlog's drain)
+        would send blocks, most of which expire before the next checkpoint, that nothing ever reads.  The records
+        waiting stay bounded by the window: a record that dies before a flush leaves at once."""
+        self._flush_records = sys.maxsize
+        self._flush_after_s = float("inf")
+
     def _flush_if_due(self) -> None:
         """Flush when too many records wait, or one has waited ``flush_after_s``."""
         since = self._waiting_since
         if len(self._pending) >= self._flush_records or (
-                since is not None and time.monotonic() - since >= self.flush_after_s):
+                since is not None and time.monotonic() - since >= self._flush_after_s):
             self.flush()
 
     def dirty(self) -> bool:

@@ -378,14 +378,8 @@ class RedisStoreFactory:
         store = self.cls(self.client, store_prefix(self.namespace, name))
         if isinstance(store, RedisBlockStore):
             store.fence = self.fence
-            if self.fence is not None:
-                # a fenced run takes checkpoints (joinlib.node.recovery), each flushing every store first, and a
-                # restart rolls the live keys back to the last checkpoint's copies: a store's own flush (of
-                # records a second old, or of 1,024 waiting records: a lane's blocks between two checkpoints of a
-                # backlog's drain) would send blocks, most of which expire before the next checkpoint, that nothing
-                # ever reads.  The records waiting stay bounded by the window: a record that dies before a flush
-                # leaves at once.
-                store.flush_after_s = store._flush_records = float("inf")   # type: ignore[assignment]
+            if self.fence is not None:   # a fenced run takes checkpoints (joinlib.node.recovery): they flush it
+                store.flush_when_asked()
             self._blocks.add(store)
         return store
 

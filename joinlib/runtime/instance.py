@@ -141,11 +141,15 @@ class Instance:
         else:
             self.host.send(env)
 
-    def take(self, flow: str, epoch: int) -> Optional[Body]:
+    def _inbox_prefix(self, flow: str) -> tuple[str, int, int, int]:
+        """The first four of ``flow``'s inbox keys (the epoch is the fifth), made once per flow."""
         pre = self._inbox_keys.get(flow)
         if pre is None:
             pre = self._inbox_keys[flow] = self.key + (self._flow_ids[flow],)
-        key = pre + (epoch,)
+        return pre
+
+    def take(self, flow: str, epoch: int) -> Optional[Body]:
+        key = (self._inbox_keys.get(flow) or self._inbox_prefix(flow)) + (epoch,)   # (the cache read inline: a poll)
         # most polls: the message is not here yet; a host that keeps an inbox (a Host) says so without the call
         inbox = getattr(self.host, "inbox", None)
         if inbox is not None and key not in inbox:
@@ -158,7 +162,7 @@ class Instance:
         the host's inbox.  None when the host keeps no inbox."""
         if not hasattr(self.host, "inbox"):
             return None
-        return (self.host, self.key + (self._flow_ids[flow],), self.start)
+        return (self.host, self._inbox_prefix(flow), self.start)
 
     def ready(self, st: StepOp, e: int) -> bool:
         """Has the previous step (or the start) delivered all of epoch e's input here?"""
