@@ -13,66 +13,66 @@
 #include <structmember.h>
 #include <time.h>
 
-static PyObject *s_hi, *s_epoch, *s_cursor, *s_phases, *s_n, *s_fn, *s_op, *s_wait, *s_inbox;
+static PyObject *s_inbox;
 
-/* Where a __slots__ attribute of a type lives in its instances: (type, interned name) -> offset, for the few
- * (type, name) pairs the loop reads (Lane's epoch, cursor, _n).  Why: PyObject_GetAttr on a slot goes through the
- * type's method cache and the member descriptor, a few hundred instructions; the loop reads a lane's attributes
- * about seven times a poll, and on the demo's query that was a twelfth of a run's instructions (callgrind, issue
- * 27).  Only a type whose getattr and setattr are the generic ones and whose attribute is a plain object slot is
- * cached, so the slot read is exactly what getattr does; anything else (a property, __getattr__, a subclass's
- * override, more pairs than fit) takes PyObject_GetAttr as before. */
-#define SLOTS 16
-static struct {
-    PyTypeObject *type;
-    PyObject *name;
-    Py_ssize_t offset;   /* 0: not a plain slot (look it up each time) */
+/* Where a __slots__ attribute of a type lives in its instances, cached per attribute name: the loop reads a few
+ * names (Lane's epoch, cursor, _n, hi, phases; Phase's fn, op, wait; a host's inbox), each almost always of one
+ * type, so each name keeps the last type it was read from and that type's offset (an inline cache: one compare per
+ * read).  Why: PyObject_GetAttr on a slot goes through the type's method cache and the member descriptor, a few
+ * hundred instructions, and the loop reads a lane's attributes about seven times a poll (a twelfth of a run's
+ * instructions on the demo's query, callgrind, issue 27); a table of (type, name) pairs scanned per read cost 3.5 %
+ * of a reduction's instructions on its own.  Only a type whose getattr and setattr are the generic ones and whose
+ * attribute is a plain object slot is read in place, so the read is exactly what getattr does; anything else (a
+ * property, __getattr__, a subclass's override, an instance dict) takes PyObject_GetAttr as before, and a name read
+ * from another type than last time looks the type up again. */
+typedef struct {
+    PyObject *name;      /* interned */
+    PyTypeObject *type;  /* the type last read from (a strong reference), NULL: none yet */
+    Py_ssize_t offset;   /* 0: not a plain slot of that type (getattr each time) */
     int settable;        /* the type's setattr is the generic one too (a frozen dataclass's is not) */
-} slots[SLOTS];
-static int nslots;
+} Slot;
 
-static Py_ssize_t slot_offset(PyObject *o, PyObject *name, int set) {
-    PyTypeObject *tp = Py_TYPE(o);
-    for (int i = 0; i < nslots; i++)
-        if (slots[i].type == tp && slots[i].name == name)
-            return set && !slots[i].settable ? 0 : slots[i].offset;
-    if (nslots == SLOTS)
-        return 0;
+static Slot c_hi, c_epoch, c_cursor, c_phases, c_n, c_fn, c_op, c_wait;
+
+static Py_ssize_t slot_fill(Slot *c, PyTypeObject *tp) {
     Py_ssize_t off = 0;
-    int settable = tp->tp_setattro == PyObject_GenericSetAttr;
     if (tp->tp_getattro == PyObject_GenericGetAttr) {
-        PyObject *d = _PyType_Lookup(tp, name);   /* borrowed */
+        PyObject *d = _PyType_Lookup(tp, c->name);   /* borrowed */
         if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
             PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
             if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
                 off = m->offset;
         }
     }
-    Py_INCREF(tp);   /* kept for the module's life, as the names are */
-    slots[nslots].type = tp;
-    slots[nslots].name = name;
-    slots[nslots].offset = off;
-    slots[nslots].settable = settable;
-    nslots++;
-    return set && !settable ? 0 : off;
+    Py_INCREF(tp);
+    Py_XSETREF(c->type, tp);
+    c->offset = off;
+    c->settable = tp->tp_setattro == PyObject_GenericSetAttr;
+    return off;
+}
+
+static inline Py_ssize_t slot_offset(PyObject *o, Slot *c, int set) {
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_ssize_t off = c->type == tp ? c->offset : slot_fill(c, tp);
+    return set && !c->settable ? 0 : off;
 }
 
 /* getattr(o, name): a new reference (a plain slot read in place, see slot_offset). */
-static PyObject *get_attr(PyObject *o, PyObject *name) {
-    Py_ssize_t off = slot_offset(o, name, 0);
+static PyObject *get_attr(PyObject *o, Slot *c) {
+    Py_ssize_t off = slot_offset(o, c, 0);
     PyObject *v = off ? *(PyObject **)((char *)o + off) : NULL;
-    return v != NULL ? Py_NewRef(v) : PyObject_GetAttr(o, name);
+    return v != NULL ? Py_NewRef(v) : PyObject_GetAttr(o, c->name);
 }
 
 /* getattr(o, name) as a C long long (an int attribute). */
-static int get_ll(PyObject *o, PyObject *name, long long *out) {
-    Py_ssize_t off = slot_offset(o, name, 0);
+static int get_ll(PyObject *o, Slot *c, long long *out) {
+    Py_ssize_t off = slot_offset(o, c, 0);
     PyObject *v = off ? *(PyObject **)((char *)o + off) : NULL;
     if (v != NULL) {   /* an unset slot (NULL) raises through getattr below */
         *out = PyLong_AsLongLong(v);
         return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
     }
-    v = PyObject_GetAttr(o, name);
+    v = PyObject_GetAttr(o, c->name);
     if (v == NULL)
         return -1;
     *out = PyLong_AsLongLong(v);
@@ -80,16 +80,16 @@ static int get_ll(PyObject *o, PyObject *name, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int set_ll(PyObject *o, PyObject *name, long long x) {
+static int set_ll(PyObject *o, Slot *c, long long x) {
     PyObject *v = PyLong_FromLongLong(x);
     if (v == NULL)
         return -1;
-    Py_ssize_t off = slot_offset(o, name, 1);
+    Py_ssize_t off = slot_offset(o, c, 1);
     if (off) {
         Py_XSETREF(*(PyObject **)((char *)o + off), v);
         return 0;
     }
-    int r = PyObject_SetAttr(o, name, v);
+    int r = PyObject_SetAttr(o, c->name, v);
     Py_DECREF(v);
     return r;
 }
@@ -153,7 +153,7 @@ static int report(PyObject *on_phase, PyObject *site, PyObject *op, double secon
 /* Phase.wait at epoch e: 1 the phase may run (no wait, e below its start, or its message in the host's inbox), 0 its
  * message is not there, -1 on error. */
 static int waited(PyObject *ph, PyObject *e) {
-    PyObject *w = get_attr(ph, s_wait), *inbox = NULL, *key = NULL, *last = NULL;
+    PyObject *w = get_attr(ph, &c_wait), *inbox = NULL, *key = NULL, *last = NULL;
     int r = -1;
     if (w == NULL)
         return -1;
@@ -187,7 +187,7 @@ done:
 static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf,
                      double *t0) {
     long long cursor, epoch;
-    if (get_ll(lane, s_cursor, &cursor) < 0)
+    if (get_ll(lane, &c_cursor, &cursor) < 0)
         return -1;
     if (cursor < 0 || cursor >= PyList_GET_SIZE(phases)) {
         PyErr_SetString(PyExc_IndexError, "a lane's cursor is past its phases");
@@ -195,15 +195,15 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     }
     PyObject *ph = PyList_GET_ITEM(phases, cursor);
     Py_INCREF(ph);
-    PyObject *fn = get_attr(ph, s_fn), *e = NULL, *res = NULL, *op = NULL;
+    PyObject *fn = get_attr(ph, &c_fn), *e = NULL, *res = NULL, *op = NULL;
     int out = -1;
     double t1;
     /* fn(lane.epoch): the attribute's own int object, as the Python form passes it (no new int per poll) */
-    if (fn == NULL || (e = get_attr(lane, s_epoch)) == NULL)
+    if (fn == NULL || (e = get_attr(lane, &c_epoch)) == NULL)
         goto done;
     if (!PyLong_CheckExact(e)) {   /* anything else as get_ll reads it */
         Py_CLEAR(e);
-        if (get_ll(lane, s_epoch, &epoch) < 0 || (e = PyLong_FromLongLong(epoch)) == NULL)
+        if (get_ll(lane, &c_epoch, &epoch) < 0 || (e = PyLong_FromLongLong(epoch)) == NULL)
             goto done;
     }
     int open = waited(ph, e);
@@ -219,7 +219,7 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
         goto done;
     }
     t1 = clock_now(perf);
-    if ((t1 == -1.0 && PyErr_Occurred()) || (op = get_attr(ph, s_op)) == NULL ||
+    if ((t1 == -1.0 && PyErr_Occurred()) || (op = get_attr(ph, &c_op)) == NULL ||
         report(on_phase, site, op, t1 - *t0) < 0)
         goto done;
     *t0 = t1;
@@ -235,17 +235,17 @@ done:
 
 /* Lane.run: phases while they can; 1 if any ran, 0 if none, -1 on error. */
 static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject *perf) {
-    PyObject *hiobj = get_attr(lane, s_hi);
+    PyObject *hiobj = get_attr(lane, &c_hi);
     if (hiobj == NULL)
         return -1;
     int has_hi = hiobj != Py_None;
     long long hi = has_hi ? PyLong_AsLongLong(hiobj) : 0, epoch, cursor, n;
     Py_DECREF(hiobj);
-    if ((hi == -1 && PyErr_Occurred()) || get_ll(lane, s_epoch, &epoch) < 0)
+    if ((hi == -1 && PyErr_Occurred()) || get_ll(lane, &c_epoch, &epoch) < 0)
         return -1;
     if (has_hi && epoch > hi)
         return 0;
-    PyObject *phases = get_attr(lane, s_phases);
+    PyObject *phases = get_attr(lane, &c_phases);
     if (phases == NULL)
         return -1;
     int moved = 0;
@@ -253,7 +253,7 @@ static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject
         PyErr_SetString(PyExc_TypeError, "a lane's phases are a list");
         goto error;
     }
-    if (get_ll(lane, s_n, &n) < 0)
+    if (get_ll(lane, &c_n, &n) < 0)
         goto error;
     /* the clock once before the first phase, then once after each that runs: its end is the next one's start */
     double t0 = clock_now(perf);
@@ -266,11 +266,11 @@ static int run_lane(PyObject *lane, PyObject *site, PyObject *on_phase, PyObject
         if (ran == 0)
             break;
         moved = 1;
-        if (get_ll(lane, s_cursor, &cursor) < 0 || set_ll(lane, s_cursor, cursor + 1) < 0)
+        if (get_ll(lane, &c_cursor, &cursor) < 0 || set_ll(lane, &c_cursor, cursor + 1) < 0)
             goto error;
         if (cursor + 1 == n) {
-            if (set_ll(lane, s_cursor, 0) < 0 || get_ll(lane, s_epoch, &epoch) < 0 ||
-                set_ll(lane, s_epoch, epoch + 1) < 0)
+            if (set_ll(lane, &c_cursor, 0) < 0 || get_ll(lane, &c_epoch, &epoch) < 0 ||
+                set_ll(lane, &c_epoch, epoch + 1) < 0)
                 goto error;
             if (has_hi && epoch + 1 > hi)
                 break;
@@ -334,11 +334,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lanesc", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__lanesc(void) {
-    if ((s_hi = PyUnicode_InternFromString("hi")) == NULL || (s_epoch = PyUnicode_InternFromString("epoch")) == NULL ||
-        (s_cursor = PyUnicode_InternFromString("cursor")) == NULL ||
-        (s_phases = PyUnicode_InternFromString("phases")) == NULL || (s_n = PyUnicode_InternFromString("_n")) == NULL ||
-        (s_fn = PyUnicode_InternFromString("fn")) == NULL || (s_op = PyUnicode_InternFromString("op")) == NULL ||
-        (s_wait = PyUnicode_InternFromString("wait")) == NULL || (s_inbox = PyUnicode_InternFromString("inbox")) == NULL)
+    Slot *caches[] = {&c_hi, &c_epoch, &c_cursor, &c_phases, &c_n, &c_fn, &c_op, &c_wait};
+    const char *names[] = {"hi", "epoch", "cursor", "phases", "_n", "fn", "op", "wait"};
+    for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]); i++)
+        if ((caches[i]->name = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
+    if ((s_inbox = PyUnicode_InternFromString("inbox")) == NULL)
         return NULL;
     PyObject *time = PyImport_ImportModule("time");
     if (time == NULL)
