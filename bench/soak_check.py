@@ -149,7 +149,9 @@ class SourceCheck(threading.Thread):
                 self.want.add((ids, ts + origin), n)
 
     def finish(self, timeout_s: float) -> None:
-        """The input has ended: read up to the topics' ends, then hand out every chunk left."""
+        """The input has ended: read up to the topics' ends, then hand out every chunk left; waits as long as the
+        thread reads on (reading a whole run after it, ``--check after``, takes minutes), and gives up when it
+        has read nothing for ``timeout_s``."""
         from confluent_kafka import TopicPartition
 
         from joinlib.adapters.kafka import make_consumer
@@ -159,8 +161,13 @@ class SourceCheck(threading.Thread):
                          for t, p in self.next_off}
         finally:
             c.close()
-        if not self.done.wait(timeout_s):
-            self.error = self.error or f"the source check did not reach the topics' ends within {timeout_s:.0f} s"
+        read = -1
+        while not self.done.wait(timeout_s):
+            if self.records == read:
+                self.error = self.error or (f"the source check read nothing for {timeout_s:.0f} s before the "
+                                            f"topics' ends")
+                return
+            read = self.records
 
     def summary(self) -> dict:
         return {"records": self.records, "on_time": self.inc.on_time, "dead_letters_expected": len(self.inc.dead),
