@@ -80,6 +80,7 @@ MATCHES_PER_WINDOW = 1.0   # an event's matches in each other stream's window: ~
 # run (+ 30 min for the drain and the check: ~1.3 kB per event on disk, 13 GB for 30 min at 1,850 events/s per
 # site); with ``--check live`` (the check reading beside the nodes) a few minutes
 SOURCE_RETENTION_LIVE_MS = 180_000
+DRAIN_AND_CHECK_S = 1800
 SOURCE_SEGMENT_BYTES = 64 * 1024 * 1024
 CHECK_MODES = ("after", "live")
 # the node processes' malloc settings, as in services/Dockerfile (without MALLOC_ARENA_MAX a node's RSS stayed at
@@ -89,7 +90,7 @@ NODE_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 def source_topic_config(minutes: float, check: str) -> dict[str, str]:
     """The soak's source topics' config: they keep every record until the check has read it."""
-    keep_ms = SOURCE_RETENTION_LIVE_MS if check == "live" else round((minutes * 60 + 1800) * 1000)
+    keep_ms = SOURCE_RETENTION_LIVE_MS if check == "live" else round((minutes * 60 + DRAIN_AND_CHECK_S) * 1000)
     return {"retention.ms": str(keep_ms), "segment.bytes": str(SOURCE_SEGMENT_BYTES)}
 
 

@@ -4,14 +4,15 @@
     python bench/soak_memtrace.py OUT_DIR EVERY_S FRAMES -m services.node --site s1 --serve
 
 Runs the module as ``python -m`` would.  ``FRAMES`` 0: a daemon thread appends the process's RSS and glibc
-malloc's figures (mallinfo2: heap, mmapped, in use, free) to ``OUT_DIR/malloc.txt`` every ``EVERY_S`` seconds, at
-no cost to the service.  Otherwise a daemon thread starts :mod:`tracemalloc` (``FRAMES`` frames a trace)
-``EVERY_S`` seconds later (not while the service imports: compiling joinlib under tracemalloc took minutes on a
-loaded machine) and then writes, every ``EVERY_S`` seconds, ``OUT_DIR/heap-<n>.txt``: the process's RSS, the
-traced total, the top allocation sites by size and their growth since the first snapshot (after warm-up, a
-site that keeps growing is a leak; one that settles is a bounded cache), and the live objects counted by type
-(``gc``).  Costs CPU and memory (tracemalloc roughly doubles allocation cost): for finding what grows, not for
-the soak's verdicts.
+malloc's figures (mallinfo2: heap, mmapped, in use, free) to ``OUT_DIR/malloc.txt`` every ``EVERY_S`` seconds,
+at no cost to the service (with ``SOAK_MEMTRACE_TRIM=1`` in its environment it then calls ``malloc_trim(0)``
+and appends the RSS after it: the part of RSS that was free malloc heap).  Otherwise a daemon thread starts
+:mod:`tracemalloc` (``FRAMES`` frames a trace) ``EVERY_S`` seconds later (not while the service imports:
+compiling joinlib under tracemalloc took minutes on a loaded machine) and then writes, every ``EVERY_S``
+seconds, ``OUT_DIR/heap-<n>.txt``: the process's RSS, the traced total, the top allocation sites by size and
+their growth since the first snapshot (after warm-up, a site that keeps growing is a leak; one that settles is
+a bounded cache), and the live objects counted by type (``gc``).  Costs CPU and memory (tracemalloc roughly
+doubles allocation cost): for finding what grows, not for the soak's verdicts.
 """
 from __future__ import annotations
 
@@ -58,8 +59,13 @@ def _types() -> Counter:
 
 def _dump(out: Path, n: int, t0: float, first: list, first_types: list) -> None:
     if not tracemalloc.is_tracing():   # FRAMES 0: RSS and malloc's figures only, at no cost to the service
+        line = f"t={time.monotonic() - t0:.0f}s rss={_rss_mb():.1f}MB {_mallinfo()}"
+        if os.environ.get("SOAK_MEMTRACE_TRIM") == "1":   # how much of RSS was free malloc heap: trim, measure
+            import ctypes
+            ctypes.CDLL(None).malloc_trim(0)
+            line += f" rss_after_malloc_trim={_rss_mb():.1f}MB"
         with open(out / "malloc.txt", "a") as fh:
-            fh.write(f"t={time.monotonic() - t0:.0f}s rss={_rss_mb():.1f}MB {_mallinfo()}\n")
+            fh.write(line + "\n")
         return
     snap = tracemalloc.take_snapshot().filter_traces([
         tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")])
