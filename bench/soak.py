@@ -22,11 +22,17 @@ Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``I
 its topics, scraped from its /metrics) and watermark lag, the results/s and the p50/p99 event-to-result
 latency of the results emitted in the interval (read from ``out.<query>``).
 
-The check (bench/soak_check.py): while the generator writes, a thread reads every source record and computes
-the contract's reference chunk by chunk (15 s of head time, joinlib/ingest/contract_stream.py), and the reader
-of ``out.<query>`` tallies the live results the same way: per chunk, a count and an order-independent hash.
-After the input ends, every chunk must match (nothing missing, nothing duplicated), and ``dlq.<query>`` must
-hold exactly the contract's dead letters (bench/chaos_check.py).
+The check (bench/soak_check.py): a thread reads every source record and computes the contract's reference chunk
+by chunk (15 s of head time, joinlib/ingest/contract_stream.py) -- once the input has ended (``--check after``,
+the default: its CPU, ~30-120 us a record, then does not compete with the nodes; the source topics keep the
+whole run) or while the generator writes (``--check live``) -- and the reader of ``out.<query>`` tallies the live
+results the same way: per chunk, a count and an order-independent hash.  After the input ends, every chunk must
+match (nothing missing, nothing duplicated), and ``dlq.<query>`` must hold exactly the contract's dead letters
+(bench/chaos_check.py).
+
+``--trace-memory S`` (with ``--trace-frames``) finds what a node's memory is made of (bench/soak_memtrace.py:
+tracemalloc snapshots of the first site's node, or every node's RSS and glibc malloc figures) and counts Redis
+keys by kind in every sample; ``--node-env KEY=VALUE`` sets the node processes' environment (malloc settings).
 
 Verdicts, after the warm-up (``--warmup``, default 20 % of the run, at least 60 s): every node's RSS and
 Redis used_memory stay within +-10 % of their post-warm-up median ("flat"); the consumer lag is bounded
@@ -399,8 +405,8 @@ def _check(bs: str, q: Any, out: dict, source: Any, reader: Any, drain_timeout_s
     ``--check after`` (no ``source`` yet) the source topics are read now, while the nodes finish the last epochs."""
     from soak_check import SourceCheck, final_check
     t0 = time.monotonic()
-    if source is None:
-        source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS)
+    if source is None:   # nothing to yield the CPU to now: no nice 19 (a loaded machine would starve it)
+        source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS, yield_cpu=False)
         source.start()
     check = final_check(bs, q, out["run"], source, reader, drain_timeout_s,
                         **({"report": lambda _: None} if quiet else {}))

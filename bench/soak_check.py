@@ -88,7 +88,8 @@ class TalliedResults(Results):
 class SourceCheck(threading.Thread):
     """See the module docstring.  ``partitions``: of each source topic; call :meth:`finish` once the input ended."""
 
-    def __init__(self, bootstrap: str, query: Any, origin_ms: int, partitions: int, chunk_ms: int = CHUNK_MS) -> None:
+    def __init__(self, bootstrap: str, query: Any, origin_ms: int, partitions: int, chunk_ms: int = CHUNK_MS,
+                 yield_cpu: bool = True) -> None:
         super().__init__(daemon=True, name=f"source-check-{query.name}")
         from confluent_kafka import TopicPartition
 
@@ -110,10 +111,12 @@ class SourceCheck(threading.Thread):
         self.stop = threading.Event()
         self.error: Optional[str] = None
         self.cpu_s = 0.0
+        self.yield_cpu = yield_cpu   # nice 19 while the nodes run beside it (not after the input)
 
     def run(self) -> None:
         try:
-            _yield_to_the_nodes()
+            if self.yield_cpu:
+                _yield_to_the_nodes()
             self._loop()
         except Exception as e:   # reported in the check, not lost in a thread
             self.error = f"{type(e).__name__}: {e}"

@@ -62,8 +62,9 @@ def _dump(out: Path, n: int, t0: float, first: list, first_types: list) -> None:
         line = f"t={time.monotonic() - t0:.0f}s rss={_rss_mb():.1f}MB {_mallinfo()}"
         if os.environ.get("SOAK_MEMTRACE_TRIM") == "1":   # how much of RSS was free malloc heap: trim, measure
             import ctypes
+            c0 = time.thread_time()
             ctypes.CDLL(None).malloc_trim(0)
-            line += f" rss_after_malloc_trim={_rss_mb():.1f}MB"
+            line += f" rss_after_malloc_trim={_rss_mb():.1f}MB trim_cpu_ms={1000 * (time.thread_time() - c0):.1f}"
         with open(out / "malloc.txt", "a") as fh:
             fh.write(line + "\n")
         return
