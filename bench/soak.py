@@ -307,7 +307,7 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
          trace_memory_s: Optional[float] = None, check_mode: str = "after", trace_frames: int = 8,
          node_env: Optional[dict[str, str]] = None) -> dict:
     """One soak (see the module docstring).  ``check_mode``: "after" -- the check reads the source topics once the
-    input has ended, while the nodes finish the last epochs, so that its CPU (~28 us a record) does not compete
+    input has ended, while the nodes finish the last epochs, so that its CPU (~30-120 us a record) does not compete
     with the nodes during the measured part; "live" -- a thread reads them beside the nodes, at nice 19 (the
     topics then keep only a few minutes)."""
     import redis
