@@ -22,11 +22,17 @@ Every ``--every`` seconds it samples: each node process's RSS (/proc), Redis ``I
 its topics, scraped from its /metrics) and watermark lag, the results/s and the p50/p99 event-to-result
 latency of the results emitted in the interval (read from ``out.<query>``).
 
-The check (bench/soak_check.py): while the generator writes, a thread reads every source record and computes
-the contract's reference chunk by chunk (15 s of head time, joinlib/ingest/contract_stream.py), and the reader
-of ``out.<query>`` tallies the live results the same way: per chunk, a count and an order-independent hash.
-After the input ends, every chunk must match (nothing missing, nothing duplicated), and ``dlq.<query>`` must
-hold exactly the contract's dead letters (bench/chaos_check.py).
+The check (bench/soak_check.py): a thread reads every source record and computes the contract's reference chunk
+by chunk (15 s of head time, joinlib/ingest/contract_stream.py) -- once the input has ended (``--check after``,
+the default: its CPU, ~30-120 us a record, then does not compete with the nodes; the source topics keep the
+whole run) or while the generator writes (``--check live``) -- and the reader of ``out.<query>`` tallies the live
+results the same way: per chunk, a count and an order-independent hash.  After the input ends, every chunk must
+match (nothing missing, nothing duplicated), and ``dlq.<query>`` must hold exactly the contract's dead letters
+(bench/chaos_check.py).
+
+``--trace-memory S`` (with ``--trace-frames``) finds what a node's memory is made of (bench/soak_memtrace.py:
+tracemalloc snapshots of the first site's node, or every node's RSS and glibc malloc figures) and counts Redis
+keys by kind in every sample; ``--node-env KEY=VALUE`` sets the node processes' environment (malloc settings).
 
 Verdicts, after the warm-up (``--warmup``, default 20 % of the run, at least 60 s): every node's RSS and
 Redis used_memory stay within +-10 % of their post-warm-up median ("flat"); the consumer lag is bounded
@@ -76,8 +82,22 @@ from live_common import (  # noqa: E402
 FLAT_TOLERANCE = 0.10
 PARTITIONS = 3
 MATCHES_PER_WINDOW = 1.0   # an event's matches in each other stream's window: ~1 result per event (a chain of 3)
-# source topics of a soak keep a few minutes of events: 10 minutes at ~10k events/s would be ~8 GB of JSON
-SOURCE_TOPIC_CONFIG = {"retention.ms": "180000", "segment.bytes": str(64 * 1024 * 1024)}
+# source topics: with the check reading them after the input (``--check after``, the default) they keep the whole
+# run (+ 30 min for the drain and the check: ~1.3 kB per event on disk, 13 GB for 30 min at 1,850 events/s per
+# site); with ``--check live`` (the check reading beside the nodes) a few minutes
+SOURCE_RETENTION_LIVE_MS = 180_000
+DRAIN_AND_CHECK_S = 1800
+SOURCE_SEGMENT_BYTES = 64 * 1024 * 1024
+CHECK_MODES = ("after", "live")
+# the node processes' malloc settings, as in services/Dockerfile (without MALLOC_ARENA_MAX a node's RSS stayed at
+# each burst's peak); the environment and --node-env override them
+NODE_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
+def source_topic_config(minutes: float, check: str) -> dict[str, str]:
+    """The soak's source topics' config: they keep every record until the check has read it."""
+    keep_ms = SOURCE_RETENTION_LIVE_MS if check == "live" else round((minutes * 60 + DRAIN_AND_CHECK_S) * 1000)
+    return {"retention.ms": str(keep_ms), "segment.bytes": str(SOURCE_SEGMENT_BYTES)}
 
 
 def _free_port() -> int:
@@ -90,20 +110,44 @@ def _free_port() -> int:
 class Nodes:
     """One node service process per site (``--serve``, windows in Redis, metrics on a free port each)."""
 
-    def __init__(self, bootstrap: str, redis_url: str, sites: list[str], log_dir: Path) -> None:
+    def __init__(self, bootstrap: str, redis_url: str, sites: list[str], log_dir: Path,
+                 trace_memory_s: Optional[float] = None, trace_frames: int = 8,
+                 node_env: Optional[dict[str, str]] = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
         for site in sites:
             port = _free_port()
-            # MALLOC_ARENA_MAX=2 as in services/Dockerfile (without it a node's RSS stays at each burst's peak)
-            env = {"MALLOC_ARENA_MAX": "2", **os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "REDIS_URL": redis_url,
-                   "METRICS_PORT": str(port), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+            env = {**NODE_MALLOC_ENV, **os.environ, **(node_env or {}), "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+                   "REDIS_URL": redis_url, "METRICS_PORT": str(port), "PYTHONPATH": str(ROOT),
+                   "PYTHONUNBUFFERED": "1"}
+            # --trace-memory: the first site's node (the central one of the default plan, the one whose RSS
+            # grew) under tracemalloc, heap snapshots in the log dir (bench/soak_memtrace.py); --trace-frames 0:
+            # every node, its RSS and malloc's figures only
+            traced = trace_memory_s and (site == sites[0] or not trace_frames)
+            run = ([str(ROOT / "bench" / "soak_memtrace.py"), str(log_dir / f"heap-{site}"), str(trace_memory_s),
+                    str(trace_frames)] if traced else [])
             with open(log_dir / f"node-{site}.log", "wb") as log:
                 self.procs[site] = subprocess.Popen(
-                    [sys.executable, "-m", "services.node", "--site", site, "--serve"], cwd=ROOT, env=env,
+                    [sys.executable, *run, "-m", "services.node", "--site", site, "--serve"], cwd=ROOT, env=env,
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             self.ports[site] = port
+
+    def wait_ready(self, timeout_s: float = 120.0) -> float:
+        """Wait until every node serves its /metrics (its imports done: a node submitted to before it subscribes
+        misses the first records, and a loaded machine has taken tens of seconds to start one); seconds waited."""
+        t0 = time.monotonic()
+        waiting = set(self.procs)
+        while waiting and time.monotonic() - t0 < timeout_s:
+            for site in list(waiting):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[site]}/metrics", timeout=2):
+                        waiting.discard(site)
+                except OSError:
+                    pass
+            if waiting:
+                time.sleep(0.5)
+        return round(time.monotonic() - t0, 1)
 
     def rss_mb(self) -> dict[str, float]:
         out = {}
@@ -157,6 +201,16 @@ def redis_memory(client: Any) -> dict[str, float]:
     info = client.info("memory")
     return {"used_mb": round(info["used_memory"] / 2**20, 2), "rss_mb": round(info["used_memory_rss"] / 2**20, 2),
             "peak_mb": round(info["used_memory_peak"] / 2**20, 2)}
+
+
+def redis_key_kinds(client: Any) -> dict[str, int]:
+    """Redis keys counted by kind: each key with its digits blanked (``joinlib:q:w:s1:e#``), the kinds sorted by
+    count -- which kind keeps growing is what a soak never expires."""
+    kinds: dict[str, int] = {}
+    for k in client.scan_iter(count=1000):
+        kind = re.sub(rb"[0-9]+", b"#", k).decode(errors="replace")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return dict(sorted(kinds.items(), key=lambda x: -x[1])[:30])
 
 
 def selectivity(rate: float) -> float:
@@ -249,9 +303,15 @@ def _drop_keys(redis_url: str, query: str) -> int:
 
 
 def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, logs: Path, plan: str,
-         malformed_every: int = 0, drain_timeout_s: float = 120.0, quiet: bool = False) -> dict:
+         malformed_every: int = 0, drain_timeout_s: float = 120.0, quiet: bool = False,
+         trace_memory_s: Optional[float] = None, check_mode: str = "after", trace_frames: int = 8,
+         node_env: Optional[dict[str, str]] = None) -> dict:
+    """One soak (see the module docstring).  ``check_mode``: "after" -- the check reads the source topics once the
+    input has ended, while the nodes finish the last epochs, so that its CPU (~30-120 us a record) does not compete
+    with the nodes during the measured part; "live" -- a thread reads them beside the nodes, at nice 19 (the
+    topics then keep only a few minutes)."""
     import redis
-    from soak_check import SourceCheck, TalliedResults, final_check
+    from soak_check import SourceCheck, TalliedResults
 
     from joinlib.adapters.kafka import ensure_topics, make_admin
     from joinlib.query import dump_query
@@ -259,28 +319,30 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
     t = tag()
     sites = [f"s1{t}", f"s2{t}", f"s3{t}"]
     topics = [f"fig7soak.{t}.{i}" for i in (1, 2, 3)]
-    ensure_topics(make_admin(bs), topics, partitions=PARTITIONS, config=SOURCE_TOPIC_CONFIG)
+    ensure_topics(make_admin(bs), topics, partitions=PARTITIONS, config=source_topic_config(minutes, check_mode))
     f = selectivity(rate)
     q = fig7_query(f"soak{t}", sites, topics, f=f, rate=rate, start="latest", idle="2s")
     logs.mkdir(parents=True, exist_ok=True)
     qfile = logs / f"{q.name}.yaml"
     dump_query(q, qfile)
     rcli = redis.Redis.from_url(redis_url)
-    nodes = Nodes(bs, redis_url, sites, logs / f"soak-{t}")
+    nodes = Nodes(bs, redis_url, sites, logs / f"soak-{t}", trace_memory_s, trace_frames, node_env)
     planner = PlannerService(bs)
     gen: Optional[subprocess.Popen] = None
     samples: list[dict] = []
     reader: Optional[TalliedResults] = None
     source: Optional[SourceCheck] = None
     try:
+        ready_s = nodes.wait_ready()
         time.sleep(2.0)
         import yaml
 
         from joinlib.query import query_to_dict
         began = _utc()
         out = planner.submit(yaml.safe_dump(query_to_dict(q)), plan_for(plan, sites), None, "now")
-        source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS)
-        source.start()
+        if check_mode == "live":
+            source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS)
+            source.start()
         reader = TalliedResults(bs, q, out["run"], out["origin_ms"])
         reader.start()
         gen = _generator(bs, qfile, rate, f, malformed_every, minutes * 60.0, logs / f"soak-{t}" / "generator.log")
@@ -297,16 +359,14 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
                 break   # the input has ended: the windows empty, which says nothing of the steady state
             now = time.monotonic()
             pairs, count = reader.take()
-            sample = {"t_s": round(now - t0, 1), **_sample(nodes, rcli, sites, pairs),
-                      "results_per_s": round((count - prev_count) / (now - prev_t), 1),
-                      "checked_records": source.records, "reference_results": source.want.total()}
+            sample = {"t_s": round(now - t0, 1), **_sample(nodes, rcli, sites, pairs, bool(trace_memory_s)),
+                      "results_per_s": round((count - prev_count) / (now - prev_t), 1)}
+            if source is not None:
+                sample.update(checked_records=source.records, reference_results=source.want.total())
             prev_count, prev_t = count, now
             samples.append(sample)
             if not quiet and len(samples) % max(1, round(30 / every)) == 0:
-                print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {sample['redis']['used_mb']} MB, "
-                      f"lag {sample['lag']}, p99 {sample['latency_ms'].get('p99')} ms, "
-                      f"{sample['results_per_s']:,.0f} results/s, {source.records:,} records read by the check, "
-                      f"load {sample['loadavg'][0]}", flush=True)
+                _print_sample(sample)
             if not all(sample["alive"].values()):
                 print(f"a node process died: {sample['alive']}", flush=True)
                 break
@@ -314,9 +374,8 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
         cpu = {k: round(v - cpu0[k], 1) for k, v in nodes.cpu_s().items()}
         self_cpu = time.process_time() - self_cpu0
         written = _generator_total(logs / f"soak-{t}" / "generator.log")
-        print("input ended: checking every result against the reference", flush=True)
-        check = final_check(bs, q, out["run"], source, reader, drain_timeout_s,
-                            **({"report": lambda _: None} if quiet else {}))
+        print(f"input ended after {wall:.0f} s: checking every result against the reference", flush=True)
+        check, source = _check(bs, q, out, source, reader, drain_timeout_s, quiet, check_mode)
         _, total = reader.take()
         status = planner.status(q.name) or {}
         planner.stop(q.name)
@@ -332,11 +391,38 @@ def soak(bs: str, redis_url: str, rate: float, minutes: float, every: float, log
         planner.close()
         rcli.close()
     stats = status.get("stats") or {}
-    return {"began_utc": began, "query": q.name, "rate_per_site": rate, "selectivity": f,
+    return {"began_utc": began, "query": q.name, "rate_per_site": rate, "selectivity": f, "nodes_ready_s": ready_s,
+            "logs": str(logs / f"soak-{t}"), "node_malloc_env": {**NODE_MALLOC_ENV, **(node_env or {})},
             "malformed_every": malformed_every,
             "minutes": minutes, "wall_s": round(wall, 1), "events_written": written, "results": total,
             "node_cpu_s": cpu, "soak_process_cpu_s": round(self_cpu, 1), "dead_letters": stats.get("dead_letters"),
             "plan": out.get("plan"), "check": check, "samples": samples}
+
+
+def _check(bs: str, q: Any, out: dict, source: Any, reader: Any, drain_timeout_s: float, quiet: bool,
+           check_mode: str) -> tuple[dict, Any]:
+    """After the input: every result and dead letter against the reference (bench/soak_check.py); with
+    ``--check after`` (no ``source`` yet) the source topics are read now, while the nodes finish the last epochs."""
+    from soak_check import SourceCheck, final_check
+    t0 = time.monotonic()
+    if source is None:   # nothing to yield the CPU to now: no nice 19 (a loaded machine would starve it)
+        source = SourceCheck(bs, q, out["origin_ms"], PARTITIONS, yield_cpu=False)
+        source.start()
+    check = final_check(bs, q, out["run"], source, reader, drain_timeout_s,
+                        **({"report": lambda _: None} if quiet else {}))
+    check.update(mode=check_mode, wall_s=round(time.monotonic() - t0, 1))
+    if not quiet:
+        print(f"check ({check_mode}): {check['source']['records']:,} source records in {check['wall_s']} s, "
+              f"its thread's CPU {check['source']['check_thread_cpu_s']} s", flush=True)
+    return check, source
+
+
+def _print_sample(sample: dict) -> None:
+    print(f"  {sample['t_s']:>6.0f} s: RSS {sample['rss_mb']} MB, Redis {sample['redis']['used_mb']} MB, "
+          f"lag {sample['lag']}, p99 {sample['latency_ms'].get('p99')} ms, "
+          f"{sample['results_per_s']:,.0f} results/s, "
+          + (f"{sample['checked_records']:,} records read by the check, " if "checked_records" in sample else "")
+          + f"load {sample['loadavg'][0]}", flush=True)
 
 
 def _generator(bs: str, qfile: Path, rate: float, f: float, malformed_every: int, seconds: float,
@@ -351,11 +437,15 @@ def _generator(bs: str, qfile: Path, rate: float, f: float, malformed_every: int
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=glog, stdin=subprocess.DEVNULL)
 
 
-def _sample(nodes: Nodes, rcli: Any, sites: list[str], pairs: list[tuple[float, int]]) -> dict:
-    """One sample: RSS, Redis memory, lags and the latency of the results emitted since the last one."""
+def _sample(nodes: Nodes, rcli: Any, sites: list[str], pairs: list[tuple[float, int]], key_kinds: bool = False) -> dict:
+    """One sample: RSS, Redis memory and keys, lags and the latency of the results emitted since the last one;
+    ``key_kinds``: the Redis keys counted by kind too (a SCAN of them all: with --trace-memory only)."""
     lat = percentiles(pairs)
     m = {s: nodes.metrics(s) for s in sites}
-    return {"rss_mb": nodes.rss_mb(), "redis": redis_memory(rcli),
+    redis = {**redis_memory(rcli), "keys": rcli.dbsize()}
+    if key_kinds:
+        redis["key_kinds"] = redis_key_kinds(rcli)
+    return {"rss_mb": nodes.rss_mb(), "redis": redis,
             "lag": {s: m[s].get("lag") for s in sites}, "source_lag": {s: m[s].get("source_lag") for s in sites},
             "watermark_lag_s": {s: m[s].get("watermark_lag_s") for s in sites},
             "latency_ms": {k: lat[k] for k in ("p50", "p99", "max") if k in lat},
@@ -526,6 +616,20 @@ def main() -> int:
                          "(default 1000; 0: none)")
     ap.add_argument("--drain-timeout", type=float, default=120.0,
                     help="seconds to wait after the input for the last results to match the reference (default 120)")
+    ap.add_argument("--check", choices=CHECK_MODES, default="after",
+                    help="when every result is checked: 'after' the input ends (default: the check reads the source "
+                         "topics then, so its CPU does not compete with the nodes; the topics keep the whole run, "
+                         "~1.3 kB of disk per event) or 'live', a thread reading them beside the nodes at nice 19 "
+                         "(the topics keep 3 minutes)")
+    ap.add_argument("--trace-memory", type=float, metavar="S",
+                    help="find what a node's memory is made of: run the first site's node under tracemalloc, "
+                         "writing a heap snapshot every S seconds to its log dir (bench/soak_memtrace.py; slows that "
+                         "node), and count Redis keys by kind in every sample")
+    ap.add_argument("--trace-frames", type=int, default=8,
+                    help="frames per traced allocation with --trace-memory (default 8); 0: no tracemalloc, every "
+                         "node's RSS and glibc malloc's heap figures only (no cost to the nodes)")
+    ap.add_argument("--node-env", action="append", default=[], metavar="KEY=VALUE",
+                    help=f"an environment variable of the node processes (repeatable; default {NODE_MALLOC_ENV})")
     ap.add_argument("--bootstrap", help="Kafka (default: a throw-away local broker)")
     ap.add_argument("--redis-url", help="Redis (default: a throw-away local redis-server)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "soak")
@@ -570,7 +674,8 @@ def main() -> int:
             rate = round(args.fraction * sustained, -1)
             print(f"soak at {args.fraction:.0%} of {sustained:,.0f}: {rate:,.0f}/s per site", flush=True)
         run = soak(bs, redis_url, rate, args.minutes, args.every, logs, args.plan, args.malformed_every,
-                   args.drain_timeout)
+                   args.drain_timeout, trace_memory_s=args.trace_memory, check_mode=args.check,
+                   trace_frames=args.trace_frames, node_env=node_env(args.node_env))
     finally:
         if cluster is not None:
             cluster.stop()
@@ -594,6 +699,17 @@ def main() -> int:
     return 0 if v.get("ok") else 1
 
 
+def node_env(pairs: list[str]) -> dict[str, str]:
+    """``--node-env KEY=VALUE`` options as a dict."""
+    out = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k:
+            raise SystemExit(f"--node-env {p!r}: not KEY=VALUE")
+        out[k] = v
+    return out
+
+
 def ramp(bs: str, redis_url: str, args: argparse.Namespace, logs: Path, start: float) -> dict:
     """The sustainable rate per site, searched with short soaks (bench/soak_ramp.py): a probe keeps up when its lag
     is bounded after a third of it, the median of its p99 latencies is under ``--probe-p99-ms`` and its results are
@@ -602,7 +718,7 @@ def ramp(bs: str, redis_url: str, args: argparse.Namespace, logs: Path, start: f
 
     def probe(rate: float) -> dict:
         run = soak(bs, redis_url, rate, args.probe_minutes, args.every, logs, args.plan, args.malformed_every,
-                   drain_timeout_s=30.0, quiet=True)
+                   drain_timeout_s=30.0, quiet=True, check_mode=args.check, node_env=node_env(args.node_env))
         _drop_keys(redis_url, run["query"])
         v = verdicts(run, args.probe_minutes * 60.0 / 3, args.lag_bound_s)
         lag = {s: x["max"] for s, x in v.get("lag_bounded", {}).items()}

@@ -88,7 +88,8 @@ class TalliedResults(Results):
 class SourceCheck(threading.Thread):
     """See the module docstring.  ``partitions``: of each source topic; call :meth:`finish` once the input ended."""
 
-    def __init__(self, bootstrap: str, query: Any, origin_ms: int, partitions: int, chunk_ms: int = CHUNK_MS) -> None:
+    def __init__(self, bootstrap: str, query: Any, origin_ms: int, partitions: int, chunk_ms: int = CHUNK_MS,
+                 yield_cpu: bool = True) -> None:
         super().__init__(daemon=True, name=f"source-check-{query.name}")
         from confluent_kafka import TopicPartition
 
@@ -110,10 +111,12 @@ class SourceCheck(threading.Thread):
         self.stop = threading.Event()
         self.error: Optional[str] = None
         self.cpu_s = 0.0
+        self.yield_cpu = yield_cpu   # nice 19 while the nodes run beside it (not after the input)
 
     def run(self) -> None:
         try:
-            _yield_to_the_nodes()
+            if self.yield_cpu:
+                _yield_to_the_nodes()
             self._loop()
         except Exception as e:   # reported in the check, not lost in a thread
             self.error = f"{type(e).__name__}: {e}"
@@ -149,7 +152,9 @@ class SourceCheck(threading.Thread):
                 self.want.add((ids, ts + origin), n)
 
     def finish(self, timeout_s: float) -> None:
-        """The input has ended: read up to the topics' ends, then hand out every chunk left."""
+        """The input has ended: read up to the topics' ends, then hand out every chunk left; waits as long as the
+        thread reads on (reading a whole run after it, ``--check after``, takes minutes), and gives up when it
+        has read nothing for ``timeout_s``."""
         from confluent_kafka import TopicPartition
 
         from joinlib.adapters.kafka import make_consumer
@@ -159,8 +164,13 @@ class SourceCheck(threading.Thread):
                          for t, p in self.next_off}
         finally:
             c.close()
-        if not self.done.wait(timeout_s):
-            self.error = self.error or f"the source check did not reach the topics' ends within {timeout_s:.0f} s"
+        read = -1
+        while not self.done.wait(timeout_s):
+            if self.records == read:
+                self.error = self.error or (f"the source check read nothing for {timeout_s:.0f} s before the "
+                                            f"topics' ends")
+                return
+            read = self.records
 
     def summary(self) -> dict:
         return {"records": self.records, "on_time": self.inc.on_time, "dead_letters_expected": len(self.inc.dead),

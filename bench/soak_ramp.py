@@ -1,8 +1,9 @@
 """The soak's sustainable rate, searched with the soak itself: short probes of the full set-up at trial rates.
 
 Why: a backlog's drain measures a burst -- the nodes reading as fast as they can with nothing else running -- while
-a soak also runs the generator writing the events and the check thread reading every one of them (a quarter of a
-core at ~10k records/s, docs/reliability.md), on the same two cores.  80 % of the drain rate (18.3k events/s in a
+a soak also runs the generator writing the events, the reader of the results and the sampling (and, with
+``--check live``, the check thread reading every source record: a quarter of a core at ~10k records/s,
+docs/reliability.md), on the same two cores.  80 % of the drain rate (18.3k events/s in a
 3.3 s drain) put a 30-minute soak at 4,890 events/s per site, where the central node fell behind within a minute
 (lag 100k records, p99 66 s).  So the rate is searched the way it will be run: each probe is a short soak (same
 services, generator, check and sampling), and it *keeps up* when its lag stays bounded after the probe's warm-up
