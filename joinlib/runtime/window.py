@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections import deque
 from typing import Any, Iterable, Optional
 
+from joinlib.kernels import kernel
 from joinlib.model import Stream, Tup
 from joinlib.protocol.bloom import Matcher
 from joinlib.protocol.messages import Key
@@ -32,6 +33,9 @@ from joinlib.runtime.lanes import Lane, Phase, lowest_epoch
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
 from joinlib.state.base import Index, WindowStore
+
+#: the insert loop in C (``joinlib/runtime/_rowsc.c`` take_below), None: its Python form in :meth:`HomeWindow.insert`
+_c: Any = kernel("joinlib.runtime._rowsc")
 
 
 class HomeWindow:
@@ -70,13 +74,19 @@ class HomeWindow:
         end = (e + 1) * self.tau
         if self.watermark < end:
             return False
-        src, batch, start = self.source, [], e * self.tau if e else self.since
-        while src and src[0].ts < end:
-            t = src.popleft()
-            if t.ts < start:
-                self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
-                continue
-            batch.append(t)
+        src, start = self.source, e * self.tau if e else self.since
+        if _c is not None:
+            batch, late = _c.take_below(src, end, start)
+        else:
+            batch, late = [], 0
+            while src and src[0].ts < end:
+                t = src.popleft()
+                if t.ts < start:
+                    late += 1
+                    continue
+                batch.append(t)
+        for _ in range(late):
+            self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
         self.store.insert(batch)
         if self.columns:
             for index, col in list(self.columns.items()):
