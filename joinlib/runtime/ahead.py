@@ -37,7 +37,7 @@ from joinlib.model import Tup
 from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.messages import KeyFilter
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
-from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, keys_at
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, tups_outgoing
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 
@@ -70,8 +70,9 @@ class LookAhead:
 
     The window is kept as the reducer's is (tuples leave from its front while below the lower bound, in arrival
     order) but by epoch blocks: (arrival epoch, the batch itself, the index of its first tuple still in, its largest
-    ts and seq), so an admit costs no object per tuple and a block below the bound leaves whole.  ``pending`` is always the window's last ``len(pending)`` tuples (admitted since
-    the last set, in order), so what the purge takes of it is a prefix, counted rather than looked up."""
+    ts and seq), so an admit costs no object per tuple and a block below the bound leaves whole.  ``pending`` is
+    always the window's last ``len(pending)`` tuples (admitted since the last set, in order), so what the purge
+    takes of it is a prefix, counted rather than looked up."""
 
     def __init__(self, op: ReducerOp, nbr: str, tau: int) -> None:
         self.mine, self.tau = tuple(op.edge(nbr).mine), tau
@@ -129,11 +130,7 @@ class LookAhead:
     def out_keys(self, e: int) -> Outgoing:
         newly, self.pending = self.pending, []
         oldest = self._blocks[0][0] if self._blocks else e + 1
-        if not newly:   # an epoch without tuples (or all expired): no keys, tagged as the reducer tags it
-            return Outgoing([], 0, e - oldest, [])
-        tau = self.tau
-        ages = [e - t.ts // tau for t in newly]
-        return Outgoing(keys_at(self.mine, newly), min(ages), e - oldest, ages)
+        return tups_outgoing(newly, e, self.tau, self.mine, e - oldest)
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
         return {"v": "ahead", "window": self.window, "pending": [encode(t) for t in self.pending]}

@@ -38,6 +38,19 @@ from joinlib.state.base import Index, WindowStore
 _c: Any = kernel("joinlib.runtime._rowsc")
 
 
+def _take_below(src: deque[Tup], end: int, start: int) -> tuple[list[Tup], int]:
+    """The tuples at the left of ``src`` while their ts is below ``end``, taken off it, and how many of them were
+    below ``start`` (late: dropped): ``_rowsc.take_below``'s Python form."""
+    batch, late = [], 0
+    while src and src[0].ts < end:
+        t = src.popleft()
+        if t.ts < start:
+            late += 1
+            continue
+        batch.append(t)
+    return batch, late
+
+
 class HomeWindow:
     """The window of ``stream`` at its site (see the module docstring)."""
 
@@ -74,17 +87,8 @@ class HomeWindow:
         end = (e + 1) * self.tau
         if self.watermark < end:
             return False
-        src, start = self.source, e * self.tau if e else self.since
-        if _c is not None:
-            batch, late = _c.take_below(src, end, start)
-        else:
-            batch, late = [], 0
-            while src and src[0].ts < end:
-                t = src.popleft()
-                if t.ts < start:
-                    late += 1
-                    continue
-                batch.append(t)
+        start = e * self.tau if e else self.since
+        batch, late = _c.take_below(self.source, end, start) if _c is not None else _take_below(self.source, end, start)
         for _ in range(late):
             self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
         self.store.insert(batch)

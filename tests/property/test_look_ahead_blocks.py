@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from types import SimpleNamespace
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joinlib.model import Tup
@@ -74,6 +74,7 @@ def runs(draw):
     return boot, epochs
 
 
+@settings(deadline=None)   # a loaded machine runs an example past the default 200 ms
 @given(runs())
 def test_blocks_make_the_deque_s_sets(run):
     boot, epochs = run
@@ -92,3 +93,16 @@ def test_blocks_make_the_deque_s_sets(run):
             back = LookAhead(_op(), "S2", TAU)
             back.restore(look.snapshot(encode_tuple), decode_tuple)
             look = back
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(-40, 400), st.integers(0, 3), st.integers(0, 3)), max_size=12),
+       st.integers(0, 45), st.sampled_from([(0,), (1,), (0, 1), (1, 0)]), st.integers(0, 9))
+def test_tups_outgoing_in_c_is_its_python_form(rows, e, positions, live):
+    """Keys at one or several positions, ages by floor division (negative ts too), the least age, 0 for none."""
+    from joinlib.runtime.algorithms import keysets
+    tups = [Tup(0, i, ts, i, (a, b)) for i, (ts, a, b) in enumerate(rows)]
+    assert keysets._red_c is not None
+    got = keysets._red_c.tups_outgoing(tups, e, TAU, positions, live, Outgoing)
+    ages = [e - t.ts // TAU for t in tups]
+    assert got == Outgoing(keys_at(positions, tups), min(ages, default=0), live, ages)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import joinlib.runtime.window as window
@@ -16,17 +16,10 @@ _c = window._c
 assert _c is not None, "joinlib.runtime._rowsc is not built (python setup.py build_ext --inplace)"
 
 
-def take_below_py(src, end, start):
-    batch, late = [], 0
-    while src and src[0].ts < end:
-        t = src.popleft()
-        if t.ts < start:
-            late += 1
-            continue
-        batch.append(t)
-    return batch, late
+take_below_py = window._take_below   # the Python form
 
 
+@settings(deadline=None)   # a loaded machine runs an example past the default 200 ms
 @given(st.lists(st.integers(-50, 400), max_size=60), st.integers(-60, 400), st.integers(-60, 400))
 def test_take_below_is_the_python_loop(stamps, end, start):
     tups = [Tup(0, i, ts, i, (i % 7,)) for i, ts in enumerate(stamps)]
@@ -34,7 +27,7 @@ def test_take_below_is_the_python_loop(stamps, end, start):
     got, late = _c.take_below(a, end, start)
     want, want_late = take_below_py(b, end, start)
     assert [t.seq for t in got] == [t.seq for t in want]
-    assert all(x is y for x, y in zip(got, want))
+    assert all(x is y for x, y in zip(got, want, strict=True))
     assert late == want_late
     assert list(a) == list(b)
 
