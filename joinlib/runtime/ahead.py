@@ -30,13 +30,14 @@ A snapshot written when the look-ahead was a whole :class:`Reducer` restores too
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Optional, Sequence
+from operator import attrgetter
+from typing import Any, NamedTuple, Optional, Sequence
 
 from joinlib.model import Tup
 from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.messages import KeyFilter
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
-from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, keys_at
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, tups_outgoing
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
 
@@ -55,52 +56,113 @@ def ahead_targets(op: ReducerOp) -> list[str]:
             if way == "out" and not op.edge(nbr).cross and tree_filters <= {nbr}]
 
 
+class _Mark(NamedTuple):
+    """A restored window entry: what the look-ahead reads of a tuple (its ts and seq)."""
+
+    ts: int
+    seq: int
+
+
 class LookAhead:
     """What :meth:`Reducer.out_keys` toward ``nbr`` gives for a reducer whose only edge is ``nbr`` and that
     takes no sets: every tuple passes when admitted, so a set is the keys of the tuples admitted since the
-    last one (less those the window's purge took first), tagged like the reducer's."""
+    last one (less those the window's purge took first), tagged like the reducer's.
+
+    The window is kept as the reducer's is (tuples leave from its front while below the lower bound, in arrival
+    order) but by epoch blocks: (arrival epoch, the batch itself, the index of its first tuple still in, its largest
+    ts and seq), so an admit costs no object per tuple and a block below the bound leaves whole.  ``pending`` is
+    always the window's last ``len(pending)`` tuples (admitted since the last set, in order), so what the purge
+    takes of it is a prefix, counted rather than looked up."""
 
     def __init__(self, op: ReducerOp, nbr: str, tau: int) -> None:
         self.mine, self.tau = tuple(op.edge(nbr).mine), tau
-        self.window: deque[tuple[int, int, int]] = deque()   # (ts, seq, arrival epoch), as the reducer's
+        self._blocks: deque[list[Any]] = deque()   # _block: [arrival epoch, tuples, first index in, max ts, max seq]
+        self._size = 0                               # tuples in the window
         self.pending: list[Tup] = []
+
+    @property
+    def window(self) -> list[tuple[int, int, int]]:
+        """(ts, seq, arrival epoch) of the window's tuples, oldest first: the reducer's form."""
+        return [(t.ts, t.seq, b[0]) for b in self._blocks for t in b[1][b[2]:]]
+
+    def _extend(self, entries: Sequence[tuple[int, Sequence[Any]]]) -> None:
+        for e, marks in entries:
+            if marks:
+                self._blocks.append(_block(e, marks))
+                self._size += len(marks)
 
     def start(self, tuples: Sequence[Tup], tau: int) -> None:
         """A generation starting mid-stream: the window as it is at the boundary."""
-        self.window.extend((t.ts, t.seq, t.ts // tau) for t in tuples)
+        self._extend(_by_epoch([(t.ts // tau, t) for t in tuples]))
         self.pending.extend(tuples)
 
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
-        w = self.window
-        w.extend([(t.ts, t.seq, e) for t in batch])   # a list, not a generator: a resumption per tuple costs more
-        self.pending += batch
-        col, value = (0, lower[1]) if lower[0] == "ts" else (1, lower[1])
-        if w and w[0][col] < value:
-            gone = set()
-            while w and w[0][col] < value:
-                gone.add(w.popleft()[1])
-            # only tuples since the last set can be pending: what expired unsent is never sent
-            self.pending = [t for t in self.pending if t.seq not in gone]
+        if batch:
+            self._blocks.append(_block(e, batch))
+            self._size += len(batch)
+            self.pending += batch
+        blocks, value, popped = self._blocks, lower[1], 0
+        col = 3 if lower[0] == "ts" else 4
+        while blocks:
+            b = blocks[0]
+            marks, i = b[1], b[2]
+            if b[col] < value:   # every tuple of the block is below the bound: it goes whole
+                popped += len(marks) - i
+                blocks.popleft()
+                continue
+            # some tuple of the block stays, so the scan stops inside it
+            if col == 3:
+                while marks[i].ts < value:
+                    i += 1
+            else:
+                while marks[i].seq < value:
+                    i += 1
+            popped += i - b[2]
+            b[2] = i
+            break
+        if popped:
+            # only tuples since the last set can be pending (a suffix of the window): what expired unsent is never sent
+            older = self._size - len(self.pending)
+            if popped > older:
+                del self.pending[:popped - older]
+            self._size -= popped
 
     def out_keys(self, e: int) -> Outgoing:
         newly, self.pending = self.pending, []
-        if not newly:   # an epoch without tuples (or all expired): no keys, tagged as the reducer tags it
-            return Outgoing([], 0, e - (self.window[0][2] if self.window else e + 1), [])
-        tau = self.tau
-        ages = [e - t.ts // tau for t in newly]
-        return Outgoing(keys_at(self.mine, newly), min(ages), e - (self.window[0][2] if self.window else e + 1), ages)
+        oldest = self._blocks[0][0] if self._blocks else e + 1
+        return tups_outgoing(newly, e, self.tau, self.mine, e - oldest)
 
     def snapshot(self, encode: Encode) -> dict[str, Any]:
-        return {"v": "ahead", "window": list(self.window), "pending": [encode(t) for t in self.pending]}
+        return {"v": "ahead", "window": self.window, "pending": [encode(t) for t in self.pending]}
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
         """The inverse of :meth:`snapshot`, or a look-ahead :class:`Reducer`'s snapshot (whose pending
-        tuples are the unsent ones: a sent tuple was done with)."""
-        self.window = deque((w[0], w[1], w[2]) for w in data["window"])
+        tuples are the unsent ones: a sent tuple was done with, and the unsent ones are the latest admitted)."""
+        self._blocks, self._size = deque(), 0
+        self._extend(_by_epoch([(w[2], _Mark(w[0], w[1])) for w in data["window"]]))
         if data.get("v") == "ahead":
             self.pending = [decode(b) for b in data["pending"]]
         else:
             self.pending = [decode(p[0]) for p in data["pending"]]
+
+
+def _block(e: int, marks: Sequence[Any]) -> list[Any]:
+    """A window block: [arrival epoch, its tuples, the index of the first still in, the largest ts, the largest seq]."""
+    return [e, tuple(marks), 0, max(map(_TS, marks)), max(map(_SEQ, marks))]
+
+
+_TS, _SEQ = attrgetter("ts"), attrgetter("seq")
+
+
+def _by_epoch(entries: Sequence[tuple[int, Any]]) -> list[tuple[int, list[Any]]]:
+    """Runs of consecutive entries of one epoch, as (epoch, their items)."""
+    out: list[tuple[int, list[Any]]] = []
+    for e, x in entries:
+        if out and out[-1][0] == e:
+            out[-1][1].append(x)
+        else:
+            out.append((e, [x]))
+    return out
 
 
 class CheckedSends:

@@ -31,6 +31,7 @@ from joinlib.errors import CheckpointError
 from joinlib.model import Tup
 from joinlib.protocol import avro, wire
 from joinlib.protocol.messages import Body, Envelope, InstanceKey
+from joinlib.runtime import lanes as _lanes
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.instance import InboxKey, Instance, InstanceSpec
 from joinlib.runtime.lanes import Lane, run_lanes
@@ -202,14 +203,24 @@ class Host:
         if now is not None:
             self.now = now
         # windows purge at their next insert, behind their slowest reader
-        woken, self._woken = self._woken, set()   # (a phase that changes the lanes sets None: all, next run)
+        woken = self._woken   # (a phase that changes the lanes sets None: all, next run)
         if woken is None:
-            return run_lanes(self._lanes, self.site, self.sensor)
-        if len(woken) == 1:
-            lanes = self._groups.get(next(iter(woken)), [])
+            self._woken = set()
+            lanes = self._lanes
+        elif not woken:   # no message since the last run: nothing new can run (the common case of a tick's runs)
+            return False
         else:
-            lanes = [lane for g, group in self._groups.items() if g in woken for lane in group]
-        return run_lanes(lanes, self.site, self.sensor) if lanes else False
+            self._woken = set()
+            if len(woken) == 1:
+                lanes = self._groups.get(next(iter(woken)), [])
+            else:
+                lanes = [lane for g, group in self._groups.items() if g in woken for lane in group]
+            if not lanes:
+                return False
+        c = _lanes._c
+        if c is not None:   # lanes.run_lanes's C form, called here: a host runs after every message
+            return c.run_lanes(lanes, self.site, _lanes.hook(self.sensor), _lanes._perf)  # type: ignore[no-any-return]
+        return run_lanes(lanes, self.site, self.sensor)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, with_stores: bool = False) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class Lane:
     def run(self, site: str, sensor: Sensor) -> bool:
         """Run phases while they can; True if any ran."""
         if _c is not None:
-            return bool(_c.run_lane(self, site, _hook(sensor), _perf))
+            return bool(_c.run_lane(self, site, hook(sensor), _perf))
         hi = self.hi
         if hi is not None and self.epoch > hi:
             return False
@@ -94,7 +94,7 @@ class Lane:
         return f"Lane({self.name}, epoch={self.epoch}, cursor={self.cursor}, hi={self.hi})"
 
 
-def _hook(sensor: Sensor) -> object:
+def hook(sensor: Sensor) -> object:
     """What the C loop reports a phase's time to: a :class:`TotalsSensor`'s totals, added to in place (what its
     ``on_phase`` does, without the call), else ``sensor.on_phase``."""
     return sensor.processing if type(sensor) is TotalsSensor else sensor.on_phase
@@ -115,7 +115,7 @@ def run_lanes(lanes: list[Lane], site: str, sensor: Sensor) -> bool:
     moved (a lane runs as far as it can, so only another lane's progress can unblock it); True if anything ran.
     ``lanes`` as it is at the call: a phase that changes the host's lanes takes effect at the next call."""
     if _c is not None:
-        return bool(_c.run_lanes(lanes, site, _hook(sensor), _perf))
+        return _c.run_lanes(lanes, site, hook(sensor), _perf)  # type: ignore[no-any-return]
     lanes = list(lanes)
     ran, n, i, idle = False, len(lanes), 0, 0
     while idle < n - 1 or (not ran and idle < n):

@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections import deque
 from typing import Any, Iterable, Optional
 
+from joinlib.kernels import kernel
 from joinlib.model import Stream, Tup
 from joinlib.protocol.bloom import Matcher
 from joinlib.protocol.messages import Key
@@ -32,6 +33,22 @@ from joinlib.runtime.lanes import Lane, Phase, lowest_epoch
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.windowing import Bound, Progress, expiry_bound, purge_bound, view_slice
 from joinlib.state.base import Index, WindowStore
+
+#: the insert loop in C (``joinlib/runtime/_rowsc.c`` take_below), None: its Python form in :meth:`HomeWindow.insert`
+_c: Any = kernel("joinlib.runtime._rowsc")
+
+
+def _take_below(src: deque[Tup], end: int, start: int) -> tuple[list[Tup], int]:
+    """The tuples at the left of ``src`` while their ts is below ``end``, taken off it, and how many of them were
+    below ``start`` (late: dropped): ``_rowsc.take_below``'s Python form."""
+    batch, late = [], 0
+    while src and src[0].ts < end:
+        t = src.popleft()
+        if t.ts < start:
+            late += 1
+            continue
+        batch.append(t)
+    return batch, late
 
 
 class HomeWindow:
@@ -70,13 +87,10 @@ class HomeWindow:
         end = (e + 1) * self.tau
         if self.watermark < end:
             return False
-        src, batch, start = self.source, [], e * self.tau if e else self.since
-        while src and src[0].ts < end:
-            t = src.popleft()
-            if t.ts < start:
-                self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
-                continue
-            batch.append(t)
+        start = e * self.tau if e else self.since
+        batch, late = _c.take_below(self.source, end, start) if _c is not None else _take_below(self.source, end, start)
+        for _ in range(late):
+            self.sensor.on_late(self.site, "input")  # arrived after its epoch closed
         self.store.insert(batch)
         if self.columns:
             for index, col in list(self.columns.items()):

@@ -785,6 +785,27 @@ static PyObject *key_at(PyObject *t, PyObject *positions) {
     return out;
 }
 
+/* ages[i] = e - t.ts // tau (Python's floor division), a tuple's age at epoch e; *back the least age so far (the
+ * first sets it). */
+static int age_into(PyObject *ages, Py_ssize_t i, PyObject *t, long long e, long long tau, long long *back) {
+    PyObject *tso = PyObject_GetAttr(t, s_ts);
+    long long ts = tso == NULL ? -1 : PyLong_AsLongLong(tso);
+    Py_XDECREF(tso);
+    if (ts == -1 && PyErr_Occurred())
+        return -1;
+    long long q = ts / tau;
+    if (ts % tau != 0 && ts < 0)   /* Python's floor division */
+        q--;
+    long long age = e - q;
+    PyObject *a = PyLong_FromLongLong(age);
+    if (a == NULL)
+        return -1;
+    PyList_SET_ITEM(ages, i, a);
+    if (i == 0 || age < *back)
+        *back = age;
+    return 0;
+}
+
 /* out_keys(red, nbr, e, among, tau, Outgoing): Reducer.out_keys -- pass_channel's entries for nbr, then the
  * Outgoing of their keys toward nbr (kept in the entry when nbr's sets test it, else read at the edge's
  * positions), their ages (e - ts // tau), the least of them and the epochs back to the window's oldest arrival.
@@ -845,21 +866,8 @@ static PyObject *out_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
             goto done;
         }
         PyList_SET_ITEM(keys, i, k);
-        PyObject *tso = PyObject_GetAttr(x->t, s_ts);
-        long long ts = tso == NULL ? -1 : PyLong_AsLongLong(tso);
-        Py_XDECREF(tso);
-        if (PyErr_Occurred())
+        if (age_into(ages, i, x->t, e, tau, &back) < 0)
             goto done;
-        long long q = ts / tau;
-        if (ts % tau != 0 && ts < 0)   /* Python's floor division */
-            q--;
-        long long age = e - q;
-        PyObject *a = PyLong_FromLongLong(age);
-        if (a == NULL)
-            goto done;
-        PyList_SET_ITEM(ages, i, a);
-        if (i == 0 || age < back)
-            back = age;
     }
     /* Reducer.oldest(e): the window's oldest arrival epoch, e + 1 when it is empty */
     long long oldest = e + 1;
@@ -892,6 +900,45 @@ done:
     Py_XDECREF(positions);
     Py_XDECREF(window);
     Py_XDECREF(first);
+    return ret;
+}
+
+/* tups_outgoing(tups, e, tau, positions, live, Outgoing) -> Outgoing(keys, least age (0: none), live, ages): the
+ * set of tuples that all pass at once -- a look-ahead's (joinlib.runtime.ahead) and a PassReducer's -- with each
+ * tuple's key at ``positions`` (keysets.keys_at) and age e - ts // tau.  Why: those two sets were two list
+ * comprehensions per epoch and edge, a twentieth of a reduction's bytecodes on the demo's query (issue 27). */
+static PyObject *tups_outgoing(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) == 0) {
+        PyErr_SetString(PyExc_TypeError, "tups_outgoing(tups: list, e, tau, positions: non-empty tuple, live, Outgoing)");
+        return NULL;
+    }
+    PyObject *tups = args[0], *positions = args[3], *keys = NULL, *ages = NULL, *bo = NULL, *ret = NULL;
+    long long e = PyLong_AsLongLong(args[1]), tau = PyLong_AsLongLong(args[2]), back = 0;
+    if (PyErr_Occurred())
+        return NULL;
+    if (tau <= 0) {
+        PyErr_SetString(PyExc_ValueError, "tau must be positive");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tups);
+    if ((keys = PyList_New(n)) == NULL || (ages = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(tups, i), *k = key_at(t, positions);
+        if (k == NULL)
+            goto done;
+        PyList_SET_ITEM(keys, i, k);
+        if (age_into(ages, i, t, e, tau, &back) < 0)
+            goto done;
+    }
+    if ((bo = PyLong_FromLongLong(back)) != NULL) {
+        PyObject *argv[4] = {keys, bo, args[4], ages};
+        ret = PyObject_Vectorcall(args[5], argv, 4, NULL);
+    }
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(ages);
+    Py_XDECREF(bo);
     return ret;
 }
 
@@ -1134,6 +1181,8 @@ static PyMethodDef methods[] = {
      "marked; those done with forgotten"},
     {"out_keys", (PyCFunction)(void (*)(void))out_keys, METH_FASTCALL,
      "out_keys(red, nbr, e, among, tau, Outgoing): Reducer.out_keys"},
+    {"tups_outgoing", (PyCFunction)(void (*)(void))tups_outgoing, METH_FASTCALL,
+     "tups_outgoing(tups, e, tau, positions, live, Outgoing): the set of tuples that all pass at once"},
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
      "take(red, nbr, e, body, key_matchers): Reducer.take"},
     {"matched", (PyCFunction)(void (*)(void))matched, METH_FASTCALL,

@@ -21,6 +21,8 @@ from joinlib.runtime.algorithms.base import keys_bytes
 #: bloom.py's digest dictionary and filter prices -- or None: :func:`key_filter_py` (the same messages;
 #: tests/property/test_keyfilter_c.py compares them).
 _c: Any = kernel("joinlib.protocol._bloomc")
+#: :func:`tups_outgoing` in C (``_reducerc.c``), or None: its Python form
+_red_c: Any = kernel("joinlib.runtime.algorithms._reducerc")
 
 
 class Outgoing(NamedTuple):
@@ -94,6 +96,16 @@ def key_matchers(e: int, body: KeyFilter) -> list[tuple[int, Matcher]]:
     if i != len(body.keys):
         raise ValueError(f"a key set's ages count {i} keys, it has {len(body.keys)}")
     return out
+
+
+def tups_outgoing(tups: list[Tup], e: int, tau: int, positions: tuple[int, ...], live: int) -> Outgoing:
+    """The set of tuples that all pass at once (a look-ahead's, a pass-through reducer's): their keys at
+    ``positions``, their ages at epoch e (least: 0 when there are none) and ``live``, the epochs back to the
+    window's oldest arrival."""
+    if _red_c is not None:
+        return _red_c.tups_outgoing(tups, e, tau, positions, live, Outgoing)  # type: ignore[no-any-return]
+    ages = [e - t.ts // tau for t in tups]
+    return Outgoing(keys_at(positions, tups), min(ages, default=0), live, ages)
 
 
 def keys_at(positions: Sequence[int], tups: Sequence[Tup]) -> list[Key]:

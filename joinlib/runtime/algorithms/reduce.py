@@ -47,7 +47,7 @@ from joinlib.protocol.bloom import Bloom, KeySet, Matcher
 from joinlib.protocol.messages import Body, Key, KeyFilter, ShippedBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
 from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable
-from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_matchers, keys_at
+from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_matchers, keys_at, tups_outgoing
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Phase
 from joinlib.runtime.window import HomeWindow
@@ -415,9 +415,7 @@ class PassReducer(Reducer):
 
     def out_keys(self, nbr: str, e: int) -> Outgoing:
         newly, self._new[nbr] = self._new[nbr], []
-        tau = self.tau
-        ages = [e - t.ts // tau for t in newly]
-        return Outgoing(keys_at(self._keys[nbr], newly), min(ages, default=0), e - self.oldest(e), ages)
+        return tups_outgoing(newly, e, self.tau, self._keys[nbr], e - self.oldest(e))
 
     def ship(self, e: int, batch: Sequence[Tup]) -> ShippedBatch:
         newly, self._new[_SHIP] = self._new[_SHIP], []
