@@ -421,6 +421,11 @@ GC_GEN0_ENV = "JOINLIB_GC_GEN0"
 #: step, and at Python's 700 the collector ran every ~700 of them over everything young (docs/runtime.md, "What an
 #: operator costs per epoch")
 GC_GEN0 = 50_000
+MALLOC_TRIM_ENV = "JOINLIB_MALLOC_TRIM_S"
+#: how often a node hands the C heap's free memory back to the system (glibc's malloc_trim): glibc returns only the
+#: free memory at the top of its heap by itself, so each backlog a node works off left its RSS at that backlog's
+#: high-water mark, a new step up with each bigger one (docs/reliability.md, "Memory growth while keeping up")
+MALLOC_TRIM_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -432,12 +437,29 @@ class NodeSettings:
     checkpoint_pause: Optional[tuple[int, float]] = None  # $JOINLIB_TEST_CHECKPOINT_PAUSE
     group_instance: Optional[str] = None                  # $JOINLIB_GROUP_INSTANCE_ID
     gc_gen0: Optional[str] = None                         # $JOINLIB_GC_GEN0, checked when used
+    malloc_trim: Optional[str] = None                     # $JOINLIB_MALLOC_TRIM_S, checked when used
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "NodeSettings":
         return cls(env_value(SESSION_TIMEOUT_ENV, None, environ),
                    _pause_hook(env_value(PAUSE_HOOK_ENV, None, environ)),
-                   env_value(GROUP_INSTANCE_ENV, None, environ), env_value(GC_GEN0_ENV, None, environ))
+                   env_value(GROUP_INSTANCE_ENV, None, environ), env_value(GC_GEN0_ENV, None, environ),
+                   env_value(MALLOC_TRIM_ENV, None, environ))
+
+    @property
+    def trim_every_s(self) -> float:
+        """Seconds between two hand-backs of the C heap's free memory (:data:`MALLOC_TRIM_S`; 0: never); a
+        :class:`~joinlib.errors.ClusterError` for a bad value."""
+        raw = self.malloc_trim
+        if not raw:
+            return MALLOC_TRIM_S
+        try:
+            every = float(raw)
+        except ValueError:
+            every = -1.0
+        if not every >= 0 or every == float("inf"):
+            raise ClusterError(f"{MALLOC_TRIM_ENV}={raw!r}: expected seconds >= 0 (0: never)")
+        return every
 
     @property
     def gc_threshold(self) -> int:

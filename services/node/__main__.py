@@ -3,13 +3,16 @@
 Env: ``KAFKA_BOOTSTRAP_SERVERS`` (required), ``REDIS_URL`` (windows in Redis if set),
 ``JOINLIB_SITE`` (default for --site), ``METRICS_PORT`` (default 9100; 0 = no HTTP server),
 ``JOINLIB_CHECKPOINT_EVERY_S`` (default for --checkpoint-every), ``JOINLIB_SHARED`` (``1``: --shared),
-``JOINLIB_GC_GEN0`` (the garbage collector's young-generation threshold, default 50000; Python's is 700).
+``JOINLIB_GC_GEN0`` (the garbage collector's young-generation threshold, default 50000; Python's is 700),
+``JOINLIB_MALLOC_TRIM_S`` (how often the C heap's free memory goes back to the system, default 10; 0 = never).
 With ``REDIS_URL``, a node that is restarted resumes from its last checkpoint (joinlib/node/recovery.py).
 Errors (Kafka unreachable, bad plan) print one ``error:`` line and exit with status 2.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import signal
 import sys
@@ -29,6 +32,28 @@ def tune_gc(gen0: int) -> None:
     collector scanned them again and again for cycles a node does not make."""
     gc.freeze()
     gc.set_threshold(gen0, 20, 50)
+
+
+def trim_memory(every_s: float, stop: threading.Event) -> Optional[threading.Thread]:
+    """A daemon thread handing the C heap's free memory back to the system every ``every_s`` seconds until ``stop``
+    (glibc's ``malloc_trim(0)``; None where there is no glibc, or ``every_s`` is 0).  Why: glibc gives back by itself
+    only the free memory at the top of its heap, so a node that worked off a backlog kept that backlog's high-water
+    mark as RSS, and a long run's RSS climbed in steps, one per bigger backlog (the soak's memory verdict failed on
+    it: docs/reliability.md).  A trim takes 0.3-6 ms; ctypes releases the GIL for it."""
+    if every_s <= 0:
+        return None
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):   # not glibc (musl, macOS): nothing to trim
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            trim(0)
+    thread = threading.Thread(target=loop, name="malloc-trim", daemon=True)
+    thread.start()
+    return thread
 
 
 def _checkpoint_every(given: Optional[float], env: ServiceEnv) -> float:
@@ -82,10 +107,12 @@ def main(argv=None) -> int:
     try:
         every = _checkpoint_every(args.checkpoint_every, env)
         tune_gc(env.node.gc_threshold)
+        trim_every = env.node.trim_every_s
     except (ValueError, JoinlibError) as e:
         error_line(str(e))
         return 2
     stop = threading.Event()
+    trim_memory(trim_every, stop)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc = NodeService(args.site, args.bootstrap, query=args.query, run=args.run, redis_url=reveal(env.redis_url),
                       metrics_port=port or None, serve=args.serve, stop=stop,
