@@ -32,7 +32,7 @@ def test_the_setting():
     assert NodeSettings.from_env({"JOINLIB_MALLOC_TRIM_S": "0"}).trim_every_s == 0
     for bad in ("-1", "soon", "nan", "inf"):
         with pytest.raises(ClusterError, match="JOINLIB_MALLOC_TRIM_S"):
-            NodeSettings.from_env({"JOINLIB_MALLOC_TRIM_S": bad}).trim_every_s
+            _ = NodeSettings.from_env({"JOINLIB_MALLOC_TRIM_S": bad}).trim_every_s
 
 
 def test_a_bad_setting_is_one_error_line(monkeypatch, capsys):
