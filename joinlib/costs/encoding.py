@@ -95,6 +95,11 @@ class Encoding:
         #: :func:`joinlib.protocol.wire.encode_envelope`), so every size is the same on every link;
         #: checked here rather than assumed, so a format that encodes them is priced per link again
         self.sites_free = self.size("", "", KeyBatch([])) == self.size("N" * 40, "M" * 40, KeyBatch([]))
+        #: a full-tuple message's size and its filter's ``fp_cost`` (:meth:`rows`, :meth:`row_fp_cost`) do not depend
+        #: on the order of a row's streams: a row is built in stream order, and the declared row bytes are a sum
+        #: of whole numbers (exact in any order); :class:`~joinlib.costs.model.WireModel` then prices the steps
+        #: that ask the same of a stream with rows of the same streams once
+        self.rows_order_free = all(float(s.stats.tuple_bytes or 0).is_integer() for s in self.declared.streams)
 
     # ------------------------------------------------------------ representative values
     def tup(self, stream: str) -> Tup:

@@ -284,6 +284,7 @@ class WireModel:
         self._central: dict[tuple[int, str], Plan] = {}
         self._checked: dict[tuple[int, str], tuple[Sequence, ...]] = {}   # the last sequences found central's
         self._costs: dict[tuple[object, ...], dict[str, float]] = {}
+        self._by_probe: dict[tuple[object, ...], dict[str, float]] = {}
         self._rhos: dict[int, dict[tuple[str, str], float]] = {}
         self._trees: dict[int, TreeMemo] = {}
         self._lowered: dict[tuple[object, ...], PlanIR] = {}
@@ -393,11 +394,26 @@ class WireModel:
 
     def step_costs(self, query: Query, state: SeqState, stream: str,
                    algorithms: tuple[str, ...] = ALGORITHMS) -> dict[str, float]:
+        hit = self.step_costs_shared(query, state, stream)
+        if hit is None:
+            return dict.fromkeys(algorithms, 0.0)
+        if algorithms == ALGORITHMS:
+            return dict(hit)
+        return {a: hit.get(a, 0.0) for a in algorithms}   # an algorithm without a record ships nothing
+
+    def location_free(self, query: Query) -> bool:
+        """A step between two sites costs the same wherever its intermediate is (the sizes do not depend on the
+        link: :attr:`~joinlib.costs.encoding.Encoding.sites_free`)."""
+        return self._ctx(query)[0].sites_free
+
+    def step_costs_shared(self, query: Query, state: SeqState, stream: str) -> Optional[dict[str, float]]:
+        """:meth:`step_costs` of every algorithm as kept (the caller must not change it; one instance for every
+        location the step is priced the same at), or None for a step within one site (it ships nothing)."""
         enc, inputs = self._ctx(query)
         q = inputs.query
         src, dst = state.location, q.stream(stream).site
         if src == dst:
-            return dict.fromkeys(algorithms, 0.0)
+            return None
         ckey = (id(query), state.head, state.joined_set, stream, enc.link(src, dst))
         hit = self._costs.get(ckey)   # one computation for every location when sizes are the same on every link
         if hit is None:
@@ -405,9 +421,7 @@ class WireModel:
                 self._costs.clear()
                 self._probes.clear()
             hit = self._costs[ckey] = self._priced(query, q, enc, state, stream)
-        if algorithms == ALGORITHMS:
-            return dict(hit)
-        return {a: hit.get(a, 0.0) for a in algorithms}   # an algorithm without a record ships nothing
+        return hit
 
     def _priced(self, query: Query, q: Query, enc: Encoding, state: SeqState, stream: str) -> dict[str, float]:
         """Every algorithm's bytes per second for one step with a replica of its own: its replica's update
@@ -418,6 +432,15 @@ class WireModel:
         pr = self._probes.get(pkey)
         if pr is None:
             pr = self._probes[pkey] = probe(q, self._inter(query, state), stream)
+        # the costs are a function of the probe and the links: steps of other heads (or orders) that ask the same
+        # of the same stream cost the same (a row's size does not depend on the order of its streams when the
+        # encoding says so), so each is priced once
+        okey = (id(query), pr[:-1], frozenset(pr.parts), enc.link(src, dst), enc.link(dst, src)) \
+            if enc.rows_order_free else None
+        if okey is not None:
+            hit = self._by_probe.get(okey)
+            if hit is not None:
+                return hit
         tau = interval_s(q)
         out = {}
         for algorithm, rec in REGISTRY.items():
@@ -430,6 +453,10 @@ class WireModel:
             for m in step_flows(q, algorithm, pr, share, enc):
                 total += price(enc, src, dst, m) if m.direction == "fwd" else price(enc, dst, src, m)
             out[algorithm] = total / tau
+        if okey is not None:
+            if len(self._by_probe) > 200_000:
+                self._by_probe.clear()
+            self._by_probe[okey] = out
         return out
 
     def start_cost(self, query: Query, head: str, site: str) -> float:

@@ -556,6 +556,14 @@ class StepCache:
         self._infos: dict[tuple[str, frozenset[str]], dict[tuple[int, str], tuple[Query, _StepInfo]]] = {}
         self._frontiers: dict[frozenset[str], list[str]] = {}
         self._next_sets: dict[tuple[frozenset[str], str], frozenset[str]] = {}
+        #: a model's kept costs of a step, the same at every location (WireModel.step_costs_shared), if it has them
+        self._shared: Optional[Callable[[Query, SeqState, str], Optional[dict[str, float]]]] = \
+            getattr(model, "step_costs_shared", None)
+        self._sides: dict[int, tuple[dict[str, float], tuple[tuple[str, float, bool], ...]]] = {}
+        self._located: Optional[bool] = None
+        self._sites: dict[str, str] = {}
+        #: (head, joined set, next stream) -> [the set after it, the cheapest algorithm of each side away from its site]
+        self._by_set: dict[tuple[str, frozenset[str], str], list[Any]] = {}
 
     def canonical(self, state: SeqState) -> SeqState:
         key = state.memo_key()
@@ -597,6 +605,8 @@ class StepCache:
         return hit
 
     def _options_of(self, state: SeqState, stream: str) -> list[tuple[str, float, SeqState]]:
+        if self._shared is not None:
+            return self._options_shared(state, stream)
         costs = self._all_costs(self.query, state, stream)
         src, dst = state.location, self.query.stream(stream).site
         best: dict[str, tuple[int, float, str]] = {}   # per resulting location: the first cheapest algorithm
@@ -613,6 +623,85 @@ class StepCache:
         out = []
         for loc, (_, c, alg) in sorted(best.items(), key=_position):
             hit = self._states.get((state.head, joined, loc))
+            out.append((alg, c, hit if hit is not None else self._new_state(state, joined, stream, loc)))
+        return out
+
+    def moves(self, state: SeqState) -> list[tuple[float, int, str, str, SeqState]]:
+        """Every option of every next stream of ``state`` (:meth:`frontier`, :meth:`options` not kept) as
+        (cost, rank, stream, algorithm, next state), cheapest first (rank: its place in frontier-then-options
+        order, which breaks ties): what the per-head DP expands, once per state.  With a model whose step
+        costs are the same at every location but the stream's own site (``location_free``), each (head,
+        joined set, stream)'s cheapest algorithm per side is found once for all its locations."""
+        if self._located is None:
+            free = getattr(self.model, "location_free", None)
+            self._located = bool(self._shared is not None and free is not None and free(self.query))
+        if not self._located:
+            out = [(c, rank, nxt, alg, succ) for rank, (nxt, alg, c, succ) in enumerate(
+                (nxt, alg, c, succ) for nxt in self.frontier(state)
+                for alg, c, succ in self.options(state, nxt, False))]
+            out.sort()
+            return out
+        head, joined_set, loc = state.head, state.joined_set, state.location
+        states, sites, tmpl = self._states, self._sites, self._by_set
+        out = []
+        rank = 0
+        for nxt in self.frontier(state):
+            key = (head, joined_set, nxt)
+            t = tmpl.get(key)
+            if t is None:
+                joined = self._next_sets.get((joined_set, nxt))
+                if joined is None:
+                    joined = self._next_sets[(joined_set, nxt)] = joined_set | {nxt}
+                t = tmpl[key] = [joined, None]
+            joined = t[0]
+            site = sites.get(nxt)
+            if site is None:
+                site = sites[nxt] = self.query.stream(nxt).site
+            if loc == site:   # within one site: every algorithm ships nothing and ends there; the first wins
+                hit = states.get((head, joined, loc))
+                out.append((0.0, rank, nxt, ALGORITHMS[0],
+                            hit if hit is not None else self._new_state(state, joined, nxt, loc)))
+                rank += 1
+                continue
+            sides = t[1]
+            if sides is None:
+                costs = self._shared(self.query, state, nxt)   # type: ignore[misc]
+                assert costs is not None
+                sides = t[1] = _cheapest_sides(costs)
+            for alg, c, source_side in sides:
+                at = loc if source_side else site
+                hit = states.get((head, joined, at))
+                out.append((c, rank, nxt, alg, hit if hit is not None else self._new_state(state, joined, nxt, at)))
+                rank += 1
+        out.sort()
+        return out
+
+    def _options_shared(self, state: SeqState, stream: str) -> list[tuple[str, float, SeqState]]:
+        """:meth:`_options_of` for a model whose costs of a step are one kept dict for every location it is priced
+        the same at (``step_costs_shared``): the cheapest algorithm of each side is found once per such dict, not
+        once per location.  The same options: the first cheapest algorithm per resulting location (the source's
+        for the source side, the stream's site for the other; every algorithm's cost 0 when they are one site),
+        ordered by that algorithm's position."""
+        assert self._shared is not None
+        costs = self._shared(self.query, state, stream)
+        key = (state.joined_set, stream)
+        joined = self._next_sets.get(key)
+        if joined is None:
+            joined = self._next_sets[key] = state.joined_set | {stream}
+        head, states = state.head, self._states
+        if costs is None:   # within one site: every algorithm ships nothing and ends there; the first wins
+            loc = state.location
+            hit = states.get((head, joined, loc))
+            return [(ALGORITHMS[0], 0.0, hit if hit is not None else self._new_state(state, joined, stream, loc))]
+        sides = self._sides.get(id(costs))
+        if sides is None or sides[0] is not costs:
+            if len(self._sides) > 200_000:
+                self._sides.clear()
+            sides = self._sides[id(costs)] = (costs, _cheapest_sides(costs))
+        out = []
+        for alg, c, source_side in sides[1]:
+            loc = state.location if source_side else self.query.stream(stream).site
+            hit = states.get((head, joined, loc))
             out.append((alg, c, hit if hit is not None else self._new_state(state, joined, stream, loc)))
         return out
 
@@ -634,6 +723,18 @@ class StepCache:
 
 #: (position, name, output at the source) of every algorithm, for the searches' inner loop
 _SIDES = tuple((i, a, at_source(a)) for i, a in enumerate(ALGORITHMS))
+
+
+def _cheapest_sides(costs: dict[str, float]) -> tuple[tuple[str, float, bool], ...]:
+    """Of a step between two sites: (algorithm, cost, output at the source) of the first cheapest algorithm of
+    each side, ordered by position (as :meth:`StepCache._options_of` picks them)."""
+    best: dict[bool, tuple[int, float, str]] = {}
+    for i, alg, source_side in _SIDES:
+        c = costs[alg]
+        cur = best.get(source_side)
+        if cur is None or c < cur[1]:
+            best[source_side] = (i, c, alg)
+    return tuple((alg, c, side) for side, (_, c, alg) in sorted(best.items(), key=lambda kv: kv[1][0]))
 
 
 def _position(item: tuple[str, tuple[int, float, str]]) -> int:

@@ -83,9 +83,7 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
         b_steps: tuple[Step, ...] = ()
         # cheapest step first: the best total found early bounds the rest (a step whose own cost
         # reaches it is not expanded); ties still go to the earlier stream, then algorithm
-        moves = sorted((c, rank, nxt, alg, succ) for rank, (nxt, alg, c, succ) in enumerate(
-            (nxt, alg, c, succ) for nxt in cache.frontier(state)
-            for alg, c, succ in cache.options(state, nxt, keep=False)))   # not kept: each state is solved once
+        moves = cache.moves(state)   # options not kept: each state is solved once
         for c, rank, nxt, alg, succ in moves:
             if not _better(c, b_cost) and (_better(b_cost, c) or rank > b_rank[0]):   # bound: the rest costs >= 0
                 continue

@@ -167,3 +167,74 @@ def test_another_query_under_a_reused_id_finds_every_memo_empty():
     model._enc[id(other)] = model._enc[id(q)]   # as if ``other`` had taken q's id
     model.context(other)
     assert not any(memos.values()), {n: len(v) for n, v in memos.items() if v}
+
+
+# ------------------------------------------------------------------ third pass: the 8-way clique's shortcuts
+def _with_tuple_bytes(q: Query, rng: random.Random) -> Query:
+    """``q`` with fractional declared tuple sizes: the declared bytes of a row are then not exact in every order."""
+    from joinlib.model import Stream
+    streams = tuple(replace(s, stats=replace(s.stats, tuple_bytes=rng.uniform(10.0, 90.0) + 0.1))   # type: ignore[arg-type]  # a fractional size, as a measured one may be
+                    if isinstance(s, Stream) else s for s in q.streams)
+    return replace(q, streams=streams)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_the_dps_moves_are_the_options_of_every_next_stream(seed, m, topology):
+    """:meth:`StepCache.moves` with the cheapest algorithm per side found once per (head, joined set, stream) is
+    the frontier's options (each found for its own location), in the same order: the DP expands the same moves."""
+    from joinlib.costs.unit_time import SeqState, StepCache
+    q = _query(seed, m, topology)
+    model = WireModel()
+    fast, slow = StepCache(q, model), StepCache(q, model)
+    slow._located = False
+    for head in q.names:
+        todo = [fast.canonical(SeqState.start(q, head, node)) for node in q.nodes]
+        seen = set()
+        while todo:
+            state = todo.pop()
+            if state.memo_key() in seen or len(state.joined) == m:
+                continue
+            seen.add(state.memo_key())
+            got = fast.moves(state)
+            want = slow.moves(slow.canonical(state))
+            assert [(c, r, n, a, s.memo_key()) for c, r, n, a, s in got] == \
+                [(c, r, n, a, s.memo_key()) for c, r, n, a, s in want]
+            todo.extend(s for *_, s in got)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES, fractional=st.booleans())
+def test_steps_asking_the_same_of_a_stream_are_priced_once_and_the_same(seed, m, topology, fractional):
+    """The byte model prices steps whose probes differ only in the order of a row's streams once
+    (``Encoding.rows_order_free``): each costs, to the bit, what a model without that memo computes; with
+    fractional declared tuple sizes the memo is off."""
+    q = _query(seed, m, topology)
+    if fractional:
+        q = _with_tuple_bytes(q, random.Random(seed))
+    shared, alone = WireModel(), WireModel()
+    assert shared.context(q)[0].rows_order_free is not fractional
+    alone.context(q)[0].rows_order_free = False
+    searches = [Search.of(q, shared), Search.of(q, alone)]
+    for search in searches:
+        for head in q.names:
+            search.best_sequences(head)
+    assert shared._costs == alone._costs   # every step of every head's search, bit for bit
+    assert [searches[0].per_start[h] for h in q.names] == [searches[1].per_start[h] for h in q.names]
+    if fractional:
+        assert not shared._by_probe
+
+
+def test_a_symmetric_cliques_heads_share_their_steps_prices():
+    """On a fully connected query of like streams (the bench's), steps of different heads ask the same of a
+    stream: priced once (about a quarter of the steps at 5 streams), and as a model without the memo prices them."""
+    from tests.unit.test_plan_time import bench_query
+    q = bench_query("clique5", 5, "complete", False, 0.001, 1250, 3000, False)
+    shared, alone = WireModel(), WireModel()
+    alone.context(q)[0].rows_order_free = False
+    for model in (shared, alone):
+        search = Search.of(q, model)
+        for head in q.names:
+            search.best_sequences(head)
+    assert shared._costs == alone._costs
+    assert len(shared._by_probe) < len(shared._costs) / 2
