@@ -84,7 +84,7 @@ def test_rows_appended_between_snapshots_are_encoded(data):
         node = h.nodes[site]
         checkpoint.snapshot(node)
         for inst in node.instances.values():
-            for k, rows in list(inst.pending.items()):
+            for rows in list(inst.pending.values()):
                 if rows:
                     rows.append(tuple(list(rows[0])))   # a new row object, as expand_rows makes
                     rows.extend(tuple(list(r)) for r in rows[1:3])
