@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterable, Optional, Protocol
 
 from joinlib.algorithms import REGISTRY
@@ -378,31 +378,30 @@ class Instance:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self, encode: Encode, with_stores: bool) -> dict[str, Any]:
-        """Plain data (``encode``: Tup -> bytes).  The rows between steps are encoded incrementally: a list of
-        :attr:`pending` only grows (a step appends to it) until a step takes it whole, so the rows a list had at
-        the last snapshot (the same list, its row at that length the same object) keep their encoding and only
-        the rows appended since are encoded.  Why: in a backlog's drain the central node holds thousands of rows
-        for epochs ahead of its slowest input, and encoding all of them again at each checkpoint was most of
-        what its checkpoints cost."""
+        """Plain data (``encode``: Tup -> bytes).  The rows between steps are written by column (``pending_cols``:
+        per list, its length and per position the tuples' encodings, or None where every row has None): in a
+        backlog's drain the central node holds thousands of rows for epochs ahead of its slowest input at each
+        checkpoint, and a Python call per row and per tuple was most of what its checkpoints cost; a column is
+        the tuples' cached wire bytes (one C loop) when they have them."""
+        from joinlib.protocol.avro import encode_tuple
+        wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
+
         def row(r: Row) -> list[Optional[bytes]]:
             return [None if t is None else encode(t) for t in r]
-        cache: dict[tuple[int, int, int], tuple[list[Row], list[list[Optional[bytes]]], Row]] = \
-            self.__dict__.get("_snap_rows") or {}
-        kept: dict[tuple[int, int, int], tuple[list[Row], list[list[Optional[bytes]]], Row]] = {}
-        pending = []
-        for k, rows in self.pending.items():
-            if not rows:
-                continue
-            c = cache.get(k)
-            if c is not None and c[0] is rows and 0 < len(c[1]) <= len(rows) and rows[len(c[1]) - 1] is c[2]:
-                enc = c[1]
-                if len(enc) < len(rows):
-                    enc += [row(r) for r in rows[len(enc):]]
-            else:
-                enc = [row(r) for r in rows]
-            kept[k] = (rows, enc, rows[-1])
-            pending.append((*k, enc[:]))   # a copy: the cached list grows with the next snapshot
-        self.__dict__["_snap_rows"] = kept
+
+        def column(col: list[Optional[Tup]]) -> Optional[list[bytes]]:
+            nones = col.count(None)
+            if nones == len(col):
+                return None
+            if nones == 0:
+                if wire is not None:
+                    out = list(map(wire, col))
+                    if None not in out:
+                        return out
+                return list(map(encode, col))   # type: ignore[arg-type]
+            return [None if t is None else encode(t) for t in col]   # type: ignore[misc]
+        pending = [(si, j, e, len(rows), [column(list(map(itemgetter(p), rows))) for p in range(len(rows[0]))])
+                   for (si, j, e), rows in self.pending.items() if rows]
         held = []
         for (kind, sig, e), v in self.held.items():
             if kind == "found":
@@ -411,12 +410,12 @@ class Instance:
                 v = [row(r) for r in v]
             held.append((kind, sig, e, v))
         out: dict[str, Any] = {
-            "v": 1, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
+            "v": 2, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
             "lanes": {lane.name: (lane.epoch, lane.cursor) for lane in self.lanes},
             "senders": {sig: s.snapshot(encode) for sig, s in self.senders.items()},
             "reducers": {name: r.snapshot(encode) for name, r in self.reducers.items()},
             "replicas": {sig: r.snapshot(encode) for sig, r in self.replicas.items()},
-            "pending": pending,
+            "pending_cols": pending,
             "held": held,
             "step_done": [(si, j, e) for (si, j), e in self.step_done.items()],
             "started": list(self.started.items()),
@@ -427,7 +426,6 @@ class Instance:
 
     def restore(self, data: dict[str, Any], decode: Decode) -> None:
         self._check(data)
-        self.__dict__["_snap_rows"] = None   # the rows restored are new lists: encoded afresh at the next snapshot
         lanes = {lane.name: lane for lane in self.lanes}
         for name, (epoch, cursor) in data["lanes"].items():
             lanes[name].epoch, lanes[name].cursor = epoch, cursor
@@ -443,24 +441,37 @@ class Instance:
 
         def row(r: list[Optional[bytes]]) -> Row:
             return tuple(None if b is None else decode(b) for b in r) if len(r) == m else tuple(r)
-        self.pending.clear()
-        for si, j, e, rows in data["pending"]:
-            self.pending[(si, j, e)] = [row(r) for r in rows]
+        self._restore_pending(data, decode, row)
         self.held = {(kind, sig, e): ({tuple(k): _keylist([decode(b) for b in bs]) for k, bs in v}
                                       if kind == "found" else [row(r) for r in v])
                      for kind, sig, e, v in data["held"]}
         self.step_done = {(si, j): e for si, j, e in data["step_done"]}
         self.started = {int(si): e for si, e in data["started"]}
 
+    def _restore_pending(self, data: dict[str, Any], decode: Decode, row: Callable[[Any], Row]) -> None:
+        """:meth:`restore`'s rows between steps: by column (version 2), or a list per row (version 1)."""
+        def column(n: int, c: Optional[list[Optional[bytes]]]) -> Iterable[Optional[Tup]]:
+            if c is None:
+                return repeat(None, n)
+            return [None if b is None else decode(b) for b in c]
+        self.pending.clear()
+        for si, j, e, rows in data.get("pending", ()):   # version 1: a list per row
+            self.pending[(si, j, e)] = [row(r) for r in rows]
+        for si, j, e, n, cols in data.get("pending_cols", ()):
+            self.pending[(si, j, e)] = list(zip(*[column(n, c) for c in cols], strict=True))
+
     def _check(self, data: dict[str, Any]) -> None:
         """Refuse the snapshot of another plan generation, epoch range or operator set."""
-        if data.get("v") != 1 or data["digest"] != self.ir.digest() or \
+        if data.get("v") not in (1, 2) or data["digest"] != self.ir.digest() or \
                 (data["start"], data["stop"]) != (self.start, self.stop):
             raise CheckpointError(f"checkpoint of instance {tuple(data.get('key', ()))} does not match this "
                                   f"plan generation (digest {data.get('digest')} vs {self.ir.digest()})")
         if {lane.name for lane in self.lanes} != set(data["lanes"]) or set(data["senders"]) != set(self.senders) \
                 or set(data["replicas"]) != set(self.replicas):
             raise CheckpointError("checkpoint does not match the instance's lanes, senders and replicas")
+
+
+_WIRE = attrgetter("wire")
 
 
 def _keylist(tups: list[Tup]) -> KeyList:
