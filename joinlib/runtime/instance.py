@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_not, itemgetter
 from typing import Any, Callable, Iterable, Optional, Protocol
 
 from joinlib.algorithms import REGISTRY
@@ -390,10 +390,10 @@ class Instance:
             return [None if t is None else encode(t) for t in r]
 
         def column(col: list[Optional[Tup]]) -> Optional[list[bytes]]:
-            nones = col.count(None)
-            if nones == len(col):
+            tups = sum(map(is_not, col, repeat(None)))   # not col.count(None): that calls Tup.__eq__ per tuple
+            if tups == 0:
                 return None
-            if nones == 0:
+            if tups == len(col):
                 if wire is not None:
                     out = list(map(wire, col))
                     if None not in out:
