@@ -42,11 +42,20 @@ class FastHistogram(Collector):
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         s = self._series.get(labels)
         if s is None:
+            s = self.series(labels)
+        s[bisect_left(self.bounds, value)] += 1
+        s[-1] += value
+
+    def series(self, labels: tuple[str, ...]) -> list[float]:
+        """The counts of ``labels`` (made if new): [count per bucket..., sum], the list :meth:`observe` adds to, the
+        same list for the histogram's life -- a caller that observes one series often may keep it and add to it
+        itself (``s[bisect_left(self.bounds, value)] += 1; s[-1] += value``)."""
+        s = self._series.get(labels)
+        if s is None:
             if len(labels) != len(self.labelnames):
                 raise ValueError(f"{self.name}: expected {len(self.labelnames)} label values, got {labels!r}")
             s = self._series[labels] = [0.0] * (len(self.bounds) + 2)
-        s[bisect_left(self.bounds, value)] += 1
-        s[-1] += value
+        return s
 
     def describe(self) -> Iterator[HistogramMetricFamily]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

@@ -254,6 +254,18 @@ class PrometheusSensor(AdaptiveSensor):
     def on_phase(self, site: str, operator: str, seconds: float) -> None:
         self.processing.observe((site, OPERATORS.get(operator, operator)), seconds)
 
+    @property
+    def phases_direct(self) -> bool:
+        """Whether :meth:`on_phase` only adds to :meth:`phase_series` (not so in a subclass that observes phases
+        otherwise): a caller may then add to the series itself."""
+        return type(self).on_phase is PrometheusSensor.on_phase
+
+    def phase_series(self, site: str, operator: str) -> list[float]:
+        """What :meth:`on_phase` of ``(site, operator)`` adds to: the processing histogram's series (see
+        ``FastHistogram.series``; its bucket bounds are ``self.processing.bounds``), for a caller that observes it
+        directly (a node's phase hook, :func:`joinlib.node.run_report.phase_hook`)."""
+        return self.processing.series((site, OPERATORS.get(operator, operator)))
+
     def on_emit(self, site: str, n: int) -> None:
         self._child(self.results, site, self.query).inc(n)
 

@@ -326,6 +326,7 @@ class RedisBlockStore(MemoryReads):
         waiting stay bounded by the window: a record that dies before a flush leaves at once."""
         self._flush_records = sys.maxsize
         self._flush_after_s = float("inf")
+        self._flush_if_due = _never   # type: ignore[method-assign]
 
     def _flush_if_due(self) -> None:
         """Flush when too many records wait, or one has waited ``flush_after_s``."""
@@ -390,6 +391,10 @@ class RedisBlockStore(MemoryReads):
         self._reset_log(self._next)
         self._new_indexes = []
         return unlink_matching(self.client, [glob_escape(self.base) + ":*"])
+
+
+def _never() -> None:
+    """A store that flushes only when asked: no clock read, no count, per change."""
 
 
 def flush_stores(client: Any, stores: Iterable[RedisBlockStore]) -> int:

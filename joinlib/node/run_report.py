@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from joinlib.adapters.kafka import TopicPartition, links_to_list, now_ms
 from joinlib.control.messages import DoneMessage, LinkTraffic, Naive, StatusMessage
@@ -19,10 +20,12 @@ LATENCY_SAMPLES = 4096
 
 
 class TeeSensor(Sensor):
-    """Forwards every hook to several sensors (Prometheus + in-memory totals for ``done``)."""
+    """Forwards every hook to several sensors (Prometheus + in-memory totals for ``done``).  Its ``on_phase`` is
+    :func:`phase_hook`'s of them: the hook a node's scheduler calls after every phase."""
 
     def __init__(self, *sensors: Sensor) -> None:
         self.sensors = sensors
+        self.on_phase = phase_hook(sensors)   # type: ignore[method-assign, assignment]
 
     def on_input(self, site: str, stream: str, n: int) -> None:
         for s in self.sensors:
@@ -43,6 +46,49 @@ class TeeSensor(Sensor):
     def on_window(self, site: str, stream: str, store: str, size: int) -> None:
         for s in self.sensors:
             s.on_window(site, stream, store, size)
+
+
+def _phase_leaves(sensors: tuple[Sensor, ...]) -> list[Sensor]:
+    """The sensors a phase's time reaches through nested tees (a node's: a tee of its query's sensor, itself a tee
+    of Prometheus, and the run's totals)."""
+    out: list[Sensor] = []
+    for s in sensors:
+        if isinstance(s, TeeSensor) and type(s).on_phase is TeeSensor.on_phase:
+            out += _phase_leaves(s.sensors)
+        else:
+            out.append(s)
+    return out
+
+
+def phase_hook(sensors: tuple[Sensor, ...]) -> Callable[[str, str, float], None]:
+    """``on_phase`` of a tee of ``sensors``, called after every phase a node runs (tens of thousands a second in a
+    backlog's drain).  A node's usual tee -- one Prometheus sensor and one :class:`TotalsSensor`, possibly nested --
+    adds to the histogram's series and to the totals directly, both found once per (site, operator): one Python
+    call per phase instead of four, and no label tuple made per phase.  Any other mix calls each sensor."""
+    leaves = _phase_leaves(sensors)
+    totals = [s for s in leaves if type(s) is TotalsSensor]
+    proms = [s for s in leaves if type(s) is not TotalsSensor]
+    if len(leaves) != 2 or len(totals) != 1 or not getattr(proms[0], "phases_direct", False):
+        hooks = [s.on_phase for s in leaves]
+
+        def each(site: str, operator: str, seconds: float) -> None:
+            for h in hooks:
+                h(site, operator, seconds)
+        return each
+    prom, processing = proms[0], totals[0].processing
+    bounds = prom.processing.bounds   # type: ignore[attr-defined]
+    series = prom.phase_series   # type: ignore[attr-defined]
+    cache: dict[str, tuple[str, list[float], tuple[str, str]]] = {}
+
+    def on_phase(site: str, operator: str, seconds: float) -> None:
+        c = cache.get(operator)
+        if c is None or c[0] != site:
+            c = cache[operator] = (site, series(site, operator), (site, operator))
+        s = c[1]
+        s[bisect_left(bounds, seconds)] += 1
+        s[-1] += seconds
+        processing[c[2]] += seconds
+    return on_phase
 
 
 class QuerySensor(TeeSensor):
