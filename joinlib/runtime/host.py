@@ -31,7 +31,6 @@ from joinlib.errors import CheckpointError
 from joinlib.model import Tup
 from joinlib.protocol import avro, wire
 from joinlib.protocol.messages import Body, Envelope, InstanceKey
-from joinlib.runtime import lanes as _lanes
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.instance import InboxKey, Instance, InstanceSpec
 from joinlib.runtime.lanes import Lane, run_lanes
@@ -217,9 +216,6 @@ class Host:
                 lanes = [lane for g, group in self._groups.items() if g in woken for lane in group]
             if not lanes:
                 return False
-        c = _lanes._c
-        if c is not None:   # lanes.run_lanes's C form, called here: a host runs after every message
-            return c.run_lanes(lanes, self.site, _lanes.hook(self.sensor), _lanes._perf)  # type: ignore[no-any-return]
         return run_lanes(lanes, self.site, self.sensor)
 
     # ------------------------------------------------------------------ checkpoints
