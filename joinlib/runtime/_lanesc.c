@@ -32,7 +32,7 @@ typedef struct {
     int settable;        /* the type's setattr is the generic one too (a frozen dataclass's is not) */
 } Slot;
 
-static Slot c_hi, c_epoch, c_cursor, c_phases, c_n, c_fn, c_op, c_wait;
+static Slot c_hi, c_epoch, c_cursor, c_phases, c_n, c_fn, c_op, c_wait, c_gates;
 
 static Py_ssize_t slot_fill(Slot *c, PyTypeObject *tp) {
     Py_ssize_t off = 0;
@@ -182,6 +182,74 @@ done:
     return r;
 }
 
+/* Phase.gates at epoch e (lanes.py shut, negated): 1 every gate is open (or one reads a value that is not an int:
+ * the phase is called and tests for itself), 0 one is shut (the phase would answer False), -1 on error.  A gate's
+ * value is read without a Python call: a dict's item, else the attribute. */
+static int gates_open(PyObject *ph, long long e) {
+    PyObject *gs = get_attr(ph, &c_gates);
+    int r = -1;
+    if (gs == NULL)
+        return -1;
+    if (!PyTuple_Check(gs)) {
+        PyErr_SetString(PyExc_TypeError, "a phase's gates are a tuple");
+        goto done;
+    }
+    r = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gs) && r == 1; i++) {
+        PyObject *g = PyTuple_GET_ITEM(gs, i), *obj, *v;
+        long long mul, add, start, x;
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 5) {
+            PyErr_SetString(PyExc_TypeError, "a gate is (obj, name, mul, add, start)");
+            r = -1;
+            break;
+        }
+        mul = PyLong_AsLongLong(PyTuple_GET_ITEM(g, 2));
+        add = PyLong_AsLongLong(PyTuple_GET_ITEM(g, 3));
+        start = PyLong_AsLongLong(PyTuple_GET_ITEM(g, 4));
+        if (PyErr_Occurred()) {
+            r = -1;
+            break;
+        }
+        if (e < start)
+            continue;
+        obj = PyTuple_GET_ITEM(g, 0);
+        if (PyDict_CheckExact(obj)) {
+            v = PyDict_GetItemWithError(obj, PyTuple_GET_ITEM(g, 1));   /* borrowed */
+            if (v == NULL) {
+                if (PyErr_Occurred()) {
+                    r = -1;
+                    break;
+                }
+                x = -1;
+            } else if (!PyLong_CheckExact(v)) {
+                continue;
+            } else if ((x = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) {
+                PyErr_Clear();   /* beyond a long long: let the phase test it */
+                continue;
+            }
+        } else {
+            if ((v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(g, 1))) == NULL) {
+                r = -1;
+                break;
+            }
+            int is_int = PyLong_CheckExact(v);
+            x = is_int ? PyLong_AsLongLong(v) : 0;
+            Py_DECREF(v);
+            if (!is_int)
+                continue;
+            if (x == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                continue;
+            }
+        }
+        if (x < mul * e + add)
+            r = 0;
+    }
+done:
+    Py_DECREF(gs);
+    return r;
+}
+
 /* One phase of `lane` at its cursor, the clock read at *t0 before it: 1 ran (timed from *t0, reported; *t0 the
  * clock after it, the next phase's start), 0 could not run, -1 error. */
 static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject *on_phase, PyObject *perf,
@@ -208,6 +276,13 @@ static int run_phase(PyObject *lane, PyObject *phases, PyObject *site, PyObject 
     }
     int open = waited(ph, e);
     if (open <= 0) {   /* the message the phase waits for is not here: it would answer False */
+        out = open;
+        goto done;
+    }
+    long long ev = PyLong_AsLongLong(e);
+    if (ev == -1 && PyErr_Occurred())
+        goto done;
+    if ((open = gates_open(ph, ev)) <= 0) {   /* a gate is shut: it would answer False too */
         out = open;
         goto done;
     }
@@ -334,8 +409,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lanesc", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__lanesc(void) {
-    Slot *caches[] = {&c_hi, &c_epoch, &c_cursor, &c_phases, &c_n, &c_fn, &c_op, &c_wait};
-    const char *names[] = {"hi", "epoch", "cursor", "phases", "_n", "fn", "op", "wait"};
+    Slot *caches[] = {&c_hi, &c_epoch, &c_cursor, &c_phases, &c_n, &c_fn, &c_op, &c_wait, &c_gates};
+    const char *names[] = {"hi", "epoch", "cursor", "phases", "_n", "fn", "op", "wait", "gates"};
     for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]); i++)
         if ((caches[i]->name = PyUnicode_InternFromString(names[i])) == NULL)
             return NULL;

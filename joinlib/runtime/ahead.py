@@ -38,7 +38,7 @@ from joinlib.plan.ir import ReducerOp
 from joinlib.protocol.messages import KeyFilter
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
 from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, tups_outgoing
-from joinlib.runtime.lanes import Phase
+from joinlib.runtime.lanes import Phase, next_gate
 from joinlib.runtime.window import HomeWindow
 
 #: the first element of a look-ahead lane's key (instances start such lanes early, for the jump start)
@@ -224,5 +224,5 @@ def ahead_phases(ctx: StepContext, checked: CheckedSends, op: ReducerOp, nbr: st
             checked.ahead(dst, flow, e, out, key_filter(out, fpr, fp_cost))
         return True
     lane = (AHEAD, op.stream, nbr)
-    return [Placed(op.home, lane, Phase((0,), "tick", admit), ("home", op.stream)),
+    return [Placed(op.home, lane, Phase((0,), "tick", admit, gates=(next_gate(home),)), ("home", op.stream)),
             Placed(op.home, lane, Phase((1,), "semijoin", send), ("home", op.stream))]

@@ -42,7 +42,7 @@ from joinlib.runtime.algorithms import (
 )
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, window_bytes
 from joinlib.runtime.algorithms.simple import FullReplica
-from joinlib.runtime.lanes import Lane, Phase
+from joinlib.runtime.lanes import Gate, Lane, Phase, next_gate
 from joinlib.runtime.sensor import Sensor
 from joinlib.runtime.sink import Group, Sink
 from joinlib.runtime.window import HomeWindow
@@ -170,6 +170,13 @@ class Instance:
             return self.started.get(st.seq_index, -1) >= e
         return self.step_done.get((st.seq_index, st.j - 1), -1) >= e
 
+    def ready_gate(self, st: StepOp) -> Gate:
+        """:meth:`ready` as a gate (:attr:`joinlib.runtime.lanes.Phase.gates`), from the instance's start on: the
+        scheduler reads the dictionary itself (so :meth:`restore` refills these dictionaries, never replaces them)."""
+        if st.j == 0:
+            return (self.started, st.seq_index, 1, 0, self.start)
+        return (self.step_done, (st.seq_index, st.j - 1), 1, 0, self.start)
+
     def rows_in(self, st: StepOp, e: int) -> list[Row]:
         return self.pending.pop((st.seq_index, st.j, e), [])
 
@@ -272,7 +279,8 @@ class Instance:
                 msg = sender.tick(e, home.batches[e], home.lower(e))
             self.send(op.loc, flow, e, msg)
             return True
-        return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick), ("home", op.stream))
+        return Placed(self.site, ("serve", op.sig), Phase((0,), "tick", tick, gates=(next_gate(home),)),
+                      ("home", op.stream))
 
     def _reducer(self, op: ReducerOp) -> list[Placed]:
         r = self.reducers[op.stream] = make_reducer(op, self.q.stream(op.stream), self.tau,
@@ -318,13 +326,14 @@ class Instance:
             def batch_of(e: int) -> Optional[list[Tup]]:
                 return home.batches[e] if home.next > e else None
             uses: Optional[tuple[str, str]] = ("home", head)
+            gates: tuple[Gate, ...] = (next_gate(home),)
         else:
             rep = next(r for sig, r in self.replicas.items()
                        if isinstance(r, FullReplica) and self.ir.replica(sig).stream == head)
 
             def batch_of(e: int) -> Optional[list[Tup]]:
                 return rep.batches.pop(e) if e in rep.batches else None
-            uses = None
+            uses, gates = None, (next_gate(rep),)   # (a replica keeps epoch e's batch once applied through e)
 
         pos = self.q.stream(head).pos
         # a row per tuple, the tuple at pos and None elsewhere: zip of the batch with endless Nones, all in C
@@ -340,7 +349,7 @@ class Instance:
                 self.pending[(si, 0, e)] = list(zip(*cols, strict=False))   # the Nones never end
             self.started[si] = e
             return True
-        return Placed(self.site, ("start", head), Phase((0,), "tick", start), uses)
+        return Placed(self.site, ("start", head), Phase((0,), "tick", start, gates=gates), uses)
 
     def _add_indexes(self, st: StepOp) -> None:
         """The hash indexes a step probes: its home window's when it has work there (probed in place, or the home
@@ -445,8 +454,10 @@ class Instance:
         self.held = {(kind, sig, e): ({tuple(k): _keylist([decode(b) for b in bs]) for k, bs in v}
                                       if kind == "found" else [row(r) for r in v])
                      for kind, sig, e, v in data["held"]}
-        self.step_done = {(si, j): e for si, j, e in data["step_done"]}
-        self.started = {int(si): e for si, e in data["started"]}
+        self.step_done.clear()   # in place: the gates of the steps' phases read these dictionaries (ready_gate)
+        self.step_done.update({(si, j): e for si, j, e in data["step_done"]})
+        self.started.clear()
+        self.started.update({int(si): e for si, e in data["started"]})
 
     def _restore_pending(self, data: dict[str, Any], decode: Decode, row: Callable[[Any], Row]) -> None:
         """:meth:`restore`'s rows between steps: by column (version 2), or a list per row (version 1)."""

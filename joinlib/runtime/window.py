@@ -66,7 +66,9 @@ class HomeWindow:
         self.batches: dict[int, list[Tup]] = {}
         self.users: list[Lane] = []
         self.columns: dict[Index, KeyColumn] = {}   # built when a request is first tested, then kept up
-        self.lane = Lane(f"insert:{stream.name}", [Phase((0,), "tick", self.insert)], 0, None)
+        # the insert waits for the watermark to pass the epoch's end: the scheduler tests that (Phase.gates)
+        self.lane = Lane(f"insert:{stream.name}", [Phase((0,), "tick", self.insert,
+                                                        gates=((self, "watermark", tau, tau, 0),))], 0, None)
 
     # ------------------------------------------------------------------ inputs
     def feed(self, tups: Iterable[Tup], watermark: Optional[int]) -> None:

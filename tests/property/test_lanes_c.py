@@ -1,9 +1,10 @@
 """The scheduler's loop in C (joinlib/runtime/_lanesc.c) against its Python form (joinlib/runtime/lanes.py).
 
 Random lanes whose phases wait on shared counters that other phases move (as a probe waits for its replica's
-apply), with end epochs, truthy non-bool answers and phases that raise: both forms must call the same phases in
-the same order, leave every lane's epoch and cursor the same, report the same operators, answer the same and raise
-the same.
+apply), some of them declaring that wait as a gate (``Phase.gates``: read as a dict item or as an attribute, from a
+start epoch on), with end epochs, truthy non-bool answers and phases that raise: both forms must call the same phases
+in the same order, leave every lane's epoch and cursor the same, report the same operators, answer the same and
+raise the same.
 """
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ class _BadBool:
         raise _Boom("truth")
 
 
+class _View:
+    """The counters as attributes (``c0``, ``c1``, ...): a gate read through getattr."""
+
+    def __init__(self, counters: dict[int, int]) -> None:
+        self._counters = counters
+
+    def __getattr__(self, name: str) -> int:
+        return self._counters[int(name[1:])]
+
+
 class _Log(Sensor):
     def __init__(self) -> None:
         self.ops: list[tuple[str, str]] = []
@@ -47,10 +58,10 @@ def _world(spec: dict[str, Any]) -> tuple[list[Lane], list[Any], dict[str, int]]
     calls: list[Any] = []
     counters = {c: v for c, v in enumerate(spec["counters"])}
     state = {"n": 0}
-    lanes = []
+    lanes, view = [], _View(counters)
     for li, (phases, lo, hi) in enumerate(spec["lanes"]):
         ps = []
-        for k, (needs, moves, answer, boom) in enumerate(phases):
+        for k, (needs, moves, answer, boom, gate) in enumerate(phases):
             def fn(e: int, li: int = li, k: int = k, needs: Optional[int] = needs, moves: int = moves,
                    answer: Any = answer, boom: Optional[int] = boom) -> Any:
                 state["n"] += 1
@@ -61,13 +72,17 @@ def _world(spec: dict[str, Any]) -> tuple[list[Lane], list[Any], dict[str, int]]
                     return [] if answer == "list" else False
                 counters[moves] = counters[moves] + 1
                 return _BadBool() if answer == "bad" else answer
-            ps.append(Phase((k,), f"op{li}.{k}", fn))
+            gates: tuple[Any, ...] = ()
+            if gate is not None and needs is not None:   # the phase's own wait, as a gate from gate[1] on
+                gates = ((counters, needs, 1, 1, gate[1]) if gate[0] == "d" else (view, f"c{needs}", 1, 1, gate[1]),)
+            ps.append(Phase((k,), f"op{li}.{k}", fn, gates=gates))
         lanes.append(Lane(f"lane{li}", ps, lo, hi))
     return lanes, calls, counters  # type: ignore[return-value]
 
 
 _phase = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 3),
-                   st.sampled_from([True, 1, "yes", [0], "list", "bad"]), st.one_of(st.none(), st.integers(1, 200)))
+                   st.sampled_from([True, 1, "yes", [0], "list", "bad"]), st.one_of(st.none(), st.integers(1, 200)),
+                   st.one_of(st.none(), st.tuples(st.sampled_from("da"), st.integers(-1, 3))))
 _spec = st.fixed_dictionaries({
     "counters": st.lists(st.integers(0, 4), min_size=4, max_size=4),
     "lanes": st.lists(st.tuples(st.lists(_phase, min_size=1, max_size=4), st.integers(-1, 2),

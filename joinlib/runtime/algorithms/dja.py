@@ -347,7 +347,7 @@ def _s2_probe(ctx: StepContext, st: StepOp, rank: tuple[int, ...]) -> Placed:
         ctx.hold(("rows", st.sig, e), later)
         ctx.send(st.home, req, e, request(ctx, st, partial))
         return True
-    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe))
+    return Placed(st.loc, ("hold", sig), Phase(rank, "probe", probe, gates=(ctx.ready_gate(st),)))
 
 
 def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
@@ -367,7 +367,7 @@ def smd1_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
         ctx.send(st.home, data, e, TupleBatch([tuple(filter(None, r)) for r in rows]))
         return True
 
-    return [Placed(st.loc, ("hold", sig), Phase((1, st.seq_index, st.j), "ship", ship)),
+    return [Placed(st.loc, ("hold", sig), Phase((1, st.seq_index, st.j), "ship", ship, gates=(ctx.ready_gate(st),))),
             probe_shipped(ctx, st, data)]
 
 

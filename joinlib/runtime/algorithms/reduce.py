@@ -49,7 +49,7 @@ from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext
 from joinlib.runtime.algorithms.keyindex import KeyIndex, KeyTable
 from joinlib.runtime.algorithms.keysets import Outgoing, key_filter, key_matchers, keys_at, tups_outgoing
 from joinlib.runtime.algorithms.simple import FullReplica
-from joinlib.runtime.lanes import Phase
+from joinlib.runtime.lanes import Phase, next_gate
 from joinlib.runtime.window import HomeWindow
 
 #: The reducer's per-tuple bookkeeping in C (``_reducerc.c``, built by setup.py: it says why), or None: the Python
@@ -505,7 +505,7 @@ def reducer_phases(ctx: StepContext, red: Reducer, home: HomeWindow, ship_flow: 
     ``ahead``: the sets on its flows went ahead; the lane makes them at their place in the rounds (its
     state moves as before) and has them checked rather than sent."""
     op, start = red.op, ctx.start
-    phases = [Phase((0,), "tick", _admit(ctx, red, home, ship_flow))]
+    phases = [Phase((0,), "tick", _admit(ctx, red, home, ship_flow), gates=(next_gate(home),))]
     for i, (way, nbr) in enumerate(op.schedule, start=1):
         edge = op.edge(nbr)
         flow = edge.in_flow if way == "in" else edge.out_flow

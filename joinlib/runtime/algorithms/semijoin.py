@@ -39,7 +39,7 @@ from joinlib.runtime.algorithms.base import (
     row_maker,
     store_join,
 )
-from joinlib.runtime.lanes import Phase
+from joinlib.runtime.lanes import Phase, next_gate
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, view_slice
 from joinlib.state.base import KeyList, WindowStore
@@ -146,7 +146,7 @@ def ship_keys(ctx: StepContext, st: StepOp, flow: str) -> Placed:
         ctx.hold(("rows", st.sig, e), rows)
         ctx.send(st.home, flow, e, request(ctx, st, list(bykey)))
         return True
-    return Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship))
+    return Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship, gates=(ctx.ready_gate(st),)))
 
 
 def answer(ctx: StepContext, st: StepOp, respond: Callable[[list[Key], int], TupleBatch],
@@ -233,7 +233,9 @@ def _d2_match(ctx: StepContext, st: StepOp) -> Placed:
         ctx.send(st.loc, match_f, e, key_message(list(found), ctx.q.execution.bloom_fpr,
                                                  rb * asked if rb is not None else None))
         return True
-    return Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match), ("home", st.stream))
+    gates = (next_gate(ctx.home(st.stream), ctx.start),) if st.home == ctx.site else ()   # (placed at st.home)
+    return Placed(st.home, own_lane(st, "match"), Phase((0,), "semijoin", match, ctx.waits(keys_f), gates),
+                  ("home", st.stream))
 
 
 def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
@@ -254,7 +256,7 @@ def _d2_ship(ctx: StepContext, st: StepOp) -> Placed:
         ctx.send(st.home, data_f, e, TupleBatch([tuple(filter(None, r)) for r in rows
                                                  if (k := pk(r)) is not None and m.has(k)]))
         return True
-    return Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship))
+    return Placed(st.loc, own_lane(st, "ship2"), Phase((0,), "ship", ship, ctx.waits(match_f)))
 
 
 def _d2_finish(ctx: StepContext, st: StepOp) -> Placed:
@@ -276,7 +278,8 @@ def _d2_finish(ctx: StepContext, st: StepOp) -> Placed:
         progress = ctx.home(st.stream).progress
         ctx.output(st, e, join(ctx, st, rows, lambda keys: {k: found[k] for k in keys if k in found}, progress))
         return True
-    return Placed(st.home, own_lane(st, "finish"), Phase((0,), "probe", probe), ("home", st.stream))
+    return Placed(st.home, own_lane(st, "finish"), Phase((0,), "probe", probe, ctx.waits(data_f)),
+                  ("home", st.stream))
 
 
 __all__ = ["FifoSender", "FifoReplica", "sms1_phases", "smd2_phases", "ship_keys", "answer", "finish",

@@ -13,7 +13,7 @@ from joinlib.model import Stream, Tup
 from joinlib.plan.ir import StepOp
 from joinlib.protocol.messages import Body, TupleBatch, WindowSnapshot
 from joinlib.runtime.algorithms.base import Decode, Encode, Placed, StepContext, own_lane, row_maker, store_join
-from joinlib.runtime.lanes import Lane, Phase, lowest_epoch
+from joinlib.runtime.lanes import Lane, Phase, lowest_epoch, next_gate
 from joinlib.runtime.window import HomeWindow
 from joinlib.runtime.windowing import Bound, Progress, purge_bound
 from joinlib.state.base import WindowStore
@@ -101,7 +101,8 @@ def local_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     if st.loc != ctx.site:
         return []
     home = ctx.home(st.stream)
-    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))]
+    gates = (next_gate(home, ctx.start), ctx.ready_gate(st))
+    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe, gates=gates), ("home", st.stream))]
 
 
 def sps_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
@@ -115,7 +116,9 @@ def sps_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
     if st.loc != ctx.site:
         return []
     rep: FullReplica = ctx.replica(st.replica or "")
-    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe), ("replica", st.replica or ""))]
+    gates = (next_gate(rep, ctx.start), ctx.ready_gate(st))
+    return [Placed(st.loc, own_lane(st, "probe"), Phase((0,), "probe", probe, gates=gates),
+                   ("replica", st.replica or ""))]
 
 
 def spd_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
@@ -128,7 +131,7 @@ def spd_phases(ctx: StepContext, st: StepOp) -> list[Placed]:
             return False
         ctx.send(st.home, flow, e, TupleBatch([tuple(filter(None, r)) for r in ctx.rows_in(st, e)]))
         return True
-    return [Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship)),
+    return [Placed(st.loc, own_lane(st, "ship"), Phase((0,), "ship", ship, gates=(ctx.ready_gate(st),))),
             probe_shipped(ctx, st, flow)]
 
 
@@ -149,4 +152,6 @@ def probe_shipped(ctx: StepContext, st: StepOp, flow: str) -> Placed:
         rows = list(map(row_of, body.rows))
         ctx.output(st, e, store_join(ctx, st, rows, home.store, home.progress))
         return True
-    return Placed(st.home, own_lane(st, "probe"), Phase((0,), "probe", probe), ("home", st.stream))
+    gates = (next_gate(ctx.home(st.stream), ctx.start),) if st.home == ctx.site else ()   # (placed at st.home)
+    return Placed(st.home, own_lane(st, "probe"), Phase((0,), "probe", probe, ctx.waits(flow), gates),
+                  ("home", st.stream))
