@@ -238,14 +238,16 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------------- key sets
- * key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined.
+ * key_filter(out, fpr, fp_cost, stale, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined.
  * joinlib.runtime.algorithms.keysets.key_filter (its Python form, key_filter_py, says what a set becomes): the
- * ages' runs, the distinct keys, their bytes written out (base.keys_bytes's count), the filter's price
- * (``filter_cost``, called: it is cached there) and bits (each key's digest from ``digests``, bloom._DIGESTS,
- * or ``remember``), then the message.  Why: a reduction sends a set on every edge every epoch, and in Python
- * that was 10-14 us a set of ten keys, most of it calls between small steps.  Anything unusual -- a key that is
- * not a tuple where its bytes count, ages that are not ints, an error raised on the way (an unhashable key, a
- * string that is not UTF-8) -- is declined, and the Python form then answers or raises as it would have. */
+ * distinct keys and their youngest ages, their bytes written out (base.keys_bytes's count), the filter's price
+ * (``filter_cost``, called: it is cached there); the ages' runs when they price lowest (keysets.runs_bytes and
+ * stale_bytes, the same arithmetic), else the keys or the filter's bits (each key's digest from ``digests``,
+ * bloom._DIGESTS, or ``remember``), then the message.  Why: a reduction sends a set on every edge every epoch,
+ * and in Python that was 10-14 us a set of ten keys, most of it calls between small steps.  Anything unusual --
+ * a key that is not a tuple where its bytes count, ages or ``back`` that are not ints, a ``stale`` that is not a
+ * number, an error raised on the way (an unhashable key, a string that is not UTF-8) -- is declined, and the
+ * Python form then answers or raises as it would have. */
 
 typedef struct {
     long long age;
@@ -351,70 +353,105 @@ done:
     return out;
 }
 
-/* bloom.choose over the distinct keys, then the message: written out, or a filter when it costs less. */
-static PyObject *chosen(PyObject *const *args, PyObject **keys, Py_ssize_t n, PyObject *back, PyObject *live,
-                        int *declined) {
-    PyObject *fpr = args[1], *fp_cost = args[2], *cls = args[3];
-    if (fpr == Py_None || fp_cost == Py_None || n == 0)
-        return written_out(cls, back, live, key_list(keys, n), NULL);
-    long long exact = written_bytes(keys, n);
-    if (exact < 0) {
-        *declined = exact == -1;
-        return NULL;
+/* A set's prices as bloom.choose weighs them: ``exact`` the keys written out (counted when a filter is priced, or
+ * ``ages``: the runs are weighed against it), ``*priced`` the filter's (bits, hashes, cost) from ``filter_cost`` (a
+ * new reference; NULL: no filter, no rate or no cost or no keys) and ``*cost`` its cost.  0, or -1: declined
+ * (*declined set) or an error. */
+static int price(PyObject *const *args, PyObject **keys, Py_ssize_t n, int ages, long long *exact, PyObject **priced,
+                 double *cost, int *declined) {
+    PyObject *fpr = args[1], *fp_cost = args[2];
+    int filter = fpr != Py_None && fp_cost != Py_None && n > 0;
+    *priced = NULL;
+    if ((filter || ages) && (*exact = written_bytes(keys, n)) < 0) {
+        *declined = *exact == -1;
+        return -1;
     }
-    PyObject *nn = PyLong_FromSsize_t(n), *priced = NULL, *ex = NULL, *out = NULL;
-    if (nn == NULL || (ex = PyLong_FromLongLong(exact)) == NULL)
-        goto done;
+    if (!filter)
+        return 0;
+    PyObject *nn = PyLong_FromSsize_t(n);
+    if (nn == NULL)
+        return -1;
     PyObject *cargs[3] = {nn, fpr, fp_cost};
-    if ((priced = PyObject_Vectorcall(args[4], cargs, 3, NULL)) == NULL)
-        goto done;
-    if (!PyTuple_CheckExact(priced) || PyTuple_GET_SIZE(priced) != 3) {
+    PyObject *p = PyObject_Vectorcall(args[5], cargs, 3, NULL);
+    Py_DECREF(nn);
+    if (p == NULL)
+        return -1;
+    if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 3 || !PyFloat_CheckExact(PyTuple_GET_ITEM(p, 2))) {
+        Py_DECREF(p);
         *declined = 1;
-        goto done;
+        return -1;
     }
-    int lower = PyObject_RichCompareBool(PyTuple_GET_ITEM(priced, 2), ex, Py_LT);
-    if (lower < 0)
-        goto done;
-    if (!lower) {
-        out = written_out(cls, back, live, key_list(keys, n), NULL);
-        goto done;
-    }
+    *cost = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(p, 2));
+    *priced = p;
+    return 0;
+}
+
+/* bloom.choose's message over the distinct keys priced by price(): written out, or a filter when it costs less. */
+static PyObject *chosen(PyObject *const *args, PyObject **keys, Py_ssize_t n, PyObject *back, PyObject *live,
+                        long long exact, PyObject *priced, double cost, int *declined) {
+    PyObject *cls = args[4];
+    if (priced == NULL || !(cost < (double)exact))
+        return written_out(cls, back, live, key_list(keys, n), NULL);
     PyObject *mo = PyTuple_GET_ITEM(priced, 0), *ko = PyTuple_GET_ITEM(priced, 1);
     Py_ssize_t m = PyLong_CheckExact(mo) ? PyLong_AsSsize_t(mo) : -1;
     long k = PyLong_CheckExact(ko) ? PyLong_AsLong(ko) : -1;
     if (m <= 0 || m % 8 || k < 1 || k > WORDS) {
         PyErr_Clear();
         *declined = 1;
-        goto done;
+        return NULL;
     }
-    PyObject *bits = bits_of(keys, n, m, (int)k, args[5], args[6]);
-    if (bits != NULL) {
-        Py_INCREF(ko);
-        Py_INCREF(nn);
-        out = message(cls, back, live, PyList_New(0), bits, ko, nn, PyList_New(0));
+    PyObject *bits = bits_of(keys, n, m, (int)k, args[6], args[7]), *nn = PyLong_FromSsize_t(n);
+    if (bits == NULL || nn == NULL) {
+        Py_XDECREF(bits);
+        Py_XDECREF(nn);
+        return NULL;
     }
-done:
-    Py_XDECREF(nn);
-    Py_XDECREF(ex);
-    Py_XDECREF(priced);
-    return out;
+    Py_INCREF(ko);
+    return message(cls, back, live, PyList_New(0), bits, ko, nn, PyList_New(0));
 }
 
-/* The ages' runs over the distinct keys (slot j: its first tuple's key, yage[j] its youngest age), or NULL
- * with *single set when they make one run (the set is then priced as keys of one age). */
-static PyObject *aged(PyObject *cls, PyObject **keys, const long long *yage, Py_ssize_t n, PyObject *back,
-                      PyObject *live, int *single) {
-    Aged *order = PyMem_Malloc(sizeof(*order) * (n + 1));
-    if (order == NULL)
-        return PyErr_NoMemory();
+/* The bytes of an Avro long (zig-zag varint): len(avro.encode_long(v)). */
+static long long long_size(long long v) {
+    unsigned long long z = ((unsigned long long)v << 1) ^ (unsigned long long)(v >> 63);
+    long long size = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        size++;
+    }
+    return size;
+}
+
+/* The distinct keys (slot j: its first tuple's key, yage[j] its youngest age) sorted by age into ``order``;
+ * 1 when they are of several ages, and then ``*bytes`` (keysets.runs_bytes) and ``*late`` (the epochs its keys
+ * would be live too long under the tag ``back``: keysets.stale_bytes's sum) of their runs. */
+static int runs_of(Aged *order, const long long *yage, Py_ssize_t n, long long back, long long *bytes,
+                   long long *late) {
     for (Py_ssize_t j = 0; j < n; j++)
         order[j] = (Aged){yage[j], j};
     qsort(order, n, sizeof(*order), by_age);
-    *single = n == 0 || order[0].age == order[n - 1].age;
-    PyObject *ks = NULL, *runs = NULL;
-    if (*single)
-        goto done;
-    if ((ks = PyList_New(n)) == NULL || (runs = PyList_New(0)) == NULL)
+    if (n == 0 || order[0].age == order[n - 1].age)
+        return 0;
+    Py_ssize_t nruns = 0;
+    *bytes = 1;
+    *late = 0;
+    for (Py_ssize_t i = 0, start = 0; i < n; i++) {
+        if (i + 1 < n && order[i + 1].age == order[i].age)
+            continue;
+        long long count = i + 1 - start;
+        *bytes += long_size(order[i].age) + long_size(count);
+        *late += (order[i].age - back) * count;
+        nruns += 2;
+        start = i + 1;
+    }
+    *bytes += long_size(nruns);
+    return 1;
+}
+
+/* The written-out keys in ``order`` with their ages' runs. */
+static PyObject *aged(PyObject *cls, PyObject **keys, const Aged *order, Py_ssize_t n, PyObject *back,
+                      PyObject *live) {
+    PyObject *ks = PyList_New(n), *runs = PyList_New(0);
+    if (ks == NULL || runs == NULL)
         goto fail;
     for (Py_ssize_t i = 0, start = 0; i < n; i++) {
         Py_INCREF(keys[order[i].slot]);
@@ -429,13 +466,10 @@ static PyObject *aged(PyObject *cls, PyObject **keys, const long long *yage, Py_
             goto fail;
         start = i + 1;
     }
-    PyMem_Free(order);
     return written_out(cls, back, live, ks, runs);
 fail:
     Py_XDECREF(ks);
     Py_XDECREF(runs);
-done:
-    PyMem_Free(order);
     return NULL;
 }
 
@@ -460,22 +494,36 @@ static int ages_of(PyObject *ages, long long **out, Py_ssize_t *na, int *several
     return 1;
 }
 
+/* An exact int in [-2^40, 2^40] (ages and ``back`` are epochs: their products with counts stay exact), 0: not. */
+static int small_int(PyObject *v, long long *out) {
+    int over;
+    if (!PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &over);
+    return !over && *out >= -(1LL << 40) && *out <= (1LL << 40);
+}
+
 static PyObject *key_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "key_filter(out, fpr, fp_cost, stale, KeyFilter, filter_cost, digests, remember)");
         return NULL;
     }
     PyObject *out = args[0];   /* an Outgoing: (keys, back, live, ages); a plain tuple has no fields to read */
-    if (!PyTuple_Check(out) || PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 4 || !PyDict_CheckExact(args[5]))
+    PyObject *stale = args[3];
+    if (!PyTuple_Check(out) || PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 4 || !PyDict_CheckExact(args[6]) ||
+        (stale != Py_None && !PyFloat_CheckExact(stale) && !PyLong_CheckExact(stale)))
         Py_RETURN_NONE;
     PyObject *kseq = PyTuple_GET_ITEM(out, 0), *back = PyTuple_GET_ITEM(out, 1), *live = PyTuple_GET_ITEM(out, 2);
     if (!PyList_CheckExact(kseq) && !PyTuple_CheckExact(kseq))
         Py_RETURN_NONE;
     /* a copy of the keys, and strong references to the distinct ones: a key's __eq__ may run Python */
-    PyObject *keys = PySequence_Tuple(kseq), *seen = PyDict_New(), *res = NULL, **dk = NULL;
-    long long *ages = NULL, *yage = NULL;
+    PyObject *keys = PySequence_Tuple(kseq), *seen = PyDict_New(), *res = NULL, **dk = NULL, *priced = NULL;
+    long long *ages = NULL, *yage = NULL, exact = 0;
+    Aged *order = NULL;
     Py_ssize_t na = 0, n = 0;
     int several = 0, declined = 0;
+    double cost = 0.0;
     if (keys == NULL || seen == NULL)
         goto done;
     Py_ssize_t nk = PyTuple_GET_SIZE(keys);
@@ -485,7 +533,8 @@ static PyObject *key_filter(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     dk = PyMem_Malloc(sizeof(*dk) * (nk + 1));
     yage = PyMem_Malloc(sizeof(*yage) * (nk + 1));
-    if (dk == NULL || yage == NULL) {
+    order = PyMem_Malloc(sizeof(*order) * (nk + 1));
+    if (dk == NULL || yage == NULL || order == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -507,19 +556,41 @@ static PyObject *key_filter(PyObject *self, PyObject *const *args, Py_ssize_t na
         dk[n] = key;
         yage[n++] = several ? ages[i] : 0;
     }
-    if (several) {
-        int single = 0;
-        if ((res = aged(args[3], dk, yage, n, back, live, &single)) == NULL && !single)
-            goto done;
+    long long rbytes = 0, late = 0, tag = 0;
+    if (several && !small_int(back, &tag)) {
+        declined = 1;
+        goto done;
     }
-    if (res == NULL)
-        res = chosen(args, dk, n, back, live, &declined);
+    for (Py_ssize_t j = 0; several && j < n; j++)
+        if (yage[j] < -(1LL << 40) || yage[j] > (1LL << 40)) {
+            declined = 1;
+            goto done;
+        }
+    int runs = several && runs_of(order, yage, n, tag, &rbytes, &late);
+    if (runs && stale == Py_None) {   /* the ages not priced: sent */
+        res = aged(args[4], dk, order, n, back, live);
+        goto done;
+    }
+    if (price(args, dk, n, runs, &exact, &priced, &cost, &declined) < 0)
+        goto done;
+    if (runs) {
+        double st = PyFloat_AsDouble(stale), one_tag = priced != NULL && cost < (double)exact ? cost : (double)exact;
+        if (st == -1.0 && PyErr_Occurred())
+            goto done;
+        if ((double)(exact + rbytes) <= one_tag + (double)late * st) {
+            res = aged(args[4], dk, order, n, back, live);
+            goto done;
+        }
+    }
+    res = chosen(args, dk, n, back, live, exact, priced, cost, &declined);
 done:
     for (Py_ssize_t j = 0; j < n; j++)
         Py_DECREF(dk[j]);
     PyMem_Free(dk);
     PyMem_Free(yage);
+    PyMem_Free(order);
     PyMem_Free(ages);
+    Py_XDECREF(priced);
     Py_XDECREF(keys);
     Py_XDECREF(seen);
     if (res == NULL && (declined || PyErr_ExceptionMatches(PyExc_Exception))) {
@@ -535,7 +606,7 @@ static PyMethodDef methods[] = {
     {"hit_index", hit_index, METH_VARARGS, "hit_index(bits, k, rows) -> list[int] (the rows held)"},
     {"latest", latest, METH_VARARGS, "latest([(bits, k, tag), ...], rows) -> list[int]"},
     {"key_filter", (PyCFunction)(void (*)(void))key_filter, METH_FASTCALL,
-     "key_filter(out, fpr, fp_cost, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined"},
+     "key_filter(out, fpr, fp_cost, stale, KeyFilter, filter_cost, digests, remember) -> KeyFilter, or None: declined"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -200,9 +200,10 @@ def _same(flow: str, e: int, ahead: Outgoing, made: Outgoing) -> None:
 
 
 def ahead_phases(ctx: StepContext, checked: CheckedSends, op: ReducerOp, nbr: str, fp_cost: Optional[float],
-                 home: HomeWindow, reducers: dict[str, Any]) -> list[Placed]:
+                 stale: Optional[float], home: HomeWindow, reducers: dict[str, Any]) -> list[Placed]:
     """The look-ahead lane toward ``nbr``: admit B_e (the jump start before the instance's first epoch),
-    then send the set of e, priced as the reducer prices its own (the query's false-positive rate, ``fp_cost``)."""
+    then send the set of e, priced as the reducer prices its own (the query's false-positive rate, ``fp_cost``,
+    ``stale``)."""
     tau, fpr = ctx.tau, ctx.q.execution.bloom_fpr or None
     look = reducers[f"{op.stream}>{nbr}"] = LookAhead(op, nbr, tau)
     edge = op.edge(nbr)
@@ -221,7 +222,7 @@ def ahead_phases(ctx: StepContext, checked: CheckedSends, op: ReducerOp, nbr: st
     def send(e: int) -> bool:
         if e >= start:
             out = look.out_keys(e)
-            checked.ahead(dst, flow, e, out, key_filter(out, fpr, fp_cost))
+            checked.ahead(dst, flow, e, out, key_filter(out, fpr, fp_cost, stale))
         return True
     lane = (AHEAD, op.stream, nbr)
     return [Placed(op.home, lane, Phase((0,), "tick", admit, gates=(next_gate(home),)), ("home", op.stream)),

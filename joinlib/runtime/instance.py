@@ -40,7 +40,7 @@ from joinlib.runtime.algorithms import (
     reducer_phases,
     step_phases,
 )
-from joinlib.runtime.algorithms.base import Decode, Encode, Placed, window_bytes
+from joinlib.runtime.algorithms.base import Decode, Encode, Placed, stale_key_bytes, window_bytes
 from joinlib.runtime.algorithms.simple import FullReplica
 from joinlib.runtime.lanes import Gate, Lane, Phase, next_gate
 from joinlib.runtime.sensor import Sensor
@@ -283,9 +283,10 @@ class Instance:
                       ("home", op.stream))
 
     def _reducer(self, op: ReducerOp) -> list[Placed]:
-        r = self.reducers[op.stream] = make_reducer(op, self.q.stream(op.stream), self.tau,
-                                                    self.q.execution.bloom_fpr or None,
-                                                    {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges})
+        r = self.reducers[op.stream] = make_reducer(
+            op, self.q.stream(op.stream), self.tau, self.q.execution.bloom_fpr or None,
+            {e.stream: window_bytes(self.q.stream(e.stream)) for e in op.edges},
+            {e.stream: stale_key_bytes(self.q, self.ir.reducer(e.stream), op.stream, self.tau) for e in op.sends})
         ship = self.ir.update_flow(self.ir.replica(op.replica)).sig if op.replica else None
         lane = ("serve", op.replica) if op.replica else ("reduce", op.stream)
         home = self.homes[op.stream]
@@ -295,7 +296,8 @@ class Instance:
         # sets that no round can change leave as soon as their epoch is in (joinlib.runtime.ahead)
         checked = CheckedSends(self, {f for f in (op.edge(n).out_flow for n in targets) if f is not None})
         placed = [p for n in targets
-                  for p in ahead_phases(self, checked, op, n, r.fp_cost.get(n), home, self.reducers)]
+                  for p in ahead_phases(self, checked, op, n, r.fp_cost.get(n), r.stale.get(n), home,
+                                         self.reducers)]
         return placed + reducer_phases(self, r, home, ship, lane, ahead=checked)
 
     def _replica(self, op: ReplicaOp) -> Placed:

@@ -9,13 +9,14 @@ clock.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 from joinlib.kernels import kernel
 from joinlib.model import Query, Stream, Tup
-from joinlib.plan.ir import StepOp
+from joinlib.plan.ir import ReducerOp, StepOp
 from joinlib.protocol.bloom import Bloom, KeySet, Matcher, choose
 from joinlib.protocol.messages import Body, Key, KeyBatch, KeyFilter, Row, WindowSnapshot
 from joinlib.runtime.lanes import Gate, Phase
@@ -103,6 +104,51 @@ def window_bytes(s: Stream) -> Optional[float]:
     if not s.window.is_time:
         return float(s.window.size * tb)
     return s.stats.rate * s.window.size / 1000 * tb if s.stats.rate else None
+
+
+def stale_key_bytes(q: Query, receiver: ReducerOp, sender: str, tau_ms: int) -> Optional[float]:
+    """What a key of ``sender``'s sets kept live an epoch too long costs at ``receiver``, by the declared
+    statistics: the receiver's tuples of one key arriving in an epoch (``rate`` × τ × ``tuple_bytes`` × f, f the
+    product of the key's attributes' selectivities: :func:`window_bytes`, a key set's ``fp_cost``, per key and
+    epoch) times the share of them that also pass the receiver's other filters and so ship
+    (:func:`pass_share`).  :func:`joinlib.runtime.algorithms.keysets.key_filter` prices stale keys with it;
+    computed once per edge when the reducer is built, as ``fp_cost`` is, since the sender sees neither the
+    receiver's rate nor its other neighbours.  None when the rate, the size or a selectivity is not declared."""
+    s = q.stream(receiver.stream)
+    tb, f = row_bytes_of(s), key_share(s, receiver.edge(sender).mine)
+    if not tb or not s.stats.rate or f is None:
+        return None
+    return s.stats.rate * tau_ms / 1000 * tb * f * pass_share(q, receiver, sender)
+
+
+def key_share(s: Stream, index: Sequence[int]) -> Optional[float]:
+    """The declared share of ``s``'s tuples holding one key of its join values at ``index``: the product of
+    their selectivities (taken as independent); None when one is not declared."""
+    f = 1.0
+    for i in index:
+        fi = s.stats.selectivity_of(s.join_attrs[i])
+        if fi is None:
+            return None
+        f *= fi
+    return f
+
+
+def pass_share(q: Query, receiver: ReducerOp, sender: str) -> float:
+    """The share of ``receiver``'s tuples let through by ``sender``'s sets that pass its other filters too, by
+    the declared statistics: per other neighbour whose sets it takes on other attributes (a tuple matching one
+    on the same attributes is taken to match it too), the chance that the neighbour's tuples of about two
+    windows (its window's past and the tuple's lifetime) hold the tuple's key, ``1 - (1 - f)^(2 w)``.  An upper
+    bound (the neighbour's sets hold only its tuples that pass its own filters); 1 where a statistic is not
+    declared."""
+    mine, share = set(receiver.edge(sender).mine), 1.0
+    for e in receiver.filters:
+        if e.stream == sender or set(e.mine) == mine:
+            continue
+        n = q.stream(e.stream)
+        f, wb, tb = key_share(n, e.theirs), window_bytes(n), row_bytes_of(n)
+        if f is not None and wb and tb:
+            share *= -math.expm1(2 * wb / tb * math.log1p(-f)) if f < 1 else 1.0
+    return share
 
 
 def keys_bytes(keys: Iterable[Key]) -> int:

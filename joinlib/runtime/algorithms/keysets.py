@@ -1,9 +1,10 @@
 """A reducer's key set as it travels: the keys of the tuples that newly pass, and the message that carries them.
 
-:class:`Outgoing` is a key set as a reducer makes it; :func:`key_filter` chooses between written-out keys (with
-their ages, :func:`age_runs`) and a Bloom filter, whichever ships fewer bytes; :func:`key_matchers` reads a received
-one back as (tag, matcher) groups.  Kept apart from the reducer's bookkeeping (:mod:`.reduce`) because the look-ahead
-sets (:mod:`joinlib.runtime.ahead`) make and send the same messages.
+:class:`Outgoing` is a key set as a reducer makes it; :func:`key_filter` chooses between written-out keys with
+their ages (:func:`age_runs`), written-out keys and a Bloom filter, whichever the sender prices lowest;
+:func:`key_matchers` reads a received one back as (tag, matcher) groups.  Kept apart from the reducer's
+bookkeeping (:mod:`.reduce`) because the look-ahead sets (:mod:`joinlib.runtime.ahead`) make and send the same
+messages.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any, NamedTuple, Optional, Sequence
 from joinlib.kernels import kernel
 from joinlib.model import Tup
 from joinlib.protocol import bloom
-from joinlib.protocol.bloom import Bloom, Matcher, choose
+from joinlib.protocol.avro import encode_long
+from joinlib.protocol.bloom import Bloom, Matcher, choose, filter_cost
 from joinlib.protocol.messages import Key, KeyFilter
 from joinlib.runtime.algorithms.base import keys_bytes
 
@@ -37,30 +39,57 @@ class Outgoing(NamedTuple):
     ages: list[int] = []
 
 
-def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
-    """The message of a key set: the keys or a Bloom filter of them, whichever ships fewer bytes.  Written-out
-    keys of several arrival epochs carry their ages (:func:`age_runs`): each key then lives at the receiver
-    as long as its own tuple is in the sender's window, not as long as the set's latest tuple -- a tuple that
-    passes late (its partner arrived after it) would otherwise keep its key live for up to a window more.
-    In one kernel call when the Bloom kernels are built (a reduction sends a set on every edge every epoch:
-    about 2 us for ten keys, against 10-14 in Python); what the kernel declines, :func:`key_filter_py` makes."""
+def key_filter(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float],
+               stale: Optional[float] = None) -> KeyFilter:
+    """The message of a key set: of its three forms, the one the sender prices lowest.  Written-out keys of
+    several arrival epochs may carry their ages (:func:`age_runs`): each key then lives at the receiver as long
+    as its own tuple is in the sender's window.  Under one tag (``back``, the youngest age) -- written-out keys
+    or a Bloom filter, :func:`joinlib.protocol.bloom.choose`'s choice as for a set of one epoch -- a key of age
+    a stays live a - back epochs longer than its tuple, and lets through the receiver's tuples of that key
+    arriving then: :func:`stale_bytes` prices that, ``stale`` (what the receiver's tuples of one key arriving in
+    an epoch ship, by the declared statistics: :func:`joinlib.runtime.algorithms.base.stale_key_bytes`) per key
+    and epoch too long.  The ages are sent when they cost no more than the cheaper one-tag form plus its stale
+    passes; ``stale`` None (not declared): always, as the exact liveness is then not priced.  A set of one epoch
+    is as it was before ages (the runs cost bytes and save nothing).  In one kernel call when the Bloom kernels
+    are built (a reduction sends a set on every edge every epoch: about 2 us for ten keys, against 10-14 in
+    Python); what the kernel declines, :func:`key_filter_py` makes."""
     if _c is not None:
-        body: Optional[KeyFilter] = _c.key_filter(out, fpr, fp_cost, KeyFilter, bloom.filter_cost,
+        body: Optional[KeyFilter] = _c.key_filter(out, fpr, fp_cost, stale, KeyFilter, bloom.filter_cost,
                                                   bloom._DIGESTS, bloom._remember)
         if body is not None:
             return body
-    return key_filter_py(out, fpr, fp_cost)
+    return key_filter_py(out, fpr, fp_cost, stale)
 
 
-def key_filter_py(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float]) -> KeyFilter:
-    """:func:`key_filter` in Python: the ages' runs, else :func:`joinlib.protocol.bloom.choose`'s keys or filter."""
+def key_filter_py(out: Outgoing, fpr: Optional[float], fp_cost: Optional[float],
+                  stale: Optional[float] = None) -> KeyFilter:
+    """:func:`key_filter` in Python: the ages' runs when they are priced lowest, else
+    :func:`joinlib.protocol.bloom.choose`'s keys or filter."""
     keys, runs = age_runs(out.keys, out.ages)
     if runs:
-        return KeyFilter(out.back, out.live, keys, ages=runs)
+        exact = keys_bytes(keys)
+        one_tag: float = exact
+        if fpr is not None and fp_cost is not None:
+            one_tag = min(exact, filter_cost(len(keys), fpr, fp_cost)[2])
+        if stale is None or exact + runs_bytes(runs) <= one_tag + stale_bytes(runs, out.back, float(stale)):
+            return KeyFilter(out.back, out.live, keys, ages=runs)
     ks, bloom = choose(out.keys, fpr, keys_bytes, fp_cost)
     if bloom is not None:
         return KeyFilter(out.back, out.live, [], *bloom)
     return KeyFilter(out.back, out.live, list(ks))
+
+
+def runs_bytes(runs: Sequence[int]) -> int:
+    """What the runs add to a set written out: their array of longs (the ``bloom`` union's branch byte is there
+    either way)."""
+    return 1 + len(encode_long(len(runs))) + sum(len(encode_long(x)) for x in runs)
+
+
+def stale_bytes(runs: Sequence[int], back: int, stale: float) -> float:
+    """The receiver's bytes that the keys of ``runs`` let through when sent under one tag, ``back``: each key of
+    age a is live a - back epochs longer than its tuple, at ``stale`` bytes per key and epoch."""
+    late = sum((a - back) * n for a, n in zip(runs[::2], runs[1::2], strict=True))
+    return late * stale
 
 
 def age_runs(keys: Sequence[Key], ages: Sequence[int]) -> tuple[list[Key], list[int]]:

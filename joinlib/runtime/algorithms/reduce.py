@@ -101,11 +101,15 @@ class Reducer:
     no longer pending is skipped then."""
 
     def __init__(self, op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
-                 fp_cost: Optional[dict[str, Optional[float]]] = None) -> None:
+                 fp_cost: Optional[dict[str, Optional[float]]] = None,
+                 stale: Optional[dict[str, Optional[float]]] = None) -> None:
         """``fp_cost[nbr]``: what a key set for ``nbr`` would let through if everything passed it
-        (the neighbour's declared window bytes, :func:`~.base.window_bytes`); missing: keys only."""
+        (the neighbour's declared window bytes, :func:`~.base.window_bytes`); missing: keys only.
+        ``stale[nbr]``: what a key kept live an epoch too long lets through at ``nbr``
+        (:func:`~.base.stale_key_bytes`); missing: sets of several epochs always carry their ages."""
         self.op, self.stream, self.tau, self.fpr = op, stream, tau, fpr
         self.fp_cost = dict(fp_cost or {})
+        self.stale = dict(stale or {})
         self.window: deque[tuple[int, int, int]] = deque()     # (ts, seq, epoch) of the window's tuples
         self.pending: dict[int, _Entry] = {}                    # seq -> entry
         # per neighbour whose key sets it takes (not those skipped toward it: they pass everything)
@@ -311,7 +315,7 @@ class Reducer:
         """The key set for ``nbr``: keys of the tuples that newly pass every other *tree* neighbour.  A
         crossing edge's set arrives after the tree's rounds, so tree sets never wait for it (and a
         set sent on a crossing edge does not depend on another one: no wait is circular)."""
-        return key_filter(self.out_keys(nbr, e), self.fpr, self.fp_cost.get(nbr))
+        return key_filter(self.out_keys(nbr, e), self.fpr, self.fp_cost.get(nbr), self.stale.get(nbr))
 
     def out_keys(self, nbr: str, e: int) -> Outgoing:
         """What :meth:`out` sends, before the choice between keys and a filter (the tuples are marked sent)."""
@@ -387,9 +391,10 @@ class PassReducer(Reducer):
     looked is dropped from it, as the reducer forgets it.  Snapshots are :class:`Reducer`'s (version 2)."""
 
     def __init__(self, op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
-                 fp_cost: Optional[dict[str, Optional[float]]] = None) -> None:
+                 fp_cost: Optional[dict[str, Optional[float]]] = None,
+                 stale: Optional[dict[str, Optional[float]]] = None) -> None:
         assert not op.filters, "a reducer that takes sets is not a pass-through"
-        super().__init__(op, stream, tau, fpr, fp_cost)
+        super().__init__(op, stream, tau, fpr, fp_cost, stale)
         self._new: dict[str, list[Tup]] = {c: [] for c in self._channels}
 
     def admit(self, e: int, batch: Sequence[Tup], lower: tuple[str, int]) -> None:
@@ -443,9 +448,10 @@ class PassReducer(Reducer):
 
 
 def make_reducer(op: ReducerOp, stream: Stream, tau: int, fpr: Optional[float],
-                 fp_cost: Optional[dict[str, Optional[float]]] = None) -> Reducer:
+                 fp_cost: Optional[dict[str, Optional[float]]] = None,
+                 stale: Optional[dict[str, Optional[float]]] = None) -> Reducer:
     """The reducer of ``op``: a :class:`PassReducer` when it takes no sets."""
-    return (PassReducer if not op.filters else Reducer)(op, stream, tau, fpr, fp_cost)
+    return (PassReducer if not op.filters else Reducer)(op, stream, tau, fpr, fp_cost, stale)
 
 
 def _keys_of(positions: tuple[int, ...]) -> Callable[[list[tuple[Any, ...]]], list[Key]]:
