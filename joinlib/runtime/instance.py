@@ -378,44 +378,11 @@ class Instance:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self, encode: Encode, with_stores: bool) -> dict[str, Any]:
-        """Plain data (``encode``: Tup -> bytes).  The rows between steps are written by column (``pending_cols``:
-        per list, its length and per position the tuples, or None where every row has None): in a backlog's drain
-        the central node holds thousands of rows for epochs ahead of its slowest input at each checkpoint.  A
-        column whose tuples are all in one window store here (the position's home window, or a replica of its
-        stream) that the snapshot holds or that is durable (:meth:`_ref_stores`), as the very objects, is named by the store and the tuples' seqs (version 3: such lists go under
-        ``pending_refs``, the others stay under ``pending_cols`` as in version 2): a restore finds the
-        store as of this snapshot (loaded from it, or a durable store rolled back to it) before it reads the rows,
-        so the tuples are not written again -- those of a JSON source were never encoded, and every checkpoint
-        wrote each pending row's tuples again.  Any other column is the tuples' encodings (their cached wire
-        bytes when they have them: one C loop)."""
-        from joinlib.protocol.avro import encode_tuple
-        wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
-        stores = self._ref_stores(with_stores)
+        """Plain data (``encode``: Tup -> bytes); the rows between steps as :meth:`_pending_columns` writes them."""
+        pending, named = self._pending_columns(encode, with_stores)
 
         def row(r: Row) -> list[Optional[bytes]]:
             return [None if t is None else encode(t) for t in r]
-
-        def column(col: list[Optional[Tup]], pos: int) -> Any:
-            tups = sum(map(is_not, col, repeat(None)))   # not col.count(None): that calls Tup.__eq__ per tuple
-            if tups == 0:
-                return None
-            if tups == len(col):
-                seqs = list(map(_SEQ, col))
-                for name, store in stores.get(pos, ()):
-                    if store.holds_all(col, seqs):
-                        return {"store": name, "seqs": seqs}
-                if wire is not None:
-                    out = list(map(wire, col))
-                    if None not in out:
-                        return out
-                return list(map(encode, col))   # type: ignore[arg-type]
-            return [None if t is None else encode(t) for t in col]   # type: ignore[misc]
-        pending: list[Any] = []
-        named: list[Any] = []
-        for (si, j, e), rows in self.pending.items():
-            if rows:
-                cols = [column(list(map(itemgetter(p), rows)), p) for p in range(len(rows[0]))]
-                (named if any(isinstance(c, dict) for c in cols) else pending).append((si, j, e, len(rows), cols))
         held = []
         for (kind, sig, e), v in self.held.items():
             if kind == "found":
@@ -462,6 +429,44 @@ class Instance:
                      for kind, sig, e, v in data["held"]}
         self.step_done = {(si, j): e for si, j, e in data["step_done"]}
         self.started = {int(si): e for si, e in data["started"]}
+
+    def _pending_columns(self, encode: Encode, with_stores: bool) -> tuple[list[Any], list[Any]]:
+        """The rows between steps, by column: per list, its length and per position the tuples, or None where every
+        row has None.  In a backlog's drain the central node holds thousands of rows for epochs ahead of its slowest
+        input at each checkpoint.  A column whose tuples are all in one window store here (the position's home
+        window, or a replica of its stream) that the snapshot holds or that is durable (:meth:`_ref_stores`), as the
+        very objects, is named by the store and the tuples' seqs (version 3: such lists are the second list,
+        ``pending_refs``; the first, ``pending_cols``, is version 2's): a restore finds the store as of this snapshot
+        (loaded from it, or a durable store rolled back to it) before it reads the rows, so the tuples are not
+        written again -- those of a JSON source were never encoded, and every checkpoint wrote each pending row's
+        tuples again.  Any other column is the tuples' encodings (their cached wire bytes when they have them: one
+        C loop)."""
+        from joinlib.protocol.avro import encode_tuple
+        wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
+        stores = self._ref_stores(with_stores)
+
+        def column(col: list[Optional[Tup]], pos: int) -> Any:
+            tups = sum(map(is_not, col, repeat(None)))   # not col.count(None): that calls Tup.__eq__ per tuple
+            if tups == 0:
+                return None
+            if tups == len(col):
+                seqs = list(map(_SEQ, col))
+                for name, store in stores.get(pos, ()):
+                    if store.holds_all(col, seqs):
+                        return {"store": name, "seqs": seqs}
+                if wire is not None:
+                    out = list(map(wire, col))
+                    if None not in out:
+                        return out
+                return list(map(encode, col))   # type: ignore[arg-type]
+            return [None if t is None else encode(t) for t in col]
+        pending: list[Any] = []
+        named: list[Any] = []
+        for (si, j, e), rows in self.pending.items():
+            if rows:
+                cols = [column(list(map(itemgetter(p), rows)), p) for p in range(len(rows[0]))]
+                (named if any(isinstance(c, dict) for c in cols) else pending).append((si, j, e, len(rows), cols))
+        return pending, named
 
     def _ref_stores(self, with_stores: bool) -> dict[int, list[tuple[str, Any]]]:
         """Per stream position, the window stores here whose tuples a snapshot may name by seq (``h:<stream>``: the
