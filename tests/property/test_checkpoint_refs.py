@@ -9,7 +9,7 @@ they are durable, so its crashes restore named rows.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any
 
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -24,25 +24,16 @@ from tests.property.test_checkpoint import FEWER, Harness, _Queues, make_host, r
 from tests.property.test_checkpoint_delta import _rows
 
 
-class _Durable(MemoryWindowStore):
-    """A store a restarted node finds as of the snapshot (the harness restores a deep copy), as one in Redis."""
-
-    durable = True
-
-
 class DurableHarness(Harness):
-    def _node(self, site: str, stores: Optional[dict] = None) -> Host:
-        if stores is None:
-            stores = {}
+    """The harness with stores a restarted node finds as of the snapshot (it restores their deep copy), as one in
+    Redis, and that say so."""
 
-            def factory(name: str) -> MemoryWindowStore:
-                stores[name] = _Durable()
-                return stores[name]
-        else:
-            def factory(name: str) -> MemoryWindowStore:
-                return stores[name]
-        self.stores[site] = stores
-        return self._make_host(site, factory)
+    def _make_host(self, name: str, factory: Any) -> Host:
+        def durable(store: str) -> MemoryWindowStore:
+            s = factory(store)
+            s.durable = True
+            return s
+        return super()._make_host(name, durable)
 
 
 def _named(state: dict[str, Any]) -> int:
