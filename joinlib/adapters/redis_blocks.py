@@ -115,6 +115,9 @@ class MemoryReads:
     MirroredRedisWindowStore`) answer probes at memory speed."""
 
     mem: MemoryWindowStore
+    #: a restarted node finds the store as of its last checkpoint (the copy in Redis), so a checkpoint may name the
+    #: store's tuples instead of writing them (:meth:`joinlib.runtime.instance.Instance.snapshot`)
+    durable = True
 
     def lookup(self, index: Index, key: Key) -> Optional[KeyList]:
         return self.mem.lookup(index, key)
@@ -127,6 +130,9 @@ class MemoryReads:
 
     def tuples(self) -> list[Tup]:
         return self.mem.tuples()
+
+    def holds_all(self, tups: Sequence[Tup], seqs: Sequence[int]) -> bool:
+        return self.mem.holds_all(tups, seqs)
 
     def indexes(self) -> set[Index]:
         return self.mem.indexes()

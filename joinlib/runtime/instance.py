@@ -389,30 +389,11 @@ class Instance:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self, encode: Encode, with_stores: bool) -> dict[str, Any]:
-        """Plain data (``encode``: Tup -> bytes).  The rows between steps are written by column (``pending_cols``:
-        per list, its length and per position the tuples' encodings, or None where every row has None): in a
-        backlog's drain the central node holds thousands of rows for epochs ahead of its slowest input at each
-        checkpoint, and a Python call per row and per tuple was most of what its checkpoints cost; a column is
-        the tuples' cached wire bytes (one C loop) when they have them."""
-        from joinlib.protocol.avro import encode_tuple
-        wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
+        """Plain data (``encode``: Tup -> bytes); the rows between steps as :meth:`_pending_columns` writes them."""
+        pending, named = self._pending_columns(encode, with_stores)
 
         def row(r: Row) -> list[Optional[bytes]]:
             return [None if t is None else encode(t) for t in r]
-
-        def column(col: list[Optional[Tup]]) -> Optional[list[bytes]]:
-            tups = sum(map(is_not, col, repeat(None)))   # not col.count(None): that calls Tup.__eq__ per tuple
-            if tups == 0:
-                return None
-            if tups == len(col):
-                if wire is not None:
-                    out = list(map(wire, col))
-                    if None not in out:
-                        return out
-                return list(map(encode, col))   # type: ignore[arg-type]
-            return [None if t is None else encode(t) for t in col]   # type: ignore[misc]
-        pending = [(si, j, e, len(rows), [column(list(map(itemgetter(p), rows))) for p in range(len(rows[0]))])
-                   for (si, j, e), rows in self.pending.items() if rows]
         held = []
         for (kind, sig, e), v in self.held.items():
             if kind == "found":
@@ -421,12 +402,13 @@ class Instance:
                 v = [row(r) for r in v]
             held.append((kind, sig, e, v))
         out: dict[str, Any] = {
-            "v": 2, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
+            "v": 3, "key": list(self.key), "digest": self.ir.digest(), "start": self.start, "stop": self.stop,
             "lanes": {lane.name: (lane.epoch, lane.cursor) for lane in self.lanes},
             "senders": {sig: s.snapshot(encode) for sig, s in self.senders.items()},
             "reducers": {name: r.snapshot(encode) for name, r in self.reducers.items()},
             "replicas": {sig: r.snapshot(encode) for sig, r in self.replicas.items()},
             "pending_cols": pending,
+            "pending_refs": named,
             "held": held,
             "step_done": [(si, j, e) for (si, j), e in self.step_done.items()],
             "started": list(self.started.items()),
@@ -461,21 +443,86 @@ class Instance:
         self.started.clear()
         self.started.update({int(si): e for si, e in data["started"]})
 
+    def _pending_columns(self, encode: Encode, with_stores: bool) -> tuple[list[Any], list[Any]]:
+        """The rows between steps, by column: per list, its length and per position the tuples, or None where every
+        row has None.  In a backlog's drain the central node holds thousands of rows for epochs ahead of its slowest
+        input at each checkpoint.  A column whose tuples are all in one window store here (the position's home
+        window, or a replica of its stream) that the snapshot holds or that is durable (:meth:`_ref_stores`), as the
+        very objects, is named by the store and the tuples' seqs (version 3: such lists are the second list,
+        ``pending_refs``; the first, ``pending_cols``, is version 2's): a restore finds the store as of this snapshot
+        (loaded from it, or a durable store rolled back to it) before it reads the rows, so the tuples are not
+        written again -- those of a JSON source were never encoded, and every checkpoint wrote each pending row's
+        tuples again.  Any other column is the tuples' encodings (their cached wire bytes when they have them: one
+        C loop)."""
+        from joinlib.protocol.avro import encode_tuple
+        wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
+        stores = self._ref_stores(with_stores)
+
+        def column(col: list[Optional[Tup]], pos: int) -> Any:
+            tups = sum(map(is_not, col, repeat(None)))   # not col.count(None): that calls Tup.__eq__ per tuple
+            if tups == 0:
+                return None
+            if tups == len(col):
+                seqs = list(map(_SEQ, col))
+                for name, store in stores.get(pos, ()):
+                    if store.holds_all(col, seqs):
+                        return {"store": name, "seqs": seqs}
+                if wire is not None:
+                    out = list(map(wire, col))
+                    if None not in out:
+                        return out
+                return list(map(encode, col))   # type: ignore[arg-type]
+            return [None if t is None else encode(t) for t in col]
+        pending: list[Any] = []
+        named: list[Any] = []
+        for (si, j, e), rows in self.pending.items():
+            if rows:
+                cols = [column(list(map(itemgetter(p), rows)), p) for p in range(len(rows[0]))]
+                (named if any(isinstance(c, dict) for c in cols) else pending).append((si, j, e, len(rows), cols))
+        return pending, named
+
+    def _ref_stores(self, with_stores: bool) -> dict[int, list[tuple[str, Any]]]:
+        """Per stream position, the window stores here whose tuples a snapshot may name by seq (``h:<stream>``: the
+        home window's, ``r:<sig>``: a replica's): those a restore finds as they are now -- in the snapshot
+        (``with_stores``) or durable (a store in Redis, rolled back to the checkpoint's copy) -- and that can tell
+        whether they hold a tuple (``holds_all``)."""
+        out: dict[int, list[tuple[str, Any]]] = {}
+        named = [(f"h:{name}", name, home.store) for name, home in self.homes.items()]
+        named += [(f"r:{sig}", self.ir.replica(sig).stream, store) for sig, store in self.stores.items()]
+        for name, stream, store in named:
+            if hasattr(store, "holds_all") and (with_stores or getattr(store, "durable", False)):
+                out.setdefault(self.q.stream(stream).pos, []).append((name, store))
+        return out
+
     def _restore_pending(self, data: dict[str, Any], decode: Decode, row: Callable[[Any], Row]) -> None:
-        """:meth:`restore`'s rows between steps: by column (version 2), or a list per row (version 1)."""
-        def column(n: int, c: Optional[list[Optional[bytes]]]) -> Iterable[Optional[Tup]]:
+        """:meth:`restore`'s rows between steps: by column (version 2; version 3 names some by store and seq), or
+        a list per row (version 1)."""
+        by_seq: dict[str, dict[int, Tup]] = {}
+
+        def stored(name: str) -> dict[int, Tup]:
+            """The tuples of the store ``name`` (:meth:`_ref_stores`) by seq, made once per restore."""
+            d = by_seq.get(name)
+            if d is None:
+                kind, _, what = name.partition(":")
+                store = self.homes[what].store if kind == "h" else self.stores[what]
+                d = by_seq[name] = {t.seq: t for t in store.tuples()}
+            return d
+
+        def column(n: int, c: Any) -> Iterable[Optional[Tup]]:
             if c is None:
                 return repeat(None, n)
+            if isinstance(c, dict):   # version 3: named by seq in a store here (KeyError: not there)
+                return list(map(stored(c["store"]).__getitem__, c["seqs"]))
             return [None if b is None else decode(b) for b in c]
         self.pending.clear()
         for si, j, e, rows in data.get("pending", ()):   # version 1: a list per row
             self.pending[(si, j, e)] = [row(r) for r in rows]
-        for si, j, e, n, cols in data.get("pending_cols", ()):
+        for si, j, e, n, cols in [*data.get("pending_cols", ()), *data.get("pending_refs", ())]:
             self.pending[(si, j, e)] = list(zip(*[column(n, c) for c in cols], strict=True))
 
     def _check(self, data: dict[str, Any]) -> None:
         """Refuse the snapshot of another plan generation, epoch range or operator set."""
-        if data.get("v") not in (1, 2) or data["digest"] != self.ir.digest() or \
+        if data.get("v") not in (1, 2, 3) or data["digest"] != self.ir.digest() or \
                 (data["start"], data["stop"]) != (self.start, self.stop):
             raise CheckpointError(f"checkpoint of instance {tuple(data.get('key', ()))} does not match this "
                                   f"plan generation (digest {data.get('digest')} vs {self.ir.digest()})")
@@ -484,7 +531,7 @@ class Instance:
             raise CheckpointError("checkpoint does not match the instance's lanes, senders and replicas")
 
 
-_WIRE = attrgetter("wire")
+_WIRE, _SEQ = attrgetter("wire"), attrgetter("seq")
 
 
 def _keylist(tups: list[Tup]) -> KeyList:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import itemgetter, lt
+from itertools import repeat
+from operator import is_, itemgetter, lt
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from joinlib.kernels import kernel
@@ -145,6 +146,17 @@ class MemoryWindowStore:
     def tuples(self) -> list[Tup]:
         """All stored tuples in seq order."""
         return self._all.live()
+
+    def holds_all(self, tups: Sequence[Tup], seqs: Sequence[int]) -> bool:
+        """Whether every tuple of ``tups`` (seqs ``seqs``) is stored -- the object itself, not an equal one: a
+        checkpoint names such tuples by seq instead of writing them (:meth:`joinlib.runtime.instance.Instance.
+        snapshot`).  A bisection per tuple, in C."""
+        a = self._all
+        found = map(a.tups.__getitem__, map(bisect_left, repeat(a.seq), seqs, repeat(a.lo)))
+        try:
+            return all(map(is_, found, tups))
+        except IndexError:   # a seq above every stored one
+            return False
 
     def snapshot(self) -> list[Tup]:
         return list(self._all.live())
