@@ -447,8 +447,8 @@ class Instance:
         """The rows between steps, by column: per list, its length and per position the tuples, or None where every
         row has None.  In a backlog's drain the central node holds thousands of rows for epochs ahead of its slowest
         input at each checkpoint.  A column whose tuples are all in one window store here (the position's home
-        window, or a replica of its stream) that the snapshot holds or that is durable (:meth:`_ref_stores`), as the
-        very objects, is named by the store and the tuples' seqs (version 3: such lists are the second list,
+        window, or a replica of its stream) that the snapshot holds or that is durable (:meth:`_ref_stores`) -- the
+        same tuples, by stream and id -- is named by the store and the tuples' seqs (version 3: such lists are the second list,
         ``pending_refs``; the first, ``pending_cols``, is version 2's): a restore finds the store as of this snapshot
         (loaded from it, or a durable store rolled back to it) before it reads the rows, so the tuples are not
         written again -- those of a JSON source were never encoded, and every checkpoint wrote each pending row's

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import repeat
-from operator import is_, itemgetter, lt
+from operator import itemgetter, lt
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from joinlib.kernels import kernel
@@ -148,15 +148,17 @@ class MemoryWindowStore:
         return self._all.live()
 
     def holds_all(self, tups: Sequence[Tup], seqs: Sequence[int]) -> bool:
-        """Whether every tuple of ``tups`` (seqs ``seqs``) is stored -- the object itself, not an equal one: a
-        checkpoint names such tuples by seq instead of writing them (:meth:`joinlib.runtime.instance.Instance.
-        snapshot`).  A bisection per tuple, in C."""
+        """Whether every tuple of ``tups`` (seqs ``seqs``) is stored: the object itself or an equal one (the same
+        stream and id), so a checkpoint names such tuples by seq instead of writing them
+        (:meth:`joinlib.runtime.instance.Instance.snapshot`) whether or not a restore made them again -- a
+        snapshot is a function of the state, not of object identity.  A bisection per tuple and the list
+        comparison (identity first) in C."""
         a = self._all
-        found = map(a.tups.__getitem__, map(bisect_left, repeat(a.seq), seqs, repeat(a.lo)))
         try:
-            return all(map(is_, found, tups))
+            found = list(map(a.tups.__getitem__, map(bisect_left, repeat(a.seq), seqs, repeat(a.lo))))
         except IndexError:   # a seq above every stored one
             return False
+        return found == list(tups)
 
     def snapshot(self) -> list[Tup]:
         return list(self._all.live())
