@@ -155,6 +155,9 @@ class Ensemble:
         # changes): each replica's term, and which sequences create or probe each replica
         self._terms: dict[str, float] = {}
         self._holders: Optional[dict[str, list[int]]] = None
+        #: each trial's delta, (i, id(new)) -> (new, delta): a descent round that changes nothing after a head
+        #: tries the same replacements again in the next round (a third of its trials at 8 streams)
+        self._deltas: dict[tuple[int, int], tuple[SeqParts, float]] = {}
 
     def _group(self, sig: str, swap: int = -1, new: Optional[SeqParts] = None) -> float:
         """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it).
@@ -184,15 +187,20 @@ class Ensemble:
 
     def delta(self, i: int, new: SeqParts) -> float:
         """The change in cost when sequence ``i`` is replaced by ``new``."""
+        hit = self._deltas.get((i, id(new)))
+        if hit is not None and hit[0] is new:
+            return hit[1]
         old = self.parts[i]
         d = new.fixed - old.fixed
         for sig in dict.fromkeys([*old.replicas, *new.replicas]):
             d += self._group(sig, i, new) - self._group(sig)
+        self._deltas[(i, id(new))] = (new, d)
         return d
 
     def replace(self, i: int, new: SeqParts) -> None:
         self.parts[i] = new
         self._terms.clear()
+        self._deltas.clear()
         self._holders = None
 
 

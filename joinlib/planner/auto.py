@@ -206,12 +206,13 @@ def pools(search: Search) -> dict[str, list[Sequence]]:
     """Per head, the sequences the descent may give it."""
     query = search.query
     out: dict[str, list[Sequence]] = {}
+    centrals = [plans.central(query, node) for node in query.nodes]
     for s in query.streams:
         pool: dict[Sequence, None] = {}
         for seq, _ in search.best_sequences(s.name).values():
             pool.setdefault(seq)
-        for node in query.nodes:
-            pool.setdefault(plans.central(query, node).sequence(s.name))
+        for c in centrals:
+            pool.setdefault(c.sequence(s.name))
         for a in ALGORITHMS:
             pool.setdefault(Sequence(s.name, tuple(Step(o, a) for o in plans.bfs_order(query, s.name))))
         out[s.name] = list(pool)

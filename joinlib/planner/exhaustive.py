@@ -95,6 +95,7 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
         return b_cost, b_steps
 
     cost, steps = best(SeqState.start(query, head, start))
+    best = None   # type: ignore[assignment]  # the closure refers to itself: a cycle holding the cache, for the collector
     return Sequence(head, steps, start), cost
 
 
