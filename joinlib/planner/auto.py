@@ -272,8 +272,9 @@ def _rank(query: Query, model: WireModel) -> list[Ranked[Plan]]:
 
     def add(name: str, plan: Plan) -> None:
         key = repr(plan.to_json())
-        if key not in seen:
-            seen[key] = Ranked(name, plan, model.plan_cost(query, plan))
+        if key not in seen:   # a plan of sequences priced from the descent's parts (the same float)
+            cost = model.plan_cost(query, plan) if plan.reduce else search.pricer.plan_cost(plan.sequences)
+            seen[key] = Ranked(name, plan, cost)
     for gen in GENERATORS.values():
         for name, plan in gen(search):
             add(name, plan)
@@ -379,9 +380,9 @@ def auto_ranked(query: Query, streams: Optional[Streams] = None, inputs: Optiona
     (:mod:`.kinds`); without it, plans of sequences only (what a partition's plan or a ``--switch``
     generation must be)."""
     inputs = inputs or inputs_for(query, streams)
-    model = WireModel(inputs)
-    ranked: list[Ranked[Candidate]] = [Ranked(r.name, validate(query, r.plan), r.estimate)
-                                       for r in rank(inputs.query, model)]
+    with _collector_paused():   # the model's tables are freed (reference counts) before the collector would scan them
+        ranked: list[Ranked[Candidate]] = [Ranked(r.name, validate(query, r.plan), r.estimate)
+                                           for r in rank(inputs.query, WireModel(inputs))]
     if not streams:
         return ranked, []
     if every_kind:
