@@ -46,6 +46,8 @@ def _below(best: float) -> float:
     return best if best == math.inf else best - _REL_TIE * abs(best)
 
 
+_DONE: tuple[float, tuple[Step, ...]] = (0.0, ())   # every stream joined: nothing left to pay
+
 _STEPS: dict[tuple[str, str], Step] = {}
 
 
@@ -74,12 +76,12 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
     each other's states instead of each solving its own DP.
     """
     memo = {} if memo is None else memo
-    m = len(query.streams)
+    m, inf = len(query.streams), math.inf
     cache = cache or StepCache(query, model)
 
     def best(state: SeqState) -> tuple[float, tuple[Step, ...]]:
         if len(state.joined) == m:
-            return 0.0, ()
+            return _DONE
         key = state.memo_key()
         hit = memo.get(key)
         if hit is not None:
@@ -90,9 +92,10 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
         # reaches it is not expanded); ties still go to the earlier stream, then algorithm
         moves = cache.moves(state)   # options not kept: each state is solved once
         for c, rank, nxt, alg, succ in moves:
-            if not c < below and (b_cost < _below(c) or rank > b_rank):   # bound: the rest costs >= 0
-                continue
-            rest, steps = best(succ)
+            if not c < below and (b_cost < (c if c == inf else c - _REL_TIE * abs(c)) or rank > b_rank):
+                continue   # bound: the rest costs >= 0
+            hit = memo.get(succ.memo_key()) if len(succ.joined) < m else _DONE   # solved: no call
+            rest, steps = hit if hit is not None else best(succ)
             total = c + rest
             if total < below or (not b_cost < _below(total) and rank < b_rank):
                 b_cost, b_rank, b_steps = total, rank, (_step(nxt, alg),) + steps
