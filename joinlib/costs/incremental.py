@@ -126,9 +126,9 @@ class PlanPricer:
         for p in parts:
             for sig, rep in p.replicas.items():
                 reps.setdefault(sig, rep)
-            for use, sig in p.steps:
-                if sig is not None:
-                    users.setdefault(sig, []).append(use)
+            for use, probed in p.steps:
+                if probed is not None:
+                    users.setdefault(probed, []).append(use)
         flows: list[float] = []
         shares: dict[str, float] = {}
         for sig, rep in reps.items():

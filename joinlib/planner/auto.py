@@ -21,8 +21,9 @@ bytes per second with every shipment counted once):
 
 A new plan shape plugs in as one more generator (``GENERATORS``) plus its pricing in the model.
 The generators share one :class:`Search` (the per-head DP's table and step costs, each head's best
-sequence per start); reductions are priced by shape and the descent incrementally, so an 8-stream query
-plans in well under a second (docs/cost-model.md, "How auto searches fast"; ``bench/plan_time.py``).
+sequence per start); reductions are priced by shape and the descent incrementally, so an 8-stream chain,
+star or cycle plans in about half a second, the fully connected query in about 1.1 s (docs/cost-model.md,
+"How auto searches fast"; ``bench/plan_time.py``).
 
 Without data, ``auto`` returns the model's best plan over the query file's statistics.  With data,
 it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the candidates, and runs a

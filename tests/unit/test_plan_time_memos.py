@@ -129,18 +129,21 @@ def _term(pricer: PlanPricer, parts: list[SeqParts], sig: str) -> float:
     return pricer.group(rep, users) if rep is not None else 0.0
 
 
+def _priced(seed: int, m: int, topology: str) -> tuple[Query, random.Random, WireModel, PlanPricer]:
+    """A random query (the model's statistics query), a generator seeded alike, a model and its plan pricer."""
+    q = _query(seed, m, topology)
+    model = WireModel()
+    enc, inputs = model.context(q)
+    return inputs.query, random.Random(seed), model, PlanPricer(inputs, enc)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
 def test_the_descents_cached_terms_are_its_replicas_terms(seed, m, topology):
     """An ensemble changed sequence by sequence (its terms kept between changes, memoised on the sequences
     holding each replica) prices every plan and every replacement as summing each replica's term over
     every sequence does."""
-    q = _query(seed, m, topology)
-    rng = random.Random(seed)
-    model = WireModel()
-    enc, inputs = model.context(q)
-    q = inputs.query
-    pricer = PlanPricer(inputs, enc)
+    q, rng, _, pricer = _priced(seed, m, topology)
     ens = Ensemble(pricer, [pricer.parts(_sequence(rng, q, h)) for h in q.names])
     for _ in range(6):
         i = rng.randrange(len(q.names))
@@ -162,12 +165,7 @@ def test_a_plan_priced_from_its_sequences_parts_is_the_plan_lowered(seed, m, top
     """``PlanPricer.plan_cost`` (what ``auto`` prices its plans of sequences with, from the parts the descent
     shares) is the whole plan lowered and estimated -- the same float, not merely a close one -- and a
     lowering's key specs, memoised per (stream, joined set), are the ones worked out afresh."""
-    q = _query(seed, m, topology)
-    rng = random.Random(seed)
-    model = WireModel()
-    enc, inputs = model.context(q)
-    q = inputs.query
-    pricer = PlanPricer(inputs, enc)
+    q, rng, model, pricer = _priced(seed, m, topology)
     for _ in range(4):
         plan = plans.validate(q, Plan(tuple(_sequence(rng, q, h) for h in q.names)))
         assert pricer.plan_cost(plan.sequences) == model.plan_cost(q, plan)
