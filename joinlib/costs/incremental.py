@@ -13,7 +13,7 @@ where a sequence contributes the first term alone (:class:`SeqParts`, computed o
 and a replica's term depends only on which steps use it (:meth:`PlanPricer.group`, memoised on
 their signatures).  Replacing one head's sequence changes only the replicas it or its replacement
 touch (:meth:`PlanPricer.delta`).  The sums are the same terms as :func:`estimate_ir`'s, added in
-another order (equal up to rounding).
+another order (equal up to rounding); :meth:`PlanPricer.plan_cost` adds them in its order (equal).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from joinlib.costs.encoding import Encoding
-from joinlib.costs.flows import Probe, replica_flows, step_flows
+from joinlib.costs.flows import Msg, Probe, replica_flows, step_flows
 from joinlib.costs.inputs import Inputs
 from joinlib.costs.model import Walks, price, walk
 from joinlib.costs.unit_time import interval_s
@@ -57,11 +57,13 @@ class Replica:
 @dataclass(frozen=True)
 class SeqParts:
     """One sequence's share of the model: its replica-free steps' bytes per second, the replicas it
-    creates (its start's and its steps'), and per replica the steps that probe it, in step order."""
+    creates (its start's and its steps'), and per replica the steps that probe it, in step order;
+    ``steps``: every cross-site step in order, with the replica it probes (None: none)."""
 
     fixed: float
     replicas: dict[str, Replica]
     uses: dict[str, tuple[Use, ...]]
+    steps: tuple[tuple[Use, Optional[str]], ...] = ()
 
 
 class PlanPricer:
@@ -87,9 +89,11 @@ class PlanPricer:
         q = self.query
         ir = lower(q, Plan((seq,)))
         fixed, uses = 0.0, dict[str, tuple[Use, ...]]()
+        steps = []
         for sig, (st, pr) in walk(q, ir, self._walks).items():
             links = tuple((name, (ir.flow(f).src, ir.flow(f).dst)) for name, f in st.flows)
             use = Use(sig, st.algorithm, pr, links)
+            steps.append((use, st.replica))
             if st.replica is None:
                 fixed += self._flows(use, 0.0)
             else:
@@ -98,15 +102,45 @@ class PlanPricer:
         for r in ir.replicas:
             f = ir.update_flow(r)
             reps[r.sig] = Replica(r.sig, r.kind, r.stream, r.index, (f.src, f.dst))
-        return SeqParts(fixed, reps, uses)
+        return SeqParts(fixed, reps, uses, tuple(steps))
 
     def _flows(self, use: Use, share: float) -> float:
-        links = dict(use.links)
         total = 0.0
-        for m in step_flows(self.query, use.algorithm, use.probe, share, self.enc):
-            src, dst = links[m.name]
-            total += price(self.enc, src, dst, m)
+        for m in self._messages(use, share):
+            total += price(self.enc, *m)
         return total / self.tau
+
+    def _messages(self, use: Use, share: float) -> list[tuple[str, str, Msg]]:
+        """The step's messages, each with its link (src, dst, message)."""
+        links = dict(use.links)
+        return [(*links[m.name], m) for m in step_flows(self.query, use.algorithm, use.probe, share, self.enc)]
+
+    def plan_cost(self, seqs: Iterable[Sequence]) -> float:
+        """:meth:`~joinlib.costs.model.WireModel.plan_cost` of the plan of ``seqs`` (validated, no reduction): the
+        flows :func:`~joinlib.costs.model.estimate_ir` finds, priced and added in its order (replicas' updates
+        in the order the sequences create them, then every cross-site step's flows in plan order), so the
+        same float -- from the sequences' parts, which the descent shares, instead of lowering the plan."""
+        parts = [self.parts(s) for s in seqs]
+        reps: dict[str, Replica] = {}
+        users: dict[str, list[Use]] = {}
+        for p in parts:
+            for sig, rep in p.replicas.items():
+                reps.setdefault(sig, rep)
+            for use, probed in p.steps:
+                if probed is not None:
+                    users.setdefault(probed, []).append(use)
+        flows: list[float] = []
+        shares: dict[str, float] = {}
+        for sig, rep in reps.items():
+            mine = users.get(sig, [])
+            msg, split = replica_flows(self.query, rep.kind, rep.stream, rep.index, [u.probe for u in mine],
+                                       self.enc)
+            shares.update(zip((u.sig for u in mine), split, strict=True))
+            flows.append(price(self.enc, *rep.link, msg) / self.tau)
+        for p in parts:
+            for use, _ in p.steps:
+                flows.extend(price(self.enc, *m) / self.tau for m in self._messages(use, shares.get(use.sig, 0.0)))
+        return sum(flows)
 
     def group(self, rep: Replica, users: tuple[Use, ...]) -> float:
         """A replica's update and the flows of the steps probing it (in plan order)."""
@@ -155,6 +189,9 @@ class Ensemble:
         # changes): each replica's term, and which sequences create or probe each replica
         self._terms: dict[str, float] = {}
         self._holders: Optional[dict[str, list[int]]] = None
+        #: each trial's delta, (i, id(new)) -> (new, delta): a descent round that changes nothing after a head
+        #: tries the same replacements again in the next round (a third of its trials at 8 streams)
+        self._deltas: dict[tuple[int, int], tuple[SeqParts, float]] = {}
 
     def _group(self, sig: str, swap: int = -1, new: Optional[SeqParts] = None) -> float:
         """The replica ``sig``'s term, sequence ``swap`` replaced by ``new`` (0: no sequence creates it).
@@ -184,15 +221,20 @@ class Ensemble:
 
     def delta(self, i: int, new: SeqParts) -> float:
         """The change in cost when sequence ``i`` is replaced by ``new``."""
+        hit = self._deltas.get((i, id(new)))
+        if hit is not None and hit[0] is new:
+            return hit[1]
         old = self.parts[i]
         d = new.fixed - old.fixed
         for sig in dict.fromkeys([*old.replicas, *new.replicas]):
             d += self._group(sig, i, new) - self._group(sig)
+        self._deltas[(i, id(new))] = (new, d)
         return d
 
     def replace(self, i: int, new: SeqParts) -> None:
         self.parts[i] = new
         self._terms.clear()
+        self._deltas.clear()
         self._holders = None
 
 

@@ -42,7 +42,7 @@ from joinlib.costs.flows import (
     step_flows,
 )
 from joinlib.costs.inputs import Inputs, from_query
-from joinlib.costs.unit_time import SeqState, interval_s, stream_rate, window_tuples
+from joinlib.costs.unit_time import SeqState, _graph, interval_s, stream_rate, window_tuples
 from joinlib.model import Query
 from joinlib.plan.ir import FlowOp, PlanIR, ReducerOp, StepOp, lower
 from joinlib.plan.logical import Plan, Reduce, Sequence, central, validate
@@ -366,8 +366,7 @@ class WireModel:
         return shape.cost(q, enc, red.site)
 
     # ---------------------------------------------------------------- step level (CostModel)
-    def _inter(self, query: Query, state: SeqState) -> Inter:
-        q = self._ctx(query)[1].query
+    def _inter(self, query: Query, q: Query, state: SeqState) -> Inter:
         key = (id(query), state.head, state.joined_set)
         heads = self._heads.get(key)
         if heads is None:
@@ -380,13 +379,17 @@ class WireModel:
         set's canonical order is its own set's canonical order, so each set extends its prefix's memoised
         chain by one step instead of walking from the head (the same steps, the same floats)."""
         order = _canonical_order(q, head, joined)
-        k = len(order)
-        while k and (id(query), head, frozenset((head, *order[:k]))) not in self._chains:
+        k, chains = len(order), self._chains
+        it = None
+        while k:
+            it = chains.get((id(query), head, frozenset((head, *order[:k]))))
+            if it is not None:
+                break
             k -= 1
-        it = self._chains[(id(query), head, frozenset((head, *order[:k])))] if k else Inter.start(q, head)
+        it = it or Inter.start(q, head)
         for i in range(k, len(order)):
             it = advance_intermediate(q, it, order[i], SP_S.name)
-            self._chains[(id(query), head, frozenset((head, *order[:i + 1])))] = it
+            chains[(id(query), head, frozenset((head, *order[:i + 1])))] = it
         return it
 
     def step_cost(self, query: Query, state: SeqState, stream: str, algorithm: str) -> float:
@@ -431,11 +434,11 @@ class WireModel:
         pkey = (id(query), state.head, state.joined_set, stream)
         pr = self._probes.get(pkey)
         if pr is None:
-            pr = self._probes[pkey] = probe(q, self._inter(query, state), stream)
+            pr = self._probes[pkey] = probe(q, self._inter(query, q, state), stream)
         # the costs are a function of the probe and the links: steps of other heads (or orders) that ask the same
         # of the same stream cost the same (a row's size does not depend on the order of its streams when the
-        # encoding says so), so each is priced once
-        okey = (id(query), pr[:-1], frozenset(pr.parts), enc.link(src, dst), enc.link(dst, src)) \
+        # encoding says so), so each is priced once (the row's streams as a set: the state's, kept)
+        okey = (id(query), pr[:-1], state.joined_set, enc.link(src, dst), enc.link(dst, src)) \
             if enc.rows_order_free else None
         if okey is not None:
             hit = self._by_probe.get(okey)
@@ -482,9 +485,10 @@ class WireModel:
 def _canonical_order(q: Query, head: str, joined: frozenset[str]) -> list[str]:
     """The streams of ``joined`` but the head in a join-graph order (breadth first, query order)."""
     done, order = {head}, []
+    adj = _graph(q).adj
     while len(done) < len(joined):
         for n in q.names:
-            if n in joined and n not in done and any(q.predicates_between(n, d) for d in done):
+            if n in joined and n not in done and not adj[n].isdisjoint(done):
                 done.add(n)
                 order.append(n)
                 break

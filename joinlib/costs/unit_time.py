@@ -667,7 +667,7 @@ class StepCache:
             if sides is None:
                 costs = self._shared(self.query, state, nxt)   # type: ignore[misc]
                 assert costs is not None
-                sides = t[1] = _cheapest_sides(costs)
+                sides = t[1] = self._sides_of(costs)
             for alg, c, source_side in sides:
                 at = loc if source_side else site
                 hit = states.get((head, joined, at))
@@ -693,17 +693,22 @@ class StepCache:
             loc = state.location
             hit = states.get((head, joined, loc))
             return [(ALGORITHMS[0], 0.0, hit if hit is not None else self._new_state(state, joined, stream, loc))]
+        out = []
+        for alg, c, source_side in self._sides_of(costs):
+            loc = state.location if source_side else self.query.stream(stream).site
+            hit = states.get((head, joined, loc))
+            out.append((alg, c, hit if hit is not None else self._new_state(state, joined, stream, loc)))
+        return out
+
+    def _sides_of(self, costs: dict[str, float]) -> tuple[tuple[str, float, bool], ...]:
+        """:func:`_cheapest_sides` of a model's kept costs, once per instance (steps that ask the same of a stream
+        share one: ``WireModel._priced``)."""
         sides = self._sides.get(id(costs))
         if sides is None or sides[0] is not costs:
             if len(self._sides) > 200_000:
                 self._sides.clear()
             sides = self._sides[id(costs)] = (costs, _cheapest_sides(costs))
-        out = []
-        for alg, c, source_side in sides[1]:
-            loc = state.location if source_side else self.query.stream(stream).site
-            hit = states.get((head, joined, loc))
-            out.append((alg, c, hit if hit is not None else self._new_state(state, joined, stream, loc)))
-        return out
+        return sides[1]
 
     def _new_state(self, state: SeqState, joined: frozenset[str], stream: str, loc: str) -> SeqState:
         """The canonical state after joining ``stream`` at ``loc``, made at once with the step-information

@@ -545,9 +545,27 @@ def _parents(tree: tuple[tuple[str, str], ...], root: str) -> dict[str, str]:
     return parent
 
 
+#: :func:`key_spec`'s memo: id(query) -> (the query, (stream, joined set) -> spec)
+_KEY_SPECS: dict[int, tuple[Query, dict[tuple[str, frozenset[str]], KeySpec]]] = {}
+
+
 def key_spec(query: Query, stream: str, joined: list[str]) -> KeySpec:
     """How rows over ``joined`` probe ``stream``: every predicate between them, grouped by the
-    probed attribute."""
+    probed attribute (a function of the joined *set*; memoised per query: the planners lower
+    thousands of sequences of one query, and a spec is immutable)."""
+    memo = _KEY_SPECS.get(id(query))
+    if memo is None or memo[0] is not query:
+        if len(_KEY_SPECS) > 64:
+            _KEY_SPECS.clear()
+        memo = _KEY_SPECS[id(query)] = (query, {})
+    key = (stream, frozenset(joined))
+    hit = memo[1].get(key)
+    if hit is None:
+        hit = memo[1][key] = _key_spec(query, stream, joined)
+    return hit
+
+
+def _key_spec(query: Query, stream: str, joined: list[str]) -> KeySpec:
     s = query.stream(stream)
     by_attr: dict[int, list[Slot]] = {}
     for p in query.predicates:

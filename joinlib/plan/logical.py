@@ -142,7 +142,7 @@ def validate(query: Query, plan: Plan) -> Plan:
                 raise PlanError(f"sequence of {seq.head}: unknown stream {st.stream!r}")
             if st.stream in done:
                 raise PlanError(f"sequence of {seq.head}: stream {st.stream} appears twice")
-            if not any(query.predicates_between(st.stream, d) for d in done):
+            if done.isdisjoint(query.neighbours(st.stream)):   # no predicate shared with a joined stream
                 raise PlanError(f"sequence of {seq.head}: {st.stream} shares no join predicate with "
                                 f"{', '.join(sorted(done))} (a join sequence must follow the join graph)")
             done.add(st.stream)

@@ -21,8 +21,9 @@ bytes per second with every shipment counted once):
 
 A new plan shape plugs in as one more generator (``GENERATORS``) plus its pricing in the model.
 The generators share one :class:`Search` (the per-head DP's table and step costs, each head's best
-sequence per start); reductions are priced by shape and the descent incrementally, so an 8-stream query
-plans in well under a second (docs/cost-model.md, "How auto searches fast"; ``bench/plan_time.py``).
+sequence per start); reductions are priced by shape and the descent incrementally, so an 8-stream chain,
+star or cycle plans in about half a second, the fully connected query in about 1.1 s (docs/cost-model.md,
+"How auto searches fast"; ``bench/plan_time.py``).
 
 Without data, ``auto`` returns the model's best plan over the query file's statistics.  With data,
 it measures the statistics first (:func:`joinlib.costs.from_data`), ranks the candidates, and runs a
@@ -206,12 +207,13 @@ def pools(search: Search) -> dict[str, list[Sequence]]:
     """Per head, the sequences the descent may give it."""
     query = search.query
     out: dict[str, list[Sequence]] = {}
+    centrals = [plans.central(query, node) for node in query.nodes]
     for s in query.streams:
         pool: dict[Sequence, None] = {}
         for seq, _ in search.best_sequences(s.name).values():
             pool.setdefault(seq)
-        for node in query.nodes:
-            pool.setdefault(plans.central(query, node).sequence(s.name))
+        for c in centrals:
+            pool.setdefault(c.sequence(s.name))
         for a in ALGORITHMS:
             pool.setdefault(Sequence(s.name, tuple(Step(o, a) for o in plans.bfs_order(query, s.name))))
         out[s.name] = list(pool)
@@ -271,8 +273,9 @@ def _rank(query: Query, model: WireModel) -> list[Ranked[Plan]]:
 
     def add(name: str, plan: Plan) -> None:
         key = repr(plan.to_json())
-        if key not in seen:
-            seen[key] = Ranked(name, plan, model.plan_cost(query, plan))
+        if key not in seen:   # a plan of sequences priced from the descent's parts (the same float)
+            cost = model.plan_cost(query, plan) if plan.reduce else search.pricer.plan_cost(plan.sequences)
+            seen[key] = Ranked(name, plan, cost)
     for gen in GENERATORS.values():
         for name, plan in gen(search):
             add(name, plan)
@@ -378,9 +381,9 @@ def auto_ranked(query: Query, streams: Optional[Streams] = None, inputs: Optiona
     (:mod:`.kinds`); without it, plans of sequences only (what a partition's plan or a ``--switch``
     generation must be)."""
     inputs = inputs or inputs_for(query, streams)
-    model = WireModel(inputs)
-    ranked: list[Ranked[Candidate]] = [Ranked(r.name, validate(query, r.plan), r.estimate)
-                                       for r in rank(inputs.query, model)]
+    with _collector_paused():   # the model's tables are freed (reference counts) before the collector would scan them
+        ranked: list[Ranked[Candidate]] = [Ranked(r.name, validate(query, r.plan), r.estimate)
+                                           for r in rank(inputs.query, WireModel(inputs))]
     if not streams:
         return ranked, []
     if every_kind:

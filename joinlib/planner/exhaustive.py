@@ -41,6 +41,13 @@ def _better(total: float, best: float) -> bool:
     return total < best - _REL_TIE * abs(best)
 
 
+def _below(best: float) -> float:
+    """The bound a total must be under to beat ``best`` (:func:`_better` as one comparison, for the DP's loop)."""
+    return best if best == math.inf else best - _REL_TIE * abs(best)
+
+
+_DONE: tuple[float, tuple[Step, ...]] = (0.0, ())   # every stream joined: nothing left to pay
+
 _STEPS: dict[tuple[str, str], Step] = {}
 
 
@@ -69,32 +76,35 @@ def exhaustive_sequence(query: Query, model: CostModel, head: str, start: Option
     each other's states instead of each solving its own DP.
     """
     memo = {} if memo is None else memo
-    m = len(query.streams)
+    m, inf = len(query.streams), math.inf
     cache = cache or StepCache(query, model)
 
     def best(state: SeqState) -> tuple[float, tuple[Step, ...]]:
         if len(state.joined) == m:
-            return 0.0, ()
+            return _DONE
         key = state.memo_key()
         hit = memo.get(key)
         if hit is not None:
             return hit
-        b_cost, b_rank = math.inf, (0, 0)
+        b_cost, b_rank, below = math.inf, 0, math.inf   # below: _better(x, b_cost) is x < below
         b_steps: tuple[Step, ...] = ()
         # cheapest step first: the best total found early bounds the rest (a step whose own cost
         # reaches it is not expanded); ties still go to the earlier stream, then algorithm
         moves = cache.moves(state)   # options not kept: each state is solved once
         for c, rank, nxt, alg, succ in moves:
-            if not _better(c, b_cost) and (_better(b_cost, c) or rank > b_rank[0]):   # bound: the rest costs >= 0
-                continue
-            rest, steps = best(succ)
+            if not c < below and (b_cost < (c if c == inf else c - _REL_TIE * abs(c)) or rank > b_rank):
+                continue   # bound: the rest costs >= 0
+            hit = memo.get(succ.memo_key()) if len(succ.joined) < m else _DONE   # solved: no call
+            rest, steps = hit if hit is not None else best(succ)
             total = c + rest
-            if _better(total, b_cost) or (not _better(b_cost, total) and rank < b_rank[0]):
-                b_cost, b_rank, b_steps = total, (rank, 0), (_step(nxt, alg),) + steps
+            if total < below or (not b_cost < _below(total) and rank < b_rank):
+                b_cost, b_rank, b_steps = total, rank, (_step(nxt, alg),) + steps
+                below = _below(b_cost)
         memo[key] = (b_cost, b_steps)
         return b_cost, b_steps
 
     cost, steps = best(SeqState.start(query, head, start))
+    best = None   # type: ignore[assignment]  # the closure refers to itself: a cycle holding the cache, for the collector
     return Sequence(head, steps, start), cost
 
 

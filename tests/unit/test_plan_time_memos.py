@@ -6,7 +6,10 @@ replace give -- the same floats, not merely close ones: the search's choice and 
   algorithms, are a fresh model's (up to the rounding of a set's rate, as they were before: see the test);
 * a plan's walk, memoised on (head, join order), is a fresh walk;
 * a reduction lowered once and priced for a skip set is the reduction lowered with that skip set;
-* the descent's cached replica terms are each replica's term summed over every sequence.
+* the descent's cached replica terms are each replica's term summed over every sequence, and a trial's delta
+  kept until the plan changes is the one computed again;
+* a plan of sequences priced from its sequences' parts is the plan lowered and estimated, and a key spec
+  memoised per (stream, joined set) the one worked out afresh.
 
 No timing here: ``bench/plan_time.py`` measures the time."""
 from __future__ import annotations
@@ -26,7 +29,7 @@ from joinlib.costs.incremental import Ensemble, PlanPricer, Replica, SeqParts, U
 from joinlib.costs.model import Walks, estimate_ir, reduction_shape
 from joinlib.model import Query
 from joinlib.plan import logical as plans
-from joinlib.plan.ir import lower
+from joinlib.plan.ir import _key_spec, key_spec, lower
 from joinlib.plan.logical import Plan, Sequence, Step
 from joinlib.planner.auto import Search
 from joinlib.planner.improved import random_query
@@ -126,18 +129,21 @@ def _term(pricer: PlanPricer, parts: list[SeqParts], sig: str) -> float:
     return pricer.group(rep, users) if rep is not None else 0.0
 
 
+def _priced(seed: int, m: int, topology: str) -> tuple[Query, random.Random, WireModel, PlanPricer]:
+    """A random query (the model's statistics query), a generator seeded alike, a model and its plan pricer."""
+    q = _query(seed, m, topology)
+    model = WireModel()
+    enc, inputs = model.context(q)
+    return inputs.query, random.Random(seed), model, PlanPricer(inputs, enc)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
 def test_the_descents_cached_terms_are_its_replicas_terms(seed, m, topology):
     """An ensemble changed sequence by sequence (its terms kept between changes, memoised on the sequences
     holding each replica) prices every plan and every replacement as summing each replica's term over
     every sequence does."""
-    q = _query(seed, m, topology)
-    rng = random.Random(seed)
-    model = WireModel()
-    enc, inputs = model.context(q)
-    q = inputs.query
-    pricer = PlanPricer(inputs, enc)
+    q, rng, _, pricer = _priced(seed, m, topology)
     ens = Ensemble(pricer, [pricer.parts(_sequence(rng, q, h)) for h in q.names])
     for _ in range(6):
         i = rng.randrange(len(q.names))
@@ -149,7 +155,23 @@ def test_the_descents_cached_terms_are_its_replicas_terms(seed, m, topology):
         for sig in dict.fromkeys([*now[i].replicas, *new.replicas]):
             delta += _term(pricer, swapped, sig) - _term(pricer, now, sig)
         assert ens.delta(i, new) == delta
+        assert ens.delta(i, new) == delta   # kept until the plan changes
         ens.replace(i, new)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 5), topology=TOPOLOGIES)
+def test_a_plan_priced_from_its_sequences_parts_is_the_plan_lowered(seed, m, topology):
+    """``PlanPricer.plan_cost`` (what ``auto`` prices its plans of sequences with, from the parts the descent
+    shares) is the whole plan lowered and estimated -- the same float, not merely a close one -- and a
+    lowering's key specs, memoised per (stream, joined set), are the ones worked out afresh."""
+    q, rng, model, pricer = _priced(seed, m, topology)
+    for _ in range(4):
+        plan = plans.validate(q, Plan(tuple(_sequence(rng, q, h) for h in q.names)))
+        assert pricer.plan_cost(plan.sequences) == model.plan_cost(q, plan)
+        for st_op in lower(q, plan).steps:
+            joined = sorted(st_op.input.streams, key=q.names.index)
+            assert key_spec(q, st_op.stream, joined) == _key_spec(q, st_op.stream, joined[::-1])
 
 
 def test_another_query_under_a_reused_id_finds_every_memo_empty():
