@@ -448,12 +448,12 @@ class Instance:
         row has None.  In a backlog's drain the central node holds thousands of rows for epochs ahead of its slowest
         input at each checkpoint.  A column whose tuples are all in one window store here (the position's home
         window, or a replica of its stream) that the snapshot holds or that is durable (:meth:`_ref_stores`) -- the
-        same tuples, by stream and id -- is named by the store and the tuples' seqs (version 3: such lists are the second list,
-        ``pending_refs``; the first, ``pending_cols``, is version 2's): a restore finds the store as of this snapshot
-        (loaded from it, or a durable store rolled back to it) before it reads the rows, so the tuples are not
-        written again -- those of a JSON source were never encoded, and every checkpoint wrote each pending row's
-        tuples again.  Any other column is the tuples' encodings (their cached wire bytes when they have them: one
-        C loop)."""
+        same tuples, by stream and id -- is named by the store and the tuples' seqs (version 3: such lists are the
+        second list, ``pending_refs``; the first, ``pending_cols``, is version 2's): a restore finds the store as
+        of this snapshot (loaded from it, or a durable store rolled back to it) before it reads the rows, so the
+        tuples are not written again -- those of a JSON source were never encoded, and every checkpoint wrote each
+        pending row's tuples again.  Any other column is the tuples' encodings (their cached wire bytes when they
+        have them: one C loop)."""
         from joinlib.protocol.avro import encode_tuple
         wire = _WIRE if encode is encode_tuple else None   # encode_tuple(t) is t.wire once that is set
         stores = self._ref_stores(with_stores)
