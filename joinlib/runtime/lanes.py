@@ -45,7 +45,7 @@ class Phase:
     #: conditions the phase tests first and answers False (doing nothing) without, so the scheduler tests them and
     #: skips the call: a window or replica not applied that far (its ``next``), a watermark short of the epoch's end,
     #: the previous step not done -- about two polls in three on the demo's query fail so, each a Python call
-    #: (issue 27).  Each gate must be implied by the phase's own test; tests/unit/test_lane_gates.py checks that
+    #: (issue 27).  Each gate must be implied by the phase's own test; tests/property/test_lane_gates.py checks that
     #: every gate that fails in a run finds its phase answering False (``CHECK_GATES``).
     gates: tuple[Gate, ...] = ()
 
