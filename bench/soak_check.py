@@ -127,24 +127,38 @@ class SourceCheck(threading.Thread):
 
     def _loop(self) -> None:
         from joinlib.adapters.kafka import consume
-        from joinlib.ingest.contract import Written
         origin = self.want.origin
         while not self.stop.is_set():
-            for m in consume(self.c, 5000, 0.3):
-                place = (m.topic(), m.partition())
-                if m.offset() != self.next_off[place]:
-                    self.gaps.append({"topic": place[0], "partition": place[1], "expected": self.next_off[place],
-                                      "read": m.offset()})
-                self.next_off[place] = m.offset() + 1
-                self.records += 1
-                w = Written(m.partition(), m.offset(), m.value())
-                if self.inc.add(self.stream_of[place[0]], w) is not None:
-                    self.values[(place[0], w.part, w.offset)] = m.value()
+            msgs = consume(self.c, 5000, 0.3)
+            i = 0
+            while i < len(msgs):   # a run: consecutive records of one partition, decoded in one call
+                place = (msgs[i].topic(), msgs[i].partition())
+                j = i + 1
+                while j < len(msgs) and msgs[j].partition() == place[1] and msgs[j].topic() == place[0]:
+                    j += 1
+                self._add_run(place, msgs[i:j])
+                i = j
             self._tally(self.inc.ready(), origin)
             ends = self.ends
             if ends is not None and all(self.next_off[p] >= e for p, e in ends.items()):
                 self._tally(self.inc.finish(), origin)
                 return
+
+    def _add_run(self, place: tuple[str, int], msgs: list[Any]) -> None:
+        offsets = [m.offset() for m in msgs]
+        values = [m.value() for m in msgs]
+        first = self.next_off[place]
+        if offsets[0] != first or offsets[-1] - offsets[0] != len(offsets) - 1:   # a gap somewhere: find it
+            for want, got in zip([first, *[o + 1 for o in offsets[:-1]]], offsets, strict=True):
+                if got != want:
+                    self.gaps.append({"topic": place[0], "partition": place[1], "expected": want, "read": got})
+        self.next_off[place] = offsets[-1] + 1
+        self.records += len(msgs)
+        dead = self.inc.add_run(self.stream_of[place[0]], place[1], offsets, values)
+        if dead:
+            at = dict(zip(offsets, values, strict=True))
+            for off, _reason in dead:
+                self.values[(place[0], place[1], off)] = at[off]
 
     def _tally(self, chunks: Any, origin: int) -> None:
         for _k, results in chunks:

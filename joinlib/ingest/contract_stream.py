@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from joinlib.ingest.contract import PartitionClassifier, Results, Written, exact_join
-from joinlib.ingest.records import Bad, Decoder, Filtered, SchemaLookup
+from joinlib.ingest.records import Decoder, Filtered, SchemaLookup
 from joinlib.model import Query, Tup, Value
 
 # per stream, its on-time tuples not yet dropped: (ts, id, partition, offset, key)
@@ -58,18 +58,31 @@ class IncrementalExpected:
 
     def add(self, stream: str, w: Written) -> Optional[str]:
         """Classify one record (each partition's records in offset order); its dead-letter reason or None."""
-        ev = self.decoders[stream].decode(w.value, w.part, w.offset)
-        if isinstance(ev, Filtered):
-            return None
-        fate = self.parts[(stream, w.part)].classify(w.offset, ev)
-        if fate is not None:
-            topic = self.decoders[stream].spec.topic
-            self.dead[(topic, w.part, w.offset)] = fate
-            return fate
-        assert not isinstance(ev, Bad), "a malformed record always has a dead-letter reason"
-        self.on_time += 1
-        self.rows[stream].append((ev.ts, ev.id, w.part, w.offset, ev.key))
-        return None
+        dead = self.add_run(stream, w.part, [w.offset], [w.value])
+        return dead[0][1] if dead else None
+
+    def add_run(self, stream: str, part: int, offsets: list[int],
+                values: list[Optional[bytes]]) -> list[tuple[int, str]]:
+        """:meth:`add` of a run of one partition's records (consecutive in offset order), decoded in one call
+        (:meth:`Decoder.decode_run`): a check reading millions of records (bench/soak.py) pays the per-record
+        Python once per run instead of per record.  Returns the dead letters among them, (offset, reason)."""
+        dead: list[tuple[int, str]] = []
+        classify = self.parts[(stream, part)].classify
+        keep = self.rows[stream].append
+        topic = self.decoders[stream].spec.topic
+        on_time = 0
+        for off, ev in zip(offsets, self.decoders[stream].decode_run(part, offsets, values), strict=True):
+            if type(ev) is Filtered:
+                continue
+            fate = classify(off, ev)
+            if fate is not None:
+                self.dead[(topic, part, off)] = fate
+                dead.append((off, fate))
+                continue
+            on_time += 1
+            keep((ev.ts, ev.id, part, off, ev.key))
+        self.on_time += on_time
+        return dead
 
     def watermark(self) -> int:
         """Every on-time record still to come has an event time at or after this."""

@@ -69,15 +69,26 @@ def test_chunks_add_up_to_the_contract(windows, n, parts, distinct, late_every, 
             assert all(k * chunk_ms <= ts < (k + 1) * chunk_ms for _ids, ts in res), "a result in the wrong chunk"
             chunks.append(k)
             got.update(res)
+    dead_seen: dict = {}
     while any(queues):
         qu = rnd.choice([x for x in queues if x])
-        inc.add(*qu.pop(0))
+        n = rnd.choice([1, 1, rnd.randint(1, 40)])   # a record alone (add) or a run of one partition (add_run)
+        run, qu[:] = qu[:n], qu[n:]
+        name = run[0][0]
+        if n == 1:
+            fate = inc.add(name, run[0][1])
+            dead = [(run[0][1].offset, fate)] if fate is not None else []
+        else:
+            dead = inc.add_run(name, run[0][1].part, [w.offset for _, w in run], [w.value for _, w in run])
+        topic = q.stream(name).source.topic
+        dead_seen.update({(topic, run[0][1].part, off): reason for off, reason in dead})
         if rnd.random() < 0.05:
             take(inc.ready())
     take(inc.finish())
     assert chunks == sorted(set(chunks)), "a chunk handed out twice or out of order"
     assert got == want.results
     assert inc.dead == want.dead
+    assert dead_seen == want.dead, "add and add_run return the dead letters among their records"
     assert inc.on_time == sum(len(v) for v in want.on_time.values())
 
 
